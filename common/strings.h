@@ -1,0 +1,50 @@
+#pragma once
+
+// Small string helpers. Debian's Abseil is built with its own absl::string_view (not an alias of
+// std::string_view), so absl::StrCat / SimpleAtoi do not accept std::string_view; these do.
+
+#include <charconv>
+#include <cstdint>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace cart {
+
+// Concatenates anything that has operator<< (strings, views, numbers, absl::Status).
+template <typename... Args>
+std::string StrCat(const Args&... args) {
+  std::ostringstream os;
+  (os << ... << args);
+  return os.str();
+}
+
+template <typename Container>
+std::string StrJoin(const Container& parts, std::string_view sep) {
+  std::string out;
+  bool first = true;
+  for (const auto& p : parts) {
+    if (!first) out += sep;
+    first = false;
+    out += StrCat(p);
+  }
+  return out;
+}
+
+// Whole-string integer parse; nullopt on any junk, overflow or empty input.
+std::optional<int64_t> ParseInt64(std::string_view text);
+// Whole-string finite double parse (accepts 3e-4, 0.1, -2); nullopt otherwise.
+std::optional<double> ParseDouble(std::string_view text);
+
+std::vector<std::string> Split(std::string_view text, char sep);
+std::string_view Trim(std::string_view text);
+std::string ToLower(std::string_view text);
+
+// The message of a Status as a std::string.
+inline std::string Message(const absl::Status& s) { return std::string(s.message()); }
+
+}  // namespace cart

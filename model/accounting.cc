@@ -1,0 +1,114 @@
+#include "model/accounting.h"
+
+#include <algorithm>
+
+namespace cart::model {
+namespace {
+
+int64_t MlpParams(const ModelConfig& m) { return 3 * m.d * m.mlp_hidden(); }
+// Low-rank ("MLA") attention: q and o are d×d; kv_down d→d/4; k_up and v_up d/4→d.
+int64_t MlaParams(int64_t d) { return 2 * d * d + 3 * d * (d / 4); }
+int64_t AnchorParams(int64_t d) { return 3 * d * (d / 4); }
+
+}  // namespace
+
+ParamCounts CountParams(const ModelConfig& m) {
+  ParamCounts c;
+  const int64_t d = m.d;
+  c.embedding = m.vocab * d;
+  c.prelude_layer = MlaParams(d) + MlpParams(m) + 2 * d;
+  if (m.model == ModelKind::kDense) {
+    c.dense_layer = 4 * d * d + MlpParams(m) + 2 * d;
+    c.stored = c.embedding + m.layers * c.dense_layer + d;
+    c.effective = c.stored;
+    return c;
+  }
+  const bool self = m.core_attn == CoreAttn::kSelf;
+  // Cross-attention core: q and o only, K and V come from the anchor. Self-attention core: a full
+  // low-rank attention like the prelude's.
+  c.core_block = (self ? MlaParams(d) : 2 * d * d) + MlpParams(m) + 2 * d;
+  c.anchor = self ? 0 : AnchorParams(d);
+  const int64_t cores = m.core == CoreSharing::kUnshared ? m.R : 1;
+  const int64_t extras = (m.hyper ? 3 : 0) + (m.lie ? 32 * d : 0) + (m.lti ? d : 0) + d;
+  c.stored = c.embedding + (m.P + 1) * c.prelude_layer + c.anchor + cores * c.core_block + extras;
+  if (m.core == CoreSharing::kUnshared) {
+    c.effective = c.stored;
+  } else {
+    int64_t per_loop = c.core_block + (m.kv == KvMode::kRecompute ? c.anchor : 0);
+    c.effective = c.stored + (m.R - 1) * per_loop;
+  }
+  return c;
+}
+
+FlopCounts CountFlops(const ModelConfig& m, int64_t seq_len, int loops) {
+  const double d = static_cast<double>(m.d);
+  const double T = static_cast<double>(seq_len);
+  const double mlp = 2.0 * MlpParams(m);
+  const double attn_core = 4.0 * T * d;  // QKᵀ and AV, each 2·T·d per token
+  const double mla = 2.0 * MlaParams(m.d) + attn_core;
+  const double logits = 2.0 * d * static_cast<double>(m.vocab);
+  FlopCounts f;
+  if (m.model == ModelKind::kDense) {
+    f.forward_per_token = m.layers * (2.0 * 4 * d * d + attn_core + mlp) + logits;
+  } else {
+    const int r = loops > 0 ? loops : m.R;
+    const bool self = m.core_attn == CoreAttn::kSelf;
+    const double core = (self ? mla : 2.0 * 2 * d * d + attn_core) + mlp;
+    const double anchor = self ? 0.0 : 2.0 * AnchorParams(m.d);
+    const double anchors = m.kv == KvMode::kRecompute ? r * anchor : anchor;
+    const double lie = m.lie ? 2.0 * 32 * d : 0.0;
+    f.forward_per_token = (m.P + 1) * (mla + mlp) + anchors + r * (core + lie) + logits;
+  }
+  f.train_per_token = 3.0 * f.forward_per_token;
+  return f;
+}
+
+int64_t EstimateTrainingBytes(const ModelConfig& m, int64_t seq_len, int64_t micro_batch,
+                              bool bf16) {
+  const ParamCounts p = CountParams(m);
+  const double T = static_cast<double>(seq_len);
+  const double B = static_cast<double>(micro_batch);
+  const double d = static_cast<double>(m.d);
+  const double H = static_cast<double>(m.n_heads());
+  const double scale = bf16 ? 1.0 : 2.0;
+  const double per_block = B * (34.0 * T * d + 5.0 * H * T * T) * scale;
+  double blocks = 0;
+  if (m.model == ModelKind::kDense) {
+    blocks = m.layers;
+  } else {
+    blocks = m.P + 1 + m.R;  // prelude, coda, and every core application kept for backward
+  }
+  // Logits in fp32 plus their gradient and the softmax output.
+  const double logits = 3.0 * B * T * static_cast<double>(m.vocab) * 4.0;
+  const double states = 16.0 * static_cast<double>(p.stored);
+  return static_cast<int64_t>(states + blocks * per_block + logits);
+}
+
+DenseMatch MatchDenseDepth(const ModelConfig& cart, MatchTarget target) {
+  const ParamCounts c = CountParams(cart);
+  ModelConfig dense = cart;
+  dense.model = ModelKind::kDense;
+  DenseMatch best;
+  best.target = target == MatchTarget::kStored ? c.stored : c.effective;
+  for (int layers = 1; layers <= 1024; ++layers) {
+    dense.layers = layers;
+    const int64_t params = CountParams(dense).stored;
+    if (target == MatchTarget::kStored) {
+      if (params > best.target) break;
+      best.layers = layers;
+      best.params = params;
+    } else if (params >= best.target) {
+      best.layers = layers;
+      best.params = params;
+      break;
+    }
+  }
+  if (best.layers == 0) {  // even one layer exceeds the stored target: one layer is the floor
+    dense.layers = 1;
+    best.layers = 1;
+    best.params = CountParams(dense).stored;
+  }
+  return best;
+}
+
+}  // namespace cart::model

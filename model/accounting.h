@@ -1,0 +1,59 @@
+#pragma once
+
+// Parameter, FLOP and memory accounting for CART and dense configs (MODEL_SPEC.md §5). Pure
+// arithmetic, no Torch, so that cartd and `cart sweep submit --dry-run` agree with the trainer;
+// tests/model checks it against the parameter count of the real LibTorch modules.
+
+#include <cstdint>
+#include <string>
+
+#include "model/config.h"
+
+namespace cart::model {
+
+// Parameter counts, in parameters (not bytes).
+struct ParamCounts {
+  int64_t embedding = 0;      // vocab * d (tied with the output projection)
+  int64_t prelude_layer = 0;  // one prelude layer (the coda layer has the same shape)
+  int64_t core_block = 0;     // one core block
+  int64_t anchor = 0;         // the anchor projection (0 with core_attn: self)
+  int64_t dense_layer = 0;    // one dense-baseline layer (dense configs only)
+  int64_t stored = 0;         // parameters held in memory / on disk
+  int64_t effective = 0;      // parameters applied per token at training R (MODEL_SPEC.md §5)
+};
+
+// Counts for `m` (either kind). For dense, stored == effective.
+ParamCounts CountParams(const ModelConfig& m);
+
+// Matmul and attention FLOPs per token at sequence length `seq_len`, counting a multiply-add as
+// two FLOPs, full (not causally halved) attention score and value products, and the tied output
+// projection. Norms, activations and softmax are left out (they are < 1% at these widths).
+struct FlopCounts {
+  double forward_per_token = 0;
+  double train_per_token = 0;  // forward + backward ≈ 3 × forward
+};
+// `loops` overrides R (e.g. R_infer for evaluation); 0 means the training R.
+FlopCounts CountFlops(const ModelConfig& m, int64_t seq_len, int loops = 0);
+
+// Peak training memory estimate, bytes: fp32 weights, gradients and AdamW moments (16 B per stored
+// parameter), plus activations kept for backward for every block application (all R loops, no
+// checkpointing) after Korthikanti et al. 2022 (34·T·d + 5·H·T² bytes per sequence in 16-bit,
+// doubled for fp32), plus logits and their gradient. `bf16` selects 16-bit activations.
+int64_t EstimateTrainingBytes(const ModelConfig& m, int64_t seq_len, int64_t micro_batch,
+                              bool bf16);
+
+// Which parameter count a dense baseline should match, and how to round.
+enum class MatchTarget {
+  kStored,     // largest depth with params <= CART's stored params (no more memory than CART)
+  kEffective,  // smallest depth with params >= CART's effective params (at least CART's compute)
+};
+struct DenseMatch {
+  int layers = 0;
+  int64_t params = 0;
+  int64_t target = 0;
+};
+// The dense depth matching the CART config `cart` (same vocab and d). At d=1024, P=6, R=6 this is
+// 7 layers for kStored and 12 for kEffective.
+DenseMatch MatchDenseDepth(const ModelConfig& cart, MatchTarget target);
+
+}  // namespace cart::model

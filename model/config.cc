@@ -1,0 +1,411 @@
+#include "model/config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <array>
+#include <charconv>
+#include <cmath>
+#include <fstream>
+#include <functional>
+#include <sstream>
+
+#include "common/status.h"
+#include "common/strings.h"
+
+namespace cart::model {
+namespace {
+
+template <typename E>
+struct EnumName {
+  E value;
+  std::string_view name;
+};
+
+constexpr std::array<EnumName<ModelKind>, 2> kModelKinds{{{ModelKind::kCart, "cart"},
+                                                          {ModelKind::kDense, "dense"}}};
+constexpr std::array<EnumName<KvMode>, 2> kKvModes{{{KvMode::kFrozen, "frozen"},
+                                                    {KvMode::kRecompute, "recompute"}}};
+constexpr std::array<EnumName<CoreSharing>, 2> kCoreSharings{
+    {{CoreSharing::kShared, "shared"}, {CoreSharing::kUnshared, "unshared"}}};
+constexpr std::array<EnumName<CoreAttn>, 2> kCoreAttns{{{CoreAttn::kCross, "cross"},
+                                                        {CoreAttn::kSelf, "self"}}};
+constexpr std::array<EnumName<GateMode>, 2> kGateModes{{{GateMode::kPaper, "paper"},
+                                                        {GateMode::kDelta, "delta"}}};
+constexpr std::array<EnumName<WeightDecayScope>, 2> kScopes{
+    {{WeightDecayScope::kAll, "all"}, {WeightDecayScope::kMatrices, "matrices"}}};
+constexpr std::array<EnumName<DType>, 3> kDTypes{
+    {{DType::kAuto, "auto"}, {DType::kFloat32, "fp32"}, {DType::kBFloat16, "bf16"}}};
+
+template <typename E, size_t N>
+std::string_view NameOf(const std::array<EnumName<E>, N>& table, E v) {
+  for (const auto& e : table) {
+    if (e.value == v) return e.name;
+  }
+  return "?";
+}
+
+template <typename E, size_t N>
+absl::Status ParseEnum(const std::array<EnumName<E>, N>& table, std::string_view key,
+                       std::string_view text, E& out) {
+  std::vector<std::string_view> names;
+  for (const auto& e : table) {
+    if (e.name == text) {
+      out = e.value;
+      return absl::OkStatus();
+    }
+    names.push_back(e.name);
+  }
+  return absl::InvalidArgumentError(StrCat(key, ": '", text, "' is not one of ",
+                                                 StrJoin(names, ", ")));
+}
+
+absl::Status ParseInt(std::string_view key, std::string_view text, int64_t& out) {
+  std::optional<int64_t> v = ParseInt64(text);
+  if (!v) return absl::InvalidArgumentError(StrCat(key, ": '", text, "' is not an integer"));
+  out = *v;
+  return absl::OkStatus();
+}
+
+absl::Status ParseInt(std::string_view key, std::string_view text, int& out) {
+  int64_t v = 0;
+  CART_RETURN_IF_ERROR(ParseInt(key, text, v));
+  if (v < INT32_MIN || v > INT32_MAX) {
+    return absl::InvalidArgumentError(StrCat(key, ": '", text, "' is out of range"));
+  }
+  out = static_cast<int>(v);
+  return absl::OkStatus();
+}
+
+absl::Status ParseDouble(std::string_view key, std::string_view text, double& out) {
+  std::optional<double> v = cart::ParseDouble(text);
+  if (!v) return absl::InvalidArgumentError(StrCat(key, ": '", text, "' is not a number"));
+  out = *v;
+  return absl::OkStatus();
+}
+
+// Switches accept on/off, true/false, yes/no (YAML 1.1 turns bare on/off into booleans).
+absl::Status ParseBool(std::string_view key, std::string_view text, bool& out) {
+  std::string t = ToLower(text);
+  if (t == "on" || t == "true" || t == "yes" || t == "1") {
+    out = true;
+  } else if (t == "off" || t == "false" || t == "no" || t == "0") {
+    out = false;
+  } else {
+    return absl::InvalidArgumentError(
+        StrCat(key, ": '", text, "' is not one of on, off (or true, false)"));
+  }
+  return absl::OkStatus();
+}
+
+std::string FormatDouble(double v) {
+  std::ostringstream os;
+  os.precision(17);
+  os << v;
+  // Shortest text that reads back to the same double.
+  for (int p = 1; p <= 17; ++p) {
+    std::ostringstream s;
+    s.precision(p);
+    s << v;
+    std::optional<double> back = cart::ParseDouble(s.str());
+    if (back && *back == v) return s.str();
+  }
+  return os.str();
+}
+
+struct KeyDef {
+  std::string name;
+  std::function<absl::Status(RunConfig&, std::string_view)> set;
+  std::function<std::string(const RunConfig&)> get;
+};
+
+const std::vector<KeyDef>& Keys() {
+  static const auto* keys = [] {
+    auto* k = new std::vector<KeyDef>;
+    auto int_key = [&](std::string name, auto field) {
+      k->push_back({name,
+                    [name, field](RunConfig& c, std::string_view t) {
+                      return ParseInt(name, t, field(c));
+                    },
+                    [field](const RunConfig& c) {
+                      return std::to_string(field(const_cast<RunConfig&>(c)));
+                    }});
+    };
+    auto dbl_key = [&](std::string name, auto field) {
+      k->push_back({name,
+                    [name, field](RunConfig& c, std::string_view t) {
+                      return ParseDouble(name, t, field(c));
+                    },
+                    [field](const RunConfig& c) {
+                      return FormatDouble(field(const_cast<RunConfig&>(c)));
+                    }});
+    };
+    auto bool_key = [&](std::string name, auto field) {
+      k->push_back({name,
+                    [name, field](RunConfig& c, std::string_view t) {
+                      return ParseBool(name, t, field(c));
+                    },
+                    [field](const RunConfig& c) -> std::string {
+                      return field(const_cast<RunConfig&>(c)) ? "on" : "off";
+                    }});
+    };
+    auto enum_key = [&](std::string name, const auto& table, auto field) {
+      k->push_back({name,
+                    [name, &table, field](RunConfig& c, std::string_view t) {
+                      return ParseEnum(table, name, t, field(c));
+                    },
+                    [&table, field](const RunConfig& c) {
+                      return std::string(NameOf(table, field(const_cast<RunConfig&>(c))));
+                    }});
+    };
+    // Cross-checked against MODEL_SPEC.md §9; the order here is the order of ToYaml.
+    enum_key("model", kModelKinds, [](RunConfig& c) -> ModelKind& { return c.model.model; });
+    int_key("vocab", [](RunConfig& c) -> int64_t& { return c.model.vocab; });
+    int_key("d", [](RunConfig& c) -> int64_t& { return c.model.d; });
+    int_key("P", [](RunConfig& c) -> int& { return c.model.P; });
+    int_key("R", [](RunConfig& c) -> int& { return c.model.R; });
+    int_key("R_infer", [](RunConfig& c) -> int& { return c.model.R_infer; });
+    int_key("layers", [](RunConfig& c) -> int& { return c.model.layers; });
+    enum_key("kv", kKvModes, [](RunConfig& c) -> KvMode& { return c.model.kv; });
+    enum_key("core", kCoreSharings, [](RunConfig& c) -> CoreSharing& { return c.model.core; });
+    enum_key("core_attn", kCoreAttns,
+             [](RunConfig& c) -> CoreAttn& { return c.model.core_attn; });
+    bool_key("hyper", [](RunConfig& c) -> bool& { return c.model.hyper; });
+    bool_key("lti", [](RunConfig& c) -> bool& { return c.model.lti; });
+    bool_key("lie", [](RunConfig& c) -> bool& { return c.model.lie; });
+    bool_key("cross_causal", [](RunConfig& c) -> bool& { return c.model.cross_causal; });
+    enum_key("gate", kGateModes, [](RunConfig& c) -> GateMode& { return c.model.gate; });
+    int_key("steps", [](RunConfig& c) -> int64_t& { return c.train.steps; });
+    int_key("seq_len", [](RunConfig& c) -> int64_t& { return c.train.seq_len; });
+    int_key("batch", [](RunConfig& c) -> int64_t& { return c.train.batch; });
+    int_key("accum", [](RunConfig& c) -> int64_t& { return c.train.accum; });
+    dbl_key("lr", [](RunConfig& c) -> double& { return c.train.lr; });
+    dbl_key("lr_min", [](RunConfig& c) -> double& { return c.train.lr_min; });
+    int_key("warmup", [](RunConfig& c) -> int64_t& { return c.train.warmup; });
+    dbl_key("weight_decay", [](RunConfig& c) -> double& { return c.train.weight_decay; });
+    enum_key("weight_decay_scope", kScopes,
+             [](RunConfig& c) -> WeightDecayScope& { return c.train.weight_decay_scope; });
+    dbl_key("clip", [](RunConfig& c) -> double& { return c.train.clip; });
+    int_key("seed", [](RunConfig& c) -> int64_t& { return c.train.seed; });
+    enum_key("dtype", kDTypes, [](RunConfig& c) -> DType& { return c.train.dtype; });
+    int_key("log_every", [](RunConfig& c) -> int64_t& { return c.train.log_every; });
+    int_key("eval_every", [](RunConfig& c) -> int64_t& { return c.train.eval_every; });
+    int_key("checkpoint_every", [](RunConfig& c) -> int64_t& { return c.train.checkpoint_every; });
+    int_key("keep_checkpoints", [](RunConfig& c) -> int64_t& { return c.train.keep_checkpoints; });
+    int_key("threads", [](RunConfig& c) -> int64_t& { return c.train.threads; });
+    int_key("eval_sequences", [](RunConfig& c) -> int64_t& { return c.train.eval_sequences; });
+    k->push_back({"train_data",
+                  [](RunConfig& c, std::string_view t) {
+                    c.data.train_data = std::string(t);
+                    return absl::OkStatus();
+                  },
+                  [](const RunConfig& c) { return c.data.train_data; }});
+    return k;
+  }();
+  return *keys;
+}
+
+const KeyDef* FindKey(std::string_view name) {
+  for (const auto& k : Keys()) {
+    if (k.name == name) return &k;
+  }
+  return nullptr;
+}
+
+absl::Status Range(bool ok, std::string_view key, int64_t value, std::string_view allowed) {
+  if (ok) return absl::OkStatus();
+  return absl::InvalidArgumentError(StrCat(key, ": ", value, " ", allowed));
+}
+
+absl::Status Prefix(std::string_view source, const YAML::Mark& mark, const absl::Status& s) {
+  if (s.ok()) return s;
+  return absl::Status(s.code(), StrCat(source, ":", mark.line + 1, ": ", Message(s)));
+}
+
+absl::Status ApplyNode(RunConfig& config, const YAML::Node& root, std::string_view source,
+                       bool allow_groups) {
+  if (!root.IsMap()) {
+    return Prefix(source, root.Mark(),
+                  absl::InvalidArgumentError("a run config must be a mapping of keys to values"));
+  }
+  for (const auto& kv : root) {
+    const std::string key = kv.first.as<std::string>();
+    const YAML::Node& value = kv.second;
+    if (allow_groups && (key == "model" && value.IsMap())) {
+      CART_RETURN_IF_ERROR(ApplyNode(config, value, source, false));
+      continue;
+    }
+    if (allow_groups && (key == "train" || key == "data")) {
+      CART_RETURN_IF_ERROR(ApplyNode(config, value, source, false));
+      continue;
+    }
+    if (key == "val_data") {
+      if (!value.IsMap()) {
+        return Prefix(source, value.Mark(),
+                      absl::InvalidArgumentError("val_data: must map set names to token files"));
+      }
+      config.data.val_data.clear();
+      for (const auto& v : value) {
+        if (!v.second.IsScalar()) {
+          return Prefix(source, v.second.Mark(),
+                        absl::InvalidArgumentError(StrCat(
+                            "val_data.", v.first.as<std::string>(), ": must be a file path")));
+        }
+        config.data.val_data[v.first.as<std::string>()] = v.second.as<std::string>();
+      }
+      continue;
+    }
+    const KeyDef* def = FindKey(key);
+    if (def == nullptr) {
+      return Prefix(source, kv.first.Mark(),
+                    absl::InvalidArgumentError(StrCat(
+                        "unknown key '", key, "' (known keys: ",
+                        StrJoin(ScalarKeys(), ", "), ", val_data)")));
+    }
+    if (!value.IsScalar()) {
+      return Prefix(source, value.Mark(),
+                    absl::InvalidArgumentError(StrCat(key, ": must be a single value")));
+    }
+    CART_RETURN_IF_ERROR(Prefix(source, value.Mark(), def->set(config, value.Scalar())));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int64_t ModelConfig::mlp_hidden() const {
+  const int64_t base = (8 * d) / 3;
+  return (base + 255) / 256 * 256;
+}
+
+absl::Status Validate(const RunConfig& c) {
+  const ModelConfig& m = c.model;
+  const TrainConfig& t = c.train;
+  CART_RETURN_IF_ERROR(Range(m.vocab >= 2 && m.vocab <= (int64_t{1} << 32), "vocab", m.vocab,
+                             "is outside 2..4294967296"));
+  CART_RETURN_IF_ERROR(
+      Range(m.d > 0 && m.d % 64 == 0, "d", m.d, "is not a positive multiple of 64 (head dim 64)"));
+  if (m.model == ModelKind::kCart) {
+    CART_RETURN_IF_ERROR(Range(m.P >= 1, "P", m.P, "must be at least 1"));
+    CART_RETURN_IF_ERROR(Range(m.R >= 1 && m.R <= 16, "R", m.R,
+                               "is outside 1..16 (the loop-index table has 16 rows)"));
+    CART_RETURN_IF_ERROR(Range(m.R_infer >= 0 && m.R_infer <= 16, "R_infer", m.R_infer,
+                               "is outside 1..16 (0 means the training R)"));
+    if (m.core_attn == CoreAttn::kSelf && m.kv == KvMode::kRecompute) {
+      return absl::InvalidArgumentError(
+          "kv: recompute needs core_attn: cross (a self-attention core has no anchor to recompute)");
+    }
+    if (m.core_attn == CoreAttn::kSelf && !m.cross_causal) {
+      return absl::InvalidArgumentError(
+          "cross_causal: off needs core_attn: cross (a self-attention core is always causal)");
+    }
+    if (m.core == CoreSharing::kUnshared && m.R_infer != 0 && m.R_infer != m.R) {
+      return absl::InvalidArgumentError(
+          "R_infer: an unshared core has exactly R blocks, so R_infer must equal R");
+    }
+  } else {
+    CART_RETURN_IF_ERROR(Range(m.layers >= 1, "layers", m.layers, "must be at least 1"));
+  }
+  CART_RETURN_IF_ERROR(Range(t.steps >= 1, "steps", t.steps, "must be at least 1"));
+  CART_RETURN_IF_ERROR(Range(t.seq_len >= 1, "seq_len", t.seq_len, "must be at least 1"));
+  CART_RETURN_IF_ERROR(Range(t.batch >= 1, "batch", t.batch, "must be at least 1"));
+  CART_RETURN_IF_ERROR(Range(t.accum >= 1, "accum", t.accum, "must be at least 1"));
+  if (!(t.lr > 0)) return absl::InvalidArgumentError("lr: must be positive");
+  if (!(t.lr_min >= 0 && t.lr_min <= t.lr)) {
+    return absl::InvalidArgumentError("lr_min: must be between 0 and lr");
+  }
+  CART_RETURN_IF_ERROR(Range(t.warmup >= 0, "warmup", t.warmup, "must be at least 0"));
+  if (!(t.weight_decay >= 0)) return absl::InvalidArgumentError("weight_decay: must be >= 0");
+  if (!(t.clip >= 0)) return absl::InvalidArgumentError("clip: must be >= 0 (0 disables)");
+  CART_RETURN_IF_ERROR(Range(t.log_every >= 1, "log_every", t.log_every, "must be at least 1"));
+  CART_RETURN_IF_ERROR(
+      Range(t.eval_every >= 0, "eval_every", t.eval_every, "must be at least 0 (0 disables)"));
+  CART_RETURN_IF_ERROR(Range(t.checkpoint_every >= 0, "checkpoint_every", t.checkpoint_every,
+                             "must be at least 0 (0: final checkpoint only)"));
+  CART_RETURN_IF_ERROR(Range(t.keep_checkpoints >= 1, "keep_checkpoints", t.keep_checkpoints,
+                             "must be at least 1"));
+  CART_RETURN_IF_ERROR(
+      Range(t.threads >= 0, "threads", t.threads, "must be at least 0 (0: all cores)"));
+  CART_RETURN_IF_ERROR(
+      Range(t.eval_sequences >= 1, "eval_sequences", t.eval_sequences, "must be at least 1"));
+  return absl::OkStatus();
+}
+
+absl::Status SetKey(RunConfig& config, std::string_view key, std::string_view value) {
+  const KeyDef* def = FindKey(key);
+  if (def == nullptr) {
+    return absl::InvalidArgumentError(StrCat("unknown key '", key, "' (known keys: ",
+                                                   StrJoin(ScalarKeys(), ", "), ")"));
+  }
+  return def->set(config, value);
+}
+
+absl::StatusOr<std::string> GetKey(const RunConfig& config, std::string_view key) {
+  const KeyDef* def = FindKey(key);
+  if (def == nullptr) return absl::NotFoundError(StrCat("unknown key '", key, "'"));
+  return def->get(config);
+}
+
+const std::vector<std::string>& ScalarKeys() {
+  static const auto* names = [] {
+    auto* n = new std::vector<std::string>;
+    for (const auto& k : Keys()) n->push_back(k.name);
+    return n;
+  }();
+  return *names;
+}
+
+absl::Status ApplyYaml(RunConfig& config, std::string_view text, std::string_view source) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(std::string(text));
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(
+        StrCat(source, ":", e.mark.line + 1, ": YAML syntax error: ", e.msg));
+  }
+  if (root.IsNull()) return absl::OkStatus();
+  try {
+    return ApplyNode(config, root, source, true);
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(StrCat(source, ":", e.mark.line + 1, ": ", e.msg));
+  }
+}
+
+absl::StatusOr<RunConfig> ParseRunConfigYaml(std::string_view text, std::string_view source) {
+  RunConfig config;
+  CART_RETURN_IF_ERROR(ApplyYaml(config, text, source));
+  absl::Status s = Validate(config);
+  if (!s.ok()) return absl::InvalidArgumentError(StrCat(source, ": ", Message(s)));
+  return config;
+}
+
+absl::StatusOr<RunConfig> LoadRunConfigFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(StrCat(path, ": cannot open run config"));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ParseRunConfigYaml(ss.str(), path);
+}
+
+std::string ToYaml(const RunConfig& config) {
+  YAML::Emitter out;
+  out << YAML::BeginMap;
+  for (const auto& k : Keys()) {
+    out << YAML::Key << k.name << YAML::Value << k.get(config);
+  }
+  out << YAML::Key << "val_data" << YAML::Value << YAML::BeginMap;
+  for (const auto& [name, path] : config.data.val_data) {
+    out << YAML::Key << name << YAML::Value << path;
+  }
+  out << YAML::EndMap << YAML::EndMap;
+  return std::string(out.c_str()) + "\n";
+}
+
+std::string_view ToString(ModelKind v) { return NameOf(kModelKinds, v); }
+std::string_view ToString(KvMode v) { return NameOf(kKvModes, v); }
+std::string_view ToString(CoreSharing v) { return NameOf(kCoreSharings, v); }
+std::string_view ToString(CoreAttn v) { return NameOf(kCoreAttns, v); }
+std::string_view ToString(GateMode v) { return NameOf(kGateModes, v); }
+std::string_view ToString(WeightDecayScope v) { return NameOf(kScopes, v); }
+std::string_view ToString(DType v) { return NameOf(kDTypes, v); }
+
+}  // namespace cart::model

@@ -1,0 +1,108 @@
+#include "model/accounting.h"
+
+#include <cmath>
+
+#include "gtest/gtest.h"
+
+namespace cart::model {
+namespace {
+
+ModelConfig Paper(int64_t d, int R = 6) {
+  ModelConfig m;
+  m.vocab = 32000;
+  m.d = d;
+  m.P = 6;
+  m.R = R;
+  return m;
+}
+
+// Rounds a parameter count to millions with two decimals, as MODEL_SPEC.md §5 prints them.
+double M(int64_t n) { return std::round(static_cast<double>(n) / 1e4) / 100.0; }
+
+struct Row {
+  int64_t d;
+  double stored, effective, core, prelude;
+};
+
+TEST(AccountingTest, ReproducesTheSpecParameterTableExactly) {
+  const Row rows[] = {{256, 14.37, 17.97, 0.72, 0.77},
+                      {512, 41.05, 55.47, 2.88, 3.08},
+                      {768, 75.34, 104.84, 5.90, 6.34},
+                      {1024, 125.09, 178.84, 10.75, 11.54}};
+  for (const Row& row : rows) {
+    SCOPED_TRACE(row.d);
+    const ParamCounts c = CountParams(Paper(row.d));
+    EXPECT_DOUBLE_EQ(M(c.stored), row.stored);
+    EXPECT_DOUBLE_EQ(M(c.effective), row.effective);
+    EXPECT_DOUBLE_EQ(M(c.core_block), row.core);
+    EXPECT_DOUBLE_EQ(M(c.prelude_layer), row.prelude);
+  }
+}
+
+TEST(AccountingTest, MlpHiddenFollowsTheRoundingRule) {
+  EXPECT_EQ(Paper(256).mlp_hidden(), 768);
+  EXPECT_EQ(Paper(512).mlp_hidden(), 1536);
+  EXPECT_EQ(Paper(768).mlp_hidden(), 2048);
+  EXPECT_EQ(Paper(1024).mlp_hidden(), 2816);
+}
+
+TEST(AccountingTest, DenseBaselineAtD1024MatchesSevenAndTwelveLayers) {
+  ModelConfig dense = Paper(1024);
+  dense.model = ModelKind::kDense;
+  dense.layers = 7;
+  EXPECT_DOUBLE_EQ(std::round(CountParams(dense).stored / 1e5) / 10, 122.7);
+  dense.layers = 12;
+  EXPECT_DOUBLE_EQ(std::round(CountParams(dense).stored / 1e5) / 10, 186.9);
+
+  EXPECT_EQ(MatchDenseDepth(Paper(1024), MatchTarget::kStored).layers, 7);
+  EXPECT_EQ(MatchDenseDepth(Paper(1024), MatchTarget::kEffective).layers, 12);
+}
+
+TEST(AccountingTest, RecomputeCountsTheAnchorEveryLoopAndUnsharedStoresEveryCore) {
+  const ModelConfig base = Paper(512);
+  const ParamCounts b = CountParams(base);
+  ModelConfig recompute = base;
+  recompute.kv = KvMode::kRecompute;
+  const ParamCounts r = CountParams(recompute);
+  EXPECT_EQ(r.stored, b.stored);
+  EXPECT_EQ(r.effective, b.stored + 5 * (b.core_block + b.anchor));
+
+  ModelConfig unshared = base;
+  unshared.core = CoreSharing::kUnshared;
+  const ParamCounts u = CountParams(unshared);
+  EXPECT_EQ(u.stored, b.stored + 5 * b.core_block);
+  EXPECT_EQ(u.effective, u.stored);
+}
+
+TEST(AccountingTest, SelfAttentionCoreHasNoAnchorAndAFullLowRankAttention) {
+  ModelConfig self = Paper(256);
+  self.core_attn = CoreAttn::kSelf;
+  const ParamCounts s = CountParams(self);
+  const ParamCounts b = CountParams(Paper(256));
+  EXPECT_EQ(s.anchor, 0);
+  EXPECT_EQ(s.core_block, b.core_block + b.anchor);  // kv_down, k_up, v_up move into the core
+}
+
+TEST(AccountingTest, TrainingFlopsAreThreeTimesForwardAndGrowWithLoops) {
+  const ModelConfig m = Paper(512);
+  const FlopCounts f6 = CountFlops(m, 1024);
+  const FlopCounts f8 = CountFlops(m, 1024, 8);
+  EXPECT_DOUBLE_EQ(f6.train_per_token, 3 * f6.forward_per_token);
+  EXPECT_GT(f8.forward_per_token, f6.forward_per_token);
+  // Matmul FLOPs are at least 2 × effective non-embedding params + the logit projection.
+  const ParamCounts c = CountParams(m);
+  EXPECT_GT(f6.forward_per_token, 2.0 * (c.effective - c.embedding));
+}
+
+TEST(AccountingTest, MemoryEstimateGrowsWithWidthBatchAndFp32) {
+  const ModelConfig m = Paper(512);
+  const int64_t base = EstimateTrainingBytes(m, 1024, 8, true);
+  EXPECT_GT(EstimateTrainingBytes(m, 1024, 16, true), base);
+  EXPECT_GT(EstimateTrainingBytes(m, 1024, 8, false), base);
+  EXPECT_GT(EstimateTrainingBytes(Paper(1024), 1024, 8, true), base);
+  // At least the 16 bytes of weights, gradients and moments per stored parameter.
+  EXPECT_GT(base, 16 * CountParams(m).stored);
+}
+
+}  // namespace
+}  // namespace cart::model

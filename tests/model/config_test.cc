@@ -1,0 +1,100 @@
+#include "model/config.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/support/test_support.h"
+
+namespace cart::model {
+namespace {
+
+using ::cart::testing::IsOk;
+using ::cart::testing::StatusIs;
+using ::testing::HasSubstr;
+
+TEST(ConfigTest, DefaultsAreThePaperRecipeAndValid) {
+  RunConfig c;
+  EXPECT_THAT(Validate(c), IsOk());
+  EXPECT_EQ(c.train.lr, 3e-4);
+  EXPECT_EQ(c.train.lr_min, 3e-5);
+  EXPECT_EQ(c.train.warmup, 100);
+  EXPECT_EQ(c.train.weight_decay, 0.1);
+  EXPECT_EQ(c.train.weight_decay_scope, WeightDecayScope::kAll);
+  EXPECT_EQ(c.model.gate, GateMode::kPaper);
+}
+
+TEST(ConfigTest, ParsesFlatAndGroupedYaml) {
+  CART_ASSERT_OK_AND_ASSIGN(RunConfig c, ParseRunConfigYaml(R"(
+model: cart
+d: 256
+R: 4
+kv: recompute
+hyper: off
+train:
+  steps: 20
+  lr: 1e-3
+val_data:
+  wiki: /data/wiki.bin
+)",
+                                                             "run.yaml"));
+  EXPECT_EQ(c.model.d, 256);
+  EXPECT_EQ(c.model.R, 4);
+  EXPECT_EQ(c.model.kv, KvMode::kRecompute);
+  EXPECT_FALSE(c.model.hyper);
+  EXPECT_EQ(c.train.steps, 20);
+  EXPECT_EQ(c.train.lr, 1e-3);
+  EXPECT_EQ(c.data.val_data.at("wiki"), "/data/wiki.bin");
+}
+
+TEST(ConfigTest, UnknownKeyNamesFileLineAndKey) {
+  auto c = ParseRunConfigYaml("d: 256\nwidht: 3\n", "run.yaml");
+  EXPECT_THAT(c, StatusIs(absl::StatusCode::kInvalidArgument,
+                          HasSubstr("run.yaml:2: unknown key 'widht'")));
+}
+
+TEST(ConfigTest, BadEnumListsAllowedValuesWithLine) {
+  auto c = ParseRunConfigYaml("d: 256\n\nkv: frozn\n", "run.yaml");
+  EXPECT_THAT(c, StatusIs(absl::StatusCode::kInvalidArgument,
+                          HasSubstr("run.yaml:3: kv: 'frozn' is not one of frozen, recompute")));
+}
+
+TEST(ConfigTest, RejectsOutOfRangeValuesNamingTheKey) {
+  EXPECT_THAT(ParseRunConfigYaml("d: 100\n", "a.yaml"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("d: 100")));
+  EXPECT_THAT(ParseRunConfigYaml("R: 17\n", "a.yaml"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("R: 17 is outside 1..16")));
+  EXPECT_THAT(ParseRunConfigYaml("P: 0\n", "a.yaml"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("P: 0")));
+  EXPECT_THAT(ParseRunConfigYaml("steps: ten\n", "a.yaml"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("steps: 'ten'")));
+}
+
+TEST(ConfigTest, RejectsMeaninglessSwitchCombinations) {
+  EXPECT_THAT(ParseRunConfigYaml("core_attn: self\nkv: recompute\n", "a.yaml"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("kv: recompute needs")));
+  EXPECT_THAT(ParseRunConfigYaml("core_attn: self\ncross_causal: false\n", "a.yaml"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("cross_causal")));
+}
+
+TEST(ConfigTest, YamlRoundTripKeepsEveryKey) {
+  RunConfig c;
+  CART_ASSERT_OK(SetKey(c, "d", "768"));
+  CART_ASSERT_OK(SetKey(c, "gate", "delta"));
+  CART_ASSERT_OK(SetKey(c, "lr", "0.00123"));
+  CART_ASSERT_OK(SetKey(c, "lie", "off"));
+  c.data.val_data["tiny"] = "t.bin";
+  CART_ASSERT_OK_AND_ASSIGN(RunConfig back, ParseRunConfigYaml(ToYaml(c), "round-trip"));
+  for (const std::string& key : ScalarKeys()) {
+    EXPECT_EQ(GetKey(back, key).value(), GetKey(c, key).value()) << key;
+  }
+  EXPECT_EQ(back.data.val_data, c.data.val_data);
+}
+
+TEST(ConfigTest, SetKeyRejectsUnknownKeys) {
+  RunConfig c;
+  EXPECT_THAT(SetKey(c, "nope", "1"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("unknown key 'nope'")));
+  EXPECT_THAT(GetKey(c, "nope"), StatusIs(absl::StatusCode::kNotFound, HasSubstr("nope")));
+}
+
+}  // namespace
+}  // namespace cart::model

@@ -1,0 +1,76 @@
+#pragma once
+
+// Shared helpers for CART Lab tests: Status matchers, temporary directories, free ports.
+
+#include <filesystem>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace cart::testing {
+
+inline const absl::Status& GetStatus(const absl::Status& s) { return s; }
+template <typename T>
+const absl::Status& GetStatus(const absl::StatusOr<T>& s) {
+  return s.status();
+}
+
+// EXPECT_THAT(DoIt(), IsOk());
+MATCHER(IsOk, "is OK") {
+  const absl::Status& s = ::cart::testing::GetStatus(arg);
+  if (!s.ok()) *result_listener << "status is " << s;
+  return s.ok();
+}
+
+// EXPECT_THAT(DoIt(), StatusIs(absl::StatusCode::kNotFound, HasSubstr("sweep")));
+MATCHER_P2(StatusIs, code, message_matcher, "has code " + absl::StatusCodeToString(code)) {
+  const absl::Status& s = ::cart::testing::GetStatus(arg);
+  *result_listener << "status is " << s;
+  return s.code() == code &&
+         ::testing::ExplainMatchResult(message_matcher, std::string(s.message()),
+                                       result_listener);
+}
+
+#define CART_ASSERT_OK(expr) ASSERT_THAT((expr), ::cart::testing::IsOk())
+#define CART_EXPECT_OK(expr) EXPECT_THAT((expr), ::cart::testing::IsOk())
+
+// `CART_ASSERT_OK_AND_ASSIGN(auto x, F());` fails the test if F() is an error.
+#define CART_ASSERT_OK_AND_ASSIGN(lhs, expr) \
+  CART_ASSERT_OK_AND_ASSIGN_IMPL_(CART_TEST_CONCAT_(cart_test_or_, __LINE__), lhs, expr)
+#define CART_TEST_CONCAT_INNER_(a, b) a##b
+#define CART_TEST_CONCAT_(a, b) CART_TEST_CONCAT_INNER_(a, b)
+#define CART_ASSERT_OK_AND_ASSIGN_IMPL_(tmp, lhs, expr) \
+  auto tmp = (expr);                                    \
+  ASSERT_TRUE(tmp.ok()) << tmp.status();                \
+  lhs = std::move(tmp).value()
+
+// A fresh directory under $TMPDIR (or /tmp), removed with everything in it on destruction.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+
+  const std::filesystem::path& path() const { return path_; }
+  std::string File(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  std::filesystem::path path_;
+};
+
+// A TCP port on 127.0.0.1 that was free when asked (bound to port 0, then released).
+int FreePort();
+
+// Writes `contents` to `path`, creating parent directories. Fails the test on error.
+void WriteFile(const std::filesystem::path& path, const std::string& contents);
+// Reads a whole file; empty string when it does not exist.
+std::string ReadFile(const std::filesystem::path& path);
+
+// Directory of the built binaries (cartd, cart-worker, cart), from the CART_BIN_DIR definition.
+std::string BinDir();
+
+}  // namespace cart::testing
