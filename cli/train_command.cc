@@ -1,0 +1,7 @@
+#include "cli/commands.h"
+
+namespace cart::cli {
+
+void RegisterTrainCommands(CLI::App& app) {}
+
+}  // namespace cart::cli

@@ -1,0 +1,97 @@
+#include "common/file.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "common/strings.h"
+
+namespace cart {
+namespace {
+
+absl::Status ErrnoError(std::string_view what, const std::string& path) {
+  const int err = errno;
+  std::string msg = StrCat(what, " ", path, ": ", std::strerror(err));
+  if (err == ENOENT) return absl::NotFoundError(msg);
+  if (err == EACCES || err == EPERM) return absl::PermissionDeniedError(msg);
+  return absl::InternalError(msg);
+}
+
+}  // namespace
+
+absl::StatusOr<AtomicFileWriter> AtomicFileWriter::Open(const std::string& path) {
+  static std::atomic<int> counter{0};
+  std::string tmp = StrCat(path, ".tmp-", getpid(), "-", counter++);
+  FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (f == nullptr) return ErrnoError("cannot create", tmp);
+  return AtomicFileWriter(path, tmp, f);
+}
+
+AtomicFileWriter::AtomicFileWriter(AtomicFileWriter&& other) noexcept
+    : path_(std::move(other.path_)), tmp_(std::move(other.tmp_)), file_(other.file_) {
+  other.file_ = nullptr;
+  other.tmp_.clear();
+}
+
+AtomicFileWriter::~AtomicFileWriter() {
+  if (file_ != nullptr) {
+    std::fclose(file_);
+    std::remove(tmp_.c_str());
+  }
+}
+
+absl::Status AtomicFileWriter::Write(const void* data, size_t size) {
+  if (file_ == nullptr) return absl::FailedPreconditionError("write after commit: " + path_);
+  if (size > 0 && std::fwrite(data, 1, size, file_) != size) return ErrnoError("cannot write", tmp_);
+  return absl::OkStatus();
+}
+
+absl::Status AtomicFileWriter::Commit() {
+  if (file_ == nullptr) return absl::FailedPreconditionError("commit twice: " + path_);
+  FILE* f = file_;
+  file_ = nullptr;
+  bool ok = std::fflush(f) == 0 && fsync(fileno(f)) == 0;
+  ok = (std::fclose(f) == 0) && ok;
+  if (!ok) {
+    absl::Status s = ErrnoError("cannot flush", tmp_);
+    std::remove(tmp_.c_str());
+    return s;
+  }
+  if (std::rename(tmp_.c_str(), path_.c_str()) != 0) {
+    absl::Status s = ErrnoError("cannot rename onto", path_);
+    std::remove(tmp_.c_str());
+    return s;
+  }
+  std::string dir = std::filesystem::path(path_).parent_path().string();
+  if (dir.empty()) dir = ".";
+  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (dfd >= 0) {
+    fsync(dfd);
+    ::close(dfd);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WriteFileAtomically(const std::string& path, std::string_view data) {
+  absl::StatusOr<AtomicFileWriter> w = AtomicFileWriter::Open(path);
+  if (!w.ok()) return w.status();
+  absl::Status s = w->Write(data);
+  if (!s.ok()) return s;
+  return w->Commit();
+}
+
+absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return ErrnoError("cannot open", path);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace cart

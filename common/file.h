@@ -1,0 +1,44 @@
+#pragma once
+
+// Crash-safe file writing: data goes to a temporary file beside the target, is fsync'ed, then
+// renamed over the target and the directory is fsync'ed. A reader sees either the old file or the
+// complete new one, never a torn write, even if the process is killed or the machine loses power.
+
+#include <cstddef>
+#include <cstdio>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace cart {
+
+class AtomicFileWriter {
+ public:
+  // Creates "<path>.tmp-<pid>-<n>" for writing. Internal/PermissionDenied with the path on error.
+  static absl::StatusOr<AtomicFileWriter> Open(const std::string& path);
+  AtomicFileWriter(AtomicFileWriter&& other) noexcept;
+  AtomicFileWriter& operator=(AtomicFileWriter&&) = delete;
+  // Removes the temporary file unless Commit() succeeded.
+  ~AtomicFileWriter();
+
+  absl::Status Write(const void* data, size_t size);
+  absl::Status Write(std::string_view data) { return Write(data.data(), data.size()); }
+  // fsync, rename onto the target, fsync the directory. The writer is done afterwards.
+  absl::Status Commit();
+
+ private:
+  AtomicFileWriter(std::string path, std::string tmp, FILE* file)
+      : path_(std::move(path)), tmp_(std::move(tmp)), file_(file) {}
+  std::string path_;
+  std::string tmp_;
+  FILE* file_ = nullptr;
+};
+
+// Writes the whole of `data` to `path` atomically.
+absl::Status WriteFileAtomically(const std::string& path, std::string_view data);
+// Reads a whole file. NotFound when it does not exist.
+absl::StatusOr<std::string> ReadWholeFile(const std::string& path);
+
+}  // namespace cart

@@ -1,0 +1,29 @@
+#pragma once
+
+// The dense baseline (MODEL_SPEC.md §4): L standard layers with full-rank attention, the same
+// SwiGLU, RoPE, RMSNorm, tied embedding and final norm as CART.
+
+#include <torch/torch.h>
+
+#include "model/language_model.h"
+#include "model/layers.h"
+
+namespace cart::model {
+
+class DenseImpl : public LanguageModel {
+ public:
+  explicit DenseImpl(const ModelConfig& config);
+  torch::Tensor Forward(const torch::Tensor& ids, const ForwardOptions& options = {},
+                        Diagnostics* diag = nullptr) override;
+  const ModelConfig& config() const override { return config_; }
+
+  torch::nn::Embedding embed{nullptr};
+  torch::nn::ModuleList layers{nullptr};  // "layers.{i}.…"
+  RMSNorm final_norm{nullptr};
+
+ private:
+  ModelConfig config_;
+};
+TORCH_MODULE(Dense);
+
+}  // namespace cart::model

@@ -1,0 +1,19 @@
+#include "common/strings.h"
+#include "model/cart.h"
+#include "model/dense.h"
+#include "model/language_model.h"
+
+namespace cart::model {
+
+absl::StatusOr<std::shared_ptr<LanguageModel>> BuildModel(const ModelConfig& config,
+                                                          int64_t seed) {
+  RunConfig run;
+  run.model = config;
+  absl::Status valid = Validate(run);
+  if (!valid.ok()) return valid;
+  torch::manual_seed(static_cast<uint64_t>(seed));
+  if (config.model == ModelKind::kDense) return std::make_shared<DenseImpl>(config);
+  return std::make_shared<CartImpl>(config);
+}
+
+}  // namespace cart::model

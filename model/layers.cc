@@ -1,0 +1,174 @@
+#include "model/layers.h"
+
+#include <cmath>
+
+namespace cart::model {
+
+torch::nn::Linear MakeLinear(int64_t in, int64_t out) {
+  torch::nn::Linear linear(torch::nn::LinearOptions(in, out).bias(false));
+  torch::NoGradGuard no_grad;
+  linear->weight.normal_(0.0, 0.02);
+  return linear;
+}
+
+RMSNormImpl::RMSNormImpl(int64_t d) { weight = register_parameter("weight", torch::ones({d})); }
+
+// Reductions run in fp32, or in fp64 when the input is fp64 (the gradient check runs in double).
+static torch::Dtype ReductionType(const torch::Tensor& x) {
+  return x.scalar_type() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
+}
+
+torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
+  torch::Tensor xf = x.to(ReductionType(x));
+  torch::Tensor normed = xf * torch::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + 1e-6);
+  return normed.to(x.scalar_type()) * weight;
+}
+
+MlpImpl::MlpImpl(int64_t d, int64_t hidden) {
+  gate = register_module("gate", MakeLinear(d, hidden));
+  up = register_module("up", MakeLinear(d, hidden));
+  down = register_module("down", MakeLinear(hidden, d));
+}
+
+torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
+  return down(torch::silu(gate(x)) * up(x));
+}
+
+RopeTables MakeRope(int64_t T, const torch::Tensor& like) {
+  auto opts = torch::TensorOptions().dtype(ReductionType(like)).device(like.device());
+  torch::Tensor inv_freq =
+      1.0 / torch::pow(10000.0, torch::arange(0, kHeadDim, 2, opts) / static_cast<double>(kHeadDim));
+  torch::Tensor freqs = torch::outer(torch::arange(T, opts), inv_freq);  // (T, 32)
+  torch::Tensor emb = torch::cat({freqs, freqs}, -1);                     // (T, 64)
+  return {emb.cos().to(like.scalar_type()), emb.sin().to(like.scalar_type())};
+}
+
+torch::Tensor ApplyRope(const torch::Tensor& x, const RopeTables& rope) {
+  const int64_t half = kHeadDim / 2;
+  torch::Tensor x1 = x.narrow(-1, 0, half);
+  torch::Tensor x2 = x.narrow(-1, half, half);
+  torch::Tensor rotated = torch::cat({-x2, x1}, -1);  // rotate_half, (B, H, T, 64)
+  return x * rope.cos + rotated * rope.sin;
+}
+
+torch::Tensor Attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                        bool causal) {
+#if TORCH_VERSION_MAJOR >= 2
+  // SDPA's default scale is 1/sqrt(64) = 1/8, the spec's.
+  return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, causal);
+#else
+  const int64_t T = q.size(-2);
+  torch::Tensor scores = torch::matmul(q, k.transpose(-2, -1)).to(ReductionType(q)) * 0.125;
+  if (causal) {
+    torch::Tensor mask = torch::ones({T, k.size(-2)}, q.options().dtype(torch::kBool)).triu(1);
+    scores = scores.masked_fill(mask, -std::numeric_limits<float>::infinity());
+  }
+  torch::Tensor probs = torch::softmax(scores, -1).to(v.scalar_type());  // (B, H, T, T)
+  return torch::matmul(probs, v);                                          // (B, H, T, 64)
+#endif
+}
+
+torch::Tensor SplitHeads(const torch::Tensor& x) {
+  const int64_t B = x.size(0), T = x.size(1), d = x.size(2);
+  return x.view({B, T, d / kHeadDim, kHeadDim}).transpose(1, 2);  // (B, H, T, 64)
+}
+
+torch::Tensor MergeHeads(const torch::Tensor& x) {
+  const int64_t B = x.size(0), H = x.size(1), T = x.size(2);
+  return x.transpose(1, 2).reshape({B, T, H * kHeadDim});  // (B, T, d)
+}
+
+MlaAttentionImpl::MlaAttentionImpl(int64_t d) {
+  q_proj = register_module("q_proj", MakeLinear(d, d));
+  kv_down = register_module("kv_down", MakeLinear(d, d / 4));
+  k_up = register_module("k_up", MakeLinear(d / 4, d));
+  v_up = register_module("v_up", MakeLinear(d / 4, d));
+  o_proj = register_module("o_proj", MakeLinear(d, d));
+}
+
+torch::Tensor MlaAttentionImpl::forward(const torch::Tensor& x, const RopeTables& rope) {
+  torch::Tensor c = kv_down(x);                           // (B, T, d/4) latent
+  torch::Tensor q = ApplyRope(SplitHeads(q_proj(x)), rope);  // (B, H, T, 64)
+  torch::Tensor k = ApplyRope(SplitHeads(k_up(c)), rope);    // (B, H, T, 64)
+  torch::Tensor v = SplitHeads(v_up(c));                     // (B, H, T, 64)
+  return o_proj(MergeHeads(Attention(q, k, v, /*causal=*/true)));
+}
+
+DenseAttentionImpl::DenseAttentionImpl(int64_t d) {
+  q_proj = register_module("q_proj", MakeLinear(d, d));
+  k_proj = register_module("k_proj", MakeLinear(d, d));
+  v_proj = register_module("v_proj", MakeLinear(d, d));
+  o_proj = register_module("o_proj", MakeLinear(d, d));
+}
+
+torch::Tensor DenseAttentionImpl::forward(const torch::Tensor& x, const RopeTables& rope) {
+  torch::Tensor q = ApplyRope(SplitHeads(q_proj(x)), rope);  // (B, H, T, 64)
+  torch::Tensor k = ApplyRope(SplitHeads(k_proj(x)), rope);  // (B, H, T, 64)
+  torch::Tensor v = SplitHeads(v_proj(x));                   // (B, H, T, 64)
+  return o_proj(MergeHeads(Attention(q, k, v, /*causal=*/true)));
+}
+
+PreludeLayerImpl::PreludeLayerImpl(int64_t d, int64_t hidden) {
+  attn_norm = register_module("attn_norm", RMSNorm(d));
+  attn = register_module("attn", MlaAttention(d));
+  ffn_norm = register_module("ffn_norm", RMSNorm(d));
+  ffn = register_module("ffn", Mlp(d, hidden));
+}
+
+torch::Tensor PreludeLayerImpl::forward(const torch::Tensor& x_in, const RopeTables& rope) {
+  torch::Tensor x = x_in + attn->forward(attn_norm(x_in), rope);
+  return x + ffn(ffn_norm(x));
+}
+
+DenseLayerImpl::DenseLayerImpl(int64_t d, int64_t hidden) {
+  attn_norm = register_module("attn_norm", RMSNorm(d));
+  attn = register_module("attn", DenseAttention(d));
+  ffn_norm = register_module("ffn_norm", RMSNorm(d));
+  ffn = register_module("ffn", Mlp(d, hidden));
+}
+
+torch::Tensor DenseLayerImpl::forward(const torch::Tensor& x_in, const RopeTables& rope) {
+  torch::Tensor x = x_in + attn->forward(attn_norm(x_in), rope);
+  return x + ffn(ffn_norm(x));
+}
+
+AnchorImpl::AnchorImpl(int64_t d) {
+  kv_down = register_module("kv_down", MakeLinear(d, d / 4));
+  k_up = register_module("k_up", MakeLinear(d / 4, d));
+  v_up = register_module("v_up", MakeLinear(d / 4, d));
+}
+
+std::pair<torch::Tensor, torch::Tensor> AnchorImpl::forward(const torch::Tensor& e) {
+  ++calls;
+  torch::Tensor c = kv_down(e);  // (B, T, d/4)
+  return {SplitHeads(k_up(c)), SplitHeads(v_up(c))};  // (B, H, T, 64) each
+}
+
+CoreBlockImpl::CoreBlockImpl(int64_t d, int64_t hidden, bool self_attention, bool causal)
+    : causal(causal) {
+  attn_norm = register_module("attn_norm", RMSNorm(d));
+  if (self_attention) {
+    attn = register_module("attn", MlaAttention(d));
+  } else {
+    q_proj = register_module("q_proj", MakeLinear(d, d));
+    o_proj = register_module("o_proj", MakeLinear(d, d));
+  }
+  ffn_norm = register_module("ffn_norm", RMSNorm(d));
+  ffn = register_module("ffn", Mlp(d, hidden));
+}
+
+torch::Tensor CoreBlockImpl::forward(const torch::Tensor& h_in, const torch::Tensor& K,
+                                     const torch::Tensor& V, const RopeTables& rope) {
+  torch::Tensor x = attn_norm(h_in);
+  torch::Tensor a;
+  if (attn) {
+    a = attn->forward(x, rope);
+  } else {
+    torch::Tensor q = SplitHeads(q_proj(x));  // (B, H, T, 64), no RoPE on q
+    a = o_proj(MergeHeads(Attention(q, K, V, causal)));
+  }
+  torch::Tensor h = h_in + a;
+  return h + ffn(ffn_norm(h));
+}
+
+}  // namespace cart::model
