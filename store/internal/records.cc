@@ -1,0 +1,382 @@
+#include "store/internal/records.h"
+
+#include <utility>
+
+#include "common/status.h"
+#include "common/strings.h"
+
+namespace cart::store::internal {
+namespace {
+
+#define CART_RUN_SELECT                                                                      \
+  "SELECT r.id, r.sweep_id, s.name, r.name, r.config_yaml, r.d, r.r, r.p, r.seed, r.steps, " \
+  "r.stored_params, r.effective_params, r.memory_estimate_bytes, r.status, r.priority, "     \
+  "r.attempt, r.max_attempts, r.attempt_floor, r.cancel_requested, r.parent_run_id, "        \
+  "r.parent_checkpoint, r.created_us, r.updated_us "                                         \
+  "FROM runs AS r JOIN sweeps AS s ON s.id = r.sweep_id "
+
+constexpr char kSelectRunById[] = CART_RUN_SELECT "WHERE r.id = ?";
+constexpr char kSelectRunsWhere[] = CART_RUN_SELECT "WHERE 1 = 1";
+constexpr char kSelectRunExists[] = "SELECT id FROM runs WHERE id = ?";
+constexpr char kSelectRunStatus[] = "SELECT status FROM runs WHERE id = ?";
+constexpr char kOrderByRunId[] = " ORDER BY r.id";
+constexpr char kSelectParamsOfRun[] =
+    "SELECT key, value FROM run_params WHERE run_id = ? ORDER BY key";
+constexpr char kSelectParamsWhere[] =
+    "SELECT rp.run_id, rp.key, rp.value FROM run_params AS rp JOIN runs AS r ON r.id = rp.run_id "
+    "WHERE 1 = 1";
+constexpr char kOrderByRunIdKey[] = " ORDER BY rp.run_id, rp.key";
+
+#define CART_SWEEP_SELECT                                                                    \
+  "SELECT id, name, client_request_id, spec_text, status, priority, created_by, created_us " \
+  "FROM sweeps "
+constexpr char kSelectSweepByName[] = CART_SWEEP_SELECT "WHERE name = ?";
+constexpr char kSelectSweepById[] = CART_SWEEP_SELECT "WHERE id = ?";
+constexpr char kSelectSweepByRequest[] = CART_SWEEP_SELECT "WHERE client_request_id = ?";
+constexpr char kSelectAllSweeps[] = CART_SWEEP_SELECT "ORDER BY id";
+constexpr char kCountRunsBySweep[] =
+    "SELECT status, count(*) FROM runs WHERE sweep_id = ? GROUP BY status ORDER BY status";
+
+#define CART_CHECKPOINT_SELECT                                                        \
+  "SELECT c.run_id, c.step, c.attempt, c.sha256, a.size_bytes, a.path, c.created_us " \
+  "FROM checkpoints AS c JOIN artifacts AS a ON a.sha256 = c.sha256 "
+constexpr char kSelectLatestCheckpoint[] =
+    CART_CHECKPOINT_SELECT "WHERE c.run_id = ? ORDER BY c.step DESC LIMIT 1";
+constexpr char kSelectCheckpointAt[] = CART_CHECKPOINT_SELECT "WHERE c.run_id = ? AND c.step = ?";
+constexpr char kSelectCheckpoints[] = CART_CHECKPOINT_SELECT "WHERE c.run_id = ? ORDER BY c.step";
+
+#define CART_ATTEMPT_SELECT                                                                \
+  "SELECT run_id, attempt, worker_id, leased_us, lease_expires_us, started_us, ended_us, " \
+  "outcome, reason FROM attempts "
+constexpr char kSelectAttempt[] = CART_ATTEMPT_SELECT "WHERE run_id = ? AND attempt = ?";
+constexpr char kSelectAttempts[] = CART_ATTEMPT_SELECT "WHERE run_id = ? ORDER BY attempt";
+
+constexpr char kSelectMetricId[] = "SELECT id FROM metric_names WHERE name = ?";
+constexpr char kSelectSummary[] =
+    "SELECT latest_step, latest_value, latest_wall_time_us, final_step, final_value "
+    "FROM run_summaries WHERE run_id = ? AND name_id = ?";
+
+// Fragments of BuildFilterSql; every value is a bound parameter.
+constexpr char kFilterSweepsOpen[] =
+    " AND r.sweep_id IN (SELECT sw.id FROM sweeps AS sw WHERE sw.name IN (";
+constexpr char kFilterStatesOpen[] = " AND r.status IN (";
+constexpr char kFilterClose[] = ")";
+constexpr char kFilterSweepsClose[] = "))";
+constexpr char kFilterParam[] =
+    " AND EXISTS (SELECT 1 FROM run_params AS f WHERE f.run_id = r.id AND f.key = ? AND "
+    "f.value = ?)";
+
+absl::StatusOr<RunState> StateColumn(const Statement& row, int col) {
+  const std::string text = row.ColumnText(col);
+  std::optional<RunState> state = ParseRunState(text);
+  if (!state) return absl::InternalError(StrCat("unknown run state '", text, "' in database"));
+  return *state;
+}
+
+absl::StatusOr<RunRecord> ReadRun(const Statement& row) {
+  RunRecord run;
+  run.id = row.ColumnInt64(0);
+  run.sweep_id = row.ColumnInt64(1);
+  run.sweep_name = row.ColumnText(2);
+  run.name = row.ColumnText(3);
+  run.config_yaml = row.ColumnText(4);
+  run.d = row.ColumnInt64(5);
+  run.r = row.ColumnOptionalInt64(6);
+  run.p = row.ColumnOptionalInt64(7);
+  run.seed = row.ColumnInt64(8);
+  run.steps = row.ColumnInt64(9);
+  run.stored_params = row.ColumnInt64(10);
+  run.effective_params = row.ColumnInt64(11);
+  run.memory_estimate_bytes = row.ColumnInt64(12);
+  CART_ASSIGN_OR_RETURN(run.state, StateColumn(row, 13));
+  run.priority = row.ColumnInt64(14);
+  run.attempt = row.ColumnInt64(15);
+  run.max_attempts = static_cast<int>(row.ColumnInt64(16));
+  run.attempts_counted = run.attempt - row.ColumnInt64(17);
+  run.cancel_requested = row.ColumnInt64(18) != 0;
+  run.parent_run_id = row.ColumnOptionalInt64(19);
+  run.parent_checkpoint = row.ColumnOptionalText(20).value_or("");
+  run.created_us = row.ColumnInt64(21);
+  run.updated_us = row.ColumnInt64(22);
+  return run;
+}
+
+absl::StatusOr<SweepRecord> ReadSweep(Database& db, const Statement& row) {
+  SweepRecord sweep;
+  sweep.id = row.ColumnInt64(0);
+  sweep.name = row.ColumnText(1);
+  sweep.client_request_id = row.ColumnText(2);
+  sweep.spec_text = row.ColumnText(3);
+  sweep.cancelled = row.ColumnText(4) == "CANCELLED";
+  sweep.priority = row.ColumnInt64(5);
+  sweep.created_by = row.ColumnText(6);
+  sweep.created_us = row.ColumnInt64(7);
+  CART_ASSIGN_OR_RETURN(auto counts, db.Cached(kCountRunsBySweep));
+  counts->BindAll(sweep.id);
+  CART_RETURN_IF_ERROR(counts->ForEachRow([&](const auto& cur) -> absl::Status {
+    CART_ASSIGN_OR_RETURN(RunState state, StateColumn(cur, 0));
+    sweep.run_counts[state] = cur.ColumnInt64(1);
+    return absl::OkStatus();
+  }));
+  return sweep;
+}
+
+// Runs a sweep SELECT bound to `arg`; nullopt when no row.
+template <typename Arg>
+absl::StatusOr<std::optional<SweepRecord>> SelectSweep(Database& db, const char* sql,
+                                                       const Arg& arg) {
+  std::optional<SweepRecord> out;
+  {
+    CART_ASSIGN_OR_RETURN(auto select, db.Cached(sql));
+    select->BindAll(arg);
+    CART_ASSIGN_OR_RETURN(bool row, select->Step());
+    if (!row) return out;
+    // ReadSweep runs another statement; read this row fully first.
+    CART_ASSIGN_OR_RETURN(out, ReadSweep(db, *select));
+  }
+  return out;
+}
+
+CheckpointRecord ReadCheckpoint(const Statement& row) {
+  CheckpointRecord c;
+  c.run_id = row.ColumnInt64(0);
+  c.step = row.ColumnInt64(1);
+  c.attempt = row.ColumnInt64(2);
+  c.sha256 = row.ColumnText(3);
+  c.size_bytes = row.ColumnInt64(4);
+  c.path = row.ColumnText(5);
+  c.created_us = row.ColumnInt64(6);
+  return c;
+}
+
+absl::StatusOr<AttemptRecord> ReadAttempt(const Statement& row) {
+  AttemptRecord a;
+  a.run_id = row.ColumnInt64(0);
+  a.attempt = row.ColumnInt64(1);
+  a.worker_id = row.ColumnText(2);
+  a.leased_us = row.ColumnInt64(3);
+  a.lease_expires_us = row.ColumnInt64(4);
+  a.started_us = row.ColumnOptionalInt64(5);
+  a.ended_us = row.ColumnOptionalInt64(6);
+  if (std::optional<std::string> outcome = row.ColumnOptionalText(7)) {
+    a.outcome = ParseAttemptOutcome(*outcome);
+    if (!a.outcome) {
+      return absl::InternalError(StrCat("unknown attempt outcome '", *outcome, "' in database"));
+    }
+  }
+  a.reason = row.ColumnOptionalText(8).value_or("");
+  return a;
+}
+
+}  // namespace
+
+absl::Status RequireRun(Database& db, int64_t run_id) {
+  CART_ASSIGN_OR_RETURN(auto select, db.Cached(kSelectRunExists));
+  select->BindAll(run_id);
+  CART_ASSIGN_OR_RETURN(bool row, select->Step());
+  if (!row) return absl::NotFoundError(StrCat("run ", run_id, " does not exist"));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<RunRecord> LoadRun(Database& db, int64_t run_id) {
+  RunRecord run;
+  {
+    CART_ASSIGN_OR_RETURN(auto select, db.Cached(kSelectRunById));
+    select->BindAll(run_id);
+    CART_ASSIGN_OR_RETURN(bool row, select->Step());
+    if (!row) return absl::NotFoundError(StrCat("run ", run_id, " does not exist"));
+    CART_ASSIGN_OR_RETURN(run, ReadRun(*select));
+  }
+  CART_ASSIGN_OR_RETURN(auto params, db.Cached(kSelectParamsOfRun));
+  params->BindAll(run_id);
+  CART_RETURN_IF_ERROR(params->ForEachRow([&](const auto& cur) -> absl::Status {
+    run.params[cur.ColumnText(0)] = cur.ColumnText(1);
+    return absl::OkStatus();
+  }));
+  return run;
+}
+
+absl::StatusOr<SweepRecord> LoadSweepByName(Database& db, const std::string& name) {
+  CART_ASSIGN_OR_RETURN(auto sweep, SelectSweep(db, kSelectSweepByName, name));
+  if (!sweep) return absl::NotFoundError(StrCat("sweep '", name, "' does not exist"));
+  return *std::move(sweep);
+}
+
+absl::StatusOr<SweepRecord> LoadSweepById(Database& db, int64_t sweep_id) {
+  CART_ASSIGN_OR_RETURN(auto sweep, SelectSweep(db, kSelectSweepById, sweep_id));
+  if (!sweep) return absl::NotFoundError(StrCat("sweep ", sweep_id, " does not exist"));
+  return *std::move(sweep);
+}
+
+absl::StatusOr<std::optional<SweepRecord>> FindSweepByRequestId(Database& db,
+                                                                const std::string& request_id) {
+  return SelectSweep(db, kSelectSweepByRequest, request_id);
+}
+
+absl::StatusOr<std::vector<SweepRecord>> LoadAllSweeps(Database& db) {
+  std::vector<int64_t> ids;
+  {
+    CART_ASSIGN_OR_RETURN(auto select, db.Cached(kSelectAllSweeps));
+    CART_RETURN_IF_ERROR(select->ForEachRow([&](const auto& cur) -> absl::Status {
+      ids.push_back(cur.ColumnInt64(0));
+      return absl::OkStatus();
+    }));
+  }
+  std::vector<SweepRecord> out;
+  for (int64_t id : ids) {
+    CART_ASSIGN_OR_RETURN(SweepRecord sweep, LoadSweepById(db, id));
+    out.push_back(std::move(sweep));
+  }
+  return out;
+}
+
+FilterSql BuildFilterSql(const RunFilter& filter) {
+  FilterSql out;
+  auto placeholders = [](size_t n) {
+    std::string text;
+    for (size_t i = 0; i < n; ++i) text += i == 0 ? "?" : ", ?";
+    return text;
+  };
+  if (!filter.sweeps.empty()) {
+    out.conditions += kFilterSweepsOpen + placeholders(filter.sweeps.size()) + kFilterSweepsClose;
+    for (const std::string& s : filter.sweeps) out.binds.push_back(s);
+  }
+  if (!filter.states.empty()) {
+    out.conditions += kFilterStatesOpen + placeholders(filter.states.size()) + kFilterClose;
+    for (RunState s : filter.states) out.binds.emplace_back(RunStateName(s));
+  }
+  for (const auto& [key, value] : filter.params) {
+    out.conditions += kFilterParam;
+    out.binds.push_back(key);
+    out.binds.push_back(value);
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<RunRecord>> LoadRuns(Database& db, const RunFilter& filter) {
+  const FilterSql where = BuildFilterSql(filter);
+  std::vector<RunRecord> runs;
+  {
+    CART_ASSIGN_OR_RETURN(auto select,
+                          db.Prepare(StrCat(kSelectRunsWhere, where.conditions, kOrderByRunId)));
+    for (size_t i = 0; i < where.binds.size(); ++i) {
+      select->BindText(static_cast<int>(i + 1), where.binds[i]);
+    }
+    CART_RETURN_IF_ERROR(select->ForEachRow([&](const auto& cur) -> absl::Status {
+      CART_ASSIGN_OR_RETURN(RunRecord run, ReadRun(cur));
+      runs.push_back(std::move(run));
+      return absl::OkStatus();
+    }));
+  }
+  // Both lists come ordered by run id: merge.
+  CART_ASSIGN_OR_RETURN(auto params,
+                        db.Prepare(StrCat(kSelectParamsWhere, where.conditions, kOrderByRunIdKey)));
+  for (size_t i = 0; i < where.binds.size(); ++i) {
+    params->BindText(static_cast<int>(i + 1), where.binds[i]);
+  }
+  size_t next = 0;
+  CART_RETURN_IF_ERROR(params->ForEachRow([&](const auto& cur) -> absl::Status {
+    const int64_t run_id = cur.ColumnInt64(0);
+    while (next < runs.size() && runs[next].id < run_id) ++next;
+    if (next == runs.size()) return absl::OkStatus();
+    if (runs[next].id == run_id) runs[next].params[cur.ColumnText(1)] = cur.ColumnText(2);
+    return absl::OkStatus();
+  }));
+  return runs;
+}
+
+absl::StatusOr<std::optional<CheckpointRecord>> LatestCheckpoint(Database& db, int64_t run_id) {
+  CART_ASSIGN_OR_RETURN(auto select, db.Cached(kSelectLatestCheckpoint));
+  select->BindAll(run_id);
+  CART_ASSIGN_OR_RETURN(bool row, select->Step());
+  if (!row) return std::optional<CheckpointRecord>();
+  return std::optional<CheckpointRecord>(ReadCheckpoint(*select));
+}
+
+absl::StatusOr<std::optional<CheckpointRecord>> CheckpointAt(Database& db, int64_t run_id,
+                                                             int64_t step) {
+  CART_ASSIGN_OR_RETURN(auto select, db.Cached(kSelectCheckpointAt));
+  select->BindAll(run_id, step);
+  CART_ASSIGN_OR_RETURN(bool row, select->Step());
+  if (!row) return std::optional<CheckpointRecord>();
+  return std::optional<CheckpointRecord>(ReadCheckpoint(*select));
+}
+
+absl::StatusOr<std::vector<CheckpointRecord>> LoadCheckpoints(Database& db, int64_t run_id) {
+  CART_ASSIGN_OR_RETURN(auto select, db.Cached(kSelectCheckpoints));
+  select->BindAll(run_id);
+  std::vector<CheckpointRecord> out;
+  CART_RETURN_IF_ERROR(select->ForEachRow([&](const auto& cur) -> absl::Status {
+    out.push_back(ReadCheckpoint(cur));
+    return absl::OkStatus();
+  }));
+  return out;
+}
+
+absl::StatusOr<std::optional<AttemptRecord>> LoadAttempt(Database& db, int64_t run_id,
+                                                         int64_t attempt) {
+  CART_ASSIGN_OR_RETURN(auto select, db.Cached(kSelectAttempt));
+  select->BindAll(run_id, attempt);
+  CART_ASSIGN_OR_RETURN(bool row, select->Step());
+  if (!row) return std::optional<AttemptRecord>();
+  CART_ASSIGN_OR_RETURN(AttemptRecord record, ReadAttempt(*select));
+  return std::optional<AttemptRecord>(std::move(record));
+}
+
+absl::StatusOr<std::vector<AttemptRecord>> LoadAttempts(Database& db, int64_t run_id) {
+  CART_ASSIGN_OR_RETURN(auto select, db.Cached(kSelectAttempts));
+  select->BindAll(run_id);
+  std::vector<AttemptRecord> out;
+  CART_RETURN_IF_ERROR(select->ForEachRow([&](const auto& cur) -> absl::Status {
+    CART_ASSIGN_OR_RETURN(AttemptRecord record, ReadAttempt(cur));
+    out.push_back(std::move(record));
+    return absl::OkStatus();
+  }));
+  return out;
+}
+
+absl::StatusOr<std::optional<CheckpointRecord>> ParentCheckpoint(
+    Database& db, std::optional<int64_t> parent_run_id, const std::string& selector) {
+  if (!parent_run_id) return std::optional<CheckpointRecord>();
+  if (selector == "final") {
+    CART_ASSIGN_OR_RETURN(auto status, db.Cached(kSelectRunStatus));
+    status->BindAll(*parent_run_id);
+    CART_ASSIGN_OR_RETURN(bool row, status->Step());
+    if (!row || status->ColumnText(0) != RunStateName(RunState::kSucceeded)) {
+      return std::optional<CheckpointRecord>();
+    }
+    return LatestCheckpoint(db, *parent_run_id);
+  }
+  std::optional<int64_t> step = ParseInt64(selector);
+  if (!step) {
+    return absl::InternalError(StrCat("malformed parent checkpoint selector '", selector,
+                                      "' of a child of run ", *parent_run_id));
+  }
+  return CheckpointAt(db, *parent_run_id, *step);
+}
+
+absl::StatusOr<std::optional<int64_t>> FindMetricId(Database& db, const std::string& name) {
+  CART_ASSIGN_OR_RETURN(auto select, db.Cached(kSelectMetricId));
+  select->BindAll(name);
+  CART_ASSIGN_OR_RETURN(bool row, select->Step());
+  if (!row) return std::optional<int64_t>();
+  return std::optional<int64_t>(select->ColumnInt64(0));
+}
+
+absl::StatusOr<std::optional<MetricSummary>> LoadSummary(Database& db, int64_t run_id,
+                                                         int64_t name_id, const std::string& name) {
+  CART_ASSIGN_OR_RETURN(auto select, db.Cached(kSelectSummary));
+  select->BindAll(run_id, name_id);
+  CART_ASSIGN_OR_RETURN(bool row, select->Step());
+  if (!row) return std::optional<MetricSummary>();
+  MetricSummary s;
+  s.name = name;
+  s.latest_step = select->ColumnInt64(0);
+  s.latest_value = select->ColumnDouble(1);
+  s.latest_wall_time_us = select->ColumnInt64(2);
+  s.final_step = select->ColumnOptionalInt64(3);
+  if (s.final_step) s.final_value = select->ColumnDouble(4);
+  return std::optional<MetricSummary>(std::move(s));
+}
+
+}  // namespace cart::store::internal

@@ -1,0 +1,60 @@
+#pragma once
+
+// Reading records out of the database: shared by the writer's calls (which read before they
+// write) and the queries. Every function runs on the connection it is given, inside whatever
+// transaction is open there.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "store/internal/sql.h"
+#include "store/results.h"
+#include "store/types.h"
+
+namespace cart::store::internal {
+
+// OK when the run exists, else NotFound "run <id> does not exist".
+absl::Status RequireRun(Database& db, int64_t run_id);
+// NotFound "run <id> does not exist". With params (the run_params map) filled in.
+absl::StatusOr<RunRecord> LoadRun(Database& db, int64_t run_id);
+// NotFound "sweep '<name>' does not exist". run_counts filled in.
+absl::StatusOr<SweepRecord> LoadSweepByName(Database& db, const std::string& name);
+absl::StatusOr<SweepRecord> LoadSweepById(Database& db, int64_t sweep_id);
+// nullopt when no sweep has this request id.
+absl::StatusOr<std::optional<SweepRecord>> FindSweepByRequestId(Database& db,
+                                                                const std::string& request_id);
+absl::StatusOr<std::vector<SweepRecord>> LoadAllSweeps(Database& db);
+// Runs matching `filter`, by id, params filled in.
+absl::StatusOr<std::vector<RunRecord>> LoadRuns(Database& db, const RunFilter& filter);
+
+absl::StatusOr<std::optional<CheckpointRecord>> LatestCheckpoint(Database& db, int64_t run_id);
+absl::StatusOr<std::optional<CheckpointRecord>> CheckpointAt(Database& db, int64_t run_id,
+                                                             int64_t step);
+absl::StatusOr<std::vector<CheckpointRecord>> LoadCheckpoints(Database& db, int64_t run_id);
+absl::StatusOr<std::optional<AttemptRecord>> LoadAttempt(Database& db, int64_t run_id,
+                                                         int64_t attempt);
+absl::StatusOr<std::vector<AttemptRecord>> LoadAttempts(Database& db, int64_t run_id);
+
+// The checkpoint a derived run starts from: the parent's checkpoint at the selected step, or for
+// "final" its latest checkpoint once the parent has succeeded. nullopt while it does not exist,
+// or when the run has no parent.
+absl::StatusOr<std::optional<CheckpointRecord>> ParentCheckpoint(
+    Database& db, std::optional<int64_t> parent_run_id, const std::string& selector);
+
+// Id of a metric name, nullopt when never logged.
+absl::StatusOr<std::optional<int64_t>> FindMetricId(Database& db, const std::string& name);
+absl::StatusOr<std::optional<MetricSummary>> LoadSummary(Database& db, int64_t run_id,
+                                                         int64_t name_id, const std::string& name);
+
+// A RunFilter as SQL: a condition on the runs table aliased `r` (" AND ..." clauses, or empty)
+// and the text values to bind, in order, to its placeholders.
+struct FilterSql {
+  std::string conditions;
+  std::vector<std::string> binds;
+};
+FilterSql BuildFilterSql(const RunFilter& filter);
+
+}  // namespace cart::store::internal

@@ -1,0 +1,220 @@
+#include "store/internal/schema.h"
+
+#include "common/status.h"
+#include "common/strings.h"
+
+namespace cart::store::internal {
+namespace {
+
+constexpr char kCreateMeta[] =
+    "CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID";
+constexpr char kHasMeta[] =
+    "SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = 'meta'";
+constexpr char kSelectVersion[] = "SELECT value FROM meta WHERE key = 'schema_version'";
+constexpr char kUpsertVersion[] =
+    "INSERT INTO meta(key, value) VALUES('schema_version', ?) "
+    "ON CONFLICT(key) DO UPDATE SET value = excluded.value";
+
+// Version 1: sweeps, runs and their parameters, workers, attempts (leases), metrics, artifacts,
+// checkpoints, events.
+//
+// Notes on the layout:
+// - run_params(run_id, key, value) holds every config key of a run, so a results query can group
+//   by any key with one indexed probe per run (the primary key). No (key, value) index: every
+//   query starts from a set of runs (a sweep, or all runs: thousands), and such an index would
+//   double the cost of inserting a 10,000-run sweep for nothing.
+// - metric_names interns metric names; metrics is WITHOUT ROWID keyed (run_id, name_id, step),
+//   which is both the idempotency key and the order a series is read in, and keeps a point at
+//   about 30 bytes on disk. value NULL means NaN (a diverged loss).
+// - States and outcomes are TEXT with CHECK constraints: readable in the sqlite3 shell.
+constexpr char kSchemaV1[] = R"sql(
+CREATE TABLE sweeps(
+  id INTEGER PRIMARY KEY,
+  name TEXT NOT NULL UNIQUE,
+  client_request_id TEXT NOT NULL UNIQUE,
+  spec_text TEXT NOT NULL,
+  status TEXT NOT NULL CHECK(status IN ('ACTIVE', 'CANCELLED')),
+  priority INTEGER NOT NULL,
+  created_by TEXT NOT NULL,
+  created_us INTEGER NOT NULL
+);
+CREATE TABLE runs(
+  id INTEGER PRIMARY KEY,
+  sweep_id INTEGER NOT NULL REFERENCES sweeps(id),
+  name TEXT NOT NULL,
+  config_yaml TEXT NOT NULL,
+  d INTEGER NOT NULL,
+  r INTEGER,
+  p INTEGER,
+  seed INTEGER NOT NULL,
+  steps INTEGER NOT NULL,
+  stored_params INTEGER NOT NULL,
+  effective_params INTEGER NOT NULL,
+  memory_estimate_bytes INTEGER NOT NULL,
+  status TEXT NOT NULL CHECK(status IN
+    ('QUEUED', 'BLOCKED', 'LEASED', 'RUNNING', 'SUCCEEDED', 'FAILED', 'CANCELLED')),
+  priority INTEGER NOT NULL,
+  attempt INTEGER NOT NULL,
+  max_attempts INTEGER NOT NULL CHECK(max_attempts >= 1),
+  attempt_floor INTEGER NOT NULL,
+  cancel_requested INTEGER NOT NULL CHECK(cancel_requested IN (0, 1)),
+  parent_run_id INTEGER REFERENCES runs(id),
+  parent_checkpoint TEXT,
+  created_us INTEGER NOT NULL,
+  updated_us INTEGER NOT NULL,
+  UNIQUE(sweep_id, name),
+  CHECK((parent_run_id IS NULL) = (parent_checkpoint IS NULL))
+);
+CREATE INDEX runs_queue ON runs(status, priority DESC, created_us, id);
+CREATE INDEX runs_by_parent ON runs(parent_run_id) WHERE parent_run_id IS NOT NULL;
+CREATE TABLE run_params(
+  run_id INTEGER NOT NULL REFERENCES runs(id),
+  key TEXT NOT NULL,
+  value TEXT NOT NULL,
+  PRIMARY KEY(run_id, key)
+) WITHOUT ROWID;
+CREATE TABLE workers(
+  id TEXT PRIMARY KEY,
+  device TEXT NOT NULL,
+  memory_bytes INTEGER NOT NULL,
+  registered_us INTEGER NOT NULL,
+  last_seen_us INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE attempts(
+  run_id INTEGER NOT NULL REFERENCES runs(id),
+  attempt INTEGER NOT NULL,
+  worker_id TEXT NOT NULL REFERENCES workers(id),
+  leased_us INTEGER NOT NULL,
+  lease_expires_us INTEGER NOT NULL,
+  started_us INTEGER,
+  ended_us INTEGER,
+  outcome TEXT CHECK(outcome IN ('SUCCEEDED', 'FAILED', 'CANCELLED', 'LOST', 'RELEASED')),
+  reason TEXT,
+  PRIMARY KEY(run_id, attempt)
+) WITHOUT ROWID;
+CREATE INDEX attempts_live ON attempts(lease_expires_us) WHERE outcome IS NULL;
+CREATE TABLE metric_names(
+  id INTEGER PRIMARY KEY,
+  name TEXT NOT NULL UNIQUE
+);
+CREATE TABLE metrics(
+  run_id INTEGER NOT NULL REFERENCES runs(id),
+  name_id INTEGER NOT NULL REFERENCES metric_names(id),
+  step INTEGER NOT NULL,
+  value REAL,
+  wall_time_us INTEGER NOT NULL,
+  PRIMARY KEY(run_id, name_id, step)
+) WITHOUT ROWID;
+CREATE TABLE artifacts(
+  sha256 TEXT PRIMARY KEY,
+  size_bytes INTEGER NOT NULL,
+  path TEXT NOT NULL,
+  created_us INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE checkpoints(
+  run_id INTEGER NOT NULL REFERENCES runs(id),
+  step INTEGER NOT NULL,
+  attempt INTEGER NOT NULL,
+  sha256 TEXT NOT NULL REFERENCES artifacts(sha256),
+  created_us INTEGER NOT NULL,
+  PRIMARY KEY(run_id, step)
+) WITHOUT ROWID;
+CREATE TABLE events(
+  id INTEGER PRIMARY KEY,
+  run_id INTEGER REFERENCES runs(id),
+  sweep_id INTEGER REFERENCES sweeps(id),
+  from_state TEXT,
+  to_state TEXT NOT NULL,
+  who TEXT NOT NULL,
+  at_us INTEGER NOT NULL,
+  why TEXT NOT NULL
+);
+CREATE INDEX events_by_run ON events(run_id, id) WHERE run_id IS NOT NULL;
+)sql";
+
+// Version 2: per-run metric summaries, so that results tables over millions of metric rows read
+// one row per (run, metric). Backfilled from the metrics already stored: latest = the value at the
+// highest step; final = latest for runs that have succeeded.
+constexpr char kSchemaV2[] = R"sql(
+CREATE TABLE run_summaries(
+  run_id INTEGER NOT NULL REFERENCES runs(id),
+  name_id INTEGER NOT NULL REFERENCES metric_names(id),
+  latest_step INTEGER NOT NULL,
+  latest_value REAL,
+  latest_wall_time_us INTEGER NOT NULL,
+  final_step INTEGER,
+  final_value REAL,
+  PRIMARY KEY(run_id, name_id)
+) WITHOUT ROWID;
+INSERT INTO run_summaries(run_id, name_id, latest_step, latest_value, latest_wall_time_us)
+  SELECT m.run_id, m.name_id, m.step, m.value, m.wall_time_us
+  FROM metrics AS m
+  WHERE m.step = (SELECT max(x.step) FROM metrics AS x
+                  WHERE x.run_id = m.run_id AND x.name_id = m.name_id);
+UPDATE run_summaries SET final_step = latest_step, final_value = latest_value
+  WHERE run_id IN (SELECT id FROM runs WHERE status = 'SUCCEEDED');
+)sql";
+
+absl::Status Apply(Database& db, const Migration& migration) {
+  Transaction txn(&db);
+  CART_RETURN_IF_ERROR(txn.Begin(Transaction::Mode::kImmediate));
+  // Re-read under the write lock: another process may have migrated meanwhile.
+  CART_ASSIGN_OR_RETURN(int current, SchemaVersion(db));
+  if (current >= migration.version) return absl::OkStatus();
+  CART_RETURN_IF_ERROR(db.Execute(kCreateMeta));
+  absl::Status applied = db.Execute(migration.sql);
+  if (!applied.ok()) {
+    return absl::InternalError(StrCat("schema migration to version ", migration.version, " (",
+                                      migration.description, ") failed on ", db.path(), ": ",
+                                      Message(applied)));
+  }
+  CART_ASSIGN_OR_RETURN(auto set, db.Cached(kUpsertVersion));
+  set->BindAll(StrCat(migration.version));
+  CART_RETURN_IF_ERROR(set->Run());
+  return txn.Commit();
+}
+
+}  // namespace
+
+const std::vector<Migration>& Migrations() {
+  static const std::vector<Migration>* const kAll = new std::vector<Migration>{
+      {1, "sweeps, runs, params, workers, attempts, metrics, artifacts, checkpoints, events",
+       kSchemaV1},
+      {2, "run_summaries, backfilled from metrics", kSchemaV2},
+  };
+  return *kAll;
+}
+
+int LatestSchemaVersion() { return Migrations().back().version; }
+
+absl::StatusOr<int> SchemaVersion(Database& db) {
+  CART_ASSIGN_OR_RETURN(auto has_meta, db.Cached(kHasMeta));
+  CART_ASSIGN_OR_RETURN(bool row, has_meta->Step());
+  if (!row || has_meta->ColumnInt64(0) == 0) return 0;
+  CART_ASSIGN_OR_RETURN(auto select, db.Cached(kSelectVersion));
+  CART_ASSIGN_OR_RETURN(row, select->Step());
+  if (!row) return 0;
+  const std::string text = select->ColumnText(0);
+  std::optional<int64_t> version = ParseInt64(text);
+  if (!version || *version < 0) {
+    return absl::DataLossError(
+        StrCat("database ", db.path(), " has a malformed schema_version '", text, "'"));
+  }
+  return static_cast<int>(*version);
+}
+
+absl::Status Migrate(Database& db) {
+  CART_ASSIGN_OR_RETURN(int version, SchemaVersion(db));
+  if (version > LatestSchemaVersion()) {
+    return absl::FailedPreconditionError(StrCat("database ", db.path(), " has schema version ",
+                                                version, ", newer than this build's ",
+                                                LatestSchemaVersion(), "; upgrade cartd"));
+  }
+  for (const Migration& migration : Migrations()) {
+    if (migration.version <= version) continue;
+    CART_RETURN_IF_ERROR(Apply(db, migration));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace cart::store::internal

@@ -1,0 +1,197 @@
+#include "store/internal/validate.h"
+
+#include <set>
+#include <string_view>
+
+#include "common/status.h"
+#include "common/strings.h"
+
+namespace cart::store::internal {
+namespace {
+
+constexpr size_t kMaxSweepName = 128;
+constexpr size_t kMaxRunName = 200;
+constexpr size_t kMaxKey = 64;
+constexpr size_t kMaxMetricName = 128;
+constexpr size_t kMaxWorkerId = 128;
+
+bool IsNameChar(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+         c == '.' || c == '-';
+}
+
+// 1..max characters, all letters, digits, '_', '.', '-' (and '/' when allow_slash).
+bool IsName(std::string_view text, size_t max, bool allow_slash = false) {
+  if (text.empty() || text.size() > max) return false;
+  for (char c : text) {
+    if (!IsNameChar(c) && !(allow_slash && c == '/')) return false;
+  }
+  return true;
+}
+
+bool IsLowerHex(std::string_view text) {
+  for (char c : text) {
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  }
+  return true;
+}
+
+std::optional<int64_t> IntParam(const NewRun& run, const std::string& key) {
+  auto it = run.params.find(key);
+  if (it == run.params.end()) return std::nullopt;
+  return ParseInt64(it->second);
+}
+
+absl::Status ValidateRun(const std::string& sweep, const NewRun& run) {
+  const std::string where = StrCat("run '", run.name, "' of sweep '", sweep, "'");
+  if (!IsName(run.name, kMaxRunName)) {
+    return absl::InvalidArgumentError(StrCat("sweep '", sweep, "': run name '", run.name,
+                                             "' must be 1..", kMaxRunName,
+                                             " letters, digits, '_', '.', '-'"));
+  }
+  if (run.config_yaml.empty()) return absl::InvalidArgumentError(StrCat(where, ": empty config"));
+  for (const auto& [key, value] : run.params) {
+    if (!IsName(key, kMaxKey)) {
+      return absl::InvalidArgumentError(StrCat(where, ": bad config key '", key, "'"));
+    }
+  }
+  for (const char* key : {"d", "seed", "steps"}) {
+    if (!run.params.count(key)) {
+      return absl::InvalidArgumentError(StrCat(where, ": config key '", key, "' is missing"));
+    }
+  }
+  for (const char* key : {"d", "seed", "steps", "R", "P"}) {
+    auto it = run.params.find(key);
+    if (it != run.params.end() && !ParseInt64(it->second)) {
+      return absl::InvalidArgumentError(
+          StrCat(where, ": config key '", key, "' = '", it->second, "' is not an integer"));
+    }
+  }
+  if (*IntParam(run, "steps") <= 0) {
+    return absl::InvalidArgumentError(StrCat(where, ": steps must be positive"));
+  }
+  if (run.stored_params < 0 || run.effective_params < 0 || run.memory_estimate_bytes < 0) {
+    return absl::InvalidArgumentError(
+        StrCat(where, ": parameter counts and memory estimate must not be negative"));
+  }
+  if (run.max_attempts < 1) {
+    return absl::InvalidArgumentError(
+        StrCat(where, ": max_attempts must be at least 1, got ", run.max_attempts));
+  }
+  const bool has_parent = !run.parent_name.empty() || run.parent_run_id.has_value();
+  if (!run.parent_name.empty() && run.parent_run_id) {
+    return absl::InvalidArgumentError(
+        StrCat(where, ": give parent_name or parent_run_id, not both"));
+  }
+  if (has_parent) {
+    const std::optional<int64_t> step = ParseInt64(run.parent_checkpoint);
+    if (run.parent_checkpoint != "final" && !(step && *step >= 0)) {
+      return absl::InvalidArgumentError(StrCat(where, ": parent checkpoint '",
+                                               run.parent_checkpoint,
+                                               "' must be \"final\" or a step number"));
+    }
+  } else if (!run.parent_checkpoint.empty()) {
+    return absl::InvalidArgumentError(StrCat(where, ": parent checkpoint without a parent"));
+  }
+  if (run.parent_name == run.name) {
+    return absl::InvalidArgumentError(StrCat(where, ": a run cannot be its own parent"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ValidateNewSweep(const NewSweep& sweep, int64_t max_runs) {
+  if (!IsName(sweep.name, kMaxSweepName)) {
+    return absl::InvalidArgumentError(StrCat("sweep name '", sweep.name, "' must be 1..",
+                                             kMaxSweepName, " letters, digits, '_', '.', '-'"));
+  }
+  if (sweep.client_request_id.empty()) {
+    return absl::InvalidArgumentError(
+        StrCat("sweep '", sweep.name, "': client request id is empty"));
+  }
+  if (sweep.runs.empty()) {
+    return absl::InvalidArgumentError(StrCat("sweep '", sweep.name, "' has no runs"));
+  }
+  if (static_cast<int64_t>(sweep.runs.size()) > max_runs) {
+    return absl::InvalidArgumentError(StrCat("sweep '", sweep.name, "' has ", sweep.runs.size(),
+                                             " runs; the limit is ", max_runs));
+  }
+  std::set<std::string_view> names;
+  for (const NewRun& run : sweep.runs) {
+    CART_RETURN_IF_ERROR(ValidateRun(sweep.name, run));
+    if (!names.insert(run.name).second) {
+      return absl::InvalidArgumentError(
+          StrCat("sweep '", sweep.name, "' has two runs named '", run.name, "'"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateAudit(const Audit& audit) {
+  if (audit.who.empty()) return absl::InvalidArgumentError("audit: who made the change is empty");
+  return absl::OkStatus();
+}
+
+absl::Status ValidateWorkerId(const std::string& worker_id) {
+  if (!IsName(worker_id, kMaxWorkerId)) {
+    return absl::InvalidArgumentError(StrCat("worker id '", worker_id, "' must be 1..",
+                                             kMaxWorkerId, " letters, digits, '_', '.', '-'"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateMetricBatch(int64_t run_id, const std::vector<MetricPoint>& points,
+                                 int64_t max_points) {
+  if (points.empty()) {
+    return absl::InvalidArgumentError(StrCat("empty metric batch for run ", run_id));
+  }
+  if (static_cast<int64_t>(points.size()) > max_points) {
+    return absl::InvalidArgumentError(StrCat("metric batch for run ", run_id, " has ",
+                                             points.size(), " points; the limit is ", max_points));
+  }
+  for (const MetricPoint& point : points) {
+    if (!IsName(point.name, kMaxMetricName, /*allow_slash=*/true)) {
+      return absl::InvalidArgumentError(
+          StrCat("metric batch for run ", run_id, ": bad metric name '", point.name, "'"));
+    }
+    if (point.step < 0) {
+      return absl::InvalidArgumentError(StrCat("metric batch for run ", run_id, ": metric '",
+                                               point.name, "' has negative step ", point.step));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateCheckpoint(int64_t run_id, const NewCheckpoint& checkpoint) {
+  const std::string where = StrCat("checkpoint of run ", run_id, " at step ", checkpoint.step);
+  if (checkpoint.step < 0) return absl::InvalidArgumentError(StrCat(where, ": negative step"));
+  if (checkpoint.sha256.size() != 64 || !IsLowerHex(checkpoint.sha256)) {
+    return absl::InvalidArgumentError(
+        StrCat(where, ": sha256 '", checkpoint.sha256, "' is not 64 lowercase hex digits"));
+  }
+  if (checkpoint.size_bytes < 0) {
+    return absl::InvalidArgumentError(StrCat(where, ": negative size"));
+  }
+  // Artifact paths are relative to the artifact store and never climb out of it.
+  const std::string& path = checkpoint.path;
+  bool bad = path.empty() || path.front() == '/' || path.find('\0') != std::string::npos;
+  for (const std::string& part : Split(path, '/')) bad = bad || part == "..";
+  if (bad) {
+    return absl::InvalidArgumentError(
+        StrCat(where, ": artifact path '", path, "' must be relative without '..'"));
+  }
+  return absl::OkStatus();
+}
+
+RunColumns RunColumnsOf(const NewRun& run) {
+  RunColumns cols;
+  cols.d = IntParam(run, "d").value_or(0);
+  cols.r = IntParam(run, "R");
+  cols.p = IntParam(run, "P");
+  cols.seed = IntParam(run, "seed").value_or(0);
+  cols.steps = IntParam(run, "steps").value_or(0);
+  return cols;
+}
+
+}  // namespace cart::store::internal

@@ -1,0 +1,33 @@
+#pragma once
+
+// Input checks for the store's write calls, run on the caller's thread before anything is queued.
+// Each returns InvalidArgument with a message naming the thing and the field.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "store/types.h"
+
+namespace cart::store::internal {
+
+absl::Status ValidateNewSweep(const NewSweep& sweep, int64_t max_runs);
+absl::Status ValidateAudit(const Audit& audit);
+absl::Status ValidateWorkerId(const std::string& worker_id);
+absl::Status ValidateMetricBatch(int64_t run_id, const std::vector<MetricPoint>& points,
+                                 int64_t max_points);
+absl::Status ValidateCheckpoint(int64_t run_id, const NewCheckpoint& checkpoint);
+
+// The dedicated columns of a run, parsed from its params (after ValidateNewSweep).
+struct RunColumns {
+  int64_t d = 0;
+  std::optional<int64_t> r;
+  std::optional<int64_t> p;
+  int64_t seed = 0;
+  int64_t steps = 0;
+};
+RunColumns RunColumnsOf(const NewRun& run);
+
+}  // namespace cart::store::internal

@@ -1,0 +1,239 @@
+// RunStore: plain queries and administration (backup, integrity check). Every query runs on a
+// pooled reader connection inside one read transaction (internal::ReadSnapshot).
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <system_error>
+
+#include "common/status.h"
+#include "common/strings.h"
+#include "store/internal/records.h"
+#include "store/internal/sql.h"
+#include "store/internal/writer.h"
+#include "store/run_store.h"
+
+namespace cart::store {
+
+using internal::Database;
+using internal::ReadSnapshot;
+using internal::RequireRun;
+
+namespace {
+
+constexpr char kSelectEvents[] =
+    "SELECT id, run_id, sweep_id, from_state, to_state, who, at_us, why FROM events "
+    "WHERE run_id = ? ORDER BY id";
+constexpr char kSelectSummaries[] =
+    "SELECT n.name, s.latest_step, s.latest_value, s.latest_wall_time_us, s.final_step, "
+    "s.final_value FROM run_summaries AS s JOIN metric_names AS n ON n.id = s.name_id "
+    "WHERE s.run_id = ? ORDER BY n.name";
+constexpr char kSelectMaxWorkerMemory[] = "SELECT max(memory_bytes) FROM workers";
+constexpr char kSelectWorkers[] =
+    "SELECT id, device, memory_bytes, registered_us, last_seen_us FROM workers ORDER BY id";
+constexpr char kIntegrityCheck[] = "PRAGMA integrity_check";
+constexpr char kForeignKeyCheck[] = "PRAGMA foreign_key_check";
+
+// Copies the database behind `src` into dest_path with the backup API, in one step: the copy is
+// the snapshot of the moment the step began, whatever writers do meanwhile.
+absl::Status BackupConnection(Database& src, const std::string& dest_path) {
+  std::error_code ec;
+  if (std::filesystem::exists(dest_path, ec)) {
+    return absl::AlreadyExistsError(StrCat("backup destination ", dest_path, " already exists"));
+  }
+  const std::string tmp = StrCat(dest_path, ".tmp-", getpid());
+  std::filesystem::remove(tmp, ec);
+  sqlite3* dest = nullptr;
+  int rc = sqlite3_open_v2(tmp.c_str(), &dest, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr);
+  absl::Status status;
+  if (rc != SQLITE_OK) {
+    status = internal::SqliteError(rc, dest, StrCat("open backup file ", tmp));
+  } else {
+    sqlite3_backup* backup = sqlite3_backup_init(dest, "main", src.raw(), "main");
+    if (backup == nullptr) {
+      status = internal::SqliteError(sqlite3_errcode(dest), dest, "backup init");
+    } else {
+      rc = sqlite3_backup_step(backup, -1);
+      sqlite3_backup_finish(backup);
+      if (rc != SQLITE_DONE) status = internal::SqliteError(rc, dest, "backup");
+    }
+  }
+  sqlite3_close_v2(dest);
+  if (status.ok()) {
+    std::filesystem::rename(tmp, dest_path, ec);
+    if (ec) {
+      status = absl::InternalError(
+          StrCat("cannot move backup ", tmp, " to ", dest_path, ": ", ec.message()));
+    }
+  }
+  if (!status.ok()) {
+    std::filesystem::remove(tmp, ec);
+    std::filesystem::remove(tmp + "-wal", ec);
+    std::filesystem::remove(tmp + "-shm", ec);
+  }
+  return status;
+}
+
+absl::StatusOr<IntegrityReport> CheckConnection(Database& db) {
+  IntegrityReport report;
+  {
+    CART_ASSIGN_OR_RETURN(auto check, db.Cached(kIntegrityCheck));
+    CART_RETURN_IF_ERROR(check->ForEachRow([&](const auto& cur) -> absl::Status {
+      std::string line = cur.ColumnText(0);
+      if (line != "ok") report.problems.push_back(std::move(line));
+      return absl::OkStatus();
+    }));
+  }
+  CART_ASSIGN_OR_RETURN(auto fk, db.Cached(kForeignKeyCheck));
+  CART_RETURN_IF_ERROR(fk->ForEachRow([&](const auto& cur) -> absl::Status {
+    report.problems.push_back(StrCat("foreign key: row ", cur.ColumnInt64(1), " of table ",
+                                     cur.ColumnText(0), " refers to a missing row of ",
+                                     cur.ColumnText(2)));
+    return absl::OkStatus();
+  }));
+  report.ok = report.problems.empty();
+  return report;
+}
+
+absl::StatusOr<std::unique_ptr<Database>> OpenForAdmin(const std::string& db_path) {
+  internal::DatabaseOptions options;
+  options.create = false;
+  options.read_only = true;
+  return Database::Open(db_path, options);
+}
+
+}  // namespace
+
+absl::StatusOr<SweepRecord> RunStore::GetSweep(const std::string& name) {
+  return ReadSnapshot<SweepRecord>(
+      *readers_, [&](Database& db) { return internal::LoadSweepByName(db, name); });
+}
+
+absl::StatusOr<std::vector<SweepRecord>> RunStore::ListSweeps() {
+  return ReadSnapshot<std::vector<SweepRecord>>(*readers_, internal::LoadAllSweeps);
+}
+
+absl::StatusOr<RunRecord> RunStore::GetRun(int64_t run_id) {
+  return ReadSnapshot<RunRecord>(*readers_,
+                                 [&](Database& db) { return internal::LoadRun(db, run_id); });
+}
+
+absl::StatusOr<std::vector<RunRecord>> RunStore::ListRuns(const RunFilter& filter) {
+  return ReadSnapshot<std::vector<RunRecord>>(
+      *readers_, [&](Database& db) { return internal::LoadRuns(db, filter); });
+}
+
+absl::StatusOr<std::vector<AttemptRecord>> RunStore::ListAttempts(int64_t run_id) {
+  return ReadSnapshot<std::vector<AttemptRecord>>(
+      *readers_, [&](Database& db) -> absl::StatusOr<std::vector<AttemptRecord>> {
+        CART_RETURN_IF_ERROR(RequireRun(db, run_id));
+        return internal::LoadAttempts(db, run_id);
+      });
+}
+
+absl::StatusOr<std::vector<EventRecord>> RunStore::RunEvents(int64_t run_id) {
+  using Out = std::vector<EventRecord>;
+  return ReadSnapshot<Out>(*readers_, [&](Database& db) -> absl::StatusOr<Out> {
+    CART_RETURN_IF_ERROR(RequireRun(db, run_id));
+    CART_ASSIGN_OR_RETURN(auto select, db.Cached(kSelectEvents));
+    select->BindAll(run_id);
+    Out out;
+    CART_RETURN_IF_ERROR(select->ForEachRow([&](const auto& cur) -> absl::Status {
+      EventRecord e;
+      e.id = cur.ColumnInt64(0);
+      e.run_id = cur.ColumnOptionalInt64(1);
+      e.sweep_id = cur.ColumnOptionalInt64(2);
+      e.from_state = cur.ColumnOptionalText(3).value_or("");
+      e.to_state = cur.ColumnText(4);
+      e.who = cur.ColumnText(5);
+      e.at_us = cur.ColumnInt64(6);
+      e.why = cur.ColumnText(7);
+      out.push_back(std::move(e));
+      return absl::OkStatus();
+    }));
+    return out;
+  });
+}
+
+absl::StatusOr<std::vector<MetricSummary>> RunStore::RunSummaries(int64_t run_id) {
+  using Out = std::vector<MetricSummary>;
+  return ReadSnapshot<Out>(*readers_, [&](Database& db) -> absl::StatusOr<Out> {
+    CART_RETURN_IF_ERROR(RequireRun(db, run_id));
+    CART_ASSIGN_OR_RETURN(auto select, db.Cached(kSelectSummaries));
+    select->BindAll(run_id);
+    Out out;
+    CART_RETURN_IF_ERROR(select->ForEachRow([&](const auto& cur) -> absl::Status {
+      MetricSummary s;
+      s.name = cur.ColumnText(0);
+      s.latest_step = cur.ColumnInt64(1);
+      s.latest_value = cur.ColumnDouble(2);
+      s.latest_wall_time_us = cur.ColumnInt64(3);
+      s.final_step = cur.ColumnOptionalInt64(4);
+      if (s.final_step) s.final_value = cur.ColumnDouble(5);
+      out.push_back(std::move(s));
+      return absl::OkStatus();
+    }));
+    return out;
+  });
+}
+
+absl::StatusOr<std::vector<CheckpointRecord>> RunStore::ListCheckpoints(int64_t run_id) {
+  using Out = std::vector<CheckpointRecord>;
+  return ReadSnapshot<Out>(*readers_, [&](Database& db) -> absl::StatusOr<Out> {
+    CART_RETURN_IF_ERROR(RequireRun(db, run_id));
+    return internal::LoadCheckpoints(db, run_id);
+  });
+}
+
+absl::StatusOr<std::optional<CheckpointRecord>> RunStore::LatestCheckpoint(int64_t run_id) {
+  using Out = std::optional<CheckpointRecord>;
+  return ReadSnapshot<Out>(*readers_, [&](Database& db) -> absl::StatusOr<Out> {
+    CART_RETURN_IF_ERROR(RequireRun(db, run_id));
+    return internal::LatestCheckpoint(db, run_id);
+  });
+}
+
+absl::StatusOr<std::optional<int64_t>> RunStore::MaxWorkerMemory() {
+  using Out = std::optional<int64_t>;
+  return ReadSnapshot<Out>(*readers_, [&](Database& db) -> absl::StatusOr<Out> {
+    CART_ASSIGN_OR_RETURN(auto select, db.Cached(kSelectMaxWorkerMemory));
+    CART_ASSIGN_OR_RETURN(bool row, select->Step());
+    if (!row) return Out();
+    return select->ColumnOptionalInt64(0);
+  });
+}
+
+absl::StatusOr<std::vector<WorkerRecord>> RunStore::ListWorkers() {
+  using Out = std::vector<WorkerRecord>;
+  return ReadSnapshot<Out>(*readers_, [&](Database& db) -> absl::StatusOr<Out> {
+    CART_ASSIGN_OR_RETURN(auto select, db.Cached(kSelectWorkers));
+    Out out;
+    CART_RETURN_IF_ERROR(select->ForEachRow([&](const auto& cur) -> absl::Status {
+      out.push_back(WorkerRecord{cur.ColumnText(0), cur.ColumnText(1), cur.ColumnInt64(2),
+                                 cur.ColumnInt64(3), cur.ColumnInt64(4)});
+      return absl::OkStatus();
+    }));
+    return out;
+  });
+}
+
+absl::Status RunStore::Backup(const std::string& dest_path) {
+  CART_ASSIGN_OR_RETURN(auto lease, readers_->Acquire());
+  return BackupConnection(lease.db(), dest_path);
+}
+
+absl::StatusOr<IntegrityReport> RunStore::IntegrityCheck() {
+  return ReadSnapshot<IntegrityReport>(*readers_, CheckConnection);
+}
+
+absl::Status BackupDatabase(const std::string& db_path, const std::string& dest_path) {
+  CART_ASSIGN_OR_RETURN(std::unique_ptr<Database> db, OpenForAdmin(db_path));
+  return BackupConnection(*db, dest_path);
+}
+
+absl::StatusOr<IntegrityReport> CheckDatabase(const std::string& db_path) {
+  CART_ASSIGN_OR_RETURN(std::unique_ptr<Database> db, OpenForAdmin(db_path));
+  return CheckConnection(*db);
+}
+
+}  // namespace cart::store

@@ -1,0 +1,228 @@
+#pragma once
+
+// RunStore: everything cartd remembers (DESIGN.md "Storage"), behind a domain API.
+//
+// Concurrency. One writer path: every mutating call is queued to a single writer thread that owns
+// the only write connection and commits whatever has queued up in one transaction (group commit),
+// each call inside its own savepoint, so one call's failure never undoes another's. A call is
+// atomic: its rows (a state change and its event row; a metric batch and its summaries) commit
+// together or not at all. Blocking calls return once their transaction has committed; the *Async
+// calls return a future that is ready at that point. Queries run on reader connections from a
+// pool, each in its own read transaction, so a query sees one consistent snapshot and never waits
+// for the writer (WAL). All methods are thread-safe.
+//
+// Durability (StoreOptions::synchronous): with the default kNormal, a call that returned has
+// survived the death of the process (SIGKILL included); a power cut may lose the last commits but
+// never corrupts the file. What could be lost is recoverable: a worker resumes from its latest
+// recorded checkpoint and resends the metrics after it (appends are idempotent).
+//
+// Errors: InvalidArgument for malformed input (message names the field), NotFound for an unknown
+// run / sweep / worker / metric, AlreadyExists for a taken sweep name, FailedPrecondition for an
+// operation the run's state does not allow or a stale attempt number (message names the run and
+// its state), Unavailable when the database is locked by another process past the busy timeout,
+// Internal only for broken invariants.
+
+#include <cstdint>
+#include <future>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "store/results.h"
+#include "store/types.h"
+
+namespace cart::store {
+
+namespace internal {
+class Writer;
+class ReaderPool;
+}  // namespace internal
+
+struct StoreOptions {
+  // The SQLite file; created with the latest schema when missing, migrated when older.
+  std::string path;
+  // How long a lease lasts after a claim or heartbeat, microseconds. Default 60 s.
+  int64_t lease_ttl_us = 60'000'000;
+  // fsync every commit (power-loss safe) instead of relying on the OS (process-crash safe).
+  bool synchronous_full = false;
+  // How long to wait for a lock held by another process (an admin backup), milliseconds.
+  int busy_timeout_ms = 5000;
+  // At most this many queued calls share one commit.
+  int max_calls_per_commit = 1000;
+  // Limits on input (DESIGN.md "Security").
+  int64_t max_runs_per_sweep = 100'000;
+  int64_t max_points_per_batch = 100'000;
+};
+
+// What ClaimNextRun hands to a worker.
+struct Claim {
+  RunRecord run;    // state LEASED
+  int64_t attempt;  // the fencing token every later report must carry
+  int64_t lease_expires_us;
+  // The run's own latest checkpoint to resume from (after a lost lease, a resume or an extend).
+  std::optional<CheckpointRecord> resume_from;
+  // For a derived run without its own checkpoint: the parent checkpoint it starts from.
+  std::optional<CheckpointRecord> parent_checkpoint;
+};
+
+struct HeartbeatReply {
+  int64_t lease_expires_us = 0;
+  bool cancel_requested = false;  // the worker should checkpoint, stop and report kCancelled
+};
+
+// A lease that ExpireLeases took back.
+struct ExpiredLease {
+  int64_t run_id = 0;
+  int64_t attempt = 0;
+  std::string worker_id;
+  RunState new_state = RunState::kQueued;  // QUEUED, or FAILED when max_attempts were spent
+};
+
+// Result of `PRAGMA integrity_check` and `PRAGMA foreign_key_check`.
+struct IntegrityReport {
+  bool ok = false;
+  std::vector<std::string> problems;  // empty when ok
+};
+
+class RunStore {
+ public:
+  // Opens (creating or migrating) the database and starts the writer thread.
+  // FailedPrecondition when the file's schema is newer than this build; DataLoss when it is not a
+  // database; InvalidArgument for bad options.
+  static absl::StatusOr<std::unique_ptr<RunStore>> Open(const StoreOptions& options);
+  // Finishes every queued call, then closes.
+  ~RunStore();
+  RunStore(const RunStore&) = delete;
+  RunStore& operator=(const RunStore&) = delete;
+
+  // ---- Sweeps
+
+  // Writes the sweep and all its runs (QUEUED, or BLOCKED while a parent checkpoint is missing)
+  // with one event per run, in one transaction. The same client_request_id again returns the
+  // existing sweep with created = false, provided name and spec_text match (AlreadyExists if
+  // not). AlreadyExists when the name is taken; NotFound for an unknown parent_run_id;
+  // InvalidArgument for malformed runs (message names the run and the field).
+  absl::StatusOr<CreatedSweep> CreateSweep(const NewSweep& sweep, const Audit& audit);
+  // Cancels every run of the sweep that can be (see CancelRun) and marks it cancelled.
+  // Returns the number of runs that changed state or got a cancel request.
+  absl::StatusOr<int64_t> CancelSweep(const std::string& name, const Audit& audit);
+  // Resumes every CANCELLED or FAILED run of the sweep; returns how many.
+  absl::StatusOr<int64_t> ResumeSweep(const std::string& name, const Audit& audit);
+
+  // ---- Workers and leases
+
+  // Registers a worker or updates its device and memory (idempotent).
+  absl::Status RegisterWorker(const std::string& worker_id, const std::string& device,
+                              int64_t memory_bytes, int64_t now_us);
+  // Leases the highest-priority, then oldest QUEUED run whose memory estimate fits in
+  // device_memory_bytes to a registered worker: run -> LEASED, a new attempt row, lease until
+  // now + lease_ttl. nullopt when nothing fits. NotFound for an unregistered worker.
+  absl::StatusOr<std::optional<Claim>> ClaimNextRun(const std::string& worker_id,
+                                                    int64_t device_memory_bytes, int64_t now_us);
+  // LEASED -> RUNNING for the current attempt (the worker started training). Repeating it for a
+  // RUNNING attempt is a no-op. FailedPrecondition for a stale attempt or another state.
+  absl::Status MarkRunning(int64_t run_id, int64_t attempt, int64_t now_us);
+  // Extends the lease of the current attempt to now + lease_ttl. FailedPrecondition when
+  // `attempt` is not the run's current attempt or the run holds no lease (fencing).
+  absl::StatusOr<HeartbeatReply> Heartbeat(int64_t run_id, int64_t attempt, int64_t now_us);
+  // Takes back every lease that expired at or before now: attempt outcome LOST, run -> QUEUED
+  // (attempt budget left) or FAILED. One transaction, one event per run.
+  absl::StatusOr<std::vector<ExpiredLease>> ExpireLeases(int64_t now_us);
+  // Ends the current attempt as the worker reports (see AttemptOutcome; kLost is not accepted).
+  // kSucceeded needs RUNNING and fixes the final value of every metric (the value at the last
+  // step) and unblocks derived runs waiting for the parent's "final" checkpoint.
+  // FailedPrecondition for a stale attempt or a state that does not allow it.
+  absl::StatusOr<RunRecord> RecordAttemptOutcome(int64_t run_id, int64_t attempt,
+                                                 AttemptOutcome outcome, const Audit& audit);
+  // The largest memory of any registered worker; nullopt when none is registered. A QUEUED run
+  // whose estimate exceeds it waits for a bigger device.
+  absl::StatusOr<std::optional<int64_t>> MaxWorkerMemory();
+  absl::StatusOr<std::vector<WorkerRecord>> ListWorkers();
+
+  // ---- Metrics and checkpoints (fenced by attempt: the run must be LEASED or RUNNING under
+  // `attempt`, else FailedPrecondition and nothing is written)
+
+  // Appends a batch idempotently on (run, step, name): a point already stored is kept and the
+  // resent one ignored. Updates the run's summaries in the same transaction. Returns the highest
+  // step in the batch: every point up to it is acknowledged. InvalidArgument for an empty or
+  // oversized batch, a negative step or a bad name.
+  absl::StatusOr<int64_t> AppendMetrics(int64_t run_id, int64_t attempt,
+                                        std::vector<MetricPoint> points);
+  // As AppendMetrics, without waiting: many appends in flight share commits.
+  std::future<absl::StatusOr<int64_t>> AppendMetricsAsync(int64_t run_id, int64_t attempt,
+                                                          std::vector<MetricPoint> points);
+  // Records a checkpoint (and its artifact, content-addressed by sha256). The same step again
+  // points the checkpoint at the new artifact. Derived runs waiting for this step go QUEUED.
+  // InvalidArgument for a malformed sha256 or path; FailedPrecondition when the sha256 is already
+  // recorded with another size.
+  absl::StatusOr<CheckpointRecord> RecordCheckpoint(int64_t run_id, int64_t attempt,
+                                                    const NewCheckpoint& checkpoint,
+                                                    int64_t now_us);
+
+  // ---- User actions on runs
+
+  // QUEUED | BLOCKED | LEASED -> CANCELLED at once; RUNNING gets a cancel request (reported by
+  // the next Heartbeat) and turns CANCELLED when the worker reports kCancelled.
+  // FailedPrecondition for a finished run.
+  absl::StatusOr<RunRecord> CancelRun(int64_t run_id, const Audit& audit);
+  // CANCELLED | FAILED -> QUEUED (BLOCKED while its parent checkpoint is missing), with a fresh
+  // attempt budget.
+  absl::StatusOr<RunRecord> ResumeRun(int64_t run_id, const Audit& audit);
+  // SUCCEEDED -> QUEUED to train on to new_total_steps (> the current steps), resuming from its
+  // latest checkpoint. new_config_yaml is the re-resolved config (with the new steps); it
+  // replaces the stored one, and params["steps"] follows.
+  absl::StatusOr<RunRecord> ExtendRun(int64_t run_id, int64_t new_total_steps,
+                                      const std::string& new_config_yaml, const Audit& audit);
+
+  // ---- Queries (each one consistent snapshot)
+
+  absl::StatusOr<SweepRecord> GetSweep(const std::string& name);
+  absl::StatusOr<std::vector<SweepRecord>> ListSweeps();  // by id
+  absl::StatusOr<RunRecord> GetRun(int64_t run_id);
+  absl::StatusOr<std::vector<RunRecord>> ListRuns(const RunFilter& filter);       // by id
+  absl::StatusOr<std::vector<AttemptRecord>> ListAttempts(int64_t run_id);        // by attempt
+  absl::StatusOr<std::vector<EventRecord>> RunEvents(int64_t run_id);             // oldest first
+  absl::StatusOr<std::vector<MetricSummary>> RunSummaries(int64_t run_id);        // by name
+  absl::StatusOr<std::vector<CheckpointRecord>> ListCheckpoints(int64_t run_id);  // by step
+  absl::StatusOr<std::optional<CheckpointRecord>> LatestCheckpoint(int64_t run_id);
+
+  // The results layer (store/results.h). NotFound when the metric was never logged, or when
+  // nothing matched and a config key occurs in no run (a misspelt key).
+  absl::StatusOr<PivotTable> Pivot(const PivotRequest& request);
+  // InvalidArgument for duplicate labels or a baseline that is not a group; FailedPrecondition
+  // when the baseline group matches no run with the metric.
+  absl::StatusOr<std::vector<AblationRow>> Ablation(const AblationRequest& request);
+  absl::StatusOr<Series> MetricSeries(const SeriesRequest& request);
+  absl::StatusOr<StageComparison> CompareStages(const StageComparisonRequest& request);
+
+  // ---- Administration
+
+  // Online backup with SQLite's backup API from a reader's snapshot: writers go on meanwhile, the
+  // copy is consistent as of the start. Writes dest_path atomically (temporary file + rename).
+  // AlreadyExists when dest_path exists.
+  absl::Status Backup(const std::string& dest_path);
+  // PRAGMA integrity_check and foreign_key_check on a reader connection.
+  absl::StatusOr<IntegrityReport> IntegrityCheck();
+
+  const StoreOptions& options() const { return options_; }
+
+ private:
+  RunStore(StoreOptions options, std::unique_ptr<internal::Writer> writer,
+           std::unique_ptr<internal::ReaderPool> readers);
+
+  // Constant after construction.
+  const StoreOptions options_;
+  std::unique_ptr<internal::Writer> writer_;
+  std::unique_ptr<internal::ReaderPool> readers_;
+};
+
+// The same two admin operations on a database file that no RunStore in this process has open
+// (`cart admin backup/check`): the file is opened read-only and never migrated. NotFound when
+// db_path does not exist.
+absl::Status BackupDatabase(const std::string& db_path, const std::string& dest_path);
+absl::StatusOr<IntegrityReport> CheckDatabase(const std::string& db_path);
+
+}  // namespace cart::store

@@ -1,0 +1,83 @@
+#include "store/types.h"
+
+#include <array>
+#include <utility>
+
+namespace cart::store {
+namespace {
+
+constexpr std::array<std::pair<RunState, std::string_view>, 7> kStateNames = {{
+    {RunState::kQueued, "QUEUED"},
+    {RunState::kBlocked, "BLOCKED"},
+    {RunState::kLeased, "LEASED"},
+    {RunState::kRunning, "RUNNING"},
+    {RunState::kSucceeded, "SUCCEEDED"},
+    {RunState::kFailed, "FAILED"},
+    {RunState::kCancelled, "CANCELLED"},
+}};
+
+constexpr std::array<std::pair<AttemptOutcome, std::string_view>, 5> kOutcomeNames = {{
+    {AttemptOutcome::kSucceeded, "SUCCEEDED"},
+    {AttemptOutcome::kFailed, "FAILED"},
+    {AttemptOutcome::kCancelled, "CANCELLED"},
+    {AttemptOutcome::kLost, "LOST"},
+    {AttemptOutcome::kReleased, "RELEASED"},
+}};
+
+template <typename Enum, size_t N>
+std::string_view NameOf(const std::array<std::pair<Enum, std::string_view>, N>& names, Enum e) {
+  for (const auto& [value, name] : names) {
+    if (value == e) return name;
+  }
+  return "UNKNOWN";
+}
+
+template <typename Enum, size_t N>
+std::optional<Enum> Parse(const std::array<std::pair<Enum, std::string_view>, N>& names,
+                          std::string_view text) {
+  for (const auto& [value, name] : names) {
+    if (name == text) return value;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::string_view RunStateName(RunState state) { return NameOf(kStateNames, state); }
+
+std::optional<RunState> ParseRunState(std::string_view name) { return Parse(kStateNames, name); }
+
+std::string_view AttemptOutcomeName(AttemptOutcome outcome) {
+  return NameOf(kOutcomeNames, outcome);
+}
+
+std::optional<AttemptOutcome> ParseAttemptOutcome(std::string_view name) {
+  return Parse(kOutcomeNames, name);
+}
+
+bool IsTerminal(RunState state) {
+  return state == RunState::kSucceeded || state == RunState::kFailed ||
+         state == RunState::kCancelled;
+}
+
+bool IsLegalTransition(RunState from, RunState to) {
+  using S = RunState;
+  switch (from) {
+    case S::kQueued:
+      return to == S::kLeased || to == S::kCancelled;
+    case S::kBlocked:
+      return to == S::kQueued || to == S::kCancelled;
+    case S::kLeased:
+      return to == S::kRunning || to == S::kQueued || to == S::kFailed || to == S::kCancelled;
+    case S::kRunning:
+      return to == S::kSucceeded || to == S::kFailed || to == S::kCancelled || to == S::kQueued;
+    case S::kSucceeded:
+      return to == S::kQueued;
+    case S::kFailed:
+    case S::kCancelled:
+      return to == S::kQueued || to == S::kBlocked;
+  }
+  return false;
+}
+
+}  // namespace cart::store

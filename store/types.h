@@ -1,0 +1,195 @@
+#pragma once
+
+// Plain records that go in and out of the store. Timestamps are Unix time in microseconds
+// (int64), memory in bytes, steps are optimizer steps counted from 0.
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace cart::store {
+
+// A run's lifecycle (DESIGN.md "Run states"):
+//   QUEUED -> LEASED -> RUNNING -> SUCCEEDED | FAILED | CANCELLED
+//   BLOCKED -> QUEUED          when the parent's checkpoint exists
+//   LEASED | RUNNING -> QUEUED on a lost or released lease (FAILED once max_attempts are spent)
+//   CANCELLED | FAILED -> QUEUED (or BLOCKED while the parent checkpoint is missing) on resume
+//   SUCCEEDED -> QUEUED        on extend
+// plus QUEUED | BLOCKED | LEASED -> CANCELLED on cancel.
+enum class RunState { kQueued, kBlocked, kLeased, kRunning, kSucceeded, kFailed, kCancelled };
+
+// "QUEUED", "BLOCKED", ... (the spelling stored in the database and shown to users).
+std::string_view RunStateName(RunState state);
+// Inverse of RunStateName; nullopt for anything else (case-sensitive).
+std::optional<RunState> ParseRunState(std::string_view name);
+// Whether the lifecycle above allows from -> to.
+bool IsLegalTransition(RunState from, RunState to);
+// SUCCEEDED, FAILED, CANCELLED.
+bool IsTerminal(RunState state);
+
+// How an attempt ended. kLost is set by ExpireLeases; the others are reported by the worker.
+enum class AttemptOutcome {
+  kSucceeded,  // run -> SUCCEEDED; final metric values are fixed
+  kFailed,     // run -> FAILED (a bug or a diverged run: retrying would fail the same way)
+  kCancelled,  // the worker obeyed a cancel request: run -> CANCELLED
+  kLost,       // lease expired: run -> QUEUED, or FAILED after max_attempts
+  kReleased,   // the worker handed the run back (drain, shutdown): run -> QUEUED, not counted
+};
+std::string_view AttemptOutcomeName(AttemptOutcome outcome);  // "SUCCEEDED", ..., "RELEASED"
+std::optional<AttemptOutcome> ParseAttemptOutcome(std::string_view name);
+
+// Who made a change, when and why: every state change writes these into an event row.
+struct Audit {
+  int64_t at_us = 0;  // Unix time, microseconds
+  std::string who;    // "user:alice", "worker:box3-gpu0", "scheduler"; must not be empty
+  std::string why;    // free text for the run's history; may be empty
+};
+
+// One run of a new sweep, as the scheduler resolved it.
+struct NewRun {
+  // Unique within the sweep, e.g. "d512-R6-P6-s42". 1..200 characters.
+  std::string name;
+  // The full resolved run config (YAML), stored verbatim.
+  std::string config_yaml;
+  // Every config key of the run -> its value as text (MODEL_SPEC.md §9 keys). Must contain "d",
+  // "seed" and "steps" as integers; "R" and "P", when present, as integers. These five are also
+  // copied into dedicated columns.
+  std::map<std::string, std::string> params;
+  int64_t stored_params = 0;          // parameter count as stored
+  int64_t effective_params = 0;       // parameter count as computed (loops unrolled)
+  int64_t memory_estimate_bytes = 0;  // training memory the run needs on a device
+  std::optional<int64_t> priority;    // default: the sweep's priority; higher runs first
+  int max_attempts = 3;               // leases a run may lose before it FAILS; >= 1
+  // A derived job (variable-R eval, fine-tune, extension) names its parent: either a run earlier
+  // in the same request (parent_name) or an existing run (parent_run_id), not both, and the
+  // parent checkpoint it starts from: "final" or a step number. It stays BLOCKED until the
+  // parent has that checkpoint ("final": the parent succeeded and has a checkpoint).
+  std::string parent_name;
+  std::optional<int64_t> parent_run_id;
+  std::string parent_checkpoint;
+};
+
+struct NewSweep {
+  std::string name;               // unique; letters, digits, '.', '_', '-'; 1..128 characters
+  std::string client_request_id;  // idempotency key: a resubmission returns the first sweep
+  std::string spec_text;          // the sweep spec as submitted, stored verbatim
+  int64_t priority = 0;
+  std::vector<NewRun> runs;  // 1..StoreOptions::max_runs_per_sweep
+};
+
+struct SweepRecord {
+  int64_t id = 0;
+  std::string name;
+  std::string client_request_id;
+  std::string spec_text;
+  bool cancelled = false;  // CancelSweep was the last sweep-wide action
+  int64_t priority = 0;
+  std::string created_by;
+  int64_t created_us = 0;
+  std::map<RunState, int64_t> run_counts;  // runs per state; states with no runs are absent
+};
+
+struct CreatedSweep {
+  SweepRecord sweep;
+  std::vector<int64_t> run_ids;  // in the order of NewSweep::runs
+  bool created = false;          // false: the request id was seen before, nothing was written
+};
+
+struct RunRecord {
+  int64_t id = 0;
+  int64_t sweep_id = 0;
+  std::string sweep_name;
+  std::string name;
+  std::string config_yaml;
+  std::map<std::string, std::string> params;
+  int64_t d = 0;
+  std::optional<int64_t> r;
+  std::optional<int64_t> p;
+  int64_t seed = 0;
+  int64_t steps = 0;  // total optimizer steps the run trains for (raised by ExtendRun)
+  int64_t stored_params = 0;
+  int64_t effective_params = 0;
+  int64_t memory_estimate_bytes = 0;
+  RunState state = RunState::kQueued;
+  int64_t priority = 0;
+  int64_t attempt = 0;  // number of the latest attempt (the fencing token); 0: never leased
+  int max_attempts = 0;
+  // Attempts that still count against max_attempts: attempt minus those before the last resume or
+  // extend and those released by a worker.
+  int64_t attempts_counted = 0;
+  bool cancel_requested = false;
+  std::optional<int64_t> parent_run_id;
+  std::string parent_checkpoint;  // "final", a step, or empty
+  int64_t created_us = 0;
+  int64_t updated_us = 0;
+};
+
+struct AttemptRecord {
+  int64_t run_id = 0;
+  int64_t attempt = 0;
+  std::string worker_id;
+  int64_t leased_us = 0;
+  int64_t lease_expires_us = 0;
+  std::optional<int64_t> started_us;
+  std::optional<int64_t> ended_us;
+  std::optional<AttemptOutcome> outcome;  // nullopt while the attempt holds its lease
+  std::string reason;
+};
+
+struct CheckpointRecord {
+  int64_t run_id = 0;
+  int64_t step = 0;
+  int64_t attempt = 0;
+  std::string sha256;  // 64 lowercase hex digits: the artifact's name
+  int64_t size_bytes = 0;
+  std::string path;  // relative to the artifact store's root
+  int64_t created_us = 0;
+};
+
+struct NewCheckpoint {
+  int64_t step = 0;
+  std::string sha256;  // 64 lowercase hex digits
+  int64_t size_bytes = 0;
+  std::string path;  // relative, no ".." component
+};
+
+struct WorkerRecord {
+  std::string id;
+  std::string device;
+  int64_t memory_bytes = 0;
+  int64_t registered_us = 0;
+  int64_t last_seen_us = 0;
+};
+
+struct EventRecord {
+  int64_t id = 0;
+  std::optional<int64_t> run_id;
+  std::optional<int64_t> sweep_id;
+  std::string from_state;  // empty for a creation
+  std::string to_state;    // a RunState name, or for sweeps "ACTIVE"/"CANCELLED"
+  std::string who;
+  int64_t at_us = 0;
+  std::string why;
+};
+
+struct MetricPoint {
+  int64_t step = 0;
+  std::string name;  // 1..128 characters, e.g. "train/loss", "val/wiki/ppl", "rho"
+  double value = 0;  // NaN is kept (stored as NULL)
+  int64_t wall_time_us = 0;
+};
+
+// A run's latest (and, once it succeeded, final) value of one metric.
+struct MetricSummary {
+  std::string name;
+  int64_t latest_step = 0;
+  double latest_value = 0;
+  int64_t latest_wall_time_us = 0;
+  std::optional<int64_t> final_step;
+  std::optional<double> final_value;
+};
+
+}  // namespace cart::store

@@ -1,0 +1,537 @@
+// RunStore's domain API: sweeps, leases and fencing, the run lifecycle with its events, metrics and
+// checkpoints.
+
+#include "store/run_store.h"
+
+#include <utility>
+
+#include "common/clock.h"
+#include "common/strings.h"
+#include "tests/store/store_fixture.h"
+#include "tests/support/test_support.h"
+
+namespace cart::store {
+namespace {
+
+using ::cart::store::testing::By;
+using ::cart::store::testing::kGiB;
+using ::cart::store::testing::kT0;
+using ::cart::store::testing::MakeRun;
+using ::cart::store::testing::MakeSweep;
+using ::cart::store::testing::OpenStore;
+using ::cart::store::testing::PointsAt;
+using ::cart::testing::IsOk;
+using ::cart::testing::StatusIs;
+using ::cart::testing::TempDir;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::Pair;
+
+constexpr int64_t kSecond = 1'000'000;
+const std::string kSha1(64, 'a');
+const std::string kSha2(64, 'b');
+
+class RunStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    store_ = OpenStore(dir_.File("cart.db"));
+    ASSERT_NE(store_, nullptr);
+    CART_ASSERT_OK(store_->RegisterWorker("w1", "RTX 3050", 8 * kGiB, kT0));
+  }
+
+  // Creates a one-run sweep and returns the run id.
+  int64_t CreateOne(const std::string& sweep, NewRun run) {
+    auto created = store_->CreateSweep(MakeSweep(sweep, {std::move(run)}), By("user:a", kT0));
+    EXPECT_TRUE(created.ok()) << created.status();
+    return created.ok() ? created->run_ids.at(0) : -1;
+  }
+
+  // Claims with w1 and expects `run_id`.
+  Claim ClaimExpecting(int64_t run_id, int64_t now_us) {
+    auto claim = store_->ClaimNextRun("w1", 8 * kGiB, now_us);
+    EXPECT_TRUE(claim.ok()) << claim.status();
+    EXPECT_TRUE(claim.ok() && claim->has_value());
+    if (!claim.ok() || !claim->has_value()) return Claim{};
+    EXPECT_EQ((*claim)->run.id, run_id);
+    return **claim;
+  }
+
+  std::vector<std::pair<std::string, std::string>> Transitions(int64_t run_id) {
+    auto events = store_->RunEvents(run_id);
+    EXPECT_TRUE(events.ok()) << events.status();
+    std::vector<std::pair<std::string, std::string>> out;
+    for (const EventRecord& e : *events) out.emplace_back(e.from_state, e.to_state);
+    return out;
+  }
+
+  TempDir dir_;
+  std::unique_ptr<RunStore> store_;
+};
+
+TEST_F(RunStoreTest, CreateSweepWritesEveryRunQueuedWithItsConfigAndAnEvent) {
+  NewRun a = MakeRun("d256-R6", {{"d", "256"}, {"R", "6"}, {"P", "6"}, {"seed", "137"}});
+  NewRun b = MakeRun("d512-R8", {{"d", "512"}, {"R", "8"}, {"P", "6"}, {"kv", "recompute"}});
+  CART_ASSERT_OK_AND_ASSIGN(CreatedSweep created,
+                            store_->CreateSweep(MakeSweep("stage2", {a, b}, 3), By("user:a", kT0)));
+  EXPECT_TRUE(created.created);
+  ASSERT_EQ(created.run_ids.size(), 2u);
+  EXPECT_EQ(created.sweep.name, "stage2");
+  EXPECT_THAT(created.sweep.run_counts, ElementsAre(Pair(RunState::kQueued, 2)));
+
+  CART_ASSERT_OK_AND_ASSIGN(RunRecord run, store_->GetRun(created.run_ids[1]));
+  EXPECT_EQ(run.name, "d512-R8");
+  EXPECT_EQ(run.sweep_name, "stage2");
+  EXPECT_EQ(run.d, 512);
+  EXPECT_EQ(run.r, std::optional<int64_t>(8));
+  EXPECT_EQ(run.p, std::optional<int64_t>(6));
+  EXPECT_EQ(run.seed, 42);
+  EXPECT_EQ(run.steps, 1000);
+  EXPECT_EQ(run.priority, 3);  // the sweep's
+  EXPECT_EQ(run.params.at("kv"), "recompute");
+  EXPECT_EQ(run.config_yaml, b.config_yaml);
+  EXPECT_EQ(run.effective_params, 17'970'000);
+  EXPECT_EQ(run.state, RunState::kQueued);
+  EXPECT_EQ(run.attempt, 0);
+  EXPECT_THAT(Transitions(run.id), ElementsAre(Pair("", "QUEUED")));
+}
+
+TEST_F(RunStoreTest, SameRequestIdReturnsTheExistingSweepInsteadOfADuplicate) {
+  NewSweep sweep = MakeSweep("s", {MakeRun("a", {}), MakeRun("b", {})});
+  CART_ASSERT_OK_AND_ASSIGN(CreatedSweep first, store_->CreateSweep(sweep, By("user:a", kT0)));
+  CART_ASSERT_OK_AND_ASSIGN(CreatedSweep again, store_->CreateSweep(sweep, By("user:a", kT0 + 1)));
+  EXPECT_FALSE(again.created);
+  EXPECT_EQ(again.sweep.id, first.sweep.id);
+  EXPECT_EQ(again.run_ids, first.run_ids);
+  CART_ASSERT_OK_AND_ASSIGN(auto runs, store_->ListRuns(RunFilter{}));
+  EXPECT_EQ(runs.size(), 2u);
+
+  NewSweep changed = sweep;
+  changed.spec_text = "something else";
+  EXPECT_THAT(store_->CreateSweep(changed, By("user:a", kT0)),
+              StatusIs(absl::StatusCode::kAlreadyExists, HasSubstr("req-s")));
+  NewSweep other_request = sweep;
+  other_request.client_request_id = "req-2";
+  EXPECT_THAT(store_->CreateSweep(other_request, By("user:a", kT0)),
+              StatusIs(absl::StatusCode::kAlreadyExists, HasSubstr("sweep 's' already exists")));
+}
+
+TEST_F(RunStoreTest, MalformedSweepIsRejectedWithTheRunAndFieldNamedAndNothingWritten) {
+  NewRun no_d = MakeRun("x", {});
+  no_d.params.erase("d");
+  EXPECT_THAT(store_->CreateSweep(MakeSweep("s", {no_d}), By("user:a", kT0)),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("run 'x' of sweep 's'")));
+  EXPECT_THAT(store_->CreateSweep(MakeSweep("s", {MakeRun("x", {{"R", "six"}})}), By("u", kT0)),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("'R' = 'six'")));
+  EXPECT_THAT(
+      store_->CreateSweep(MakeSweep("s", {MakeRun("x", {}), MakeRun("x", {})}), By("u", kT0)),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("two runs named 'x'")));
+  EXPECT_THAT(store_->CreateSweep(MakeSweep("bad name!", {MakeRun("x", {})}), By("u", kT0)),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("bad name!")));
+  NewRun orphan = MakeRun("child", {});
+  orphan.parent_run_id = 999;
+  orphan.parent_checkpoint = "final";
+  EXPECT_THAT(store_->CreateSweep(MakeSweep("s", {MakeRun("ok", {}), orphan}), By("u", kT0)),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("parent run 999")));
+  CART_ASSERT_OK_AND_ASSIGN(auto sweeps, store_->ListSweeps());
+  EXPECT_TRUE(sweeps.empty()) << "a failed CreateSweep must leave nothing behind";
+  CART_ASSERT_OK_AND_ASSIGN(auto runs, store_->ListRuns(RunFilter{}));
+  EXPECT_TRUE(runs.empty());
+}
+
+TEST_F(RunStoreTest, ClaimTakesHighestPriorityThenOldestRunThatFitsTheDevice) {
+  CART_ASSERT_OK_AND_ASSIGN(
+      auto low,
+      store_->CreateSweep(MakeSweep("low", {MakeRun("old", {}, 2 * kGiB)}, 0), By("u", kT0)));
+  CART_ASSERT_OK_AND_ASSIGN(
+      auto high,
+      store_->CreateSweep(
+          MakeSweep("high", {MakeRun("big", {}, 20 * kGiB), MakeRun("small", {}, 4 * kGiB)}, 5),
+          By("u", kT0 + kSecond)));
+  // 8 GiB device: the big high-priority run does not fit; the small one does and goes first.
+  Claim first = ClaimExpecting(high.run_ids[1], kT0 + 2 * kSecond);
+  EXPECT_EQ(first.attempt, 1);
+  EXPECT_EQ(first.run.state, RunState::kLeased);
+  EXPECT_EQ(first.lease_expires_us, kT0 + 2 * kSecond + 60 * kSecond);
+  ClaimExpecting(low.run_ids[0], kT0 + 2 * kSecond);
+  CART_ASSERT_OK_AND_ASSIGN(auto none, store_->ClaimNextRun("w1", 8 * kGiB, kT0));
+  EXPECT_FALSE(none.has_value()) << "the 20 GiB run must not go to an 8 GiB device";
+  // Why is it still queued: no registered worker is big enough.
+  CART_ASSERT_OK_AND_ASSIGN(auto biggest, store_->MaxWorkerMemory());
+  EXPECT_EQ(biggest, std::optional<int64_t>(8 * kGiB));
+  CART_ASSERT_OK(store_->RegisterWorker("w2", "RTX 3090", 24 * kGiB, kT0));
+  CART_ASSERT_OK_AND_ASSIGN(auto big, store_->ClaimNextRun("w2", 24 * kGiB, kT0));
+  ASSERT_TRUE(big.has_value());
+  EXPECT_EQ(big->run.id, high.run_ids[0]);
+}
+
+TEST_F(RunStoreTest, ClaimByAnUnregisteredWorkerIsNotFound) {
+  CreateOne("s", MakeRun("a", {}));
+  EXPECT_THAT(store_->ClaimNextRun("ghost", 8 * kGiB, kT0),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("'ghost'")));
+  CART_ASSERT_OK_AND_ASSIGN(RunRecord run, store_->GetRun(1));
+  EXPECT_EQ(run.state, RunState::kQueued);
+}
+
+TEST_F(RunStoreTest, ExpiredLeaseRequeuesRunFromLatestCheckpointAndFencesTheOldAttempt) {
+  FakeClock clock(absl::FromUnixMicros(kT0));
+  auto now = [&] { return absl::ToUnixMicros(clock.Now()); };
+  const int64_t id = CreateOne("s", MakeRun("a", {}));
+  Claim claim = ClaimExpecting(id, now());
+  CART_ASSERT_OK(store_->MarkRunning(id, claim.attempt, now()));
+  CART_ASSERT_OK(
+      store_->RecordCheckpoint(id, claim.attempt, {500, kSha1, 1234, "aa/ckpt-500"}, now()));
+  clock.Advance(absl::Seconds(30));
+  CART_ASSERT_OK_AND_ASSIGN(HeartbeatReply beat, store_->Heartbeat(id, claim.attempt, now()));
+  EXPECT_EQ(beat.lease_expires_us, now() + 60 * kSecond);
+  EXPECT_FALSE(beat.cancel_requested);
+
+  clock.Advance(absl::Seconds(59));  // 89 s after the claim: the heartbeat kept it alive
+  CART_ASSERT_OK_AND_ASSIGN(auto expired, store_->ExpireLeases(now()));
+  EXPECT_TRUE(expired.empty());
+  clock.Advance(absl::Seconds(2));  // the worker went silent 61 s ago
+  CART_ASSERT_OK_AND_ASSIGN(expired, store_->ExpireLeases(now()));
+  ASSERT_EQ(expired.size(), 1u);
+  EXPECT_EQ(expired[0].run_id, id);
+  EXPECT_EQ(expired[0].new_state, RunState::kQueued);
+  EXPECT_EQ(expired[0].worker_id, "w1");
+
+  // The old attempt is fenced off everywhere.
+  EXPECT_THAT(store_->Heartbeat(id, claim.attempt, now()),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr(StrCat("attempt 1 of run ", id, " is stale (run is QUEUED"))));
+  EXPECT_THAT(store_->AppendMetrics(id, claim.attempt, PointsAt(600, {{"loss", 1.0}})),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("stale")));
+  EXPECT_THAT(store_->RecordCheckpoint(id, claim.attempt, {600, kSha2, 1, "bb/c"}, now()),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("stale")));
+
+  Claim again = ClaimExpecting(id, now());
+  EXPECT_EQ(again.attempt, 2);
+  ASSERT_TRUE(again.resume_from.has_value());
+  EXPECT_EQ(again.resume_from->step, 500);
+  EXPECT_EQ(again.resume_from->sha256, kSha1);
+  EXPECT_EQ(again.resume_from->path, "aa/ckpt-500");
+  // A report of attempt 1 now still fails: the run holds a lease, but for attempt 2.
+  EXPECT_THAT(store_->Heartbeat(id, 1, now()),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("current attempt 2")));
+  CART_ASSERT_OK_AND_ASSIGN(auto attempts, store_->ListAttempts(id));
+  ASSERT_EQ(attempts.size(), 2u);
+  EXPECT_EQ(attempts[0].outcome, std::optional<AttemptOutcome>(AttemptOutcome::kLost));
+  EXPECT_EQ(attempts[1].outcome, std::nullopt);
+  EXPECT_THAT(Transitions(id),
+              ElementsAre(Pair("", "QUEUED"), Pair("QUEUED", "LEASED"), Pair("LEASED", "RUNNING"),
+                          Pair("RUNNING", "QUEUED"), Pair("QUEUED", "LEASED")));
+}
+
+TEST_F(RunStoreTest, LosingMoreLeasesThanMaxAttemptsFailsTheRunAndResumeGivesAFreshBudget) {
+  NewRun run = MakeRun("a", {});
+  run.max_attempts = 2;
+  const int64_t id = CreateOne("s", run);
+  int64_t now = kT0;
+  for (int i = 0; i < 2; ++i) {
+    ClaimExpecting(id, now);
+    now += 61 * kSecond;
+    CART_ASSERT_OK_AND_ASSIGN(auto expired, store_->ExpireLeases(now));
+    ASSERT_EQ(expired.size(), 1u);
+    EXPECT_EQ(expired[0].new_state, i == 0 ? RunState::kQueued : RunState::kFailed);
+  }
+  CART_ASSERT_OK_AND_ASSIGN(RunRecord failed, store_->GetRun(id));
+  EXPECT_EQ(failed.state, RunState::kFailed);
+  CART_ASSERT_OK_AND_ASSIGN(auto events, store_->RunEvents(id));
+  EXPECT_THAT(events.back().why, HasSubstr("2 of 2 attempts spent"));
+  EXPECT_EQ(events.back().who, "scheduler");
+
+  CART_ASSERT_OK_AND_ASSIGN(RunRecord resumed, store_->ResumeRun(id, By("user:a", now, "retry")));
+  EXPECT_EQ(resumed.state, RunState::kQueued);
+  EXPECT_EQ(resumed.attempts_counted, 0);
+  Claim third = ClaimExpecting(id, now);
+  EXPECT_EQ(third.attempt, 3);  // the fencing token keeps growing
+}
+
+TEST_F(RunStoreTest, ReleasedLeaseGoesBackToTheQueueWithoutSpendingAnAttempt) {
+  NewRun run = MakeRun("a", {});
+  run.max_attempts = 1;
+  const int64_t id = CreateOne("s", run);
+  Claim first = ClaimExpecting(id, kT0);
+  CART_ASSERT_OK_AND_ASSIGN(
+      RunRecord released, store_->RecordAttemptOutcome(id, first.attempt, AttemptOutcome::kReleased,
+                                                       By("worker:w1", kT0, "draining")));
+  EXPECT_EQ(released.state, RunState::kQueued);
+  EXPECT_EQ(released.attempts_counted, 0);
+  ClaimExpecting(id, kT0);
+  CART_ASSERT_OK_AND_ASSIGN(auto expired, store_->ExpireLeases(kT0 + 61 * kSecond));
+  ASSERT_EQ(expired.size(), 1u);
+  EXPECT_EQ(expired[0].new_state, RunState::kFailed) << "max_attempts = 1, one lease lost";
+}
+
+TEST_F(RunStoreTest, IllegalTransitionsAreFailedPreconditionNamingTheRunAndItsState) {
+  const int64_t id = CreateOne("s", MakeRun("a", {}));
+  const std::string run = StrCat("run ", id, " is ");
+  EXPECT_THAT(store_->ResumeRun(id, By("u", kT0)),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr(run + "QUEUED")));
+  EXPECT_THAT(store_->ExtendRun(id, 5000, "steps: 5000", By("u", kT0)),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr(run + "QUEUED")));
+  Claim claim = ClaimExpecting(id, kT0);
+  EXPECT_THAT(store_->RecordAttemptOutcome(id, claim.attempt, AttemptOutcome::kSucceeded,
+                                           By("worker:w1", kT0)),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr(run + "LEASED")));
+  EXPECT_THAT(
+      store_->RecordAttemptOutcome(id, claim.attempt, AttemptOutcome::kLost, By("worker:w1", kT0)),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("LOST")));
+  CART_ASSERT_OK(store_->MarkRunning(id, claim.attempt, kT0));
+  CART_ASSERT_OK(store_->MarkRunning(id, claim.attempt, kT0));  // repeated: no-op
+  CART_ASSERT_OK(store_->RecordAttemptOutcome(id, claim.attempt, AttemptOutcome::kSucceeded,
+                                              By("worker:w1", kT0)));
+  EXPECT_THAT(store_->CancelRun(id, By("u", kT0)),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr(run + "SUCCEEDED")));
+  EXPECT_THAT(store_->MarkRunning(id, claim.attempt, kT0),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("SUCCEEDED")));
+  EXPECT_THAT(store_->GetRun(12345), StatusIs(absl::StatusCode::kNotFound, HasSubstr("12345")));
+  EXPECT_THAT(store_->CancelRun(12345, By("u", kT0)),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("run 12345")));
+}
+
+TEST_F(RunStoreTest, CancelIsImmediateWhenQueuedAndRequestedFromTheWorkerWhenRunning) {
+  const int64_t queued = CreateOne("s1", MakeRun("a", {}));
+  CART_ASSERT_OK_AND_ASSIGN(RunRecord cancelled,
+                            store_->CancelRun(queued, By("user:a", kT0, "wrong lr")));
+  EXPECT_EQ(cancelled.state, RunState::kCancelled);
+
+  const int64_t running = CreateOne("s2", MakeRun("b", {}));
+  Claim claim = ClaimExpecting(running, kT0);
+  CART_ASSERT_OK(store_->MarkRunning(running, claim.attempt, kT0));
+  CART_ASSERT_OK_AND_ASSIGN(RunRecord requested,
+                            store_->CancelRun(running, By("user:a", kT0, "stop")));
+  EXPECT_EQ(requested.state, RunState::kRunning);
+  EXPECT_TRUE(requested.cancel_requested);
+  CART_ASSERT_OK_AND_ASSIGN(HeartbeatReply beat, store_->Heartbeat(running, claim.attempt, kT0));
+  EXPECT_TRUE(beat.cancel_requested);
+  CART_ASSERT_OK_AND_ASSIGN(RunRecord done, store_->RecordAttemptOutcome(
+                                                running, claim.attempt, AttemptOutcome::kCancelled,
+                                                By("worker:w1", kT0, "checkpointed")));
+  EXPECT_EQ(done.state, RunState::kCancelled);
+  CART_ASSERT_OK_AND_ASSIGN(RunRecord resumed, store_->ResumeRun(running, By("user:a", kT0)));
+  EXPECT_EQ(resumed.state, RunState::kQueued);
+  EXPECT_FALSE(resumed.cancel_requested);
+  EXPECT_THAT(Transitions(running),
+              ElementsAre(Pair("", "QUEUED"), Pair("QUEUED", "LEASED"), Pair("LEASED", "RUNNING"),
+                          Pair("RUNNING", "RUNNING"), Pair("RUNNING", "CANCELLED"),
+                          Pair("CANCELLED", "QUEUED")));
+  CART_ASSERT_OK_AND_ASSIGN(auto events, store_->RunEvents(running));
+  EXPECT_EQ(events[3].why, "cancel requested: stop");
+  EXPECT_EQ(events[3].who, "user:a");
+}
+
+TEST_F(RunStoreTest, ExtendRequeuesASucceededRunWithMoreStepsFromItsFinalCheckpoint) {
+  const int64_t id = CreateOne("s", MakeRun("a", {}));
+  Claim claim = ClaimExpecting(id, kT0);
+  CART_ASSERT_OK(store_->MarkRunning(id, claim.attempt, kT0));
+  CART_ASSERT_OK(store_->RecordCheckpoint(id, claim.attempt, {1000, kSha1, 10, "a/final"}, kT0));
+  CART_ASSERT_OK(store_->RecordAttemptOutcome(id, claim.attempt, AttemptOutcome::kSucceeded,
+                                              By("worker:w1", kT0)));
+  EXPECT_THAT(store_->ExtendRun(id, 1000, "steps: 1000", By("user:a", kT0)),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("already trains for 1000")));
+  CART_ASSERT_OK_AND_ASSIGN(
+      RunRecord extended, store_->ExtendRun(id, 3000, "d: 256\nsteps: 3000\n", By("user:a", kT0)));
+  EXPECT_EQ(extended.state, RunState::kQueued);
+  EXPECT_EQ(extended.steps, 3000);
+  EXPECT_EQ(extended.params.at("steps"), "3000");
+  EXPECT_EQ(extended.config_yaml, "d: 256\nsteps: 3000\n");
+  Claim resumed = ClaimExpecting(id, kT0);
+  ASSERT_TRUE(resumed.resume_from.has_value());
+  EXPECT_EQ(resumed.resume_from->step, 1000);
+  CART_ASSERT_OK_AND_ASSIGN(auto events, store_->RunEvents(id));
+  EXPECT_THAT(events[events.size() - 2].why, HasSubstr("extend from 1000 to 3000 steps"));
+}
+
+TEST_F(RunStoreTest, MetricAppendIsIdempotentAndKeepsTheSummaryInStep) {
+  const int64_t id = CreateOne("s", MakeRun("a", {}));
+  Claim claim = ClaimExpecting(id, kT0);
+  CART_ASSERT_OK(store_->MarkRunning(id, claim.attempt, kT0));
+  std::vector<MetricPoint> batch;
+  for (int64_t step = 0; step < 10; ++step) {
+    batch.push_back({step, "loss", 10.0 - step, kT0 + step});
+    batch.push_back({step, "lr", 1e-3, kT0 + step});
+  }
+  CART_ASSERT_OK_AND_ASSIGN(int64_t acked, store_->AppendMetrics(id, claim.attempt, batch));
+  EXPECT_EQ(acked, 9);
+  // A reconnecting worker resends steps 5..9 (with different values, to prove they are ignored).
+  std::vector<MetricPoint> resend;
+  for (int64_t step = 5; step < 10; ++step) resend.push_back({step, "loss", -1.0, kT0});
+  CART_ASSERT_OK_AND_ASSIGN(acked, store_->AppendMetrics(id, claim.attempt, resend));
+  EXPECT_EQ(acked, 9);
+
+  SeriesRequest all{id, "loss", 0, std::nullopt, std::nullopt};
+  CART_ASSERT_OK_AND_ASSIGN(Series series, store_->MetricSeries(all));
+  ASSERT_EQ(series.total_points, 10);
+  for (int64_t step = 0; step < 10; ++step) {
+    EXPECT_EQ(series.points[step].step, step);
+    EXPECT_EQ(series.points[step].value, 10.0 - step);
+  }
+  CART_ASSERT_OK_AND_ASSIGN(auto summaries, store_->RunSummaries(id));
+  ASSERT_EQ(summaries.size(), 2u);
+  EXPECT_EQ(summaries[0].name, "loss");
+  EXPECT_EQ(summaries[0].latest_step, 9);
+  EXPECT_EQ(summaries[0].latest_value, 1.0);
+  EXPECT_EQ(summaries[0].final_value, std::nullopt);
+
+  CART_ASSERT_OK(store_->AppendMetrics(id, claim.attempt, PointsAt(12, {{"loss", 0.5}})));
+  CART_ASSERT_OK(store_->RecordAttemptOutcome(id, claim.attempt, AttemptOutcome::kSucceeded,
+                                              By("worker:w1", kT0)));
+  CART_ASSERT_OK_AND_ASSIGN(summaries, store_->RunSummaries(id));
+  EXPECT_EQ(summaries[0].latest_step, 12);
+  EXPECT_EQ(summaries[0].final_step, std::optional<int64_t>(12));
+  EXPECT_EQ(summaries[0].final_value, std::optional<double>(0.5));
+  EXPECT_EQ(summaries[1].name, "lr");
+  EXPECT_EQ(summaries[1].final_step, std::optional<int64_t>(9));
+}
+
+TEST_F(RunStoreTest, MalformedMetricBatchesAndCheckpointsAreRejected) {
+  const int64_t id = CreateOne("s", MakeRun("a", {}));
+  Claim claim = ClaimExpecting(id, kT0);
+  EXPECT_THAT(store_->AppendMetrics(id, claim.attempt, {}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("empty metric batch")));
+  EXPECT_THAT(store_->AppendMetrics(id, claim.attempt, PointsAt(-1, {{"loss", 1}})),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("negative step -1")));
+  EXPECT_THAT(store_->AppendMetrics(id, claim.attempt, PointsAt(1, {{"bad name", 1}})),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("'bad name'")));
+  EXPECT_THAT(store_->RecordCheckpoint(id, claim.attempt, {1, "xyz", 1, "p"}, kT0),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("sha256 'xyz'")));
+  EXPECT_THAT(store_->RecordCheckpoint(id, claim.attempt, {1, kSha1, 1, "../etc/passwd"}, kT0),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("'../etc/passwd'")));
+  EXPECT_THAT(store_->RecordCheckpoint(id, claim.attempt, {1, kSha1, 1, "/abs"}, kT0),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("relative")));
+  CART_ASSERT_OK(store_->RecordCheckpoint(id, claim.attempt, {1, kSha1, 100, "a/1"}, kT0));
+  EXPECT_THAT(store_->RecordCheckpoint(id, claim.attempt, {2, kSha1, 999, "a/1"}, kT0),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("size 100")));
+}
+
+TEST_F(RunStoreTest, DerivedRunsStayBlockedUntilTheParentCheckpointExists) {
+  NewRun base = MakeRun("base", {});
+  NewRun eval_final = MakeRun("eval-final", {{"R_infer", "16"}});
+  eval_final.parent_name = "base";
+  eval_final.parent_checkpoint = "final";
+  NewRun eval_500 = MakeRun("eval-500", {{"R_infer", "2"}});
+  eval_500.parent_name = "base";
+  eval_500.parent_checkpoint = "500";
+  CART_ASSERT_OK_AND_ASSIGN(
+      auto created,
+      store_->CreateSweep(MakeSweep("s", {base, eval_final, eval_500}), By("u", kT0)));
+  const int64_t parent = created.run_ids[0];
+  const int64_t child_final = created.run_ids[1];
+  const int64_t child_500 = created.run_ids[2];
+  EXPECT_THAT(created.sweep.run_counts,
+              ElementsAre(Pair(RunState::kQueued, 1), Pair(RunState::kBlocked, 2)));
+
+  Claim claim = ClaimExpecting(parent, kT0);  // blocked runs are never claimed
+  CART_ASSERT_OK(store_->MarkRunning(parent, claim.attempt, kT0));
+  CART_ASSERT_OK(store_->RecordCheckpoint(parent, claim.attempt, {500, kSha1, 1, "a/500"}, kT0));
+  CART_ASSERT_OK_AND_ASSIGN(RunRecord r500, store_->GetRun(child_500));
+  EXPECT_EQ(r500.state, RunState::kQueued);
+  CART_ASSERT_OK_AND_ASSIGN(RunRecord rfinal, store_->GetRun(child_final));
+  EXPECT_EQ(rfinal.state, RunState::kBlocked) << "a step-500 checkpoint is not the final one";
+
+  CART_ASSERT_OK(store_->RecordCheckpoint(parent, claim.attempt, {1000, kSha2, 2, "b/1000"}, kT0));
+  CART_ASSERT_OK(store_->RecordAttemptOutcome(parent, claim.attempt, AttemptOutcome::kSucceeded,
+                                              By("worker:w1", kT0)));
+  CART_ASSERT_OK_AND_ASSIGN(rfinal, store_->GetRun(child_final));
+  EXPECT_EQ(rfinal.state, RunState::kQueued);
+  EXPECT_THAT(Transitions(child_final),
+              ElementsAre(Pair("", "BLOCKED"), Pair("BLOCKED", "QUEUED")));
+
+  // Same priority and age: the lower id (eval-final) is claimed first.
+  Claim cfinal = ClaimExpecting(child_final, kT0);
+  ASSERT_TRUE(cfinal.parent_checkpoint.has_value());
+  EXPECT_EQ(cfinal.parent_checkpoint->step, 1000);
+  EXPECT_EQ(cfinal.parent_checkpoint->sha256, kSha2);
+  EXPECT_FALSE(cfinal.resume_from.has_value());
+  Claim c500 = ClaimExpecting(child_500, kT0);
+  ASSERT_TRUE(c500.parent_checkpoint.has_value());
+  EXPECT_EQ(c500.parent_checkpoint->step, 500);
+
+  // A later sweep deriving from the finished run starts QUEUED at once.
+  NewRun later = MakeRun("later", {});
+  later.parent_run_id = parent;
+  later.parent_checkpoint = "final";
+  CART_ASSERT_OK_AND_ASSIGN(auto second,
+                            store_->CreateSweep(MakeSweep("s2", {later}), By("u", kT0)));
+  EXPECT_THAT(second.sweep.run_counts, ElementsAre(Pair(RunState::kQueued, 1)));
+}
+
+TEST_F(RunStoreTest, CancelSweepStopsEveryUnfinishedRunAndResumeSweepBringsThemBack) {
+  CART_ASSERT_OK_AND_ASSIGN(
+      auto created,
+      store_->CreateSweep(MakeSweep("s", {MakeRun("a", {}), MakeRun("b", {}), MakeRun("c", {})}),
+                          By("u", kT0)));
+  Claim running = ClaimExpecting(created.run_ids[0], kT0);
+  CART_ASSERT_OK(store_->MarkRunning(running.run.id, running.attempt, kT0));
+  Claim done = ClaimExpecting(created.run_ids[1], kT0);
+  CART_ASSERT_OK(store_->MarkRunning(done.run.id, done.attempt, kT0));
+  CART_ASSERT_OK(store_->RecordAttemptOutcome(done.run.id, done.attempt, AttemptOutcome::kSucceeded,
+                                              By("worker:w1", kT0)));
+  CART_ASSERT_OK_AND_ASSIGN(int64_t changed, store_->CancelSweep("s", By("user:a", kT0)));
+  EXPECT_EQ(changed, 2);  // the queued run is cancelled, the running one asked to stop
+  CART_ASSERT_OK_AND_ASSIGN(SweepRecord sweep, store_->GetSweep("s"));
+  EXPECT_TRUE(sweep.cancelled);
+  EXPECT_THAT(sweep.run_counts,
+              ElementsAre(Pair(RunState::kRunning, 1), Pair(RunState::kSucceeded, 1),
+                          Pair(RunState::kCancelled, 1)));
+  CART_ASSERT_OK(store_->RecordAttemptOutcome(running.run.id, running.attempt,
+                                              AttemptOutcome::kCancelled, By("worker:w1", kT0)));
+  CART_ASSERT_OK_AND_ASSIGN(changed, store_->ResumeSweep("s", By("user:a", kT0)));
+  EXPECT_EQ(changed, 2);
+  CART_ASSERT_OK_AND_ASSIGN(sweep, store_->GetSweep("s"));
+  EXPECT_FALSE(sweep.cancelled);
+  EXPECT_THAT(sweep.run_counts,
+              ElementsAre(Pair(RunState::kQueued, 2), Pair(RunState::kSucceeded, 1)));
+  EXPECT_THAT(store_->CancelSweep("nope", By("u", kT0)),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("sweep 'nope'")));
+}
+
+TEST_F(RunStoreTest, ListRunsFiltersBySweepStateAndAnyConfigKey) {
+  CART_ASSERT_OK(store_->CreateSweep(
+      MakeSweep("s1", {MakeRun("a", {{"kv", "frozen"}}), MakeRun("b", {{"kv", "recompute"}})}),
+      By("u", kT0)));
+  CART_ASSERT_OK(
+      store_->CreateSweep(MakeSweep("s2", {MakeRun("c", {{"kv", "recompute"}})}), By("u", kT0)));
+  RunFilter filter;
+  filter.params = {{"kv", "recompute"}};
+  CART_ASSERT_OK_AND_ASSIGN(auto runs, store_->ListRuns(filter));
+  ASSERT_EQ(runs.size(), 2u);
+  EXPECT_EQ(runs[0].name, "b");
+  EXPECT_EQ(runs[1].name, "c");
+  EXPECT_EQ(runs[1].params.at("kv"), "recompute");
+  filter.sweeps = {"s1"};
+  CART_ASSERT_OK_AND_ASSIGN(runs, store_->ListRuns(filter));
+  ASSERT_EQ(runs.size(), 1u);
+  EXPECT_EQ(runs[0].name, "b");
+  RunFilter leased;
+  leased.states = {RunState::kLeased};
+  ClaimExpecting(1, kT0);
+  CART_ASSERT_OK_AND_ASSIGN(runs, store_->ListRuns(leased));
+  ASSERT_EQ(runs.size(), 1u);
+  EXPECT_EQ(runs[0].id, 1);
+}
+
+TEST_F(RunStoreTest, WorkersAreListedAndMaxMemoryIsEmptyWithoutWorkers) {
+  CART_ASSERT_OK(store_->RegisterWorker("w2", "RTX 3090", 24 * kGiB, kT0 + 5));
+  CART_ASSERT_OK(store_->RegisterWorker("w1", "RTX 3050 Ti", 4 * kGiB, kT0 + 6));  // update
+  CART_ASSERT_OK_AND_ASSIGN(auto workers, store_->ListWorkers());
+  ASSERT_EQ(workers.size(), 2u);
+  EXPECT_EQ(workers[0].id, "w1");
+  EXPECT_EQ(workers[0].device, "RTX 3050 Ti");
+  EXPECT_EQ(workers[0].memory_bytes, 4 * kGiB);
+  EXPECT_EQ(workers[0].registered_us, kT0);
+  CART_ASSERT_OK_AND_ASSIGN(auto biggest, store_->MaxWorkerMemory());
+  EXPECT_EQ(biggest, std::optional<int64_t>(24 * kGiB));
+  EXPECT_THAT(store_->RegisterWorker("bad id", "x", 1, kT0),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("'bad id'")));
+
+  TempDir other;
+  auto empty = OpenStore(other.File("e.db"));
+  ASSERT_NE(empty, nullptr);
+  CART_ASSERT_OK_AND_ASSIGN(auto none, empty->MaxWorkerMemory());
+  EXPECT_EQ(none, std::nullopt);
+}
+
+}  // namespace
+}  // namespace cart::store
