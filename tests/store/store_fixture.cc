@@ -45,7 +45,8 @@ std::unique_ptr<RunStore> OpenStore(const std::string& path) {
 
 std::vector<int64_t> FinishAllQueued(
     RunStore& store, const std::function<std::vector<MetricPoint>(const RunRecord&)>& points_of,
-    AttemptOutcome outcome, int64_t now_us) {
+    const std::function<std::optional<AttemptOutcome>(const RunRecord&)>& outcome_of,
+    int64_t now_us) {
   std::vector<int64_t> finished;
   EXPECT_THAT(store.RegisterWorker("fixture-worker", "test", 80 * kGiB, now_us),
               ::cart::testing::IsOk());
@@ -59,9 +60,13 @@ std::vector<int64_t> FinishAllQueued(
     if (!points.empty()) {
       EXPECT_THAT(store.AppendMetrics(c.run.id, c.attempt, points), ::cart::testing::IsOk());
     }
-    EXPECT_THAT(store.RecordAttemptOutcome(c.run.id, c.attempt, outcome,
-                                           By("worker:fixture-worker", now_us, "done")),
-                ::cart::testing::IsOk());
+    const std::optional<AttemptOutcome> outcome =
+        outcome_of ? outcome_of(c.run) : AttemptOutcome::kSucceeded;
+    if (outcome) {
+      EXPECT_THAT(store.RecordAttemptOutcome(c.run.id, c.attempt, *outcome,
+                                             By("worker:fixture-worker", now_us, "done")),
+                  ::cart::testing::IsOk());
+    }
     finished.push_back(c.run.id);
   }
   return finished;

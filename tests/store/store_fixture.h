@@ -29,11 +29,13 @@ Audit By(const std::string& who, int64_t at_us, const std::string& why = "test")
 std::unique_ptr<RunStore> OpenStore(const std::string& path);
 
 // Claims every QUEUED run with worker "fixture-worker" (registered with 80 GiB) in claim order,
-// appends the points `points_of(run)` returns, and ends it with `outcome`. Returns the run ids in
-// the order they were finished.
+// marks it RUNNING, appends the points `points_of(run)` returns, and ends it with the outcome
+// `outcome_of(run)` gives (nullopt: leave it RUNNING; no function: kSucceeded). Returns the run
+// ids in claim order.
 std::vector<int64_t> FinishAllQueued(
     RunStore& store, const std::function<std::vector<MetricPoint>(const RunRecord&)>& points_of,
-    AttemptOutcome outcome = AttemptOutcome::kSucceeded, int64_t now_us = kT0);
+    const std::function<std::optional<AttemptOutcome>(const RunRecord&)>& outcome_of = nullptr,
+    int64_t now_us = kT0);
 
 // One point per name at `step`.
 std::vector<MetricPoint> PointsAt(int64_t step, const std::map<std::string, double>& values);
