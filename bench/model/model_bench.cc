@@ -1,0 +1,90 @@
+// Forward+backward throughput of CART variants on CPU, next to the FLOP ratio that
+// model/accounting predicts. Prints medians of timed repetitions; asserts nothing.
+//
+//   build/bin/bench-model [--threads N] [--reps N]
+
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "model/accounting.h"
+#include "model/language_model.h"
+
+namespace {
+
+using cart::model::ModelConfig;
+
+double MedianSecondsPerStep(cart::model::LanguageModel& model, const torch::Tensor& ids, int reps) {
+  auto step = [&] {
+    model.zero_grad();
+    torch::Tensor logits = model.Forward(ids);
+    torch::nn::functional::cross_entropy(logits.view({-1, logits.size(-1)}), ids.view({-1}))
+        .backward();
+  };
+  step();  // warm-up
+  std::vector<double> times;
+  for (int i = 0; i < reps; ++i) {
+    auto t0 = std::chrono::steady_clock::now();
+    step();
+    times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int threads = 2, reps = 7;
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (!std::strcmp(argv[i], "--threads")) threads = std::atoi(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--reps")) reps = std::atoi(argv[i + 1]);
+  }
+  torch::set_num_threads(threads);
+  const int64_t B = 8, T = 256;
+  ModelConfig base;
+  base.vocab = 4096;
+  base.d = 256;
+  base.P = 2;
+  base.R = 4;
+  struct Variant {
+    const char* name;
+    ModelConfig config;
+  };
+  std::vector<Variant> variants;
+  variants.push_back({"frozen, shared (default)", base});
+  ModelConfig recompute = base;
+  recompute.kv = cart::model::KvMode::kRecompute;
+  variants.push_back({"kv: recompute", recompute});
+  ModelConfig unshared = base;
+  unshared.core = cart::model::CoreSharing::kUnshared;
+  variants.push_back({"core: unshared", unshared});
+  ModelConfig self = base;
+  self.core_attn = cart::model::CoreAttn::kSelf;
+  variants.push_back({"core_attn: self", self});
+
+  fmt::print("CART fwd+bwd on CPU: d={} P={} R={} vocab={} batch {}x{} tokens, {} threads, median of {}\n",
+             base.d, base.P, base.R, base.vocab, B, T, threads, reps);
+  fmt::print("{:<26}{:>12}{:>14}{:>16}{:>16}\n", "variant", "tokens/s", "GFLOP/s", "time ratio",
+             "FLOP ratio");
+  torch::manual_seed(0);
+  torch::Tensor ids = torch::randint(0, base.vocab, {B, T}, torch::kInt64);
+  double base_time = 0, base_flops = 0;
+  for (const Variant& v : variants) {
+    auto model = cart::model::BuildModel(v.config, 1).value();
+    const double sec = MedianSecondsPerStep(*model, ids, reps);
+    const double flops = cart::model::CountFlops(v.config, T).train_per_token;
+    if (base_time == 0) {
+      base_time = sec;
+      base_flops = flops;
+    }
+    fmt::print("{:<26}{:>12.0f}{:>14.1f}{:>16.3f}{:>16.3f}\n", v.name, B * T / sec,
+               flops * B * T / sec / 1e9, sec / base_time, flops / base_flops);
+  }
+  return 0;
+}

@@ -1,0 +1,175 @@
+#include "train/checkpoint.h"
+
+#include <zlib.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "common/file.h"
+#include "common/status.h"
+#include "common/strings.h"
+
+namespace cart::train {
+namespace {
+
+namespace fs = std::filesystem;
+
+uint32_t Crc32(const std::string& bytes) {
+  uLong crc = crc32(0L, Z_NULL, 0);
+  const size_t chunk = 1 << 30;
+  for (size_t off = 0; off < bytes.size(); off += chunk) {
+    const size_t n = std::min(chunk, bytes.size() - off);
+    crc = crc32(crc, reinterpret_cast<const Bytef*>(bytes.data() + off), static_cast<uInt>(n));
+  }
+  return static_cast<uint32_t>(crc);
+}
+
+std::string StepName(int64_t step) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "step-%08lld", static_cast<long long>(step));
+  return buf;
+}
+
+absl::StatusOr<CheckpointManifest> ReadManifest(const fs::path& json_path) {
+  CART_ASSIGN_OR_RETURN(std::string text, ReadWholeFile(json_path.string()));
+  try {
+    nlohmann::json j = nlohmann::json::parse(text);
+    CheckpointManifest m;
+    m.step = j.at("step").get<int64_t>();
+    m.bytes = j.at("bytes").get<int64_t>();
+    m.crc32 = j.at("crc32").get<uint32_t>();
+    m.cursor = j.at("cursor").get<int64_t>();
+    m.config_yaml = j.at("config").get<std::string>();
+    m.path = (json_path.parent_path() / j.at("file").get<std::string>()).string();
+    return m;
+  } catch (const nlohmann::json::exception& e) {
+    return absl::DataLossError(StrCat(json_path.string(), ": bad checkpoint manifest: ", e.what()));
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<CheckpointManifest> WriteCheckpoint(const std::string& dir,
+                                                   const CheckpointState& state,
+                                                   torch::nn::Module& model,
+                                                   torch::optim::Optimizer& optimizer,
+                                                   int64_t keep) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return absl::InternalError(StrCat("cannot create ", dir, ": ", ec.message()));
+  std::string bytes;
+  try {
+    torch::serialize::OutputArchive archive;
+    torch::serialize::OutputArchive model_archive;
+    model.save(model_archive);
+    archive.write("model", model_archive);
+    torch::serialize::OutputArchive optimizer_archive;
+    optimizer.save(optimizer_archive);
+    archive.write("optimizer", optimizer_archive);
+    archive.write("step", torch::tensor(state.step, torch::kInt64));
+    archive.write("cursor", torch::tensor(state.cursor, torch::kInt64));
+    archive.write("rng_cpu", at::detail::getDefaultCPUGenerator().get_state());
+    std::ostringstream os;
+    archive.save_to(os);
+    bytes = os.str();
+  } catch (const c10::Error& e) {
+    return absl::InternalError(StrCat("cannot serialize checkpoint: ", e.what_without_backtrace()));
+  }
+  const std::string name = StepName(state.step);
+  const fs::path pt = fs::path(dir) / (name + ".pt");
+  CART_RETURN_IF_ERROR(WriteFileAtomically(pt.string(), bytes));
+  CheckpointManifest m;
+  m.step = state.step;
+  m.bytes = static_cast<int64_t>(bytes.size());
+  m.crc32 = Crc32(bytes);
+  m.cursor = state.cursor;
+  m.config_yaml = state.config_yaml;
+  m.path = pt.string();
+  nlohmann::json j = {{"step", m.step},     {"bytes", m.bytes},         {"crc32", m.crc32},
+                      {"cursor", m.cursor}, {"config", m.config_yaml},  {"file", name + ".pt"}};
+  CART_RETURN_IF_ERROR(
+      WriteFileAtomically((fs::path(dir) / (name + ".json")).string(), j.dump(2) + "\n"));
+
+  std::vector<CheckpointManifest> all = ListCheckpoints(dir);
+  for (size_t i = 0; i + keep < all.size(); ++i) {
+    fs::remove(fs::path(dir) / (StepName(all[i].step) + ".json"), ec);  // manifest first
+    fs::remove(all[i].path, ec);
+  }
+  return m;
+}
+
+std::vector<CheckpointManifest> ListCheckpoints(const std::string& dir,
+                                                std::vector<std::string>* problems) {
+  std::vector<CheckpointManifest> out;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const fs::path p = entry.path();
+    if (p.extension() != ".json" || p.filename().string().rfind("step-", 0) != 0) continue;
+    absl::StatusOr<CheckpointManifest> m = ReadManifest(p);
+    if (m.ok()) {
+      out.push_back(*m);
+    } else if (problems != nullptr) {
+      problems->push_back(Message(m.status()));
+    }
+  }
+  std::sort(out.begin(), out.end(),
+            [](const CheckpointManifest& a, const CheckpointManifest& b) { return a.step < b.step; });
+  return out;
+}
+
+absl::Status VerifyCheckpoint(const CheckpointManifest& m) {
+  absl::StatusOr<std::string> bytes = ReadWholeFile(m.path);
+  if (!bytes.ok()) return absl::DataLossError(StrCat(m.path, ": missing: ", Message(bytes.status())));
+  if (static_cast<int64_t>(bytes->size()) != m.bytes) {
+    return absl::DataLossError(StrCat(m.path, ": truncated or padded: ", bytes->size(),
+                                      " bytes, manifest says ", m.bytes));
+  }
+  if (Crc32(*bytes) != m.crc32) {
+    return absl::DataLossError(StrCat(m.path, ": corrupt: CRC-32 does not match the manifest"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status LoadCheckpoint(const CheckpointManifest& m, torch::nn::Module& model,
+                            torch::optim::Optimizer* optimizer) {
+  CART_ASSIGN_OR_RETURN(std::string bytes, ReadWholeFile(m.path));
+  if (static_cast<int64_t>(bytes.size()) != m.bytes || Crc32(bytes) != m.crc32) {
+    return VerifyCheckpoint(m);
+  }
+  try {
+    torch::serialize::InputArchive archive;
+    std::istringstream is(bytes);
+    archive.load_from(is);
+    torch::serialize::InputArchive model_archive;
+    archive.read("model", model_archive);
+    model.load(model_archive);
+    if (optimizer != nullptr) {
+      torch::serialize::InputArchive optimizer_archive;
+      archive.read("optimizer", optimizer_archive);
+      optimizer->load(optimizer_archive);
+    }
+    torch::Tensor rng;
+    archive.read("rng_cpu", rng);
+    at::Generator generator = at::detail::getDefaultCPUGenerator();
+    generator.set_state(rng);
+  } catch (const c10::Error& e) {
+    return absl::DataLossError(
+        StrCat(m.path, ": cannot restore checkpoint: ", e.what_without_backtrace()));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<CheckpointManifest> LatestValidCheckpoint(const std::string& dir,
+                                                         std::vector<std::string>* problems) {
+  std::vector<CheckpointManifest> all = ListCheckpoints(dir, problems);
+  for (auto it = all.rbegin(); it != all.rend(); ++it) {
+    absl::Status s = VerifyCheckpoint(*it);
+    if (s.ok()) return *it;
+    if (problems != nullptr) problems->push_back(Message(s));
+  }
+  return absl::NotFoundError(StrCat(dir, ": no valid checkpoint"));
+}
+
+}  // namespace cart::train

@@ -1,0 +1,364 @@
+#include "train/trainer.h"
+
+#include <ATen/autocast_mode.h>
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "common/file.h"
+#include "common/status.h"
+#include "common/strings.h"
+#include "data/token_file.h"
+#include "model/language_model.h"
+#include "train/eval.h"
+#include "train/schedule.h"
+#include "train/windows.h"
+
+namespace cart::train {
+namespace {
+
+namespace fs = std::filesystem;
+using model::RunConfig;
+
+double ResidentMiB() {
+  std::ifstream statm("/proc/self/statm");
+  long pages_total = 0, pages_resident = 0;
+  statm >> pages_total >> pages_resident;
+  return static_cast<double>(pages_resident) * static_cast<double>(sysconf(_SC_PAGESIZE)) /
+         (1024.0 * 1024.0);
+}
+
+// bf16 autocast for the forward pass on CUDA (MODEL_SPEC.md §6); fp32 everywhere else.
+class AutocastScope {
+ public:
+  explicit AutocastScope(bool enable) : enabled_(enable) {
+    if (!enabled_) return;
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+    at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
+    at::autocast::set_autocast_enabled(at::kCUDA, true);
+#else
+    at::autocast::set_autocast_gpu_dtype(at::kBFloat16);
+    at::autocast::set_enabled(true);
+#endif
+  }
+  ~AutocastScope() {
+    if (!enabled_) return;
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+    at::autocast::set_autocast_enabled(at::kCUDA, false);
+#else
+    at::autocast::set_enabled(false);
+#endif
+    at::autocast::clear_cache();
+  }
+
+ private:
+  bool enabled_;
+};
+
+// Keeps only the metric lines with step <= `step` (what a resumed run will not recompute).
+absl::Status TruncateMetrics(const std::string& path, int64_t step) {
+  absl::StatusOr<std::string> text = ReadWholeFile(path);
+  if (!text.ok()) return absl::OkStatus();  // no metrics yet
+  std::string kept;
+  for (const std::string& line : Split(*text, '\n')) {
+    if (line.empty()) continue;
+    try {
+      if (nlohmann::json::parse(line).at("step").get<int64_t>() <= step) kept += line + "\n";
+    } catch (const nlohmann::json::exception&) {
+      // A torn last line from a killed process: dropped.
+    }
+  }
+  return WriteFileAtomically(path, kept);
+}
+
+struct ValSet {
+  std::string name, path;
+  std::optional<double> entropy_rate;
+};
+
+class Trainer {
+ public:
+  Trainer(RunConfig config, const TrainOptions& options)
+      : config_(std::move(config)), options_(options) {}
+
+  absl::StatusOr<TrainResult> Run();
+
+ private:
+  void Log(const std::string& msg) {
+    if (options_.on_log) options_.on_log(msg);
+  }
+  absl::Status Emit(const MetricRecord& record);
+  absl::Status Evaluate(int64_t step);
+  absl::Status Checkpoint(int64_t step);
+
+  RunConfig config_;
+  const TrainOptions& options_;
+  std::string checkpoint_dir_;
+  std::ofstream metrics_;
+  std::shared_ptr<model::LanguageModel> model_;
+  std::unique_ptr<torch::optim::AdamW> optimizer_;
+  std::optional<data::TokenFile> train_file_;
+  std::optional<WindowReader> reader_;
+  std::vector<ValSet> val_sets_;
+  torch::Device device_ = torch::kCPU;
+  TrainResult result_;
+};
+
+absl::Status Trainer::Emit(const MetricRecord& record) {
+  nlohmann::json j;
+  j["step"] = record.step;
+  for (const auto& [k, v] : record.values) j[k] = v;
+  metrics_ << j.dump() << "\n";
+  metrics_.flush();
+  if (!metrics_) return absl::InternalError("cannot append to metrics.jsonl in " + options_.out_dir);
+  if (options_.on_metrics) options_.on_metrics(record);
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::Evaluate(int64_t step) {
+  MetricRecord record;
+  record.step = step;
+  for (const ValSet& v : val_sets_) {
+    CART_ASSIGN_OR_RETURN(PerplexityResult r,
+                          EvaluatePerplexity(*model_, v.path, config_.train.seq_len,
+                                             config_.train.eval_sequences));
+    record.values["val_loss/" + v.name] = r.mean_loss;
+    record.values["val_ppl/" + v.name] = r.perplexity;
+    if (v.entropy_rate) {
+      // A causal model cannot beat the entropy rate of its data; allow three standard errors of
+      // sampling noise before calling it a leak.
+      const double floor = *v.entropy_rate - std::max(3.0 * r.stderr_loss, 1e-3);
+      record.values["entropy_floor/" + v.name] = *v.entropy_rate;
+      if (r.mean_loss < floor) {
+        record.values["leak_suspected"] = 1;
+        if (!result_.leak_suspected) {
+          Log(StrCat("leak_suspected: step ", step, ": validation loss on '", v.name, "' is ",
+                     r.mean_loss, " nats/token, below the data's entropy rate ", *v.entropy_rate,
+                     " (a causal model cannot do that: check cross_causal)"));
+        }
+        result_.leak_suspected = true;
+      }
+    }
+  }
+  if (!record.values.empty()) return Emit(record);
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::Checkpoint(int64_t step) {
+  CheckpointState state;
+  state.step = step;
+  state.cursor = reader_->cursor();
+  state.config_yaml = model::ToYaml(config_);
+  CART_ASSIGN_OR_RETURN(CheckpointManifest m,
+                        WriteCheckpoint(checkpoint_dir_, state, *model_, *optimizer_,
+                                        config_.train.keep_checkpoints));
+  result_.last_checkpoint = m.path;
+  if (options_.on_checkpoint) options_.on_checkpoint(m);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<TrainResult> Trainer::Run() {
+  const fs::path out(options_.out_dir);
+  checkpoint_dir_ = (out / "checkpoints").string();
+  std::error_code ec;
+  fs::create_directories(checkpoint_dir_, ec);
+  if (ec) return absl::InternalError(StrCat("cannot create ", checkpoint_dir_, ": ", ec.message()));
+  const std::string config_path = (out / "config.yaml").string();
+  if (options_.resume) {
+    CART_ASSIGN_OR_RETURN(config_, model::LoadRunConfigFile(config_path));
+    if (options_.extend_to > 0) config_.train.steps = options_.extend_to;
+  }
+  absl::Status valid = model::Validate(config_);
+  if (!valid.ok()) return valid;
+  if (config_.data.train_data.empty()) {
+    return absl::InvalidArgumentError("train_data: no training token file given");
+  }
+
+  torch::set_num_threads(ThreadsFor(config_.train));
+  if (torch::cuda::is_available()) device_ = torch::Device(torch::kCUDA, 0);
+  const bool autocast = device_.is_cuda() && config_.train.dtype != model::DType::kFloat32;
+
+  CART_ASSIGN_OR_RETURN(data::TokenFile train_file, data::TokenFile::Open(config_.data.train_data));
+  train_file_.emplace(std::move(train_file));
+  if (train_file_->info().vocab > config_.model.vocab) {
+    return absl::InvalidArgumentError(StrCat(
+        "vocab: ", config_.model.vocab, " is smaller than the vocabulary of ",
+        config_.data.train_data, " (", train_file_->info().vocab, ")"));
+  }
+  CART_ASSIGN_OR_RETURN(WindowReader reader, WindowReader::Create(&*train_file_, config_.train.seq_len));
+  reader_.emplace(reader);
+  for (const auto& [name, path] : config_.data.val_data) {
+    CART_ASSIGN_OR_RETURN(data::TokenFileInfo info, data::ReadTokenFileInfo(data::MetadataPath(path)));
+    val_sets_.push_back({name, path, info.entropy_rate_nats});
+  }
+
+  CART_ASSIGN_OR_RETURN(model_, model::BuildModel(config_.model, config_.train.seed));
+  model_->to(device_);
+  model_->train();
+
+  // Faithfulness note 2: `all` decays every parameter (the reference code), `matrices` exempts
+  // 1-D parameters (norm weights, lti.a, hyper.weights).
+  std::vector<torch::Tensor> decay, no_decay;
+  for (const auto& p : model_->parameters()) {
+    (config_.train.weight_decay_scope == model::WeightDecayScope::kAll || p.dim() >= 2 ? decay
+                                                                                     : no_decay)
+        .push_back(p);
+  }
+  auto options = [&](double wd) {
+    return std::make_unique<torch::optim::AdamWOptions>(
+        torch::optim::AdamWOptions(config_.train.lr).betas({0.9, 0.95}).weight_decay(wd).eps(1e-8));
+  };
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  groups.emplace_back(decay, options(config_.train.weight_decay));
+  if (!no_decay.empty()) groups.emplace_back(no_decay, options(0.0));
+  optimizer_ = std::make_unique<torch::optim::AdamW>(groups,
+                                                     torch::optim::AdamWOptions(config_.train.lr));
+
+  int64_t step = 0;
+  const std::string metrics_path = (out / "metrics.jsonl").string();
+  if (options_.resume) {
+    std::vector<std::string> problems;
+    absl::StatusOr<CheckpointManifest> latest = LatestValidCheckpoint(checkpoint_dir_, &problems);
+    for (const std::string& p : problems) Log("checkpoint skipped: " + p);
+    if (!latest.ok()) {
+      return absl::DataLossError(StrCat("cannot resume ", options_.out_dir, ": ",
+                                        Message(latest.status()),
+                                        problems.empty() ? "" : " (" + StrJoin(problems, "; ") + ")"));
+    }
+    CART_RETURN_IF_ERROR(LoadCheckpoint(*latest, *model_, optimizer_.get()));
+    step = latest->step;
+    reader_->set_cursor(latest->cursor);
+    CART_RETURN_IF_ERROR(TruncateMetrics(metrics_path, step));
+    CART_RETURN_IF_ERROR(WriteFileAtomically(config_path, model::ToYaml(config_)));
+    Log(StrCat("resumed from ", latest->path, " at step ", step));
+  } else {
+    CART_RETURN_IF_ERROR(WriteFileAtomically(config_path, model::ToYaml(config_)));
+    CART_RETURN_IF_ERROR(WriteFileAtomically(metrics_path, ""));
+  }
+  metrics_.open(metrics_path, std::ios::app);
+
+  const int64_t total = config_.train.steps;
+  const int64_t tokens_per_step = config_.train.batch * config_.train.accum * config_.train.seq_len;
+  const int64_t start_step = step;
+  auto since = std::chrono::steady_clock::now();
+  int64_t steps_since = 0;
+  bool stopped = false;
+  const int64_t last_epoch = reader_->epoch();
+  while (step < total) {
+    const double lr =
+        LearningRate(step, total, config_.train.warmup, config_.train.lr, config_.train.lr_min);
+    for (auto& group : optimizer_->param_groups()) {
+      static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
+    }
+    const bool log_step = (step + 1) % config_.train.log_every == 0 || step + 1 == total;
+    optimizer_->zero_grad();
+    double loss_sum = 0;
+    model::Diagnostics diag;
+    for (int64_t a = 0; a < config_.train.accum; ++a) {
+      CART_ASSIGN_OR_RETURN(Batch batch, reader_->Next(config_.train.batch));
+      model::ForwardOptions fo;
+      fo.loops = config_.model.R;  // training always runs R loops; R_infer is for evaluation
+      fo.diagnostics = log_step && a + 1 == config_.train.accum;
+      torch::Tensor loss;
+      {
+        AutocastScope scope(autocast);
+        torch::Tensor logits = model_->Forward(batch.x.to(device_), fo, &diag);
+        loss = torch::nn::functional::cross_entropy(
+            logits.view({-1, logits.size(-1)}).to(torch::kFloat32), batch.y.to(device_).view({-1}));
+      }
+      (loss / static_cast<double>(config_.train.accum)).backward();
+      loss_sum += loss.item<double>();
+    }
+    double grad_norm = 0;
+    if (config_.train.clip > 0) {
+      grad_norm = torch::nn::utils::clip_grad_norm_(model_->parameters(), config_.train.clip);
+    } else {
+      for (const auto& p : model_->parameters()) {
+        if (p.grad().defined()) grad_norm += p.grad().pow(2).sum().item<double>();
+      }
+      grad_norm = std::sqrt(grad_norm);
+    }
+    optimizer_->step();
+    ++step;
+    ++steps_since;
+    const double loss = loss_sum / static_cast<double>(config_.train.accum);
+    result_.final_loss = loss;
+    if (!std::isfinite(loss)) {
+      CART_RETURN_IF_ERROR(Emit({step, {{"loss", loss}, {"lr", lr}}}));
+      return absl::InternalError(StrCat("loss became ", loss, " at step ", step,
+                                        " (diverged; lower lr or check the data)"));
+    }
+    if (reader_->epoch() != last_epoch && reader_->epoch() == 1) {
+      Log(StrCat("train data exhausted at step ", step, ": starting a second pass over ",
+                 config_.data.train_data, " (the paper's recipe is one pass)"));
+    }
+    if (log_step) {
+      const double seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
+      MetricRecord r;
+      r.step = step;
+      r.values = {{"loss", loss},
+                  {"lr", lr},
+                  {"grad_norm", grad_norm},
+                  {"tokens_per_s", steps_since * tokens_per_step / std::max(seconds, 1e-9)},
+                  {"tokens", static_cast<double>(step * tokens_per_step)},
+                  {"epoch", static_cast<double>(reader_->epoch())},
+                  {"rss_mib", ResidentMiB()}};
+      if (config_.model.model == model::ModelKind::kCart) {
+        r.values["rho_max"] = diag.rho_max;
+        r.values["rho_mean"] = diag.rho_mean;
+        r.values["rho_min"] = diag.rho_min;
+        for (size_t i = 0; i < diag.h_norm.size(); ++i) {
+          r.values[StrCat("h_norm/", i)] = diag.h_norm[i];
+          r.values[StrCat("rel_update/", i)] = diag.rel_update[i];
+        }
+      }
+      CART_RETURN_IF_ERROR(Emit(r));
+      since = std::chrono::steady_clock::now();
+      steps_since = 0;
+    }
+    if (config_.train.eval_every > 0 && (step % config_.train.eval_every == 0 || step == total)) {
+      CART_RETURN_IF_ERROR(Evaluate(step));
+    }
+    stopped = (options_.stop != nullptr && options_.stop->load()) ||
+              (options_.stop_after > 0 && step - start_step >= options_.stop_after);
+    const bool periodic =
+        config_.train.checkpoint_every > 0 && step % config_.train.checkpoint_every == 0;
+    if (periodic || stopped || step == total) CART_RETURN_IF_ERROR(Checkpoint(step));
+    if (stopped) break;
+  }
+  if (step == start_step && step == total) Log(StrCat("nothing to do: already at step ", step));
+  result_.steps_done = step;
+  result_.finished = step >= total;
+  return result_;
+}
+
+}  // namespace
+
+int ThreadsFor(const model::TrainConfig& config) {
+  if (config.threads > 0) return static_cast<int>(config.threads);
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+absl::StatusOr<TrainResult> Train(const RunConfig& config, const TrainOptions& options) {
+  try {
+    Trainer trainer(config, options);
+    return trainer.Run();
+  } catch (const c10::Error& e) {
+    const std::string what = e.what_without_backtrace();
+    if (what.find("out of memory") != std::string::npos) {
+      return absl::ResourceExhaustedError("out of memory: " + what);
+    }
+    return absl::InternalError("LibTorch error: " + what);
+  } catch (const std::exception& e) {
+    return absl::InternalError(StrCat("training failed: ", e.what()));
+  }
+}
+
+}  // namespace cart::train

@@ -1,0 +1,57 @@
+#pragma once
+
+// The training loop of MODEL_SPEC.md §6, usable from `cart train` and from cart-worker. No gRPC,
+// no SQLite: progress leaves through callbacks.
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "model/config.h"
+#include "train/checkpoint.h"
+
+namespace cart::train {
+
+// One logged step: scalar metrics by name (loss, lr, grad_norm, tokens_per_s, rho_max, …; eval
+// records carry val_loss/<set> and val_ppl/<set>).
+struct MetricRecord {
+  int64_t step = 0;
+  std::map<std::string, double> values;
+};
+
+struct TrainOptions {
+  std::string out_dir;  // receives config.yaml, metrics.jsonl, checkpoints/
+  // Continue from the newest valid checkpoint in out_dir/checkpoints (the run's config is read from
+  // out_dir/config.yaml; `config` is ignored except for steps when extend_to > 0).
+  bool resume = false;
+  int64_t extend_to = 0;  // with resume: new total step count (0: keep)
+  int64_t stop_after = 0;  // stop (with a checkpoint) after this many steps in this call; 0: none
+  std::function<void(const MetricRecord&)> on_metrics;           // every log_every / eval
+  std::function<void(const CheckpointManifest&)> on_checkpoint;  // after each checkpoint
+  std::function<void(const std::string&)> on_log;                // human-readable notices
+  // Polled once per step; when it becomes true the loop writes a checkpoint and returns
+  // (cancel, drain). May be null.
+  const std::atomic<bool>* stop = nullptr;
+};
+
+struct TrainResult {
+  int64_t steps_done = 0;       // optimizer steps completed in total
+  bool finished = false;        // reached config.train.steps
+  double final_loss = 0;        // mean train loss of the last step
+  bool leak_suspected = false;  // a validation loss fell below the data's entropy floor
+  std::string last_checkpoint;  // path of the newest checkpoint file
+};
+
+// Trains `config` (or resumes the run in options.out_dir). Errors: InvalidArgument for a bad
+// config or data, NotFound for missing files, DataLoss when no valid checkpoint can be resumed,
+// Internal for a LibTorch error (its message included), ResourceExhausted for out-of-memory.
+absl::StatusOr<TrainResult> Train(const model::RunConfig& config, const TrainOptions& options);
+
+// The number of intra-op threads a config asks for (threads, or the cores present).
+int ThreadsFor(const model::TrainConfig& config);
+
+}  // namespace cart::train
