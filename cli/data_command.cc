@@ -1,8 +1,362 @@
+// cart data tokenizer train|encode, prepare, synth, info — corpora, tokenizers and token files
+// (data/).
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <iostream>
+#include <memory>
+
 #include "cli/commands.h"
+#include "common/status.h"
+#include "common/strings.h"
+#include "data/corpus.h"
+#include "data/prepare.h"
+#include "data/synth.h"
+#include "data/token_file.h"
+#include "data/tokenizer.h"
 
 namespace cart::cli {
+namespace {
 
-// The data commands are being written (issue 4); until then `cart data` does not exist.
-void RegisterDataCommands(CLI::App& app) {}
+using data::CorpusFormat;
+using data::CorpusInput;
+
+// A one-line progress bar on stderr, drawn only when stderr is a terminal, at most 5 times a
+// second.
+class ProgressBar {
+ public:
+  explicit ProgressBar(std::string label)
+      : label_(std::move(label)),
+        enabled_(::isatty(STDERR_FILENO) == 1),
+        start_(std::chrono::steady_clock::now()) {}
+  ~ProgressBar() {
+    if (drawn_) std::cerr << "\n";
+  }
+
+  void Update(uint64_t done, uint64_t total, const std::string& extra, bool force = false) {
+    if (!enabled_) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (!force && drawn_ && now - last_ < std::chrono::milliseconds(200)) return;
+    last_ = now;
+    drawn_ = true;
+    const double frac = total > 0 ? std::min(1.0, static_cast<double>(done) / total) : 0.0;
+    const int width = 30;
+    const int filled = static_cast<int>(frac * width);
+    const double secs = std::chrono::duration<double>(now - start_).count();
+    std::string bar(filled, '=');
+    if (filled < width) bar += '>' + std::string(width - filled - 1, ' ');
+    std::cerr << fmt::format("\r{} [{}] {:5.1f}% {:.1f}/{:.1f} MB {:.2f} MB/s {}\x1b[K", label_,
+                             bar, 100 * frac, done / 1e6, total / 1e6,
+                             secs > 0 ? done / 1e6 / secs : 0.0, extra)
+              << std::flush;
+  }
+
+ private:
+  std::string label_;
+  bool enabled_;
+  bool drawn_ = false;
+  std::chrono::steady_clock::time_point start_, last_;
+};
+
+std::string Thousands(int64_t n) {
+  std::string digits = std::to_string(n < 0 ? -n : n), out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return n < 0 ? "-" + out : out;
+}
+
+void PrintFile(const std::string& label, const std::string& path, const data::TokenFileInfo& info,
+               int64_t documents) {
+  std::cout << fmt::format("{:<6} {}  {} tokens", label, path, Thousands(info.tokens));
+  if (documents >= 0) std::cout << fmt::format(", {} documents", Thousands(documents));
+  std::cout << fmt::format(", {}, sha256 {}\n", info.dtype, info.sha256.substr(0, 16));
+}
+
+absl::StatusOr<std::vector<CorpusInput>> MakeInputs(const std::vector<std::string>& paths,
+                                                    const std::string& format,
+                                                    const std::string& text_field) {
+  CART_ASSIGN_OR_RETURN(CorpusFormat f, data::ParseCorpusFormat(format));
+  std::vector<CorpusInput> inputs;
+  for (const std::string& p : paths) inputs.push_back(CorpusInput{p, f, text_field});
+  return inputs;
+}
+
+struct TrainArgs {
+  std::vector<std::string> inputs;
+  std::string format = "auto";
+  std::string text_field = "text";
+  std::string out;
+  data::SentencePieceTrainOptions options;
+};
+
+void RunTokenizerTrain(const TrainArgs& a) {
+  auto inputs = MakeInputs(a.inputs, a.format, a.text_field);
+  if (!inputs.ok()) ExitWith(inputs.status());
+  const auto start = std::chrono::steady_clock::now();
+  absl::Status st = data::TrainSentencePiece(*inputs, a.options, a.out);
+  if (!st.ok()) ExitWith(st);
+  auto tok = data::Tokenizer::Load(a.out);
+  if (!tok.ok()) ExitWith(tok.status());
+  std::cout << fmt::format(
+      "wrote {}  vocab {}, bos {}, eos {} ({:.1f} s)\n", (*tok)->spec(), (*tok)->vocab_size(),
+      (*tok)->bos_id(), (*tok)->eos_id(),
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+}
+
+struct EncodeArgs {
+  std::string tokenizer = "bytes";
+  std::vector<std::string> text;
+};
+
+void RunTokenizerEncode(const EncodeArgs& a) {
+  auto tok = data::Tokenizer::Load(a.tokenizer);
+  if (!tok.ok()) ExitWith(tok.status());
+  const std::string text = StrJoin(a.text, " ");
+  const std::vector<int64_t> ids = (*tok)->Encode(text);
+  std::cout << StrJoin(ids, " ") << "\n";
+  std::cerr << fmt::format(
+      "{} tokens for {} bytes; decodes {}\n", ids.size(), text.size(),
+      (*tok)->Decode(ids) == text ? "back to the same text" : "to different text");
+}
+
+struct PrepareArgs {
+  std::vector<std::string> inputs;
+  std::string format = "auto";
+  std::string text_field = "text";
+  std::string tokenizer = "bytes";
+  std::string out;
+  std::vector<std::string> val;
+  uint64_t seed = 0;
+  int threads = 0;
+  std::string mix;
+  int64_t chunk_tokens = 0;
+  int64_t tokens = 0;
+};
+
+void RunMix(const PrepareArgs& a) {
+  if (!a.inputs.empty()) {
+    ExitWith(absl::InvalidArgumentError("give input files or --mix, not both"));
+  }
+  if (!a.val.empty()) {
+    ExitWith(absl::InvalidArgumentError(
+        "--val does not apply to --mix: hold validation sets out when preparing each source"));
+  }
+  auto sources = data::ParseMixSpec(a.mix);
+  if (!sources.ok()) ExitWith(sources.status());
+  if (a.chunk_tokens < 1) {
+    ExitWith(absl::InvalidArgumentError("--mix needs --chunk-tokens N (N >= 1), e.g. 512"));
+  }
+  data::MixOptions options{*sources, a.chunk_tokens, a.out, a.tokens};
+  auto info = data::BuildMixture(options);
+  if (!info.ok()) ExitWith(info.status());
+  PrintFile("mix", a.out, *info, -1);
+  for (const std::string& s : info->sources) std::cout << "  " << s << "\n";
+}
+
+void RunPrepare(const PrepareArgs& a) {
+  if (!a.mix.empty()) return RunMix(a);
+  if (a.tokens != 0 || a.chunk_tokens != 0) {
+    ExitWith(absl::InvalidArgumentError("--tokens and --chunk-tokens apply to --mix only"));
+  }
+  data::PrepareOptions options;
+  auto inputs = MakeInputs(a.inputs, a.format, a.text_field);
+  if (!inputs.ok()) ExitWith(inputs.status());
+  options.inputs = *inputs;
+  options.tokenizer = a.tokenizer;
+  options.out = a.out;
+  options.seed = a.seed;
+  options.threads = a.threads;
+  for (const std::string& v : a.val) {
+    auto h = data::ParseHoldout(v);
+    if (!h.ok()) ExitWith(h.status());
+    options.holdouts.push_back(*h);
+  }
+  ProgressBar bar("prepare");
+  options.progress = [&bar](const data::PrepareProgress& p) {
+    bar.Update(p.bytes_done, p.bytes_total,
+               fmt::format("{} docs {} tokens", Thousands(p.documents), Thousands(p.tokens)));
+  };
+  const auto start = std::chrono::steady_clock::now();
+  auto result = data::Prepare(options);
+  if (!result.ok()) ExitWith(result.status());
+  const double secs =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  PrintFile("train", result->train.path, result->train.info, result->train.documents);
+  for (const data::PreparedFile& h : result->holdouts) {
+    PrintFile("val", h.path, h.info, h.documents);
+  }
+  std::cout << fmt::format("tokenizer {} (vocab {}), {:.1f} s\n", result->train.info.tokenizer,
+                           result->train.info.vocab, secs);
+}
+
+struct SynthArgs {
+  data::SynthOptions options;
+};
+
+void RunSynth(const SynthArgs& a) {
+  auto result = data::WriteSynthetic(a.options);
+  if (!result.ok()) ExitWith(result.status());
+  PrintFile("train", a.options.out, result->train, -1);
+  if (!result->val_path.empty()) PrintFile("val", result->val_path, result->val, -1);
+  std::cout << fmt::format("entropy rate {:.12f} nats/token ({:.6f} bits/token)\n",
+                           *result->train.entropy_rate_nats,
+                           *result->train.entropy_rate_nats / std::log(2.0));
+}
+
+struct InfoArgs {
+  std::string path;
+  bool verify = false;
+  bool json = false;
+  int64_t head = 0;
+};
+
+void RunInfo(const InfoArgs& a) {
+  auto file = data::TokenFile::Open(a.path);
+  if (!file.ok()) ExitWith(file.status());
+  const data::TokenFileInfo& info = file->info();
+  if (a.verify) {
+    absl::Status st = file->Verify();
+    if (!st.ok()) ExitWith(st);
+  }
+  if (a.json) {
+    std::cout << data::TokenFileInfoToJson(info);
+  } else {
+    const auto row = [](const std::string& k, const std::string& v) {
+      std::cout << fmt::format("{:<18}{}\n", k, v);
+    };
+    row("file", a.path);
+    row("tokenizer", info.tokenizer);
+    row("vocab", Thousands(info.vocab));
+    row("tokens", Thousands(info.tokens));
+    row("dtype", info.dtype);
+    row("sha256", info.sha256 + (a.verify ? " (verified)" : ""));
+    row("bos_id / eos_id", fmt::format("{} / {}", info.bos_id, info.eos_id));
+    if (info.entropy_rate_nats) {
+      row("entropy rate", fmt::format("{:.12f} nats/token", *info.entropy_rate_nats));
+    }
+    for (size_t i = 0; i < info.sources.size(); ++i) row(i == 0 ? "sources" : "", info.sources[i]);
+  }
+  if (a.head > 0) {
+    const int64_t n = std::min(a.head, file->size());
+    std::vector<int64_t> ids(n);
+    absl::Status st = file->Read(0, n, ids.data());
+    if (!st.ok()) ExitWith(st);
+    std::cout << "first " << n << " ids: " << StrJoin(ids, " ") << "\n";
+    auto tok = data::Tokenizer::Load(info.tokenizer);
+    if (tok.ok()) {
+      std::cout << "decoded: " << (*tok)->Decode(ids) << "\n";
+    } else {
+      std::cout << "(cannot decode: " << Message(tok.status()) << ")\n";
+    }
+  }
+}
+
+}  // namespace
+
+void RegisterDataCommands(CLI::App& app) {
+  CLI::App* data_cmd = app.add_subcommand(
+      "data", "Corpora, tokenizers and token files: tokenizer, prepare, synth, info");
+  data_cmd->require_subcommand(1);
+
+  CLI::App* tok = data_cmd->add_subcommand("tokenizer", "Train or try a tokenizer");
+  tok->require_subcommand(1);
+
+  auto train = std::make_shared<TrainArgs>();
+  CLI::App* train_cmd =
+      tok->add_subcommand("train", "Train a SentencePiece BPE model (Llama-2 style settings)");
+  train_cmd->add_option("--input,input", train->inputs, "Corpus files (any format prepare reads)")
+      ->required();
+  train_cmd->add_option("--vocab", train->options.vocab, "Pieces, incl. 3 specials + 256 bytes")
+      ->capture_default_str();
+  train_cmd->add_option("--out", train->out, "Model to write, PATH.model")->required();
+  train_cmd->add_option("--format", train->format, "auto|text|lines|tinystories|jsonl")
+      ->capture_default_str();
+  train_cmd->add_option("--text-field", train->text_field, "JSON Lines field holding the text")
+      ->capture_default_str();
+  train_cmd
+      ->add_option("--coverage", train->options.character_coverage,
+                   "Character coverage; the rest falls back to bytes")
+      ->capture_default_str();
+  train_cmd
+      ->add_option("--max-sentences", train->options.max_sentences,
+                   "Lines sampled for training (0 = all)")
+      ->capture_default_str();
+  train_cmd->add_option("--threads", train->options.threads, "Trainer threads (0 = all cores)");
+  train_cmd->callback([train] { RunTokenizerTrain(*train); });
+
+  auto encode = std::make_shared<EncodeArgs>();
+  CLI::App* encode_cmd = tok->add_subcommand("encode", "Print the ids of TEXT");
+  encode_cmd
+      ->add_option("--tokenizer", encode->tokenizer, "bytes | PATH.model | gpt2:DIR | synth:VOCAB")
+      ->capture_default_str();
+  encode_cmd->add_option("text", encode->text, "Text to encode")->required();
+  encode_cmd->callback([encode] { RunTokenizerEncode(*encode); });
+
+  auto prep = std::make_shared<PrepareArgs>();
+  CLI::App* prep_cmd = data_cmd->add_subcommand(
+      "prepare",
+      "Tokenize corpora into a token file (BOS + ids + EOS per document), holding out validation "
+      "sets; or interleave token files into a mixture with --mix");
+  prep_cmd->add_option("inputs", prep->inputs,
+                       "Corpus files: text, lines, tinystories (<|endoftext|>), jsonl; .gz ok");
+  prep_cmd
+      ->add_option("--format", prep->format,
+                   "auto|text|lines|tinystories|jsonl (Parquet: convert to jsonl first)")
+      ->capture_default_str();
+  prep_cmd->add_option("--text-field", prep->text_field, "JSON Lines field holding the text")
+      ->capture_default_str();
+  prep_cmd
+      ->add_option("--tokenizer", prep->tokenizer, "bytes | PATH.model | gpt2:DIR | synth:VOCAB")
+      ->capture_default_str();
+  prep_cmd->add_option("--out", prep->out, "Token file to write, NAME.bin")->required();
+  prep_cmd->add_option("--val", prep->val,
+                       "Holdout NAME=FRACTION (e.g. val=0.01) or NAME=COUNT (documents); "
+                       "written to NAME.bin beside --out; repeatable");
+  prep_cmd->add_option("--seed", prep->seed, "Seed of the fraction holdouts")
+      ->capture_default_str();
+  prep_cmd->add_option("--threads", prep->threads, "Encoding threads (0 = all cores)");
+  prep_cmd->add_option(
+      "--mix", prep->mix,
+      "Mixture NAME=FILE.bin:WEIGHT,... e.g. tiny=a.bin:3,wiki=b.bin:3,edu=c.bin:4");
+  prep_cmd->add_option("--chunk-tokens", prep->chunk_tokens, "Mixture chunk size in tokens");
+  prep_cmd->add_option("--tokens", prep->tokens, "Mixture length limit (0 = until a source ends)");
+  prep_cmd->callback([prep] { RunPrepare(*prep); });
+
+  auto synth = std::make_shared<SynthArgs>();
+  synth->options.out = "";
+  CLI::App* synth_cmd = data_cmd->add_subcommand(
+      "synth",
+      "Write a synthetic token file from a seeded random Markov chain with a known "
+      "entropy rate, and a held-out validation file");
+  data::SynthOptions& so = synth->options;
+  synth_cmd->add_option("--vocab", so.chain.vocab, "Vocabulary, 2..65536")->capture_default_str();
+  synth_cmd->add_option("--order", so.chain.order, "Tokens of context, 1..4")
+      ->capture_default_str();
+  synth_cmd->add_option("--tokens", so.tokens, "Training tokens")->capture_default_str();
+  synth_cmd->add_option("--val-tokens", so.val_tokens, "Validation tokens (0 = none)")
+      ->capture_default_str();
+  synth_cmd->add_option("--seed", so.chain.seed, "Seed of the chain")->capture_default_str();
+  synth_cmd
+      ->add_option("--concentration", so.chain.concentration,
+                   "Dirichlet concentration of each row (smaller = more peaked)")
+      ->capture_default_str();
+  synth_cmd->add_option("--floor", so.chain.floor, "Uniform mixture weight of each row, (0, 1]")
+      ->capture_default_str();
+  synth_cmd->add_option("--out", so.out, "Token file to write, NAME.bin")->required();
+  synth_cmd->add_option("--val-out", so.val_out, "Validation file (default NAME.val.bin)");
+  synth_cmd->callback([synth] { RunSynth(*synth); });
+
+  auto info = std::make_shared<InfoArgs>();
+  CLI::App* info_cmd = data_cmd->add_subcommand("info", "Show a token file's metadata");
+  info_cmd->add_option("file", info->path, "NAME.bin")->required();
+  info_cmd->add_flag("--verify", info->verify, "Recompute the sha256 of the tokens");
+  info_cmd->add_flag("--json", info->json, "Print the metadata as JSON");
+  info_cmd->add_option("--head", info->head, "Print and decode the first N tokens");
+  info_cmd->callback([info] { RunInfo(*info); });
+}
 
 }  // namespace cart::cli
