@@ -176,12 +176,19 @@ void RunPrepare(const PrepareArgs& a) {
     options.holdouts.push_back(*h);
   }
   ProgressBar bar("prepare");
-  options.progress = [&bar](const data::PrepareProgress& p) {
+  data::PrepareProgress last;
+  const auto draw = [&bar](const data::PrepareProgress& p, bool force) {
     bar.Update(p.bytes_done, p.bytes_total,
-               fmt::format("{} docs {} tokens", Thousands(p.documents), Thousands(p.tokens)));
+               fmt::format("{} docs {} tokens", Thousands(p.documents), Thousands(p.tokens)),
+               force);
+  };
+  options.progress = [&](const data::PrepareProgress& p) {
+    last = p;
+    draw(p, false);
   };
   const auto start = std::chrono::steady_clock::now();
   auto result = data::Prepare(options);
+  if (result.ok()) draw(last, /*force=*/true);
   if (!result.ok()) ExitWith(result.status());
   const double secs =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

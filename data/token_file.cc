@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -304,6 +305,15 @@ absl::StatusOr<TokenFileWriter> TokenFileWriter::Create(const std::string& bin_p
     return absl::InvalidArgumentError(
         StrCat(bin_path, ": vocab is ", meta.vocab, "; allowed: a positive integer"));
   }
+  const std::filesystem::path parent = std::filesystem::path(bin_path).parent_path();
+  std::error_code ec;
+  if (!parent.empty() && !std::filesystem::exists(parent, ec)) {
+    std::filesystem::create_directories(parent, ec);
+    if (ec) {
+      return absl::PermissionDeniedError(StrCat("cannot create directory ", parent.string(),
+                                                " for ", bin_path, ": ", ec.message()));
+    }
+  }
   auto state = std::make_unique<State>();
   state->path = bin_path;
   state->tmp_path = TempPathFor(bin_path);
@@ -332,15 +342,28 @@ absl::Status TokenFileWriter::Append(const int64_t* ids, int64_t n) {
                                                ")"));
     }
   }
-  for (int64_t i = 0; i < n; ++i) {
-    const uint32_t v = static_cast<uint32_t>(ids[i]);
-    s.buffer.push_back(static_cast<uint8_t>(v));
-    s.buffer.push_back(static_cast<uint8_t>(v >> 8));
-    if (s.bytes_per_token == 4) {
-      s.buffer.push_back(static_cast<uint8_t>(v >> 16));
-      s.buffer.push_back(static_cast<uint8_t>(v >> 24));
+  // Encoded straight into the buffer, flushed whenever it fills.
+  const size_t capacity = kWriteBufferTokens * s.bytes_per_token;
+  for (int64_t i = 0; i < n;) {
+    const int64_t room = static_cast<int64_t>((capacity - s.buffer.size()) / s.bytes_per_token);
+    const int64_t take = std::min(n - i, room);
+    const size_t old = s.buffer.size();
+    s.buffer.resize(old + take * s.bytes_per_token);
+    uint8_t* p = s.buffer.data() + old;
+    if (s.bytes_per_token == 2) {
+      for (int64_t j = 0; j < take; ++j, p += 2) {
+        const uint32_t v = static_cast<uint32_t>(ids[i + j]);
+        p[0] = static_cast<uint8_t>(v), p[1] = static_cast<uint8_t>(v >> 8);
+      }
+    } else {
+      for (int64_t j = 0; j < take; ++j, p += 4) {
+        const uint32_t v = static_cast<uint32_t>(ids[i + j]);
+        p[0] = static_cast<uint8_t>(v), p[1] = static_cast<uint8_t>(v >> 8);
+        p[2] = static_cast<uint8_t>(v >> 16), p[3] = static_cast<uint8_t>(v >> 24);
+      }
     }
-    if (s.buffer.size() >= kWriteBufferTokens * s.bytes_per_token) CART_RETURN_IF_ERROR(s.Flush());
+    i += take;
+    if (s.buffer.size() >= capacity) CART_RETURN_IF_ERROR(s.Flush());
   }
   s.info.tokens += n;
   return absl::OkStatus();

@@ -95,7 +95,7 @@ class TokenFileWriter {
   // `meta` supplies tokenizer, vocab (required, > 0), sources, bos_id, eos_id and
   // entropy_rate_nats; tokens, dtype and sha256 are filled in by the writer. InvalidArgument for
   // vocab <= 0 or a path not ending in ".bin"; a filesystem error (with the path) when the
-  // temporary file cannot be created.
+  // temporary file cannot be created. Missing parent directories are created.
   static absl::StatusOr<TokenFileWriter> Create(const std::string& bin_path, TokenFileInfo meta);
 
   TokenFileWriter(TokenFileWriter&& other) noexcept;

@@ -198,6 +198,14 @@ TEST(TokenFileTest, AbandonedWriterLeavesTheOldFileAndNoTemporaries) {
   EXPECT_EQ(files, 2);
 }
 
+TEST(TokenFileTest, WriterCreatesMissingDirectories) {
+  TempDir dir;
+  const std::string path = dir.File("new/sub/l.bin");
+  ASSERT_THAT(WriteTokens(path, 10, {4}), IsOk());
+  CART_ASSERT_OK_AND_ASSIGN(TokenFile f, TokenFile::Open(path));
+  EXPECT_EQ(f.size(), 1);
+}
+
 TEST(TokenFileTest, EmptyFileOpensAndReadsNothing) {
   TempDir dir;
   CART_ASSERT_OK_AND_ASSIGN(TokenFileInfo info, WriteTokens(dir.File("k.bin"), 10, {}));
