@@ -62,7 +62,10 @@ constexpr char kTouchWorkerOfAttempt[] =
     "WHERE id = (SELECT worker_id FROM attempts WHERE run_id = ? AND attempt = ?)";
 constexpr char kSelectNextQueued[] =
     "SELECT id FROM runs WHERE status = 'QUEUED' AND memory_estimate_bytes <= ? "
-    "ORDER BY priority DESC, created_us, id LIMIT 1";
+    "AND oom_memory_bytes < ? ORDER BY priority DESC, created_us, id LIMIT 1";
+constexpr char kRaiseOomFloor[] =
+    "UPDATE runs SET oom_memory_bytes = max(oom_memory_bytes, ?) WHERE id = ?";
+constexpr char kSelectAttemptFloor[] = "SELECT attempt_floor, max_attempts FROM runs WHERE id = ?";
 constexpr char kInsertAttempt[] =
     "INSERT INTO attempts(run_id, attempt, worker_id, leased_us, lease_expires_us) "
     "VALUES(?, ?, ?, ?, ?)";
@@ -483,7 +486,7 @@ absl::StatusOr<std::optional<Claim>> RunStore::ClaimNextRun(const std::string& w
     int64_t run_id = 0;
     {
       CART_ASSIGN_OR_RETURN(auto next, db.Cached(kSelectNextQueued));
-      next->BindAll(device_memory_bytes);
+      next->BindAll(device_memory_bytes, device_memory_bytes);
       CART_ASSIGN_OR_RETURN(bool row, next->Step());
       if (!row) return std::optional<Claim>();
       run_id = next->ColumnInt64(0);
@@ -629,6 +632,55 @@ absl::StatusOr<RunRecord> RunStore::RecordAttemptOutcome(int64_t run_id, int64_t
             audit.at_us));
       }
     }
+    return internal::LoadRun(db, run_id);
+  });
+}
+
+absl::StatusOr<RunRecord> RunStore::RetryAttempt(int64_t run_id, int64_t attempt,
+                                                 const RetryRequest& retry, const Audit& audit) {
+  CART_RETURN_IF_ERROR(internal::ValidateAudit(audit));
+  if (retry.oom_memory_bytes < 0) {
+    return absl::InvalidArgumentError(
+        StrCat("run ", run_id, ": negative OOM memory ", retry.oom_memory_bytes));
+  }
+  return writer_->Run<RunRecord>([&](WriteContext& ctx) -> absl::StatusOr<RunRecord> {
+    Database& db = ctx.db();
+    CART_ASSIGN_OR_RETURN(Fence fence, CheckFence(db, run_id, attempt, "outcome FAILED"));
+    int64_t floor = 0;
+    int64_t max_attempts = 0;
+    {
+      CART_ASSIGN_OR_RETURN(auto select, db.Cached(kSelectAttemptFloor));
+      select->BindAll(run_id);
+      CART_ASSIGN_OR_RETURN(bool row, select->Step());
+      if (!row) return absl::NotFoundError(StrCat("run ", run_id, " does not exist"));
+      floor = select->ColumnInt64(0);
+      max_attempts = select->ColumnInt64(1);
+    }
+    // Raising the floor by one forgives exactly this attempt, keeping earlier ones counted.
+    if (!retry.counted) {
+      floor += 1;
+      CART_RETURN_IF_ERROR(Exec(db, kSetAttemptFloor, floor, run_id));
+    }
+    if (retry.oom_memory_bytes > 0) {
+      CART_RETURN_IF_ERROR(Exec(db, kRaiseOomFloor, retry.oom_memory_bytes, run_id));
+    }
+    const int64_t counted = fence.attempt - floor;
+    RunState to = RunState::kQueued;
+    std::string why = audit.why;
+    if (fence.cancel_requested) {
+      to = RunState::kCancelled;
+      why = StrCat(why, "; cancel was requested, not retried");
+    } else if (counted >= max_attempts) {
+      to = RunState::kFailed;
+      why = StrCat(why, "; ", counted, " of ", max_attempts, " attempts spent");
+    } else {
+      why = StrCat(why, "; requeued (", counted, " of ", max_attempts, " attempts spent)");
+    }
+    CART_RETURN_IF_ERROR(
+        EndAttempt(db, run_id, attempt, AttemptOutcome::kFailed, audit.at_us, audit.why));
+    CART_RETURN_IF_ERROR(Exec(db, kSetCancelRequested, 0, run_id));
+    CART_RETURN_IF_ERROR(
+        ChangeState(db, run_id, fence.state, to, Audit{audit.at_us, audit.who, why}));
     return internal::LoadRun(db, run_id);
   });
 }

@@ -68,6 +68,16 @@ struct Claim {
   std::optional<CheckpointRecord> parent_checkpoint;
 };
 
+// How RetryAttempt requeues a run whose attempt the worker reported as failed.
+struct RetryRequest {
+  // Whether the attempt counts against max_attempts: true for a crash or an error, false when the
+  // device was too small (the run itself is not at fault).
+  bool counted = true;
+  // > 0: the attempt ran out of memory on a device with this much memory, bytes. The run's
+  // placement floor (RunRecord::oom_memory_bytes) rises to it, never falls.
+  int64_t oom_memory_bytes = 0;
+};
+
 struct HeartbeatReply {
   int64_t lease_expires_us = 0;
   bool cancel_requested = false;  // the worker should checkpoint, stop and report kCancelled
@@ -118,8 +128,9 @@ class RunStore {
   absl::Status RegisterWorker(const std::string& worker_id, const std::string& device,
                               int64_t memory_bytes, int64_t now_us);
   // Leases the highest-priority, then oldest QUEUED run whose memory estimate fits in
-  // device_memory_bytes to a registered worker: run -> LEASED, a new attempt row, lease until
-  // now + lease_ttl. nullopt when nothing fits. NotFound for an unregistered worker.
+  // device_memory_bytes, and whose OOM floor (RunRecord::oom_memory_bytes) is below it, to a
+  // registered worker: run -> LEASED, a new attempt row, lease until now + lease_ttl. nullopt
+  // when nothing fits. NotFound for an unregistered worker.
   absl::StatusOr<std::optional<Claim>> ClaimNextRun(const std::string& worker_id,
                                                     int64_t device_memory_bytes, int64_t now_us);
   // LEASED -> RUNNING for the current attempt (the worker started training). Repeating it for a
@@ -137,6 +148,12 @@ class RunStore {
   // FailedPrecondition for a stale attempt or a state that does not allow it.
   absl::StatusOr<RunRecord> RecordAttemptOutcome(int64_t run_id, int64_t attempt,
                                                  AttemptOutcome outcome, const Audit& audit);
+  // Ends the current attempt with outcome FAILED (reason: audit.why) and puts the run back in the
+  // queue to resume from its latest checkpoint (LEASED | RUNNING -> QUEUED), or -> FAILED when
+  // the counted attempts reach max_attempts, or -> CANCELLED when a cancel was requested. See
+  // RetryRequest for counting and the OOM placement floor. FailedPrecondition for a stale attempt.
+  absl::StatusOr<RunRecord> RetryAttempt(int64_t run_id, int64_t attempt, const RetryRequest& retry,
+                                         const Audit& audit);
   // The largest memory of any registered worker; nullopt when none is registered. A QUEUED run
   // whose estimate exceeds it waits for a bigger device.
   absl::StatusOr<std::optional<int64_t>> MaxWorkerMemory();

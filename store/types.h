@@ -125,6 +125,9 @@ struct RunRecord {
   std::string parent_checkpoint;  // "final", a step, or empty
   int64_t created_us = 0;
   int64_t updated_us = 0;
+  // The largest device memory the run ran out of memory on (RetryAttempt); it is only placed on
+  // devices with more. 0: never ran out of memory.
+  int64_t oom_memory_bytes = 0;
 };
 
 struct AttemptRecord {

@@ -12,7 +12,7 @@ namespace {
   "SELECT r.id, r.sweep_id, s.name, r.name, r.config_yaml, r.d, r.r, r.p, r.seed, r.steps, " \
   "r.stored_params, r.effective_params, r.memory_estimate_bytes, r.status, r.priority, "     \
   "r.attempt, r.max_attempts, r.attempt_floor, r.cancel_requested, r.parent_run_id, "        \
-  "r.parent_checkpoint, r.created_us, r.updated_us "                                         \
+  "r.parent_checkpoint, r.created_us, r.updated_us, r.oom_memory_bytes "                     \
   "FROM runs AS r JOIN sweeps AS s ON s.id = r.sweep_id "
 
 constexpr char kSelectRunById[] = CART_RUN_SELECT "WHERE r.id = ?";
@@ -98,6 +98,7 @@ absl::StatusOr<RunRecord> ReadRun(const Statement& row) {
   run.parent_checkpoint = row.ColumnOptionalText(20).value_or("");
   run.created_us = row.ColumnInt64(21);
   run.updated_us = row.ColumnInt64(22);
+  run.oom_memory_bytes = row.ColumnInt64(23);
   return run;
 }
 

@@ -155,6 +155,13 @@ UPDATE run_summaries SET final_step = latest_step, final_value = latest_value
   WHERE run_id IN (SELECT id FROM runs WHERE status = 'SUCCEEDED');
 )sql";
 
+// Version 3: the placement floor of a run that ran out of device memory. A run is only placed on a
+// device with more memory than oom_memory_bytes (0: no floor), so an OOM is never repeated on the
+// same device size.
+constexpr char kSchemaV3[] = R"sql(
+ALTER TABLE runs ADD COLUMN oom_memory_bytes INTEGER NOT NULL DEFAULT 0;
+)sql";
+
 absl::Status Apply(Database& db, const Migration& migration) {
   Transaction txn(&db);
   CART_RETURN_IF_ERROR(txn.Begin(Transaction::Mode::kImmediate));
@@ -181,6 +188,7 @@ const std::vector<Migration>& Migrations() {
       {1, "sweeps, runs, params, workers, attempts, metrics, artifacts, checkpoints, events",
        kSchemaV1},
       {2, "run_summaries, backfilled from metrics", kSchemaV2},
+      {3, "runs.oom_memory_bytes: placement floor after a device ran out of memory", kSchemaV3},
   };
   return *kAll;
 }

@@ -1,0 +1,111 @@
+// The two store additions the scheduler needs: RetryAttempt (a worker-reported failure requeues the
+// run until max_attempts) and the OOM placement floor (a run that ran out of memory on a device is
+// never placed on a device that small again). They live in store/; the tests sit here beside the
+// scheduler that relies on them.
+
+#include <optional>
+
+#include "store/run_store.h"
+#include "tests/store/store_fixture.h"
+#include "tests/support/test_support.h"
+
+namespace cart::store {
+namespace {
+
+using ::cart::store::testing::By;
+using ::cart::store::testing::kGiB;
+using ::cart::store::testing::kT0;
+using ::cart::store::testing::MakeRun;
+using ::cart::store::testing::MakeSweep;
+using ::cart::store::testing::OpenStore;
+using ::cart::testing::StatusIs;
+using ::cart::testing::TempDir;
+using ::testing::HasSubstr;
+
+class StoreRetryTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    store_ = OpenStore(dir_.File("cart.db"));
+    ASSERT_NE(store_, nullptr);
+    CART_ASSERT_OK(store_->RegisterWorker("small", "RTX 3050", 8 * kGiB, kT0));
+    CART_ASSERT_OK(store_->RegisterWorker("big", "RTX 3090", 24 * kGiB, kT0));
+    NewRun run = MakeRun("r0", {}, 2 * kGiB);
+    run.max_attempts = 2;
+    auto created = store_->CreateSweep(MakeSweep("s", {run}), By("user:a", kT0));
+    ASSERT_TRUE(created.ok()) << created.status();
+    run_id_ = created->run_ids.at(0);
+  }
+
+  // Claims the run on `worker` with `memory` and marks it RUNNING; returns the attempt (0: none).
+  int64_t Start(const std::string& worker, int64_t memory) {
+    auto claim = store_->ClaimNextRun(worker, memory, kT0);
+    EXPECT_TRUE(claim.ok()) << claim.status();
+    if (!claim.ok() || !claim->has_value()) return 0;
+    EXPECT_TRUE(store_->MarkRunning(run_id_, (*claim)->attempt, kT0).ok());
+    return (*claim)->attempt;
+  }
+
+  TempDir dir_;
+  std::unique_ptr<RunStore> store_;
+  int64_t run_id_ = 0;
+};
+
+TEST_F(StoreRetryTest, CountedFailureRequeuesUntilMaxAttemptsThenFails) {
+  const int64_t first = Start("big", 24 * kGiB);
+  ASSERT_EQ(first, 1);
+  CART_ASSERT_OK_AND_ASSIGN(
+      RunRecord after_first,
+      store_->RetryAttempt(run_id_, first, RetryRequest{}, By("worker:big", kT0, "CUDA error")));
+  EXPECT_EQ(after_first.state, RunState::kQueued);
+  EXPECT_EQ(after_first.attempts_counted, 1);
+
+  const int64_t second = Start("big", 24 * kGiB);
+  ASSERT_EQ(second, 2);
+  CART_ASSERT_OK_AND_ASSIGN(
+      RunRecord after_second,
+      store_->RetryAttempt(run_id_, second, RetryRequest{}, By("worker:big", kT0, "CUDA error")));
+  EXPECT_EQ(after_second.state, RunState::kFailed);
+  CART_ASSERT_OK_AND_ASSIGN(auto attempts, store_->ListAttempts(run_id_));
+  ASSERT_EQ(attempts.size(), 2u);
+  EXPECT_EQ(attempts[1].outcome, AttemptOutcome::kFailed);
+  EXPECT_EQ(attempts[1].reason, "CUDA error");
+}
+
+TEST_F(StoreRetryTest, StaleAttemptIsRejected) {
+  const int64_t attempt = Start("big", 24 * kGiB);
+  ASSERT_GT(attempt, 0);
+  EXPECT_THAT(store_->RetryAttempt(run_id_, attempt + 1, RetryRequest{}, By("worker:big", kT0)),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("stale")));
+}
+
+TEST_F(StoreRetryTest, OomFloorKeepsTheRunOffDevicesThatSmall) {
+  const int64_t attempt = Start("small", 8 * kGiB);
+  ASSERT_EQ(attempt, 1);
+  RetryRequest oom;
+  oom.counted = false;
+  oom.oom_memory_bytes = 8 * kGiB;
+  CART_ASSERT_OK_AND_ASSIGN(RunRecord run,
+                            store_->RetryAttempt(run_id_, attempt, oom, By("worker:small", kT0)));
+  EXPECT_EQ(run.state, RunState::kQueued);
+  EXPECT_EQ(run.oom_memory_bytes, 8 * kGiB);
+  EXPECT_EQ(run.attempts_counted, 0);  // an OOM is the device's fault, not the run's
+
+  // The estimate (2 GiB) fits 8 GiB, but the floor does not let it back there.
+  CART_ASSERT_OK_AND_ASSIGN(auto on_small, store_->ClaimNextRun("small", 8 * kGiB, kT0));
+  EXPECT_FALSE(on_small.has_value());
+  CART_ASSERT_OK_AND_ASSIGN(auto on_big, store_->ClaimNextRun("big", 24 * kGiB, kT0));
+  ASSERT_TRUE(on_big.has_value());
+  EXPECT_EQ(on_big->run.id, run_id_);
+}
+
+TEST_F(StoreRetryTest, CancelRequestedBeforeAFailureEndsCancelled) {
+  const int64_t attempt = Start("big", 24 * kGiB);
+  ASSERT_GT(attempt, 0);
+  CART_ASSERT_OK(store_->CancelRun(run_id_, By("user:a", kT0)).status());
+  CART_ASSERT_OK_AND_ASSIGN(RunRecord run, store_->RetryAttempt(run_id_, attempt, RetryRequest{},
+                                                                By("worker:big", kT0, "crash")));
+  EXPECT_EQ(run.state, RunState::kCancelled);
+}
+
+}  // namespace
+}  // namespace cart::store
