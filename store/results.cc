@@ -25,20 +25,19 @@ namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-// Fragments of the metric-rows query (FetchMetricRows). Only aliases numbered k0, k1, ... are
-// generated; every value is a bound parameter.
+// Fragments of the metric-rows query (FetchMetricRows); every value, key path included, is a
+// bound parameter.
 constexpr char kRowsSelectFinal[] = "SELECT r.id, s.final_value";
 constexpr char kRowsSelectLatest[] = "SELECT r.id, s.latest_value";
 constexpr char kRowsFrom[] =
     " FROM runs AS r JOIN run_summaries AS s ON s.run_id = r.id AND s.name_id = ?";
-constexpr char kRowsKeyJoinOpen[] = " JOIN run_params AS k";
-constexpr char kRowsKeyJoinOn[] = " ON k";
-constexpr char kRowsKeyJoinRunId[] = ".run_id = r.id AND k";
-constexpr char kRowsKeyJoinKey[] = ".key = ?";
+constexpr char kRowsKeyColumn[] = ", json_extract(r.params_json, ?)";
+constexpr char kRowsKeyPresent[] = " AND json_type(r.params_json, ?) IS NOT NULL";
 constexpr char kRowsWhereFinal[] = " WHERE s.final_step IS NOT NULL";
 constexpr char kRowsWhereLatest[] = " WHERE 1 = 1";
 constexpr char kRowsOrder[] = " ORDER BY r.id";
-constexpr char kSelectKeyExists[] = "SELECT 1 FROM run_params WHERE key = ? LIMIT 1";
+constexpr char kSelectKeyExists[] =
+    "SELECT 1 FROM runs WHERE json_type(params_json, ?) IS NOT NULL LIMIT 1";
 constexpr char kSelectSeriesRange[] =
     "SELECT count(*), min(step), max(step) FROM metrics "
     "WHERE run_id = ? AND name_id = ? AND step BETWEEN ? AND ?";
@@ -64,20 +63,23 @@ absl::StatusOr<std::vector<MetricRow>> FetchMetricRows(Database& db, const RunFi
                                                        const std::vector<std::string>& keys) {
   const bool final = field == SummaryField::kFinal;
   std::string sql = final ? kRowsSelectFinal : kRowsSelectLatest;
-  for (size_t i = 0; i < keys.size(); ++i) sql += StrCat(", k", i, ".value");
+  for (size_t i = 0; i < keys.size(); ++i) sql += kRowsKeyColumn;
   sql += kRowsFrom;
-  for (size_t i = 0; i < keys.size(); ++i) {
-    sql += StrCat(kRowsKeyJoinOpen, i, kRowsKeyJoinOn, i, kRowsKeyJoinRunId, i, kRowsKeyJoinKey);
-  }
-  const internal::FilterSql where = internal::BuildFilterSql(filter);
   sql += final ? kRowsWhereFinal : kRowsWhereLatest;
+  for (size_t i = 0; i < keys.size(); ++i) sql += kRowsKeyPresent;
+  const internal::FilterSql where = internal::BuildFilterSql(filter);
   sql += where.conditions;
   sql += kRowsOrder;
 
+  // Parameters in the order they appear: key paths (columns), metric, key paths (presence),
+  // the filter's.
+  std::vector<std::string> paths;
+  for (const std::string& key : keys) paths.push_back(internal::JsonPath(key));
   CART_ASSIGN_OR_RETURN(auto select, db.Prepare(sql));
   int index = 1;
+  for (const std::string& path : paths) select->BindText(index++, path);
   select->BindInt64(index++, name_id);
-  for (const std::string& key : keys) select->BindText(index++, key);
+  for (const std::string& path : paths) select->BindText(index++, path);
   for (const std::string& bind : where.binds) select->BindText(index++, bind);
   std::vector<MetricRow> rows;
   CART_RETURN_IF_ERROR(select->ForEachRow([&](const auto& cur) -> absl::Status {
@@ -103,7 +105,7 @@ absl::StatusOr<int64_t> RequireMetric(Database& db, const std::string& metric) {
 absl::Status CheckKeysExist(Database& db, const std::vector<std::string>& keys) {
   for (const std::string& key : keys) {
     CART_ASSIGN_OR_RETURN(auto select, db.Cached(kSelectKeyExists));
-    select->BindAll(key);
+    select->BindAll(internal::JsonPath(key));
     CART_ASSIGN_OR_RETURN(bool row, select->Step());
     if (!row) return absl::NotFoundError(StrCat("no run has config key '", key, "'"));
   }

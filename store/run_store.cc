@@ -30,14 +30,12 @@ constexpr char kInsertSweep[] =
 constexpr char kUpdateSweepStatus[] = "UPDATE sweeps SET status = ? WHERE id = ?";
 constexpr char kSelectRunIdsOfSweep[] = "SELECT id FROM runs WHERE sweep_id = ? ORDER BY id";
 constexpr char kInsertRun[] =
-    "INSERT INTO runs(sweep_id, name, config_yaml, d, r, p, seed, steps, stored_params, "
-    "effective_params, memory_estimate_bytes, status, priority, attempt, max_attempts, "
-    "attempt_floor, cancel_requested, parent_run_id, parent_checkpoint, created_us, updated_us) "
-    "VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, 0, 0, ?, ?, ?, ?)";
-constexpr char kInsertParam[] = "INSERT INTO run_params(run_id, key, value) VALUES(?, ?, ?)";
-constexpr char kUpsertParam[] =
-    "INSERT INTO run_params(run_id, key, value) VALUES(?, ?, ?) "
-    "ON CONFLICT(run_id, key) DO UPDATE SET value = excluded.value";
+    "INSERT INTO runs(sweep_id, name, config_yaml, params_json, d, r, p, seed, steps, "
+    "stored_params, effective_params, memory_estimate_bytes, status, priority, attempt, "
+    "max_attempts, attempt_floor, cancel_requested, parent_run_id, parent_checkpoint, created_us, "
+    "updated_us) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, 0, 0, ?, ?, ?, ?)";
+constexpr char kSetStepsParam[] =
+    "UPDATE runs SET params_json = json_set(params_json, '$.\"steps\"', ?) WHERE id = ?";
 constexpr char kInsertEvent[] =
     "INSERT INTO events(run_id, sweep_id, from_state, to_state, who, at_us, why) "
     "VALUES(?, ?, ?, ?, ?, ?, ?)";
@@ -84,9 +82,18 @@ constexpr char kSelectExpired[] =
 constexpr char kInsertMetricName[] =
     "INSERT INTO metric_names(name) VALUES(?) ON CONFLICT(name) DO NOTHING";
 constexpr char kSelectMetricNameId[] = "SELECT id FROM metric_names WHERE name = ?";
-constexpr char kInsertMetric[] =
-    "INSERT INTO metrics(run_id, name_id, step, value, wall_time_us) VALUES(?, ?, ?, ?, ?) "
-    "ON CONFLICT(run_id, name_id, step) DO NOTHING";
+// Multi-row inserts (internal::InsertRows) of metric points.
+constexpr char kInsertMetricsHead[] =
+    "INSERT INTO metrics(run_id, name_id, step, value, wall_time_us) VALUES ";
+constexpr char kInsertMetricsTuple[] = "(?, ?, ?, ?, ?)";
+constexpr char kInsertMetricsTail[] = " ON CONFLICT(run_id, name_id, step) DO NOTHING";
+
+const internal::MultiRowInsertSql& InsertMetricsSql() {
+  static const auto* const kSql = new internal::MultiRowInsertSql(
+      kInsertMetricsHead, kInsertMetricsTuple, 5, kInsertMetricsTail, /*max_rows=*/64);
+  return *kSql;
+}
+
 // Strictly greater: a resent point (same step) never changes the summary, just as it never
 // changes the stored point.
 constexpr char kUpsertSummary[] =
@@ -301,23 +308,29 @@ absl::StatusOr<int64_t> WriteMetrics(WriteContext& ctx, int64_t run_id, int64_t 
     const MetricPoint* point;
   };
   std::unordered_map<std::string_view, Latest> latest;
+  std::vector<int64_t> name_ids;
+  name_ids.reserve(points.size());
   int64_t max_step = -1;
-  {
-    CART_ASSIGN_OR_RETURN(auto insert, db.Cached(kInsertMetric));
-    for (const MetricPoint& point : points) {
-      auto it = latest.find(point.name);
-      if (it == latest.end()) {
-        CART_ASSIGN_OR_RETURN(int64_t id, MetricId(ctx, point.name));
-        it = latest.emplace(point.name, Latest{id, &point}).first;
-      } else if (point.step > it->second.point->step) {
-        it->second.point = &point;
-      }
-      insert->BindAll(run_id, it->second.name_id, point.step, point.value, point.wall_time_us);
-      CART_RETURN_IF_ERROR(insert->Run());
-      insert->Reset();
-      max_step = std::max(max_step, point.step);
+  for (const MetricPoint& point : points) {
+    auto it = latest.find(point.name);
+    if (it == latest.end()) {
+      CART_ASSIGN_OR_RETURN(int64_t id, MetricId(ctx, point.name));
+      it = latest.emplace(point.name, Latest{id, &point}).first;
+    } else if (point.step > it->second.point->step) {
+      it->second.point = &point;
     }
+    name_ids.push_back(it->second.name_id);
+    max_step = std::max(max_step, point.step);
   }
+  CART_RETURN_IF_ERROR(internal::InsertRows(db, InsertMetricsSql(), points.size(),
+                                            [&](internal::Statement& insert, int first, size_t i) {
+                                              const MetricPoint& p = points[i];
+                                              insert.BindInt64(first, run_id);
+                                              insert.BindInt64(first + 1, name_ids[i]);
+                                              insert.BindInt64(first + 2, p.step);
+                                              insert.BindDouble(first + 3, p.value);
+                                              insert.BindInt64(first + 4, p.wall_time_us);
+                                            }));
   CART_ASSIGN_OR_RETURN(auto summary, db.Cached(kUpsertSummary));
   for (const auto& [name, l] : latest) {
     summary->BindAll(run_id, l.name_id, l.point->step, l.point->value, l.point->wall_time_us);
@@ -346,6 +359,7 @@ absl::StatusOr<std::unique_ptr<RunStore>> RunStore::Open(const StoreOptions& opt
   }
   internal::DatabaseOptions write_options;
   write_options.busy_timeout_ms = options.busy_timeout_ms;
+  write_options.cache_kib = options.writer_cache_kib;
   write_options.synchronous =
       options.synchronous_full ? internal::Synchronous::kFull : internal::Synchronous::kNormal;
   CART_ASSIGN_OR_RETURN(std::unique_ptr<Database> db, Database::Open(options.path, write_options));
@@ -353,6 +367,7 @@ absl::StatusOr<std::unique_ptr<RunStore>> RunStore::Open(const StoreOptions& opt
   internal::DatabaseOptions read_options = write_options;
   read_options.create = false;
   read_options.query_only = true;
+  read_options.cache_kib = options.reader_cache_kib;
   auto writer = std::make_unique<internal::Writer>(std::move(db), options.max_calls_per_commit);
   auto readers = std::make_unique<internal::ReaderPool>(options.path, read_options);
   return std::unique_ptr<RunStore>(new RunStore(options, std::move(writer), std::move(readers)));
@@ -391,7 +406,6 @@ absl::StatusOr<CreatedSweep> RunStore::CreateSweep(const NewSweep& sweep, const 
 
     std::unordered_map<std::string_view, int64_t> ids_by_name;
     CART_ASSIGN_OR_RETURN(auto insert_run, db.Cached(kInsertRun));
-    CART_ASSIGN_OR_RETURN(auto insert_param, db.Cached(kInsertParam));
     for (const NewRun& run : sweep.runs) {
       std::optional<int64_t> parent_id = run.parent_run_id;
       if (!run.parent_name.empty()) {
@@ -419,19 +433,15 @@ absl::StatusOr<CreatedSweep> RunStore::CreateSweep(const NewSweep& sweep, const 
       }
       const internal::RunColumns cols = internal::RunColumnsOf(run);
       insert_run->BindAll(
-          sweep_id, run.name, run.config_yaml, cols.d, cols.r, cols.p, cols.seed, cols.steps,
-          run.stored_params, run.effective_params, run.memory_estimate_bytes, RunStateName(state),
-          run.priority.value_or(sweep.priority), run.max_attempts, parent_id,
+          sweep_id, run.name, run.config_yaml, internal::ParamsJson(run.params), cols.d, cols.r,
+          cols.p, cols.seed, cols.steps, run.stored_params, run.effective_params,
+          run.memory_estimate_bytes, RunStateName(state), run.priority.value_or(sweep.priority),
+          run.max_attempts, parent_id,
           parent_id ? std::optional<std::string>(run.parent_checkpoint) : std::nullopt, audit.at_us,
           audit.at_us);
       CART_RETURN_IF_ERROR(insert_run->Run());
       insert_run->Reset();
       const int64_t run_id = db.LastInsertRowId();
-      for (const auto& [key, value] : run.params) {
-        insert_param->BindAll(run_id, key, value);
-        CART_RETURN_IF_ERROR(insert_param->Run());
-        insert_param->Reset();
-      }
       CART_RETURN_IF_ERROR(
           InsertEvent(db, run_id, sweep_id, std::nullopt, RunStateName(state), audit));
       ids_by_name.emplace(run.name, run_id);
@@ -775,7 +785,7 @@ absl::StatusOr<RunRecord> RunStore::ExtendRun(int64_t run_id, int64_t new_total_
                                                " would not add any"));
     }
     CART_RETURN_IF_ERROR(Exec(db, kSetStepsAndConfig, new_total_steps, new_config_yaml, run_id));
-    CART_RETURN_IF_ERROR(Exec(db, kUpsertParam, run_id, "steps", StrCat(new_total_steps)));
+    CART_RETURN_IF_ERROR(Exec(db, kSetStepsParam, StrCat(new_total_steps), run_id));
     CART_RETURN_IF_ERROR(Exec(db, kSetAttemptFloor, run.attempt, run_id));
     Audit extend = audit;
     extend.why = StrCat("extend from ", run.steps, " to ", new_total_steps, " steps",

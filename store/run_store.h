@@ -50,6 +50,9 @@ struct StoreOptions {
   bool synchronous_full = false;
   // How long to wait for a lock held by another process (an admin backup), milliseconds.
   int busy_timeout_ms = 5000;
+  // Page cache of the writer connection and of each reader connection, KiB.
+  int writer_cache_kib = 64 * 1024;
+  int reader_cache_kib = 16 * 1024;
   // At most this many queued calls share one commit.
   int max_calls_per_commit = 1000;
   // Limits on input (DESIGN.md "Security").

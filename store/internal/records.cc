@@ -12,7 +12,7 @@ namespace {
   "SELECT r.id, r.sweep_id, s.name, r.name, r.config_yaml, r.d, r.r, r.p, r.seed, r.steps, " \
   "r.stored_params, r.effective_params, r.memory_estimate_bytes, r.status, r.priority, "     \
   "r.attempt, r.max_attempts, r.attempt_floor, r.cancel_requested, r.parent_run_id, "        \
-  "r.parent_checkpoint, r.created_us, r.updated_us, r.oom_memory_bytes "                     \
+  "r.parent_checkpoint, r.created_us, r.updated_us, r.oom_memory_bytes, r.params_json "      \
   "FROM runs AS r JOIN sweeps AS s ON s.id = r.sweep_id "
 
 constexpr char kSelectRunById[] = CART_RUN_SELECT "WHERE r.id = ?";
@@ -20,12 +20,7 @@ constexpr char kSelectRunsWhere[] = CART_RUN_SELECT "WHERE 1 = 1";
 constexpr char kSelectRunExists[] = "SELECT id FROM runs WHERE id = ?";
 constexpr char kSelectRunStatus[] = "SELECT status FROM runs WHERE id = ?";
 constexpr char kOrderByRunId[] = " ORDER BY r.id";
-constexpr char kSelectParamsOfRun[] =
-    "SELECT key, value FROM run_params WHERE run_id = ? ORDER BY key";
-constexpr char kSelectParamsWhere[] =
-    "SELECT rp.run_id, rp.key, rp.value FROM run_params AS rp JOIN runs AS r ON r.id = rp.run_id "
-    "WHERE 1 = 1";
-constexpr char kOrderByRunIdKey[] = " ORDER BY rp.run_id, rp.key";
+constexpr char kSelectJsonEach[] = "SELECT key, value FROM json_each(?) ORDER BY key";
 
 #define CART_SWEEP_SELECT                                                                    \
   "SELECT id, name, client_request_id, spec_text, status, priority, created_by, created_us " \
@@ -62,9 +57,7 @@ constexpr char kFilterSweepsOpen[] =
 constexpr char kFilterStatesOpen[] = " AND r.status IN (";
 constexpr char kFilterClose[] = ")";
 constexpr char kFilterSweepsClose[] = "))";
-constexpr char kFilterParam[] =
-    " AND EXISTS (SELECT 1 FROM run_params AS f WHERE f.run_id = r.id AND f.key = ? AND "
-    "f.value = ?)";
+constexpr char kFilterParam[] = " AND json_extract(r.params_json, ?) = ?";
 
 absl::StatusOr<RunState> StateColumn(const Statement& row, int col) {
   const std::string text = row.ColumnText(col);
@@ -100,6 +93,14 @@ absl::StatusOr<RunRecord> ReadRun(const Statement& row) {
   run.updated_us = row.ColumnInt64(22);
   run.oom_memory_bytes = row.ColumnInt64(23);
   return run;
+}
+
+// Fills run->params from the params_json column (index 24 of CART_RUN_SELECT) of `row`.
+absl::Status ReadParams(Database& db, const Statement& row, RunRecord* run) {
+  CART_ASSIGN_OR_RETURN(auto each, db.Cached(kSelectJsonEach));
+  each->BindText(1, row.ColumnText(24));
+  return each->ForEachRow(
+      [&](const Statement& cur) { run->params[cur.ColumnText(0)] = cur.ColumnText(1); });
 }
 
 absl::StatusOr<SweepRecord> ReadSweep(Database& db, const Statement& row) {
@@ -180,20 +181,12 @@ absl::Status RequireRun(Database& db, int64_t run_id) {
 }
 
 absl::StatusOr<RunRecord> LoadRun(Database& db, int64_t run_id) {
-  RunRecord run;
-  {
-    CART_ASSIGN_OR_RETURN(auto select, db.Cached(kSelectRunById));
-    select->BindAll(run_id);
-    CART_ASSIGN_OR_RETURN(bool row, select->Step());
-    if (!row) return absl::NotFoundError(StrCat("run ", run_id, " does not exist"));
-    CART_ASSIGN_OR_RETURN(run, ReadRun(*select));
-  }
-  CART_ASSIGN_OR_RETURN(auto params, db.Cached(kSelectParamsOfRun));
-  params->BindAll(run_id);
-  CART_RETURN_IF_ERROR(params->ForEachRow([&](const auto& cur) -> absl::Status {
-    run.params[cur.ColumnText(0)] = cur.ColumnText(1);
-    return absl::OkStatus();
-  }));
+  CART_ASSIGN_OR_RETURN(auto select, db.Cached(kSelectRunById));
+  select->BindAll(run_id);
+  CART_ASSIGN_OR_RETURN(bool row, select->Step());
+  if (!row) return absl::NotFoundError(StrCat("run ", run_id, " does not exist"));
+  CART_ASSIGN_OR_RETURN(RunRecord run, ReadRun(*select));
+  CART_RETURN_IF_ERROR(ReadParams(db, *select, &run));
   return run;
 }
 
@@ -231,6 +224,37 @@ absl::StatusOr<std::vector<SweepRecord>> LoadAllSweeps(Database& db) {
   return out;
 }
 
+std::string JsonPath(std::string_view key) { return StrCat("$.\"", key, "\""); }
+
+std::string ParamsJson(const std::map<std::string, std::string>& params) {
+  std::string out = "{";
+  auto quote = [&out](std::string_view text) {
+    static constexpr char kHex[] = "0123456789abcdef";
+    out += '"';
+    for (char c : text) {
+      if (c == '"' || c == '\\') {
+        out += '\\';
+        out += c;
+      } else if (static_cast<unsigned char>(c) < 0x20) {
+        out += "\\u00";
+        out += kHex[(c >> 4) & 0xf];
+        out += kHex[c & 0xf];
+      } else {
+        out += c;
+      }
+    }
+    out += '"';
+  };
+  for (const auto& [key, value] : params) {
+    if (out.size() > 1) out += ", ";
+    quote(key);
+    out += ": ";
+    quote(value);
+  }
+  out += "}";
+  return out;
+}
+
 FilterSql BuildFilterSql(const RunFilter& filter) {
   FilterSql out;
   auto placeholders = [](size_t n) {
@@ -248,7 +272,7 @@ FilterSql BuildFilterSql(const RunFilter& filter) {
   }
   for (const auto& [key, value] : filter.params) {
     out.conditions += kFilterParam;
-    out.binds.push_back(key);
+    out.binds.push_back(JsonPath(key));
     out.binds.push_back(value);
   }
   return out;
@@ -257,30 +281,15 @@ FilterSql BuildFilterSql(const RunFilter& filter) {
 absl::StatusOr<std::vector<RunRecord>> LoadRuns(Database& db, const RunFilter& filter) {
   const FilterSql where = BuildFilterSql(filter);
   std::vector<RunRecord> runs;
-  {
-    CART_ASSIGN_OR_RETURN(auto select,
-                          db.Prepare(StrCat(kSelectRunsWhere, where.conditions, kOrderByRunId)));
-    for (size_t i = 0; i < where.binds.size(); ++i) {
-      select->BindText(static_cast<int>(i + 1), where.binds[i]);
-    }
-    CART_RETURN_IF_ERROR(select->ForEachRow([&](const auto& cur) -> absl::Status {
-      CART_ASSIGN_OR_RETURN(RunRecord run, ReadRun(cur));
-      runs.push_back(std::move(run));
-      return absl::OkStatus();
-    }));
-  }
-  // Both lists come ordered by run id: merge.
-  CART_ASSIGN_OR_RETURN(auto params,
-                        db.Prepare(StrCat(kSelectParamsWhere, where.conditions, kOrderByRunIdKey)));
+  CART_ASSIGN_OR_RETURN(auto select,
+                        db.Prepare(StrCat(kSelectRunsWhere, where.conditions, kOrderByRunId)));
   for (size_t i = 0; i < where.binds.size(); ++i) {
-    params->BindText(static_cast<int>(i + 1), where.binds[i]);
+    select->BindText(static_cast<int>(i + 1), where.binds[i]);
   }
-  size_t next = 0;
-  CART_RETURN_IF_ERROR(params->ForEachRow([&](const auto& cur) -> absl::Status {
-    const int64_t run_id = cur.ColumnInt64(0);
-    while (next < runs.size() && runs[next].id < run_id) ++next;
-    if (next == runs.size()) return absl::OkStatus();
-    if (runs[next].id == run_id) runs[next].params[cur.ColumnText(1)] = cur.ColumnText(2);
+  CART_RETURN_IF_ERROR(select->ForEachRow([&](const Statement& cur) -> absl::Status {
+    CART_ASSIGN_OR_RETURN(RunRecord run, ReadRun(cur));
+    CART_RETURN_IF_ERROR(ReadParams(db, cur, &run));
+    runs.push_back(std::move(run));
     return absl::OkStatus();
   }));
   return runs;

@@ -5,8 +5,10 @@
 // transaction is open there.
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -48,6 +50,12 @@ absl::StatusOr<std::optional<CheckpointRecord>> ParentCheckpoint(
 absl::StatusOr<std::optional<int64_t>> FindMetricId(Database& db, const std::string& name);
 absl::StatusOr<std::optional<MetricSummary>> LoadSummary(Database& db, int64_t run_id,
                                                          int64_t name_id, const std::string& name);
+
+// The JSON path of a config key in runs.params_json: $."key" (quoted, so a '.' in a key is not a
+// path step; keys never contain '"', see validate.cc).
+std::string JsonPath(std::string_view key);
+// A run's config keys as the JSON object stored in runs.params_json.
+std::string ParamsJson(const std::map<std::string, std::string>& params);
 
 // A RunFilter as SQL: a condition on the runs table aliased `r` (" AND ..." clauses, or empty)
 // and the text values to bind, in order, to its placeholders.

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <filesystem>
 
+#include "common/status.h"
 #include "common/strings.h"
 
 namespace cart::store::internal {
@@ -161,6 +162,11 @@ absl::StatusOr<std::unique_ptr<Database>> Database::Open(const std::string& path
   absl::Status pragmas =
       db->Execute(options.synchronous == Synchronous::kFull ? kPragmasFull : kPragmasNormal);
   if (!pragmas.ok()) return pragmas;
+  {
+    CART_ASSIGN_OR_RETURN(auto cache,
+                          db->Prepare(StrCat("PRAGMA cache_size = -", options.cache_kib)));
+    CART_RETURN_IF_ERROR(cache->Run());
+  }
   if (options.query_only) {
     absl::Status q = db->Execute(kQueryOnly);
     if (!q.ok()) return q;
@@ -210,6 +216,17 @@ int64_t Database::LastInsertRowId() const { return sqlite3_last_insert_rowid(db_
 int64_t Database::Changes() const { return sqlite3_changes64(db_); }
 
 bool Database::InAutocommit() const { return sqlite3_get_autocommit(db_) != 0; }
+
+MultiRowInsertSql::MultiRowInsertSql(std::string_view head, std::string_view tuple,
+                                     int params_per_row, std::string_view tail, size_t max_rows)
+    : params_per_row_(params_per_row) {
+  std::string values;
+  for (size_t k = 1; k <= max_rows; ++k) {
+    if (k > 1) values += ", ";
+    values += tuple;
+    sql_.push_back(StrCat(head, values, tail));
+  }
+}
 
 Transaction::~Transaction() { Rollback(); }
 

@@ -183,16 +183,14 @@ TEST(SchemaTest, OpensVersionOneDatabaseAndBackfillsSummaries) {
     CART_ASSERT_OK(db->Execute(R"sql(
       INSERT INTO sweeps(id, name, client_request_id, spec_text, status, priority, created_by,
                          created_us) VALUES(1, 'old', 'req-old', 'spec', 'ACTIVE', 0, 'user:a', 1);
-      INSERT INTO runs(id, sweep_id, name, config_yaml, d, r, p, seed, steps, stored_params,
-                       effective_params, memory_estimate_bytes, status, priority, attempt,
-                       max_attempts, attempt_floor, cancel_requested, parent_run_id,
+      INSERT INTO runs(id, sweep_id, name, config_yaml, params_json, d, r, p, seed, steps,
+                       stored_params, effective_params, memory_estimate_bytes, status, priority,
+                       attempt, max_attempts, attempt_floor, cancel_requested, parent_run_id,
                        parent_checkpoint, created_us, updated_us)
-        VALUES(1, 1, 'done', 'd: 256', 256, 6, 6, 42, 100, 1, 1, 1, 'SUCCEEDED', 0, 1, 3, 0, 0,
-               NULL, NULL, 1, 1),
-              (2, 1, 'live', 'd: 512', 512, 6, 6, 42, 100, 1, 1, 1, 'RUNNING', 0, 1, 3, 0, 0,
-               NULL, NULL, 1, 1);
-      INSERT INTO run_params(run_id, key, value) VALUES(1, 'd', '256'), (1, 'R', '6'),
-                                                       (2, 'd', '512'), (2, 'R', '6');
+        VALUES(1, 1, 'done', 'd: 256', '{"d": "256", "R": "6"}', 256, 6, 6, 42, 100, 1, 1, 1,
+               'SUCCEEDED', 0, 1, 3, 0, 0, NULL, NULL, 1, 1),
+              (2, 1, 'live', 'd: 512', '{"d": "512", "R": "6"}', 512, 6, 6, 42, 100, 1, 1, 1,
+               'RUNNING', 0, 1, 3, 0, 0, NULL, NULL, 1, 1);
       INSERT INTO metric_names(id, name) VALUES(1, 'loss');
       INSERT INTO metrics(run_id, name_id, step, value, wall_time_us)
         VALUES(1, 1, 0, 5.0, 10), (1, 1, 99, 2.5, 20), (1, 1, 50, 3.0, 15),
