@@ -22,7 +22,11 @@ namespace cart::data::internal {
 class SpProcessorApi {
  public:
   virtual ~SpProcessorApi() = default;
+  // Encode splits long text at word starts when the model allows it exactly (see
+  // sentencepiece_module.cc); EncodeWhole always hands SentencePiece the whole text.
   virtual std::vector<int> Encode(std::string_view text) const = 0;
+  virtual std::vector<int> EncodeWhole(std::string_view text) const = 0;
+  virtual bool segmented() const = 0;
   virtual std::string Decode(const std::vector<int>& ids) const = 0;  // ids must be valid
   virtual int piece_size() const = 0;
   virtual int bos_id() const = 0;

@@ -76,6 +76,10 @@ std::unique_ptr<SpModel> SpModel::Load(const std::string& path, std::string* err
 }
 
 std::vector<int> SpModel::Encode(std::string_view text) const { return processor_->Encode(text); }
+std::vector<int> SpModel::EncodeWhole(std::string_view text) const {
+  return processor_->EncodeWhole(text);
+}
+bool SpModel::segmented() const { return processor_->segmented(); }
 
 std::string SpModel::Decode(const std::vector<int>& ids) const {
   const int n = processor_->piece_size();

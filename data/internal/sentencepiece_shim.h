@@ -25,6 +25,10 @@ class SpModel {
 
   // Thread-safe (SentencePieceProcessor's encode and decode are const and keep no state).
   std::vector<int> Encode(std::string_view text) const;
+  // The same ids, always computed on the whole text at once (slower on long text; for tests).
+  std::vector<int> EncodeWhole(std::string_view text) const;
+  // Whether Encode splits long text (the model's normalizer and pieces make that exact).
+  bool segmented() const;
   // Ids outside [0, piece_size) decode as U+FFFD.
   std::string Decode(const std::vector<int>& ids) const;
   int piece_size() const;

@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "data/corpus.h"
+#include "data/internal/sentencepiece_shim.h"
 #include "data/internal/tokenizers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -211,6 +212,69 @@ TEST(SentencePieceTest, TrainsBpeModelThatLoadsAndRoundTrips) {
   // Byte fallback: unseen characters and newlines survive the round trip exactly.
   const std::string odd = "Zebra ünïcode 🤖\n\ttabs  two spaces";
   EXPECT_EQ(tok->Decode(tok->Encode(odd)), odd);
+}
+
+// Long text is encoded in segments when the model makes that exact; the ids must not change.
+TEST(SentencePieceTest, SegmentedEncodingEqualsWholeTextEncoding) {
+  TempDir dir;
+  WriteFile(dir.path() / "corpus.txt", SmallCorpus());
+  SentencePieceTrainOptions opts;
+  opts.vocab = 350;
+  opts.threads = 1;
+  const std::string model = dir.File("seg.model");
+  ASSERT_THAT(
+      TrainSentencePiece({CorpusInput{dir.File("corpus.txt"), CorpusFormat::kLines}}, opts, model),
+      IsOk());
+  std::string error;
+  std::unique_ptr<internal::SpModel> sp = internal::SpModel::Load(model, &error);
+  ASSERT_NE(sp, nullptr) << error;
+  EXPECT_TRUE(sp->segmented());
+  // Runs of spaces, tabs, newlines, digits, unseen characters, leading and trailing spaces.
+  std::string text = "  leading spaces ";
+  const char* parts[] = {"the cat",      "   sat  on", "\ta mat\n\n",          "dog 12345 ran",
+                         " ünï 🤖 ", "park.",      "with  a   red    ball"};
+  for (int i = 0; text.size() < 20000; ++i) text += std::string(parts[i % 7]) + " ";
+  text += "   ";
+  const std::vector<int> whole = sp->EncodeWhole(text);
+  EXPECT_EQ(sp->Encode(text), whole);
+  EXPECT_GT(whole.size(), 1000u);
+  const std::string real = std::string(CART_SOURCE_DIR) + "/var/corpora/sotu/sotu.txt";
+  if (std::filesystem::exists(real)) {
+    const std::string speech = ::cart::testing::ReadFile(real).substr(0, 200000);
+    EXPECT_EQ(sp->Encode(speech), sp->EncodeWhole(speech));
+  }
+}
+
+// Models whose pieces may span a cut, or whose normalizer rewrites text, are never segmented.
+TEST(SentencePieceTest, ModelsWhereCuttingIsNotExactAreEncodedWhole) {
+  const std::string corpus = SmallCorpus();
+  TempDir dir;
+  for (const auto& [flag, value] :
+       std::vector<std::pair<std::string, std::string>>{{"treat_whitespace_as_suffix", "true"},
+                                                        {"normalization_rule_name", "nmt_nfkc"},
+                                                        {"model_type", "unigram"}}) {
+    std::unordered_map<std::string, std::string> flags = {{"model_type", "bpe"},
+                                                          {"vocab_size", "60"},
+                                                          {"normalization_rule_name", "identity"},
+                                                          {"remove_extra_whitespaces", "false"},
+                                                          {"minloglevel", "100"},
+                                                          {"num_threads", "1"}};
+    flags[flag] = value;
+    size_t pos = 0;
+    const std::function<bool(std::string*)> next = [&](std::string* line) {
+      if (pos >= corpus.size()) return false;
+      const size_t end = corpus.find('\n', pos);
+      *line = corpus.substr(pos, end - pos);
+      pos = end + 1;
+      return true;
+    };
+    std::string proto, error;
+    ASSERT_TRUE(internal::SpTrain(flags, next, &proto, &error)) << flag << ": " << error;
+    WriteFile(dir.path() / "m.model", proto);
+    std::unique_ptr<internal::SpModel> sp = internal::SpModel::Load(dir.File("m.model"), &error);
+    ASSERT_NE(sp, nullptr) << error;
+    EXPECT_FALSE(sp->segmented()) << flag << "=" << value;
+  }
 }
 
 TEST(SentencePieceTest, TrainingErrorsAreReported) {
