@@ -119,6 +119,38 @@ std::vector<CheckpointManifest> ListCheckpoints(const std::string& dir,
   return out;
 }
 
+absl::StatusOr<CheckpointManifest> ImportCheckpoint(const std::string& file, const std::string& dir,
+                                                    const std::string& config_yaml) {
+  CART_ASSIGN_OR_RETURN(std::string bytes, ReadWholeFile(file));
+  CheckpointManifest m;
+  try {
+    torch::serialize::InputArchive archive;
+    std::istringstream is(bytes);
+    archive.load_from(is);
+    torch::Tensor step, cursor;
+    archive.read("step", step);
+    archive.read("cursor", cursor);
+    m.step = step.item<int64_t>();
+    m.cursor = cursor.item<int64_t>();
+  } catch (const c10::Error& e) {
+    return absl::DataLossError(
+        StrCat(file, ": not a readable checkpoint: ", e.what_without_backtrace()));
+  }
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  const std::string name = StepName(m.step);
+  m.path = (fs::path(dir) / (name + ".pt")).string();
+  m.bytes = static_cast<int64_t>(bytes.size());
+  m.crc32 = Crc32(bytes);
+  m.config_yaml = config_yaml;
+  CART_RETURN_IF_ERROR(WriteFileAtomically(m.path, bytes));
+  nlohmann::json j = {{"step", m.step},     {"bytes", m.bytes},        {"crc32", m.crc32},
+                      {"cursor", m.cursor}, {"config", m.config_yaml}, {"file", name + ".pt"}};
+  CART_RETURN_IF_ERROR(
+      WriteFileAtomically((fs::path(dir) / (name + ".json")).string(), j.dump(2) + "\n"));
+  return m;
+}
+
 absl::Status VerifyCheckpoint(const CheckpointManifest& m) {
   absl::StatusOr<std::string> bytes = ReadWholeFile(m.path);
   if (!bytes.ok()) return absl::DataLossError(StrCat(m.path, ": missing: ", Message(bytes.status())));

@@ -56,6 +56,12 @@ absl::Status LoadCheckpoint(const CheckpointManifest& manifest, torch::nn::Modul
 absl::StatusOr<CheckpointManifest> LatestValidCheckpoint(const std::string& dir,
                                                          std::vector<std::string>* problems);
 
+// Adopts a checkpoint file that came from elsewhere (downloaded from cartd's artifact store):
+// reads its step and cursor from the archive, copies it into `dir` as step-N.pt and writes the
+// manifest with `config_yaml`. DataLoss when the file is not a readable checkpoint.
+absl::StatusOr<CheckpointManifest> ImportCheckpoint(const std::string& file, const std::string& dir,
+                                                    const std::string& config_yaml);
+
 // Checks size and CRC-32 of the checkpoint file against its manifest.
 absl::Status VerifyCheckpoint(const CheckpointManifest& manifest);
 

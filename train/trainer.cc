@@ -238,6 +238,13 @@ absl::StatusOr<TrainResult> Trainer::Run() {
     CART_RETURN_IF_ERROR(WriteFileAtomically(config_path, model::ToYaml(config_)));
     Log(StrCat("resumed from ", latest->path, " at step ", step));
   } else {
+    if (!options_.init_from.empty()) {
+      CART_ASSIGN_OR_RETURN(
+          CheckpointManifest parent,
+          ImportCheckpoint(options_.init_from, (out / "parent").string(), model::ToYaml(config_)));
+      CART_RETURN_IF_ERROR(LoadCheckpoint(parent, *model_, nullptr));
+      Log(StrCat("initialised from ", options_.init_from, " (parent step ", parent.step, ")"));
+    }
     CART_RETURN_IF_ERROR(WriteFileAtomically(config_path, model::ToYaml(config_)));
     CART_RETURN_IF_ERROR(WriteFileAtomically(metrics_path, ""));
   }

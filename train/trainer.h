@@ -29,6 +29,9 @@ struct TrainOptions {
   // out_dir/config.yaml; `config` is ignored except for steps when extend_to > 0).
   bool resume = false;
   int64_t extend_to = 0;  // with resume: new total step count (0: keep)
+  // Start from the weights of this checkpoint file (a parent run's), with a fresh optimizer and
+  // step 0: fine-tuning and other derived jobs. Empty: initialise from the seed.
+  std::string init_from;
   int64_t stop_after = 0;  // stop (with a checkpoint) after this many steps in this call; 0: none
   std::function<void(const MetricRecord&)> on_metrics;           // every log_every / eval
   std::function<void(const CheckpointManifest&)> on_checkpoint;  // after each checkpoint

@@ -1,0 +1,500 @@
+#include "worker/job.h"
+
+#include <chrono>
+#include <condition_variable>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "common/file.h"
+#include "common/sha256.h"
+#include "common/status.h"
+#include "common/strings.h"
+#include "model/config.h"
+#include "model/language_model.h"
+#include "train/checkpoint.h"
+#include "train/eval.h"
+#include "train/trainer.h"
+#include "worker/metric_buffer.h"
+
+namespace cart::worker {
+namespace {
+
+namespace fs = std::filesystem;
+using cart::v1::JobResult;
+using cart::v1::SchedulerControl;
+using cart::v1::WorkerReport;
+
+constexpr size_t kChunkBytes = 1 << 20;
+constexpr size_t kBatchPoints = 2000;
+
+int64_t WallMicros() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+class Session {
+ public:
+  Session(const JobEnvironment& env, const cart::v1::Job& job, const std::atomic<bool>& shutdown)
+      : env_(env), job_(job), shutdown_(shutdown), buffer_(env.metric_buffer_points) {}
+
+  JobEnd Run();
+
+ private:
+  using Stream = grpc::ClientReaderWriter<WorkerReport, SchedulerControl>;
+
+  // --- the trainer side (runs on the training thread) ---
+  JobEnd Train();
+  JobEnd Evaluate();
+  absl::StatusOr<std::string> PrepareRunDir();
+  void OnMetrics(const train::MetricRecord& r);
+  void OnCheckpoint(const train::CheckpointManifest& m, int64_t total);
+  void Log(const std::string& text);
+
+  // --- the stream side (runs on the sender thread) ---
+  void SenderLoop();
+  bool Connect();
+  void Disconnect();
+  bool Write(const WorkerReport& report);
+  WorkerReport Report() const {
+    WorkerReport r;
+    r.set_run_id(job_.run_id());
+    r.set_attempt(job_.attempt());
+    return r;
+  }
+
+  const JobEnvironment& env_;
+  const cart::v1::Job& job_;
+  const std::atomic<bool>& shutdown_;
+  MetricBuffer buffer_;
+  std::atomic<bool> stop_training_{false};
+  std::atomic<bool> cancel_requested_{false};
+  std::atomic<bool> drain_requested_{false};
+  std::atomic<bool> fenced_{false};
+  std::atomic<int64_t> step_{0};
+  std::string run_dir_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::optional<cart::v1::CheckpointNotice> checkpoint_;  // newest notice, resent on reconnect
+  bool checkpoint_sent_ = false;
+  std::vector<cart::v1::LogLine> logs_;
+  std::optional<JobResult> result_;  // set when the work is over
+  bool finished_ = false;            // the result was delivered (or we were fenced)
+
+  std::unique_ptr<grpc::ClientContext> context_;
+  std::unique_ptr<Stream> stream_;
+  std::thread reader_;
+  std::atomic<bool> reader_done_{false};
+};
+
+bool Session::Write(const WorkerReport& report) {
+  if (stream_ == nullptr) return false;
+  if (!stream_->Write(report)) {
+    Disconnect();
+    return false;
+  }
+  return true;
+}
+
+bool Session::Connect() {
+  context_ = std::make_unique<grpc::ClientContext>();
+  rpc::PrepareContext(*context_, env_.client, 0);
+  stream_ = env_.stub->RunJob(context_.get());
+  WorkerReport hello = Report();
+  hello.mutable_hello();
+  reader_done_ = false;
+  if (!stream_->Write(hello)) {
+    Disconnect();
+    return false;
+  }
+  reader_ = std::thread([this, stream = stream_.get()] {
+    SchedulerControl control;
+    while (stream->Read(&control)) {
+      if (control.has_ack()) {
+        buffer_.Ack(control.ack().acked_step());
+      } else if (control.has_cancel()) {
+        cancel_requested_ = true;
+        stop_training_ = true;
+      } else if (control.has_drain()) {
+        drain_requested_ = true;
+      }
+      cv_.notify_all();
+    }
+    reader_done_ = true;
+    cv_.notify_all();
+  });
+  buffer_.Rewind();
+  std::lock_guard<std::mutex> lock(mu_);
+  checkpoint_sent_ = false;
+  return true;
+}
+
+void Session::Disconnect() {
+  if (stream_ == nullptr) return;
+  context_->TryCancel();
+  if (reader_.joinable()) reader_.join();
+  grpc::Status status = stream_->Finish();
+  if (status.error_code() == grpc::StatusCode::FAILED_PRECONDITION ||
+      status.error_code() == grpc::StatusCode::NOT_FOUND) {
+    // cartd no longer recognises this attempt (lease expired and the run moved on): fencing.
+    fenced_ = true;
+    stop_training_ = true;
+  }
+  stream_.reset();
+  context_.reset();
+}
+
+void Session::SenderLoop() {
+  int64_t backoff_ms = 200;
+  auto next_heartbeat = std::chrono::steady_clock::now();
+  while (!fenced_) {
+    if (stream_ == nullptr) {
+      if (!Connect()) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(backoff_ms));
+        backoff_ms = std::min<int64_t>(backoff_ms * 2, 5000);
+        continue;
+      }
+      backoff_ms = 200;
+    }
+    if (reader_done_) {  // the server closed the stream (restart, network cut)
+      Disconnect();
+      continue;
+    }
+    if (std::chrono::steady_clock::now() >= next_heartbeat) {
+      WorkerReport r = Report();
+      r.mutable_heartbeat()->set_step(step_);
+      next_heartbeat =
+          std::chrono::steady_clock::now() + std::chrono::milliseconds(env_.heartbeat_interval_ms);
+      if (!Write(r)) continue;
+    }
+    // Metrics next, in step order.
+    std::vector<Point> batch = buffer_.NextBatch(kBatchPoints);
+    if (!batch.empty()) {
+      WorkerReport r = Report();
+      for (const Point& p : batch) {
+        auto* m = r.mutable_metrics()->add_points();
+        m->set_step(p.step);
+        m->set_name(p.name);
+        m->set_value(p.value);
+        m->set_wall_time_us(p.wall_time_us);
+      }
+      Write(r);
+      continue;
+    }
+    std::optional<WorkerReport> checkpoint, result;
+    std::vector<cart::v1::LogLine> logs;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (checkpoint_ && !checkpoint_sent_) {
+        checkpoint = Report();
+        *checkpoint->mutable_checkpoint() = *checkpoint_;
+      }
+      logs.swap(logs_);
+      // The result goes last, once every metric is acknowledged and the newest checkpoint sent.
+      if (result_ && buffer_.unacked() == 0 && (!checkpoint_ || checkpoint_sent_) && !checkpoint) {
+        result = Report();
+        *result->mutable_result() = *result_;
+      }
+    }
+    if (checkpoint) {
+      if (Write(*checkpoint)) {
+        std::lock_guard<std::mutex> lock(mu_);
+        checkpoint_sent_ = true;
+      }
+      continue;
+    }
+    for (auto& line : logs) {
+      WorkerReport r = Report();
+      *r.mutable_log() = line;
+      if (!Write(r)) break;
+    }
+    if (result) {
+      if (!Write(*result)) continue;
+      stream_->WritesDone();
+      // cartd closes the stream once the result is recorded.
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait_for(lock, std::chrono::seconds(30), [&] { return reader_done_.load(); });
+      lock.unlock();
+      if (reader_.joinable()) reader_.join();
+      grpc::Status status = stream_->Finish();
+      stream_.reset();
+      context_.reset();
+      if (status.ok() || status.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
+        std::lock_guard<std::mutex> l(mu_);
+        finished_ = true;
+        return;
+      }
+      continue;  // not confirmed: reconnect and send it again
+    }
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_for(lock, std::chrono::milliseconds(50));
+  }
+  Disconnect();
+}
+
+void Session::Log(const std::string& text) {
+  cart::v1::LogLine line;
+  line.set_text(text);
+  line.set_wall_time_us(WallMicros());
+  std::lock_guard<std::mutex> lock(mu_);
+  logs_.push_back(line);
+  cv_.notify_all();
+}
+
+void Session::OnMetrics(const train::MetricRecord& r) {
+  step_ = r.step;
+  const int64_t now = WallMicros();
+  std::vector<Point> points;
+  for (const auto& [name, value] : r.values) points.push_back({r.step, name, value, now});
+  if (r.values.count("loss") && env_.system != nullptr) {
+    for (const auto& [name, value] : env_.system->Sample(env_.gpu_index)) {
+      points.push_back({r.step, name, value, now});
+    }
+  }
+  buffer_.Add(std::move(points));
+  cv_.notify_all();
+  if (shutdown_) stop_training_ = true;
+}
+
+void Session::OnCheckpoint(const train::CheckpointManifest& m, int64_t total) {
+  // Upload with retries; a non-final checkpoint that cannot be uploaded is skipped (the next
+  // one will be), a final one is retried until cartd takes it or fences us.
+  const bool final = stop_training_ || m.step >= total;
+  int64_t backoff_ms = 200;
+  for (int attempt = 0; !fenced_; ++attempt) {
+    absl::StatusOr<std::string> sha = UploadArtifact(*env_.stub, env_.client, m.path);
+    if (sha.ok()) {
+      cart::v1::CheckpointNotice notice;
+      notice.mutable_checkpoint()->set_step(m.step);
+      notice.mutable_checkpoint()->set_sha256(*sha);
+      notice.mutable_checkpoint()->set_size_bytes(m.bytes);
+      notice.set_cursor(m.cursor);
+      notice.set_final(final);
+      std::lock_guard<std::mutex> lock(mu_);
+      checkpoint_ = notice;
+      checkpoint_sent_ = false;
+      cv_.notify_all();
+      return;
+    }
+    if (!final && attempt >= 3) {
+      Log(StrCat("checkpoint at step ", m.step, " not uploaded: ", Message(sha.status())));
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(backoff_ms));
+    backoff_ms = std::min<int64_t>(backoff_ms * 2, 5000);
+  }
+}
+
+absl::StatusOr<std::string> Session::PrepareRunDir() {
+  run_dir_ = (fs::path(env_.cache_dir) / "runs" /
+              StrCat(job_.run_id(), "-a", job_.attempt()))
+                 .string();
+  std::error_code ec;
+  fs::remove_all(run_dir_, ec);
+  fs::create_directories(fs::path(run_dir_) / "checkpoints", ec);
+  if (ec) return absl::InternalError(StrCat("cannot create ", run_dir_, ": ", ec.message()));
+  return run_dir_;
+}
+
+JobEnd Session::Train() {
+  JobEnd end;
+  auto fail = [&](const absl::Status& s) {
+    end.outcome = s.code() == absl::StatusCode::kResourceExhausted
+                      ? JobResult::OUTCOME_OUT_OF_MEMORY
+                      : JobResult::OUTCOME_FAILED;
+    end.error = Message(s);
+    return end;
+  };
+  absl::StatusOr<model::RunConfig> parsed =
+      model::ParseRunConfigYaml(job_.config_yaml(), StrCat("run ", job_.run_name()));
+  if (!parsed.ok()) return fail(parsed.status());
+  model::RunConfig config = *parsed;
+  if (job_.total_steps() > 0) config.train.steps = job_.total_steps();
+  if (env_.threads > 0) config.train.threads = env_.threads;
+  absl::StatusOr<std::string> dir = PrepareRunDir();
+  if (!dir.ok()) return fail(dir.status());
+
+  train::TrainOptions options;
+  options.out_dir = run_dir_;
+  options.stop = &stop_training_;
+  options.on_metrics = [this](const train::MetricRecord& r) { OnMetrics(r); };
+  const int64_t total = config.train.steps;
+  options.on_checkpoint = [this, total](const train::CheckpointManifest& m) {
+    OnCheckpoint(m, total);
+  };
+  options.on_log = [this](const std::string& s) { Log(s); };
+  const std::string artifacts = (fs::path(env_.cache_dir) / "artifacts").string();
+  if (job_.has_resume_from()) {
+    const auto& ref = job_.resume_from();
+    const std::string file = (fs::path(artifacts) / (ref.sha256() + ".pt")).string();
+    absl::Status fetched = FetchArtifact(*env_.stub, env_.client, ref.sha256(), file);
+    if (!fetched.ok()) return fail(fetched);
+    absl::Status written =
+        WriteFileAtomically((fs::path(run_dir_) / "config.yaml").string(), model::ToYaml(config));
+    if (!written.ok()) return fail(written);
+    absl::StatusOr<train::CheckpointManifest> imported = train::ImportCheckpoint(
+        file, (fs::path(run_dir_) / "checkpoints").string(), model::ToYaml(config));
+    if (!imported.ok()) return fail(imported.status());
+    options.resume = true;
+    options.extend_to = config.train.steps;
+    Log(StrCat("resuming from step ", imported->step));
+  } else if (job_.has_init_from()) {
+    const std::string file =
+        (fs::path(artifacts) / (job_.init_from().sha256() + ".pt")).string();
+    absl::Status fetched = FetchArtifact(*env_.stub, env_.client, job_.init_from().sha256(), file);
+    if (!fetched.ok()) return fail(fetched);
+    options.init_from = file;
+  }
+  absl::StatusOr<train::TrainResult> result = train::Train(config, options);
+  if (!result.ok()) return fail(result.status());
+  if (result->finished) {
+    end.outcome = JobResult::OUTCOME_SUCCEEDED;
+  } else if (cancel_requested_) {
+    end.outcome = JobResult::OUTCOME_CANCELLED;
+  } else {
+    end.outcome = JobResult::OUTCOME_DRAINED;
+  }
+  if (result->leak_suspected) Log("leak_suspected: validation loss fell below the entropy floor");
+  return end;
+}
+
+JobEnd Session::Evaluate() {
+  JobEnd end;
+  auto fail = [&](const absl::Status& s) {
+    end.outcome = JobResult::OUTCOME_FAILED;
+    end.error = Message(s);
+    return end;
+  };
+  absl::StatusOr<model::RunConfig> config =
+      model::ParseRunConfigYaml(job_.config_yaml(), StrCat("run ", job_.run_name()));
+  if (!config.ok()) return fail(config.status());
+  if (!job_.has_init_from()) return fail(absl::InvalidArgumentError("eval job without a checkpoint"));
+  absl::StatusOr<std::string> dir = PrepareRunDir();
+  if (!dir.ok()) return fail(dir.status());
+  const std::string file = (fs::path(env_.cache_dir) / "artifacts" /
+                            (job_.init_from().sha256() + ".pt"))
+                               .string();
+  absl::Status fetched = FetchArtifact(*env_.stub, env_.client, job_.init_from().sha256(), file);
+  if (!fetched.ok()) return fail(fetched);
+  try {
+    torch::set_num_threads(env_.threads > 0 ? static_cast<int>(env_.threads)
+                                            : train::ThreadsFor(config->train));
+    absl::StatusOr<std::shared_ptr<model::LanguageModel>> m =
+        model::BuildModel(config->model, config->train.seed);
+    if (!m.ok()) return fail(m.status());
+    absl::StatusOr<train::CheckpointManifest> ckpt = train::ImportCheckpoint(
+        file, (fs::path(run_dir_) / "checkpoints").string(), job_.config_yaml());
+    if (!ckpt.ok()) return fail(ckpt.status());
+    absl::Status loaded = train::LoadCheckpoint(*ckpt, **m, nullptr);
+    if (!loaded.ok()) return fail(loaded);
+    std::vector<int> loops(job_.eval_loops().begin(), job_.eval_loops().end());
+    if (loops.empty()) loops.push_back(config->model.effective_R_infer());
+    for (const auto& [name, path] : config->data.val_data) {
+      for (int r : loops) {
+        if (stop_training_) break;
+        absl::StatusOr<train::PerplexityResult> p = train::EvaluatePerplexity(
+            **m, path, config->train.seq_len, config->train.eval_sequences, r);
+        if (!p.ok()) return fail(p.status());
+        train::MetricRecord record;
+        record.step = r;  // an eval job's series runs over R_infer
+        record.values[StrCat("val_loss/", name)] = p->mean_loss;
+        record.values[StrCat("val_ppl/", name)] = p->perplexity;
+        OnMetrics(record);
+      }
+    }
+  } catch (const c10::Error& e) {
+    return fail(absl::InternalError(StrCat("LibTorch error: ", e.what_without_backtrace())));
+  }
+  end.outcome = cancel_requested_ ? JobResult::OUTCOME_CANCELLED : JobResult::OUTCOME_SUCCEEDED;
+  return end;
+}
+
+JobEnd Session::Run() {
+  std::thread sender([this] { SenderLoop(); });
+  JobEnd end = job_.kind() == "eval" ? Evaluate() : Train();
+  if (!end.error.empty()) Log("error: " + end.error);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    JobResult result;
+    result.set_outcome(end.outcome);
+    result.set_error(end.error);
+    result.set_steps_done(step_);
+    result_ = result;
+    cv_.notify_all();
+  }
+  sender.join();
+  buffer_.Close();
+  end.fenced = fenced_;
+  end.drain_requested = drain_requested_;
+  return end;
+}
+
+}  // namespace
+
+JobEnd RunJob(const JobEnvironment& env, const cart::v1::Job& job,
+              const std::atomic<bool>& shutdown) {
+  Session session(env, job, shutdown);
+  return session.Run();
+}
+
+absl::Status FetchArtifact(cart::v1::WorkerService::Stub& stub, const rpc::ClientConfig& client,
+                           const std::string& sha256, const std::string& path) {
+  if (fs::exists(path) && Sha256File(path) == sha256) return absl::OkStatus();
+  std::error_code ec;
+  fs::create_directories(fs::path(path).parent_path(), ec);
+  grpc::ClientContext context;
+  rpc::PrepareContext(context, client, 0);
+  cart::v1::GetArtifactRequest request;
+  request.set_sha256(sha256);
+  auto reader = stub.GetArtifact(&context, request);
+  CART_ASSIGN_OR_RETURN(AtomicFileWriter out, AtomicFileWriter::Open(path));
+  Sha256 hash;
+  cart::v1::ArtifactChunk chunk;
+  while (reader->Read(&chunk)) {
+    hash.Update(chunk.data());
+    CART_RETURN_IF_ERROR(out.Write(chunk.data()));
+  }
+  CART_RETURN_IF_ERROR(rpc::FromGrpc(reader->Finish()));
+  if (hash.HexDigest() != sha256) {
+    return absl::DataLossError(StrCat("artifact ", sha256, " arrived with another hash"));
+  }
+  return out.Commit();
+}
+
+absl::StatusOr<std::string> UploadArtifact(cart::v1::WorkerService::Stub& stub,
+                                           const rpc::ClientConfig& client,
+                                           const std::string& path) {
+  const std::string sha = Sha256File(path);
+  if (sha.empty()) return absl::NotFoundError(StrCat("cannot read ", path));
+  std::error_code ec;
+  const int64_t size = static_cast<int64_t>(fs::file_size(path, ec));
+  grpc::ClientContext context;
+  rpc::PrepareContext(context, client, 0);
+  cart::v1::PutArtifactResponse response;
+  auto writer = stub.PutArtifact(&context, &response);
+  std::ifstream in(path, std::ios::binary);
+  std::string buf(kChunkBytes, '\0');
+  bool first = true;
+  while (in) {
+    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+    const std::streamsize n = in.gcount();
+    if (n <= 0 && !first) break;
+    cart::v1::ArtifactChunk chunk;
+    if (first) {
+      chunk.set_sha256(sha);
+      chunk.set_size_bytes(size);
+      first = false;
+    }
+    chunk.set_data(buf.data(), static_cast<size_t>(n));
+    if (!writer->Write(chunk)) break;
+  }
+  writer->WritesDone();
+  CART_RETURN_IF_ERROR(rpc::FromGrpc(writer->Finish()));
+  return sha;
+}
+
+}  // namespace cart::worker

@@ -1,0 +1,58 @@
+// cart-worker: one per GPU (or CPU). See worker/worker.h.
+
+#include <CLI/CLI.hpp>
+#include <csignal>
+#include <iostream>
+
+#include "common/strings.h"
+#include "common/version.h"
+#include "rpc/client.h"
+#include "worker/worker.h"
+
+namespace {
+std::atomic<bool> g_shutdown{false};
+void OnSignal(int) { g_shutdown = true; }
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"cart-worker: trains the runs cartd hands it, one device per process",
+               "cart-worker"};
+  app.set_version_flag("--version", std::string("cart-worker ") + cart::kVersion);
+  cart::worker::WorkerConfig config;
+  cart::rpc::ClientConfig flags;
+  flags.server.clear();
+  std::string config_file = cart::rpc::DefaultConfigPath();
+  app.add_option("--server", flags.server, "cartd address host:port (env CART_SERVER)");
+  app.add_option("--token", flags.token, "Bearer token with the worker role (env CART_TOKEN)");
+  app.add_option("--tls-ca", flags.tls_ca, "CA certificate (PEM) to verify cartd (env CART_TLS_CA)");
+  app.add_option("--tls-server-name", flags.tls_server_name, "Expected name in cartd's certificate");
+  app.add_option("--client-config", config_file, "Client config file (written by `cart up`)");
+  app.add_option("--worker-id", config.worker_id, "Stable id of this worker (default host-device)");
+  app.add_option("--device", config.device, "auto | cpu | cuda:N")->capture_default_str();
+  app.add_option("--cache-dir", config.cache_dir, "Run directories and downloaded checkpoints")
+      ->capture_default_str();
+  app.add_option("--threads", config.threads, "CPU threads for training (0: the run's setting)");
+  app.add_option("--memory-mib", config.memory_mib,
+                 "Report this much device memory (MiB) instead of the real amount");
+  app.add_option("--max-jobs", config.max_jobs, "Exit after this many jobs (0: no limit)");
+  app.add_flag("--exit-when-idle", config.exit_when_idle, "Exit when no job is waiting");
+  app.add_option("--acquire-wait-ms", config.acquire_wait_ms, "Long-poll length, ms")
+      ->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+
+  absl::StatusOr<cart::rpc::ClientConfig> client =
+      cart::rpc::ResolveClientConfig(flags, config_file);
+  if (!client.ok()) {
+    std::cerr << "cart-worker: " << cart::Message(client.status()) << "\n";
+    return 2;
+  }
+  config.client = *client;
+  std::signal(SIGTERM, OnSignal);
+  std::signal(SIGINT, OnSignal);
+  absl::Status s = cart::worker::RunWorker(config, g_shutdown);
+  if (!s.ok()) {
+    std::cerr << "cart-worker: " << cart::Message(s) << "\n";
+    return s.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  return 0;
+}

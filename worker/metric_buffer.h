@@ -1,0 +1,55 @@
+#pragma once
+
+// The worker's outbox of metric points: bounded, ordered by step, kept until cartd acknowledges
+// them. A reconnect rewinds to the first unacknowledged point, so nothing acknowledged is sent
+// twice in vain and nothing unacknowledged is lost (cartd's ingest is idempotent on
+// (run, step, name), so a point sent twice is stored once). Thread-safe.
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace cart::worker {
+
+struct Point {
+  int64_t step = 0;
+  std::string name;
+  double value = 0;
+  int64_t wall_time_us = 0;
+};
+
+class MetricBuffer {
+ public:
+  // `capacity`: points held before Add blocks (backpressure on the trainer).
+  explicit MetricBuffer(size_t capacity) : capacity_(capacity) {}
+
+  // Appends points (steps non-decreasing across calls). Blocks while the buffer is full, until
+  // acks make room or Close() is called.
+  void Add(std::vector<Point> points);
+  // Up to `max` points not yet sent on the current connection; marks them sent.
+  std::vector<Point> NextBatch(size_t max);
+  // Drops every point with step <= acked_step. Returns how many were dropped.
+  size_t Ack(int64_t acked_step);
+  // After a reconnect: everything unacknowledged is to be sent again.
+  void Rewind();
+  // Wakes blocked Add calls for good (the job is over).
+  void Close();
+
+  size_t unacked() const;
+  size_t unsent() const;
+  // Waits until every point is acknowledged, or `timeout_ms` passes. True when empty.
+  bool WaitEmpty(int64_t timeout_ms);
+
+ private:
+  const size_t capacity_;
+  mutable std::mutex mu_;
+  std::condition_variable changed_;
+  std::deque<Point> points_;  // unacknowledged, step order
+  size_t sent_ = 0;           // points_[0, sent_) were sent on the current connection
+  bool closed_ = false;
+};
+
+}  // namespace cart::worker

@@ -1,0 +1,157 @@
+#include "worker/system_metrics.h"
+
+#include <dlfcn.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <sstream>
+
+namespace cart::worker {
+
+// The few NVML entry points used, resolved by name (nvml.h is not needed to build).
+struct SystemMetrics::Nvml {
+  using Device = void*;
+  struct Utilization {
+    unsigned int gpu, memory;
+  };
+  struct Memory {
+    unsigned long long total, free, used;
+  };
+  void* handle = nullptr;
+  int (*shutdown)() = nullptr;
+  int (*get_handle)(unsigned int, Device*) = nullptr;
+  int (*get_name)(Device, char*, unsigned int) = nullptr;
+  int (*get_util)(Device, Utilization*) = nullptr;
+  int (*get_memory)(Device, Memory*) = nullptr;
+  int (*get_temp)(Device, int, unsigned int*) = nullptr;
+  int (*get_power)(Device, unsigned int*) = nullptr;
+};
+
+namespace {
+
+template <typename F>
+bool Resolve(void* handle, const char* name, F& out) {
+  out = reinterpret_cast<F>(dlsym(handle, name));
+  return out != nullptr;
+}
+
+int64_t NowMicros() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+int64_t ProcessCpuTicks() {
+  std::ifstream in("/proc/self/stat");
+  std::string line;
+  std::getline(in, line);
+  // Fields after the ")" of the command name: state is field 3; utime 14, stime 15.
+  std::istringstream rest(line.substr(line.rfind(')') + 2));
+  std::string field;
+  int64_t utime = 0, stime = 0;
+  for (int i = 3; i <= 15 && rest >> field; ++i) {
+    if (i == 14) utime = std::stoll(field);
+    if (i == 15) stime = std::stoll(field);
+  }
+  return utime + stime;
+}
+
+}  // namespace
+
+SystemMetrics::SystemMetrics() {
+  void* handle = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr) return;
+  auto* n = new Nvml();
+  n->handle = handle;
+  int (*init)() = nullptr;
+  const bool ok = Resolve(handle, "nvmlInit_v2", init) && Resolve(handle, "nvmlShutdown", n->shutdown) &&
+                  Resolve(handle, "nvmlDeviceGetHandleByIndex_v2", n->get_handle) &&
+                  Resolve(handle, "nvmlDeviceGetName", n->get_name) &&
+                  Resolve(handle, "nvmlDeviceGetUtilizationRates", n->get_util) &&
+                  Resolve(handle, "nvmlDeviceGetMemoryInfo", n->get_memory) &&
+                  Resolve(handle, "nvmlDeviceGetTemperature", n->get_temp) &&
+                  Resolve(handle, "nvmlDeviceGetPowerUsage", n->get_power) && init() == 0;
+  if (!ok) {
+    dlclose(handle);
+    delete n;
+    return;
+  }
+  nvml_ = n;
+}
+
+SystemMetrics::~SystemMetrics() {
+  if (nvml_ != nullptr) {
+    nvml_->shutdown();
+    dlclose(nvml_->handle);
+    delete nvml_;
+  }
+}
+
+std::map<std::string, double> SystemMetrics::Sample(int gpu_index) {
+  std::map<std::string, double> out;
+  const int64_t ticks = ProcessCpuTicks();
+  const int64_t now = NowMicros();
+  if (last_wall_us_ > 0 && now > last_wall_us_) {
+    const double cpu_seconds = static_cast<double>(ticks - last_cpu_ticks_) / sysconf(_SC_CLK_TCK);
+    out["sys/cpu_percent"] = 100.0 * cpu_seconds / ((now - last_wall_us_) / 1e6);
+  }
+  last_cpu_ticks_ = ticks;
+  last_wall_us_ = now;
+  std::ifstream statm("/proc/self/statm");
+  long total = 0, resident = 0;
+  statm >> total >> resident;
+  out["sys/rss_mib"] = static_cast<double>(resident) * sysconf(_SC_PAGESIZE) / (1 << 20);
+  if (nvml_ != nullptr) {
+    Nvml::Device dev = nullptr;
+    if (nvml_->get_handle(static_cast<unsigned>(gpu_index), &dev) == 0) {
+      Nvml::Utilization util{};
+      Nvml::Memory mem{};
+      unsigned int temp = 0, power_mw = 0;
+      if (nvml_->get_util(dev, &util) == 0) out["sys/gpu_util_percent"] = util.gpu;
+      if (nvml_->get_memory(dev, &mem) == 0) out["sys/gpu_mem_used_mib"] = mem.used / double(1 << 20);
+      if (nvml_->get_temp(dev, /*NVML_TEMPERATURE_GPU=*/0, &temp) == 0) out["sys/gpu_temp_c"] = temp;
+      if (nvml_->get_power(dev, &power_mw) == 0) out["sys/gpu_power_w"] = power_mw / 1000.0;
+    }
+  }
+  return out;
+}
+
+std::optional<DeviceDescription> SystemMetrics::Gpu(int index) {
+  if (nvml_ == nullptr) return std::nullopt;
+  Nvml::Device dev = nullptr;
+  if (nvml_->get_handle(static_cast<unsigned>(index), &dev) != 0) return std::nullopt;
+  DeviceDescription d;
+  d.kind = "cuda";
+  d.index = index;
+  char name[128] = {0};
+  if (nvml_->get_name(dev, name, sizeof name) == 0) d.name = name;
+  Nvml::Memory mem{};
+  if (nvml_->get_memory(dev, &mem) == 0) d.memory_mib = static_cast<int64_t>(mem.total >> 20);
+  return d;
+}
+
+DeviceDescription SystemMetrics::Cpu() {
+  DeviceDescription d;
+  d.kind = "cpu";
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(cpuinfo, line)) {
+    if (line.rfind("model name", 0) == 0) {
+      d.name = line.substr(line.find(':') + 2);
+      break;
+    }
+  }
+  if (d.name.empty()) d.name = "cpu";
+  d.memory_mib = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE) / (1 << 20);
+  return d;
+}
+
+int64_t SystemMetrics::FreeDiskMib(const std::string& path) {
+  struct statvfs s {};
+  if (statvfs(path.c_str(), &s) != 0) return 0;
+  return static_cast<int64_t>(s.f_bavail) * static_cast<int64_t>(s.f_frsize) / (1 << 20);
+}
+
+}  // namespace cart::worker

@@ -1,0 +1,166 @@
+#include "worker/worker.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <iostream>
+#include <thread>
+
+#include "cart/v1/worker.grpc.pb.h"
+#include "common/status.h"
+#include "common/strings.h"
+#include "common/version.h"
+#include "worker/job.h"
+#include "worker/system_metrics.h"
+
+namespace cart::worker {
+namespace {
+
+std::string Hostname() {
+  char buf[256] = {0};
+  gethostname(buf, sizeof buf - 1);
+  return buf;
+}
+
+void Say(const std::string& worker_id, const std::string& text) {
+  std::cerr << "cart-worker[" << worker_id << "]: " << text << std::endl;
+}
+
+const char* OutcomeName(cart::v1::JobResult::Outcome o) {
+  return cart::v1::JobResult::Outcome_Name(o).c_str() + 8;  // without "OUTCOME_"
+}
+
+}  // namespace
+
+absl::Status RunWorker(const WorkerConfig& config, const std::atomic<bool>& shutdown) {
+  SystemMetrics system;
+  DeviceDescription device;
+  int gpu_index = -1;
+  if (config.device == "cpu") {
+    device = SystemMetrics::Cpu();
+  } else if (config.device == "auto" || config.device.rfind("cuda", 0) == 0) {
+    int index = 0;
+    if (config.device.rfind("cuda:", 0) == 0) {
+      std::optional<int64_t> v = ParseInt64(config.device.substr(5));
+      if (!v) return absl::InvalidArgumentError("--device: '" + config.device + "' is not cuda:N");
+      index = static_cast<int>(*v);
+    }
+    std::optional<DeviceDescription> gpu = system.Gpu(index);
+    if (gpu) {
+      device = *gpu;
+      gpu_index = index;
+    } else if (config.device == "auto") {
+      device = SystemMetrics::Cpu();
+    } else {
+      return absl::FailedPreconditionError(
+          StrCat("--device ", config.device, ": no such NVIDIA GPU (NVML ",
+                 system.nvml_available() ? "sees no device at that index" : "is not available",
+                 ")"));
+    }
+  } else {
+    return absl::InvalidArgumentError("--device: '" + config.device +
+                                      "' is not one of auto, cpu, cuda:N");
+  }
+  if (config.memory_mib > 0) device.memory_mib = config.memory_mib;
+  const std::string worker_id =
+      config.worker_id.empty()
+          ? StrCat(Hostname(), "-", device.kind, device.kind == "cuda" ? std::to_string(device.index) : "")
+          : config.worker_id;
+  std::error_code ec;
+  std::filesystem::create_directories(config.cache_dir, ec);
+
+  CART_ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel, rpc::MakeChannel(config.client));
+  auto stub = cart::v1::WorkerService::NewStub(channel);
+
+  cart::v1::RegisterWorkerRequest reg;
+  reg.set_worker_id(worker_id);
+  reg.set_hostname(Hostname());
+  reg.mutable_device()->set_kind(device.kind);
+  reg.mutable_device()->set_name(device.name);
+  reg.mutable_device()->set_index(device.index);
+  reg.mutable_device()->set_memory_mib(device.memory_mib);
+  reg.set_version(kVersion);
+  cart::v1::RegisterWorkerResponse timing;
+  int64_t backoff_ms = 200;
+  // Register, retrying while cartd is unreachable; a refusal (bad token, bad request) is final.
+  while (true) {
+    if (shutdown) return absl::OkStatus();
+    reg.set_free_disk_mib(SystemMetrics::FreeDiskMib(config.cache_dir));
+    grpc::ClientContext ctx;
+    rpc::PrepareContext(ctx, config.client, 10'000);
+    grpc::Status s = stub->RegisterWorker(&ctx, reg, &timing);
+    if (s.ok()) break;
+    if (s.error_code() != grpc::StatusCode::UNAVAILABLE &&
+        s.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED) {
+      return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
+                          StrCat("cartd refused registration: ", s.error_message()));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(backoff_ms));
+    backoff_ms = std::min<int64_t>(backoff_ms * 2, 5000);
+  }
+  Say(worker_id, StrCat("registered ", device.kind, " '", device.name, "' with ",
+                        device.memory_mib, " MiB at ", config.client.server));
+
+  JobEnvironment env;
+  env.client = config.client;
+  env.stub = stub.get();
+  env.worker_id = worker_id;
+  env.cache_dir = config.cache_dir;
+  env.heartbeat_interval_ms = timing.heartbeat_interval_ms() > 0 ? timing.heartbeat_interval_ms() : 5000;
+  env.threads = config.threads;
+  env.metric_buffer_points = config.metric_buffer_points;
+  env.gpu_index = gpu_index;
+  env.system = &system;
+
+  int64_t jobs = 0;
+  backoff_ms = 200;
+  while (!shutdown && (config.max_jobs == 0 || jobs < config.max_jobs)) {
+    cart::v1::AcquireJobRequest req;
+    req.set_worker_id(worker_id);
+    req.set_wait_ms(config.acquire_wait_ms);
+    req.set_free_disk_mib(SystemMetrics::FreeDiskMib(config.cache_dir));
+    cart::v1::AcquireJobResponse resp;
+    grpc::ClientContext ctx;
+    rpc::PrepareContext(ctx, config.client, config.acquire_wait_ms + 10'000);
+    grpc::Status s = stub->AcquireJob(&ctx, req, &resp);
+    if (!s.ok()) {
+      if (s.error_code() == grpc::StatusCode::FAILED_PRECONDITION &&
+          s.error_message().find("drain") != std::string::npos) {
+        Say(worker_id, "drained; exiting");
+        return absl::OkStatus();
+      }
+      if (s.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
+        // cartd forgot us (a fresh database): register again.
+        grpc::ClientContext rctx;
+        rpc::PrepareContext(rctx, config.client, 10'000);
+        stub->RegisterWorker(&rctx, reg, &timing);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(backoff_ms));
+      backoff_ms = std::min<int64_t>(backoff_ms * 2, 5000);
+      continue;
+    }
+    backoff_ms = 200;
+    if (!resp.has_job()) {
+      if (config.exit_when_idle) break;
+      continue;
+    }
+    const cart::v1::Job& job = resp.job();
+    Say(worker_id, StrCat("run ", job.run_name(), " (id ", job.run_id(), ", attempt ",
+                          job.attempt(), job.has_resume_from()
+                                             ? StrCat(", from step ", job.resume_from().step())
+                                             : std::string(),
+                          ")"));
+    JobEnd end = RunJob(env, job, shutdown);
+    ++jobs;
+    Say(worker_id, StrCat("run ", job.run_name(), ": ", end.fenced ? "FENCED" : OutcomeName(end.outcome),
+                          end.error.empty() ? "" : ": " + end.error));
+    if (end.drain_requested) {
+      Say(worker_id, "drain requested; exiting");
+      break;
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace cart::worker
