@@ -360,6 +360,7 @@ absl::StatusOr<std::unique_ptr<RunStore>> RunStore::Open(const StoreOptions& opt
   internal::DatabaseOptions write_options;
   write_options.busy_timeout_ms = options.busy_timeout_ms;
   write_options.cache_kib = options.writer_cache_kib;
+  write_options.wal_autocheckpoint_pages = options.wal_checkpoint_pages;
   write_options.synchronous =
       options.synchronous_full ? internal::Synchronous::kFull : internal::Synchronous::kNormal;
   CART_ASSIGN_OR_RETURN(std::unique_ptr<Database> db, Database::Open(options.path, write_options));

@@ -53,6 +53,8 @@ struct StoreOptions {
   // Page cache of the writer connection and of each reader connection, KiB.
   int writer_cache_kib = 64 * 1024;
   int reader_cache_kib = 16 * 1024;
+  // The WAL is folded back into the database file when it reaches this many pages (4 KiB each).
+  int wal_checkpoint_pages = 10'000;
   // At most this many queued calls share one commit.
   int max_calls_per_commit = 1000;
   // Limits on input (DESIGN.md "Security").

@@ -48,6 +48,18 @@ std::string LoadAverage() {
   return one.empty() ? "?" : one;
 }
 
+// Bytes this process has handed to write(2)/pwrite(2) so far (/proc/self/io "wchar"): the WAL
+// appends and checkpoint copies that ingest costs.
+double BytesWritten() {
+  std::ifstream in("/proc/self/io");
+  std::string key;
+  double value = 0;
+  while (in >> key >> value) {
+    if (key == "wchar:") return value;
+  }
+  return 0;
+}
+
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
@@ -160,23 +172,26 @@ std::vector<MetricPoint> MakeBatch(int64_t first_step, int64_t steps, int64_t ru
 struct Timing {
   double wall = 0;
   double cpu = 0;
+  double bytes_written = 0;
 };
 
 template <typename Fn>
 Timing Time(Fn&& fn) {
   const auto start = Clock::now();
   const double cpu = CpuSeconds();
+  const double written = BytesWritten();
   fn();
-  return Timing{Seconds(start), CpuSeconds() - cpu};
+  return Timing{Seconds(start), CpuSeconds() - cpu, BytesWritten() - written};
 }
 
 Timing MedianTiming(const std::vector<Timing>& timings) {
-  std::vector<double> wall, cpu;
+  std::vector<double> wall, cpu, written;
   for (const Timing& t : timings) {
     wall.push_back(t.wall);
     cpu.push_back(t.cpu);
+    written.push_back(t.bytes_written);
   }
-  return Timing{Median(wall), Median(cpu)};
+  return Timing{Median(wall), Median(cpu), Median(written)};
 }
 
 // `workers` threads, each owning runs[i], runs[i + workers], ...: every thread appends batches
@@ -208,8 +223,8 @@ Timing Ingest(RunStore& store, const std::vector<std::pair<int64_t, int64_t>>& r
 }
 
 void PrintRate(const char* what, double points, const Timing& t, const char* note) {
-  std::printf("%-58s %9.0f points/s  (%.0f per cpu-second; %s)\n", what, points / t.wall,
-              points / t.cpu, note);
+  std::printf("%-58s %9.0f points/s  (%.0f per cpu-second; %.0f bytes written per point; %s)\n",
+              what, points / t.wall, points / t.cpu, t.bytes_written / points, note);
 }
 
 }  // namespace

@@ -157,6 +157,10 @@ struct DatabaseOptions {
   // Page cache of this connection, KiB (PRAGMA cache_size). The writer wants the leaf pages of
   // every metric series being appended to (tens of runs × tens of metrics) to stay cached.
   int cache_kib = 2048;
+  // PRAGMA wal_autocheckpoint: the connection that commits copies the WAL back into the database
+  // once it holds this many pages. A leaf being appended to is rewritten into the WAL by many
+  // commits but copied back once per checkpoint, so a longer WAL means fewer page writes.
+  int wal_autocheckpoint_pages = 1000;
 };
 
 // One connection. Set up at open: journal_mode=WAL (unless read_only), foreign_keys=ON,
