@@ -227,31 +227,39 @@ absl::StatusOr<std::vector<SweepRecord>> LoadAllSweeps(Database& db) {
 std::string JsonPath(std::string_view key) { return StrCat("$.\"", key, "\""); }
 
 std::string ParamsJson(const std::map<std::string, std::string>& params) {
-  std::string out = "{";
+  static constexpr char kHex[] = "0123456789abcdef";
+  size_t size = 2;
+  for (const auto& [key, value] : params) size += key.size() + value.size() + 8;
+  std::string out;
+  out.reserve(size);
   auto quote = [&out](std::string_view text) {
-    static constexpr char kHex[] = "0123456789abcdef";
     out += '"';
-    for (char c : text) {
+    size_t clean = 0;  // start of the run of characters that need no escape
+    for (size_t i = 0; i < text.size(); ++i) {
+      const char c = text[i];
+      if (c != '"' && c != '\\' && static_cast<unsigned char>(c) >= 0x20) continue;
+      out.append(text.data() + clean, i - clean);
+      clean = i + 1;
       if (c == '"' || c == '\\') {
         out += '\\';
         out += c;
-      } else if (static_cast<unsigned char>(c) < 0x20) {
+      } else {
         out += "\\u00";
         out += kHex[(c >> 4) & 0xf];
         out += kHex[c & 0xf];
-      } else {
-        out += c;
       }
     }
+    out.append(text.data() + clean, text.size() - clean);
     out += '"';
   };
+  out += '{';
   for (const auto& [key, value] : params) {
     if (out.size() > 1) out += ", ";
     quote(key);
     out += ": ";
     quote(value);
   }
-  out += "}";
+  out += '}';
   return out;
 }
 

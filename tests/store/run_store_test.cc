@@ -512,6 +512,22 @@ TEST_F(RunStoreTest, ListRunsFiltersBySweepStateAndAnyConfigKey) {
   EXPECT_EQ(runs[0].id, 1);
 }
 
+TEST_F(RunStoreTest, ConfigValuesWithQuotesAndControlCharactersRoundTripAndFilter) {
+  const std::string tricky = "say \"hi\"\\n\tdone\n\x01";
+  CART_ASSERT_OK_AND_ASSIGN(
+      auto created,
+      store_->CreateSweep(MakeSweep("s", {MakeRun("a", {{"train_data.wiki", tricky}}),
+                                          MakeRun("b", {{"train_data.wiki", "plain"}})}),
+                          By("u", kT0)));
+  CART_ASSERT_OK_AND_ASSIGN(RunRecord run, store_->GetRun(created.run_ids[0]));
+  EXPECT_EQ(run.params.at("train_data.wiki"), tricky);
+  RunFilter filter;
+  filter.params = {{"train_data.wiki", tricky}};  // a '.' in a key is not a JSON path step
+  CART_ASSERT_OK_AND_ASSIGN(auto runs, store_->ListRuns(filter));
+  ASSERT_EQ(runs.size(), 1u);
+  EXPECT_EQ(runs[0].name, "a");
+}
+
 TEST_F(RunStoreTest, WorkersAreListedAndMaxMemoryIsEmptyWithoutWorkers) {
   CART_ASSERT_OK(store_->RegisterWorker("w2", "RTX 3090", 24 * kGiB, kT0 + 5));
   CART_ASSERT_OK(store_->RegisterWorker("w1", "RTX 3050 Ti", 4 * kGiB, kT0 + 6));  // update
