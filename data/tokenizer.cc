@@ -120,6 +120,9 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Load(const std::string& sp
              "vocab.bpe), synth:VOCAB"));
 }
 
+// Longest training sentence handed to SentencePiece, in bytes.
+constexpr size_t kMaxTrainSentenceBytes = 8192;
+
 absl::Status TrainSentencePiece(const std::vector<CorpusInput>& inputs,
                                 const SentencePieceTrainOptions& options,
                                 const std::string& model_path) {
@@ -161,7 +164,7 @@ absl::Status TrainSentencePiece(const std::vector<CorpusInput>& inputs,
       {"bos_id", "1"},
       {"eos_id", "2"},
       {"pad_id", "-1"},
-      {"max_sentence_length", "16384"},
+      {"max_sentence_length", std::to_string(kMaxTrainSentenceBytes)},
       {"minloglevel", "100"},  // never log: see data/internal/sentencepiece_module.cc
   };
   // Each line of each document is one training sentence.
@@ -185,7 +188,21 @@ absl::Status TrainSentencePiece(const std::vector<CorpusInput>& inputs,
       lines = Split(piece.text, '\n');
       next_line = 0;
     }
-    *out = std::move(lines[next_line++]);
+    // SentencePiece drops sentences longer than max_sentence_length; long lines (a whole speech
+    // or article on one line is common) are cut at a space so that they still count.
+    std::string& line = lines[next_line];
+    if (line.size() <= kMaxTrainSentenceBytes) {
+      *out = std::move(line);
+      ++next_line;
+      return true;
+    }
+    size_t cut = line.rfind(' ', kMaxTrainSentenceBytes);
+    if (cut == std::string::npos || cut == 0) {
+      cut = kMaxTrainSentenceBytes;
+      while (cut > 0 && (static_cast<unsigned char>(line[cut]) & 0xC0) == 0x80) --cut;
+    }
+    *out = line.substr(0, cut);
+    line.erase(0, cut);
     return true;
   };
   std::string model, error;

@@ -1,5 +1,6 @@
 #include "data/tokenizer.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -212,6 +213,26 @@ TEST(SentencePieceTest, TrainsBpeModelThatLoadsAndRoundTrips) {
   // Byte fallback: unseen characters and newlines survive the round trip exactly.
   const std::string odd = "Zebra ünïcode 🤖\n\ttabs  two spaces";
   EXPECT_EQ(tok->Decode(tok->Encode(odd)), odd);
+}
+
+// SentencePiece skips sentences over its length limit; a corpus of one very long line must still
+// train (the line is cut at spaces before it reaches the trainer).
+TEST(SentencePieceTest, TrainsOnDocumentsThatAreOneLongLine) {
+  TempDir dir;
+  std::string one_line = SmallCorpus();
+  std::replace(one_line.begin(), one_line.end(), '\n', ' ');
+  ASSERT_GT(one_line.size(), 100000u);
+  WriteFile(dir.path() / "long.txt", one_line);
+  SentencePieceTrainOptions opts;
+  opts.vocab = 350;
+  opts.threads = 1;
+  const std::string model = dir.File("long.model");
+  ASSERT_THAT(
+      TrainSentencePiece({CorpusInput{dir.File("long.txt"), CorpusFormat::kText}}, opts, model),
+      IsOk());
+  CART_ASSERT_OK_AND_ASSIGN(auto tok, Tokenizer::Load(model));
+  const std::string sentence = "the happy dog ran to the park with a red ball.";
+  EXPECT_LT(tok->Encode(sentence).size(), sentence.size() / 2);
 }
 
 // Long text is encoded in segments when the model makes that exact; the ids must not change.
