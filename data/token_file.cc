@@ -14,9 +14,9 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "common/sha256.h"
 #include "common/status.h"
 #include "common/strings.h"
-#include "data/internal/sha256.h"
 
 namespace cart::data {
 namespace {
@@ -253,7 +253,7 @@ absl::Status TokenFile::Read(int64_t start, int64_t n, int64_t* out) const {
 }
 
 absl::Status TokenFile::Verify() const {
-  internal::Sha256 sha;
+  Sha256 sha;
   if (mapped_bytes_ > 0) sha.Update(data_, mapped_bytes_);
   const std::string got = sha.HexDigest();
   if (got != info_.sha256) {
@@ -273,7 +273,7 @@ struct TokenFileWriter::State {
   int fd = -1;
   int bytes_per_token = 2;
   std::vector<uint8_t> buffer;
-  internal::Sha256 sha;
+  Sha256 sha;
   bool finished = false;
 
   absl::Status Flush() {

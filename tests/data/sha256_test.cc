@@ -1,11 +1,12 @@
-#include "data/internal/sha256.h"
+#include "common/sha256.h"
 
 #include <string>
 
 #include "gtest/gtest.h"
 #include "tests/support/test_support.h"
 
-namespace cart::data::internal {
+// common/sha256 checksums every token file (TokenFileInfo::sha256); these are its NIST checks.
+namespace cart {
 namespace {
 
 std::string Digest(const std::string& s) {
@@ -44,4 +45,4 @@ TEST(Sha256Test, FileDigestEqualsDataDigest) {
 }
 
 }  // namespace
-}  // namespace cart::data::internal
+}  // namespace cart

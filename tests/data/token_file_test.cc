@@ -3,7 +3,7 @@
 #include <filesystem>
 #include <thread>
 
-#include "data/internal/sha256.h"
+#include "common/sha256.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/support/test_support.h"
@@ -88,7 +88,7 @@ TEST(TokenFileTest, MetadataRecordsCountShaAndSourcesAndRoundTrips) {
   }
   CART_ASSERT_OK_AND_ASSIGN(TokenFileInfo info, w->Finish());
   EXPECT_EQ(info.tokens, 1'200'000);
-  EXPECT_EQ(info.sha256, internal::Sha256File(path));
+  EXPECT_EQ(info.sha256, Sha256File(path));
   CART_ASSERT_OK_AND_ASSIGN(TokenFileInfo read, ReadTokenFileInfo(dir.File("c.json")));
   EXPECT_EQ(read.tokenizer, "synth:300");
   EXPECT_EQ(read.vocab, 300);
