@@ -1,0 +1,132 @@
+#include "server/artifacts.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <system_error>
+#include <vector>
+
+#include "common/status.h"
+#include "common/strings.h"
+
+namespace cart::server {
+
+bool IsArtifactName(std::string_view name) {
+  if (name.size() != 64) return false;
+  for (char c : name) {
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  }
+  return true;
+}
+
+absl::Status ArtifactStore::Upload::Append(std::string_view bytes) {
+  if (received_ + static_cast<int64_t>(bytes.size()) > size_) {
+    return absl::DataLossError(
+        StrCat("artifact ", sha256_, ": more than the declared ", size_, " bytes were sent"));
+  }
+  CART_RETURN_IF_ERROR(writer_.Write(bytes));
+  hash_.Update(bytes);
+  received_ += static_cast<int64_t>(bytes.size());
+  return absl::OkStatus();
+}
+
+absl::Status ArtifactStore::Upload::Commit() {
+  if (received_ != size_) {
+    return absl::DataLossError(
+        StrCat("artifact ", sha256_, ": received ", received_, " bytes, declared ", size_));
+  }
+  const std::string actual = hash_.HexDigest();
+  if (actual != sha256_) {
+    return absl::DataLossError(
+        StrCat("artifact ", sha256_, ": the bytes received hash to ", actual, "; not stored"));
+  }
+  return writer_.Commit();
+}
+
+absl::StatusOr<std::unique_ptr<ArtifactStore>> ArtifactStore::Open(ArtifactStoreOptions options) {
+  if (options.root.empty()) return absl::InvalidArgumentError("artifact store root is empty");
+  if (options.max_bytes <= 0) {
+    return absl::InvalidArgumentError(
+        StrCat("artifact size limit must be positive, got ", options.max_bytes));
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(options.root, ec);
+  if (ec) {
+    return absl::InternalError(
+        StrCat("cannot create artifact directory ", options.root, ": ", ec.message()));
+  }
+  return std::unique_ptr<ArtifactStore>(new ArtifactStore(std::move(options)));
+}
+
+std::string ArtifactStore::RelativePath(const std::string& sha256) {
+  return StrCat(sha256.substr(0, 2), "/", sha256);
+}
+
+std::string ArtifactStore::FullPath(const std::string& sha256) const {
+  return StrCat(options_.root, "/", RelativePath(sha256));
+}
+
+absl::Status ArtifactStore::CheckName(const std::string& sha256) const {
+  if (!IsArtifactName(sha256)) {
+    return absl::InvalidArgumentError(
+        StrCat("artifact name '", sha256.substr(0, 80), "' is not 64 lowercase hex digits"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::optional<int64_t>> ArtifactStore::Size(const std::string& sha256) const {
+  CART_RETURN_IF_ERROR(CheckName(sha256));
+  std::error_code ec;
+  const uintmax_t size = std::filesystem::file_size(FullPath(sha256), ec);
+  if (ec) return std::optional<int64_t>();
+  return std::optional<int64_t>(static_cast<int64_t>(size));
+}
+
+absl::StatusOr<std::unique_ptr<ArtifactStore::Upload>> ArtifactStore::BeginUpload(
+    const std::string& sha256, int64_t size) const {
+  CART_RETURN_IF_ERROR(CheckName(sha256));
+  if (size < 0) {
+    return absl::InvalidArgumentError(StrCat("artifact ", sha256, ": negative size ", size));
+  }
+  if (size > options_.max_bytes) {
+    return absl::ResourceExhaustedError(
+        StrCat("artifact ", sha256, " is ", size, " bytes; the limit is ", options_.max_bytes));
+  }
+  const std::string path = FullPath(sha256);
+  std::error_code ec;
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
+  if (ec)
+    return absl::InternalError(StrCat("cannot create directory for ", path, ": ", ec.message()));
+  CART_ASSIGN_OR_RETURN(AtomicFileWriter writer, AtomicFileWriter::Open(path));
+  return std::unique_ptr<Upload>(new Upload(sha256, size, std::move(writer)));
+}
+
+absl::Status ArtifactStore::Read(const std::string& sha256, size_t chunk_bytes,
+                                 const std::function<bool(std::string_view)>& sink) const {
+  CART_RETURN_IF_ERROR(CheckName(sha256));
+  const std::string path = FullPath(sha256);
+  std::unique_ptr<FILE, int (*)(FILE*)> file(std::fopen(path.c_str(), "rb"), &std::fclose);
+  if (!file) return absl::NotFoundError(StrCat("artifact ", sha256, " is not stored"));
+  std::vector<char> buffer(std::max<size_t>(chunk_bytes, 1));
+  internal::Sha256 hash;
+  while (true) {
+    const size_t n = std::fread(buffer.data(), 1, buffer.size(), file.get());
+    if (n > 0) {
+      const std::string_view chunk(buffer.data(), n);
+      hash.Update(chunk);
+      if (!sink(chunk)) return absl::OkStatus();
+    }
+    if (n < buffer.size()) {
+      if (std::ferror(file.get())) return absl::InternalError(StrCat("cannot read ", path));
+      break;
+    }
+  }
+  const std::string actual = hash.HexDigest();
+  if (actual != sha256) {
+    return absl::DataLossError(
+        StrCat("artifact ", sha256, " is corrupt on disk (its bytes hash to ", actual, ")"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace cart::server

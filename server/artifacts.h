@@ -1,0 +1,90 @@
+#pragma once
+
+// ArtifactStore: cartd's content-addressed blob store for checkpoints (DESIGN.md step 5). A blob
+// lives at <root>/<sha256[0:2]>/<sha256>; its name is its hash, never a path a client chose. An
+// upload is written to a temporary file beside its target and renamed into place only after its
+// size and SHA-256 were verified (common/file.h AtomicFileWriter), so a reader never sees a torn or
+// unverified blob, even after a crash.
+//
+// Errors: InvalidArgument for a name that is not 64 lowercase hex digits or a negative size;
+// ResourceExhausted past the size limit; DataLoss when the bytes do not match the declared size or
+// hash (nothing is stored); NotFound for an unknown blob; Internal / PermissionDenied for I/O
+// failures (message names the file).
+//
+// Thread-safety: all methods are thread-safe; an Upload belongs to one thread. Concurrent uploads
+// of the same blob are safe (each renames identical bytes onto the target).
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/file.h"
+#include "server/internal/sha256.h"
+
+namespace cart::server {
+
+struct ArtifactStoreOptions {
+  // Directory holding the blobs; created when missing.
+  std::string root;
+  // Largest blob accepted, bytes. Default 64 GiB (a d=1024 checkpoint with AdamW state is ~5 GiB).
+  int64_t max_bytes = int64_t{64} << 30;
+};
+
+// Whether `name` is a blob name: 64 lowercase hex digits.
+bool IsArtifactName(std::string_view name);
+
+class ArtifactStore {
+ public:
+  // One upload in progress. Destroying it without a successful Commit leaves nothing behind.
+  class Upload {
+   public:
+    // Appends bytes. ResourceExhausted / DataLoss as soon as they pass the declared size.
+    absl::Status Append(std::string_view bytes);
+    // Verifies size and hash, then moves the blob into place. DataLoss on a mismatch.
+    absl::Status Commit();
+
+   private:
+    friend class ArtifactStore;
+    Upload(std::string sha256, int64_t size, AtomicFileWriter writer)
+        : sha256_(std::move(sha256)), size_(size), writer_(std::move(writer)) {}
+    std::string sha256_;
+    int64_t size_;
+    int64_t received_ = 0;
+    AtomicFileWriter writer_;
+    internal::Sha256 hash_;
+  };
+
+  static absl::StatusOr<std::unique_ptr<ArtifactStore>> Open(ArtifactStoreOptions options);
+
+  // "<sha256[0:2]>/<sha256>", relative to the root (what the store's artifacts table records).
+  static std::string RelativePath(const std::string& sha256);
+  std::string FullPath(const std::string& sha256) const;
+
+  // The size of a stored blob, bytes; nullopt when it is not stored.
+  absl::StatusOr<std::optional<int64_t>> Size(const std::string& sha256) const;
+
+  // Starts an upload of `size` bytes hashing to `sha256`.
+  absl::StatusOr<std::unique_ptr<Upload>> BeginUpload(const std::string& sha256,
+                                                      int64_t size) const;
+
+  // Streams a stored blob to `sink` in chunks of at most chunk_bytes, hashing as it goes; `sink`
+  // returns false to stop early (the result is then OK). DataLoss when the bytes on disk no longer
+  // match the name (found after the last chunk was handed out).
+  absl::Status Read(const std::string& sha256, size_t chunk_bytes,
+                    const std::function<bool(std::string_view)>& sink) const;
+
+  const ArtifactStoreOptions& options() const { return options_; }
+
+ private:
+  explicit ArtifactStore(ArtifactStoreOptions options) : options_(std::move(options)) {}
+  absl::Status CheckName(const std::string& sha256) const;
+
+  const ArtifactStoreOptions options_;
+};
+
+}  // namespace cart::server

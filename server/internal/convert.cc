@@ -1,0 +1,165 @@
+#include "server/internal/convert.h"
+
+#include "common/strings.h"
+
+namespace cart::server::internal {
+
+v1::RunState ToProto(store::RunState state) {
+  switch (state) {
+    case store::RunState::kQueued:
+      return v1::RUN_STATE_QUEUED;
+    case store::RunState::kBlocked:
+      return v1::RUN_STATE_BLOCKED;
+    case store::RunState::kLeased:
+      return v1::RUN_STATE_LEASED;
+    case store::RunState::kRunning:
+      return v1::RUN_STATE_RUNNING;
+    case store::RunState::kSucceeded:
+      return v1::RUN_STATE_SUCCEEDED;
+    case store::RunState::kFailed:
+      return v1::RUN_STATE_FAILED;
+    case store::RunState::kCancelled:
+      return v1::RUN_STATE_CANCELLED;
+  }
+  return v1::RUN_STATE_UNSPECIFIED;
+}
+
+std::optional<store::RunState> FromProto(v1::RunState state) {
+  switch (state) {
+    case v1::RUN_STATE_QUEUED:
+      return store::RunState::kQueued;
+    case v1::RUN_STATE_BLOCKED:
+      return store::RunState::kBlocked;
+    case v1::RUN_STATE_LEASED:
+      return store::RunState::kLeased;
+    case v1::RUN_STATE_RUNNING:
+      return store::RunState::kRunning;
+    case v1::RUN_STATE_SUCCEEDED:
+      return store::RunState::kSucceeded;
+    case v1::RUN_STATE_FAILED:
+      return store::RunState::kFailed;
+    case v1::RUN_STATE_CANCELLED:
+      return store::RunState::kCancelled;
+    default:
+      return std::nullopt;
+  }
+}
+
+v1::RunView ToRunView(const RunInfo& info, const std::vector<store::MetricSummary>* summaries,
+                      bool with_config) {
+  const store::RunRecord& run = info.run;
+  v1::RunView view;
+  view.set_run_id(run.id);
+  view.set_name(StrCat(run.sweep_name, "/", run.name));
+  view.set_sweep(run.sweep_name);
+  view.set_state(ToProto(run.state));
+  view.set_attempt(run.attempt);
+  view.set_max_attempts(run.max_attempts);
+  view.set_priority(run.priority);
+  for (const auto& [key, value] : run.params) {
+    // Job fields kept in params are shown in their own fields.
+    if (key == "kind" || key == "eval_loops") continue;
+    (*view.mutable_params())[key] = value;
+  }
+  view.set_stored_params(run.stored_params);
+  view.set_effective_params(run.effective_params);
+  view.set_memory_estimate_mib((run.memory_estimate_bytes + kMiB - 1) / kMiB);
+  view.set_total_steps(run.steps);
+  view.set_step(info.step);
+  view.set_worker_id(info.worker_id);
+  if (summaries != nullptr) {
+    for (const store::MetricSummary& s : *summaries)
+      (*view.mutable_latest())[s.name] = s.latest_value;
+  }
+  view.set_waiting_reason(info.waiting_reason);
+  if (with_config) view.set_config_yaml(run.config_yaml);
+  view.set_parent_run_id(run.parent_run_id.value_or(0));
+  view.set_kind(info.kind);
+  view.set_created_us(run.created_us);
+  view.set_updated_us(run.updated_us);
+  return view;
+}
+
+v1::SweepView ToSweepView(const store::SweepRecord& sweep) {
+  v1::SweepView view;
+  view.set_name(sweep.name);
+  view.set_sweep_id(sweep.id);
+  view.set_spec_yaml(sweep.spec_text);
+  view.set_created_us(sweep.created_us);
+  for (const auto& [state, count] : sweep.run_counts) {
+    (*view.mutable_runs_by_state())[std::string(store::RunStateName(state))] = count;
+  }
+  view.set_priority(sweep.priority);
+  return view;
+}
+
+v1::CheckpointView ToCheckpointView(const store::CheckpointRecord& checkpoint, bool final) {
+  v1::CheckpointView view;
+  view.set_step(checkpoint.step);
+  view.set_sha256(checkpoint.sha256);
+  view.set_size_bytes(checkpoint.size_bytes);
+  view.set_final(final);
+  view.set_created_us(checkpoint.created_us);
+  return view;
+}
+
+v1::RunEvent ToRunEvent(const store::EventRecord& event) {
+  v1::RunEvent view;
+  view.set_time_us(event.at_us);
+  view.set_from_state(event.from_state);
+  view.set_to_state(event.to_state);
+  view.set_who(event.who);
+  view.set_why(event.why);
+  return view;
+}
+
+v1::WorkerView ToWorkerView(const WorkerStatus& worker) {
+  v1::WorkerView view;
+  view.set_worker_id(worker.info.id);
+  view.set_hostname(worker.info.hostname);
+  view.mutable_device()->set_kind(worker.info.device_kind);
+  view.mutable_device()->set_name(worker.info.device_name);
+  view.mutable_device()->set_memory_mib(worker.info.memory_bytes / kMiB);
+  view.set_state(worker.state);
+  view.set_run_id(worker.run_id);
+  view.set_last_seen_us(worker.last_seen_us);
+  view.set_version(worker.info.version);
+  return view;
+}
+
+v1::CheckpointRef ToCheckpointRef(const store::CheckpointRecord& checkpoint) {
+  v1::CheckpointRef ref;
+  ref.set_step(checkpoint.step);
+  ref.set_sha256(checkpoint.sha256);
+  ref.set_size_bytes(checkpoint.size_bytes);
+  return ref;
+}
+
+v1::Job ToJob(const Job& job, absl::Duration lease_ttl) {
+  v1::Job out;
+  out.set_run_id(job.run.id);
+  out.set_attempt(job.attempt);
+  out.set_run_name(StrCat(job.run.sweep_name, "/", job.run.name));
+  out.set_config_yaml(job.run.config_yaml);
+  if (job.resume_from) *out.mutable_resume_from() = ToCheckpointRef(*job.resume_from);
+  out.set_lease_ttl_ms(absl::ToInt64Milliseconds(lease_ttl));
+  out.set_kind(job.kind);
+  for (int loops : job.eval_loops) out.add_eval_loops(loops);
+  if (job.init_from) *out.mutable_init_from() = ToCheckpointRef(*job.init_from);
+  return out;
+}
+
+store::MetricPoint FromProto(const v1::MetricPoint& point) {
+  return store::MetricPoint{point.step(), point.name(), point.value(), point.wall_time_us()};
+}
+
+v1::MetricPoint ToProto(const store::MetricPoint& point) {
+  v1::MetricPoint out;
+  out.set_step(point.step);
+  out.set_name(point.name);
+  out.set_value(point.value);
+  out.set_wall_time_us(point.wall_time_us);
+  return out;
+}
+
+}  // namespace cart::server::internal

@@ -1,0 +1,55 @@
+#pragma once
+
+// The one place where cartd's domain records meet their wire form (cart/v1/*.proto), and where
+// absl::Status becomes grpc::Status (same code, same message).
+
+#include <grpcpp/grpcpp.h>
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "cart/v1/common.pb.h"
+#include "cart/v1/scheduler.pb.h"
+#include "cart/v1/worker.pb.h"
+#include "server/scheduler.h"
+#include "store/types.h"
+
+namespace cart::server::internal {
+
+inline grpc::Status ToGrpc(const absl::Status& status) {
+  if (status.ok()) return grpc::Status::OK;
+  // absl::StatusCode and grpc::StatusCode share their numbering (both follow google.rpc.Code).
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
+}
+
+// The `authorization` metadata value of a call; nullopt when absent.
+inline std::optional<std::string_view> AuthorizationOf(const grpc::ServerContext& context) {
+  const auto& metadata = context.client_metadata();
+  auto it = metadata.find("authorization");
+  if (it == metadata.end()) return std::nullopt;
+  return std::string_view(it->second.data(), it->second.size());
+}
+
+v1::RunState ToProto(store::RunState state);
+// nullopt for RUN_STATE_UNSPECIFIED and unknown values.
+std::optional<store::RunState> FromProto(v1::RunState state);
+
+// `details`: summaries (latest values) and config_yaml are filled in (GetRun only).
+v1::RunView ToRunView(const RunInfo& info, const std::vector<store::MetricSummary>* summaries,
+                      bool with_config);
+v1::SweepView ToSweepView(const store::SweepRecord& sweep);
+v1::CheckpointView ToCheckpointView(const store::CheckpointRecord& checkpoint, bool final);
+v1::RunEvent ToRunEvent(const store::EventRecord& event);
+v1::WorkerView ToWorkerView(const WorkerStatus& worker);
+v1::Job ToJob(const Job& job, absl::Duration lease_ttl);
+v1::CheckpointRef ToCheckpointRef(const store::CheckpointRecord& checkpoint);
+
+store::MetricPoint FromProto(const v1::MetricPoint& point);
+v1::MetricPoint ToProto(const store::MetricPoint& point);
+
+constexpr int64_t kMiB = int64_t{1} << 20;
+
+}  // namespace cart::server::internal

@@ -1,0 +1,304 @@
+// SchedulerService: the researcher API. Every handler starts with the token check (user or admin).
+
+#include <algorithm>
+
+#include "common/status.h"
+#include "common/strings.h"
+#include "server/internal/convert.h"
+#include "server/internal/services.h"
+#include "server/internal/tables.h"
+
+namespace cart::server::internal {
+namespace {
+
+// At most this many points per MetricBatchView message.
+constexpr size_t kPointsPerView = 10'000;
+// A follower re-reads at least this often even when nothing signals a change.
+constexpr absl::Duration kFollowPoll = absl::Seconds(1);
+
+}  // namespace
+
+absl::StatusOr<std::string> SchedulerServiceImpl::Caller(grpc::ServerContext* context,
+                                                         const char* method) const {
+  CART_ASSIGN_OR_RETURN(Principal who,
+                        ctx_.tokens->Check(AuthorizationOf(*context), Api::kScheduler,
+                                           StrCat("SchedulerService.", method)));
+  return StrCat(RoleName(who.role) == "admin" ? "admin:" : "user:", who.name);
+}
+
+#define CART_CALLER(var, method)                                   \
+  std::string var;                                                 \
+  {                                                                \
+    absl::StatusOr<std::string> caller_ = Caller(context, method); \
+    if (!caller_.ok()) return ToGrpc(caller_.status());            \
+    var = *std::move(caller_);                                     \
+  }
+
+grpc::Status SchedulerServiceImpl::SubmitSweep(grpc::ServerContext* context,
+                                               const v1::SubmitSweepRequest* request,
+                                               v1::SubmitSweepResponse* response) {
+  CART_CALLER(who, "SubmitSweep");
+  if (request->spec_yaml().empty()) {
+    return ToGrpc(absl::InvalidArgumentError("SubmitSweep: spec_yaml is empty"));
+  }
+  SubmitRequest submit;
+  submit.spec_yaml = request->spec_yaml();
+  submit.file_name = request->file_name();
+  submit.request_id = request->request_id();
+  submit.dry_run = request->dry_run();
+  submit.who = who;
+  absl::StatusOr<SubmitResult> result = ctx_.scheduler->SubmitSweep(submit);
+  if (!result.ok()) return ToGrpc(result.status());
+  *response->mutable_sweep() = ToSweepView(result->sweep);
+  for (const store::RunRecord& run : result->runs) {
+    RunInfo info;
+    info.run = run;
+    auto kind = run.params.find("kind");
+    if (kind != run.params.end()) info.kind = kind->second;
+    *response->add_runs() = ToRunView(info, nullptr, /*with_config=*/false);
+  }
+  response->set_existing(result->existing);
+  return grpc::Status::OK;
+}
+
+grpc::Status SchedulerServiceImpl::ListSweeps(grpc::ServerContext* context,
+                                              const v1::ListSweepsRequest* request,
+                                              v1::ListSweepsResponse* response) {
+  CART_CALLER(who, "ListSweeps");
+  absl::StatusOr<std::vector<store::SweepRecord>> sweeps = ctx_.store->ListSweeps();
+  if (!sweeps.ok()) return ToGrpc(sweeps.status());
+  // Newest first.
+  for (auto it = sweeps->rbegin(); it != sweeps->rend(); ++it) {
+    v1::SweepView view = ToSweepView(*it);
+    view.clear_spec_yaml();
+    *response->add_sweeps() = std::move(view);
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status SchedulerServiceImpl::GetSweep(grpc::ServerContext* context,
+                                            const v1::GetSweepRequest* request,
+                                            v1::GetSweepResponse* response) {
+  CART_CALLER(who, "GetSweep");
+  absl::StatusOr<store::SweepRecord> sweep = ctx_.store->GetSweep(request->name());
+  if (!sweep.ok()) return ToGrpc(sweep.status());
+  store::RunFilter filter;
+  filter.sweeps = {request->name()};
+  absl::StatusOr<std::vector<RunInfo>> runs = ctx_.scheduler->ListRuns(filter, 0);
+  if (!runs.ok()) return ToGrpc(runs.status());
+  *response->mutable_sweep() = ToSweepView(*sweep);
+  for (const RunInfo& info : *runs) *response->add_runs() = ToRunView(info, nullptr, false);
+  return grpc::Status::OK;
+}
+
+grpc::Status SchedulerServiceImpl::CancelSweep(grpc::ServerContext* context,
+                                               const v1::CancelSweepRequest* request,
+                                               v1::CancelSweepResponse* response) {
+  CART_CALLER(who, "CancelSweep");
+  absl::StatusOr<int64_t> changed =
+      ctx_.scheduler->CancelSweep(request->name(), who, request->reason());
+  if (!changed.ok()) return ToGrpc(changed.status());
+  response->set_runs_affected(*changed);
+  return grpc::Status::OK;
+}
+
+grpc::Status SchedulerServiceImpl::ResumeSweep(grpc::ServerContext* context,
+                                               const v1::ResumeSweepRequest* request,
+                                               v1::ResumeSweepResponse* response) {
+  CART_CALLER(who, "ResumeSweep");
+  absl::StatusOr<int64_t> changed = ctx_.scheduler->ResumeSweep(request->name(), who);
+  if (!changed.ok()) return ToGrpc(changed.status());
+  response->set_runs_affected(*changed);
+  return grpc::Status::OK;
+}
+
+grpc::Status SchedulerServiceImpl::ListRuns(grpc::ServerContext* context,
+                                            const v1::ListRunsRequest* request,
+                                            v1::ListRunsResponse* response) {
+  CART_CALLER(who, "ListRuns");
+  store::RunFilter filter;
+  if (!request->sweep().empty()) filter.sweeps = {request->sweep()};
+  for (int state : request->states()) {
+    std::optional<store::RunState> parsed = FromProto(static_cast<v1::RunState>(state));
+    if (!parsed) {
+      return ToGrpc(
+          absl::InvalidArgumentError(StrCat("ListRuns: state ", state, " is not a run state")));
+    }
+    filter.states.push_back(*parsed);
+  }
+  if (request->limit() < 0) {
+    return ToGrpc(absl::InvalidArgumentError("ListRuns: limit must not be negative"));
+  }
+  absl::StatusOr<std::vector<RunInfo>> runs = ctx_.scheduler->ListRuns(filter, request->limit());
+  if (!runs.ok()) return ToGrpc(runs.status());
+  for (const RunInfo& info : *runs) *response->add_runs() = ToRunView(info, nullptr, false);
+  return grpc::Status::OK;
+}
+
+grpc::Status SchedulerServiceImpl::GetRun(grpc::ServerContext* context,
+                                          const v1::GetRunRequest* request,
+                                          v1::GetRunResponse* response) {
+  CART_CALLER(who, "GetRun");
+  int64_t run_id = request->run_id();
+  if (run_id == 0 && !request->name().empty()) {
+    // "<sweep>/<index>"
+    const size_t slash = request->name().rfind('/');
+    if (slash == std::string::npos) {
+      return ToGrpc(absl::InvalidArgumentError(
+          StrCat("GetRun: name '", request->name(), "' is not '<sweep>/<index>'")));
+    }
+    store::RunFilter filter;
+    filter.sweeps = {request->name().substr(0, slash)};
+    absl::StatusOr<std::vector<store::RunRecord>> runs = ctx_.store->ListRuns(filter);
+    if (!runs.ok()) return ToGrpc(runs.status());
+    const std::string index = request->name().substr(slash + 1);
+    for (const store::RunRecord& run : *runs) {
+      if (run.name == index) run_id = run.id;
+    }
+    if (run_id == 0) {
+      return ToGrpc(absl::NotFoundError(StrCat("run '", request->name(), "' does not exist")));
+    }
+  }
+  if (run_id <= 0) return ToGrpc(absl::InvalidArgumentError("GetRun: give run_id or name"));
+  absl::StatusOr<RunDetails> details = ctx_.scheduler->GetRun(run_id);
+  if (!details.ok()) return ToGrpc(details.status());
+  *response->mutable_run() = ToRunView(details->info, &details->summaries, /*with_config=*/true);
+  for (const store::EventRecord& event : details->events)
+    *response->add_events() = ToRunEvent(event);
+  const bool succeeded = details->info.run.state == store::RunState::kSucceeded;
+  for (size_t i = 0; i < details->checkpoints.size(); ++i) {
+    const bool final = succeeded && i + 1 == details->checkpoints.size();
+    *response->add_checkpoints() = ToCheckpointView(details->checkpoints[i], final);
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status SchedulerServiceImpl::RunView(int64_t run_id, v1::RunResponse* response) {
+  absl::StatusOr<RunDetails> details = ctx_.scheduler->GetRun(run_id);
+  if (!details.ok()) return ToGrpc(details.status());
+  *response->mutable_run() = ToRunView(details->info, &details->summaries, false);
+  return grpc::Status::OK;
+}
+
+grpc::Status SchedulerServiceImpl::CancelRun(grpc::ServerContext* context,
+                                             const v1::CancelRunRequest* request,
+                                             v1::RunResponse* response) {
+  CART_CALLER(who, "CancelRun");
+  absl::StatusOr<store::RunRecord> run =
+      ctx_.scheduler->CancelRun(request->run_id(), who, request->reason());
+  if (!run.ok()) return ToGrpc(run.status());
+  return RunView(run->id, response);
+}
+
+grpc::Status SchedulerServiceImpl::ResumeRun(grpc::ServerContext* context,
+                                             const v1::ResumeRunRequest* request,
+                                             v1::RunResponse* response) {
+  CART_CALLER(who, "ResumeRun");
+  absl::StatusOr<store::RunRecord> run = ctx_.scheduler->ResumeRun(request->run_id(), who);
+  if (!run.ok()) return ToGrpc(run.status());
+  return RunView(run->id, response);
+}
+
+grpc::Status SchedulerServiceImpl::ExtendRun(grpc::ServerContext* context,
+                                             const v1::ExtendRunRequest* request,
+                                             v1::RunResponse* response) {
+  CART_CALLER(who, "ExtendRun");
+  absl::StatusOr<store::RunRecord> run =
+      ctx_.scheduler->ExtendRun(request->run_id(), request->total_steps(), who);
+  if (!run.ok()) return ToGrpc(run.status());
+  return RunView(run->id, response);
+}
+
+grpc::Status SchedulerServiceImpl::StreamMetrics(grpc::ServerContext* context,
+                                                 const v1::StreamMetricsRequest* request,
+                                                 grpc::ServerWriter<v1::MetricBatchView>* writer) {
+  CART_CALLER(who, "StreamMetrics");
+  const int64_t run_id = request->run_id();
+  absl::StatusOr<store::RunRecord> run = ctx_.store->GetRun(run_id);
+  if (!run.ok()) return ToGrpc(run.status());
+  // Next step to read, per metric name.
+  std::map<std::string, int64_t> next_step;
+  for (const std::string& name : request->names()) next_step[name] = request->from_step();
+  const bool all_names = request->names_size() == 0;
+  while (true) {
+    // Read the version before the data: a change after this point wakes the wait below.
+    const int64_t version = ctx_.scheduler->RunVersion(run_id);
+    run = ctx_.store->GetRun(run_id);
+    if (!run.ok()) return ToGrpc(run.status());
+    if (all_names) {
+      absl::StatusOr<std::vector<store::MetricSummary>> summaries =
+          ctx_.store->RunSummaries(run_id);
+      if (!summaries.ok()) return ToGrpc(summaries.status());
+      for (const store::MetricSummary& s : *summaries)
+        next_step.emplace(s.name, request->from_step());
+    }
+    std::vector<store::MetricPoint> points;
+    for (auto& [name, from] : next_step) {
+      store::SeriesRequest series_request;
+      series_request.run_id = run_id;
+      series_request.metric = name;
+      series_request.max_points = 0;
+      series_request.from_step = from;
+      absl::StatusOr<store::Series> series = ctx_.store->MetricSeries(series_request);
+      if (series.status().code() == absl::StatusCode::kNotFound) continue;  // not logged yet
+      if (!series.ok()) return ToGrpc(series.status());
+      for (const store::SeriesPoint& p : series->points) {
+        points.push_back(store::MetricPoint{p.step, name, p.value, p.wall_time_us});
+        from = std::max(from, p.step + 1);
+      }
+    }
+    std::stable_sort(points.begin(), points.end(),
+                     [](const auto& a, const auto& b) { return a.step < b.step; });
+    for (size_t first = 0; first < points.size(); first += kPointsPerView) {
+      v1::MetricBatchView view;
+      view.set_state(ToProto(run->state));
+      const size_t last = std::min(points.size(), first + kPointsPerView);
+      for (size_t i = first; i < last; ++i) *view.add_points() = ToProto(points[i]);
+      if (!writer->Write(view)) return grpc::Status::OK;  // the client went away
+    }
+    if (!request->follow() || store::IsTerminal(run->state)) {
+      if (points.empty()) {
+        // The last message always tells the final state, even with no new points.
+        v1::MetricBatchView view;
+        view.set_state(ToProto(run->state));
+        writer->Write(view);
+      }
+      return grpc::Status::OK;
+    }
+    if (context->IsCancelled()) return grpc::Status::OK;
+    ctx_.scheduler->WaitForRunChange(run_id, version, absl::Now() + kFollowPoll);
+    if (context->IsCancelled()) return grpc::Status::OK;
+    if (ctx_.scheduler->shutting_down()) {
+      return ToGrpc(absl::UnavailableError("cartd is shutting down; follow again later"));
+    }
+  }
+}
+
+grpc::Status SchedulerServiceImpl::QueryTable(grpc::ServerContext* context,
+                                              const v1::QueryTableRequest* request,
+                                              v1::Table* response) {
+  CART_CALLER(who, "QueryTable");
+  absl::StatusOr<v1::Table> table = internal::QueryTable(*ctx_.store, *request);
+  if (!table.ok()) return ToGrpc(table.status());
+  *response = *std::move(table);
+  return grpc::Status::OK;
+}
+
+grpc::Status SchedulerServiceImpl::ListWorkers(grpc::ServerContext* context,
+                                               const v1::ListWorkersRequest* request,
+                                               v1::ListWorkersResponse* response) {
+  CART_CALLER(who, "ListWorkers");
+  for (const WorkerStatus& worker : ctx_.scheduler->ListWorkers()) {
+    *response->add_workers() = ToWorkerView(worker);
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status SchedulerServiceImpl::DrainWorker(grpc::ServerContext* context,
+                                               const v1::DrainWorkerRequest* request,
+                                               v1::DrainWorkerResponse* response) {
+  CART_CALLER(who, "DrainWorker");
+  return ToGrpc(ctx_.scheduler->DrainWorker(request->worker_id(), who));
+}
+
+}  // namespace cart::server::internal

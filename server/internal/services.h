@@ -1,0 +1,95 @@
+#pragma once
+
+// The gRPC services of cartd: thin handlers that check the caller's token, validate the request,
+// call the Scheduler / RunStore / ArtifactStore and translate the result (scheduler.proto and
+// worker.proto document each RPC's idempotency and codes). Synchronous API: every in-flight call,
+// long polls and streams included, holds one server thread (ServerConfig::max_threads).
+
+#include <grpcpp/grpcpp.h>
+
+#include <string>
+
+#include "cart/v1/scheduler.grpc.pb.h"
+#include "cart/v1/worker.grpc.pb.h"
+#include "server/artifacts.h"
+#include "server/auth.h"
+#include "server/scheduler.h"
+
+namespace cart::server::internal {
+
+// What both services share; not owned, all outlive the services.
+struct ServiceContext {
+  Scheduler* scheduler = nullptr;
+  store::RunStore* store = nullptr;
+  ArtifactStore* artifacts = nullptr;
+  const TokenTable* tokens = nullptr;
+  std::string log_dir;  // <data_dir>/logs
+};
+
+class SchedulerServiceImpl final : public v1::SchedulerService::Service {
+ public:
+  explicit SchedulerServiceImpl(ServiceContext context) : ctx_(std::move(context)) {}
+
+  grpc::Status SubmitSweep(grpc::ServerContext* context, const v1::SubmitSweepRequest* request,
+                           v1::SubmitSweepResponse* response) override;
+  grpc::Status ListSweeps(grpc::ServerContext* context, const v1::ListSweepsRequest* request,
+                          v1::ListSweepsResponse* response) override;
+  grpc::Status GetSweep(grpc::ServerContext* context, const v1::GetSweepRequest* request,
+                        v1::GetSweepResponse* response) override;
+  grpc::Status CancelSweep(grpc::ServerContext* context, const v1::CancelSweepRequest* request,
+                           v1::CancelSweepResponse* response) override;
+  grpc::Status ResumeSweep(grpc::ServerContext* context, const v1::ResumeSweepRequest* request,
+                           v1::ResumeSweepResponse* response) override;
+  grpc::Status ListRuns(grpc::ServerContext* context, const v1::ListRunsRequest* request,
+                        v1::ListRunsResponse* response) override;
+  grpc::Status GetRun(grpc::ServerContext* context, const v1::GetRunRequest* request,
+                      v1::GetRunResponse* response) override;
+  grpc::Status CancelRun(grpc::ServerContext* context, const v1::CancelRunRequest* request,
+                         v1::RunResponse* response) override;
+  grpc::Status ResumeRun(grpc::ServerContext* context, const v1::ResumeRunRequest* request,
+                         v1::RunResponse* response) override;
+  grpc::Status ExtendRun(grpc::ServerContext* context, const v1::ExtendRunRequest* request,
+                         v1::RunResponse* response) override;
+  grpc::Status StreamMetrics(grpc::ServerContext* context, const v1::StreamMetricsRequest* request,
+                             grpc::ServerWriter<v1::MetricBatchView>* writer) override;
+  grpc::Status QueryTable(grpc::ServerContext* context, const v1::QueryTableRequest* request,
+                          v1::Table* response) override;
+  grpc::Status ListWorkers(grpc::ServerContext* context, const v1::ListWorkersRequest* request,
+                           v1::ListWorkersResponse* response) override;
+  grpc::Status DrainWorker(grpc::ServerContext* context, const v1::DrainWorkerRequest* request,
+                           v1::DrainWorkerResponse* response) override;
+
+ private:
+  // The caller's audit name ("user:alice"), or the auth error.
+  absl::StatusOr<std::string> Caller(grpc::ServerContext* context, const char* method) const;
+  grpc::Status RunView(int64_t run_id, v1::RunResponse* response);
+
+  const ServiceContext ctx_;
+};
+
+class WorkerServiceImpl final : public v1::WorkerService::Service {
+ public:
+  explicit WorkerServiceImpl(ServiceContext context) : ctx_(std::move(context)) {}
+
+  grpc::Status RegisterWorker(grpc::ServerContext* context,
+                              const v1::RegisterWorkerRequest* request,
+                              v1::RegisterWorkerResponse* response) override;
+  grpc::Status AcquireJob(grpc::ServerContext* context, const v1::AcquireJobRequest* request,
+                          v1::AcquireJobResponse* response) override;
+  grpc::Status RunJob(
+      grpc::ServerContext* context,
+      grpc::ServerReaderWriter<v1::SchedulerControl, v1::WorkerReport>* stream) override;
+  grpc::Status PutArtifact(grpc::ServerContext* context,
+                           grpc::ServerReader<v1::ArtifactChunk>* reader,
+                           v1::PutArtifactResponse* response) override;
+  grpc::Status GetArtifact(grpc::ServerContext* context, const v1::GetArtifactRequest* request,
+                           grpc::ServerWriter<v1::ArtifactChunk>* writer) override;
+
+ private:
+  absl::Status Check(grpc::ServerContext* context, const char* method) const;
+  void AppendLog(int64_t run_id, int64_t attempt, const v1::LogLine& line);
+
+  const ServiceContext ctx_;
+};
+
+}  // namespace cart::server::internal

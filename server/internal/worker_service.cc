@@ -1,0 +1,330 @@
+// WorkerService: what cart-worker calls. Every handler starts with the token check (worker or
+// admin).
+
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+
+#include "common/status.h"
+#include "common/strings.h"
+#include "server/internal/convert.h"
+#include "server/internal/services.h"
+
+namespace cart::server::internal {
+namespace {
+
+// Artifacts are sent in chunks of this size (worker.proto: at most 1 MiB).
+constexpr size_t kChunkBytes = size_t{1} << 20;
+// MetricBatch: at most this many points (worker.proto).
+constexpr int kMaxPointsPerBatch = 10'000;
+
+// The RunJob stream as the scheduler sees it. Writes (acks from the handler thread, controls from
+// whichever thread cancels or drains) are serialized by mu_; Read runs concurrently on the handler
+// thread, which gRPC allows.
+class RunJobStream final : public AttemptStream {
+ public:
+  RunJobStream(grpc::ServerContext* context,
+               grpc::ServerReaderWriter<v1::SchedulerControl, v1::WorkerReport>* stream)
+      : context_(context), stream_(stream) {}
+
+  void Send(const Control& control) override {
+    v1::SchedulerControl message;
+    if (control.kind == Control::Kind::kCancel) {
+      message.mutable_cancel()->set_reason(control.reason);
+    } else {
+      message.mutable_drain()->set_reason(control.reason);
+    }
+    Write(message);
+  }
+
+  void Close() override {
+    absl::MutexLock lock(&mu_);
+    if (!ended_) context_->TryCancel();
+  }
+
+  bool Write(const v1::SchedulerControl& message) {
+    absl::MutexLock lock(&mu_);
+    if (ended_) return false;
+    return stream_->Write(message);
+  }
+
+  // The handler is returning: no more writes through this object.
+  void End() {
+    absl::MutexLock lock(&mu_);
+    ended_ = true;
+  }
+
+ private:
+  absl::Mutex mu_;
+  grpc::ServerContext* const context_;
+  grpc::ServerReaderWriter<v1::SchedulerControl, v1::WorkerReport>* const stream_;
+  bool ended_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+Outcome FromProto(v1::JobResult::Outcome outcome, bool* ok) {
+  *ok = true;
+  switch (outcome) {
+    case v1::JobResult::OUTCOME_SUCCEEDED:
+      return Outcome::kSucceeded;
+    case v1::JobResult::OUTCOME_FAILED:
+      return Outcome::kFailed;
+    case v1::JobResult::OUTCOME_CANCELLED:
+      return Outcome::kCancelled;
+    case v1::JobResult::OUTCOME_DRAINED:
+      return Outcome::kDrained;
+    case v1::JobResult::OUTCOME_OUT_OF_MEMORY:
+      return Outcome::kOutOfMemory;
+    default:
+      *ok = false;
+      return Outcome::kFailed;
+  }
+}
+
+}  // namespace
+
+absl::Status WorkerServiceImpl::Check(grpc::ServerContext* context, const char* method) const {
+  return ctx_.tokens
+      ->Check(AuthorizationOf(*context), Api::kWorker, StrCat("WorkerService.", method))
+      .status();
+}
+
+#define CART_CHECK_CALLER(method)                                 \
+  if (absl::Status auth_ = Check(context, method); !auth_.ok()) { \
+    return ToGrpc(auth_);                                         \
+  }
+
+grpc::Status WorkerServiceImpl::RegisterWorker(grpc::ServerContext* context,
+                                               const v1::RegisterWorkerRequest* request,
+                                               v1::RegisterWorkerResponse* response) {
+  CART_CHECK_CALLER("RegisterWorker");
+  if (request->worker_id().empty()) {
+    return ToGrpc(absl::InvalidArgumentError("RegisterWorker: worker_id is empty"));
+  }
+  if (!request->has_device() || request->device().memory_mib() <= 0) {
+    return ToGrpc(
+        absl::InvalidArgumentError(StrCat("RegisterWorker: worker '", request->worker_id(),
+                                          "' gives no device memory (device.memory_mib)")));
+  }
+  WorkerInfo worker;
+  worker.id = request->worker_id();
+  worker.hostname = request->hostname();
+  worker.version = request->version();
+  worker.device_kind = request->device().kind();
+  worker.device_name = request->device().name();
+  worker.memory_bytes = request->device().memory_mib() * kMiB;
+  worker.free_disk_bytes = request->free_disk_mib() * kMiB;
+  absl::StatusOr<WorkerTiming> timing = ctx_.scheduler->RegisterWorker(worker);
+  if (!timing.ok()) return ToGrpc(timing.status());
+  response->set_lease_ttl_ms(absl::ToInt64Milliseconds(timing->lease_ttl));
+  response->set_heartbeat_interval_ms(absl::ToInt64Milliseconds(timing->heartbeat_interval));
+  return grpc::Status::OK;
+}
+
+grpc::Status WorkerServiceImpl::AcquireJob(grpc::ServerContext* context,
+                                           const v1::AcquireJobRequest* request,
+                                           v1::AcquireJobResponse* response) {
+  CART_CHECK_CALLER("AcquireJob");
+  if (request->wait_ms() < 0) {
+    return ToGrpc(absl::InvalidArgumentError("AcquireJob: wait_ms must not be negative"));
+  }
+  // Never wait past the client's own deadline.
+  absl::Duration wait = absl::Milliseconds(request->wait_ms());
+  const auto deadline = context->deadline();
+  if (deadline != std::chrono::system_clock::time_point::max()) {
+    wait = std::min(wait, absl::FromChrono(deadline) - absl::Now() - absl::Milliseconds(50));
+  }
+  absl::StatusOr<std::optional<Job>> job = ctx_.scheduler->Acquire(request->worker_id(), wait);
+  if (!job.ok()) return ToGrpc(job.status());
+  if (job->has_value()) {
+    *response->mutable_job() = ToJob(**job, ctx_.scheduler->timing().lease_ttl);
+  }
+  return grpc::Status::OK;
+}
+
+void WorkerServiceImpl::AppendLog(int64_t run_id, int64_t attempt, const v1::LogLine& line) {
+  const std::string path = StrCat(ctx_.log_dir, "/run-", run_id, ".log");
+  std::unique_ptr<FILE, int (*)(FILE*)> file(std::fopen(path.c_str(), "ab"), &std::fclose);
+  if (!file) return;  // logs are a convenience; training goes on without them
+  const std::string text =
+      StrCat(line.wall_time_us(), " attempt ", attempt, " ", line.text(), "\n");
+  std::fwrite(text.data(), 1, text.size(), file.get());
+}
+
+grpc::Status WorkerServiceImpl::RunJob(
+    grpc::ServerContext* context,
+    grpc::ServerReaderWriter<v1::SchedulerControl, v1::WorkerReport>* stream) {
+  CART_CHECK_CALLER("RunJob");
+  v1::WorkerReport report;
+  if (!stream->Read(&report)) {
+    return ToGrpc(absl::InvalidArgumentError("RunJob: the stream ended before its hello"));
+  }
+  if (!report.has_hello()) {
+    return ToGrpc(absl::InvalidArgumentError("RunJob: the first message must be a hello"));
+  }
+  const int64_t run_id = report.run_id();
+  const int64_t attempt = report.attempt();
+  auto sink = std::make_shared<RunJobStream>(context, stream);
+  if (absl::Status attached = ctx_.scheduler->AttachStream(run_id, attempt, sink); !attached.ok()) {
+    return ToGrpc(attached);
+  }
+  // However the loop ends, the scheduler forgets the stream before it dies.
+  struct Detach {
+    Scheduler* scheduler;
+    int64_t run_id;
+    RunJobStream* sink;
+    ~Detach() {
+      sink->End();
+      scheduler->DetachStream(run_id, sink);
+    }
+  } detach{ctx_.scheduler, run_id, sink.get()};
+
+  bool cancel_sent = false;
+  while (stream->Read(&report)) {
+    if (report.run_id() != run_id || report.attempt() != attempt) {
+      return ToGrpc(absl::InvalidArgumentError(
+          StrCat("RunJob: report for run ", report.run_id(), " attempt ", report.attempt(),
+                 " on the stream of run ", run_id, " attempt ", attempt)));
+    }
+    switch (report.body_case()) {
+      case v1::WorkerReport::kHello:
+        break;  // a repeated hello changes nothing
+      case v1::WorkerReport::kHeartbeat: {
+        absl::StatusOr<bool> cancel =
+            ctx_.scheduler->Heartbeat(run_id, attempt, report.heartbeat().step());
+        if (!cancel.ok()) return ToGrpc(cancel.status());
+        if (*cancel && !cancel_sent) {
+          cancel_sent = true;
+          sink->Send(Control{Control::Kind::kCancel, "cancel requested"});
+        }
+        break;
+      }
+      case v1::WorkerReport::kMetrics: {
+        const auto& points = report.metrics().points();
+        if (points.size() > kMaxPointsPerBatch) {
+          return ToGrpc(
+              absl::InvalidArgumentError(StrCat("RunJob: metric batch of ", points.size(),
+                                                " points; the limit is ", kMaxPointsPerBatch)));
+        }
+        if (points.empty()) break;
+        std::vector<store::MetricPoint> batch;
+        batch.reserve(points.size());
+        for (const v1::MetricPoint& point : points) batch.push_back(FromProto(point));
+        absl::StatusOr<int64_t> acked =
+            ctx_.scheduler->AppendMetrics(run_id, attempt, std::move(batch));
+        if (!acked.ok()) return ToGrpc(acked.status());
+        v1::SchedulerControl ack;
+        ack.mutable_ack()->set_acked_step(*acked);
+        if (!sink->Write(ack)) return grpc::Status::OK;  // the worker went away; it resends
+        break;
+      }
+      case v1::WorkerReport::kCheckpoint: {
+        const v1::CheckpointRef& ref = report.checkpoint().checkpoint();
+        absl::StatusOr<std::optional<int64_t>> size = ctx_.artifacts->Size(ref.sha256());
+        if (!size.ok()) return ToGrpc(size.status());
+        if (!size->has_value() || **size != ref.size_bytes()) {
+          return ToGrpc(absl::FailedPreconditionError(
+              StrCat("RunJob: checkpoint at step ", ref.step(), " names artifact ", ref.sha256(),
+                     " of ", ref.size_bytes(), " bytes, which is not stored; PutArtifact first")));
+        }
+        store::NewCheckpoint checkpoint;
+        checkpoint.step = ref.step();
+        checkpoint.sha256 = ref.sha256();
+        checkpoint.size_bytes = ref.size_bytes();
+        checkpoint.path = ArtifactStore::RelativePath(ref.sha256());
+        absl::StatusOr<store::CheckpointRecord> recorded =
+            ctx_.scheduler->RecordCheckpoint(run_id, attempt, checkpoint);
+        if (!recorded.ok()) return ToGrpc(recorded.status());
+        break;
+      }
+      case v1::WorkerReport::kLog:
+        AppendLog(run_id, attempt, report.log());
+        break;
+      case v1::WorkerReport::kResult: {
+        bool known = false;
+        const Outcome outcome = FromProto(report.result().outcome(), &known);
+        if (!known) {
+          return ToGrpc(absl::InvalidArgumentError(
+              StrCat("RunJob: result of run ", run_id, " has no outcome")));
+        }
+        absl::StatusOr<store::RunRecord> run =
+            ctx_.scheduler->ReportOutcome(run_id, attempt, outcome, report.result().error());
+        return ToGrpc(run.status());
+      }
+      case v1::WorkerReport::BODY_NOT_SET:
+        return ToGrpc(absl::InvalidArgumentError("RunJob: a report without a body"));
+    }
+  }
+  // The worker closed the stream or went away; its lease runs on until it lapses.
+  return grpc::Status::OK;
+}
+
+grpc::Status WorkerServiceImpl::PutArtifact(grpc::ServerContext* context,
+                                            grpc::ServerReader<v1::ArtifactChunk>* reader,
+                                            v1::PutArtifactResponse* response) {
+  CART_CHECK_CALLER("PutArtifact");
+  v1::ArtifactChunk chunk;
+  if (!reader->Read(&chunk)) {
+    return ToGrpc(absl::InvalidArgumentError("PutArtifact: no chunk was sent"));
+  }
+  const std::string sha256 = chunk.sha256();
+  const int64_t size = chunk.size_bytes();
+  response->set_sha256(sha256);
+  response->set_size_bytes(size);
+  absl::StatusOr<std::optional<int64_t>> stored = ctx_.artifacts->Size(sha256);
+  if (!stored.ok()) return ToGrpc(stored.status());
+  if (stored->has_value()) {
+    if (**stored != size) {
+      return ToGrpc(absl::DataLossError(
+          StrCat("PutArtifact: ", sha256, " is stored with ", **stored, " bytes, not ", size)));
+    }
+    return grpc::Status::OK;  // idempotent: the blob is already here
+  }
+  absl::StatusOr<std::unique_ptr<ArtifactStore::Upload>> upload =
+      ctx_.artifacts->BeginUpload(sha256, size);
+  if (!upload.ok()) return ToGrpc(upload.status());
+  do {
+    if (absl::Status appended = (*upload)->Append(chunk.data()); !appended.ok()) {
+      return ToGrpc(appended);
+    }
+  } while (reader->Read(&chunk));
+  if (context->IsCancelled()) {
+    return ToGrpc(absl::CancelledError(StrCat("PutArtifact: upload of ", sha256, " cancelled")));
+  }
+  return ToGrpc((*upload)->Commit());
+}
+
+grpc::Status WorkerServiceImpl::GetArtifact(grpc::ServerContext* context,
+                                            const v1::GetArtifactRequest* request,
+                                            grpc::ServerWriter<v1::ArtifactChunk>* writer) {
+  CART_CHECK_CALLER("GetArtifact");
+  absl::StatusOr<std::optional<int64_t>> size = ctx_.artifacts->Size(request->sha256());
+  if (!size.ok()) return ToGrpc(size.status());
+  if (!size->has_value()) {
+    return ToGrpc(absl::NotFoundError(StrCat("artifact ", request->sha256(), " is not stored")));
+  }
+  bool first = true;
+  bool client_gone = false;
+  absl::Status read =
+      ctx_.artifacts->Read(request->sha256(), kChunkBytes, [&](std::string_view bytes) {
+        v1::ArtifactChunk chunk;
+        if (first) {
+          chunk.set_sha256(request->sha256());
+          chunk.set_size_bytes(**size);
+          first = false;
+        }
+        chunk.set_data(bytes.data(), bytes.size());
+        client_gone = !writer->Write(chunk);
+        return !client_gone;
+      });
+  if (!read.ok()) return ToGrpc(read);
+  if (first && !client_gone) {
+    // An empty blob still announces itself.
+    v1::ArtifactChunk chunk;
+    chunk.set_sha256(request->sha256());
+    chunk.set_size_bytes(0);
+    writer->Write(chunk);
+  }
+  return grpc::Status::OK;
+}
+
+}  // namespace cart::server::internal

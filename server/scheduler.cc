@@ -1,0 +1,712 @@
+#include "server/scheduler.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <utility>
+
+#include "common/status.h"
+#include "common/strings.h"
+#include "model/config.h"
+#include "model/sweep.h"
+
+namespace cart::server {
+namespace {
+
+using store::RunRecord;
+using store::RunState;
+
+// Job fields that are not config keys travel in the run's params under these keys, so they are
+// stored with the run and come back with it.
+constexpr char kKindParam[] = "kind";
+constexpr char kEvalLoopsParam[] = "eval_loops";
+
+std::string KindOf(const RunRecord& run) {
+  auto it = run.params.find(kKindParam);
+  return it == run.params.end() ? "train" : it->second;
+}
+
+std::vector<int> EvalLoopsOf(const RunRecord& run) {
+  std::vector<int> loops;
+  auto it = run.params.find(kEvalLoopsParam);
+  if (it == run.params.end()) return loops;
+  for (const std::string& part : Split(it->second, ',')) {
+    if (std::optional<int64_t> r = ParseInt64(part)) loops.push_back(static_cast<int>(*r));
+  }
+  return loops;
+}
+
+store::NewRun ToNewRun(const model::ExpandedRun& expanded, int64_t max_attempts) {
+  store::NewRun run;
+  // Store run names are plain names; the user-facing "<sweep>/<index>" is rebuilt from them.
+  run.name = StrCat(expanded.index);
+  run.config_yaml = expanded.config_yaml;
+  run.params = expanded.params;
+  run.params[kKindParam] = expanded.kind;
+  if (!expanded.eval_loops.empty()) run.params[kEvalLoopsParam] = StrJoin(expanded.eval_loops, ",");
+  run.stored_params = expanded.stored_params;
+  run.effective_params = expanded.effective_params;
+  run.memory_estimate_bytes = expanded.memory_estimate_bytes;
+  run.max_attempts = static_cast<int>(max_attempts);
+  if (expanded.parent_index >= 0) {
+    run.parent_name = StrCat(expanded.parent_index);
+    run.parent_checkpoint = expanded.parent_checkpoint_step < 0
+                                ? std::string("final")
+                                : StrCat(expanded.parent_checkpoint_step);
+  }
+  return run;
+}
+
+// What a dry run shows for a run that is not stored.
+RunRecord PreviewRun(const model::SweepSpec& spec, const store::NewRun& run, int64_t now_us) {
+  RunRecord record;
+  record.sweep_name = spec.name;
+  record.name = run.name;
+  record.config_yaml = run.config_yaml;
+  record.params = run.params;
+  auto int_param = [&](const char* key) -> std::optional<int64_t> {
+    auto it = run.params.find(key);
+    return it == run.params.end() ? std::nullopt : ParseInt64(it->second);
+  };
+  record.d = int_param("d").value_or(0);
+  record.r = int_param("R");
+  record.p = int_param("P");
+  record.seed = int_param("seed").value_or(0);
+  record.steps = int_param("steps").value_or(0);
+  record.stored_params = run.stored_params;
+  record.effective_params = run.effective_params;
+  record.memory_estimate_bytes = run.memory_estimate_bytes;
+  record.state = run.parent_name.empty() ? RunState::kQueued : RunState::kBlocked;
+  record.priority = spec.priority;
+  record.max_attempts = run.max_attempts;
+  record.parent_checkpoint = run.parent_checkpoint;
+  record.created_us = now_us;
+  record.updated_us = now_us;
+  return record;
+}
+
+}  // namespace
+
+const char* OutcomeName(Outcome outcome) {
+  switch (outcome) {
+    case Outcome::kSucceeded:
+      return "SUCCEEDED";
+    case Outcome::kFailed:
+      return "FAILED";
+    case Outcome::kCancelled:
+      return "CANCELLED";
+    case Outcome::kDrained:
+      return "DRAINED";
+    case Outcome::kOutOfMemory:
+      return "OUT_OF_MEMORY";
+  }
+  return "UNKNOWN";
+}
+
+std::string FormatGiB(int64_t bytes) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.1f GiB", static_cast<double>(bytes) / (1 << 30));
+  return text;
+}
+
+Scheduler::Scheduler(store::RunStore* store, Clock* clock, SchedulerOptions options)
+    : store_(store),
+      clock_(clock),
+      options_(std::move(options)),
+      grace_end_us_(absl::ToUnixMicros(clock->Now() + (options_.startup_grace < absl::ZeroDuration()
+                                                           ? options_.lease_ttl
+                                                           : options_.startup_grace))) {
+  // Workers registered before a restart may acquire again without re-registering.
+  absl::StatusOr<std::vector<store::WorkerRecord>> known = store_->ListWorkers();
+  if (known.ok()) {
+    absl::MutexLock lock(&mu_);
+    for (const store::WorkerRecord& record : *known) {
+      Worker& worker = workers_[record.id];
+      worker.info.id = record.id;
+      worker.info.device_name = record.device;
+      worker.info.memory_bytes = record.memory_bytes;
+      worker.last_seen_us = record.last_seen_us;
+    }
+  }
+  if (options_.expiry_interval > absl::ZeroDuration()) {
+    expiry_thread_ = std::thread([this] { ExpiryLoop(); });
+  }
+}
+
+Scheduler::~Scheduler() {
+  Shutdown();
+  if (expiry_thread_.joinable()) expiry_thread_.join();
+}
+
+void Scheduler::Shutdown() {
+  std::vector<std::shared_ptr<AttemptStream>> open;
+  {
+    absl::MutexLock lock(&mu_);
+    if (shutdown_) return;
+    shutdown_ = true;
+    for (const OpenStream& s : streams_) open.push_back(s.stream);
+    pollers_cv_.SignalAll();
+    runs_cv_.SignalAll();
+  }
+  for (const auto& stream : open) stream->Close();
+}
+
+bool Scheduler::shutting_down() {
+  absl::MutexLock lock(&mu_);
+  return shutdown_;
+}
+
+int64_t Scheduler::NowMicros() const { return absl::ToUnixMicros(clock_->Now()); }
+
+void Scheduler::WakePollers() {
+  absl::MutexLock lock(&mu_);
+  ++generation_;
+  pollers_cv_.SignalAll();
+}
+
+void Scheduler::BumpRun(int64_t run_id) {
+  absl::MutexLock lock(&mu_);
+  ++run_versions_[run_id];
+  runs_cv_.SignalAll();
+}
+
+WorkerTiming Scheduler::timing() const {
+  const absl::Duration heartbeat = options_.heartbeat_interval > absl::ZeroDuration()
+                                       ? options_.heartbeat_interval
+                                       : options_.lease_ttl / 4;
+  return WorkerTiming{options_.lease_ttl, heartbeat};
+}
+
+template <typename Select>
+void Scheduler::PushControl(Select select, const Control& control) {
+  std::vector<std::shared_ptr<AttemptStream>> targets;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const OpenStream& s : streams_) {
+      if (select(s)) targets.push_back(s.stream);
+    }
+  }
+  for (const auto& stream : targets) stream->Send(control);
+}
+
+void Scheduler::PushCancels(const std::vector<int64_t>& run_ids, const std::string& reason) {
+  const Control cancel{Control::Kind::kCancel, reason};
+  PushControl(
+      [&](const OpenStream& s) {
+        return std::find(run_ids.begin(), run_ids.end(), s.run_id) != run_ids.end();
+      },
+      cancel);
+}
+
+// ---- Sweeps
+
+absl::StatusOr<SubmitResult> Scheduler::SubmitSweep(const SubmitRequest& request) {
+  const std::string file = request.file_name.empty() ? "sweep" : request.file_name;
+  CART_ASSIGN_OR_RETURN(model::SweepSpec spec, model::ParseSweepYaml(request.spec_yaml, file));
+  if (spec.name.empty()) {
+    return absl::InvalidArgumentError(StrCat(file, ": name: a sweep needs a name"));
+  }
+  // The file's own max_runs may only lower the server's limit.
+  spec.max_runs = std::min(spec.max_runs, options_.max_runs_per_sweep);
+  CART_ASSIGN_OR_RETURN(std::vector<model::ExpandedRun> expanded, model::ExpandSweep(spec, file));
+
+  store::NewSweep sweep;
+  sweep.name = spec.name;
+  sweep.spec_text = request.spec_yaml;
+  sweep.priority = spec.priority;
+  sweep.client_request_id = request.request_id;
+  const int64_t now_us = NowMicros();
+  if (sweep.client_request_id.empty()) {
+    absl::MutexLock lock(&mu_);
+    sweep.client_request_id = StrCat("cartd-", now_us, "-", ++request_counter_);
+  }
+  sweep.runs.reserve(expanded.size());
+  for (const model::ExpandedRun& run : expanded) {
+    sweep.runs.push_back(ToNewRun(run, spec.max_attempts));
+  }
+
+  SubmitResult result;
+  if (request.dry_run) {
+    result.sweep.name = spec.name;
+    result.sweep.spec_text = request.spec_yaml;
+    result.sweep.priority = spec.priority;
+    result.sweep.created_us = now_us;
+    for (const store::NewRun& run : sweep.runs) {
+      result.runs.push_back(PreviewRun(spec, run, now_us));
+      ++result.sweep.run_counts[result.runs.back().state];
+    }
+    return result;
+  }
+  const std::string who = request.who.empty() ? "user" : request.who;
+  CART_ASSIGN_OR_RETURN(store::CreatedSweep created,
+                        store_->CreateSweep(sweep, store::Audit{now_us, who, "submitted"}));
+  result.sweep = created.sweep;
+  result.existing = !created.created;
+  store::RunFilter filter;
+  filter.sweeps = {created.sweep.name};
+  CART_ASSIGN_OR_RETURN(result.runs, store_->ListRuns(filter));
+  if (created.created) WakePollers();
+  return result;
+}
+
+absl::StatusOr<int64_t> Scheduler::CancelSweep(const std::string& name, const std::string& who,
+                                               const std::string& reason) {
+  CART_ASSIGN_OR_RETURN(int64_t changed,
+                        store_->CancelSweep(name, store::Audit{NowMicros(), who, reason}));
+  store::RunFilter filter;
+  filter.sweeps = {name};
+  CART_ASSIGN_OR_RETURN(std::vector<RunRecord> runs, store_->ListRuns(filter));
+  std::vector<int64_t> ids;
+  for (const RunRecord& run : runs) {
+    if (run.cancel_requested || run.state == RunState::kCancelled) ids.push_back(run.id);
+    BumpRun(run.id);
+  }
+  PushCancels(ids, reason.empty() ? "sweep cancelled" : reason);
+  return changed;
+}
+
+absl::StatusOr<int64_t> Scheduler::ResumeSweep(const std::string& name, const std::string& who) {
+  CART_ASSIGN_OR_RETURN(int64_t changed,
+                        store_->ResumeSweep(name, store::Audit{NowMicros(), who, "resumed"}));
+  if (changed > 0) WakePollers();
+  return changed;
+}
+
+// ---- Runs
+
+absl::StatusOr<RunRecord> Scheduler::CancelRun(int64_t run_id, const std::string& who,
+                                               const std::string& reason) {
+  CART_ASSIGN_OR_RETURN(RunRecord before, store_->GetRun(run_id));
+  // Cancelling twice is idempotent.
+  if (before.state == RunState::kCancelled) return before;
+  CART_ASSIGN_OR_RETURN(RunRecord after,
+                        store_->CancelRun(run_id, store::Audit{NowMicros(), who, reason}));
+  BumpRun(run_id);
+  PushCancels({run_id}, reason.empty() ? "cancelled" : reason);
+  return after;
+}
+
+absl::StatusOr<RunRecord> Scheduler::ResumeRun(int64_t run_id, const std::string& who) {
+  CART_ASSIGN_OR_RETURN(RunRecord run,
+                        store_->ResumeRun(run_id, store::Audit{NowMicros(), who, "resumed"}));
+  BumpRun(run_id);
+  WakePollers();
+  return run;
+}
+
+absl::StatusOr<RunRecord> Scheduler::ExtendRun(int64_t run_id, int64_t total_steps,
+                                               const std::string& who) {
+  CART_ASSIGN_OR_RETURN(RunRecord run, store_->GetRun(run_id));
+  if (run.state != RunState::kSucceeded) {
+    return absl::FailedPreconditionError(StrCat("run ", run_id, " is ", RunStateName(run.state),
+                                                "; only SUCCEEDED runs can be extended"));
+  }
+  if (total_steps <= run.steps) {
+    return absl::FailedPreconditionError(StrCat("run ", run_id, " already trains for ", run.steps,
+                                                " steps; extending to ", total_steps,
+                                                " would add none"));
+  }
+  CART_ASSIGN_OR_RETURN(model::RunConfig config,
+                        model::ParseRunConfigYaml(run.config_yaml, StrCat("run ", run_id)));
+  config.train.steps = total_steps;
+  CART_RETURN_IF_ERROR(model::Validate(config));
+  CART_ASSIGN_OR_RETURN(RunRecord extended,
+                        store_->ExtendRun(run_id, total_steps, model::ToYaml(config),
+                                          store::Audit{NowMicros(), who, ""}));
+  BumpRun(run_id);
+  WakePollers();
+  return extended;
+}
+
+// ---- Workers
+
+absl::StatusOr<WorkerTiming> Scheduler::RegisterWorker(const WorkerInfo& worker) {
+  if (worker.id.empty()) return absl::InvalidArgumentError("worker_id is empty");
+  if (worker.memory_bytes <= 0) {
+    return absl::InvalidArgumentError(StrCat("worker '", worker.id,
+                                             "': device memory must be "
+                                             "positive, got ",
+                                             worker.memory_bytes, " bytes"));
+  }
+  const int64_t now_us = NowMicros();
+  const std::string device = worker.device_name.empty() ? worker.device_kind : worker.device_name;
+  CART_RETURN_IF_ERROR(store_->RegisterWorker(worker.id, device, worker.memory_bytes, now_us));
+  {
+    absl::MutexLock lock(&mu_);
+    Worker& w = workers_[worker.id];
+    w.info = worker;
+    w.draining = false;
+    w.last_seen_us = now_us;
+  }
+  // A bigger device may fit runs nobody could take; a re-registered one is no longer draining.
+  WakePollers();
+  return timing();
+}
+
+absl::StatusOr<std::optional<Job>> Scheduler::Acquire(const std::string& worker_id,
+                                                      absl::Duration wait) {
+  const absl::Time deadline =
+      absl::Now() + std::clamp(wait, absl::ZeroDuration(), options_.max_acquire_wait);
+  while (true) {
+    int64_t memory = 0;
+    int64_t generation = 0;
+    {
+      absl::MutexLock lock(&mu_);
+      if (shutdown_) return absl::UnavailableError("cartd is shutting down; retry later");
+      auto it = workers_.find(worker_id);
+      if (it == workers_.end()) {
+        return absl::FailedPreconditionError(
+            StrCat("worker '", worker_id, "' is not registered; call RegisterWorker first"));
+      }
+      if (it->second.draining) {
+        return absl::FailedPreconditionError(
+            StrCat("worker '", worker_id, "' is draining: take no new job and exit"));
+      }
+      memory = it->second.info.memory_bytes;
+      generation = generation_;
+      it->second.last_seen_us = NowMicros();
+    }
+    absl::StatusOr<std::optional<store::Claim>> claim =
+        store_->ClaimNextRun(worker_id, memory, NowMicros());
+    if (!claim.ok()) {
+      if (claim.status().code() == absl::StatusCode::kNotFound) {
+        return absl::FailedPreconditionError(Message(claim.status()));
+      }
+      return claim.status();
+    }
+    if (claim->has_value()) {
+      store::Claim& c = **claim;
+      Job job;
+      job.kind = KindOf(c.run);
+      job.eval_loops = EvalLoopsOf(c.run);
+      job.attempt = c.attempt;
+      job.lease_expires_us = c.lease_expires_us;
+      job.resume_from = std::move(c.resume_from);
+      job.init_from = std::move(c.parent_checkpoint);
+      job.run = std::move(c.run);
+      BumpRun(job.run.id);
+      return std::optional<Job>(std::move(job));
+    }
+    absl::MutexLock lock(&mu_);
+    while (!shutdown_ && generation_ == generation) {
+      if (pollers_cv_.WaitWithDeadline(&mu_, deadline)) break;
+    }
+    if (shutdown_ || absl::Now() >= deadline) return std::optional<Job>();
+  }
+}
+
+absl::Status Scheduler::DrainWorker(const std::string& worker_id, const std::string& who) {
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = workers_.find(worker_id);
+    if (it == workers_.end()) {
+      return absl::NotFoundError(StrCat("worker '", worker_id, "' is not registered"));
+    }
+    it->second.draining = true;
+    // An idle worker in a long poll hears it now.
+    ++generation_;
+    pollers_cv_.SignalAll();
+  }
+  PushControl([&](const OpenStream& s) { return s.worker_id == worker_id; },
+              Control{Control::Kind::kDrain, StrCat("drain requested by ", who)});
+  return absl::OkStatus();
+}
+
+std::vector<WorkerStatus> Scheduler::ListWorkers() {
+  // Which worker holds which run, from the store's live attempts.
+  std::map<std::string, int64_t> busy;
+  store::RunFilter filter;
+  filter.states = {RunState::kLeased, RunState::kRunning};
+  if (absl::StatusOr<std::vector<RunRecord>> live = store_->ListRuns(filter); live.ok()) {
+    for (const RunRecord& run : *live) {
+      if (absl::StatusOr<std::string> worker = WorkerOfAttempt(run.id, run.attempt); worker.ok()) {
+        busy[*worker] = run.id;
+      }
+    }
+  }
+  std::map<std::string, int64_t> store_seen;
+  if (absl::StatusOr<std::vector<store::WorkerRecord>> known = store_->ListWorkers(); known.ok()) {
+    for (const store::WorkerRecord& w : *known) store_seen[w.id] = w.last_seen_us;
+  }
+  const int64_t now_us = NowMicros();
+  const int64_t lost_after_us =
+      absl::ToInt64Microseconds(options_.lease_ttl + options_.max_acquire_wait);
+  std::vector<WorkerStatus> out;
+  absl::MutexLock lock(&mu_);
+  for (const auto& [id, worker] : workers_) {
+    WorkerStatus status;
+    status.info = worker.info;
+    status.last_seen_us = std::max(worker.last_seen_us, store_seen[id]);
+    auto it = busy.find(id);
+    status.run_id = it == busy.end() ? 0 : it->second;
+    if (worker.draining) {
+      status.state = "draining";
+    } else if (status.run_id != 0) {
+      status.state = "busy";
+    } else if (now_us - status.last_seen_us > lost_after_us) {
+      status.state = "lost";
+    } else {
+      status.state = "idle";
+    }
+    out.push_back(std::move(status));
+  }
+  return out;
+}
+
+// ---- Attempt reports
+
+absl::StatusOr<std::string> Scheduler::WorkerOfAttempt(int64_t run_id, int64_t attempt) {
+  CART_ASSIGN_OR_RETURN(std::vector<store::AttemptRecord> attempts, store_->ListAttempts(run_id));
+  for (const store::AttemptRecord& a : attempts) {
+    if (a.attempt == attempt) return a.worker_id;
+  }
+  return absl::NotFoundError(StrCat("run ", run_id, " has no attempt ", attempt));
+}
+
+absl::Status Scheduler::AttachStream(int64_t run_id, int64_t attempt,
+                                     std::shared_ptr<AttemptStream> stream) {
+  CART_RETURN_IF_ERROR(store_->MarkRunning(run_id, attempt, NowMicros()));
+  CART_ASSIGN_OR_RETURN(std::string worker_id, WorkerOfAttempt(run_id, attempt));
+  CART_ASSIGN_OR_RETURN(RunRecord run, store_->GetRun(run_id));
+  bool draining = false;
+  {
+    absl::MutexLock lock(&mu_);
+    if (shutdown_) return absl::UnavailableError("cartd is shutting down; reconnect later");
+    auto it = workers_.find(worker_id);
+    draining = it != workers_.end() && it->second.draining;
+    if (it != workers_.end()) it->second.last_seen_us = NowMicros();
+    streams_.push_back(OpenStream{run_id, attempt, worker_id, stream});
+  }
+  BumpRun(run_id);
+  if (run.cancel_requested) stream->Send(Control{Control::Kind::kCancel, "cancel requested"});
+  if (draining) stream->Send(Control{Control::Kind::kDrain, "drain requested"});
+  return absl::OkStatus();
+}
+
+void Scheduler::DetachStream(int64_t run_id, const AttemptStream* stream) {
+  absl::MutexLock lock(&mu_);
+  streams_.erase(std::remove_if(streams_.begin(), streams_.end(),
+                                [&](const OpenStream& s) {
+                                  return s.run_id == run_id && s.stream.get() == stream;
+                                }),
+                 streams_.end());
+}
+
+absl::StatusOr<bool> Scheduler::Heartbeat(int64_t run_id, int64_t attempt, int64_t step) {
+  CART_ASSIGN_OR_RETURN(store::HeartbeatReply reply,
+                        store_->Heartbeat(run_id, attempt, NowMicros()));
+  absl::MutexLock lock(&mu_);
+  int64_t& progress = progress_[run_id];
+  progress = std::max(progress, step);
+  return reply.cancel_requested;
+}
+
+absl::StatusOr<int64_t> Scheduler::AppendMetrics(int64_t run_id, int64_t attempt,
+                                                 std::vector<store::MetricPoint> points) {
+  CART_ASSIGN_OR_RETURN(int64_t acked, store_->AppendMetrics(run_id, attempt, std::move(points)));
+  {
+    absl::MutexLock lock(&mu_);
+    int64_t& progress = progress_[run_id];
+    progress = std::max(progress, acked);
+    ++run_versions_[run_id];
+    runs_cv_.SignalAll();
+  }
+  return acked;
+}
+
+absl::StatusOr<store::CheckpointRecord> Scheduler::RecordCheckpoint(
+    int64_t run_id, int64_t attempt, const store::NewCheckpoint& checkpoint) {
+  CART_ASSIGN_OR_RETURN(store::CheckpointRecord record,
+                        store_->RecordCheckpoint(run_id, attempt, checkpoint, NowMicros()));
+  BumpRun(run_id);
+  // Derived runs waiting for this step may have become QUEUED.
+  WakePollers();
+  return record;
+}
+
+absl::StatusOr<RunRecord> Scheduler::ReportOutcome(int64_t run_id, int64_t attempt, Outcome outcome,
+                                                   const std::string& error) {
+  const int64_t now_us = NowMicros();
+  std::string worker_id = "unknown";
+  if (absl::StatusOr<std::string> w = WorkerOfAttempt(run_id, attempt); w.ok()) worker_id = *w;
+  const std::string who = StrCat("worker:", worker_id);
+  std::string why = StrCat("attempt ", attempt, " reported ", OutcomeName(outcome));
+  if (!error.empty()) why = StrCat(why, ": ", error);
+  absl::StatusOr<RunRecord> result;
+  switch (outcome) {
+    case Outcome::kSucceeded:
+      result = store_->RecordAttemptOutcome(run_id, attempt, store::AttemptOutcome::kSucceeded,
+                                            store::Audit{now_us, who, why});
+      break;
+    case Outcome::kCancelled:
+      result = store_->RecordAttemptOutcome(run_id, attempt, store::AttemptOutcome::kCancelled,
+                                            store::Audit{now_us, who, why});
+      break;
+    case Outcome::kDrained:
+      result = store_->RecordAttemptOutcome(run_id, attempt, store::AttemptOutcome::kReleased,
+                                            store::Audit{now_us, who, why});
+      break;
+    case Outcome::kFailed:
+      result = store_->RetryAttempt(run_id, attempt, store::RetryRequest{},
+                                    store::Audit{now_us, who, why});
+      break;
+    case Outcome::kOutOfMemory: {
+      int64_t memory = 0;
+      {
+        absl::MutexLock lock(&mu_);
+        auto it = workers_.find(worker_id);
+        if (it != workers_.end()) memory = it->second.info.memory_bytes;
+      }
+      if (memory <= 0) {
+        // Without the device size the floor cannot be set; retrying as a failure still ends.
+        result = store_->RetryAttempt(run_id, attempt, store::RetryRequest{},
+                                      store::Audit{now_us, who, why});
+        break;
+      }
+      store::RetryRequest retry;
+      retry.counted = false;
+      retry.oom_memory_bytes = memory;
+      result = store_->RetryAttempt(
+          run_id, attempt, retry,
+          store::Audit{now_us, who, StrCat(why, " (device ", FormatGiB(memory), ")")});
+      break;
+    }
+  }
+  if (!result.ok()) return result.status();
+  BumpRun(run_id);
+  // A requeued run, or derived runs unblocked by a success, may now be claimable.
+  WakePollers();
+  return result;
+}
+
+absl::StatusOr<std::vector<store::ExpiredLease>> Scheduler::ExpireLeases() {
+  const int64_t now_us = NowMicros();
+  if (now_us < grace_end_us_) return std::vector<store::ExpiredLease>();
+  CART_ASSIGN_OR_RETURN(std::vector<store::ExpiredLease> expired, store_->ExpireLeases(now_us));
+  if (!expired.empty()) {
+    for (const store::ExpiredLease& lease : expired) BumpRun(lease.run_id);
+    WakePollers();
+  }
+  return expired;
+}
+
+void Scheduler::ExpiryLoop() {
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.AwaitWithDeadline(absl::Condition(&shutdown_), absl::Now() + options_.expiry_interval);
+      if (shutdown_) return;
+    }
+    absl::StatusOr<std::vector<store::ExpiredLease>> expired = ExpireLeases();
+    if (!expired.ok()) {
+      std::fprintf(stderr, "cartd: lease expiry failed: %s\n", Message(expired.status()).c_str());
+    }
+  }
+}
+
+// ---- Queries
+
+std::optional<int64_t> Scheduler::MaxWorkerMemory() {
+  absl::MutexLock lock(&mu_);
+  std::optional<int64_t> max;
+  for (const auto& [id, worker] : workers_) {
+    if (!max || worker.info.memory_bytes > *max) max = worker.info.memory_bytes;
+  }
+  return max;
+}
+
+absl::StatusOr<std::string> Scheduler::WaitingReason(const RunRecord& run) {
+  CART_ASSIGN_OR_RETURN(RunInfo info, Describe(run, MaxWorkerMemory()));
+  return info.waiting_reason;
+}
+
+absl::StatusOr<RunInfo> Scheduler::Describe(const RunRecord& run,
+                                            std::optional<int64_t> max_memory) {
+  RunInfo info;
+  info.run = run;
+  info.kind = KindOf(run);
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = progress_.find(run.id);
+    if (it != progress_.end()) info.step = it->second;
+  }
+  if (run.attempt > 0) {
+    if (absl::StatusOr<std::string> w = WorkerOfAttempt(run.id, run.attempt); w.ok()) {
+      info.worker_id = *w;
+    }
+  }
+  if (run.state == RunState::kBlocked && run.parent_run_id) {
+    const std::string what = run.parent_checkpoint == "final"
+                                 ? std::string("its final checkpoint")
+                                 : StrCat("a checkpoint at step ", run.parent_checkpoint);
+    std::string parent_state = "unknown";
+    if (absl::StatusOr<RunRecord> parent = store_->GetRun(*run.parent_run_id); parent.ok()) {
+      parent_state = std::string(RunStateName(parent->state));
+    }
+    info.waiting_reason = StrCat("waiting for parent run ", *run.parent_run_id, " (", parent_state,
+                                 ") to have ", what);
+  } else if (run.state == RunState::kQueued) {
+    const int64_t need = std::max(run.memory_estimate_bytes, run.oom_memory_bytes + 1);
+    if (!max_memory) {
+      info.waiting_reason = "no worker is registered";
+    } else if (run.oom_memory_bytes > 0 && *max_memory <= run.oom_memory_bytes) {
+      info.waiting_reason = StrCat("ran out of memory on a ", FormatGiB(run.oom_memory_bytes),
+                                   " device; waits for a device with more (largest registered ",
+                                   FormatGiB(*max_memory), ")");
+    } else if (run.memory_estimate_bytes > *max_memory) {
+      info.waiting_reason =
+          StrCat("memory estimate ", FormatGiB(run.memory_estimate_bytes),
+                 " exceeds every registered worker (largest ", FormatGiB(*max_memory), ")");
+    } else if (run.oom_memory_bytes > 0) {
+      info.waiting_reason =
+          StrCat("waiting for a free worker with more than ", FormatGiB(run.oom_memory_bytes),
+                 " (ran out of memory on one that size)");
+    } else {
+      info.waiting_reason =
+          StrCat("waiting for a free worker with at least ", FormatGiB(need), " of memory");
+    }
+  }
+  return info;
+}
+
+absl::StatusOr<RunDetails> Scheduler::GetRun(int64_t run_id) {
+  CART_ASSIGN_OR_RETURN(RunRecord run, store_->GetRun(run_id));
+  RunDetails details;
+  CART_ASSIGN_OR_RETURN(details.info, Describe(run, MaxWorkerMemory()));
+  CART_ASSIGN_OR_RETURN(details.events, store_->RunEvents(run_id));
+  CART_ASSIGN_OR_RETURN(details.checkpoints, store_->ListCheckpoints(run_id));
+  CART_ASSIGN_OR_RETURN(details.summaries, store_->RunSummaries(run_id));
+  for (const store::MetricSummary& s : details.summaries) {
+    details.info.step = std::max(details.info.step, s.latest_step);
+  }
+  return details;
+}
+
+absl::StatusOr<std::vector<RunInfo>> Scheduler::ListRuns(const store::RunFilter& filter,
+                                                         int64_t limit) {
+  CART_ASSIGN_OR_RETURN(std::vector<RunRecord> runs, store_->ListRuns(filter));
+  if (limit > 0 && static_cast<int64_t>(runs.size()) > limit) runs.resize(limit);
+  const std::optional<int64_t> max_memory = MaxWorkerMemory();
+  std::vector<RunInfo> out;
+  out.reserve(runs.size());
+  for (const RunRecord& run : runs) {
+    CART_ASSIGN_OR_RETURN(RunInfo info, Describe(run, max_memory));
+    out.push_back(std::move(info));
+  }
+  return out;
+}
+
+int64_t Scheduler::RunVersion(int64_t run_id) {
+  absl::MutexLock lock(&mu_);
+  auto it = run_versions_.find(run_id);
+  return it == run_versions_.end() ? 0 : it->second;
+}
+
+int64_t Scheduler::WaitForRunChange(int64_t run_id, int64_t seen, absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  while (!shutdown_ && run_versions_[run_id] == seen) {
+    if (runs_cv_.WaitWithDeadline(&mu_, deadline)) break;
+  }
+  return run_versions_[run_id];
+}
+
+}  // namespace cart::server

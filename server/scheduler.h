@@ -1,0 +1,307 @@
+#pragma once
+
+// Scheduler: cartd's domain object (DESIGN.md "A sweep's way through the system"), with no gRPC in
+// it. It turns sweep files into runs, hands runs to workers by memory fit, keeps their leases
+// (TTL, fencing by attempt number), retries, requeues and fails them, pushes cancel and drain
+// requests to the attempt streams that are open, and explains why a queued run waits. Every
+// durable fact lives in store::RunStore; the scheduler keeps in memory only what a restart may
+// lose: which streams are open, which workers were asked to drain, worker host names and versions.
+//
+// Time. Timestamps and lease deadlines come from the injected Clock (a FakeClock in tests). Long
+// polls (Acquire) and the expiry thread's period are real time: they pace threads, not leases.
+//
+// Restart. A scheduler does not expire any lease during its first lease TTL (clock time), so the
+// workers of a cartd that was restarted can heartbeat and keep their runs.
+//
+// Errors: the store's codes pass through unchanged (see store/run_store.h); in addition
+// FailedPrecondition for an unregistered or draining worker, InvalidArgument for a malformed
+// request (message names the field), ResourceExhausted for a sweep past the run limit (message has
+// the count), Unavailable once Shutdown() was called.
+//
+// Thread-safety: every method is thread-safe.
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
+#include "store/run_store.h"
+
+namespace cart::server {
+
+struct SchedulerOptions {
+  // A lease lapses this long after the claim or the last heartbeat. Must equal the store's
+  // StoreOptions::lease_ttl_us (RunServer sets both). Default 60 s; > 0.
+  absl::Duration lease_ttl = absl::Seconds(60);
+  // How often workers should heartbeat; zero: lease_ttl / 4.
+  absl::Duration heartbeat_interval = absl::ZeroDuration();
+  // The longest an Acquire long poll waits; longer requests are capped. Default 30 s.
+  absl::Duration max_acquire_wait = absl::Seconds(30);
+  // Period of the background thread that expires leases (real time). Zero: no thread; the owner
+  // calls ExpireLeases() (tests). Default 1 s.
+  absl::Duration expiry_interval = absl::Seconds(1);
+  // No lease is expired until this long after construction (clock time); negative: lease_ttl.
+  absl::Duration startup_grace = absl::Seconds(-1);
+  // The most runs one sweep may expand to, whatever its own max_runs says. Default 100,000 (the
+  // store's limit).
+  int64_t max_runs_per_sweep = 100'000;
+};
+
+// A worker as it registers (RegisterWorker). Memory in bytes.
+struct WorkerInfo {
+  std::string id;  // stable per box and device, e.g. "labbox3-gpu0"
+  std::string hostname;
+  std::string version;      // cart-worker version
+  std::string device_kind;  // "cuda" or "cpu"
+  std::string device_name;  // e.g. "NVIDIA GeForce RTX 3090"
+  int64_t memory_bytes = 0;
+  int64_t free_disk_bytes = 0;
+};
+
+// What a worker is told at registration.
+struct WorkerTiming {
+  absl::Duration lease_ttl;
+  absl::Duration heartbeat_interval;
+};
+
+// A registered worker as ListWorkers shows it.
+struct WorkerStatus {
+  WorkerInfo info;
+  std::string state;   // "idle", "busy", "draining", "lost" (not seen for a lease TTL + long poll)
+  int64_t run_id = 0;  // the run it holds a lease on; 0 when none
+  int64_t last_seen_us = 0;
+};
+
+// One leased attempt of one run, as AcquireJob hands it out.
+struct Job {
+  store::RunRecord run;  // state LEASED
+  int64_t attempt = 0;   // the fencing token every report must carry
+  int64_t lease_expires_us = 0;
+  std::string kind = "train";   // "train" or "eval"
+  std::vector<int> eval_loops;  // eval jobs: R_infer values
+  // The run's own latest checkpoint (after a lost lease, a retry, a resume or an extend).
+  std::optional<store::CheckpointRecord> resume_from;
+  // Derived runs: the parent's checkpoint they start from.
+  std::optional<store::CheckpointRecord> init_from;
+};
+
+// How a worker says an attempt ended.
+enum class Outcome {
+  kSucceeded,    // reached the last step: run -> SUCCEEDED
+  kFailed,       // an error: requeued (counted) until max_attempts, then FAILED
+  kCancelled,    // obeyed a cancel request: run -> CANCELLED
+  kDrained,      // stopped after a final checkpoint (worker shutting down): requeued, not counted
+  kOutOfMemory,  // device OOM: requeued, not counted, never again on a device this small
+};
+
+// A control pushed down an attempt's stream.
+struct Control {
+  enum class Kind { kCancel, kDrain };
+  Kind kind = Kind::kCancel;
+  std::string reason;
+};
+
+// The open stream of one attempt (RunJob), as the scheduler sees it. Implementations are
+// thread-safe, never block for long, and ignore calls after the stream has ended.
+class AttemptStream {
+ public:
+  virtual ~AttemptStream() = default;
+  virtual void Send(const Control& control) = 0;
+  // Ends the stream (cartd is shutting down); the worker reconnects later under the same lease.
+  virtual void Close() = 0;
+};
+
+struct SubmitRequest {
+  std::string spec_yaml;   // the sweep file's text
+  std::string file_name;   // for error messages
+  std::string request_id;  // idempotency key; empty: a fresh one (not idempotent)
+  bool dry_run = false;
+  std::string who;  // "user:<name>"
+};
+
+struct SubmitResult {
+  store::SweepRecord sweep;  // dry run: id 0, name, priority and spec only
+  // The runs in index order; dry run: id 0, state QUEUED or BLOCKED as they would start.
+  std::vector<store::RunRecord> runs;
+  bool existing = false;  // request_id matched an earlier submit: nothing was written
+};
+
+// A run with what the scheduler knows beyond its record.
+struct RunInfo {
+  store::RunRecord run;
+  std::string kind = "train";
+  std::string worker_id;       // current or last worker; empty when never leased
+  std::string waiting_reason;  // QUEUED / BLOCKED runs: why it is not running
+  int64_t step = 0;            // latest step reported (heartbeats, metrics)
+};
+
+struct RunDetails {
+  RunInfo info;
+  std::vector<store::EventRecord> events;
+  std::vector<store::CheckpointRecord> checkpoints;
+  std::vector<store::MetricSummary> summaries;
+};
+
+class Scheduler {
+ public:
+  // `store` and `clock` must outlive the scheduler. Loads the registered workers from the store
+  // and starts the expiry thread (unless options.expiry_interval is zero).
+  Scheduler(store::RunStore* store, Clock* clock, SchedulerOptions options);
+  // Shutdown(), then joins the expiry thread.
+  ~Scheduler();
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  // Wakes every long poll (they return no job), closes every attempt stream and makes later
+  // Acquire calls return Unavailable. Leases stay as they are in the store. Idempotent.
+  void Shutdown();
+
+  // ---- Sweeps
+
+  // Parses and expands the sweep file (model/sweep.h) and stores the sweep with all its runs in
+  // one transaction; derived runs start BLOCKED until their parent's checkpoint exists.
+  // Idempotent on request_id (existing = true, nothing written). InvalidArgument with file, line
+  // and reason; ResourceExhausted for a grid past the limit (with the count); AlreadyExists for a
+  // sweep name in use or a request_id reused with another spec.
+  absl::StatusOr<SubmitResult> SubmitSweep(const SubmitRequest& request);
+  // Cancels every unfinished run of the sweep (running ones after a final checkpoint) and pushes
+  // a cancel to their streams. Returns how many runs changed. NotFound for an unknown sweep.
+  absl::StatusOr<int64_t> CancelSweep(const std::string& name, const std::string& who,
+                                      const std::string& reason);
+  // Requeues every CANCELLED or FAILED run of the sweep; returns how many.
+  absl::StatusOr<int64_t> ResumeSweep(const std::string& name, const std::string& who);
+
+  // ---- Runs
+
+  // QUEUED | BLOCKED | LEASED -> CANCELLED at once; RUNNING gets a cancel pushed to its stream.
+  // A run already CANCELLED is returned unchanged; FailedPrecondition for SUCCEEDED or FAILED.
+  absl::StatusOr<store::RunRecord> CancelRun(int64_t run_id, const std::string& who,
+                                             const std::string& reason);
+  // CANCELLED | FAILED -> QUEUED (or BLOCKED) with a fresh attempt budget. FailedPrecondition for
+  // other states.
+  absl::StatusOr<store::RunRecord> ResumeRun(int64_t run_id, const std::string& who);
+  // SUCCEEDED -> QUEUED to train on to total_steps, resuming from its final checkpoint; the stored
+  // config gets the new steps. FailedPrecondition when total_steps is not larger than the run's
+  // steps or the run has not SUCCEEDED.
+  absl::StatusOr<store::RunRecord> ExtendRun(int64_t run_id, int64_t total_steps,
+                                             const std::string& who);
+
+  // ---- Workers
+
+  // Registers a worker or refreshes its registration (idempotent on id); a worker that registers
+  // again is no longer draining. InvalidArgument for an empty id, a bad id or negative memory.
+  absl::StatusOr<WorkerTiming> RegisterWorker(const WorkerInfo& worker);
+  // Long poll: leases the best run that fits the worker (highest priority, then oldest; memory
+  // estimate <= device memory; above its OOM floor), waiting up to `wait` (capped) for one.
+  // nullopt when none came, or on shutdown. FailedPrecondition for an unregistered or draining
+  // worker.
+  absl::StatusOr<std::optional<Job>> Acquire(const std::string& worker_id, absl::Duration wait);
+  // Asks a worker to finish and exit: its open streams get a drain control, its next Acquire
+  // fails. Idempotent. NotFound for an unknown worker.
+  absl::Status DrainWorker(const std::string& worker_id, const std::string& who);
+  std::vector<WorkerStatus> ListWorkers();
+  WorkerTiming timing() const;
+
+  // ---- Reports of one attempt (fenced: FailedPrecondition for a stale attempt)
+
+  // The attempt's stream opened: LEASED -> RUNNING (no-op when RUNNING: a reconnect). `stream`
+  // then receives controls; a pending cancel or drain is sent at once. Detach it before it dies.
+  absl::Status AttachStream(int64_t run_id, int64_t attempt, std::shared_ptr<AttemptStream> stream);
+  void DetachStream(int64_t run_id, const AttemptStream* stream);
+  // Extends the lease. Returns whether a cancel is pending for the run.
+  absl::StatusOr<bool> Heartbeat(int64_t run_id, int64_t attempt, int64_t step);
+  // Appends a metric batch idempotently on (run, step, name); returns the acknowledged step.
+  absl::StatusOr<int64_t> AppendMetrics(int64_t run_id, int64_t attempt,
+                                        std::vector<store::MetricPoint> points);
+  // Records a checkpoint whose artifact is already stored; derived runs waiting for it go QUEUED.
+  absl::StatusOr<store::CheckpointRecord> RecordCheckpoint(int64_t run_id, int64_t attempt,
+                                                           const store::NewCheckpoint& checkpoint);
+  // Ends the attempt (see Outcome). `error` is the worker's failure text (may be empty).
+  absl::StatusOr<store::RunRecord> ReportOutcome(int64_t run_id, int64_t attempt, Outcome outcome,
+                                                 const std::string& error);
+
+  // Takes back every lease that lapsed (after the start-up grace): the runs go QUEUED with
+  // attempt + 1, or FAILED past max_attempts. Returns what was taken back. The expiry thread calls
+  // this; tests call it after advancing a FakeClock.
+  absl::StatusOr<std::vector<store::ExpiredLease>> ExpireLeases();
+
+  // ---- Queries
+
+  absl::StatusOr<RunDetails> GetRun(int64_t run_id);
+  // Runs matching `filter`, by id; at most `limit` (0: all).
+  absl::StatusOr<std::vector<RunInfo>> ListRuns(const store::RunFilter& filter, int64_t limit);
+  // Why a QUEUED or BLOCKED run is not running; empty for other states.
+  absl::StatusOr<std::string> WaitingReason(const store::RunRecord& run);
+
+  // A counter that changes whenever the run gets metrics or changes state; WaitForRunChange
+  // blocks (real time) until it differs from `seen`, the deadline passes or Shutdown().
+  int64_t RunVersion(int64_t run_id);
+  int64_t WaitForRunChange(int64_t run_id, int64_t seen, absl::Time deadline);
+
+  // Whether Shutdown() was called: long-running calls (metric followers) end.
+  bool shutting_down();
+
+  store::RunStore* store() const { return store_; }
+
+ private:
+  struct Worker {
+    WorkerInfo info;
+    bool draining = false;
+    int64_t last_seen_us = 0;
+  };
+  struct OpenStream {
+    int64_t run_id;
+    int64_t attempt;
+    std::string worker_id;
+    std::shared_ptr<AttemptStream> stream;
+  };
+
+  int64_t NowMicros() const;
+  // Wakes long polls: something may have become claimable.
+  void WakePollers();
+  void BumpRun(int64_t run_id);
+  // Sends `control` to the open streams of the runs `select` accepts (outside mu_).
+  template <typename Select>
+  void PushControl(Select select, const Control& control);
+  // Cancels pushed to streams of runs that now have a cancel request or were cancelled.
+  void PushCancels(const std::vector<int64_t>& run_ids, const std::string& reason);
+  absl::StatusOr<std::string> WorkerOfAttempt(int64_t run_id, int64_t attempt);
+  absl::StatusOr<RunInfo> Describe(const store::RunRecord& run, std::optional<int64_t> max_memory);
+  std::optional<int64_t> MaxWorkerMemory();
+  void ExpiryLoop();
+
+  // Constant after construction.
+  store::RunStore* const store_;
+  Clock* const clock_;
+  const SchedulerOptions options_;
+  const int64_t grace_end_us_;
+
+  absl::Mutex mu_;
+  absl::CondVar pollers_cv_;  // generation_ changed or shutting down
+  absl::CondVar runs_cv_;     // a run version changed or shutting down
+  bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<std::string, Worker> workers_ ABSL_GUARDED_BY(mu_);
+  std::vector<OpenStream> streams_ ABSL_GUARDED_BY(mu_);
+  std::map<int64_t, int64_t> run_versions_ ABSL_GUARDED_BY(mu_);
+  std::map<int64_t, int64_t> progress_ ABSL_GUARDED_BY(mu_);  // run -> latest reported step
+  int64_t request_counter_ ABSL_GUARDED_BY(mu_) = 0;
+
+  std::thread expiry_thread_;
+};
+
+// "QUEUED" etc. for an outcome: "SUCCEEDED", "FAILED", "CANCELLED", "DRAINED", "OUT_OF_MEMORY".
+const char* OutcomeName(Outcome outcome);
+// "9.1 GiB" (one decimal).
+std::string FormatGiB(int64_t bytes);
+
+}  // namespace cart::server

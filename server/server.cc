@@ -1,0 +1,284 @@
+#include "server/server.h"
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/resource_quota.h>
+#include <yaml-cpp/yaml.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <system_error>
+
+#include "common/file.h"
+#include "common/status.h"
+#include "common/strings.h"
+#include "server/artifacts.h"
+#include "server/auth.h"
+#include "server/internal/services.h"
+#include "server/scheduler.h"
+#include "store/run_store.h"
+
+namespace cart::server {
+namespace {
+
+// The host part of "host:port" / "[v6]:port"; nullopt when there is no ":port".
+std::optional<std::string> HostOf(std::string_view listen) {
+  const size_t colon = listen.rfind(':');
+  if (colon == std::string_view::npos) return std::nullopt;
+  std::string host(listen.substr(0, colon));
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  return host;
+}
+
+std::optional<int64_t> PortOf(std::string_view listen) {
+  const size_t colon = listen.rfind(':');
+  if (colon == std::string_view::npos) return std::nullopt;
+  return ParseInt64(listen.substr(colon + 1));
+}
+
+absl::Status YamlError(std::string_view source, const YAML::Node& node, const std::string& key,
+                       const std::string& what) {
+  return absl::InvalidArgumentError(
+      StrCat(source, ":", node.Mark().line + 1, ": ", key, ": ", what));
+}
+
+}  // namespace
+
+bool IsLoopbackListen(std::string_view listen) {
+  std::optional<std::string> host = HostOf(listen);
+  if (!host) return false;
+  return *host == "localhost" || *host == "::1" || host->rfind("127.", 0) == 0;
+}
+
+absl::Status ApplyConfigYaml(std::string_view text, std::string_view source, ServerConfig& config) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(std::string(text));
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(
+        StrCat(source, ":", e.mark.line + 1, ": YAML syntax error: ", e.msg));
+  }
+  if (root.IsNull()) return absl::OkStatus();
+  if (!root.IsMap()) {
+    return absl::InvalidArgumentError(StrCat(source, ": a cartd config must be a mapping"));
+  }
+  for (const auto& kv : root) {
+    const std::string key = kv.first.as<std::string>();
+    const YAML::Node& value = kv.second;
+    if (!value.IsScalar()) return YamlError(source, value, key, "must be a single value");
+    const std::string text_value = value.Scalar();
+    auto integer = [&](int64_t min) -> absl::StatusOr<int64_t> {
+      std::optional<int64_t> v = ParseInt64(text_value);
+      if (!v || *v < min) {
+        return YamlError(source, value, key,
+                         StrCat("'", text_value, "' is not an integer >= ", min));
+      }
+      return *v;
+    };
+    if (key == "listen") {
+      config.listen = text_value;
+    } else if (key == "data_dir") {
+      config.data_dir = text_value;
+    } else if (key == "tokens") {
+      config.tokens_file = text_value;
+    } else if (key == "tls_cert") {
+      config.tls_cert_file = text_value;
+    } else if (key == "tls_key") {
+      config.tls_key_file = text_value;
+    } else if (key == "lease_ttl") {
+      CART_ASSIGN_OR_RETURN(int64_t seconds, integer(1));
+      config.lease_ttl = absl::Seconds(seconds);
+    } else if (key == "insecure") {
+      if (text_value != "true" && text_value != "false") {
+        return YamlError(source, value, key, StrCat("'", text_value, "' is not true or false"));
+      }
+      config.insecure = text_value == "true";
+    } else if (key == "max_artifact_bytes") {
+      CART_ASSIGN_OR_RETURN(config.max_artifact_bytes, integer(1));
+    } else if (key == "max_threads") {
+      CART_ASSIGN_OR_RETURN(int64_t threads, integer(16));
+      config.max_threads = static_cast<int>(threads);
+    } else if (key == "max_acquire_wait") {
+      CART_ASSIGN_OR_RETURN(int64_t seconds, integer(0));
+      config.max_acquire_wait = absl::Seconds(seconds);
+    } else if (key == "max_runs_per_sweep") {
+      CART_ASSIGN_OR_RETURN(config.max_runs_per_sweep, integer(1));
+    } else {
+      return YamlError(source, kv.first, key,
+                       "unknown key (known: listen, data_dir, tokens, tls_cert, tls_key, "
+                       "lease_ttl, insecure, max_artifact_bytes, max_threads, max_acquire_wait, "
+                       "max_runs_per_sweep)");
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateServerConfig(const ServerConfig& config) {
+  std::optional<int64_t> port = PortOf(config.listen);
+  if (!HostOf(config.listen) || !port || *port < 0 || *port > 65535) {
+    return absl::InvalidArgumentError(
+        StrCat("listen address '", config.listen, "' is not host:port"));
+  }
+  if (config.tls_cert_file.empty() != config.tls_key_file.empty()) {
+    return absl::InvalidArgumentError("TLS needs both --tls-cert and --tls-key");
+  }
+  if (config.lease_ttl < absl::Seconds(1)) {
+    return absl::InvalidArgumentError(
+        StrCat("lease TTL must be at least 1 s, got ", absl::FormatDuration(config.lease_ttl)));
+  }
+  if (config.max_threads < 16) {
+    return absl::InvalidArgumentError(
+        StrCat("max_threads must be at least 16, got ", config.max_threads));
+  }
+  if (config.data_dir.empty()) return absl::InvalidArgumentError("data dir is empty");
+  const bool tls = !config.tls_cert_file.empty();
+  const bool tokens = !config.tokens_file.empty();
+  if (!IsLoopbackListen(config.listen) && !config.insecure && !(tls && tokens)) {
+    std::vector<std::string> missing;
+    if (!tls) missing.push_back("TLS (--tls-cert, --tls-key)");
+    if (!tokens) missing.push_back("tokens (--tokens)");
+    return absl::FailedPreconditionError(
+        StrCat("refusing to listen on ", config.listen, " without ", StrJoin(missing, " and "),
+               ": anyone who can reach it could run jobs and read results. Give them, listen on "
+               "127.0.0.1, or pass --insecure"));
+  }
+  return absl::OkStatus();
+}
+
+struct ServerHandle::Services {
+  std::unique_ptr<internal::SchedulerServiceImpl> scheduler;
+  std::unique_ptr<internal::WorkerServiceImpl> worker;
+};
+
+ServerHandle::ServerHandle() = default;
+
+ServerHandle::~ServerHandle() {
+  Shutdown();
+  Wait();
+}
+
+std::string ServerHandle::dial_address() const {
+  std::optional<std::string> host = HostOf(config_.listen);
+  std::string dial = host.value_or("127.0.0.1");
+  if (dial.empty() || dial == "0.0.0.0" || dial == "::") dial = "127.0.0.1";
+  if (dial.find(':') != std::string::npos) dial = StrCat("[", dial, "]");
+  return StrCat(dial, ":", port_);
+}
+
+void ServerHandle::Shutdown() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (shutting_down_) return;
+    shutting_down_ = true;
+  }
+  // Long polls return and RunJob streams end first, so the server's wait below is for short calls.
+  if (scheduler_) scheduler_->Shutdown();
+  if (server_) {
+    server_->Shutdown(std::chrono::system_clock::now() +
+                      absl::ToChronoSeconds(config_.shutdown_grace));
+    server_->Wait();
+  }
+  // The scheduler's expiry thread stops before the store closes; the store's destructor commits
+  // every queued write.
+  scheduler_.reset();
+  services_.reset();
+  store_.reset();
+  absl::MutexLock lock(&mu_);
+  done_ = true;
+}
+
+void ServerHandle::Wait() {
+  absl::MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(&done_));
+}
+
+absl::StatusOr<std::unique_ptr<ServerHandle>> RunServer(const ServerConfig& config) {
+  CART_RETURN_IF_ERROR(ValidateServerConfig(config));
+  std::unique_ptr<ServerHandle> handle(new ServerHandle());
+  handle->config_ = config;
+
+  handle->tokens_ = std::make_unique<TokenTable>();
+  if (!config.tokens_file.empty()) {
+    absl::StatusOr<TokenTable> tokens = TokenTable::LoadFile(config.tokens_file);
+    if (!tokens.ok()) {
+      return absl::InvalidArgumentError(
+          StrCat("tokens file ", config.tokens_file, ": ", Message(tokens.status())));
+    }
+    if (!tokens->enabled()) {
+      return absl::InvalidArgumentError(
+          StrCat("tokens file ", config.tokens_file, " has no token"));
+    }
+    *handle->tokens_ = *std::move(tokens);
+  }
+
+  std::shared_ptr<grpc::ServerCredentials> credentials;
+  if (!config.tls_cert_file.empty()) {
+    absl::StatusOr<std::string> cert = ReadWholeFile(config.tls_cert_file);
+    absl::StatusOr<std::string> key = ReadWholeFile(config.tls_key_file);
+    if (!cert.ok() || !key.ok()) {
+      return absl::InvalidArgumentError(
+          StrCat("cannot read TLS files: ", Message(cert.ok() ? key.status() : cert.status())));
+    }
+    grpc::SslServerCredentialsOptions ssl;
+    ssl.pem_key_cert_pairs.push_back({*key, *cert});
+    credentials = grpc::SslServerCredentials(ssl);
+  } else {
+    credentials = grpc::InsecureServerCredentials();
+  }
+
+  std::error_code ec;
+  const std::string log_dir = StrCat(config.data_dir, "/logs");
+  std::filesystem::create_directories(log_dir, ec);
+  if (ec) {
+    return absl::InternalError(
+        StrCat("cannot create data dir ", config.data_dir, ": ", ec.message()));
+  }
+  store::StoreOptions store_options;
+  store_options.path = StrCat(config.data_dir, "/cart.db");
+  store_options.lease_ttl_us = absl::ToInt64Microseconds(config.lease_ttl);
+  store_options.max_runs_per_sweep = std::max<int64_t>(config.max_runs_per_sweep, 1);
+  CART_ASSIGN_OR_RETURN(handle->store_, store::RunStore::Open(store_options));
+
+  ArtifactStoreOptions artifact_options;
+  artifact_options.root = StrCat(config.data_dir, "/artifacts");
+  artifact_options.max_bytes = config.max_artifact_bytes;
+  CART_ASSIGN_OR_RETURN(handle->artifacts_, ArtifactStore::Open(artifact_options));
+
+  SchedulerOptions scheduler_options;
+  scheduler_options.lease_ttl = config.lease_ttl;
+  scheduler_options.max_acquire_wait = config.max_acquire_wait;
+  scheduler_options.max_runs_per_sweep = config.max_runs_per_sweep;
+  handle->scheduler_ =
+      std::make_unique<Scheduler>(handle->store_.get(), config.clock, scheduler_options);
+
+  internal::ServiceContext context;
+  context.scheduler = handle->scheduler_.get();
+  context.store = handle->store_.get();
+  context.artifacts = handle->artifacts_.get();
+  context.tokens = handle->tokens_.get();
+  context.log_dir = log_dir;
+  handle->services_ = std::make_unique<ServerHandle::Services>();
+  handle->services_->scheduler = std::make_unique<internal::SchedulerServiceImpl>(context);
+  handle->services_->worker = std::make_unique<internal::WorkerServiceImpl>(context);
+
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(config.listen, credentials, &handle->port_);
+  builder.RegisterService(handle->services_->scheduler.get());
+  builder.RegisterService(handle->services_->worker.get());
+  grpc::ResourceQuota quota("cartd");
+  quota.SetMaxThreads(config.max_threads);
+  builder.SetResourceQuota(quota);
+  // Artifact chunks are 1 MiB and metric batches up to 10,000 points; leave room for framing.
+  builder.SetMaxReceiveMessageSize(8 << 20);
+  handle->server_ = builder.BuildAndStart();
+  if (!handle->server_ || handle->port_ == 0) {
+    return absl::UnavailableError(StrCat("cannot listen on ", config.listen,
+                                         " (address in use, or not an address of this machine)"));
+  }
+  return handle;
+}
+
+}  // namespace cart::server

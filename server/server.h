@@ -1,0 +1,127 @@
+#pragma once
+
+// Starting and stopping cartd: RunServer(config) opens the store and the artifact store, builds the
+// scheduler, and serves SchedulerService, WorkerService and server reflection over gRPC. cartd's
+// main() only parses flags into a ServerConfig; tests call RunServer with port 0.
+//
+// Data directory layout: <data_dir>/cart.db (SQLite, WAL), <data_dir>/artifacts/ (content-addressed
+// checkpoints), <data_dir>/logs/run-<id>.log (worker log lines).
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
+
+namespace grpc {
+class Server;
+}
+
+namespace cart::store {
+class RunStore;
+}
+
+namespace cart::server {
+
+class ArtifactStore;
+class Scheduler;
+class TokenTable;
+
+struct ServerConfig {
+  // host:port to listen on. Port 0 picks a free port (ServerHandle::port()). A host other than
+  // 127.0.0.1 / localhost / ::1 needs TLS and a tokens file unless `insecure`.
+  std::string listen = "127.0.0.1:7070";
+  // Database, artifacts and logs; created when missing.
+  std::string data_dir = "./var/cart";
+  // Tokens file (server/auth.h). Empty: authentication off (loopback only unless `insecure`).
+  std::string tokens_file;
+  // PEM certificate chain and private key; both or neither. Empty: plaintext.
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  // A lease lapses this long after the claim or the last heartbeat. Default 60 s; >= 1 s.
+  absl::Duration lease_ttl = absl::Seconds(60);
+  // Allows a non-loopback address without TLS and tokens.
+  bool insecure = false;
+  // Largest artifact accepted, bytes. Default 64 GiB.
+  int64_t max_artifact_bytes = int64_t{64} << 30;
+  // Most threads the gRPC sync server may use: every in-flight RPC holds one (long polls and
+  // RunJob streams included), so this bounds how many workers and followers can be connected.
+  // Default 1024; >= 16.
+  int max_threads = 1024;
+  // Longest AcquireJob long poll. Default 30 s.
+  absl::Duration max_acquire_wait = absl::Seconds(30);
+  // How long Shutdown() lets unary RPCs in flight finish before cancelling them. Default 5 s.
+  absl::Duration shutdown_grace = absl::Seconds(5);
+  // Most runs a sweep may expand to. Default 100,000.
+  int64_t max_runs_per_sweep = 100'000;
+  // Time source for timestamps and leases; not owned. Default: the real clock.
+  Clock* clock = Clock::Real();
+};
+
+// Applies a YAML config file's keys onto `config` (keys absent keep their value): listen,
+// data_dir, tokens, tls_cert, tls_key, lease_ttl (seconds), insecure, max_artifact_bytes,
+// max_threads, max_acquire_wait (seconds), max_runs_per_sweep. InvalidArgument
+// "<source>:<line>: <key>: <reason>" for unknown keys and bad values.
+absl::Status ApplyConfigYaml(std::string_view text, std::string_view source, ServerConfig& config);
+
+// Whether the host part of "host:port" is a loopback address (127.0.0.0/8, localhost, ::1).
+bool IsLoopbackListen(std::string_view listen);
+
+// Checks a config before anything is opened: a parsable listen address, TLS files given in pairs,
+// a lease TTL >= 1 s, and DESIGN.md "Security": a non-loopback address needs TLS and tokens unless
+// insecure. InvalidArgument naming the problem; FailedPrecondition for the security refusal.
+absl::Status ValidateServerConfig(const ServerConfig& config);
+
+// A running cartd.
+class ServerHandle {
+ public:
+  ~ServerHandle();  // Shutdown() and Wait()
+  ServerHandle(const ServerHandle&) = delete;
+  ServerHandle& operator=(const ServerHandle&) = delete;
+
+  // The port bound (the chosen one when the config said 0).
+  int port() const { return port_; }
+  // "127.0.0.1:<port>" style address clients on this machine can dial.
+  std::string dial_address() const;
+
+  // Graceful stop: stops accepting calls, ends long polls (no job) and closes RunJob streams
+  // (workers reconnect later under the same lease), lets other calls finish for shutdown_grace,
+  // then flushes and closes the store. Leases stay valid in the database. Idempotent; thread-safe.
+  void Shutdown();
+  // Blocks until Shutdown() has finished.
+  void Wait();
+
+  Scheduler& scheduler() { return *scheduler_; }
+  store::RunStore& store() { return *store_; }
+  ArtifactStore& artifacts() { return *artifacts_; }
+
+ private:
+  friend absl::StatusOr<std::unique_ptr<ServerHandle>> RunServer(const ServerConfig& config);
+  struct Services;
+  ServerHandle();
+
+  ServerConfig config_;
+  int port_ = 0;
+  std::unique_ptr<TokenTable> tokens_;
+  std::unique_ptr<store::RunStore> store_;
+  std::unique_ptr<ArtifactStore> artifacts_;
+  std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<Services> services_;
+  std::unique_ptr<grpc::Server> server_;
+  absl::Mutex mu_;
+  bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+// Validates the config, opens everything and starts serving. Errors: ValidateServerConfig's; the
+// store's (e.g. FailedPrecondition for a database newer than this build); InvalidArgument for a
+// bad tokens file or unreadable TLS files; Unavailable when the address cannot be bound.
+absl::StatusOr<std::unique_ptr<ServerHandle>> RunServer(const ServerConfig& config);
+
+}  // namespace cart::server

@@ -1,0 +1,114 @@
+// ArtifactStore: content addressing, verification on upload and on read, limits, names.
+
+#include "server/artifacts.h"
+
+#include <filesystem>
+
+#include "common/status.h"
+#include "server/internal/sha256.h"
+#include "tests/support/test_support.h"
+
+namespace cart::server {
+namespace {
+
+using ::cart::testing::StatusIs;
+using ::cart::testing::TempDir;
+using internal::Sha256Hex;
+using ::testing::HasSubstr;
+
+TEST(Sha256Test, MatchesTheFipsVectors) {
+  EXPECT_EQ(Sha256Hex(""), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  EXPECT_EQ(Sha256Hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  internal::Sha256 streamed;
+  for (int i = 0; i < 1000; ++i) streamed.Update(std::string(1000, 'a'));
+  EXPECT_EQ(streamed.HexDigest(),
+            "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+}
+
+class ArtifactStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ArtifactStoreOptions options;
+    options.root = dir_.File("artifacts");
+    options.max_bytes = 1 << 20;
+    auto store = ArtifactStore::Open(options);
+    ASSERT_TRUE(store.ok()) << store.status();
+    store_ = std::move(*store);
+  }
+
+  absl::Status PutInTwoPieces(const std::string& data, const std::string& sha, int64_t size) {
+    CART_ASSIGN_OR_RETURN(auto upload, store_->BeginUpload(sha, size));
+    CART_RETURN_IF_ERROR(upload->Append(data.substr(0, data.size() / 2)));
+    CART_RETURN_IF_ERROR(upload->Append(data.substr(data.size() / 2)));
+    return upload->Commit();
+  }
+
+  std::string ReadBack(const std::string& sha, absl::Status* status) {
+    std::string out;
+    *status = store_->Read(sha, 7, [&](std::string_view chunk) {
+      out.append(chunk);
+      return true;
+    });
+    return out;
+  }
+
+  TempDir dir_;
+  std::unique_ptr<ArtifactStore> store_;
+};
+
+TEST_F(ArtifactStoreTest, VerifiedUploadIsStoredUnderItsHash) {
+  const std::string data = "checkpoint bytes";
+  const std::string sha = Sha256Hex(data);
+  CART_ASSERT_OK(PutInTwoPieces(data, sha, data.size()));
+  EXPECT_EQ(ArtifactStore::RelativePath(sha), sha.substr(0, 2) + "/" + sha);
+  EXPECT_TRUE(std::filesystem::exists(store_->FullPath(sha)));
+  CART_ASSERT_OK_AND_ASSIGN(auto size, store_->Size(sha));
+  EXPECT_EQ(size, static_cast<int64_t>(data.size()));
+  absl::Status status;
+  EXPECT_EQ(ReadBack(sha, &status), data);
+  CART_EXPECT_OK(status);
+}
+
+TEST_F(ArtifactStoreTest, HashOrSizeMismatchStoresNothing) {
+  const std::string data = "checkpoint bytes";
+  const std::string other = Sha256Hex("something else");
+  EXPECT_THAT(PutInTwoPieces(data, other, data.size()),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("hash to")));
+  EXPECT_THAT(PutInTwoPieces(data, Sha256Hex(data), data.size() + 1),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("declared")));
+  EXPECT_THAT(PutInTwoPieces(data, Sha256Hex(data), data.size() - 1),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("more than the declared")));
+  CART_ASSERT_OK_AND_ASSIGN(auto size, store_->Size(other));
+  EXPECT_FALSE(size.has_value());
+  // No temporary file is left behind.
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(dir_.path())) {
+    EXPECT_FALSE(entry.is_regular_file()) << entry.path();
+  }
+}
+
+TEST_F(ArtifactStoreTest, SizeLimitAndNamesAreEnforced) {
+  EXPECT_THAT(store_->BeginUpload(std::string(64, 'a'), (1 << 20) + 1),
+              StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("limit")));
+  for (const std::string& bad :
+       std::vector<std::string>{"../../etc/passwd", std::string(64, 'A'), std::string(63, 'a'),
+                                std::string(65, 'a'), std::string("ab/") + std::string(61, 'a')}) {
+    EXPECT_THAT(store_->BeginUpload(bad, 1),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("hex")))
+        << bad;
+  }
+}
+
+TEST_F(ArtifactStoreTest, CorruptionOnDiskIsDetectedOnRead) {
+  const std::string data = "checkpoint bytes";
+  const std::string sha = Sha256Hex(data);
+  CART_ASSERT_OK(PutInTwoPieces(data, sha, data.size()));
+  ::cart::testing::WriteFile(store_->FullPath(sha), "checkpoint bytez");
+  absl::Status status;
+  ReadBack(sha, &status);
+  EXPECT_THAT(status, StatusIs(absl::StatusCode::kDataLoss, HasSubstr("corrupt")));
+  EXPECT_THAT(store_->Read(Sha256Hex("never stored"), 7, [](std::string_view) { return true; }),
+              StatusIs(absl::StatusCode::kNotFound, ::testing::_));
+}
+
+}  // namespace
+}  // namespace cart::server

@@ -1,0 +1,264 @@
+// Security (DESIGN.md "Security"): bearer tokens with roles on every RPC, TLS with a test CA made
+// by the openssl CLI, the refusal to listen beyond loopback without TLS and tokens, and the config
+// file.
+
+#include "server/auth.h"
+
+#include <cstdlib>
+
+#include "common/strings.h"
+#include "store/run_store.h"
+#include "tests/server/server_fixture.h"
+
+namespace cart::server::testing {
+namespace {
+
+using ::cart::testing::ReadFile;
+using ::cart::testing::StatusIs;
+using ::cart::testing::TempDir;
+using ::cart::testing::WriteFile;
+using ::testing::HasSubstr;
+
+constexpr char kWorkerToken[] = "worker-token-0123456789";
+constexpr char kUserToken[] = "user-token-0123456789ab";
+constexpr char kAdminToken[] = "admin-token-0123456789a";
+
+TEST(TokenTableTest, ParsesTokensRolesAndNames) {
+  CART_ASSERT_OK_AND_ASSIGN(
+      TokenTable table,
+      TokenTable::Parse("# comment\n\nworker-token-0123456789 worker box3\n"
+                        "user-token-0123456789ab\tuser  alice  # trailing comment\n",
+                        "tokens"));
+  EXPECT_EQ(table.size(), 2u);
+  CART_ASSERT_OK_AND_ASSIGN(Principal alice,
+                            table.Check("Bearer user-token-0123456789ab", Api::kScheduler, "m"));
+  EXPECT_EQ(alice.name, "alice");
+  EXPECT_EQ(alice.role, Role::kUser);
+}
+
+TEST(TokenTableTest, MalformedLinesNameFileAndLine) {
+  EXPECT_THAT(TokenTable::Parse("abcdefghijklmnopq worker\n", "t.txt"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("t.txt:1:")));
+  EXPECT_THAT(TokenTable::Parse("\nabcdefghijklmnopq root bob\n", "t.txt"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("t.txt:2: role 'root'")));
+  EXPECT_THAT(TokenTable::Parse("short worker bob\n", "t.txt"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("at least 16")));
+  EXPECT_THAT(TokenTable::Parse("abcdefghijklmnopq worker a\nabcdefghijklmnopq user b\n", "t.txt"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("also the token of 'a'")));
+}
+
+TEST(TokenTableTest, EmptyTableLetsEveryoneInAsAdmin) {
+  TokenTable table;
+  CART_ASSERT_OK_AND_ASSIGN(Principal who, table.Check(std::nullopt, Api::kWorker, "m"));
+  EXPECT_EQ(who.role, Role::kAdmin);
+}
+
+class AuthTest : public ServerFixture {
+ protected:
+  void Configure(ServerConfig& config) override {
+    const std::string path = dir_.File("tokens");
+    WriteFile(path, StrCat(kWorkerToken, " worker box3\n", kUserToken, " user alice\n", kAdminToken,
+                           " admin root\n"));
+    config.tokens_file = path;
+  }
+
+  grpc::StatusCode ListSweeps(const std::string& token) {
+    grpc::ClientContext context;
+    Prepare(context, token);
+    v1::ListSweepsResponse response;
+    return scheduler_->ListSweeps(&context, v1::ListSweepsRequest{}, &response).error_code();
+  }
+
+  grpc::StatusCode Register(const std::string& token) {
+    FakeWorker worker(Channel(), "w1", 8192, token);
+    return worker.Register().error_code();
+  }
+};
+
+TEST_F(AuthTest, CallsWithoutATokenAreUnauthenticated) {
+  EXPECT_EQ(ListSweeps(""), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(Register(""), grpc::StatusCode::UNAUTHENTICATED);
+}
+
+TEST_F(AuthTest, UnknownTokensAreUnauthenticated) {
+  EXPECT_EQ(ListSweeps("not-a-token-of-this-server"), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(Register("not-a-token-of-this-server"), grpc::StatusCode::UNAUTHENTICATED);
+  // Not "Bearer <token>".
+  grpc::ClientContext context;
+  context.AddMetadata("authorization", StrCat("Basic ", kUserToken));
+  v1::ListSweepsResponse response;
+  EXPECT_EQ(scheduler_->ListSweeps(&context, v1::ListSweepsRequest{}, &response).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+}
+
+TEST_F(AuthTest, WorkerTokenCannotCallTheResearcherApi) {
+  grpc::ClientContext context;
+  Prepare(context, kWorkerToken);
+  v1::SubmitSweepRequest request;
+  request.set_spec_yaml(TinySweep("s"));
+  v1::SubmitSweepResponse response;
+  grpc::Status status = scheduler_->SubmitSweep(&context, request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_THAT(status.error_message(), HasSubstr("'box3' has role worker"));
+  EXPECT_EQ(ListSweeps(kWorkerToken), grpc::StatusCode::PERMISSION_DENIED);
+}
+
+TEST_F(AuthTest, UserTokenCannotCallTheWorkerApi) {
+  EXPECT_EQ(Register(kUserToken), grpc::StatusCode::PERMISSION_DENIED);
+  FakeWorker worker(Channel(), "w1", 8192, kUserToken);
+  std::string data;
+  EXPECT_EQ(worker.Get(std::string(64, 'a'), &data).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+}
+
+TEST_F(AuthTest, RightRolesAreServedAndAdminMayCallBoth) {
+  EXPECT_EQ(ListSweeps(kUserToken), grpc::StatusCode::OK);
+  EXPECT_EQ(Register(kWorkerToken), grpc::StatusCode::OK);
+  EXPECT_EQ(ListSweeps(kAdminToken), grpc::StatusCode::OK);
+  EXPECT_EQ(Register(kAdminToken), grpc::StatusCode::OK);
+}
+
+TEST_F(AuthTest, AuditTrailNamesTheTokenHolder) {
+  user_token_ = kUserToken;
+  const std::vector<int64_t> ids = Submit(TinySweep("audited"));
+  ASSERT_EQ(ids.size(), 1u);
+  CART_ASSERT_OK_AND_ASSIGN(auto events, server_->store().RunEvents(ids[0]));
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events[0].who, "user:alice");
+}
+
+// ---- TLS
+
+int Run(const std::string& command) { return std::system((command + " >/dev/null 2>&1").c_str()); }
+
+// A CA and a server certificate for 127.0.0.1 / localhost signed by it, made with the openssl CLI.
+struct TestPki {
+  explicit TestPki(const TempDir& dir) {
+    const std::string d = dir.path().string();
+    ca_pem = d + "/ca.pem";
+    cert_pem = d + "/server.pem";
+    key_pem = d + "/server.key";
+    other_ca_pem = d + "/other-ca.pem";
+    WriteFile(d + "/ext.cnf",
+              "subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=CA:FALSE\n");
+    const std::string ec = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
+    ok = Run(StrCat("openssl req -x509 ", ec, " -keyout ", d, "/ca.key -out ", ca_pem,
+                    " -days 1 -subj /CN=cart-test-ca")) == 0 &&
+         Run(StrCat("openssl req ", ec, " -keyout ", key_pem, " -out ", d,
+                    "/server.csr -subj /CN=localhost")) == 0 &&
+         Run(StrCat("openssl x509 -req -in ", d, "/server.csr -CA ", ca_pem, " -CAkey ", d,
+                    "/ca.key -CAcreateserial -out ", cert_pem, " -days 1 -extfile ", d,
+                    "/ext.cnf")) == 0 &&
+         Run(StrCat("openssl req -x509 ", ec, " -keyout ", d, "/other-ca.key -out ", other_ca_pem,
+                    " -days 1 -subj /CN=someone-else")) == 0;
+  }
+  bool ok = false;
+  std::string ca_pem, cert_pem, key_pem, other_ca_pem;
+};
+
+class TlsTest : public ServerFixture {
+ protected:
+  void Configure(ServerConfig& config) override {
+    pki_ = std::make_unique<TestPki>(pki_dir_);
+    ASSERT_TRUE(pki_->ok) << "openssl could not make the test certificates";
+    config.tls_cert_file = pki_->cert_pem;
+    config.tls_key_file = pki_->key_pem;
+  }
+
+  grpc::StatusCode ListSweepsOver(std::shared_ptr<grpc::ChannelCredentials> credentials) {
+    auto channel = grpc::CreateChannel(server_->dial_address(), credentials);
+    auto stub = v1::SchedulerService::NewStub(channel);
+    grpc::ClientContext context;
+    Prepare(context, "", 5);
+    v1::ListSweepsResponse response;
+    return stub->ListSweeps(&context, v1::ListSweepsRequest{}, &response).error_code();
+  }
+
+  TempDir pki_dir_;
+  std::unique_ptr<TestPki> pki_;
+};
+
+TEST_F(TlsTest, ClientTrustingTheTestCaCompletesTheHandshake) {
+  grpc::SslCredentialsOptions options;
+  options.pem_root_certs = ReadFile(pki_->ca_pem);
+  EXPECT_EQ(ListSweepsOver(grpc::SslCredentials(options)), grpc::StatusCode::OK);
+}
+
+TEST_F(TlsTest, ClientsWithoutTheCaOrWithoutTlsAreRefused) {
+  grpc::SslCredentialsOptions other;
+  other.pem_root_certs = ReadFile(pki_->other_ca_pem);
+  EXPECT_EQ(ListSweepsOver(grpc::SslCredentials(other)), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(ListSweepsOver(grpc::InsecureChannelCredentials()), grpc::StatusCode::UNAVAILABLE);
+}
+
+// ---- Where cartd may listen
+
+TEST(ListenTest, LoopbackIsRecognised) {
+  EXPECT_TRUE(IsLoopbackListen("127.0.0.1:7070"));
+  EXPECT_TRUE(IsLoopbackListen("localhost:0"));
+  EXPECT_TRUE(IsLoopbackListen("[::1]:7070"));
+  EXPECT_FALSE(IsLoopbackListen("0.0.0.0:7070"));
+  EXPECT_FALSE(IsLoopbackListen("[::]:7070"));
+  EXPECT_FALSE(IsLoopbackListen("10.1.2.3:7070"));
+  EXPECT_FALSE(IsLoopbackListen(":7070"));
+}
+
+TEST(ListenTest, NonLoopbackWithoutTlsAndTokensIsRefusedUnlessInsecure) {
+  ServerConfig config;
+  config.listen = "0.0.0.0:0";
+  EXPECT_THAT(ValidateServerConfig(config),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("without TLS (--tls-cert, --tls-key) and tokens (--tokens)")));
+  config.tokens_file = "tokens";
+  EXPECT_THAT(ValidateServerConfig(config),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("without TLS")));
+  config.tls_cert_file = "cert.pem";
+  config.tls_key_file = "key.pem";
+  CART_EXPECT_OK(ValidateServerConfig(config));
+
+  ServerConfig insecure;
+  insecure.listen = "0.0.0.0:0";
+  insecure.insecure = true;
+  CART_EXPECT_OK(ValidateServerConfig(insecure));
+  // RunServer applies the same rule.
+  TempDir dir;
+  ServerConfig refused;
+  refused.listen = "0.0.0.0:0";
+  refused.data_dir = dir.File("data");
+  EXPECT_THAT(RunServer(refused),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("0.0.0.0")));
+  refused.insecure = true;
+  auto server = RunServer(refused);
+  ASSERT_TRUE(server.ok()) << server.status();
+  EXPECT_GT((*server)->port(), 0);
+}
+
+TEST(ListenTest, BadConfigsAreNamed) {
+  ServerConfig config;
+  config.listen = "nonsense";
+  EXPECT_THAT(ValidateServerConfig(config),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not host:port")));
+  config.listen = "127.0.0.1:0";
+  config.tls_cert_file = "cert.pem";
+  EXPECT_THAT(ValidateServerConfig(config),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("both")));
+}
+
+TEST(ConfigFileTest, KeysApplyAndUnknownKeysAreNamedWithTheLine) {
+  ServerConfig config;
+  CART_ASSERT_OK(
+      ApplyConfigYaml("listen: 0.0.0.0:7443\nlease_ttl: 30\ninsecure: true\n"
+                      "data_dir: /srv/cart\n",
+                      "cartd.yaml", config));
+  EXPECT_EQ(config.listen, "0.0.0.0:7443");
+  EXPECT_EQ(config.lease_ttl, absl::Seconds(30));
+  EXPECT_TRUE(config.insecure);
+  EXPECT_EQ(config.data_dir, "/srv/cart");
+  EXPECT_THAT(ApplyConfigYaml("listen: a:1\nlease_tll: 30\n", "cartd.yaml", config),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("cartd.yaml:2: lease_tll")));
+  EXPECT_THAT(ApplyConfigYaml("lease_ttl: soon\n", "cartd.yaml", config),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not an integer")));
+}
+
+}  // namespace
+}  // namespace cart::server::testing

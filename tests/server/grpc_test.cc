@@ -1,0 +1,431 @@
+// The gRPC services in-process on 127.0.0.1 port 0, driven by a C++ fake worker: registration,
+// leasing, the RunJob stream (acks, resends, controls, fencing), artifacts, metric streaming,
+// results tables, reflection and shutdown.
+
+#include <grpcpp/generic/generic_stub.h>
+
+#include <atomic>
+#include <random>
+#include <thread>
+
+#include "common/strings.h"
+#include "server/internal/sha256.h"
+#include "server/scheduler.h"
+#include "store/run_store.h"
+#include "tests/server/server_fixture.h"
+
+namespace cart::server::testing {
+namespace {
+
+using internal::Sha256Hex;
+
+std::string RandomBytes(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::string data(n, '\0');
+  for (char& c : data) c = static_cast<char>(rng() & 0xff);
+  return data;
+}
+
+// Reads controls until an ack for `step` (or anything else) arrives.
+int64_t ReadAck(FakeWorker::Stream& stream) {
+  v1::SchedulerControl control;
+  if (!stream.Read(&control)) return -1;
+  return control.has_ack() ? control.ack().acked_step() : -2;
+}
+
+// Every "loss" point of a run, from StreamMetrics without follow.
+std::vector<v1::MetricPoint> LossPoints(v1::SchedulerService::Stub* stub, int64_t run_id) {
+  grpc::ClientContext context;
+  Prepare(context, "");
+  v1::StreamMetricsRequest request;
+  request.set_run_id(run_id);
+  request.add_names("loss");
+  auto reader = stub->StreamMetrics(&context, request);
+  std::vector<v1::MetricPoint> points;
+  v1::MetricBatchView view;
+  while (reader->Read(&view))
+    points.insert(points.end(), view.points().begin(), view.points().end());
+  EXPECT_TRUE(reader->Finish().ok());
+  return points;
+}
+
+class GrpcTest : public ServerFixture {
+ protected:
+  // Submits a one-run sweep, registers `worker` and leases the run to it.
+  v1::Job LeaseOne(FakeWorker& worker, const std::string& sweep = "s") {
+    Submit(TinySweep(sweep));
+    EXPECT_TRUE(worker.Register().ok());
+    std::optional<v1::Job> job;
+    grpc::Status status = worker.Acquire(0, &job);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    EXPECT_TRUE(job.has_value());
+    return job.value_or(v1::Job{});
+  }
+};
+
+TEST_F(GrpcTest, WorkerRegistersAcquiresAndGetsMetricsAcked) {
+  auto worker = MakeWorker("w1");
+  grpc::ClientContext context;
+  v1::RegisterWorkerRequest request;
+  request.set_worker_id("w1");
+  request.mutable_device()->set_memory_mib(8192);
+  v1::RegisterWorkerResponse timing;
+  ASSERT_TRUE(worker->stub()->RegisterWorker(&context, request, &timing).ok());
+  EXPECT_EQ(timing.lease_ttl_ms(), 60'000);
+  EXPECT_EQ(timing.heartbeat_interval_ms(), 15'000);
+
+  v1::Job job = LeaseOne(*worker);
+  EXPECT_EQ(job.attempt(), 1);
+  EXPECT_EQ(job.run_name(), "s/0");
+  EXPECT_EQ(job.kind(), "train");
+  EXPECT_THAT(job.config_yaml(), ::testing::HasSubstr("steps: 10"));
+  EXPECT_FALSE(job.has_resume_from());
+
+  auto stream = worker->Open(job.run_id(), job.attempt());
+  ASSERT_TRUE(stream->Metrics({{0, 5.0}, {1, 4.0}, {2, 3.5}}));
+  EXPECT_EQ(ReadAck(*stream), 2);
+  EXPECT_EQ(GetRun(job.run_id()).state(), v1::RUN_STATE_RUNNING);
+  EXPECT_EQ(LossPoints(scheduler_.get(), job.run_id()).size(), 3u);
+}
+
+TEST_F(GrpcTest, MetricsResentAfterAReconnectAreStoredOnce) {
+  auto worker = MakeWorker("w1");
+  v1::Job job = LeaseOne(*worker);
+  {
+    auto stream = worker->Open(job.run_id(), job.attempt());
+    ASSERT_TRUE(stream->Metrics({{0, 5.0}, {1, 4.0}, {2, 3.0}}));
+    EXPECT_EQ(ReadAck(*stream), 2);
+    stream->Cancel();  // the connection drops
+    stream->Finish();
+  }
+  // The worker reconnects under the same lease and resends everything, plus new steps.
+  auto stream = worker->Open(job.run_id(), job.attempt());
+  ASSERT_TRUE(stream->Metrics({{0, 99.0}, {1, 99.0}, {2, 99.0}, {3, 2.5}, {4, 2.0}}));
+  EXPECT_EQ(ReadAck(*stream), 4);
+  std::vector<v1::MetricPoint> points = LossPoints(scheduler_.get(), job.run_id());
+  ASSERT_EQ(points.size(), 5u);
+  EXPECT_EQ(points[0].value(), 5.0);  // the first copy of a step is kept
+  EXPECT_EQ(points[4].value(), 2.0);
+}
+
+TEST_F(GrpcTest, CancelIsPushedDownTheStreamAndTheRunEndsCancelled) {
+  auto worker = MakeWorker("w1");
+  v1::Job job = LeaseOne(*worker);
+  auto stream = worker->Open(job.run_id(), job.attempt());
+  ASSERT_TRUE(stream->Metrics({{0, 5.0}}));
+  ASSERT_EQ(ReadAck(*stream), 0);  // the stream is attached and RUNNING
+
+  grpc::ClientContext context;
+  Prepare(context, user_token_);
+  v1::CancelRunRequest cancel;
+  cancel.set_run_id(job.run_id());
+  cancel.set_reason("bad lr");
+  v1::RunResponse response;
+  ASSERT_TRUE(scheduler_->CancelRun(&context, cancel, &response).ok());
+
+  v1::SchedulerControl control;
+  ASSERT_TRUE(stream->Read(&control));
+  ASSERT_TRUE(control.has_cancel());
+  EXPECT_EQ(control.cancel().reason(), "bad lr");
+
+  EXPECT_TRUE(stream->Finish(v1::JobResult::OUTCOME_CANCELLED).ok());
+  EXPECT_EQ(GetRun(job.run_id()).state(), v1::RUN_STATE_CANCELLED);
+}
+
+TEST_F(GrpcTest, DrainIsPushedToTheWorkersStream) {
+  auto worker = MakeWorker("w1");
+  v1::Job job = LeaseOne(*worker);
+  auto stream = worker->Open(job.run_id(), job.attempt());
+  ASSERT_TRUE(stream->Metrics({{0, 5.0}}));
+  ASSERT_EQ(ReadAck(*stream), 0);
+  grpc::ClientContext context;
+  Prepare(context, user_token_);
+  v1::DrainWorkerRequest drain;
+  drain.set_worker_id("w1");
+  v1::DrainWorkerResponse response;
+  ASSERT_TRUE(scheduler_->DrainWorker(&context, drain, &response).ok());
+  v1::SchedulerControl control;
+  ASSERT_TRUE(stream->Read(&control));
+  EXPECT_TRUE(control.has_drain());
+  std::optional<v1::Job> none;
+  EXPECT_EQ(worker->Acquire(0, &none).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+}
+
+TEST_F(GrpcTest, StaleAttemptIsRejectedAndItsStreamClosed) {
+  auto worker = MakeWorker("w1");
+  v1::Job job = LeaseOne(*worker, "stale");
+  // The run's current attempt is 1; attempt 2 does not exist (a worker from the future or past).
+  auto stale = worker->Open(job.run_id(), job.attempt() + 1);
+  grpc::Status status = stale->Finish();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(status.error_message(), ::testing::HasSubstr("stale"));
+
+  // A live stream whose lease was taken back is closed at its next report.
+  auto stream = worker->Open(job.run_id(), job.attempt());
+  ASSERT_TRUE(stream->Metrics({{0, 5.0}}));
+  ASSERT_EQ(ReadAck(*stream), 0);
+  clock_.Advance(absl::Minutes(5));  // past the start-up grace and the lease
+  CART_ASSERT_OK_AND_ASSIGN(auto expired, server_->scheduler().ExpireLeases());
+  ASSERT_EQ(expired.size(), 1u);
+  ASSERT_TRUE(stream->Metrics({{1, 4.0}}));
+  v1::SchedulerControl control;
+  while (stream->Read(&control)) {
+  }
+  status = stream->Finish();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+}
+
+TEST_F(GrpcTest, CheckpointUploadAndDownloadAreHashVerified) {
+  auto worker = MakeWorker("w1");
+  v1::Job job = LeaseOne(*worker);
+  const std::string data = RandomBytes(2 * kMiB + 12345, 7);  // three chunks
+  const std::string sha = Sha256Hex(data);
+  v1::PutArtifactResponse put;
+  grpc::Status status = worker->Put(data, sha, data.size(), &put);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(put.sha256(), sha);
+  EXPECT_EQ(put.size_bytes(), static_cast<int64_t>(data.size()));
+  // Idempotent: the same blob again is accepted at once.
+  EXPECT_TRUE(worker->Put(data, sha, data.size()).ok());
+
+  std::string back;
+  ASSERT_TRUE(worker->Get(sha, &back).ok());
+  EXPECT_EQ(back.size(), data.size());
+  EXPECT_EQ(Sha256Hex(back), sha);
+
+  auto stream = worker->Open(job.run_id(), job.attempt());
+  ASSERT_TRUE(stream->Checkpoint(5, sha, data.size()));
+  ASSERT_TRUE(stream->Finish(v1::JobResult::OUTCOME_SUCCEEDED).ok());
+
+  grpc::ClientContext context;
+  Prepare(context, user_token_);
+  v1::GetRunRequest request;
+  request.set_run_id(job.run_id());
+  v1::GetRunResponse run;
+  ASSERT_TRUE(scheduler_->GetRun(&context, request, &run).ok());
+  EXPECT_EQ(run.run().state(), v1::RUN_STATE_SUCCEEDED);
+  ASSERT_EQ(run.checkpoints_size(), 1);
+  EXPECT_EQ(run.checkpoints(0).sha256(), sha);
+  EXPECT_TRUE(run.checkpoints(0).final());
+  EXPECT_GE(run.events_size(), 4);  // QUEUED, LEASED, RUNNING, SUCCEEDED
+}
+
+TEST_F(GrpcTest, CorruptOrMisdeclaredUploadsAreRejected) {
+  auto worker = MakeWorker("w1");
+  ASSERT_TRUE(worker->Register().ok());
+  const std::string data = RandomBytes(kMiB + 10, 3);
+  const std::string sha = Sha256Hex(data);
+  std::string corrupt = data;
+  corrupt[kMiB / 2] ^= 0x01;
+
+  grpc::Status wrong_hash = worker->Put(corrupt, sha, data.size());
+  EXPECT_EQ(wrong_hash.error_code(), grpc::StatusCode::DATA_LOSS);
+  grpc::Status short_size = worker->Put(data, sha, data.size() + 1);
+  EXPECT_EQ(short_size.error_code(), grpc::StatusCode::DATA_LOSS);
+  grpc::Status bad_name = worker->Put(data, "../../etc/passwd", data.size());
+  EXPECT_EQ(bad_name.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  std::string back;
+  EXPECT_EQ(worker->Get(sha, &back).error_code(), grpc::StatusCode::NOT_FOUND);
+
+  // A checkpoint notice naming a blob that was never stored closes the stream.
+  v1::Job job = LeaseOne(*worker);
+  auto stream = worker->Open(job.run_id(), job.attempt());
+  stream->Checkpoint(5, sha, data.size());
+  v1::SchedulerControl control;
+  while (stream->Read(&control)) {
+  }
+  EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+}
+
+TEST_F(GrpcTest, LongPollsDoNotStarveOtherCalls) {
+  constexpr int kPollers = 40;
+  std::vector<std::unique_ptr<FakeWorker>> workers;
+  for (int i = 0; i < kPollers; ++i) {
+    workers.push_back(MakeWorker(StrCat("idle", i)));
+    ASSERT_TRUE(workers.back()->Register().ok());
+  }
+  std::vector<std::thread> polls;
+  std::atomic<int> finished{0};
+  for (auto& worker : workers) {
+    polls.emplace_back([&worker, &finished] {
+      std::optional<v1::Job> job;
+      worker->Acquire(3000, &job);
+      ++finished;
+    });
+  }
+  absl::SleepFor(absl::Milliseconds(300));
+  const absl::Time start = absl::Now();
+  grpc::ClientContext context;
+  Prepare(context, user_token_, 5);
+  v1::ListWorkersResponse response;
+  grpc::Status status = scheduler_->ListWorkers(&context, v1::ListWorkersRequest{}, &response);
+  const absl::Duration took = absl::Now() - start;
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(response.workers_size(), kPollers);
+  EXPECT_LT(took, absl::Seconds(1));
+  EXPECT_EQ(finished.load(), 0);  // the polls were all still waiting meanwhile
+  for (auto& t : polls) t.join();
+}
+
+TEST_F(GrpcTest, StreamMetricsFollowSeesNewPointsUntilTheRunEnds) {
+  auto worker = MakeWorker("w1");
+  v1::Job job = LeaseOne(*worker);
+  auto stream = worker->Open(job.run_id(), job.attempt());
+  ASSERT_TRUE(stream->Metrics({{0, 5.0}}));
+  ASSERT_EQ(ReadAck(*stream), 0);
+
+  std::vector<int64_t> steps;
+  v1::RunState last_state = v1::RUN_STATE_UNSPECIFIED;
+  std::thread follower([&] {
+    grpc::ClientContext context;
+    Prepare(context, user_token_, 30);
+    v1::StreamMetricsRequest request;
+    request.set_run_id(job.run_id());
+    request.set_follow(true);
+    auto reader = scheduler_->StreamMetrics(&context, request);
+    v1::MetricBatchView view;
+    while (reader->Read(&view)) {
+      for (const auto& p : view.points()) steps.push_back(p.step());
+      last_state = view.state();
+    }
+    EXPECT_TRUE(reader->Finish().ok());
+  });
+  absl::SleepFor(absl::Milliseconds(200));
+  ASSERT_TRUE(stream->Metrics({{1, 4.0}, {2, 3.0}}));
+  ASSERT_EQ(ReadAck(*stream), 2);
+  ASSERT_TRUE(stream->Finish(v1::JobResult::OUTCOME_SUCCEEDED).ok());
+  follower.join();
+  EXPECT_EQ(steps, (std::vector<int64_t>{0, 1, 2}));
+  EXPECT_EQ(last_state, v1::RUN_STATE_SUCCEEDED);
+}
+
+TEST_F(GrpcTest, QueryTablePivotsFinalMetrics) {
+  Submit(R"(name: grid
+base: {d: 64, vocab: 100, P: 1, steps: 10}
+grid: {R: [2, 4]}
+seeds: [1, 2]
+)");
+  auto worker = MakeWorker("w1");
+  ASSERT_TRUE(worker->Register().ok());
+  for (int i = 0; i < 4; ++i) {
+    std::optional<v1::Job> job;
+    ASSERT_TRUE(worker->Acquire(0, &job).ok());
+    ASSERT_TRUE(job.has_value());
+    auto stream = worker->Open(job->run_id(), job->attempt());
+    // loss = R + seed index, so the R=2 cell averages 2.5 and the R=4 cell 4.5.
+    const bool r4 = job->config_yaml().find("R: 4") != std::string::npos;
+    ASSERT_TRUE(stream->Metrics({{9, (r4 ? 4.0 : 2.0) + (i % 2)}}));
+    ASSERT_GE(ReadAck(*stream), 9);
+    ASSERT_TRUE(stream->Finish(v1::JobResult::OUTCOME_SUCCEEDED).ok());
+  }
+  grpc::ClientContext context;
+  Prepare(context, user_token_);
+  v1::QueryTableRequest request;
+  request.set_table("pivot");
+  request.set_metric("loss");
+  request.set_rows("d");
+  request.set_cols("R");
+  request.add_sweeps("grid");
+  v1::Table table;
+  grpc::Status status = scheduler_->QueryTable(&context, request, &table);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ASSERT_EQ(table.columns_size(), 3);
+  EXPECT_EQ(table.columns(1), "R=2");
+  ASSERT_EQ(table.rows_size(), 1);
+  EXPECT_EQ(table.rows(0).cells(0).text(), "64");
+  EXPECT_DOUBLE_EQ(table.rows(0).cells(1).mean(), 2.5);
+  EXPECT_EQ(table.rows(0).cells(1).n(), 2);
+  EXPECT_DOUBLE_EQ(table.rows(0).cells(2).mean(), 4.5);
+
+  grpc::ClientContext bad_context;
+  Prepare(bad_context, user_token_);
+  request.set_table("nonsense");
+  EXPECT_EQ(scheduler_->QueryTable(&bad_context, request, &table).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+TEST_F(GrpcTest, QueuedRunSaysWhyItWaits) {
+  const std::vector<int64_t> ids = Submit(TinySweep("s"));
+  ASSERT_EQ(ids.size(), 1u);
+  EXPECT_EQ(GetRun(ids[0]).waiting_reason(), "no worker is registered");
+  auto tiny = MakeWorker("tiny", /*memory_mib=*/1);
+  ASSERT_TRUE(tiny->Register().ok());
+  EXPECT_THAT(GetRun(ids[0]).waiting_reason(),
+              ::testing::HasSubstr("exceeds every registered worker (largest 0.0 GiB)"));
+}
+
+TEST_F(GrpcTest, ServerReflectionListsTheServices) {
+  // ServerReflectionInfo with list_services, spoken through the generic stub so the test needs no
+  // reflection client library: request field 7 (list_services) = "".
+  grpc::GenericStub stub(Channel());
+  grpc::ClientContext context;
+  Prepare(context, "");
+  grpc::CompletionQueue cq;
+  auto call = stub.PrepareCall(
+      &context, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", &cq);
+  call->StartCall(reinterpret_cast<void*>(1));
+  void* tag;
+  bool ok;
+  ASSERT_TRUE(cq.Next(&tag, &ok) && ok);
+  const std::string request("\x3a\x00", 2);  // field 7, length-delimited, empty
+  grpc::Slice slice(request);
+  grpc::ByteBuffer send(&slice, 1);
+  call->Write(send, reinterpret_cast<void*>(2));
+  ASSERT_TRUE(cq.Next(&tag, &ok) && ok);
+  grpc::ByteBuffer received;
+  call->Read(&received, reinterpret_cast<void*>(3));
+  ASSERT_TRUE(cq.Next(&tag, &ok) && ok);
+  std::vector<grpc::Slice> slices;
+  ASSERT_TRUE(received.Dump(&slices).ok());
+  std::string bytes;
+  for (const auto& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  EXPECT_THAT(bytes, ::testing::HasSubstr("cart.v1.SchedulerService"));
+  EXPECT_THAT(bytes, ::testing::HasSubstr("cart.v1.WorkerService"));
+  context.TryCancel();
+  call->Finish(nullptr, reinterpret_cast<void*>(4));
+  cq.Shutdown();
+  while (cq.Next(&tag, &ok)) {
+  }
+}
+
+TEST_F(GrpcTest, ShutdownEndsLongPollsAndStreamsPromptlyAndKeepsTheLease) {
+  auto worker = MakeWorker("w1");
+  v1::Job job = LeaseOne(*worker);
+  auto stream = worker->Open(job.run_id(), job.attempt());
+  ASSERT_TRUE(stream->Metrics({{0, 5.0}}));
+  ASSERT_EQ(ReadAck(*stream), 0);
+  auto idle = MakeWorker("idle");
+  ASSERT_TRUE(idle->Register().ok());
+  std::thread poll([&] {
+    std::optional<v1::Job> none;
+    idle->Acquire(8000, &none);
+    EXPECT_FALSE(none.has_value());
+  });
+  absl::SleepFor(absl::Milliseconds(200));
+  const absl::Time start = absl::Now();
+  server_->Shutdown();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(3));
+  poll.join();
+  v1::SchedulerControl control;
+  EXPECT_FALSE(stream->Read(&control));
+  stream->Finish();
+
+  // The lease is still in the database: a restarted cartd lets the worker carry on.
+  ServerConfig again = config_;
+  auto restarted = RunServer(again);
+  ASSERT_TRUE(restarted.ok()) << restarted.status();
+  CART_ASSERT_OK_AND_ASSIGN(store::RunRecord run, (*restarted)->store().GetRun(job.run_id()));
+  EXPECT_EQ(run.state, store::RunState::kRunning);
+  FakeWorker back(
+      (grpc::CreateChannel((*restarted)->dial_address(), grpc::InsecureChannelCredentials())), "w1",
+      24 * 1024);
+  auto resumed = back.Open(job.run_id(), job.attempt());
+  ASSERT_TRUE(resumed->Metrics({{1, 4.0}}));
+  EXPECT_EQ(ReadAck(*resumed), 1);
+  resumed->Cancel();
+  resumed->Finish();
+  (*restarted)->Shutdown();
+}
+
+}  // namespace
+}  // namespace cart::server::testing

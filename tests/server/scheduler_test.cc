@@ -1,0 +1,552 @@
+// Scheduler: placement, leases, retries, derived jobs and user actions, driven by a FakeClock over
+// a real RunStore in a temp dir. No gRPC here.
+
+#include "server/scheduler.h"
+
+#include <atomic>
+#include <thread>
+
+#include "common/clock.h"
+#include "common/strings.h"
+#include "store/run_store.h"
+#include "tests/support/test_support.h"
+
+namespace cart::server {
+namespace {
+
+using ::cart::testing::StatusIs;
+using ::cart::testing::TempDir;
+using store::RunState;
+using ::testing::_;
+using ::testing::HasSubstr;
+
+constexpr int64_t kGiB = int64_t{1} << 30;
+constexpr int64_t kHuge = 1024 * kGiB;
+const absl::Duration kTtl = absl::Seconds(60);
+
+// Two tiny CART configs whose memory estimates differ by orders of magnitude.
+constexpr char kTwoSizes[] = R"(name: sizes
+base: {vocab: 100, P: 1, R: 2, steps: 10, seq_len: 64, batch: 2}
+grid: {d: [64, 1024]}
+seeds: [1]
+)";
+
+std::string OneRunSweep(const std::string& name, int priority = 0, int max_attempts = 3) {
+  return StrCat("name: ", name, "\nbase: {d: 64, vocab: 100, P: 1, R: 2, steps: 10}\n",
+                "priority: ", priority, "\nmax_attempts: ", max_attempts, "\n");
+}
+
+constexpr char kWithDerived[] = R"(name: parent
+base: {d: 64, vocab: 100, P: 1, R: 2, steps: 10}
+derived:
+  - name: varR
+    kind: eval
+    from: {run: 0, checkpoint: final}
+    eval_loops: [1, 2, 4]
+)";
+
+// Records the controls a stream receives.
+class RecordingStream : public AttemptStream {
+ public:
+  void Send(const Control& control) override {
+    absl::MutexLock lock(&mu_);
+    controls_.push_back(control);
+  }
+  void Close() override {
+    absl::MutexLock lock(&mu_);
+    closed_ = true;
+  }
+  std::vector<Control> controls() {
+    absl::MutexLock lock(&mu_);
+    return controls_;
+  }
+  bool closed() {
+    absl::MutexLock lock(&mu_);
+    return closed_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<Control> controls_ ABSL_GUARDED_BY(mu_);
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+class SchedulerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    store::StoreOptions store_options;
+    store_options.path = dir_.File("cart.db");
+    store_options.lease_ttl_us = absl::ToInt64Microseconds(kTtl);
+    auto store = store::RunStore::Open(store_options);
+    ASSERT_TRUE(store.ok()) << store.status();
+    store_ = std::move(*store);
+    scheduler_ = MakeScheduler(absl::ZeroDuration());
+  }
+
+  std::unique_ptr<Scheduler> MakeScheduler(absl::Duration grace, int64_t max_runs = 100'000) {
+    SchedulerOptions options;
+    options.lease_ttl = kTtl;
+    options.expiry_interval = absl::ZeroDuration();
+    options.startup_grace = grace;
+    options.max_runs_per_sweep = max_runs;
+    return std::make_unique<Scheduler>(store_.get(), &clock_, options);
+  }
+
+  SubmitResult Submit(const std::string& yaml, const std::string& request_id = "") {
+    SubmitRequest request;
+    request.spec_yaml = yaml;
+    request.file_name = "test.yaml";
+    request.request_id = request_id;
+    request.who = "user:test";
+    auto result = scheduler_->SubmitSweep(request);
+    EXPECT_TRUE(result.ok()) << result.status();
+    return result.ok() ? *result : SubmitResult{};
+  }
+
+  void Register(const std::string& id, int64_t memory) {
+    WorkerInfo worker;
+    worker.id = id;
+    worker.device_kind = "cuda";
+    worker.device_name = StrCat("gpu-", memory / kGiB, "g");
+    worker.memory_bytes = memory;
+    CART_ASSERT_OK(scheduler_->RegisterWorker(worker).status());
+  }
+
+  // Acquire without waiting; nullopt when nothing fits.
+  std::optional<Job> AcquireNow(const std::string& worker) {
+    auto job = scheduler_->Acquire(worker, absl::ZeroDuration());
+    EXPECT_TRUE(job.ok()) << job.status();
+    return job.ok() ? *job : std::nullopt;
+  }
+
+  // Acquire and attach a stream (the run goes RUNNING).
+  Job Start(const std::string& worker, std::shared_ptr<RecordingStream> stream = nullptr) {
+    std::optional<Job> job = AcquireNow(worker);
+    EXPECT_TRUE(job.has_value());
+    if (!job) return Job{};
+    if (!stream) stream = std::make_shared<RecordingStream>();
+    EXPECT_TRUE(scheduler_->AttachStream(job->run.id, job->attempt, stream).ok());
+    return *job;
+  }
+
+  store::NewCheckpoint Checkpoint(int64_t step, char fill = 'a') {
+    store::NewCheckpoint checkpoint;
+    checkpoint.step = step;
+    checkpoint.sha256 = std::string(63, fill) + static_cast<char>('0' + step % 10);
+    checkpoint.size_bytes = 1000 + step;
+    checkpoint.path = StrCat("ab/", checkpoint.sha256);
+    return checkpoint;
+  }
+
+  RunState StateOf(int64_t run_id) {
+    auto run = store_->GetRun(run_id);
+    EXPECT_TRUE(run.ok()) << run.status();
+    return run.ok() ? run->state : RunState::kFailed;
+  }
+
+  TempDir dir_;
+  FakeClock clock_;
+  std::unique_ptr<store::RunStore> store_;
+  std::unique_ptr<Scheduler> scheduler_;
+};
+
+TEST_F(SchedulerTest, PlacesRunsOnlyWhereTheMemoryEstimateFits) {
+  SubmitResult sweep = Submit(kTwoSizes);
+  ASSERT_EQ(sweep.runs.size(), 2u);
+  const store::RunRecord& small = sweep.runs[0];
+  const store::RunRecord& big = sweep.runs[1];
+  ASSERT_LT(small.memory_estimate_bytes, big.memory_estimate_bytes);
+
+  // A device between the two estimates gets the small run and nothing else.
+  const int64_t between = (small.memory_estimate_bytes + big.memory_estimate_bytes) / 2;
+  Register("mid", between);
+  std::optional<Job> first = AcquireNow("mid");
+  ASSERT_TRUE(first.has_value());
+  EXPECT_EQ(first->run.id, small.id);
+  EXPECT_FALSE(AcquireNow("mid").has_value());
+
+  CART_ASSERT_OK_AND_ASSIGN(RunDetails waiting, scheduler_->GetRun(big.id));
+  EXPECT_THAT(
+      waiting.info.waiting_reason,
+      HasSubstr(StrCat("memory estimate ", FormatGiB(big.memory_estimate_bytes),
+                       " exceeds every registered worker (largest ", FormatGiB(between), ")")));
+
+  Register("large", big.memory_estimate_bytes);
+  std::optional<Job> second = AcquireNow("large");
+  ASSERT_TRUE(second.has_value());
+  EXPECT_EQ(second->run.id, big.id);
+}
+
+TEST_F(SchedulerTest, HigherPriorityFirstThenOlder) {
+  SubmitResult low_a = Submit(OneRunSweep("low-a", 1));
+  clock_.Advance(absl::Seconds(1));
+  SubmitResult low_b = Submit(OneRunSweep("low-b", 1));
+  clock_.Advance(absl::Seconds(1));
+  SubmitResult high = Submit(OneRunSweep("high", 5));
+  Register("w", kHuge);
+  EXPECT_EQ(AcquireNow("w")->run.id, high.runs[0].id);
+  EXPECT_EQ(AcquireNow("w")->run.id, low_a.runs[0].id);
+  EXPECT_EQ(AcquireNow("w")->run.id, low_b.runs[0].id);
+  EXPECT_FALSE(AcquireNow("w").has_value());
+}
+
+TEST_F(SchedulerTest, ExpiredLeaseRequeuesWithNextAttemptFromLatestCheckpoint) {
+  SubmitResult sweep = Submit(OneRunSweep("s"));
+  Register("w", kHuge);
+  Job job = Start("w");
+  ASSERT_EQ(job.attempt, 1);
+  EXPECT_FALSE(job.resume_from.has_value());
+  CART_ASSERT_OK(scheduler_->RecordCheckpoint(job.run.id, 1, Checkpoint(4)).status());
+  CART_ASSERT_OK(scheduler_->RecordCheckpoint(job.run.id, 1, Checkpoint(8)).status());
+
+  // Not yet lapsed: nothing expires.
+  clock_.Advance(kTtl - absl::Seconds(1));
+  CART_ASSERT_OK_AND_ASSIGN(auto none, scheduler_->ExpireLeases());
+  EXPECT_TRUE(none.empty());
+
+  clock_.Advance(absl::Seconds(2));
+  CART_ASSERT_OK_AND_ASSIGN(auto expired, scheduler_->ExpireLeases());
+  ASSERT_EQ(expired.size(), 1u);
+  EXPECT_EQ(expired[0].run_id, job.run.id);
+  EXPECT_EQ(StateOf(job.run.id), RunState::kQueued);
+
+  std::optional<Job> again = AcquireNow("w");
+  ASSERT_TRUE(again.has_value());
+  EXPECT_EQ(again->attempt, 2);
+  ASSERT_TRUE(again->resume_from.has_value());
+  EXPECT_EQ(again->resume_from->step, 8);
+}
+
+TEST_F(SchedulerTest, HeartbeatsKeepTheLease) {
+  Submit(OneRunSweep("s"));
+  Register("w", kHuge);
+  Job job = Start("w");
+  for (int i = 0; i < 5; ++i) {
+    clock_.Advance(kTtl / 2);
+    CART_ASSERT_OK(scheduler_->Heartbeat(job.run.id, job.attempt, i).status());
+    CART_ASSERT_OK_AND_ASSIGN(auto expired, scheduler_->ExpireLeases());
+    EXPECT_TRUE(expired.empty());
+  }
+  EXPECT_EQ(StateOf(job.run.id), RunState::kRunning);
+}
+
+TEST_F(SchedulerTest, LostLeasesPastMaxAttemptsFailTheRun) {
+  SubmitResult sweep = Submit(OneRunSweep("s", 0, /*max_attempts=*/2));
+  Register("w", kHuge);
+  for (int attempt = 1; attempt <= 2; ++attempt) {
+    Job job = Start("w");
+    ASSERT_EQ(job.attempt, attempt);
+    clock_.Advance(kTtl + absl::Seconds(1));
+    CART_ASSERT_OK(scheduler_->ExpireLeases().status());
+  }
+  EXPECT_EQ(StateOf(sweep.runs[0].id), RunState::kFailed);
+  EXPECT_FALSE(AcquireNow("w").has_value());
+}
+
+TEST_F(SchedulerTest, FencingRejectsReportsOfAStaleAttempt) {
+  SubmitResult sweep = Submit(OneRunSweep("s"));
+  Register("w", kHuge);
+  Job first = Start("w");
+  clock_.Advance(kTtl + absl::Seconds(1));
+  CART_ASSERT_OK(scheduler_->ExpireLeases().status());
+  Job second = Start("w");
+  ASSERT_EQ(second.attempt, first.attempt + 1);
+
+  const int64_t run = first.run.id;
+  EXPECT_THAT(scheduler_->Heartbeat(run, first.attempt, 3),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("stale")));
+  EXPECT_THAT(scheduler_->AppendMetrics(run, first.attempt, {{3, "loss", 1.0, 0}}),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("stale")));
+  EXPECT_THAT(scheduler_->ReportOutcome(run, first.attempt, Outcome::kSucceeded, ""),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("stale")));
+  EXPECT_THAT(scheduler_->AttachStream(run, first.attempt, std::make_shared<RecordingStream>()),
+              StatusIs(absl::StatusCode::kFailedPrecondition, _));
+  // The current attempt is unaffected.
+  CART_EXPECT_OK(scheduler_->AppendMetrics(run, second.attempt, {{3, "loss", 1.0, 0}}));
+}
+
+TEST_F(SchedulerTest, FailedOutcomeRetriesUntilMaxAttemptsThenFails) {
+  SubmitResult sweep = Submit(OneRunSweep("s", 0, /*max_attempts=*/2));
+  Register("w", kHuge);
+  Job first = Start("w");
+  CART_ASSERT_OK_AND_ASSIGN(
+      store::RunRecord after_first,
+      scheduler_->ReportOutcome(first.run.id, first.attempt, Outcome::kFailed, "CUDA error"));
+  EXPECT_EQ(after_first.state, RunState::kQueued);
+  Job second = Start("w");
+  EXPECT_EQ(second.attempt, 2);
+  CART_ASSERT_OK_AND_ASSIGN(
+      store::RunRecord after_second,
+      scheduler_->ReportOutcome(second.run.id, second.attempt, Outcome::kFailed, "CUDA error"));
+  EXPECT_EQ(after_second.state, RunState::kFailed);
+}
+
+TEST_F(SchedulerTest, DrainedAttemptIsRequeuedWithoutCounting) {
+  SubmitResult sweep = Submit(OneRunSweep("s", 0, /*max_attempts=*/1));
+  Register("w", kHuge);
+  Job first = Start("w");
+  CART_ASSERT_OK(scheduler_->RecordCheckpoint(first.run.id, first.attempt, Checkpoint(5)).status());
+  CART_ASSERT_OK_AND_ASSIGN(
+      store::RunRecord run,
+      scheduler_->ReportOutcome(first.run.id, first.attempt, Outcome::kDrained, "worker stopping"));
+  // With max_attempts 1 a counted attempt would have failed the run.
+  EXPECT_EQ(run.state, RunState::kQueued);
+  Job second = Start("w");
+  EXPECT_EQ(second.attempt, 2);
+  ASSERT_TRUE(second.resume_from.has_value());
+  EXPECT_EQ(second.resume_from->step, 5);
+}
+
+TEST_F(SchedulerTest, OutOfMemoryRunIsNeverPlacedOnThatMemorySizeAgain) {
+  SubmitResult sweep = Submit(OneRunSweep("s", 0, /*max_attempts=*/1));
+  Register("small-a", 8 * kGiB);
+  Job job = Start("small-a");
+  CART_ASSERT_OK_AND_ASSIGN(
+      store::RunRecord run,
+      scheduler_->ReportOutcome(job.run.id, job.attempt, Outcome::kOutOfMemory, "CUDA OOM"));
+  EXPECT_EQ(run.state, RunState::kQueued);  // not counted, despite max_attempts 1
+  EXPECT_EQ(run.oom_memory_bytes, 8 * kGiB);
+
+  // Another worker with the same memory does not get it either.
+  Register("small-b", 8 * kGiB);
+  EXPECT_FALSE(AcquireNow("small-a").has_value());
+  EXPECT_FALSE(AcquireNow("small-b").has_value());
+  CART_ASSERT_OK_AND_ASSIGN(RunDetails details, scheduler_->GetRun(job.run.id));
+  EXPECT_THAT(details.info.waiting_reason, HasSubstr("ran out of memory on a 8.0 GiB device"));
+
+  Register("big", 24 * kGiB);
+  std::optional<Job> retry = AcquireNow("big");
+  ASSERT_TRUE(retry.has_value());
+  EXPECT_EQ(retry->run.id, job.run.id);
+}
+
+TEST_F(SchedulerTest, DerivedJobIsBlockedUntilItsParentHasTheFinalCheckpoint) {
+  SubmitResult sweep = Submit(kWithDerived);
+  ASSERT_EQ(sweep.runs.size(), 2u);
+  const int64_t parent = sweep.runs[0].id;
+  const int64_t child = sweep.runs[1].id;
+  EXPECT_EQ(sweep.runs[1].state, RunState::kBlocked);
+  CART_ASSERT_OK_AND_ASSIGN(RunDetails blocked, scheduler_->GetRun(child));
+  EXPECT_THAT(blocked.info.waiting_reason,
+              HasSubstr(StrCat("waiting for parent run ", parent, " (QUEUED)")));
+
+  Register("w", kHuge);
+  Job job = Start("w");
+  ASSERT_EQ(job.run.id, parent);
+  EXPECT_FALSE(AcquireNow("w").has_value());  // the child is still blocked
+  CART_ASSERT_OK(scheduler_->RecordCheckpoint(parent, job.attempt, Checkpoint(10)).status());
+  EXPECT_EQ(StateOf(child), RunState::kBlocked);  // "final" needs the parent to succeed
+  CART_ASSERT_OK(scheduler_->ReportOutcome(parent, job.attempt, Outcome::kSucceeded, "").status());
+  EXPECT_EQ(StateOf(child), RunState::kQueued);
+
+  std::optional<Job> derived = AcquireNow("w");
+  ASSERT_TRUE(derived.has_value());
+  EXPECT_EQ(derived->run.id, child);
+  EXPECT_EQ(derived->kind, "eval");
+  EXPECT_EQ(derived->eval_loops, (std::vector<int>{1, 2, 4}));
+  ASSERT_TRUE(derived->init_from.has_value());
+  EXPECT_EQ(derived->init_from->run_id, parent);
+  EXPECT_EQ(derived->init_from->step, 10);
+}
+
+TEST_F(SchedulerTest, CancelResumeAndExtendFollowTheRunLifecycle) {
+  SubmitResult sweep = Submit(OneRunSweep("s"));
+  const int64_t run = sweep.runs[0].id;
+  CART_ASSERT_OK_AND_ASSIGN(store::RunRecord cancelled, scheduler_->CancelRun(run, "user:a", ""));
+  EXPECT_EQ(cancelled.state, RunState::kCancelled);
+  // Idempotent.
+  CART_ASSERT_OK_AND_ASSIGN(store::RunRecord again, scheduler_->CancelRun(run, "user:a", ""));
+  EXPECT_EQ(again.state, RunState::kCancelled);
+  EXPECT_THAT(scheduler_->ExtendRun(run, 20, "user:a"),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("CANCELLED")));
+
+  CART_ASSERT_OK_AND_ASSIGN(store::RunRecord resumed, scheduler_->ResumeRun(run, "user:a"));
+  EXPECT_EQ(resumed.state, RunState::kQueued);
+  EXPECT_THAT(scheduler_->ResumeRun(run, "user:a"),
+              StatusIs(absl::StatusCode::kFailedPrecondition, _));
+
+  Register("w", kHuge);
+  Job job = Start("w");
+  CART_ASSERT_OK(scheduler_->RecordCheckpoint(run, job.attempt, Checkpoint(10)).status());
+  CART_ASSERT_OK(scheduler_->ReportOutcome(run, job.attempt, Outcome::kSucceeded, "").status());
+  EXPECT_THAT(scheduler_->CancelRun(run, "user:a", ""),
+              StatusIs(absl::StatusCode::kFailedPrecondition, _));
+  EXPECT_THAT(scheduler_->ExtendRun(run, 10, "user:a"),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("would add none")));
+
+  CART_ASSERT_OK_AND_ASSIGN(store::RunRecord extended, scheduler_->ExtendRun(run, 25, "user:a"));
+  EXPECT_EQ(extended.state, RunState::kQueued);
+  EXPECT_EQ(extended.steps, 25);
+  EXPECT_THAT(extended.config_yaml, HasSubstr("steps: 25"));
+  std::optional<Job> more = AcquireNow("w");
+  ASSERT_TRUE(more.has_value());
+  EXPECT_EQ(more->run.steps, 25);
+  ASSERT_TRUE(more->resume_from.has_value());
+  EXPECT_EQ(more->resume_from->step, 10);
+}
+
+TEST_F(SchedulerTest, CancelOfARunningRunIsPushedToItsStream) {
+  SubmitResult sweep = Submit(OneRunSweep("s"));
+  Register("w", kHuge);
+  auto stream = std::make_shared<RecordingStream>();
+  Job job = Start("w", stream);
+  CART_ASSERT_OK_AND_ASSIGN(store::RunRecord run,
+                            scheduler_->CancelRun(job.run.id, "user:a", "wrong lr"));
+  EXPECT_EQ(run.state, RunState::kRunning);
+  EXPECT_TRUE(run.cancel_requested);
+  auto controls = stream->controls();
+  ASSERT_EQ(controls.size(), 1u);
+  EXPECT_EQ(controls[0].kind, Control::Kind::kCancel);
+  EXPECT_EQ(controls[0].reason, "wrong lr");
+  // The heartbeat reports it too, and the worker's CANCELLED outcome ends the run.
+  CART_ASSERT_OK_AND_ASSIGN(bool cancel, scheduler_->Heartbeat(job.run.id, job.attempt, 1));
+  EXPECT_TRUE(cancel);
+  CART_ASSERT_OK(
+      scheduler_->ReportOutcome(job.run.id, job.attempt, Outcome::kCancelled, "").status());
+  EXPECT_EQ(StateOf(job.run.id), RunState::kCancelled);
+}
+
+TEST_F(SchedulerTest, SubmitIsIdempotentOnRequestId) {
+  SubmitResult first = Submit(OneRunSweep("s"), "req-1");
+  EXPECT_FALSE(first.existing);
+  SubmitResult second = Submit(OneRunSweep("s"), "req-1");
+  EXPECT_TRUE(second.existing);
+  EXPECT_EQ(second.sweep.id, first.sweep.id);
+  ASSERT_EQ(second.runs.size(), 1u);
+  EXPECT_EQ(second.runs[0].id, first.runs[0].id);
+  CART_ASSERT_OK_AND_ASSIGN(auto all, store_->ListRuns(store::RunFilter{}));
+  EXPECT_EQ(all.size(), 1u);
+
+  SubmitRequest other;
+  other.spec_yaml = OneRunSweep("s", 3);
+  other.request_id = "req-2";
+  other.who = "user:test";
+  EXPECT_THAT(scheduler_->SubmitSweep(other), StatusIs(absl::StatusCode::kAlreadyExists, _));
+}
+
+TEST_F(SchedulerTest, GridPastTheLimitIsRefusedWithTheCount) {
+  scheduler_ = MakeScheduler(absl::ZeroDuration(), /*max_runs=*/10);
+  SubmitRequest request;
+  request.spec_yaml = R"(name: big
+base: {d: 64, vocab: 100, P: 1, R: 2, steps: 10}
+grid: {R: [1, 2, 3, 4], P: [1, 2, 3, 4]}
+)";
+  request.file_name = "big.yaml";
+  EXPECT_THAT(scheduler_->SubmitSweep(request),
+              StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("16 runs")));
+  CART_ASSERT_OK_AND_ASSIGN(auto all, store_->ListRuns(store::RunFilter{}));
+  EXPECT_TRUE(all.empty());
+}
+
+TEST_F(SchedulerTest, InvalidSweepNamesFileAndLine) {
+  SubmitRequest request;
+  request.spec_yaml = "name: bad\nbase: {d: 100}\n";
+  request.file_name = "bad.yaml";
+  EXPECT_THAT(scheduler_->SubmitSweep(request),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("bad.yaml")));
+}
+
+TEST_F(SchedulerTest, DryRunExpandsWithoutStoring) {
+  SubmitRequest request;
+  request.spec_yaml = kWithDerived;
+  request.dry_run = true;
+  CART_ASSERT_OK_AND_ASSIGN(SubmitResult result, scheduler_->SubmitSweep(request));
+  ASSERT_EQ(result.runs.size(), 2u);
+  EXPECT_EQ(result.runs[0].id, 0);
+  EXPECT_EQ(result.runs[1].state, RunState::kBlocked);
+  EXPECT_GT(result.runs[0].memory_estimate_bytes, 0);
+  CART_ASSERT_OK_AND_ASSIGN(auto all, store_->ListRuns(store::RunFilter{}));
+  EXPECT_TRUE(all.empty());
+}
+
+TEST_F(SchedulerTest, LongPollWakesWhenARunIsSubmitted) {
+  Register("w", kHuge);
+  std::atomic<int64_t> got{-1};
+  const absl::Time start = absl::Now();
+  std::thread poller([&] {
+    auto job = scheduler_->Acquire("w", absl::Seconds(20));
+    got = job.ok() && job->has_value() ? (*job)->run.id : 0;
+  });
+  absl::SleepFor(absl::Milliseconds(100));
+  SubmitResult sweep = Submit(OneRunSweep("s"));
+  poller.join();
+  EXPECT_EQ(got.load(), sweep.runs[0].id);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+}
+
+TEST_F(SchedulerTest, LongPollReturnsNothingAfterItsWait) {
+  Register("w", kHuge);
+  const absl::Time start = absl::Now();
+  CART_ASSERT_OK_AND_ASSIGN(auto job, scheduler_->Acquire("w", absl::Milliseconds(200)));
+  EXPECT_FALSE(job.has_value());
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(190));
+}
+
+TEST_F(SchedulerTest, ShutdownEndsLongPollsAndClosesStreams) {
+  Submit(OneRunSweep("s"));
+  Register("w", kHuge);
+  auto stream = std::make_shared<RecordingStream>();
+  Start("w", stream);
+  std::thread poller([&] {
+    auto job = scheduler_->Acquire("w", absl::Seconds(20));
+    EXPECT_TRUE(!job.ok() || !job->has_value());
+  });
+  absl::SleepFor(absl::Milliseconds(100));
+  const absl::Time start = absl::Now();
+  scheduler_->Shutdown();
+  poller.join();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  EXPECT_TRUE(stream->closed());
+}
+
+TEST_F(SchedulerTest, DrainingWorkerGetsADrainAndNoNewJob) {
+  Submit(OneRunSweep("a"));
+  Submit(OneRunSweep("b"));
+  Register("w", kHuge);
+  auto stream = std::make_shared<RecordingStream>();
+  Start("w", stream);
+  CART_ASSERT_OK(scheduler_->DrainWorker("w", "user:a"));
+  auto controls = stream->controls();
+  ASSERT_EQ(controls.size(), 1u);
+  EXPECT_EQ(controls[0].kind, Control::Kind::kDrain);
+  EXPECT_THAT(scheduler_->Acquire("w", absl::ZeroDuration()),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("draining")));
+  EXPECT_THAT(scheduler_->DrainWorker("nobody", "user:a"),
+              StatusIs(absl::StatusCode::kNotFound, _));
+  std::vector<WorkerStatus> workers = scheduler_->ListWorkers();
+  ASSERT_EQ(workers.size(), 1u);
+  EXPECT_EQ(workers[0].state, "draining");
+}
+
+TEST_F(SchedulerTest, UnregisteredWorkerCannotAcquire) {
+  EXPECT_THAT(scheduler_->Acquire("ghost", absl::ZeroDuration()),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("not registered")));
+}
+
+TEST_F(SchedulerTest, RestartedSchedulerGivesLeasesOneTtlOfGrace) {
+  Submit(OneRunSweep("s"));
+  Register("w", kHuge);
+  Job job = Start("w");
+  // cartd was down for longer than the TTL: the lease lapsed meanwhile.
+  clock_.Advance(kTtl * 3);
+  scheduler_ = MakeScheduler(/*grace=*/absl::Seconds(-1));
+  CART_ASSERT_OK_AND_ASSIGN(auto during_grace, scheduler_->ExpireLeases());
+  EXPECT_TRUE(during_grace.empty());
+  // The worker heartbeats within the grace and keeps its run; the restarted scheduler knows it
+  // from the store without a new registration.
+  clock_.Advance(kTtl / 2);
+  CART_ASSERT_OK(scheduler_->Heartbeat(job.run.id, job.attempt, 7).status());
+  clock_.Advance(kTtl / 2 + absl::Seconds(1));
+  CART_ASSERT_OK_AND_ASSIGN(auto after_grace, scheduler_->ExpireLeases());
+  EXPECT_TRUE(after_grace.empty());
+  EXPECT_EQ(StateOf(job.run.id), RunState::kRunning);
+  EXPECT_THAT(scheduler_->Acquire("w", absl::ZeroDuration()), ::cart::testing::IsOk());
+
+  // Without heartbeats it is taken back once the grace is over.
+  clock_.Advance(kTtl + absl::Seconds(1));
+  CART_ASSERT_OK_AND_ASSIGN(auto expired, scheduler_->ExpireLeases());
+  EXPECT_EQ(expired.size(), 1u);
+}
+
+}  // namespace
+}  // namespace cart::server
