@@ -108,7 +108,7 @@ absl::Status ArtifactStore::Read(const std::string& sha256, size_t chunk_bytes,
   std::unique_ptr<FILE, int (*)(FILE*)> file(std::fopen(path.c_str(), "rb"), &std::fclose);
   if (!file) return absl::NotFoundError(StrCat("artifact ", sha256, " is not stored"));
   std::vector<char> buffer(std::max<size_t>(chunk_bytes, 1));
-  internal::Sha256 hash;
+  Sha256 hash;
   while (true) {
     const size_t n = std::fread(buffer.data(), 1, buffer.size(), file.get());
     if (n > 0) {

@@ -24,7 +24,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/file.h"
-#include "server/internal/sha256.h"
+#include "common/sha256.h"
 
 namespace cart::server {
 
@@ -56,7 +56,7 @@ class ArtifactStore {
     int64_t size_;
     int64_t received_ = 0;
     AtomicFileWriter writer_;
-    internal::Sha256 hash_;
+    Sha256 hash_;
   };
 
   static absl::StatusOr<std::unique_ptr<ArtifactStore>> Open(ArtifactStoreOptions options);

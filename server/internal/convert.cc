@@ -146,6 +146,7 @@ v1::Job ToJob(const Job& job, absl::Duration lease_ttl) {
   out.set_kind(job.kind);
   for (int loops : job.eval_loops) out.add_eval_loops(loops);
   if (job.init_from) *out.mutable_init_from() = ToCheckpointRef(*job.init_from);
+  out.set_total_steps(job.run.steps);
   return out;
 }
 

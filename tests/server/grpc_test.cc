@@ -8,8 +8,8 @@
 #include <random>
 #include <thread>
 
+#include "common/sha256.h"
 #include "common/strings.h"
-#include "server/internal/sha256.h"
 #include "server/scheduler.h"
 #include "store/run_store.h"
 #include "tests/server/server_fixture.h"
@@ -17,7 +17,11 @@
 namespace cart::server::testing {
 namespace {
 
-using internal::Sha256Hex;
+std::string Sha256Hex(std::string_view bytes) {
+  Sha256 hash;
+  hash.Update(bytes);
+  return hash.HexDigest();
+}
 
 std::string RandomBytes(size_t n, uint32_t seed) {
   std::mt19937 rng(seed);
@@ -79,6 +83,7 @@ TEST_F(GrpcTest, WorkerRegistersAcquiresAndGetsMetricsAcked) {
   EXPECT_EQ(job.run_name(), "s/0");
   EXPECT_EQ(job.kind(), "train");
   EXPECT_THAT(job.config_yaml(), ::testing::HasSubstr("steps: 10"));
+  EXPECT_EQ(job.total_steps(), 10);
   EXPECT_FALSE(job.has_resume_from());
 
   auto stream = worker->Open(job.run_id(), job.attempt());
