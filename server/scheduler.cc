@@ -35,12 +35,13 @@ std::vector<int> EvalLoopsOf(const RunRecord& run) {
   return loops;
 }
 
-store::NewRun ToNewRun(const model::ExpandedRun& expanded, int64_t max_attempts) {
+// Moves what it can out of `expanded`: a 10,000-run sweep is tens of MB of params and YAML.
+store::NewRun ToNewRun(model::ExpandedRun&& expanded, int64_t max_attempts) {
   store::NewRun run;
   // Store run names are plain names; the user-facing "<sweep>/<index>" is rebuilt from them.
   run.name = StrCat(expanded.index);
-  run.config_yaml = expanded.config_yaml;
-  run.params = expanded.params;
+  run.config_yaml = std::move(expanded.config_yaml);
+  run.params = std::move(expanded.params);
   run.params[kKindParam] = expanded.kind;
   if (!expanded.eval_loops.empty()) run.params[kEvalLoopsParam] = StrJoin(expanded.eval_loops, ",");
   run.stored_params = expanded.stored_params;
@@ -220,9 +221,10 @@ absl::StatusOr<SubmitResult> Scheduler::SubmitSweep(const SubmitRequest& request
     sweep.client_request_id = StrCat("cartd-", now_us, "-", ++request_counter_);
   }
   sweep.runs.reserve(expanded.size());
-  for (const model::ExpandedRun& run : expanded) {
-    sweep.runs.push_back(ToNewRun(run, spec.max_attempts));
+  for (model::ExpandedRun& run : expanded) {
+    sweep.runs.push_back(ToNewRun(std::move(run), spec.max_attempts));
   }
+  expanded = {};
 
   SubmitResult result;
   if (request.dry_run) {
@@ -239,6 +241,7 @@ absl::StatusOr<SubmitResult> Scheduler::SubmitSweep(const SubmitRequest& request
   const std::string who = request.who.empty() ? "user" : request.who;
   CART_ASSIGN_OR_RETURN(store::CreatedSweep created,
                         store_->CreateSweep(sweep, store::Audit{now_us, who, "submitted"}));
+  sweep = {};  // the runs are read back below; do not hold both copies
   result.sweep = created.sweep;
   result.existing = !created.created;
   store::RunFilter filter;
@@ -619,10 +622,10 @@ absl::StatusOr<std::string> Scheduler::WaitingReason(const RunRecord& run) {
   return info.waiting_reason;
 }
 
-absl::StatusOr<RunInfo> Scheduler::Describe(const RunRecord& run,
-                                            std::optional<int64_t> max_memory) {
+absl::StatusOr<RunInfo> Scheduler::Describe(RunRecord record, std::optional<int64_t> max_memory) {
   RunInfo info;
-  info.run = run;
+  info.run = std::move(record);
+  const RunRecord& run = info.run;
   info.kind = KindOf(run);
   {
     absl::MutexLock lock(&mu_);
@@ -671,7 +674,7 @@ absl::StatusOr<RunInfo> Scheduler::Describe(const RunRecord& run,
 absl::StatusOr<RunDetails> Scheduler::GetRun(int64_t run_id) {
   CART_ASSIGN_OR_RETURN(RunRecord run, store_->GetRun(run_id));
   RunDetails details;
-  CART_ASSIGN_OR_RETURN(details.info, Describe(run, MaxWorkerMemory()));
+  CART_ASSIGN_OR_RETURN(details.info, Describe(std::move(run), MaxWorkerMemory()));
   CART_ASSIGN_OR_RETURN(details.events, store_->RunEvents(run_id));
   CART_ASSIGN_OR_RETURN(details.checkpoints, store_->ListCheckpoints(run_id));
   CART_ASSIGN_OR_RETURN(details.summaries, store_->RunSummaries(run_id));
@@ -688,10 +691,11 @@ absl::StatusOr<std::vector<RunInfo>> Scheduler::ListRuns(const store::RunFilter&
   const std::optional<int64_t> max_memory = MaxWorkerMemory();
   std::vector<RunInfo> out;
   out.reserve(runs.size());
-  for (const RunRecord& run : runs) {
-    CART_ASSIGN_OR_RETURN(RunInfo info, Describe(run, max_memory));
+  for (RunRecord& run : runs) {
+    CART_ASSIGN_OR_RETURN(RunInfo info, Describe(std::move(run), max_memory));
     out.push_back(std::move(info));
   }
+  runs = {};
   return out;
 }
 

@@ -275,7 +275,7 @@ class Scheduler {
   // Cancels pushed to streams of runs that now have a cancel request or were cancelled.
   void PushCancels(const std::vector<int64_t>& run_ids, const std::string& reason);
   absl::StatusOr<std::string> WorkerOfAttempt(int64_t run_id, int64_t attempt);
-  absl::StatusOr<RunInfo> Describe(const store::RunRecord& run, std::optional<int64_t> max_memory);
+  absl::StatusOr<RunInfo> Describe(store::RunRecord run, std::optional<int64_t> max_memory);
   std::optional<int64_t> MaxWorkerMemory();
   void ExpiryLoop();
 

@@ -4,6 +4,7 @@
 //   3. RSS of a real cartd process (build/bin/cartd) holding 10,000 queued runs.
 //
 // Usage: bench-server [--acquires-per-worker N] [--ingest-seconds S] [--runs N]
+//                     [--only acquire|ingest|rss]
 
 #include <arpa/inet.h>
 #include <grpcpp/grpcpp.h>
@@ -216,14 +217,17 @@ void BenchIngest(const std::string& dir, int streams, double duration_s, int ste
   server->Shutdown();
 }
 
-int64_t VmRssKib(pid_t pid) {
+// A field of /proc/<pid>/status in KiB ("VmRSS", "VmHWM").
+int64_t StatusKib(pid_t pid, const std::string& field) {
   std::ifstream status(StrCat("/proc/", pid, "/status"));
   std::string line;
   while (std::getline(status, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::atoll(line.c_str() + 6);
+    if (line.rfind(field + ":", 0) == 0) return std::atoll(line.c_str() + field.size() + 1);
   }
   return -1;
 }
+
+int64_t VmRssKib(pid_t pid) { return StatusKib(pid, "VmRSS"); }
 
 int FreePort() {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -248,7 +252,10 @@ void BenchRss(const std::string& dir, int runs) {
           static_cast<char*>(nullptr));
     _exit(127);
   }
-  auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+  // 10,000 RunViews (every config key of every run) are about 6 MB: above gRPC's default 4 MiB.
+  grpc::ChannelArguments arguments;
+  arguments.SetMaxReceiveMessageSize(64 << 20);
+  auto channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), arguments);
   if (!channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(20))) {
     std::fprintf(stderr, "bench-server: %s did not start\n", cartd.c_str());
     kill(pid, SIGKILL);
@@ -275,6 +282,7 @@ void BenchRss(const std::string& dir, int runs) {
       pid, static_cast<long long>(idle), static_cast<long long>(after_submit), runs,
       submitted.ok() ? "ok" : submitted.error_message().c_str(), submit_s,
       static_cast<long long>(after_list), listed.runs_size(), list_s);
+  std::printf("  peak (VmHWM) %lld KiB\n", static_cast<long long>(StatusKib(pid, "VmHWM")));
   if (!list_status.ok())
     std::printf("  ListRuns failed: %s\n", list_status.error_message().c_str());
   kill(pid, SIGTERM);
@@ -288,17 +296,21 @@ int main(int argc, char** argv) {
   int per_worker = 200;
   double ingest_seconds = 10;
   int runs = 10'000;
+  std::string only;  // acquire, ingest or rss; empty: all three
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--acquires-per-worker")) per_worker = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--ingest-seconds")) ingest_seconds = std::atof(argv[i + 1]);
     if (!std::strcmp(argv[i], "--runs")) runs = std::atoi(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--only")) only = argv[i + 1];
   }
   const std::string root =
       (std::filesystem::temp_directory_path() / StrCat("bench-server-", getpid())).string();
   std::filesystem::create_directories(root);
-  BenchAcquire(root + "/acquire", 32, per_worker);
-  BenchIngest(root + "/ingest", 64, ingest_seconds, /*steps_per_batch=*/10, /*names=*/20);
-  BenchRss(root + "/rss", runs);
+  if (only.empty() || only == "acquire") BenchAcquire(root + "/acquire", 32, per_worker);
+  if (only.empty() || only == "ingest") {
+    BenchIngest(root + "/ingest", 64, ingest_seconds, /*steps_per_batch=*/10, /*names=*/20);
+  }
+  if (only.empty() || only == "rss") BenchRss(root + "/rss", runs);
   std::filesystem::remove_all(root);
   return 0;
 }
