@@ -55,3 +55,13 @@ std::string ToLower(std::string_view text) {
 }
 
 }  // namespace cart
+
+namespace cart {
+
+std::string ToUpper(std::string_view text) {
+  std::string out(text);
+  for (char& c : out) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return out;
+}
+
+}  // namespace cart

@@ -43,6 +43,7 @@ std::optional<double> ParseDouble(std::string_view text);
 std::vector<std::string> Split(std::string_view text, char sep);
 std::string_view Trim(std::string_view text);
 std::string ToLower(std::string_view text);
+std::string ToUpper(std::string_view text);
 
 // The message of a Status as a std::string.
 inline std::string Message(const absl::Status& s) { return std::string(s.message()); }

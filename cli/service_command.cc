@@ -1,0 +1,594 @@
+// cart sweep | runs | results | workers — the researcher's view of cartd over gRPC.
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <ctime>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <thread>
+
+#include "cart/v1/scheduler.grpc.pb.h"
+#include "cli/commands.h"
+#include "cli/table.h"
+#include "common/file.h"
+#include "common/status.h"
+#include "common/strings.h"
+#include "google/protobuf/util/json_util.h"
+#include "model/sweep.h"
+#include "rpc/client.h"
+
+namespace cart::cli {
+namespace {
+
+using cart::v1::RunState;
+
+// Flags shared by every command that talks to cartd.
+struct Conn {
+  rpc::ClientConfig flags;
+  std::string config_file = rpc::DefaultConfigPath();
+  bool json = false;
+};
+
+void AddConnFlags(CLI::App* cmd, Conn& c) {
+  c.flags.server.clear();
+  cmd->add_option("--server", c.flags.server, "cartd address host:port (env CART_SERVER)");
+  cmd->add_option("--token", c.flags.token, "Bearer token with the user role (env CART_TOKEN)");
+  cmd->add_option("--tls-ca", c.flags.tls_ca, "CA certificate (PEM) to verify cartd (env CART_TLS_CA)");
+  cmd->add_option("--client-config", c.config_file, "Client config file (written by `cart up`)");
+  cmd->add_flag("--json", c.json, "Print JSON");
+}
+
+class Client {
+ public:
+  static Client Connect(const Conn& conn) {
+    absl::StatusOr<rpc::ClientConfig> config = rpc::ResolveClientConfig(conn.flags, conn.config_file);
+    if (!config.ok()) ExitWith(config.status());
+    absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = rpc::MakeChannel(*config);
+    if (!channel.ok()) ExitWith(channel.status());
+    return Client(*config, cart::v1::SchedulerService::NewStub(*channel));
+  }
+
+  // Calls `method` with a fresh context (30 s deadline); exits with a clear message on error.
+  template <typename Req, typename Resp, typename Method>
+  Resp Call(Method method, const Req& request, int64_t timeout_ms = 30'000) {
+    grpc::ClientContext ctx;
+    rpc::PrepareContext(ctx, config_, timeout_ms);
+    Resp response;
+    grpc::Status s = (stub_.get()->*method)(&ctx, request, &response);
+    if (!s.ok()) Fail(s);
+    return response;
+  }
+
+  cart::v1::SchedulerService::Stub& stub() { return *stub_; }
+  const rpc::ClientConfig& config() const { return config_; }
+
+  [[noreturn]] void Fail(const grpc::Status& s) {
+    std::string hint;
+    if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
+      hint = StrCat(" (is cartd running at ", config_.server,
+                    "? start one with `cart up`, or pass --server)");
+    } else if (s.error_code() == grpc::StatusCode::UNAUTHENTICATED) {
+      hint = " (pass --token or set CART_TOKEN; `cart up` writes one to the client config)";
+    } else if (s.error_code() == grpc::StatusCode::PERMISSION_DENIED) {
+      hint = " (this token's role may not do that)";
+    }
+    ExitWith(absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message() + hint));
+  }
+
+ private:
+  Client(rpc::ClientConfig c, std::unique_ptr<cart::v1::SchedulerService::Stub> s)
+      : config_(std::move(c)), stub_(std::move(s)) {}
+  rpc::ClientConfig config_;
+  std::unique_ptr<cart::v1::SchedulerService::Stub> stub_;
+};
+
+std::string StateName(RunState s) {
+  std::string n = cart::v1::RunState_Name(s);
+  return n.size() > 10 ? n.substr(10) : n;  // without "RUN_STATE_"
+}
+
+std::string Colored(const std::string& state) {
+  if (!isatty(fileno(stdout))) return state;
+  const char* c = "";
+  if (state == "SUCCEEDED") c = "\033[32m";
+  if (state == "RUNNING" || state == "LEASED") c = "\033[36m";
+  if (state == "FAILED") c = "\033[31m";
+  if (state == "CANCELLED" || state == "BLOCKED") c = "\033[33m";
+  return *c ? StrCat(c, state, "\033[0m") : state;
+}
+
+std::string ToJson(const google::protobuf::Message& m) {
+  std::string out;
+  google::protobuf::util::JsonPrintOptions o;
+  o.add_whitespace = true;
+  o.preserve_proto_field_names = true;
+  google::protobuf::util::MessageToJsonString(m, &out, o);
+  return out;
+}
+
+std::string Mib(int64_t mib) {
+  return mib >= 1024 ? fmt::format("{:.1f} GiB", mib / 1024.0) : fmt::format("{} MiB", mib);
+}
+
+std::string When(int64_t us) {
+  if (us <= 0) return "-";
+  std::time_t t = us / 1'000'000;
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", std::localtime(&t));
+  return buf;
+}
+
+std::string Progress(const cart::v1::RunView& r) {
+  if (r.total_steps() <= 0) return "";
+  const double f = std::min(1.0, static_cast<double>(r.step()) / r.total_steps());
+  const int width = 12;
+  const int full = static_cast<int>(f * width);
+  return StrCat("[", std::string(full, '#'), std::string(width - full, '.'), "] ",
+                fmt::format("{:>3.0f}%", 100 * f));
+}
+
+// The config keys that differ between the runs (what a reader needs to tell them apart).
+std::vector<std::string> VaryingKeys(const google::protobuf::RepeatedPtrField<cart::v1::RunView>& runs) {
+  std::vector<std::string> keys;
+  if (runs.empty()) return keys;
+  for (const auto& [k, v] : runs[0].params()) {
+    for (const auto& r : runs) {
+      auto it = r.params().find(k);
+      if (it == r.params().end() || it->second != v) {
+        keys.push_back(k);
+        break;
+      }
+    }
+  }
+  return keys;
+}
+
+void PrintRuns(const google::protobuf::RepeatedPtrField<cart::v1::RunView>& runs, bool dry_run) {
+  std::vector<std::string> keys = VaryingKeys(runs);
+  Table t;
+  std::vector<std::string> header = {"id", "name"};
+  if (!dry_run) header.insert(header.end(), {"state", "progress", "loss", "rho"});
+  for (const auto& k : keys) header.push_back(k);
+  header.insert(header.end(), {"stored", "effective", "mem est"});
+  t.Header(header);
+  for (const auto& r : runs) {
+    std::vector<std::string> row = {std::to_string(r.run_id()), r.name()};
+    if (!dry_run) {
+      auto metric = [&](const char* name) {
+        auto it = r.latest().find(name);
+        return it == r.latest().end() ? std::string("-") : fmt::format("{:.4f}", it->second);
+      };
+      row.insert(row.end(), {Colored(StateName(r.state())), Progress(r), metric("loss"),
+                             metric("rho_max")});
+    }
+    for (const auto& k : keys) {
+      auto it = r.params().find(k);
+      row.push_back(it == r.params().end() ? "-" : it->second);
+    }
+    row.insert(row.end(), {fmt::format("{:.2f}M", r.stored_params() / 1e6),
+                           fmt::format("{:.2f}M", r.effective_params() / 1e6),
+                           Mib(r.memory_estimate_mib())});
+    t.Row(row);
+  }
+  t.Print(std::cout);
+}
+
+std::string NewRequestId() {
+  std::random_device rd;
+  return fmt::format("{:016x}{:016x}", (uint64_t{rd()} << 32) | rd(), (uint64_t{rd()} << 32) | rd());
+}
+
+void RegisterSweep(CLI::App& app) {
+  CLI::App* sweep = app.add_subcommand("sweep", "Submit, list, inspect, cancel and resume sweeps");
+  sweep->require_subcommand(1);
+
+  struct SubmitArgs {
+    Conn conn;
+    std::string file, request_id;
+    bool dry_run = false;
+  };
+  auto sa = std::make_shared<SubmitArgs>();
+  CLI::App* submit = sweep->add_subcommand("submit", "Submit a sweep file");
+  submit->add_option("file", sa->file, "Sweep YAML")->required();
+  submit->add_flag("--dry-run", sa->dry_run,
+                   "Validate and print the expanded runs with parameter counts and memory "
+                   "estimates; submit nothing (no cartd needed)");
+  submit->add_option("--request-id", sa->request_id,
+                     "Idempotency key; the same key never creates a second sweep");
+  AddConnFlags(submit, sa->conn);
+  submit->callback([sa] {
+    absl::StatusOr<std::string> text = ReadWholeFile(sa->file);
+    if (!text.ok()) ExitWith(text.status());
+    // Validate locally first: errors name file and line without a round trip.
+    absl::StatusOr<model::SweepSpec> spec = model::ParseSweepYaml(*text, sa->file);
+    if (!spec.ok()) ExitWith(spec.status());
+    absl::StatusOr<std::vector<model::ExpandedRun>> runs = model::ExpandSweep(*spec, sa->file);
+    if (!runs.ok()) ExitWith(runs.status());
+    if (sa->dry_run) {
+      cart::v1::SubmitSweepResponse resp;
+      resp.mutable_sweep()->set_name(spec->name);
+      for (const auto& r : *runs) {
+        auto* v = resp.add_runs();
+        v->set_name(r.name);
+        v->set_kind(r.kind);
+        for (const auto& [k, val] : r.params) (*v->mutable_params())[k] = val;
+        v->set_stored_params(r.stored_params);
+        v->set_effective_params(r.effective_params);
+        v->set_memory_estimate_mib(r.memory_estimate_bytes >> 20);
+        v->set_total_steps(r.config.train.steps);
+      }
+      if (sa->conn.json) {
+        std::cout << ToJson(resp) << "\n";
+      } else {
+        std::cout << fmt::format("sweep {}: {} runs (dry run, nothing submitted)\n", spec->name,
+                                 runs->size());
+        PrintRuns(resp.runs(), true);
+      }
+      return;
+    }
+    Client client = Client::Connect(sa->conn);
+    cart::v1::SubmitSweepRequest req;
+    req.set_spec_yaml(*text);
+    req.set_file_name(sa->file);
+    req.set_request_id(sa->request_id.empty() ? NewRequestId() : sa->request_id);
+    auto resp = client.Call<cart::v1::SubmitSweepRequest, cart::v1::SubmitSweepResponse>(
+        &cart::v1::SchedulerService::Stub::SubmitSweep, req);
+    if (sa->conn.json) {
+      std::cout << ToJson(resp) << "\n";
+      return;
+    }
+    std::cout << fmt::format("{} sweep {} with {} runs\n", resp.existing() ? "already submitted:" : "submitted",
+                             resp.sweep().name(), resp.runs_size());
+    std::cout << fmt::format("watch it: cart sweep show {}\n", resp.sweep().name());
+  });
+
+  auto ls_conn = std::make_shared<Conn>();
+  CLI::App* ls = sweep->add_subcommand("ls", "List sweeps with run counts by state");
+  AddConnFlags(ls, *ls_conn);
+  ls->callback([ls_conn] {
+    Client client = Client::Connect(*ls_conn);
+    auto resp = client.Call<cart::v1::ListSweepsRequest, cart::v1::ListSweepsResponse>(
+        &cart::v1::SchedulerService::Stub::ListSweeps, {});
+    if (ls_conn->json) {
+      std::cout << ToJson(resp) << "\n";
+      return;
+    }
+    Table t;
+    t.Header({"sweep", "created", "queued", "running", "succeeded", "failed", "cancelled"});
+    for (const auto& s : resp.sweeps()) {
+      auto n = [&](const char* k) {
+        auto it = s.runs_by_state().find(k);
+        return std::to_string(it == s.runs_by_state().end() ? 0 : it->second);
+      };
+      t.Row({s.name(), When(s.created_us()), n("QUEUED"), n("RUNNING"), n("SUCCEEDED"),
+             n("FAILED"), n("CANCELLED")});
+    }
+    t.Print(std::cout);
+  });
+
+  struct NameArgs {
+    Conn conn;
+    std::string name;
+  };
+  auto show = std::make_shared<NameArgs>();
+  CLI::App* show_cmd = sweep->add_subcommand("show", "A sweep and its runs");
+  show_cmd->add_option("name", show->name, "Sweep name")->required();
+  AddConnFlags(show_cmd, show->conn);
+  show_cmd->callback([show] {
+    Client client = Client::Connect(show->conn);
+    cart::v1::GetSweepRequest req;
+    req.set_name(show->name);
+    auto resp = client.Call<cart::v1::GetSweepRequest, cart::v1::GetSweepResponse>(
+        &cart::v1::SchedulerService::Stub::GetSweep, req);
+    if (show->conn.json) {
+      std::cout << ToJson(resp) << "\n";
+      return;
+    }
+    std::cout << fmt::format("sweep {} ({} runs, created {})\n", resp.sweep().name(),
+                             resp.runs_size(), When(resp.sweep().created_us()));
+    PrintRuns(resp.runs(), false);
+  });
+
+  auto cancel = std::make_shared<NameArgs>();
+  CLI::App* cancel_cmd = sweep->add_subcommand("cancel", "Cancel every unfinished run of a sweep");
+  cancel_cmd->add_option("name", cancel->name, "Sweep name")->required();
+  AddConnFlags(cancel_cmd, cancel->conn);
+  cancel_cmd->callback([cancel] {
+    Client client = Client::Connect(cancel->conn);
+    cart::v1::CancelSweepRequest req;
+    req.set_name(cancel->name);
+    req.set_reason("cart sweep cancel");
+    auto resp = client.Call<cart::v1::CancelSweepRequest, cart::v1::CancelSweepResponse>(
+        &cart::v1::SchedulerService::Stub::CancelSweep, req);
+    std::cout << fmt::format("cancelling {} runs of {} (running ones stop after a checkpoint)\n",
+                             resp.runs_affected(), cancel->name);
+  });
+
+  auto resume = std::make_shared<NameArgs>();
+  CLI::App* resume_cmd = sweep->add_subcommand("resume", "Requeue the cancelled and failed runs of a sweep");
+  resume_cmd->add_option("name", resume->name, "Sweep name")->required();
+  AddConnFlags(resume_cmd, resume->conn);
+  resume_cmd->callback([resume] {
+    Client client = Client::Connect(resume->conn);
+    cart::v1::ResumeSweepRequest req;
+    req.set_name(resume->name);
+    auto resp = client.Call<cart::v1::ResumeSweepRequest, cart::v1::ResumeSweepResponse>(
+        &cart::v1::SchedulerService::Stub::ResumeSweep, req);
+    std::cout << fmt::format("requeued {} runs of {} from their latest checkpoints\n",
+                             resp.runs_affected(), resume->name);
+  });
+}
+
+void RegisterRuns(CLI::App& app) {
+  CLI::App* runs = app.add_subcommand("runs", "List, inspect, cancel, resume and extend runs");
+  runs->require_subcommand(1);
+
+  struct LsArgs {
+    Conn conn;
+    std::string sweep;
+    std::vector<std::string> states;
+  };
+  auto la = std::make_shared<LsArgs>();
+  CLI::App* ls = runs->add_subcommand("ls", "List runs");
+  ls->add_option("--sweep", la->sweep, "Only this sweep");
+  ls->add_option("--state", la->states, "Only these states (QUEUED, RUNNING, …; repeatable)");
+  AddConnFlags(ls, la->conn);
+  ls->callback([la] {
+    cart::v1::ListRunsRequest req;
+    req.set_sweep(la->sweep);
+    for (const std::string& s : la->states) {
+      RunState state;
+      if (!cart::v1::RunState_Parse("RUN_STATE_" + ToUpper(s), &state)) {
+        ExitWith(absl::InvalidArgumentError(StrCat(
+            "--state: '", s, "' is not one of QUEUED, BLOCKED, LEASED, RUNNING, SUCCEEDED, FAILED, CANCELLED")));
+      }
+      req.add_states(state);
+    }
+    Client client = Client::Connect(la->conn);
+    auto resp = client.Call<cart::v1::ListRunsRequest, cart::v1::ListRunsResponse>(
+        &cart::v1::SchedulerService::Stub::ListRuns, req);
+    if (la->conn.json) {
+      std::cout << ToJson(resp) << "\n";
+      return;
+    }
+    PrintRuns(resp.runs(), false);
+  });
+
+  struct IdArgs {
+    Conn conn;
+    int64_t id = 0;
+    int64_t steps = 0;
+    bool follow = false;
+  };
+  auto sh = std::make_shared<IdArgs>();
+  CLI::App* show = runs->add_subcommand("show", "One run: config, state, why it waits, events, checkpoints");
+  show->add_option("id", sh->id, "Run id")->required();
+  AddConnFlags(show, sh->conn);
+  show->callback([sh] {
+    Client client = Client::Connect(sh->conn);
+    cart::v1::GetRunRequest req;
+    req.set_run_id(sh->id);
+    auto resp = client.Call<cart::v1::GetRunRequest, cart::v1::GetRunResponse>(
+        &cart::v1::SchedulerService::Stub::GetRun, req);
+    if (sh->conn.json) {
+      std::cout << ToJson(resp) << "\n";
+      return;
+    }
+    const auto& r = resp.run();
+    std::cout << fmt::format("run {} ({})  {}  attempt {}/{}  step {}/{}  {}\n", r.run_id(), r.name(),
+                             Colored(StateName(r.state())), r.attempt(), r.max_attempts(), r.step(),
+                             r.total_steps(), Progress(r));
+    if (!r.waiting_reason().empty()) std::cout << "waiting: " << r.waiting_reason() << "\n";
+    if (!r.worker_id().empty()) std::cout << "worker: " << r.worker_id() << "\n";
+    std::cout << fmt::format("params: {:.2f}M stored, {:.2f}M effective; memory estimate {}\n",
+                             r.stored_params() / 1e6, r.effective_params() / 1e6,
+                             Mib(r.memory_estimate_mib()));
+    if (!r.latest().empty()) {
+      std::cout << "latest:";
+      for (const auto& [k, v] : r.latest()) {
+        if (k.rfind("sys/", 0) == 0 || k.rfind("h_norm/", 0) == 0 || k.rfind("rel_update/", 0) == 0) continue;
+        std::cout << fmt::format(" {}={:.5g}", k, v);
+      }
+      std::cout << "\n";
+    }
+    if (!resp.checkpoints().empty()) {
+      std::cout << "checkpoints:";
+      for (const auto& c : resp.checkpoints()) {
+        std::cout << " " << c.step() << (c.final() ? " (final)" : "");
+      }
+      std::cout << "\n";
+    }
+    Table t;
+    t.Header({"time", "from", "to", "who", "why"});
+    for (const auto& e : resp.events()) t.Row({When(e.time_us()), e.from_state(), e.to_state(), e.who(), e.why()});
+    t.Print(std::cout);
+  });
+
+  auto lg = std::make_shared<IdArgs>();
+  CLI::App* logs = runs->add_subcommand("logs", "A run's metric log (and its events); -f follows it live");
+  logs->add_option("id", lg->id, "Run id")->required();
+  logs->add_flag("-f,--follow", lg->follow, "Keep printing new points until the run ends");
+  AddConnFlags(logs, lg->conn);
+  logs->callback([lg] {
+    Client client = Client::Connect(lg->conn);
+    cart::v1::StreamMetricsRequest req;
+    req.set_run_id(lg->id);
+    req.set_follow(lg->follow);
+    grpc::ClientContext ctx;
+    rpc::PrepareContext(ctx, client.config(), 0);
+    auto reader = client.stub().StreamMetrics(&ctx, req);
+    cart::v1::MetricBatchView batch;
+    int64_t last_step = -1;
+    std::map<std::string, double> line;
+    auto flush = [&] {
+      if (last_step < 0 || line.empty()) return;
+      if (lg->conn.json) {
+        nlohmann::json j(line);
+        j["step"] = last_step;
+        std::cout << j.dump() << std::endl;
+      } else {
+        std::string text = fmt::format("step {:>7}", last_step);
+        for (const auto& [k, v] : line) {
+          if (k.rfind("sys/", 0) == 0 || k.rfind("h_norm/", 0) == 0 || k.rfind("rel_update/", 0) == 0) continue;
+          text += fmt::format(" {}={:.5g}", k, v);
+        }
+        std::cout << text << std::endl;
+      }
+      line.clear();
+    };
+    while (reader->Read(&batch)) {
+      for (const auto& p : batch.points()) {
+        if (p.step() != last_step) flush();
+        last_step = p.step();
+        line[p.name()] = p.value();
+      }
+      if (!lg->follow) continue;
+    }
+    flush();
+    grpc::Status s = reader->Finish();
+    if (!s.ok()) client.Fail(s);
+  });
+
+  auto simple = [&](const char* name, const char* help, auto call) {
+    auto a = std::make_shared<IdArgs>();
+    CLI::App* cmd = runs->add_subcommand(name, help);
+    cmd->add_option("id", a->id, "Run id")->required();
+    if (std::string(name) == "extend") {
+      cmd->add_option("--steps", a->steps, "New total steps (larger than the current)")->required();
+    }
+    AddConnFlags(cmd, a->conn);
+    cmd->callback([a, call] {
+      Client client = Client::Connect(a->conn);
+      cart::v1::RunResponse resp = call(client, *a);
+      if (a->conn.json) {
+        std::cout << ToJson(resp) << "\n";
+        return;
+      }
+      std::cout << fmt::format("run {} ({}): {}\n", resp.run().run_id(), resp.run().name(),
+                               StateName(resp.run().state()));
+    });
+  };
+  simple("cancel", "Cancel a run (a running one stops after a final checkpoint)",
+         [](Client& c, const IdArgs& a) {
+           cart::v1::CancelRunRequest req;
+           req.set_run_id(a.id);
+           req.set_reason("cart runs cancel");
+           return c.Call<cart::v1::CancelRunRequest, cart::v1::RunResponse>(
+               &cart::v1::SchedulerService::Stub::CancelRun, req);
+         });
+  simple("resume", "Requeue a cancelled or failed run from its latest checkpoint",
+         [](Client& c, const IdArgs& a) {
+           cart::v1::ResumeRunRequest req;
+           req.set_run_id(a.id);
+           return c.Call<cart::v1::ResumeRunRequest, cart::v1::RunResponse>(
+               &cart::v1::SchedulerService::Stub::ResumeRun, req);
+         });
+  simple("extend", "Train a run further: raise its total steps and requeue it",
+         [](Client& c, const IdArgs& a) {
+           cart::v1::ExtendRunRequest req;
+           req.set_run_id(a.id);
+           req.set_total_steps(a.steps);
+           return c.Call<cart::v1::ExtendRunRequest, cart::v1::RunResponse>(
+               &cart::v1::SchedulerService::Stub::ExtendRun, req);
+         });
+}
+
+void RegisterResults(CLI::App& app) {
+  struct Args {
+    Conn conn;
+    cart::v1::QueryTableRequest req;
+    std::string table, format = "text";
+    std::vector<std::string> sweeps;
+  };
+  auto a = std::make_shared<Args>();
+  CLI::App* results = app.add_subcommand(
+      "results", "Paper tables from the results database: pivot, best, deltas, series, ranks");
+  results->add_option("table", a->table, "pivot | best | deltas | series | ranks")
+      ->required()
+      ->check(CLI::IsMember({"pivot", "best", "deltas", "series", "ranks"}));
+  results->add_option("--metric", *a->req.mutable_metric(), "Metric, e.g. rho_max, val_ppl/wiki")
+      ->default_val("rho_max");
+  results->add_option("--rows", *a->req.mutable_rows(), "Config key for rows (pivot, best)");
+  results->add_option("--cols", *a->req.mutable_cols(), "Config key for columns (pivot)");
+  results->add_option("--sweep", a->sweeps, "Restrict to sweeps (ranks: exactly two)");
+  results->add_option("--baseline", *a->req.mutable_baseline(), "deltas: baseline group key=value,…");
+  results->add_option("--group-by", *a->req.mutable_group_by(), "deltas: comma-separated config keys");
+  results->add_option("--run", [a](const CLI::results_t& r) {
+    a->req.set_run_id(std::stoll(r[0]));
+    return true;
+  }, "series: run id");
+  results->add_flag("--lower-is-better", [a](int64_t) { a->req.set_lower_is_better(true); },
+                    "best, ranks: smaller values win (perplexity)");
+  results->add_option("--value", *a->req.mutable_value(), "final (default) or latest");
+  results->add_option("--format", a->format, "text | csv | markdown | json")
+      ->check(CLI::IsMember({"text", "csv", "markdown", "json"}))
+      ->capture_default_str();
+  AddConnFlags(results, a->conn);
+  results->callback([a] {
+    a->req.set_table(a->table);
+    for (const auto& s : a->sweeps) a->req.add_sweeps(s);
+    Client client = Client::Connect(a->conn);
+    auto t = client.Call<cart::v1::QueryTableRequest, cart::v1::Table>(
+        &cart::v1::SchedulerService::Stub::QueryTable, a->req);
+    if (a->conn.json || a->format == "json") {
+      std::cout << ToJson(t) << "\n";
+      return;
+    }
+    PrintResultTable(t, a->format, std::cout);
+  });
+}
+
+void RegisterWorkers(CLI::App& app) {
+  CLI::App* workers = app.add_subcommand("workers", "List and drain workers");
+  workers->require_subcommand(1);
+  auto lc = std::make_shared<Conn>();
+  CLI::App* ls = workers->add_subcommand("ls", "Registered workers");
+  AddConnFlags(ls, *lc);
+  ls->callback([lc] {
+    Client client = Client::Connect(*lc);
+    auto resp = client.Call<cart::v1::ListWorkersRequest, cart::v1::ListWorkersResponse>(
+        &cart::v1::SchedulerService::Stub::ListWorkers, {});
+    if (lc->json) {
+      std::cout << ToJson(resp) << "\n";
+      return;
+    }
+    Table t;
+    t.Header({"worker", "host", "device", "memory", "state", "run", "last seen"});
+    for (const auto& w : resp.workers()) {
+      t.Row({w.worker_id(), w.hostname(), w.device().kind() + " " + w.device().name(),
+             Mib(w.device().memory_mib()), w.state(), w.run_id() ? std::to_string(w.run_id()) : "-",
+             When(w.last_seen_us())});
+    }
+    t.Print(std::cout);
+  });
+  struct DrainArgs {
+    Conn conn;
+    std::string id;
+  };
+  auto da = std::make_shared<DrainArgs>();
+  CLI::App* drain = workers->add_subcommand("drain", "Let a worker finish its job, then exit");
+  drain->add_option("worker", da->id, "Worker id")->required();
+  AddConnFlags(drain, da->conn);
+  drain->callback([da] {
+    Client client = Client::Connect(da->conn);
+    cart::v1::DrainWorkerRequest req;
+    req.set_worker_id(da->id);
+    client.Call<cart::v1::DrainWorkerRequest, cart::v1::DrainWorkerResponse>(
+        &cart::v1::SchedulerService::Stub::DrainWorker, req);
+    std::cout << "draining " << da->id << ": it finishes its current job, then exits\n";
+  });
+}
+
+}  // namespace
+
+void RegisterServiceCommands(CLI::App& app) {
+  RegisterSweep(app);
+  RegisterRuns(app);
+  RegisterResults(app);
+  RegisterWorkers(app);
+}
+
+}  // namespace cart::cli

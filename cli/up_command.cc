@@ -1,0 +1,247 @@
+// cart up — the one-box setup: an embedded cartd on a local SQLite file, N local cart-worker
+// processes, and optionally a sweep run to completion with its results table printed at the end.
+
+#include <fmt/format.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <csignal>
+#include <filesystem>
+#include <iostream>
+#include <random>
+#include <thread>
+
+#include "cart/v1/scheduler.grpc.pb.h"
+#include "cli/commands.h"
+#include "cli/table.h"
+#include "common/file.h"
+#include "common/status.h"
+#include "common/strings.h"
+#include "rpc/client.h"
+#include "server/server.h"
+
+extern char** environ;
+
+namespace cart::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::atomic<bool> g_interrupted{false};
+void OnSignal(int) { g_interrupted = true; }
+
+std::string RandomToken() {
+  std::random_device rd;
+  std::string t;
+  for (int i = 0; i < 4; ++i) t += fmt::format("{:08x}", rd());
+  return t;
+}
+
+struct UpArgs {
+  std::string data_dir = "var/cart";
+  std::string listen = "127.0.0.1:7070";
+  int workers = 2;
+  int threads = 1;
+  std::string sweep;
+  std::string table_rows = "d", table_cols = "R", table_metric = "rho_max";
+  std::string client_config = rpc::DefaultConfigPath();
+  std::vector<int64_t> worker_memory_mib;
+  double lease_ttl_s = 20;
+};
+
+absl::StatusOr<pid_t> SpawnWorker(const std::string& exe, const std::vector<std::string>& args) {
+  std::vector<char*> argv;
+  argv.push_back(const_cast<char*>(exe.c_str()));
+  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  int rc = posix_spawn(&pid, exe.c_str(), nullptr, nullptr, argv.data(), environ);
+  if (rc != 0) return absl::InternalError(StrCat("cannot start ", exe, ": ", std::strerror(rc)));
+  return pid;
+}
+
+bool SweepDone(const cart::v1::GetSweepResponse& s) {
+  for (const auto& r : s.runs()) {
+    switch (r.state()) {
+      case cart::v1::RUN_STATE_SUCCEEDED:
+      case cart::v1::RUN_STATE_FAILED:
+      case cart::v1::RUN_STATE_CANCELLED:
+        break;
+      default:
+        return false;
+    }
+  }
+  return true;
+}
+
+absl::Status Up(const UpArgs& a) {
+  std::error_code ec;
+  fs::create_directories(a.data_dir, ec);
+  // Tokens for this box: one user token (written to the client config) and one worker token.
+  const std::string tokens_path = (fs::path(a.data_dir) / "tokens").string();
+  std::string user_token, worker_token;
+  if (absl::StatusOr<std::string> text = ReadWholeFile(tokens_path); text.ok()) {
+    for (const std::string& line : Split(*text, '\n')) {
+      std::vector<std::string> f = Split(std::string(Trim(line)), ' ');
+      if (f.size() >= 2 && f[1] == "user" && user_token.empty()) user_token = f[0];
+      if (f.size() >= 2 && f[1] == "worker" && worker_token.empty()) worker_token = f[0];
+    }
+  }
+  if (user_token.empty() || worker_token.empty()) {
+    user_token = RandomToken();
+    worker_token = RandomToken();
+    CART_RETURN_IF_ERROR(WriteFileAtomically(
+        tokens_path, StrCat("# written by cart up\n", user_token, " user local\n", worker_token,
+                            " worker local-workers\n")));
+    chmod(tokens_path.c_str(), 0600);
+  }
+  server::ServerConfig config;
+  config.listen = a.listen;
+  config.data_dir = a.data_dir;
+  config.tokens_file = tokens_path;
+  config.lease_ttl = absl::Seconds(a.lease_ttl_s);
+  CART_ASSIGN_OR_RETURN(std::unique_ptr<server::ServerHandle> server, server::RunServer(config));
+  const std::string address = server->dial_address();
+  rpc::ClientConfig client;
+  client.server = address;
+  client.token = user_token;
+  CART_RETURN_IF_ERROR(rpc::WriteClientConfig(client, a.client_config));
+  std::cout << fmt::format("cartd listening on {} (data in {}); client config {}\n", address,
+                           a.data_dir, a.client_config);
+
+  const std::string exe = (fs::read_symlink("/proc/self/exe").parent_path() / "cart-worker").string();
+  std::vector<pid_t> workers;
+  for (int i = 0; i < a.workers; ++i) {
+    std::vector<std::string> args = {
+        "--server", address, "--token", worker_token, "--device", "cpu",
+        "--worker-id", fmt::format("local-{}", i), "--threads", std::to_string(a.threads),
+        "--cache-dir", (fs::path(a.data_dir) / fmt::format("worker-{}", i)).string(),
+        "--client-config", "/dev/null"};
+    if (i < static_cast<int>(a.worker_memory_mib.size())) {
+      args.insert(args.end(), {"--memory-mib", std::to_string(a.worker_memory_mib[i])});
+    }
+    CART_ASSIGN_OR_RETURN(pid_t pid, SpawnWorker(exe, args));
+    workers.push_back(pid);
+  }
+  std::cout << fmt::format("started {} local worker(s) ({} thread(s) each)\n", workers.size(),
+                           a.threads);
+  std::signal(SIGINT, OnSignal);
+  std::signal(SIGTERM, OnSignal);
+
+  absl::Status result = absl::OkStatus();
+  auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+  auto stub = cart::v1::SchedulerService::NewStub(channel);
+  auto call = [&](auto method, const auto& req, auto& resp) {
+    grpc::ClientContext ctx;
+    rpc::PrepareContext(ctx, client, 30'000);
+    return rpc::FromGrpc(((*stub).*method)(&ctx, req, &resp));
+  };
+  if (!a.sweep.empty()) {
+    absl::StatusOr<std::string> text = ReadWholeFile(a.sweep);
+    if (!text.ok()) {
+      result = text.status();
+    } else {
+      cart::v1::SubmitSweepRequest req;
+      req.set_spec_yaml(*text);
+      req.set_file_name(a.sweep);
+      req.set_request_id("cart-up:" + a.sweep + ":" + std::to_string(std::hash<std::string>{}(*text)));
+      cart::v1::SubmitSweepResponse resp;
+      result = call(&cart::v1::SchedulerService::Stub::SubmitSweep, req, resp);
+      if (result.ok()) {
+        const std::string name = resp.sweep().name();
+        std::cout << fmt::format("{} sweep {} ({} runs)\n",
+                                 resp.existing() ? "resuming" : "submitted", name, resp.runs_size());
+        auto last_print = std::chrono::steady_clock::now() - std::chrono::seconds(60);
+        while (!g_interrupted) {
+          cart::v1::GetSweepRequest g;
+          g.set_name(name);
+          cart::v1::GetSweepResponse s;
+          result = call(&cart::v1::SchedulerService::Stub::GetSweep, g, s);
+          if (!result.ok()) break;
+          const bool done = SweepDone(s);
+          if (done || std::chrono::steady_clock::now() - last_print > std::chrono::seconds(10)) {
+            int finished = 0;
+            std::string running;
+            for (const auto& r : s.runs()) {
+              if (r.state() == cart::v1::RUN_STATE_SUCCEEDED) ++finished;
+              if (r.state() == cart::v1::RUN_STATE_RUNNING) {
+                running += fmt::format(" {}@{}/{}", r.name(), r.step(), r.total_steps());
+              }
+            }
+            std::cout << fmt::format("[{}] {}/{} runs done;{}\n", name, finished, s.runs_size(),
+                                     running.empty() ? " none running" : " running" + running)
+                      << std::flush;
+            last_print = std::chrono::steady_clock::now();
+          }
+          if (done) {
+            cart::v1::QueryTableRequest q;
+            q.set_table("pivot");
+            q.set_metric(a.table_metric);
+            q.set_rows(a.table_rows);
+            q.set_cols(a.table_cols);
+            q.add_sweeps(name);
+            cart::v1::Table table;
+            result = call(&cart::v1::SchedulerService::Stub::QueryTable, q, table);
+            if (result.ok()) {
+              std::cout << "\n";
+              PrintResultTable(table, "text", std::cout);
+            }
+            break;
+          }
+          std::this_thread::sleep_for(std::chrono::milliseconds(500));
+        }
+      }
+    }
+    g_interrupted = true;
+  } else {
+    std::cout << "press Ctrl-C to stop; in another shell: cart sweep submit FILE\n";
+  }
+  while (!g_interrupted) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+
+  // Workers first (SIGTERM: a running job checkpoints and is requeued), then the server.
+  for (pid_t pid : workers) kill(pid, SIGTERM);
+  for (pid_t pid : workers) {
+    int status = 0;
+    for (int i = 0; i < 600 && waitpid(pid, &status, WNOHANG) == 0; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    if (waitpid(pid, &status, WNOHANG) == 0) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+    }
+  }
+  server->Shutdown();
+  server->Wait();
+  return result;
+}
+
+}  // namespace
+
+void RegisterUpCommand(CLI::App& app) {
+  auto a = std::make_shared<UpArgs>();
+  CLI::App* up = app.add_subcommand(
+      "up", "Run cartd and local CPU workers on this box (and optionally one sweep to the end)");
+  up->add_option("--data-dir", a->data_dir, "Database, artifacts, tokens")->capture_default_str();
+  up->add_option("--listen", a->listen, "cartd address")->capture_default_str();
+  up->add_option("--workers", a->workers, "Local cart-worker processes")->capture_default_str();
+  up->add_option("--threads", a->threads, "CPU threads per worker")->capture_default_str();
+  up->add_option("--worker-memory-mib", a->worker_memory_mib,
+                 "Device memory each worker reports, MiB (repeatable, one per worker)");
+  up->add_option("--lease-ttl", a->lease_ttl_s, "Lease TTL, seconds")->capture_default_str();
+  up->add_option("--sweep", a->sweep, "Submit this sweep, wait for it, print the table, exit");
+  up->add_option("--rows", a->table_rows, "Table rows key")->capture_default_str();
+  up->add_option("--cols", a->table_cols, "Table columns key")->capture_default_str();
+  up->add_option("--metric", a->table_metric, "Table metric")->capture_default_str();
+  up->add_option("--client-config", a->client_config, "Where to write the client config")
+      ->capture_default_str();
+  up->callback([a] {
+    absl::Status s = Up(*a);
+    if (!s.ok()) ExitWith(s);
+  });
+}
+
+}  // namespace cart::cli

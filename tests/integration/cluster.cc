@@ -1,0 +1,196 @@
+#include "tests/integration/cluster.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+
+#include <fstream>
+#include <thread>
+
+#include "common/strings.h"
+#include "data/synth.h"
+
+extern char** environ;
+
+namespace cart::testing {
+
+Cluster::Cluster(double lease_ttl_s) : lease_ttl_s_(lease_ttl_s) {
+  user_token_ = "user-token-0123456789abcdef";
+  worker_token_ = "worker-token-0123456789abcdef";
+  WriteFile("tokens", StrCat(user_token_, " user tester\n", worker_token_, " worker testers\n"));
+  port_ = FreePort();
+  client_.server = address();
+  client_.token = user_token_;
+  CART_EXPECT_OK(rpc::WriteClientConfig(client_, dir_.File("client.yaml")));
+}
+
+Cluster::~Cluster() {
+  for (pid_t pid : workers_) {
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+  }
+  if (cartd_ > 0) {
+    kill(cartd_, SIGKILL);
+    waitpid(cartd_, nullptr, 0);
+  }
+}
+
+pid_t Cluster::Spawn(const std::string& exe, const std::vector<std::string>& args,
+                     const std::string& log) {
+  std::vector<char*> argv;
+  argv.push_back(const_cast<char*>(exe.c_str()));
+  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  const std::string path = dir_.File(log);
+  posix_spawn_file_actions_addopen(&actions, 1, path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+  posix_spawn_file_actions_addopen(&actions, 2, path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+  pid_t pid = -1;
+  const int rc = posix_spawn(&pid, exe.c_str(), &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  EXPECT_EQ(rc, 0) << "cannot start " << exe;
+  return pid;
+}
+
+void Cluster::StartCartd() {
+  cartd_ = Spawn(BinDir() + "/cartd",
+                 {"--listen", address(), "--data-dir", dir_.File("cartd"), "--tokens",
+                  dir_.File("tokens"), "--lease-ttl", StrCat(lease_ttl_s_)},
+                 "cartd.log");
+  Connect();
+  // Ready when it answers.
+  const bool up = WaitFor(
+      [&] {
+        grpc::ClientContext ctx;
+        rpc::PrepareContext(ctx, client_, 1000);
+        cart::v1::ListSweepsResponse resp;
+        return stub_->ListSweeps(&ctx, {}, &resp).ok();
+      },
+      std::chrono::seconds(30));
+  ASSERT_TRUE(up) << Log("cartd.log");
+}
+
+void Cluster::KillCartd(int signal) {
+  kill(cartd_, signal);
+  waitpid(cartd_, nullptr, 0);
+  cartd_ = -1;
+}
+
+pid_t Cluster::StartWorker(const std::string& id, int64_t memory_mib,
+                           const std::vector<std::string>& extra) {
+  std::vector<std::string> args = {"--server", address(), "--token", worker_token_,
+                                   "--device", "cpu", "--worker-id", id, "--threads", "1",
+                                   "--cache-dir", dir_.File("worker-" + id),
+                                   "--acquire-wait-ms", "1000", "--client-config", "/dev/null"};
+  if (memory_mib > 0) args.insert(args.end(), {"--memory-mib", StrCat(memory_mib)});
+  args.insert(args.end(), extra.begin(), extra.end());
+  pid_t pid = Spawn(BinDir() + "/cart-worker", args, "worker-" + id + ".log");
+  workers_.push_back(pid);
+  return pid;
+}
+
+void Cluster::Signal(pid_t pid, int signal) { kill(pid, signal); }
+
+void Cluster::Wait(pid_t pid) { waitpid(pid, nullptr, 0); }
+
+std::string Cluster::Cart(const std::vector<std::string>& args, bool allow_failure,
+                          int* exit_code) {
+  std::string cmd = "CART_CONFIG=" + dir_.File("client.yaml") + " " + BinDir() + "/cart";
+  for (const std::string& a : args) cmd += " '" + a + "'";
+  cmd += " 2>" + dir_.File("cart.stderr");
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  const int status = pclose(p);
+  const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  if (exit_code != nullptr) *exit_code = code;
+  if (!allow_failure) {
+    EXPECT_EQ(code, 0) << cmd << "\n" << out << ReadFile(dir_.File("cart.stderr"));
+  }
+  return out + ReadFile(dir_.File("cart.stderr"));
+}
+
+std::string Cluster::SynthData() {
+  data::SynthOptions o;
+  o.chain.vocab = 32;
+  o.chain.order = 1;
+  o.chain.seed = 3;
+  o.chain.concentration = 0.05;
+  o.tokens = 40'000;
+  o.val_tokens = 4'000;
+  o.out = dir_.File("synth.bin");
+  auto r = data::WriteSynthetic(o);
+  EXPECT_TRUE(r.ok()) << r.status();
+  return o.out;
+}
+
+std::string Cluster::WriteFile(const std::string& name, const std::string& text) {
+  ::cart::testing::WriteFile(dir_.File(name), text);
+  return dir_.File(name);
+}
+
+void Cluster::Connect() {
+  auto channel = rpc::MakeChannel(client_);
+  ASSERT_TRUE(channel.ok());
+  stub_ = cart::v1::SchedulerService::NewStub(*channel);
+}
+
+cart::v1::GetRunResponse Cluster::GetRun(int64_t run_id) {
+  grpc::ClientContext ctx;
+  rpc::PrepareContext(ctx, client_, 5000);
+  cart::v1::GetRunRequest req;
+  req.set_run_id(run_id);
+  cart::v1::GetRunResponse resp;
+  grpc::Status s = stub_->GetRun(&ctx, req, &resp);
+  EXPECT_TRUE(s.ok() || s.error_code() == grpc::StatusCode::UNAVAILABLE) << s.error_message();
+  return resp;
+}
+
+std::vector<cart::v1::RunView> Cluster::Runs(const std::string& sweep) {
+  grpc::ClientContext ctx;
+  rpc::PrepareContext(ctx, client_, 5000);
+  cart::v1::ListRunsRequest req;
+  req.set_sweep(sweep);
+  cart::v1::ListRunsResponse resp;
+  stub_->ListRuns(&ctx, req, &resp);
+  return {resp.runs().begin(), resp.runs().end()};
+}
+
+bool Cluster::WaitFor(const std::function<bool()>& done, std::chrono::seconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (done()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return done();
+}
+
+std::map<int64_t, double> Cluster::Series(int64_t run_id, const std::string& name) {
+  grpc::ClientContext ctx;
+  rpc::PrepareContext(ctx, client_, 10'000);
+  cart::v1::StreamMetricsRequest req;
+  req.set_run_id(run_id);
+  req.add_names(name);
+  auto reader = stub_->StreamMetrics(&ctx, req);
+  std::map<int64_t, double> out;
+  cart::v1::MetricBatchView batch;
+  while (reader->Read(&batch)) {
+    for (const auto& p : batch.points()) {
+      EXPECT_EQ(out.count(p.step()), 0u) << name << " at step " << p.step() << " twice";
+      out[p.step()] = p.value();
+    }
+  }
+  grpc::Status s = reader->Finish();
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  return out;
+}
+
+std::string Cluster::Log(const std::string& name) const {
+  return "--- " + name + " ---\n" + ReadFile(dir_.File(name));
+}
+
+}  // namespace cart::testing

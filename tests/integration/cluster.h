@@ -1,0 +1,70 @@
+#pragma once
+
+// A throwaway CART Lab deployment for multi-process tests: a real cartd process on a free
+// loopback port with its own data dir and tokens, real cart-worker processes, synthetic data, and
+// a gRPC stub to inspect it.
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cart/v1/scheduler.grpc.pb.h"
+#include "rpc/client.h"
+#include "tests/support/test_support.h"
+
+namespace cart::testing {
+
+class Cluster {
+ public:
+  explicit Cluster(double lease_ttl_s = 3.0);
+  ~Cluster();  // kills every process it started
+
+  void StartCartd();
+  void KillCartd(int signal);  // and waits for it
+  // Starts a worker; returns its pid.
+  pid_t StartWorker(const std::string& id, int64_t memory_mib = 0,
+                    const std::vector<std::string>& extra = {});
+  void Signal(pid_t pid, int signal);
+  void Wait(pid_t pid);
+
+  // Runs `cart ARGS...` with the user's client config; returns stdout, fails the test on a
+  // non-zero exit unless `allow_failure`.
+  std::string Cart(const std::vector<std::string>& args, bool allow_failure = false,
+                   int* exit_code = nullptr);
+
+  // Writes a synthetic Markov source (vocab 32) with a validation split; returns the .bin path.
+  std::string SynthData();
+  std::string WriteFile(const std::string& name, const std::string& text);
+
+  cart::v1::SchedulerService::Stub& stub() { return *stub_; }
+  cart::v1::GetRunResponse GetRun(int64_t run_id);
+  std::vector<cart::v1::RunView> Runs(const std::string& sweep);
+  // Polls every 100 ms until `done` holds or `timeout` passes; false on timeout.
+  bool WaitFor(const std::function<bool()>& done, std::chrono::seconds timeout);
+  // All points of `name` for a run, by step.
+  std::map<int64_t, double> Series(int64_t run_id, const std::string& name);
+
+  const std::string& dir() const { return dir_.path().string(); }
+  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+  std::string Log(const std::string& name) const;  // a process's captured stderr
+
+ private:
+  pid_t Spawn(const std::string& exe, const std::vector<std::string>& args, const std::string& log);
+  void Connect();
+
+  TempDir dir_;
+  double lease_ttl_s_;
+  int port_ = 0;
+  std::string user_token_, worker_token_;
+  pid_t cartd_ = -1;
+  std::vector<pid_t> workers_;
+  std::unique_ptr<cart::v1::SchedulerService::Stub> stub_;
+  rpc::ClientConfig client_;
+};
+
+}  // namespace cart::testing

@@ -1,0 +1,261 @@
+// End to end on real processes: cartd and cart-worker binaries on loopback, tiny CPU models.
+
+#include <signal.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <thread>
+
+#include "common/strings.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "model/config.h"
+#include "tests/integration/cluster.h"
+#include "train/trainer.h"
+
+namespace cart::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string RunBase(const std::string& data, int steps, int checkpoint_every = 10) {
+  return StrCat(R"(  vocab: 32
+  d: 64
+  P: 1
+  R: 2
+  seq_len: 32
+  batch: 4
+  accum: 1
+  lr: 3e-3
+  lr_min: 3e-4
+  warmup: 3
+  log_every: 1
+  eval_every: 0
+  eval_sequences: 4
+  threads: 1
+  steps: )", steps, "\n  checkpoint_every: ", checkpoint_every, "\n  train_data: ", data,
+                "\n  val_data:\n    synth: ", data.substr(0, data.size() - 4), ".val.bin\n");
+}
+
+std::string StateOf(Cluster& c, int64_t run) {
+  std::string n = cart::v1::RunState_Name(c.GetRun(run).run().state());
+  return n.size() > 10 ? n.substr(10) : n;
+}
+
+int64_t RunId(Cluster& c, const std::string& sweep, int index) {
+  for (const auto& r : c.Runs(sweep)) {
+    if (r.name() == StrCat(sweep, "/", index)) return r.run_id();
+  }
+  ADD_FAILURE() << "no run " << sweep << "/" << index;
+  return 0;
+}
+
+TEST(ServiceTest, SweepOfTwoByTwoByTwoSeedsCompletesOnTwoWorkersAndShowsTheRhoTable) {
+  Cluster c;
+  c.StartCartd();
+  const std::string data = c.SynthData();
+  const std::string file = c.WriteFile(
+      "grid.yaml", StrCat("name: grid\nbase:\n", RunBase(data, 20, 0),
+                          "grid:\n  d: [64, 128]\n  R: [1, 2]\nseeds: [1, 2]\n"));
+  EXPECT_THAT(c.Cart({"sweep", "submit", file}), HasSubstr("submitted sweep grid with 8 runs"));
+  c.StartWorker("a");
+  c.StartWorker("b");
+  const bool done = c.WaitFor(
+      [&] {
+        int ok = 0;
+        for (const auto& r : c.Runs("grid")) ok += r.state() == cart::v1::RUN_STATE_SUCCEEDED;
+        return ok == 8;
+      },
+      std::chrono::seconds(300));
+  ASSERT_TRUE(done) << c.Cart({"sweep", "show", "grid"}) << c.Log("worker-a.log");
+  // Both workers trained.
+  std::set<std::string> workers;
+  for (const auto& r : c.Runs("grid")) workers.insert(r.worker_id());
+  EXPECT_EQ(workers.size(), 2u);
+  const std::string table =
+      c.Cart({"results", "pivot", "--metric", "rho_max", "--rows", "d", "--cols", "R", "--sweep",
+              "grid", "--format", "csv"});
+  // Header plus one row per d, each cell a mean over the two seeds.
+  EXPECT_THAT(table, HasSubstr("64"));
+  EXPECT_THAT(table, HasSubstr("128"));
+  std::vector<std::string> lines = Split(table, '\n');
+  ASSERT_GE(lines.size(), 3u) << table;
+  for (int i = 1; i <= 2; ++i) {
+    std::vector<std::string> cells = Split(lines[i], ',');
+    ASSERT_EQ(cells.size(), 3u) << lines[i];
+    for (int j = 1; j <= 2; ++j) {
+      std::optional<double> rho = ParseDouble(cells[j]);
+      ASSERT_TRUE(rho.has_value()) << lines[i];
+      EXPECT_GT(*rho, 0.5);  // σ(a) started at 0.9 and moved only a little in 20 steps
+      EXPECT_LT(*rho, 1.0);
+    }
+  }
+}
+
+TEST(ServiceTest, KilledWorkersRunResumesElsewhereFromItsCheckpointWithIdenticalLosses) {
+  Cluster c(/*lease_ttl_s=*/2);
+  c.StartCartd();
+  const std::string data = c.SynthData();
+  const std::string file =
+      c.WriteFile("one.yaml", StrCat("name: one\nbase:\n", RunBase(data, 60, 10), "seeds: [7]\n"));
+  c.Cart({"sweep", "submit", file});
+  const int64_t run = RunId(c, "one", 0);
+  pid_t a = c.StartWorker("a");
+  ASSERT_TRUE(c.WaitFor([&] { return c.GetRun(run).run().step() >= 25; }, std::chrono::seconds(120)))
+      << c.Log("worker-a.log");
+  c.Signal(a, SIGKILL);
+  c.Wait(a);
+  c.StartWorker("b");
+  ASSERT_TRUE(c.WaitFor([&] { return StateOf(c, run) == "SUCCEEDED"; }, std::chrono::seconds(180)))
+      << c.Log("worker-b.log") << c.Log("cartd.log");
+  cart::v1::GetRunResponse resp = c.GetRun(run);
+  EXPECT_EQ(resp.run().attempt(), 2);
+  EXPECT_EQ(resp.run().worker_id(), "b");
+  EXPECT_THAT(c.Log("worker-b.log"), HasSubstr("from step"));
+
+  // The same run trained straight through in this process.
+  model::RunConfig config = model::ParseRunConfigYaml(resp.run().config_yaml(), "run").value();
+  train::TrainOptions o;
+  o.out_dir = c.dir() + "/straight";
+  CART_ASSERT_OK(train::Train(config, o).status());
+  std::map<int64_t, double> want;
+  std::ifstream in(o.out_dir + "/metrics.jsonl");
+  std::string line;
+  while (std::getline(in, line)) {
+    auto j = nlohmann::json::parse(line);
+    if (j.contains("loss")) want[j["step"].get<int64_t>()] = j["loss"].get<double>();
+  }
+  std::map<int64_t, double> got = c.Series(run, "loss");
+  ASSERT_EQ(got.size(), 60u);
+  ASSERT_EQ(want.size(), 60u);
+  for (const auto& [step, loss] : want) EXPECT_EQ(got[step], loss) << "step " << step;
+}
+
+TEST(ServiceTest, CancelStopsWithACheckpointAndResumeFinishesTheRun) {
+  Cluster c;
+  c.StartCartd();
+  const std::string data = c.SynthData();
+  const std::string file =
+      c.WriteFile("c.yaml", StrCat("name: c\nbase:\n", RunBase(data, 400, 50), "seeds: [1]\n"));
+  c.Cart({"sweep", "submit", file});
+  const int64_t run = RunId(c, "c", 0);
+  c.StartWorker("a");
+  ASSERT_TRUE(c.WaitFor([&] { return c.GetRun(run).run().step() >= 5; }, std::chrono::seconds(120)));
+  EXPECT_THAT(c.Cart({"runs", "cancel", StrCat(run)}), HasSubstr(StrCat("run ", run)));
+  ASSERT_TRUE(c.WaitFor([&] { return StateOf(c, run) == "CANCELLED"; }, std::chrono::seconds(60)))
+      << c.Log("worker-a.log");
+  cart::v1::GetRunResponse cancelled = c.GetRun(run);
+  ASSERT_FALSE(cancelled.checkpoints().empty());
+  const int64_t stopped_at = cancelled.checkpoints().rbegin()->step();
+  EXPECT_LT(stopped_at, 400);
+  EXPECT_GE(stopped_at, 5);
+  c.Cart({"runs", "resume", StrCat(run)});
+  ASSERT_TRUE(c.WaitFor([&] { return StateOf(c, run) == "SUCCEEDED"; }, std::chrono::seconds(240)))
+      << c.Log("worker-a.log");
+  EXPECT_THAT(c.Log("worker-a.log"), HasSubstr(StrCat("from step ", stopped_at)));
+  EXPECT_EQ(c.Series(run, "loss").size(), 400u);
+}
+
+TEST(ServiceTest, DerivedEvaluationWaitsForItsParentThenRuns) {
+  Cluster c;
+  c.StartCartd();
+  const std::string data = c.SynthData();
+  const std::string file = c.WriteFile(
+      "d.yaml", StrCat("name: d\nbase:\n", RunBase(data, 15, 5), "seeds: [1]\n",
+                       "derived:\n  - name: varR\n    from: {run: 0, checkpoint: final}\n"
+                       "    eval_loops: [1, 2, 4]\n"));
+  c.Cart({"sweep", "submit", file});
+  const int64_t parent = RunId(c, "d", 0);
+  const int64_t eval = RunId(c, "d", 1);
+  EXPECT_EQ(StateOf(c, eval), "BLOCKED");
+  c.StartWorker("a");
+  ASSERT_TRUE(c.WaitFor([&] { return StateOf(c, eval) == "SUCCEEDED"; }, std::chrono::seconds(180)))
+      << c.Log("worker-a.log") << c.Log("cartd.log");
+  EXPECT_EQ(StateOf(c, parent), "SUCCEEDED");
+  std::map<int64_t, double> ppl = c.Series(eval, "val_ppl/synth");
+  ASSERT_EQ(ppl.size(), 3u);  // one point per R_infer
+  for (const auto& [r, v] : ppl) {
+    EXPECT_GT(v, 1.0) << "R_infer " << r;
+    EXPECT_LT(v, 32.0) << "R_infer " << r;
+  }
+}
+
+TEST(ServiceTest, RunTooBigForEveryWorkerStaysQueuedAndSaysWhy) {
+  Cluster c;
+  c.StartCartd();
+  const std::string data = c.SynthData();
+  const std::string file = c.WriteFile(
+      "big.yaml", StrCat("name: big\nbase:\n", RunBase(data, 5, 0), "  d: 1024\n  seq_len: 2048\n"
+                         "  batch: 64\nseeds: [1]\n"));
+  c.Cart({"sweep", "submit", file});
+  const int64_t run = RunId(c, "big", 0);
+  c.StartWorker("small", /*memory_mib=*/512);
+  std::this_thread::sleep_for(std::chrono::seconds(3));
+  cart::v1::GetRunResponse r = c.GetRun(run);
+  EXPECT_EQ(StateOf(c, run), "QUEUED");
+  EXPECT_THAT(r.run().waiting_reason(), HasSubstr("memory"));
+  EXPECT_THAT(c.Cart({"runs", "show", StrCat(run)}), HasSubstr("waiting:"));
+}
+
+TEST(ServiceTest, WorkerPausedPastItsLeaseIsFencedOut) {
+  Cluster c(/*lease_ttl_s=*/2);
+  c.StartCartd();
+  const std::string data = c.SynthData();
+  const std::string file =
+      c.WriteFile("f.yaml", StrCat("name: f\nbase:\n", RunBase(data, 300, 20), "seeds: [1]\n"));
+  c.Cart({"sweep", "submit", file});
+  const int64_t run = RunId(c, "f", 0);
+  pid_t a = c.StartWorker("a");
+  ASSERT_TRUE(c.WaitFor([&] { return c.GetRun(run).run().step() >= 3; }, std::chrono::seconds(120)));
+  c.Signal(a, SIGSTOP);
+  // The lease lapses; the run is requeued with attempt 2 and taken by b.
+  c.StartWorker("b");
+  ASSERT_TRUE(c.WaitFor([&] { return c.GetRun(run).run().attempt() >= 2 &&
+                                     c.GetRun(run).run().worker_id() == "b"; },
+                        std::chrono::seconds(60)))
+      << c.Log("cartd.log");
+  c.Signal(a, SIGCONT);
+  ASSERT_TRUE(c.WaitFor([&] { return StateOf(c, run) == "SUCCEEDED"; }, std::chrono::seconds(240)))
+      << c.Log("worker-b.log");
+  EXPECT_THAT(c.Log("worker-a.log"), HasSubstr("FENCED"));
+  EXPECT_EQ(c.Series(run, "loss").size(), 300u);
+}
+
+TEST(ServiceTest, CartdKilledWhileWorkersStreamRestartsAndLosesNothing) {
+  Cluster c(/*lease_ttl_s=*/5);
+  c.StartCartd();
+  const std::string data = c.SynthData();
+  const std::string file = c.WriteFile(
+      "k.yaml", StrCat("name: k\nbase:\n", RunBase(data, 150, 25), "grid:\n  R: [1, 2]\nseeds: [1]\n"));
+  c.Cart({"sweep", "submit", file});
+  c.StartWorker("a");
+  c.StartWorker("b");
+  ASSERT_TRUE(c.WaitFor(
+      [&] {
+        for (const auto& r : c.Runs("k")) {
+          if (r.step() < 20) return false;
+        }
+        return true;
+      },
+      std::chrono::seconds(120)));
+  c.KillCartd(SIGKILL);
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  c.StartCartd();
+  ASSERT_TRUE(c.WaitFor(
+      [&] {
+        for (const auto& r : c.Runs("k")) {
+          if (r.state() != cart::v1::RUN_STATE_SUCCEEDED) return false;
+        }
+        return true;
+      },
+      std::chrono::seconds(300)))
+      << c.Log("cartd.log") << c.Log("worker-a.log");
+  for (const auto& r : c.Runs("k")) {
+    std::map<int64_t, double> loss = c.Series(r.run_id(), "loss");  // duplicates fail inside
+    EXPECT_EQ(loss.size(), 150u) << r.name();
+  }
+}
+
+}  // namespace
+}  // namespace cart::testing
