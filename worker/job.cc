@@ -135,7 +135,13 @@ bool Session::Connect() {
 
 void Session::Disconnect() {
   if (stream_ == nullptr) return;
-  context_->TryCancel();
+  // When cartd ended the stream, its status says why (FAILED_PRECONDITION: fenced); give the
+  // reader a moment to see that end before cancelling, which would hide it behind CANCELLED.
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_for(lock, std::chrono::seconds(2), [&] { return reader_done_.load(); });
+  }
+  if (!reader_done_) context_->TryCancel();
   if (reader_.joinable()) reader_.join();
   grpc::Status status = stream_->Finish();
   if (status.error_code() == grpc::StatusCode::FAILED_PRECONDITION ||
@@ -155,7 +161,8 @@ void Session::SenderLoop() {
     if (stream_ == nullptr) {
       if (!Connect()) {
         std::this_thread::sleep_for(std::chrono::milliseconds(backoff_ms));
-        backoff_ms = std::min<int64_t>(backoff_ms * 2, 5000);
+        // Capped low: a restarted cartd keeps leases for one TTL, so reconnect well within it.
+        backoff_ms = std::min<int64_t>(backoff_ms * 2, 1000);
         continue;
       }
       backoff_ms = 200;

@@ -49,7 +49,7 @@ class Cluster {
   // All points of `name` for a run, by step.
   std::map<int64_t, double> Series(int64_t run_id, const std::string& name);
 
-  const std::string& dir() const { return dir_.path().string(); }
+  std::string dir() const { return dir_.path().string(); }
   std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
   std::string Log(const std::string& name) const;  // a process's captured stderr
 
