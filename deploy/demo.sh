@@ -32,7 +32,7 @@ name: demo
 base:
   vocab: 2048
   P: 2
-  steps: 300
+  steps: 200
   seq_len: 128
   batch: 8
   accum: 1
@@ -40,7 +40,7 @@ base:
   lr_min: 3e-4
   warmup: 30
   log_every: 25
-  eval_every: 150
+  eval_every: 100
   checkpoint_every: 100
   eval_sequences: 16
   threads: 1
