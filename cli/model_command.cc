@@ -25,13 +25,7 @@ absl::StatusOr<RunConfig> LoadConfig(const std::string& path, const std::vector<
   if (!path.empty()) {
     CART_ASSIGN_OR_RETURN(config, model::LoadRunConfigFile(path));
   }
-  for (const std::string& kv : sets) {
-    size_t eq = kv.find('=');
-    if (eq == std::string::npos) {
-      return absl::InvalidArgumentError(StrCat("--set ", kv, ": expected key=value"));
-    }
-    CART_RETURN_IF_ERROR(model::SetKey(config, kv.substr(0, eq), kv.substr(eq + 1)));
-  }
+  CART_RETURN_IF_ERROR(model::ApplyOverrides(config, sets));
   absl::Status valid = model::Validate(config);
   if (!valid.ok()) return absl::InvalidArgumentError(StrCat(path, ": ", Message(valid)));
   return config;
@@ -117,11 +111,7 @@ absl::Status Logits(const std::string& file, const std::string& config_path,
   RunConfig config;
   if (config_path.empty()) {
     CART_ASSIGN_OR_RETURN(config.model, model::ConfigFromMetadata(weights, file));
-    for (const std::string& kv : sets) {
-      size_t eq = kv.find('=');
-      if (eq == std::string::npos) return absl::InvalidArgumentError("--set " + kv + ": expected key=value");
-      CART_RETURN_IF_ERROR(model::SetKey(config, kv.substr(0, eq), kv.substr(eq + 1)));
-    }
+    CART_RETURN_IF_ERROR(model::ApplyOverrides(config, sets));
   } else {
     CART_ASSIGN_OR_RETURN(config, LoadConfig(config_path, sets));
   }

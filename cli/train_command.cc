@@ -13,8 +13,12 @@
 #include "common/strings.h"
 #include "model/language_model.h"
 #include "train/checkpoint.h"
+#include "data/tasks.h"
+#include "data/token_file.h"
+#include "data/tokenizer.h"
 #include "train/eval.h"
 #include "train/trainer.h"
+#include "train/zero_shot.h"
 
 namespace cart::cli {
 namespace {
@@ -27,15 +31,6 @@ struct TrainArgs {
   int64_t steps = 0;
   bool quiet = false;
 };
-
-absl::Status ApplySets(model::RunConfig& config, const std::vector<std::string>& sets) {
-  for (const std::string& kv : sets) {
-    size_t eq = kv.find('=');
-    if (eq == std::string::npos) return absl::InvalidArgumentError("--set " + kv + ": expected key=value");
-    CART_RETURN_IF_ERROR(model::SetKey(config, kv.substr(0, eq), kv.substr(eq + 1)));
-  }
-  return absl::OkStatus();
-}
 
 std::string Duration(double seconds) {
   if (!(seconds >= 0) || seconds > 1e7) return "?";
@@ -59,7 +54,7 @@ absl::Status RunTrain(const TrainArgs& args) {
       return absl::InvalidArgumentError("give RUN.yaml and --out DIR, or --resume DIR");
     }
     CART_ASSIGN_OR_RETURN(config, model::LoadRunConfigFile(args.config));
-    CART_RETURN_IF_ERROR(ApplySets(config, args.sets));
+    CART_RETURN_IF_ERROR(model::ApplyOverrides(config, args.sets));
     if (args.steps > 0) config.train.steps = args.steps;
     absl::Status valid = model::Validate(config);
     if (!valid.ok()) return absl::InvalidArgumentError(StrCat(args.config, ": ", Message(valid)));
@@ -114,10 +109,76 @@ absl::Status RunTrain(const TrainArgs& args) {
 struct EvalArgs {
   std::string run;
   std::vector<std::string> data;
+  std::vector<std::string> tasks;
+  std::string tokenizer;
   std::vector<int> loops;
-  int64_t sequences = 0, seq_len = 0;
+  int64_t sequences = 0, seq_len = 0, batch = 8;
   bool json = false;
 };
+
+// The tokenizer a run was trained with: the one named in its training data's metadata.
+absl::StatusOr<std::unique_ptr<data::Tokenizer>> RunTokenizer(const model::RunConfig& config,
+                                                             const std::string& override_spec) {
+  if (!override_spec.empty()) return data::Tokenizer::Load(override_spec);
+  if (config.data.train_data.empty()) {
+    return absl::InvalidArgumentError(
+        "the run names no train_data to take its tokenizer from; give --tokenizer SPEC");
+  }
+  CART_ASSIGN_OR_RETURN(data::TokenFile file, data::TokenFile::Open(config.data.train_data));
+  return data::Tokenizer::Load(file.info().tokenizer);
+}
+
+// Zero-shot multiple choice (and LAMBADA) for each --task, at each R_infer.
+absl::Status RunTasks(const EvalArgs& args, const model::RunConfig& config,
+                      model::LanguageModel& m, const std::vector<int>& loops, int64_t seq_len,
+                      int64_t step, nlohmann::json* out) {
+  std::vector<data::Task> tasks;
+  for (const std::string& spec : args.tasks) {
+    CART_ASSIGN_OR_RETURN(data::TaskSource source, data::ParseTaskSource(spec));
+    CART_ASSIGN_OR_RETURN(data::Task task, data::LoadTask(source));
+    tasks.push_back(std::move(task));
+  }
+  CART_ASSIGN_OR_RETURN(auto tokenizer, RunTokenizer(config, args.tokenizer));
+  if (tokenizer->vocab_size() > m.config().vocab) {
+    return absl::InvalidArgumentError(StrCat("tokenizer ", tokenizer->spec(), " has ",
+                                             tokenizer->vocab_size(), " ids; the model has ",
+                                             m.config().vocab));
+  }
+  if (!args.json) {
+    std::cout << fmt::format("{:<14}{:>8}{:>7}{:>17}{:>17}{:>11}\n", "task", "R_infer", "items",
+                             "acc", "acc_norm", "ppl");
+  }
+  for (const data::Task& task : tasks) {
+    for (int r : loops) {
+      train::ZeroShotOptions options;
+      options.loops = r;
+      options.max_len = seq_len;
+      options.batch = args.batch;
+      CART_ASSIGN_OR_RETURN(train::TaskResult t, train::EvaluateTask(m, *tokenizer, task, options));
+      const bool lambada = task.kind == data::TaskKind::kLambada;
+      nlohmann::json row = {{"task", t.name},   {"kind", data::TaskKindName(t.kind)},
+                            {"R_infer", r},     {"items", t.items},
+                            {"acc", t.acc},     {"acc_stderr", t.acc_stderr},
+                            {"step", step}};
+      if (lambada) {
+        row["perplexity"] = t.perplexity;
+      } else {
+        row["acc_norm"] = t.acc_norm;
+        row["acc_norm_stderr"] = t.acc_norm_stderr;
+        if (t.chance_choices > 0) row["chance"] = 1.0 / static_cast<double>(t.chance_choices);
+      }
+      out->push_back(row);
+      if (!args.json) {
+        std::cout << fmt::format(
+            "{:<14}{:>8}{:>7}{:>17}{:>17}{:>11}\n", t.name, r, t.items,
+            fmt::format("{:.4f} ± {:.4f}", t.acc, t.acc_stderr),
+            lambada ? "-" : fmt::format("{:.4f} ± {:.4f}", t.acc_norm, t.acc_norm_stderr),
+            lambada ? fmt::format("{:.2f}", t.perplexity) : "-");
+      }
+    }
+  }
+  return absl::OkStatus();
+}
 
 absl::Status RunEval(const EvalArgs& args) {
   CART_ASSIGN_OR_RETURN(model::RunConfig config, model::LoadRunConfigFile(args.run + "/config.yaml"));
@@ -134,7 +195,11 @@ absl::Status RunEval(const EvalArgs& args) {
       sets[kv.substr(0, eq)] = kv.substr(eq + 1);
     }
   }
-  if (sets.empty()) return absl::InvalidArgumentError("no validation sets: give --data name=FILE.bin");
+  if (!args.tasks.empty() && args.data.empty()) sets.clear();  // --task alone: only the tasks
+  if (sets.empty() && args.tasks.empty()) {
+    return absl::InvalidArgumentError(
+        "nothing to evaluate: give --data name=FILE.bin or --task KIND=FILE.jsonl");
+  }
   torch::set_num_threads(train::ThreadsFor(config.train));
   CART_ASSIGN_OR_RETURN(auto m, model::BuildModel(config.model, config.train.seed));
   CART_RETURN_IF_ERROR(train::LoadCheckpoint(ckpt, *m, nullptr));
@@ -143,7 +208,7 @@ absl::Status RunEval(const EvalArgs& args) {
   const int64_t seq_len = args.seq_len > 0 ? args.seq_len : config.train.seq_len;
   const int64_t sequences = args.sequences > 0 ? args.sequences : config.train.eval_sequences;
   nlohmann::json out = nlohmann::json::array();
-  if (!args.json) {
+  if (!args.json && !sets.empty()) {
     std::cout << fmt::format("checkpoint {} (step {})\n{:<12}{:>8}{:>12}{:>12}{:>8}\n", ckpt.path,
                              ckpt.step, "set", "R_infer", "loss", "ppl", "seqs");
   }
@@ -158,6 +223,12 @@ absl::Status RunEval(const EvalArgs& args) {
                                  p.perplexity, p.sequences);
       }
     }
+  }
+  if (!args.tasks.empty()) {
+    if (!args.json && sets.empty()) {
+      std::cout << fmt::format("checkpoint {} (step {})\n", ckpt.path, ckpt.step);
+    }
+    CART_RETURN_IF_ERROR(RunTasks(args, config, *m, loops, seq_len, ckpt.step, &out));
   }
   if (args.json) std::cout << out.dump(2) << "\n";
   return absl::OkStatus();
@@ -180,13 +251,21 @@ void RegisterTrainCommands(CLI::App& app) {
   });
 
   auto eargs = std::make_shared<EvalArgs>();
-  CLI::App* eval = app.add_subcommand("eval", "Validation perplexity of a run's newest checkpoint");
+  CLI::App* eval = app.add_subcommand(
+      "eval", "Validation perplexity and zero-shot tasks of a run's newest checkpoint");
   eval->add_option("run", eargs->run, "Run directory written by cart train")->required();
   eval->add_option("--data", eargs->data, "Validation set name=FILE.bin (repeatable; default: the run's val_data)");
   eval->add_option("--R-infer", eargs->loops, "Loops at inference, 1..16 (repeatable)")
       ->check(CLI::Range(1, 16));
   eval->add_option("--sequences", eargs->sequences, "First N windows of each set (default: eval_sequences)");
-  eval->add_option("--seq-len", eargs->seq_len, "Window length (default: the run's seq_len)");
+  eval->add_option("--seq-len", eargs->seq_len, "Window length and model context (default: the run's seq_len)");
+  eval->add_option("--task", eargs->tasks,
+                   "Zero-shot task [NAME:]KIND=FILE[,limit=N][,labels=FILE], KIND one of hellaswag, "
+                   "piqa, arc, lambada (repeatable; scored as lm-evaluation-harness does)");
+  eval->add_option("--tokenizer", eargs->tokenizer,
+                   "Tokenizer spec for --task (default: the one of the run's train_data)");
+  eval->add_option("--batch", eargs->batch, "Sequences per forward pass for --task")
+      ->check(CLI::Range(1, 1024));
   eval->add_flag("--json", eargs->json, "Print JSON");
   eval->callback([eargs] {
     absl::Status s = RunEval(*eargs);

@@ -339,6 +339,19 @@ absl::Status SetKey(RunConfig& config, std::string_view key, std::string_view va
   return def->set(config, value);
 }
 
+absl::Status ApplyOverrides(RunConfig& config, const std::vector<std::string>& overrides) {
+  for (const std::string& kv : overrides) {
+    const size_t eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      return absl::InvalidArgumentError(StrCat("--set ", kv, ": expected key=value"));
+    }
+    if (absl::Status s = SetKey(config, kv.substr(0, eq), kv.substr(eq + 1)); !s.ok()) {
+      return absl::InvalidArgumentError(StrCat("--set ", kv, ": ", Message(s)));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::string> GetKey(const RunConfig& config, std::string_view key) {
   const KeyDef* def = FindKey(key);
   if (def == nullptr) return absl::NotFoundError(StrCat("unknown key '", key, "'"));

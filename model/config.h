@@ -87,6 +87,9 @@ absl::Status Validate(const RunConfig& config);
 // Sets one key of the §9 vocabulary from its text form ("d" -> "256", "kv" -> "recompute").
 // InvalidArgument names the key and lists the allowed values or the unknown key.
 absl::Status SetKey(RunConfig& config, std::string_view key, std::string_view value);
+// Applies command-line overrides "key=value" in order with SetKey. InvalidArgument naming the
+// override when it has no '=' or SetKey refuses it.
+absl::Status ApplyOverrides(RunConfig& config, const std::vector<std::string>& overrides);
 // The text form of one key's value; NotFound for an unknown key.
 absl::StatusOr<std::string> GetKey(const RunConfig& config, std::string_view key);
 // Every scalar key, in a fixed order (model keys, then training keys, then train_data).

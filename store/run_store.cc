@@ -90,7 +90,7 @@ constexpr char kInsertMetricsTail[] = " ON CONFLICT(run_id, name_id, step) DO NO
 
 const internal::MultiRowInsertSql& InsertMetricsSql() {
   static const auto* const kSql = new internal::MultiRowInsertSql(
-      kInsertMetricsHead, kInsertMetricsTuple, 5, kInsertMetricsTail, /*max_rows=*/64);
+      kInsertMetricsHead, kInsertMetricsTuple, 5, kInsertMetricsTail, /*max_rows=*/250);
   return *kSql;
 }
 

@@ -256,7 +256,7 @@ absl::StatusOr<TrainResult> Trainer::Run() {
   auto since = std::chrono::steady_clock::now();
   int64_t steps_since = 0;
   bool stopped = false;
-  const int64_t last_epoch = reader_->epoch();
+  int64_t last_epoch = reader_->epoch();
   while (step < total) {
     const double lr =
         LearningRate(step, total, config_.train.warmup, config_.train.lr, config_.train.lr_min);
@@ -301,9 +301,10 @@ absl::StatusOr<TrainResult> Trainer::Run() {
       return absl::InternalError(StrCat("loss became ", loss, " at step ", step,
                                         " (diverged; lower lr or check the data)"));
     }
-    if (reader_->epoch() != last_epoch && reader_->epoch() == 1) {
-      Log(StrCat("train data exhausted at step ", step, ": starting a second pass over ",
-                 config_.data.train_data, " (the paper's recipe is one pass)"));
+    if (reader_->epoch() != last_epoch) {
+      last_epoch = reader_->epoch();
+      Log(StrCat("train data exhausted at step ", step, ": starting pass ", last_epoch + 1,
+                 " over ", config_.data.train_data, " (the paper's recipe is one pass)"));
     }
     if (log_step) {
       const double seconds =

@@ -1,8 +1,5 @@
 // End-to-end: the `cart data` commands as a user runs them.
 
-#include <sys/wait.h>
-
-#include <cstdio>
 #include <nlohmann/json.hpp>
 
 #include "data/token_file.h"
@@ -19,23 +16,9 @@ using ::cart::testing::TempDir;
 using ::cart::testing::WriteFile;
 using ::testing::HasSubstr;
 
-struct CliRun {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr together
-};
+using CliRun = ::cart::testing::CommandResult;
 
-CliRun Cart(const std::string& args) {
-  CliRun r;
-  const std::string cmd = BinDir() + "/cart " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.output.append(buf, n);
-  const int status = pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+CliRun Cart(const std::string& args) { return ::cart::testing::RunCart(args); }
 
 TEST(DataCliTest, SynthThenInfoShowsTheEntropyRate) {
   TempDir dir;

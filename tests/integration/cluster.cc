@@ -107,13 +107,9 @@ std::string Cluster::Cart(const std::vector<std::string>& args, bool allow_failu
   std::string cmd = "CART_CONFIG=" + dir_.File("client.yaml") + " " + BinDir() + "/cart";
   for (const std::string& a : args) cmd += " '" + a + "'";
   cmd += " 2>" + dir_.File("cart.stderr");
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  const int status = pclose(p);
-  const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  const CommandResult run = RunCommand(cmd);
+  const std::string& out = run.output;
+  const int code = run.exit_code;
   if (exit_code != nullptr) *exit_code = code;
   if (!allow_failure) {
     EXPECT_EQ(code, 0) << cmd << "\n" << out << ReadFile(dir_.File("cart.stderr"));

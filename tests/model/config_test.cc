@@ -89,6 +89,22 @@ TEST(ConfigTest, YamlRoundTripKeepsEveryKey) {
   EXPECT_EQ(back.data.val_data, c.data.val_data);
 }
 
+TEST(ConfigTest, ApplyOverridesSetsKeysInOrderAndNamesTheBadOne) {
+  RunConfig c;
+  EXPECT_THAT(ApplyOverrides(c, {"d=512", "kv=recompute", "d=256"}), IsOk());
+  EXPECT_EQ(c.model.d, 256);
+  EXPECT_EQ(c.model.kv, KvMode::kRecompute);
+  EXPECT_THAT(ApplyOverrides(c, {"R=3", "lti"}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("--set lti: expected key=value")));
+  EXPECT_EQ(c.model.R, 3);  // overrides before the bad one stay applied
+  EXPECT_THAT(ApplyOverrides(c, {"kv=sometimes"}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("--set kv=sometimes"), HasSubstr("recompute"))));
+  EXPECT_THAT(ApplyOverrides(c, {"=3"}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("expected key=value")));
+}
+
 TEST(ConfigTest, SetKeyRejectsUnknownKeys) {
   RunConfig c;
   EXPECT_THAT(SetKey(c, "nope", "1"),

@@ -1,8 +1,5 @@
 // `cart model params | init | logits` run as a user would, through the built binary.
 
-#include <sys/wait.h>
-
-#include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -17,14 +14,8 @@ using ::testing::HasSubstr;
 
 // Runs `cart ARGS` and returns {exit code, stdout + stderr}.
 std::pair<int, std::string> Cart(const std::string& args) {
-  const std::string cmd = BinDir() + "/cart " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  const int status = pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+  CommandResult r = RunCart(args);
+  return {r.exit_code, r.output};
 }
 
 TEST(ModelCliTest, ParamsPrintsTheSpecCountsAsJson) {

@@ -4,8 +4,10 @@
 #include <netinet/in.h>
 #include <stdlib.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <fstream>
 #include <sstream>
 
@@ -62,6 +64,22 @@ std::string BinDir() {
 #else
   return ".";
 #endif
+}
+
+CommandResult RunCommand(const std::string& command_line) {
+  CommandResult r;
+  FILE* p = popen(command_line.c_str(), "r");
+  if (p == nullptr) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.output.append(buf, n);
+  const int status = pclose(p);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+CommandResult RunCart(const std::string& args) {
+  return RunCommand(BinDir() + "/cart " + args + " 2>&1");
 }
 
 }  // namespace cart::testing

@@ -73,4 +73,15 @@ std::string ReadFile(const std::filesystem::path& path);
 // Directory of the built binaries (cartd, cart-worker, cart), from the CART_BIN_DIR definition.
 std::string BinDir();
 
+struct CommandResult {
+  int exit_code = -1;  // -1 when the command did not exit normally or could not start
+  std::string output;  // what it wrote to stdout (end the line with 2>&1 to take stderr too)
+};
+
+// Runs `command_line` through /bin/sh and waits for it.
+CommandResult RunCommand(const std::string& command_line);
+
+// Runs `cart ARGS` (ARGS as one shell-quoted string) with stderr joined to stdout.
+CommandResult RunCart(const std::string& args);
+
 }  // namespace cart::testing
