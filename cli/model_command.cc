@@ -20,7 +20,8 @@ using model::ModelConfig;
 using model::RunConfig;
 
 // Loads CONFIG (a run-config YAML) and applies `--set key=value` overrides.
-absl::StatusOr<RunConfig> LoadConfig(const std::string& path, const std::vector<std::string>& sets) {
+absl::StatusOr<RunConfig> LoadConfig(const std::string& path,
+                                     const std::vector<std::string>& sets) {
   RunConfig config;
   if (!path.empty()) {
     CART_ASSIGN_OR_RETURN(config, model::LoadRunConfigFile(path));
@@ -74,8 +75,9 @@ void PrintParams(const RunConfig& config, bool json) {
     row("  prelude/coda layer", Millions(c.prelude_layer));
     row("  core block", Millions(c.core_block));
     row("  anchor projection", Millions(c.anchor));
-    row("dense match (stored)", fmt::format("{} layers, {}", out["dense_match_stored"]["layers"].get<int>(),
-                                            Millions(out["dense_match_stored"]["params"].get<int64_t>())));
+    row("dense match (stored)",
+        fmt::format("{} layers, {}", out["dense_match_stored"]["layers"].get<int>(),
+                    Millions(out["dense_match_stored"]["params"].get<int64_t>())));
     row("dense match (effective)",
         fmt::format("{} layers, {}", out["dense_match_effective"]["layers"].get<int>(),
                     Millions(out["dense_match_effective"]["params"].get<int64_t>())));
@@ -97,7 +99,8 @@ absl::Status Init(const RunConfig& config, int64_t seed, const std::string& out,
   if (dtype != "fp32" && dtype != "bf16") {
     return absl::InvalidArgumentError("--dtype: '" + dtype + "' is not one of fp32, bf16");
   }
-  CART_RETURN_IF_ERROR(model::SaveModel(*m, out, dtype == "bf16" ? torch::kBFloat16 : torch::kFloat32,
+  CART_RETURN_IF_ERROR(model::SaveModel(*m, out,
+                                        dtype == "bf16" ? torch::kBFloat16 : torch::kFloat32,
                                         {{"seed", std::to_string(seed)}}));
   std::cout << "wrote " << out << " (" << Millions(model::CountParams(config.model).stored)
             << " parameters, seed " << seed << ")\n";
@@ -121,8 +124,8 @@ absl::Status Logits(const std::string& file, const std::string& config_path,
   for (const std::string& t : Split(ids_text, ',')) {
     std::optional<int64_t> v = ParseInt64(t);
     if (!v || *v < 0 || *v >= config.model.vocab) {
-      return absl::InvalidArgumentError(StrCat("--ids: '", t, "' is not a token id in 0..",
-                                               config.model.vocab - 1));
+      return absl::InvalidArgumentError(
+          StrCat("--ids: '", t, "' is not a token id in 0..", config.model.vocab - 1));
     }
     ids.push_back(*v);
   }
@@ -134,7 +137,8 @@ absl::Status Logits(const std::string& file, const std::string& config_path,
   options.diagnostics = true;
   model::Diagnostics diag;
   torch::Tensor logits =
-      m->Forward(torch::tensor(ids, torch::kInt64).unsqueeze(0), options, &diag)[0].to(torch::kFloat64);
+      m->Forward(torch::tensor(ids, torch::kInt64).unsqueeze(0), options, &diag)[0].to(
+          torch::kFloat64);
   nlohmann::json out;
   out["ids"] = ids;
   out["R_infer"] = config.model.effective_R_infer();
@@ -168,7 +172,8 @@ void RegisterModelCommands(CLI::App& app) {
   };
   auto opts = std::make_shared<Opts>();
 
-  CLI::App* params = model_cmd->add_subcommand("params", "Parameter counts, FLOPs and memory of a config");
+  CLI::App* params =
+      model_cmd->add_subcommand("params", "Parameter counts, FLOPs and memory of a config");
   params->add_option("config", opts->config, "Run-config YAML (defaults if omitted)");
   params->add_option("--set", opts->sets, "Override a config key: key=value (repeatable)");
   params->add_flag("--json", opts->json, "Print JSON");
@@ -178,7 +183,8 @@ void RegisterModelCommands(CLI::App& app) {
     PrintParams(*c, opts->json);
   });
 
-  CLI::App* init = model_cmd->add_subcommand("init", "Write a seeded, untrained model as safetensors");
+  CLI::App* init =
+      model_cmd->add_subcommand("init", "Write a seeded, untrained model as safetensors");
   init->add_option("config", opts->config, "Run-config YAML")->required();
   init->add_option("--set", opts->sets, "Override a config key: key=value (repeatable)");
   init->add_option("--seed", opts->seed, "Initialisation seed")->capture_default_str();
@@ -192,8 +198,10 @@ void RegisterModelCommands(CLI::App& app) {
   });
 
   CLI::App* logits = model_cmd->add_subcommand("logits", "Logits of a model on given ids, as JSON");
-  logits->add_option("file", opts->file, "Model .safetensors (as written by init or export)")->required();
-  logits->add_option("--config", opts->config, "Run-config YAML (default: the one stored in the file)");
+  logits->add_option("file", opts->file, "Model .safetensors (as written by init or export)")
+      ->required();
+  logits->add_option("--config", opts->config,
+                     "Run-config YAML (default: the one stored in the file)");
   logits->add_option("--set", opts->sets, "Override a config key: key=value (repeatable)");
   logits->add_option("--ids", opts->ids, "Comma-separated token ids")->required();
   logits->add_option("--R-infer", opts->R_infer, "Loops at inference, 1..16");

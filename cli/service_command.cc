@@ -36,7 +36,8 @@ void AddConnFlags(CLI::App* cmd, Conn& c) {
   c.flags.server.clear();
   cmd->add_option("--server", c.flags.server, "cartd address host:port (env CART_SERVER)");
   cmd->add_option("--token", c.flags.token, "Bearer token with the user role (env CART_TOKEN)");
-  cmd->add_option("--tls-ca", c.flags.tls_ca, "CA certificate (PEM) to verify cartd (env CART_TLS_CA)");
+  cmd->add_option("--tls-ca", c.flags.tls_ca,
+                  "CA certificate (PEM) to verify cartd (env CART_TLS_CA)");
   cmd->add_option("--client-config", c.config_file, "Client config file (written by `cart up`)");
   cmd->add_flag("--json", c.json, "Print JSON");
 }
@@ -44,7 +45,8 @@ void AddConnFlags(CLI::App* cmd, Conn& c) {
 class Client {
  public:
   static Client Connect(const Conn& conn) {
-    absl::StatusOr<rpc::ClientConfig> config = rpc::ResolveClientConfig(conn.flags, conn.config_file);
+    absl::StatusOr<rpc::ClientConfig> config =
+        rpc::ResolveClientConfig(conn.flags, conn.config_file);
     if (!config.ok()) ExitWith(config.status());
     absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = rpc::MakeChannel(*config);
     if (!channel.ok()) ExitWith(channel.status());
@@ -131,7 +133,8 @@ std::string Progress(const cart::v1::RunView& r) {
 }
 
 // The config keys that differ between the runs (what a reader needs to tell them apart).
-std::vector<std::string> VaryingKeys(const google::protobuf::RepeatedPtrField<cart::v1::RunView>& runs) {
+std::vector<std::string> VaryingKeys(
+    const google::protobuf::RepeatedPtrField<cart::v1::RunView>& runs) {
   std::vector<std::string> keys;
   if (runs.empty()) return keys;
   for (const auto& [k, v] : runs[0].params()) {
@@ -161,16 +164,16 @@ void PrintRuns(const google::protobuf::RepeatedPtrField<cart::v1::RunView>& runs
         auto it = r.latest().find(name);
         return it == r.latest().end() ? std::string("-") : fmt::format("{:.4f}", it->second);
       };
-      row.insert(row.end(), {Colored(StateName(r.state())), Progress(r), metric("loss"),
-                             metric("rho_max")});
+      row.insert(row.end(),
+                 {Colored(StateName(r.state())), Progress(r), metric("loss"), metric("rho_max")});
     }
     for (const auto& k : keys) {
       auto it = r.params().find(k);
       row.push_back(it == r.params().end() ? "-" : it->second);
     }
-    row.insert(row.end(), {fmt::format("{:.2f}M", r.stored_params() / 1e6),
-                           fmt::format("{:.2f}M", r.effective_params() / 1e6),
-                           Mib(r.memory_estimate_mib())});
+    row.insert(row.end(),
+               {fmt::format("{:.2f}M", r.stored_params() / 1e6),
+                fmt::format("{:.2f}M", r.effective_params() / 1e6), Mib(r.memory_estimate_mib())});
     t.Row(row);
   }
   t.Print(std::cout);
@@ -178,7 +181,8 @@ void PrintRuns(const google::protobuf::RepeatedPtrField<cart::v1::RunView>& runs
 
 std::string NewRequestId() {
   std::random_device rd;
-  return fmt::format("{:016x}{:016x}", (uint64_t{rd()} << 32) | rd(), (uint64_t{rd()} << 32) | rd());
+  return fmt::format("{:016x}{:016x}", (uint64_t{rd()} << 32) | rd(),
+                     (uint64_t{rd()} << 32) | rd());
 }
 
 void RegisterSweep(CLI::App& app) {
@@ -240,7 +244,8 @@ void RegisterSweep(CLI::App& app) {
       std::cout << ToJson(resp) << "\n";
       return;
     }
-    std::cout << fmt::format("{} sweep {} with {} runs\n", resp.existing() ? "already submitted:" : "submitted",
+    std::cout << fmt::format("{} sweep {} with {} runs\n",
+                             resp.existing() ? "already submitted:" : "submitted",
                              resp.sweep().name(), resp.runs_size());
     std::cout << fmt::format("watch it: cart sweep show {}\n", resp.sweep().name());
   });
@@ -263,8 +268,8 @@ void RegisterSweep(CLI::App& app) {
         auto it = s.runs_by_state().find(k);
         return std::to_string(it == s.runs_by_state().end() ? 0 : it->second);
       };
-      t.Row({s.name(), When(s.created_us()), n("QUEUED"), n("RUNNING"), n("SUCCEEDED"),
-             n("FAILED"), n("CANCELLED")});
+      t.Row({s.name(), When(s.created_us()), n("QUEUED"), n("RUNNING"), n("SUCCEEDED"), n("FAILED"),
+             n("CANCELLED")});
     }
     t.Print(std::cout);
   });
@@ -308,7 +313,8 @@ void RegisterSweep(CLI::App& app) {
   });
 
   auto resume = std::make_shared<NameArgs>();
-  CLI::App* resume_cmd = sweep->add_subcommand("resume", "Requeue the cancelled and failed runs of a sweep");
+  CLI::App* resume_cmd =
+      sweep->add_subcommand("resume", "Requeue the cancelled and failed runs of a sweep");
   resume_cmd->add_option("name", resume->name, "Sweep name")->required();
   AddConnFlags(resume_cmd, resume->conn);
   resume_cmd->callback([resume] {
@@ -343,7 +349,8 @@ void RegisterRuns(CLI::App& app) {
       RunState state;
       if (!cart::v1::RunState_Parse("RUN_STATE_" + ToUpper(s), &state)) {
         ExitWith(absl::InvalidArgumentError(StrCat(
-            "--state: '", s, "' is not one of QUEUED, BLOCKED, LEASED, RUNNING, SUCCEEDED, FAILED, CANCELLED")));
+            "--state: '", s,
+            "' is not one of QUEUED, BLOCKED, LEASED, RUNNING, SUCCEEDED, FAILED, CANCELLED")));
       }
       req.add_states(state);
     }
@@ -364,7 +371,8 @@ void RegisterRuns(CLI::App& app) {
     bool follow = false;
   };
   auto sh = std::make_shared<IdArgs>();
-  CLI::App* show = runs->add_subcommand("show", "One run: config, state, why it waits, events, checkpoints");
+  CLI::App* show =
+      runs->add_subcommand("show", "One run: config, state, why it waits, events, checkpoints");
   show->add_option("id", sh->id, "Run id")->required();
   AddConnFlags(show, sh->conn);
   show->callback([sh] {
@@ -378,9 +386,9 @@ void RegisterRuns(CLI::App& app) {
       return;
     }
     const auto& r = resp.run();
-    std::cout << fmt::format("run {} ({})  {}  attempt {}/{}  step {}/{}  {}\n", r.run_id(), r.name(),
-                             Colored(StateName(r.state())), r.attempt(), r.max_attempts(), r.step(),
-                             r.total_steps(), Progress(r));
+    std::cout << fmt::format("run {} ({})  {}  attempt {}/{}  step {}/{}  {}\n", r.run_id(),
+                             r.name(), Colored(StateName(r.state())), r.attempt(), r.max_attempts(),
+                             r.step(), r.total_steps(), Progress(r));
     if (!r.waiting_reason().empty()) std::cout << "waiting: " << r.waiting_reason() << "\n";
     if (!r.worker_id().empty()) std::cout << "worker: " << r.worker_id() << "\n";
     std::cout << fmt::format("params: {:.2f}M stored, {:.2f}M effective; memory estimate {}\n",
@@ -389,7 +397,8 @@ void RegisterRuns(CLI::App& app) {
     if (!r.latest().empty()) {
       std::cout << "latest:";
       for (const auto& [k, v] : r.latest()) {
-        if (k.rfind("sys/", 0) == 0 || k.rfind("h_norm/", 0) == 0 || k.rfind("rel_update/", 0) == 0) continue;
+        if (k.rfind("sys/", 0) == 0 || k.rfind("h_norm/", 0) == 0 || k.rfind("rel_update/", 0) == 0)
+          continue;
         std::cout << fmt::format(" {}={:.5g}", k, v);
       }
       std::cout << "\n";
@@ -403,12 +412,14 @@ void RegisterRuns(CLI::App& app) {
     }
     Table t;
     t.Header({"time", "from", "to", "who", "why"});
-    for (const auto& e : resp.events()) t.Row({When(e.time_us()), e.from_state(), e.to_state(), e.who(), e.why()});
+    for (const auto& e : resp.events())
+      t.Row({When(e.time_us()), e.from_state(), e.to_state(), e.who(), e.why()});
     t.Print(std::cout);
   });
 
   auto lg = std::make_shared<IdArgs>();
-  CLI::App* logs = runs->add_subcommand("logs", "A run's metric log (and its events); -f follows it live");
+  CLI::App* logs =
+      runs->add_subcommand("logs", "A run's metric log (and its events); -f follows it live");
   logs->add_option("id", lg->id, "Run id")->required();
   logs->add_flag("-f,--follow", lg->follow, "Keep printing new points until the run ends");
   AddConnFlags(logs, lg->conn);
@@ -432,7 +443,9 @@ void RegisterRuns(CLI::App& app) {
       } else {
         std::string text = fmt::format("step {:>7}", last_step);
         for (const auto& [k, v] : line) {
-          if (k.rfind("sys/", 0) == 0 || k.rfind("h_norm/", 0) == 0 || k.rfind("rel_update/", 0) == 0) continue;
+          if (k.rfind("sys/", 0) == 0 || k.rfind("h_norm/", 0) == 0 ||
+              k.rfind("rel_update/", 0) == 0)
+            continue;
           text += fmt::format(" {}={:.5g}", k, v);
         }
         std::cout << text << std::endl;
@@ -514,14 +527,20 @@ void RegisterResults(CLI::App& app) {
   results->add_option("--rows", *a->req.mutable_rows(), "Config key for rows (pivot, best)");
   results->add_option("--cols", *a->req.mutable_cols(), "Config key for columns (pivot)");
   results->add_option("--sweep", a->sweeps, "Restrict to sweeps (ranks: exactly two)");
-  results->add_option("--baseline", *a->req.mutable_baseline(), "deltas: baseline group key=value,…");
-  results->add_option("--group-by", *a->req.mutable_group_by(), "deltas: comma-separated config keys");
-  results->add_option("--run", [a](const CLI::results_t& r) {
-    a->req.set_run_id(std::stoll(r[0]));
-    return true;
-  }, "series: run id");
-  results->add_flag("--lower-is-better", [a](int64_t) { a->req.set_lower_is_better(true); },
-                    "best, ranks: smaller values win (perplexity)");
+  results->add_option("--baseline", *a->req.mutable_baseline(),
+                      "deltas: baseline group key=value,…");
+  results->add_option("--group-by", *a->req.mutable_group_by(),
+                      "deltas: comma-separated config keys");
+  results->add_option(
+      "--run",
+      [a](const CLI::results_t& r) {
+        a->req.set_run_id(std::stoll(r[0]));
+        return true;
+      },
+      "series: run id");
+  results->add_flag(
+      "--lower-is-better", [a](int64_t) { a->req.set_lower_is_better(true); },
+      "best, ranks: smaller values win (perplexity)");
   results->add_option("--value", *a->req.mutable_value(), "final (default) or latest");
   results->add_option("--format", a->format, "text | csv | markdown | json")
       ->check(CLI::IsMember({"text", "csv", "markdown", "json"}))

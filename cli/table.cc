@@ -66,7 +66,8 @@ void PrintResultTable(const cart::v1::Table& table, const std::string& format, s
       for (int i = 0; i < row.cells_size(); ++i) {
         const auto& c = row.cells(i);
         out << (i ? "," : "")
-            << (c.n() > 0 && c.text().empty() ? fmt::format("{:.6g}", c.mean()) : CsvEscape(c.text()));
+            << (c.n() > 0 && c.text().empty() ? fmt::format("{:.6g}", c.mean())
+                                              : CsvEscape(c.text()));
       }
       out << "\n";
     }

@@ -11,11 +11,12 @@
 #include "cli/commands.h"
 #include "common/status.h"
 #include "common/strings.h"
-#include "model/language_model.h"
-#include "train/checkpoint.h"
 #include "data/tasks.h"
 #include "data/token_file.h"
 #include "data/tokenizer.h"
+#include "model/language_model.h"
+#include "train/checkpoint.h"
+#include "train/device.h"
 #include "train/eval.h"
 #include "train/trainer.h"
 #include "train/zero_shot.h"
@@ -26,7 +27,7 @@ namespace {
 namespace fs = std::filesystem;
 
 struct TrainArgs {
-  std::string config, out, resume;
+  std::string config, out, resume, device = "auto";
   std::vector<std::string> sets;
   int64_t steps = 0;
   bool quiet = false;
@@ -43,6 +44,7 @@ std::string Duration(double seconds) {
 absl::Status RunTrain(const TrainArgs& args) {
   model::RunConfig config;
   train::TrainOptions options;
+  options.device = args.device;
   if (!args.resume.empty()) {
     options.resume = true;
     options.out_dir = args.resume;
@@ -60,13 +62,16 @@ absl::Status RunTrain(const TrainArgs& args) {
     if (!valid.ok()) return absl::InvalidArgumentError(StrCat(args.config, ": ", Message(valid)));
     options.out_dir = args.out;
     if (fs::exists(fs::path(args.out) / "config.yaml")) {
-      return absl::AlreadyExistsError(StrCat(args.out, " already holds a run; resume it with "
-                                             "`cart train --resume ", args.out, "`, or pick another --out"));
+      return absl::AlreadyExistsError(StrCat(args.out,
+                                             " already holds a run; resume it with "
+                                             "`cart train --resume ",
+                                             args.out, "`, or pick another --out"));
     }
   }
   const int64_t total = config.train.steps;
   const auto start = std::chrono::steady_clock::now();
   int64_t first_step = -1;
+  std::chrono::steady_clock::time_point first_time;
   const bool tty = isatty(fileno(stderr));
   options.on_log = [&](const std::string& msg) { std::cerr << "cart: " << msg << "\n"; };
   options.on_metrics = [&](const train::MetricRecord& r) {
@@ -76,13 +81,19 @@ absl::Status RunTrain(const TrainArgs& args) {
       return it == r.values.end() ? std::nan("") : it->second;
     };
     if (r.values.count("loss")) {
-      if (first_step < 0) first_step = r.step;
-      const double elapsed =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      const double per_step = elapsed / std::max<int64_t>(1, r.step - first_step + 1);
-      std::string line = fmt::format(
-          "step {:>6}/{} loss {:.4f} lr {:.2e} gnorm {:.3f} {:>8.0f} tok/s", r.step, total,
-          get("loss"), get("lr"), get("grad_norm"), get("tokens_per_s"));
+      // Seconds per step: wall clock since the first log line (eval and checkpoints included);
+      // at the first line, from the measured tokens/s (this process may have resumed mid-run).
+      const auto now = std::chrono::steady_clock::now();
+      if (first_step < 0) first_step = r.step, first_time = now;
+      const double tokens_per_step =
+          static_cast<double>(config.train.batch * config.train.accum * config.train.seq_len);
+      const double per_step = r.step > first_step
+                                  ? std::chrono::duration<double>(now - first_time).count() /
+                                        static_cast<double>(r.step - first_step)
+                                  : tokens_per_step / std::max(1e-9, get("tokens_per_s"));
+      std::string line =
+          fmt::format("step {:>6}/{} loss {:.4f} lr {:.2e} gnorm {:.3f} {:>8.0f} tok/s", r.step,
+                      total, get("loss"), get("lr"), get("grad_norm"), get("tokens_per_s"));
       if (r.values.count("rho_max")) line += fmt::format(" rho {:.4f}", get("rho_max"));
       line += " eta " + Duration(per_step * static_cast<double>(total - r.step));
       std::cout << line << (tty ? "" : "") << std::endl;
@@ -98,11 +109,10 @@ absl::Status RunTrain(const TrainArgs& args) {
   CART_ASSIGN_OR_RETURN(train::TrainResult result, train::Train(config, options));
   const double elapsed =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::cout << fmt::format("{} at step {}/{} in {}: final loss {:.4f}{}; checkpoint {}\n",
-                           result.finished ? "finished" : "stopped", result.steps_done, total,
-                           Duration(elapsed), result.final_loss,
-                           result.leak_suspected ? " — LEAK SUSPECTED" : "",
-                           result.last_checkpoint);
+  std::cout << fmt::format(
+      "{} at step {}/{} in {}: final loss {:.4f}{}; checkpoint {}\n",
+      result.finished ? "finished" : "stopped", result.steps_done, total, Duration(elapsed),
+      result.final_loss, result.leak_suspected ? " — LEAK SUSPECTED" : "", result.last_checkpoint);
   return absl::OkStatus();
 }
 
@@ -111,6 +121,7 @@ struct EvalArgs {
   std::vector<std::string> data;
   std::vector<std::string> tasks;
   std::string tokenizer;
+  std::string device = "auto";
   std::vector<int> loops;
   int64_t sequences = 0, seq_len = 0, batch = 8;
   bool json = false;
@@ -118,7 +129,7 @@ struct EvalArgs {
 
 // The tokenizer a run was trained with: the one named in its training data's metadata.
 absl::StatusOr<std::unique_ptr<data::Tokenizer>> RunTokenizer(const model::RunConfig& config,
-                                                             const std::string& override_spec) {
+                                                              const std::string& override_spec) {
   if (!override_spec.empty()) return data::Tokenizer::Load(override_spec);
   if (config.data.train_data.empty()) {
     return absl::InvalidArgumentError(
@@ -129,9 +140,9 @@ absl::StatusOr<std::unique_ptr<data::Tokenizer>> RunTokenizer(const model::RunCo
 }
 
 // Zero-shot multiple choice (and LAMBADA) for each --task, at each R_infer.
-absl::Status RunTasks(const EvalArgs& args, const model::RunConfig& config,
-                      model::LanguageModel& m, const std::vector<int>& loops, int64_t seq_len,
-                      int64_t step, nlohmann::json* out) {
+absl::Status RunTasks(const EvalArgs& args, const model::RunConfig& config, model::LanguageModel& m,
+                      const std::vector<int>& loops, int64_t seq_len, int64_t step,
+                      nlohmann::json* out) {
   std::vector<data::Task> tasks;
   for (const std::string& spec : args.tasks) {
     CART_ASSIGN_OR_RETURN(data::TaskSource source, data::ParseTaskSource(spec));
@@ -156,9 +167,9 @@ absl::Status RunTasks(const EvalArgs& args, const model::RunConfig& config,
       options.batch = args.batch;
       CART_ASSIGN_OR_RETURN(train::TaskResult t, train::EvaluateTask(m, *tokenizer, task, options));
       const bool lambada = task.kind == data::TaskKind::kLambada;
-      nlohmann::json row = {{"task", t.name},   {"kind", data::TaskKindName(t.kind)},
-                            {"R_infer", r},     {"items", t.items},
-                            {"acc", t.acc},     {"acc_stderr", t.acc_stderr},
+      nlohmann::json row = {{"task", t.name}, {"kind", data::TaskKindName(t.kind)},
+                            {"R_infer", r},   {"items", t.items},
+                            {"acc", t.acc},   {"acc_stderr", t.acc_stderr},
                             {"step", step}};
       if (lambada) {
         row["perplexity"] = t.perplexity;
@@ -181,7 +192,8 @@ absl::Status RunTasks(const EvalArgs& args, const model::RunConfig& config,
 }
 
 absl::Status RunEval(const EvalArgs& args) {
-  CART_ASSIGN_OR_RETURN(model::RunConfig config, model::LoadRunConfigFile(args.run + "/config.yaml"));
+  CART_ASSIGN_OR_RETURN(model::RunConfig config,
+                        model::LoadRunConfigFile(args.run + "/config.yaml"));
   std::vector<std::string> problems;
   CART_ASSIGN_OR_RETURN(train::CheckpointManifest ckpt,
                         train::LatestValidCheckpoint(args.run + "/checkpoints", &problems));
@@ -191,7 +203,8 @@ absl::Status RunEval(const EvalArgs& args) {
     sets.clear();
     for (const std::string& kv : args.data) {
       size_t eq = kv.find('=');
-      if (eq == std::string::npos) return absl::InvalidArgumentError("--data " + kv + ": expected name=FILE.bin");
+      if (eq == std::string::npos)
+        return absl::InvalidArgumentError("--data " + kv + ": expected name=FILE.bin");
       sets[kv.substr(0, eq)] = kv.substr(eq + 1);
     }
   }
@@ -203,6 +216,8 @@ absl::Status RunEval(const EvalArgs& args) {
   torch::set_num_threads(train::ThreadsFor(config.train));
   CART_ASSIGN_OR_RETURN(auto m, model::BuildModel(config.model, config.train.seed));
   CART_RETURN_IF_ERROR(train::LoadCheckpoint(ckpt, *m, nullptr));
+  CART_ASSIGN_OR_RETURN(c10::Device device, train::ResolveDevice(args.device));
+  m->to(device);
   std::vector<int> loops = args.loops;
   if (loops.empty()) loops.push_back(config.model.effective_R_infer());
   const int64_t seq_len = args.seq_len > 0 ? args.seq_len : config.train.seq_len;
@@ -216,8 +231,12 @@ absl::Status RunEval(const EvalArgs& args) {
     for (int r : loops) {
       CART_ASSIGN_OR_RETURN(train::PerplexityResult p,
                             train::EvaluatePerplexity(*m, path, seq_len, sequences, r));
-      out.push_back({{"set", name}, {"R_infer", r}, {"loss", p.mean_loss},
-                     {"ppl", p.perplexity}, {"sequences", p.sequences}, {"step", ckpt.step}});
+      out.push_back({{"set", name},
+                     {"R_infer", r},
+                     {"loss", p.mean_loss},
+                     {"ppl", p.perplexity},
+                     {"sequences", p.sequences},
+                     {"step", ckpt.step}});
       if (!args.json) {
         std::cout << fmt::format("{:<12}{:>8}{:>12.4f}{:>12.3f}{:>8}\n", name, r, p.mean_loss,
                                  p.perplexity, p.sequences);
@@ -241,10 +260,13 @@ void RegisterTrainCommands(CLI::App& app) {
   CLI::App* train = app.add_subcommand("train", "Train one run on this machine (no daemon)");
   train->add_option("config", targs->config, "Run-config YAML");
   train->add_option("--out", targs->out, "Run directory: config.yaml, metrics.jsonl, checkpoints/");
-  train->add_option("--resume", targs->resume, "Continue the run in this directory from its newest valid checkpoint");
-  train->add_option("--steps", targs->steps, "Total steps (with --resume: extend the run to this many)");
+  train->add_option("--resume", targs->resume,
+                    "Continue the run in this directory from its newest valid checkpoint");
+  train->add_option("--steps", targs->steps,
+                    "Total steps (with --resume: extend the run to this many)");
   train->add_option("--set", targs->sets, "Override a config key: key=value (repeatable)");
   train->add_flag("--quiet", targs->quiet, "Print only the summary");
+  train->add_option("--device", targs->device, "auto | cpu | cuda | cuda:N")->capture_default_str();
   train->callback([targs] {
     absl::Status s = RunTrain(*targs);
     if (!s.ok()) ExitWith(s);
@@ -254,19 +276,24 @@ void RegisterTrainCommands(CLI::App& app) {
   CLI::App* eval = app.add_subcommand(
       "eval", "Validation perplexity and zero-shot tasks of a run's newest checkpoint");
   eval->add_option("run", eargs->run, "Run directory written by cart train")->required();
-  eval->add_option("--data", eargs->data, "Validation set name=FILE.bin (repeatable; default: the run's val_data)");
+  eval->add_option("--data", eargs->data,
+                   "Validation set name=FILE.bin (repeatable; default: the run's val_data)");
   eval->add_option("--R-infer", eargs->loops, "Loops at inference, 1..16 (repeatable)")
       ->check(CLI::Range(1, 16));
-  eval->add_option("--sequences", eargs->sequences, "First N windows of each set (default: eval_sequences)");
-  eval->add_option("--seq-len", eargs->seq_len, "Window length and model context (default: the run's seq_len)");
-  eval->add_option("--task", eargs->tasks,
-                   "Zero-shot task [NAME:]KIND=FILE[,limit=N][,labels=FILE], KIND one of hellaswag, "
-                   "piqa, arc, lambada (repeatable; scored as lm-evaluation-harness does)");
+  eval->add_option("--sequences", eargs->sequences,
+                   "First N windows of each set (default: eval_sequences)");
+  eval->add_option("--seq-len", eargs->seq_len,
+                   "Window length and model context (default: the run's seq_len)");
+  eval->add_option(
+      "--task", eargs->tasks,
+      "Zero-shot task [NAME:]KIND=FILE[,limit=N][,labels=FILE], KIND one of hellaswag, "
+      "piqa, arc, lambada (repeatable; scored as lm-evaluation-harness does)");
   eval->add_option("--tokenizer", eargs->tokenizer,
                    "Tokenizer spec for --task (default: the one of the run's train_data)");
   eval->add_option("--batch", eargs->batch, "Sequences per forward pass for --task")
       ->check(CLI::Range(1, 1024));
   eval->add_flag("--json", eargs->json, "Print JSON");
+  eval->add_option("--device", eargs->device, "auto | cpu | cuda | cuda:N")->capture_default_str();
   eval->callback([eargs] {
     absl::Status s = RunEval(*eargs);
     if (!s.ok()) ExitWith(s);

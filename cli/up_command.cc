@@ -113,13 +113,17 @@ absl::Status Up(const UpArgs& a) {
   std::cout << fmt::format("cartd listening on {} (data in {}); client config {}\n", address,
                            a.data_dir, a.client_config);
 
-  const std::string exe = (fs::read_symlink("/proc/self/exe").parent_path() / "cart-worker").string();
+  const std::string exe =
+      (fs::read_symlink("/proc/self/exe").parent_path() / "cart-worker").string();
   std::vector<pid_t> workers;
   for (int i = 0; i < a.workers; ++i) {
     std::vector<std::string> args = {
-        "--server", address, "--token", worker_token, "--device", "cpu",
-        "--worker-id", fmt::format("local-{}", i), "--threads", std::to_string(a.threads),
-        "--cache-dir", (fs::path(a.data_dir) / fmt::format("worker-{}", i)).string(),
+        "--server",        address,
+        "--token",         worker_token,
+        "--device",        "cpu",
+        "--worker-id",     fmt::format("local-{}", i),
+        "--threads",       std::to_string(a.threads),
+        "--cache-dir",     (fs::path(a.data_dir) / fmt::format("worker-{}", i)).string(),
         "--client-config", "/dev/null"};
     if (i < static_cast<int>(a.worker_memory_mib.size())) {
       args.insert(args.end(), {"--memory-mib", std::to_string(a.worker_memory_mib[i])});
@@ -148,13 +152,15 @@ absl::Status Up(const UpArgs& a) {
       cart::v1::SubmitSweepRequest req;
       req.set_spec_yaml(*text);
       req.set_file_name(a.sweep);
-      req.set_request_id("cart-up:" + a.sweep + ":" + std::to_string(std::hash<std::string>{}(*text)));
+      req.set_request_id("cart-up:" + a.sweep + ":" +
+                         std::to_string(std::hash<std::string>{}(*text)));
       cart::v1::SubmitSweepResponse resp;
       result = call(&cart::v1::SchedulerService::Stub::SubmitSweep, req, resp);
       if (result.ok()) {
         const std::string name = resp.sweep().name();
         std::cout << fmt::format("{} sweep {} ({} runs)\n",
-                                 resp.existing() ? "resuming" : "submitted", name, resp.runs_size());
+                                 resp.existing() ? "resuming" : "submitted", name,
+                                 resp.runs_size());
         auto last_print = std::chrono::steady_clock::now() - std::chrono::seconds(60);
         while (!g_interrupted) {
           cart::v1::GetSweepRequest g;

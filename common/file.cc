@@ -48,7 +48,8 @@ AtomicFileWriter::~AtomicFileWriter() {
 
 absl::Status AtomicFileWriter::Write(const void* data, size_t size) {
   if (file_ == nullptr) return absl::FailedPreconditionError("write after commit: " + path_);
-  if (size > 0 && std::fwrite(data, 1, size, file_) != size) return ErrnoError("cannot write", tmp_);
+  if (size > 0 && std::fwrite(data, 1, size, file_) != size)
+    return ErrnoError("cannot write", tmp_);
   return absl::OkStatus();
 }
 

@@ -9,9 +9,9 @@
 #define CART_CONCAT_(a, b) CART_CONCAT_INNER_(a, b)
 
 // Returns the status from the enclosing function if `expr` is not OK.
-#define CART_RETURN_IF_ERROR(expr)             \
-  do {                                         \
-    ::absl::Status cart_status_ = (expr);      \
+#define CART_RETURN_IF_ERROR(expr)               \
+  do {                                           \
+    ::absl::Status cart_status_ = (expr);        \
     if (!cart_status_.ok()) return cart_status_; \
   } while (0)
 

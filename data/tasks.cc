@@ -79,8 +79,8 @@ absl::StatusOr<int> LabelField(const json& j, const char* field, int n, const st
     v = ParseInt64(it->get<std::string>());
   }
   if (!v || *v < 0 || *v >= n) {
-    return absl::InvalidArgumentError(StrCat(at, "field \"", field, "\" is ", it->dump(),
-                                             "; allowed: an integer 0..", n - 1));
+    return absl::InvalidArgumentError(
+        StrCat(at, "field \"", field, "\" is ", it->dump(), "; allowed: an integer 0..", n - 1));
   }
   return static_cast<int>(*v);
 }
@@ -118,8 +118,8 @@ absl::StatusOr<TaskItem> HellaSwagItem(const json& j, const std::string& at) {
   }
   for (const json& e : *endings) {
     if (!e.is_string()) {
-      return absl::InvalidArgumentError(StrCat(at, "field \"endings\" holds a ", e.type_name(),
-                                               "; allowed: strings"));
+      return absl::InvalidArgumentError(
+          StrCat(at, "field \"endings\" holds a ", e.type_name(), "; allowed: strings"));
     }
     item.choices.push_back(HellaSwagPreprocess(e.get<std::string>()));
   }
@@ -178,7 +178,8 @@ absl::StatusOr<TaskItem> ArcItem(const json& j, const std::string& at) {
       const json& t = (*choices)["text"][i];
       const json& l = (*choices)["label"][i];
       if (!t.is_string() || !l.is_string()) {
-        return absl::InvalidArgumentError(StrCat(at, "choices.text and choices.label must hold strings"));
+        return absl::InvalidArgumentError(
+            StrCat(at, "choices.text and choices.label must hold strings"));
       }
       item.choices.push_back(t.get<std::string>());
       labels.push_back(l.get<std::string>());
@@ -194,9 +195,8 @@ absl::StatusOr<TaskItem> ArcItem(const json& j, const std::string& at) {
   CART_ASSIGN_OR_RETURN(std::string key, StringField(j, "answerKey", at));
   auto it = std::find(labels.begin(), labels.end(), key);
   if (it == labels.end()) {
-    return absl::InvalidArgumentError(StrCat(at, "answerKey \"", key,
-                                             "\" is not a choice label; allowed: ",
-                                             StrJoin(labels, ", ")));
+    return absl::InvalidArgumentError(StrCat(
+        at, "answerKey \"", key, "\" is not a choice label; allowed: ", StrJoin(labels, ", ")));
   }
   item.gold = static_cast<int>(it - labels.begin());
   return item;
@@ -313,9 +313,9 @@ absl::StatusOr<TaskSource> ParseTaskSource(std::string_view spec) {
       }
       source.limit = *n;
     } else {
-      return absl::InvalidArgumentError(StrCat("task \"", spec, "\": unknown option \"", parts[i],
-                                               "\"; allowed: limit=N",
-                                               source.kind == TaskKind::kPiqa ? ", labels=FILE" : ""));
+      return absl::InvalidArgumentError(
+          StrCat("task \"", spec, "\": unknown option \"", parts[i], "\"; allowed: limit=N",
+                 source.kind == TaskKind::kPiqa ? ", labels=FILE" : ""));
     }
   }
   return source;
@@ -330,8 +330,8 @@ absl::StatusOr<Task> LoadTask(const TaskSource& source) {
   bool piqa_inline_labels = true;
   int64_t line_number = 0;
   size_t pos = 0;
-  while (pos < text.size() && (source.limit == 0 ||
-                               static_cast<int64_t>(task.items.size()) < source.limit)) {
+  while (pos < text.size() &&
+         (source.limit == 0 || static_cast<int64_t>(task.items.size()) < source.limit)) {
     size_t end = text.find('\n', pos);
     if (end == std::string::npos) end = text.size();
     std::string_view line(text.data() + pos, end - pos);
@@ -395,8 +395,8 @@ std::string HellaSwagPreprocess(std::string_view text) {
 std::pair<std::string, std::string> SplitTrailingSpaces(std::string context,
                                                         std::string continuation) {
   size_t n = 0;
-  while (n < context.size() && std::isspace(static_cast<unsigned char>(
-                                   context[context.size() - 1 - n]))) {
+  while (n < context.size() &&
+         std::isspace(static_cast<unsigned char>(context[context.size() - 1 - n]))) {
     ++n;
   }
   if (n > 0) {

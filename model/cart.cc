@@ -18,9 +18,9 @@ class ParamHolder : public torch::nn::Module {
 
 torch::Tensor LoopIndexTable() {
   torch::Tensor pe = torch::zeros({16, 32}, torch::kFloat32);
-  torch::Tensor r = torch::arange(16, torch::kFloat32).unsqueeze(1);                    // (16, 1)
-  torch::Tensor div = torch::exp(torch::arange(0, 32, 2, torch::kFloat32) *
-                                 (-std::log(10000.0) / 32.0));                         // (16)
+  torch::Tensor r = torch::arange(16, torch::kFloat32).unsqueeze(1);  // (16, 1)
+  torch::Tensor div =
+      torch::exp(torch::arange(0, 32, 2, torch::kFloat32) * (-std::log(10000.0) / 32.0));  // (16)
   pe.index_put_({torch::indexing::Slice(), torch::indexing::Slice(0, 32, 2)}, torch::sin(r * div));
   pe.index_put_({torch::indexing::Slice(), torch::indexing::Slice(1, 32, 2)}, torch::cos(r * div));
   return pe;

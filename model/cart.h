@@ -23,14 +23,14 @@ class CartImpl : public LanguageModel {
   // Submodules, named as the checkpoint tensors of §8.
   torch::nn::Embedding embed{nullptr};
   torch::nn::ModuleList prelude{nullptr};
-  Anchor anchor{nullptr};              // absent with core_attn: self
-  CoreBlock core{nullptr};             // core: shared
+  Anchor anchor{nullptr};                // absent with core_attn: self
+  CoreBlock core{nullptr};               // core: shared
   torch::nn::ModuleList cores{nullptr};  // core: unshared, registered as "core"
   PreludeLayer coda{nullptr};
   RMSNorm final_norm{nullptr};
-  torch::nn::Linear lie{nullptr};      // Linear(32 -> d), absent with lie: off
-  torch::Tensor hyper_weights;         // "hyper.weights", (3), init [1, 0, 0]
-  torch::Tensor lti_a;                 // "lti.a", (d), init ln 9
+  torch::nn::Linear lie{nullptr};  // Linear(32 -> d), absent with lie: off
+  torch::Tensor hyper_weights;     // "hyper.weights", (3), init [1, 0, 0]
+  torch::Tensor lti_a;             // "lti.a", (d), init ln 9
 
  private:
   CoreBlockImpl& CoreFor(int r);

@@ -21,16 +21,16 @@ struct EnumName {
   std::string_view name;
 };
 
-constexpr std::array<EnumName<ModelKind>, 2> kModelKinds{{{ModelKind::kCart, "cart"},
-                                                          {ModelKind::kDense, "dense"}}};
-constexpr std::array<EnumName<KvMode>, 2> kKvModes{{{KvMode::kFrozen, "frozen"},
-                                                    {KvMode::kRecompute, "recompute"}}};
+constexpr std::array<EnumName<ModelKind>, 2> kModelKinds{
+    {{ModelKind::kCart, "cart"}, {ModelKind::kDense, "dense"}}};
+constexpr std::array<EnumName<KvMode>, 2> kKvModes{
+    {{KvMode::kFrozen, "frozen"}, {KvMode::kRecompute, "recompute"}}};
 constexpr std::array<EnumName<CoreSharing>, 2> kCoreSharings{
     {{CoreSharing::kShared, "shared"}, {CoreSharing::kUnshared, "unshared"}}};
-constexpr std::array<EnumName<CoreAttn>, 2> kCoreAttns{{{CoreAttn::kCross, "cross"},
-                                                        {CoreAttn::kSelf, "self"}}};
-constexpr std::array<EnumName<GateMode>, 2> kGateModes{{{GateMode::kPaper, "paper"},
-                                                        {GateMode::kDelta, "delta"}}};
+constexpr std::array<EnumName<CoreAttn>, 2> kCoreAttns{
+    {{CoreAttn::kCross, "cross"}, {CoreAttn::kSelf, "self"}}};
+constexpr std::array<EnumName<GateMode>, 2> kGateModes{
+    {{GateMode::kPaper, "paper"}, {GateMode::kDelta, "delta"}}};
 constexpr std::array<EnumName<WeightDecayScope>, 2> kScopes{
     {{WeightDecayScope::kAll, "all"}, {WeightDecayScope::kMatrices, "matrices"}}};
 constexpr std::array<EnumName<DType>, 3> kDTypes{
@@ -55,8 +55,8 @@ absl::Status ParseEnum(const std::array<EnumName<E>, N>& table, std::string_view
     }
     names.push_back(e.name);
   }
-  return absl::InvalidArgumentError(StrCat(key, ": '", text, "' is not one of ",
-                                                 StrJoin(names, ", ")));
+  return absl::InvalidArgumentError(
+      StrCat(key, ": '", text, "' is not one of ", StrJoin(names, ", ")));
 }
 
 absl::Status ParseInt(std::string_view key, std::string_view text, int64_t& out) {
@@ -122,31 +122,28 @@ const std::vector<KeyDef>& Keys() {
   static const auto* keys = [] {
     auto* k = new std::vector<KeyDef>;
     auto int_key = [&](std::string name, auto field) {
-      k->push_back({name,
-                    [name, field](RunConfig& c, std::string_view t) {
-                      return ParseInt(name, t, field(c));
-                    },
-                    [field](const RunConfig& c) {
-                      return std::to_string(field(const_cast<RunConfig&>(c)));
-                    }});
+      k->push_back(
+          {name,
+           [name, field](RunConfig& c, std::string_view t) { return ParseInt(name, t, field(c)); },
+           [field](const RunConfig& c) {
+             return std::to_string(field(const_cast<RunConfig&>(c)));
+           }});
     };
     auto dbl_key = [&](std::string name, auto field) {
-      k->push_back({name,
-                    [name, field](RunConfig& c, std::string_view t) {
-                      return ParseDouble(name, t, field(c));
-                    },
-                    [field](const RunConfig& c) {
-                      return FormatDouble(field(const_cast<RunConfig&>(c)));
-                    }});
+      k->push_back(
+          {name,
+           [name, field](RunConfig& c, std::string_view t) {
+             return ParseDouble(name, t, field(c));
+           },
+           [field](const RunConfig& c) { return FormatDouble(field(const_cast<RunConfig&>(c))); }});
     };
     auto bool_key = [&](std::string name, auto field) {
-      k->push_back({name,
-                    [name, field](RunConfig& c, std::string_view t) {
-                      return ParseBool(name, t, field(c));
-                    },
-                    [field](const RunConfig& c) -> std::string {
-                      return field(const_cast<RunConfig&>(c)) ? "on" : "off";
-                    }});
+      k->push_back(
+          {name,
+           [name, field](RunConfig& c, std::string_view t) { return ParseBool(name, t, field(c)); },
+           [field](const RunConfig& c) -> std::string {
+             return field(const_cast<RunConfig&>(c)) ? "on" : "off";
+           }});
     };
     auto enum_key = [&](std::string name, const auto& table, auto field) {
       k->push_back({name,
@@ -167,8 +164,7 @@ const std::vector<KeyDef>& Keys() {
     int_key("layers", [](RunConfig& c) -> int& { return c.model.layers; });
     enum_key("kv", kKvModes, [](RunConfig& c) -> KvMode& { return c.model.kv; });
     enum_key("core", kCoreSharings, [](RunConfig& c) -> CoreSharing& { return c.model.core; });
-    enum_key("core_attn", kCoreAttns,
-             [](RunConfig& c) -> CoreAttn& { return c.model.core_attn; });
+    enum_key("core_attn", kCoreAttns, [](RunConfig& c) -> CoreAttn& { return c.model.core_attn; });
     bool_key("hyper", [](RunConfig& c) -> bool& { return c.model.hyper; });
     bool_key("lti", [](RunConfig& c) -> bool& { return c.model.lti; });
     bool_key("lie", [](RunConfig& c) -> bool& { return c.model.lie; });
@@ -247,8 +243,8 @@ absl::Status ApplyNode(RunConfig& config, const YAML::Node& root, std::string_vi
       for (const auto& v : value) {
         if (!v.second.IsScalar()) {
           return Prefix(source, v.second.Mark(),
-                        absl::InvalidArgumentError(StrCat(
-                            "val_data.", v.first.as<std::string>(), ": must be a file path")));
+                        absl::InvalidArgumentError(StrCat("val_data.", v.first.as<std::string>(),
+                                                          ": must be a file path")));
         }
         config.data.val_data[v.first.as<std::string>()] = v.second.as<std::string>();
       }
@@ -257,9 +253,8 @@ absl::Status ApplyNode(RunConfig& config, const YAML::Node& root, std::string_vi
     const KeyDef* def = FindKey(key);
     if (def == nullptr) {
       return Prefix(source, kv.first.Mark(),
-                    absl::InvalidArgumentError(StrCat(
-                        "unknown key '", key, "' (known keys: ",
-                        StrJoin(ScalarKeys(), ", "), ", val_data)")));
+                    absl::InvalidArgumentError(StrCat("unknown key '", key, "' (known keys: ",
+                                                      StrJoin(ScalarKeys(), ", "), ", val_data)")));
     }
     if (!value.IsScalar()) {
       return Prefix(source, value.Mark(),
@@ -292,7 +287,8 @@ absl::Status Validate(const RunConfig& c) {
                                "is outside 1..16 (0 means the training R)"));
     if (m.core_attn == CoreAttn::kSelf && m.kv == KvMode::kRecompute) {
       return absl::InvalidArgumentError(
-          "kv: recompute needs core_attn: cross (a self-attention core has no anchor to recompute)");
+          "kv: recompute needs core_attn: cross (a self-attention core has no anchor to "
+          "recompute)");
     }
     if (m.core_attn == CoreAttn::kSelf && !m.cross_causal) {
       return absl::InvalidArgumentError(
@@ -321,8 +317,8 @@ absl::Status Validate(const RunConfig& c) {
       Range(t.eval_every >= 0, "eval_every", t.eval_every, "must be at least 0 (0 disables)"));
   CART_RETURN_IF_ERROR(Range(t.checkpoint_every >= 0, "checkpoint_every", t.checkpoint_every,
                              "must be at least 0 (0: final checkpoint only)"));
-  CART_RETURN_IF_ERROR(Range(t.keep_checkpoints >= 1, "keep_checkpoints", t.keep_checkpoints,
-                             "must be at least 1"));
+  CART_RETURN_IF_ERROR(
+      Range(t.keep_checkpoints >= 1, "keep_checkpoints", t.keep_checkpoints, "must be at least 1"));
   CART_RETURN_IF_ERROR(
       Range(t.threads >= 0, "threads", t.threads, "must be at least 0 (0: all cores)"));
   CART_RETURN_IF_ERROR(
@@ -333,8 +329,8 @@ absl::Status Validate(const RunConfig& c) {
 absl::Status SetKey(RunConfig& config, std::string_view key, std::string_view value) {
   const KeyDef* def = FindKey(key);
   if (def == nullptr) {
-    return absl::InvalidArgumentError(StrCat("unknown key '", key, "' (known keys: ",
-                                                   StrJoin(ScalarKeys(), ", "), ")"));
+    return absl::InvalidArgumentError(
+        StrCat("unknown key '", key, "' (known keys: ", StrJoin(ScalarKeys(), ", "), ")"));
   }
   return def->set(config, value);
 }

@@ -16,12 +16,12 @@
 namespace cart::model {
 
 enum class ModelKind { kCart, kDense };
-enum class KvMode { kFrozen, kRecompute };         // §4 `kv`
-enum class CoreSharing { kShared, kUnshared };     // §4 `core`
-enum class CoreAttn { kCross, kSelf };             // §4 `core_attn`
-enum class GateMode { kPaper, kDelta };            // faithfulness note 1
-enum class WeightDecayScope { kAll, kMatrices };   // faithfulness note 2
-enum class DType { kAuto, kFloat32, kBFloat16 };   // kAuto: bf16 autocast on CUDA, fp32 on CPU
+enum class KvMode { kFrozen, kRecompute };        // §4 `kv`
+enum class CoreSharing { kShared, kUnshared };    // §4 `core`
+enum class CoreAttn { kCross, kSelf };            // §4 `core_attn`
+enum class GateMode { kPaper, kDelta };           // faithfulness note 1
+enum class WeightDecayScope { kAll, kMatrices };  // faithfulness note 2
+enum class DType { kAuto, kFloat32, kBFloat16 };  // kAuto: bf16 autocast on CUDA, fp32 on CPU
 
 // The architecture. Fields that only one model kind reads say so.
 struct ModelConfig {
@@ -48,20 +48,20 @@ struct ModelConfig {
 
 // The training recipe (MODEL_SPEC.md §6 defaults).
 struct TrainConfig {
-  int64_t steps = 3000;         // optimizer steps
-  int64_t seq_len = 512;        // T, tokens per window
-  int64_t batch = 8;            // sequences per micro-batch
-  int64_t accum = 4;            // micro-batches per optimizer step
-  double lr = 3e-4;             // peak learning rate
-  double lr_min = 3e-5;         // learning rate at the last step (cosine floor)
-  int64_t warmup = 100;         // linear warm-up steps
-  double weight_decay = 0.1;    // AdamW decoupled weight decay
+  int64_t steps = 3000;       // optimizer steps
+  int64_t seq_len = 512;      // T, tokens per window
+  int64_t batch = 8;          // sequences per micro-batch
+  int64_t accum = 4;          // micro-batches per optimizer step
+  double lr = 3e-4;           // peak learning rate
+  double lr_min = 3e-5;       // learning rate at the last step (cosine floor)
+  int64_t warmup = 100;       // linear warm-up steps
+  double weight_decay = 0.1;  // AdamW decoupled weight decay
   WeightDecayScope weight_decay_scope = WeightDecayScope::kAll;
-  double clip = 1.0;            // global grad-norm clip; 0 disables
-  int64_t seed = 42;            // seeds init, data order is fixed
+  double clip = 1.0;  // global grad-norm clip; 0 disables
+  int64_t seed = 42;  // seeds init, data order is fixed
   DType dtype = DType::kAuto;
-  int64_t log_every = 10;       // steps between metric records
-  int64_t eval_every = 500;     // steps between validation passes; 0 disables
+  int64_t log_every = 10;          // steps between metric records
+  int64_t eval_every = 500;        // steps between validation passes; 0 disables
   int64_t checkpoint_every = 500;  // steps between checkpoints; 0: only the final one
   int64_t keep_checkpoints = 3;    // newest checkpoints kept on disk (the final one always)
   int64_t threads = 0;             // intra-op CPU threads; 0 = number of cores

@@ -5,8 +5,7 @@
 
 namespace cart::model {
 
-absl::StatusOr<std::shared_ptr<LanguageModel>> BuildModel(const ModelConfig& config,
-                                                          int64_t seed) {
+absl::StatusOr<std::shared_ptr<LanguageModel>> BuildModel(const ModelConfig& config, int64_t seed) {
   RunConfig run;
   run.model = config;
   absl::Status valid = Validate(run);

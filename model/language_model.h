@@ -16,14 +16,14 @@ namespace cart::model {
 // What a forward pass can report besides logits (CART only; dense leaves them empty).
 struct Diagnostics {
   double rho_max = 0, rho_mean = 0, rho_min = 0;  // over channels of σ(a); 1 when lti is off
-  std::vector<double> h_norm;      // per loop r: mean over tokens of ‖h_r‖₂
+  std::vector<double> h_norm;                     // per loop r: mean over tokens of ‖h_r‖₂
   std::vector<double> rel_update;  // per loop r: ‖h_r − h_{r−1}‖_F / ‖h_r‖_F, h_{−1} = e
   int64_t anchor_calls = 0;        // anchor projections computed in this forward
 };
 
 struct ForwardOptions {
-  int loops = 0;               // CART loops for this pass, 1..16; 0: R_infer if set, else R
-  bool diagnostics = false;    // fill *diag (costs a few reductions per loop)
+  int loops = 0;             // CART loops for this pass, 1..16; 0: R_infer if set, else R
+  bool diagnostics = false;  // fill *diag (costs a few reductions per loop)
 };
 
 class LanguageModel : public torch::nn::Module {

@@ -36,10 +36,10 @@ torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
 
 RopeTables MakeRope(int64_t T, const torch::Tensor& like) {
   auto opts = torch::TensorOptions().dtype(ReductionType(like)).device(like.device());
-  torch::Tensor inv_freq =
-      1.0 / torch::pow(10000.0, torch::arange(0, kHeadDim, 2, opts) / static_cast<double>(kHeadDim));
+  torch::Tensor inv_freq = 1.0 / torch::pow(10000.0, torch::arange(0, kHeadDim, 2, opts) /
+                                                         static_cast<double>(kHeadDim));
   torch::Tensor freqs = torch::outer(torch::arange(T, opts), inv_freq);  // (T, 32)
-  torch::Tensor emb = torch::cat({freqs, freqs}, -1);                     // (T, 64)
+  torch::Tensor emb = torch::cat({freqs, freqs}, -1);                    // (T, 64)
   return {emb.cos().to(like.scalar_type()), emb.sin().to(like.scalar_type())};
 }
 
@@ -64,7 +64,7 @@ torch::Tensor Attention(const torch::Tensor& q, const torch::Tensor& k, const to
     scores = scores.masked_fill(mask, -std::numeric_limits<float>::infinity());
   }
   torch::Tensor probs = torch::softmax(scores, -1).to(v.scalar_type());  // (B, H, T, T)
-  return torch::matmul(probs, v);                                          // (B, H, T, 64)
+  return torch::matmul(probs, v);                                        // (B, H, T, 64)
 #endif
 }
 
@@ -87,7 +87,7 @@ MlaAttentionImpl::MlaAttentionImpl(int64_t d) {
 }
 
 torch::Tensor MlaAttentionImpl::forward(const torch::Tensor& x, const RopeTables& rope) {
-  torch::Tensor c = kv_down(x);                           // (B, T, d/4) latent
+  torch::Tensor c = kv_down(x);                              // (B, T, d/4) latent
   torch::Tensor q = ApplyRope(SplitHeads(q_proj(x)), rope);  // (B, H, T, 64)
   torch::Tensor k = ApplyRope(SplitHeads(k_up(c)), rope);    // (B, H, T, 64)
   torch::Tensor v = SplitHeads(v_up(c));                     // (B, H, T, 64)
@@ -140,7 +140,7 @@ AnchorImpl::AnchorImpl(int64_t d) {
 
 std::pair<torch::Tensor, torch::Tensor> AnchorImpl::forward(const torch::Tensor& e) {
   ++calls;
-  torch::Tensor c = kv_down(e);  // (B, T, d/4)
+  torch::Tensor c = kv_down(e);                       // (B, T, d/4)
   return {SplitHeads(k_up(c)), SplitHeads(v_up(c))};  // (B, H, T, 64) each
 }
 

@@ -1,9 +1,8 @@
 #include "model/safetensors.h"
 
-#include <nlohmann/json.hpp>
-
 #include <cstring>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "common/file.h"
 #include "common/status.h"
@@ -17,11 +16,11 @@ struct DtypeName {
   const char* name;
   int64_t bytes;
 };
-constexpr DtypeName kDtypes[] = {
-    {torch::kFloat32, "F32", 4}, {torch::kBFloat16, "BF16", 2}, {torch::kFloat16, "F16", 2},
-    {torch::kFloat64, "F64", 8}, {torch::kInt64, "I64", 8},     {torch::kInt32, "I32", 4},
-    {torch::kInt16, "I16", 2},   {torch::kInt8, "I8", 1},       {torch::kUInt8, "U8", 1},
-    {torch::kBool, "BOOL", 1}};
+constexpr DtypeName kDtypes[] = {{torch::kFloat32, "F32", 4}, {torch::kBFloat16, "BF16", 2},
+                                 {torch::kFloat16, "F16", 2}, {torch::kFloat64, "F64", 8},
+                                 {torch::kInt64, "I64", 8},   {torch::kInt32, "I32", 4},
+                                 {torch::kInt16, "I16", 2},   {torch::kInt8, "I8", 1},
+                                 {torch::kUInt8, "U8", 1},    {torch::kBool, "BOOL", 1}};
 
 const DtypeName* ByDtype(torch::Dtype d) {
   for (const auto& e : kDtypes) {
@@ -57,8 +56,8 @@ absl::Status WriteSafetensors(const std::string& path,
     torch::Tensor c = t.detach().to(torch::kCPU).contiguous();
     const DtypeName* dn = ByDtype(c.scalar_type());
     if (dn == nullptr) {
-      return absl::InvalidArgumentError(StrCat(name, ": dtype ", c.scalar_type(),
-                                               " has no safetensors name"));
+      return absl::InvalidArgumentError(
+          StrCat(name, ": dtype ", c.scalar_type(), " has no safetensors name"));
     }
     const int64_t bytes = c.numel() * dn->bytes;
     header[name] = {{"dtype", dn->name},
@@ -107,7 +106,8 @@ absl::StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path) {
     if (name == "__metadata__") {
       if (!e.is_object()) return Bad(path, "__metadata__ is not an object");
       for (auto m = e.begin(); m != e.end(); ++m) {
-        if (!m.value().is_string()) return Bad(path, "__metadata__." + m.key() + " is not a string");
+        if (!m.value().is_string())
+          return Bad(path, "__metadata__." + m.key() + " is not a string");
         file.metadata[m.key()] = m.value().get<std::string>();
       }
       continue;
@@ -126,8 +126,8 @@ absl::StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path) {
       }
       if (off.size() != 2 || off[0] < 0 || off[1] < off[0] ||
           static_cast<uint64_t>(off[1]) > data_size) {
-        return Bad(path, StrCat(name, ": data_offsets outside the data section (", data_size,
-                                " bytes)"));
+        return Bad(path,
+                   StrCat(name, ": data_offsets outside the data section (", data_size, " bytes)"));
       }
       if (off[1] - off[0] != numel * dn->bytes) {
         return Bad(path, StrCat(name, ": ", off[1] - off[0], " bytes for a shape needing ",

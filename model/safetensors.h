@@ -17,8 +17,8 @@
 namespace cart::model {
 
 struct SafetensorsFile {
-  std::map<std::string, torch::Tensor> tensors;      // CPU tensors, F32 / BF16 / F16 / I64 …
-  std::map<std::string, std::string> metadata;       // the "__metadata__" string map
+  std::map<std::string, torch::Tensor> tensors;  // CPU tensors, F32 / BF16 / F16 / I64 …
+  std::map<std::string, std::string> metadata;   // the "__metadata__" string map
 };
 
 // Writes `tensors` (any device; copied to CPU, made contiguous) atomically to `path`.
@@ -41,6 +41,7 @@ absl::Status SaveModel(LanguageModel& model, const std::string& path, torch::Dty
 absl::Status LoadModel(LanguageModel& model, const SafetensorsFile& file);
 
 // The model config stored in a file written by SaveModel. NotFound when absent.
-absl::StatusOr<ModelConfig> ConfigFromMetadata(const SafetensorsFile& file, const std::string& path);
+absl::StatusOr<ModelConfig> ConfigFromMetadata(const SafetensorsFile& file,
+                                               const std::string& path);
 
 }  // namespace cart::model

@@ -36,7 +36,8 @@ absl::Status ParseDerived(std::string_view file, const YAML::Node& node, Derived
         return At(file, v, StrCat("derived.kind: '", d.kind, "' is not one of eval, train"));
       }
     } else if (key == "from") {
-      if (!v.IsMap()) return At(file, v, "derived.from: must be a mapping (run or match, checkpoint)");
+      if (!v.IsMap())
+        return At(file, v, "derived.from: must be a mapping (run or match, checkpoint)");
       for (const auto& f : v) {
         const std::string fk = f.first.as<std::string>();
         if (fk == "run") {
@@ -48,7 +49,8 @@ absl::Status ParseDerived(std::string_view file, const YAML::Node& node, Derived
           if (Scalar(f.second) == "final") {
             d.checkpoint_step = -1;
           } else {
-            CART_ASSIGN_OR_RETURN(d.checkpoint_step, Int(file, f.second, "derived.from.checkpoint"));
+            CART_ASSIGN_OR_RETURN(d.checkpoint_step,
+                                  Int(file, f.second, "derived.from.checkpoint"));
             if (d.checkpoint_step < 1) {
               return At(file, f.second, "derived.from.checkpoint: must be 'final' or a step >= 1");
             }
@@ -62,7 +64,8 @@ absl::Status ParseDerived(std::string_view file, const YAML::Node& node, Derived
       if (!v.IsSequence()) return At(file, v, "derived.eval_loops: must be a list of 1..16");
       for (const auto& e : v) {
         CART_ASSIGN_OR_RETURN(int64_t r, Int(file, e, "derived.eval_loops"));
-        if (r < 1 || r > 16) return At(file, e, StrCat("derived.eval_loops: ", r, " is outside 1..16"));
+        if (r < 1 || r > 16)
+          return At(file, e, StrCat("derived.eval_loops: ", r, " is outside 1..16"));
         d.eval_loops.push_back(static_cast<int>(r));
       }
     } else if (key == "set") {
@@ -74,9 +77,9 @@ absl::Status ParseDerived(std::string_view file, const YAML::Node& node, Derived
         d.set.emplace_back(s.first.as<std::string>(), Scalar(s.second));
       }
     } else {
-      return At(file, kv.first,
-                StrCat("derived: unknown key '", key,
-                       "' (known: name, kind, from, eval_loops, set)"));
+      return At(
+          file, kv.first,
+          StrCat("derived: unknown key '", key, "' (known: name, kind, from, eval_loops, set)"));
     }
   }
   if (d.name.empty()) return At(file, node, "derived: every entry needs a name");
@@ -107,9 +110,9 @@ absl::StatusOr<SweepSpec> ParseSweepYaml(std::string_view text, std::string_view
       if (key == "name") {
         spec.name = Scalar(v);
         const bool ok = !spec.name.empty() &&
-                        spec.name.find_first_not_of("abcdefghijklmnopqrstuvwxyz"
-                                                    "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.") ==
-                            std::string::npos;
+                        spec.name.find_first_not_of(
+                            "abcdefghijklmnopqrstuvwxyz"
+                            "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.") == std::string::npos;
         if (!ok) return At(file, v, "name: use letters, digits, '-', '_' and '.' only");
       } else if (key == "base") {
         if (!v.IsMap()) return At(file, v, "base: must be a mapping of config keys");
@@ -124,9 +127,11 @@ absl::StatusOr<SweepSpec> ParseSweepYaml(std::string_view text, std::string_view
           if (bk == "model" || bk == "train" || bk == "data") {
             if (b.second.IsMap()) continue;
           }
-          absl::Status s = b.second.IsScalar() ? SetKey(probe, bk, b.second.Scalar())
-                                               : absl::InvalidArgumentError(bk + ": must be a single value");
-          if (!s.ok()) return At(file, b.second.IsScalar() ? b.second : b.first, "base." + Message(s));
+          absl::Status s = b.second.IsScalar()
+                               ? SetKey(probe, bk, b.second.Scalar())
+                               : absl::InvalidArgumentError(bk + ": must be a single value");
+          if (!s.ok())
+            return At(file, b.second.IsScalar() ? b.second : b.first, "base." + Message(s));
         }
       } else if (key == "grid") {
         if (!v.IsMap()) return At(file, v, "grid: must map config keys to lists of values");
@@ -205,8 +210,8 @@ absl::StatusOr<std::vector<ExpandedRun>> ExpandSweep(const SweepSpec& spec, std:
           if (g.first == k) point.push_back(k + "=" + v);
         }
       }
-      return absl::InvalidArgumentError(StrCat(file, ": run ", r.name, " (", StrJoin(point, ", "),
-                                               "): ", Message(valid)));
+      return absl::InvalidArgumentError(
+          StrCat(file, ": run ", r.name, " (", StrJoin(point, ", "), "): ", Message(valid)));
     }
     r.params.clear();
     for (const std::string& k : ScalarKeys()) r.params[k] = GetKey(r.config, k).value();
@@ -214,9 +219,9 @@ absl::StatusOr<std::vector<ExpandedRun>> ExpandSweep(const SweepSpec& spec, std:
     const ParamCounts c = CountParams(r.config.model);
     r.stored_params = c.stored;
     r.effective_params = c.effective;
-    r.memory_estimate_bytes = EstimateTrainingBytes(
-        r.config.model, r.config.train.seq_len, r.config.train.batch,
-        /*bf16=*/r.config.train.dtype != DType::kFloat32);
+    r.memory_estimate_bytes =
+        EstimateTrainingBytes(r.config.model, r.config.train.seq_len, r.config.train.batch,
+                              /*bf16=*/r.config.train.dtype != DType::kFloat32);
     return absl::OkStatus();
   };
   for (int64_t i = 0; i < count / static_cast<int64_t>(spec.seeds.size()); ++i) {
@@ -249,8 +254,8 @@ absl::StatusOr<std::vector<ExpandedRun>> ExpandSweep(const SweepSpec& spec, std:
       for (const auto& [k, v] : d.match) {
         auto it = parent.params.find(k);
         if (it == parent.params.end()) {
-          return absl::InvalidArgumentError(StrCat(file, ": derived '", d.name,
-                                                   "': match key '", k, "' is not a config key"));
+          return absl::InvalidArgumentError(
+              StrCat(file, ": derived '", d.name, "': match key '", k, "' is not a config key"));
         }
         RunConfig probe;
         CART_RETURN_IF_ERROR(SetKey(probe, k, v));
@@ -280,9 +285,9 @@ absl::StatusOr<std::vector<ExpandedRun>> ExpandSweep(const SweepSpec& spec, std:
     }
   }
   if (static_cast<int64_t>(runs.size()) > spec.max_runs) {
-    return absl::ResourceExhaustedError(StrCat(file, ": the sweep expands to ", runs.size(),
-                                               " runs with its derived jobs, more than max_runs = ",
-                                               spec.max_runs));
+    return absl::ResourceExhaustedError(
+        StrCat(file, ": the sweep expands to ", runs.size(),
+               " runs with its derived jobs, more than max_runs = ", spec.max_runs));
   }
   return runs;
 }

@@ -31,11 +31,11 @@ namespace cart::model {
 
 struct DerivedSpec {
   std::string name;
-  std::string kind = "eval";                   // "eval" or "train"
-  std::map<std::string, std::string> match;    // parents whose params have these values
-  int64_t run_index = -1;                      // or one parent by index (>= 0)
-  int64_t checkpoint_step = -1;                // -1: the parent's final checkpoint
-  std::vector<int> eval_loops;                 // eval: R_infer values, 1..16
+  std::string kind = "eval";                             // "eval" or "train"
+  std::map<std::string, std::string> match;              // parents whose params have these values
+  int64_t run_index = -1;                                // or one parent by index (>= 0)
+  int64_t checkpoint_step = -1;                          // -1: the parent's final checkpoint
+  std::vector<int> eval_loops;                           // eval: R_infer values, 1..16
   std::vector<std::pair<std::string, std::string>> set;  // config overrides
 };
 
@@ -51,16 +51,16 @@ struct SweepSpec {
 };
 
 struct ExpandedRun {
-  int64_t index = 0;            // 0-based within the sweep
-  std::string name;             // "<sweep>/<index>"
-  std::string kind = "train";   // "train" or "eval"
-  RunConfig config;             // resolved
-  std::string config_yaml;      // ToYaml(config)
+  int64_t index = 0;                          // 0-based within the sweep
+  std::string name;                           // "<sweep>/<index>"
+  std::string kind = "train";                 // "train" or "eval"
+  RunConfig config;                           // resolved
+  std::string config_yaml;                    // ToYaml(config)
   std::map<std::string, std::string> params;  // every scalar key -> value (the pivot keys)
   int64_t stored_params = 0;
   int64_t effective_params = 0;
-  int64_t memory_estimate_bytes = 0;  // per micro-batch training estimate (EstimateTrainingBytes)
-  int64_t parent_index = -1;          // derived jobs: index of the parent run
+  int64_t memory_estimate_bytes = 0;    // per micro-batch training estimate (EstimateTrainingBytes)
+  int64_t parent_index = -1;            // derived jobs: index of the parent run
   int64_t parent_checkpoint_step = -1;  // -1: the parent's final checkpoint
   std::vector<int> eval_loops;
 };

@@ -37,9 +37,9 @@ absl::StatusOr<ClientConfig> ResolveClientConfig(const ClientConfig& flags,
         } else if (key == "tls_server_name") {
           c.tls_server_name = value;
         } else {
-          return absl::InvalidArgumentError(StrCat(path, ":", kv.first.Mark().line + 1,
-                                                   ": unknown key '", key,
-                                                   "' (known: server, token, tls_ca, tls_server_name)"));
+          return absl::InvalidArgumentError(
+              StrCat(path, ":", kv.first.Mark().line + 1, ": unknown key '", key,
+                     "' (known: server, token, tls_ca, tls_server_name)"));
         }
       }
     } catch (const YAML::Exception& e) {

@@ -87,8 +87,8 @@ absl::StatusOr<CheckpointManifest> WriteCheckpoint(const std::string& dir,
   m.cursor = state.cursor;
   m.config_yaml = state.config_yaml;
   m.path = pt.string();
-  nlohmann::json j = {{"step", m.step},     {"bytes", m.bytes},         {"crc32", m.crc32},
-                      {"cursor", m.cursor}, {"config", m.config_yaml},  {"file", name + ".pt"}};
+  nlohmann::json j = {{"step", m.step},     {"bytes", m.bytes},        {"crc32", m.crc32},
+                      {"cursor", m.cursor}, {"config", m.config_yaml}, {"file", name + ".pt"}};
   CART_RETURN_IF_ERROR(
       WriteFileAtomically((fs::path(dir) / (name + ".json")).string(), j.dump(2) + "\n"));
 
@@ -114,8 +114,9 @@ std::vector<CheckpointManifest> ListCheckpoints(const std::string& dir,
       problems->push_back(Message(m.status()));
     }
   }
-  std::sort(out.begin(), out.end(),
-            [](const CheckpointManifest& a, const CheckpointManifest& b) { return a.step < b.step; });
+  std::sort(out.begin(), out.end(), [](const CheckpointManifest& a, const CheckpointManifest& b) {
+    return a.step < b.step;
+  });
   return out;
 }
 
@@ -153,7 +154,8 @@ absl::StatusOr<CheckpointManifest> ImportCheckpoint(const std::string& file, con
 
 absl::Status VerifyCheckpoint(const CheckpointManifest& m) {
   absl::StatusOr<std::string> bytes = ReadWholeFile(m.path);
-  if (!bytes.ok()) return absl::DataLossError(StrCat(m.path, ": missing: ", Message(bytes.status())));
+  if (!bytes.ok())
+    return absl::DataLossError(StrCat(m.path, ": missing: ", Message(bytes.status())));
   if (static_cast<int64_t>(bytes->size()) != m.bytes) {
     return absl::DataLossError(StrCat(m.path, ": truncated or padded: ", bytes->size(),
                                       " bytes, manifest says ", m.bytes));

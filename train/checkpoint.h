@@ -38,7 +38,8 @@ struct CheckpointState {
 absl::StatusOr<CheckpointManifest> WriteCheckpoint(const std::string& dir,
                                                    const CheckpointState& state,
                                                    torch::nn::Module& model,
-                                                   torch::optim::Optimizer& optimizer, int64_t keep);
+                                                   torch::optim::Optimizer& optimizer,
+                                                   int64_t keep);
 
 // Every checkpoint manifest in `dir`, oldest first (unreadable manifests are skipped and listed
 // in `problems`).

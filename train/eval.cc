@@ -15,8 +15,7 @@ absl::StatusOr<PerplexityResult> EvaluatePerplexity(model::LanguageModel& model,
   CART_ASSIGN_OR_RETURN(data::TokenFile file, data::TokenFile::Open(path));
   if (file.info().vocab > model.config().vocab) {
     return absl::InvalidArgumentError(StrCat(path, ": vocabulary ", file.info().vocab,
-                                             " is larger than the model's ",
-                                             model.config().vocab));
+                                             " is larger than the model's ", model.config().vocab));
   }
   CART_ASSIGN_OR_RETURN(WindowReader reader, WindowReader::Create(&file, seq_len));
   const int64_t n = std::min(max_sequences, reader.windows());

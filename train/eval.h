@@ -11,9 +11,9 @@
 namespace cart::train {
 
 struct PerplexityResult {
-  double mean_loss = 0;   // mean over sequences of the per-sequence mean CE, nats/token
-  double perplexity = 0;  // exp(mean_loss)
-  int64_t sequences = 0;  // sequences evaluated
+  double mean_loss = 0;    // mean over sequences of the per-sequence mean CE, nats/token
+  double perplexity = 0;   // exp(mean_loss)
+  int64_t sequences = 0;   // sequences evaluated
   double stderr_loss = 0;  // standard error of mean_loss over sequences
 };
 

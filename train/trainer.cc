@@ -16,6 +16,7 @@
 #include "common/strings.h"
 #include "data/token_file.h"
 #include "model/language_model.h"
+#include "train/device.h"
 #include "train/eval.h"
 #include "train/schedule.h"
 #include "train/windows.h"
@@ -116,7 +117,8 @@ absl::Status Trainer::Emit(const MetricRecord& record) {
   for (const auto& [k, v] : record.values) j[k] = v;
   metrics_ << j.dump() << "\n";
   metrics_.flush();
-  if (!metrics_) return absl::InternalError("cannot append to metrics.jsonl in " + options_.out_dir);
+  if (!metrics_)
+    return absl::InternalError("cannot append to metrics.jsonl in " + options_.out_dir);
   if (options_.on_metrics) options_.on_metrics(record);
   return absl::OkStatus();
 }
@@ -125,9 +127,9 @@ absl::Status Trainer::Evaluate(int64_t step) {
   MetricRecord record;
   record.step = step;
   for (const ValSet& v : val_sets_) {
-    CART_ASSIGN_OR_RETURN(PerplexityResult r,
-                          EvaluatePerplexity(*model_, v.path, config_.train.seq_len,
-                                             config_.train.eval_sequences));
+    CART_ASSIGN_OR_RETURN(
+        PerplexityResult r,
+        EvaluatePerplexity(*model_, v.path, config_.train.seq_len, config_.train.eval_sequences));
     record.values["val_loss/" + v.name] = r.mean_loss;
     record.values["val_ppl/" + v.name] = r.perplexity;
     if (v.entropy_rate) {
@@ -181,20 +183,22 @@ absl::StatusOr<TrainResult> Trainer::Run() {
   }
 
   torch::set_num_threads(ThreadsFor(config_.train));
-  if (torch::cuda::is_available()) device_ = torch::Device(torch::kCUDA, 0);
+  CART_ASSIGN_OR_RETURN(device_, ResolveDevice(options_.device));
   const bool autocast = device_.is_cuda() && config_.train.dtype != model::DType::kFloat32;
 
   CART_ASSIGN_OR_RETURN(data::TokenFile train_file, data::TokenFile::Open(config_.data.train_data));
   train_file_.emplace(std::move(train_file));
   if (train_file_->info().vocab > config_.model.vocab) {
-    return absl::InvalidArgumentError(StrCat(
-        "vocab: ", config_.model.vocab, " is smaller than the vocabulary of ",
-        config_.data.train_data, " (", train_file_->info().vocab, ")"));
+    return absl::InvalidArgumentError(
+        StrCat("vocab: ", config_.model.vocab, " is smaller than the vocabulary of ",
+               config_.data.train_data, " (", train_file_->info().vocab, ")"));
   }
-  CART_ASSIGN_OR_RETURN(WindowReader reader, WindowReader::Create(&*train_file_, config_.train.seq_len));
+  CART_ASSIGN_OR_RETURN(WindowReader reader,
+                        WindowReader::Create(&*train_file_, config_.train.seq_len));
   reader_.emplace(reader);
   for (const auto& [name, path] : config_.data.val_data) {
-    CART_ASSIGN_OR_RETURN(data::TokenFileInfo info, data::ReadTokenFileInfo(data::MetadataPath(path)));
+    CART_ASSIGN_OR_RETURN(data::TokenFileInfo info,
+                          data::ReadTokenFileInfo(data::MetadataPath(path)));
     val_sets_.push_back({name, path, info.entropy_rate_nats});
   }
 
@@ -207,7 +211,7 @@ absl::StatusOr<TrainResult> Trainer::Run() {
   std::vector<torch::Tensor> decay, no_decay;
   for (const auto& p : model_->parameters()) {
     (config_.train.weight_decay_scope == model::WeightDecayScope::kAll || p.dim() >= 2 ? decay
-                                                                                     : no_decay)
+                                                                                       : no_decay)
         .push_back(p);
   }
   auto options = [&](double wd) {
@@ -217,8 +221,8 @@ absl::StatusOr<TrainResult> Trainer::Run() {
   std::vector<torch::optim::OptimizerParamGroup> groups;
   groups.emplace_back(decay, options(config_.train.weight_decay));
   if (!no_decay.empty()) groups.emplace_back(no_decay, options(0.0));
-  optimizer_ = std::make_unique<torch::optim::AdamW>(groups,
-                                                     torch::optim::AdamWOptions(config_.train.lr));
+  optimizer_ =
+      std::make_unique<torch::optim::AdamW>(groups, torch::optim::AdamWOptions(config_.train.lr));
 
   int64_t step = 0;
   const std::string metrics_path = (out / "metrics.jsonl").string();
@@ -227,9 +231,9 @@ absl::StatusOr<TrainResult> Trainer::Run() {
     absl::StatusOr<CheckpointManifest> latest = LatestValidCheckpoint(checkpoint_dir_, &problems);
     for (const std::string& p : problems) Log("checkpoint skipped: " + p);
     if (!latest.ok()) {
-      return absl::DataLossError(StrCat("cannot resume ", options_.out_dir, ": ",
-                                        Message(latest.status()),
-                                        problems.empty() ? "" : " (" + StrJoin(problems, "; ") + ")"));
+      return absl::DataLossError(
+          StrCat("cannot resume ", options_.out_dir, ": ", Message(latest.status()),
+                 problems.empty() ? "" : " (" + StrJoin(problems, "; ") + ")"));
     }
     CART_RETURN_IF_ERROR(LoadCheckpoint(*latest, *model_, optimizer_.get()));
     step = latest->step;

@@ -39,6 +39,8 @@ struct TrainOptions {
   // Polled once per step; when it becomes true the loop writes a checkpoint and returns
   // (cancel, drain). May be null.
   const std::atomic<bool>* stop = nullptr;
+  // Where to train (train/device.h): "auto" (cuda:0 when present, else cpu), "cpu" or "cuda:N".
+  std::string device = "auto";
 };
 
 struct TrainResult {

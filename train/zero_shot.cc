@@ -27,7 +27,8 @@ std::pair<double, double> MeanAndStderr(const std::vector<double>& xs) {
   return {mean, std::sqrt(var / (n - 1) / n)};
 }
 
-absl::Status ScoreBatch(model::LanguageModel& model, const std::vector<ContinuationRequest>& requests,
+absl::Status ScoreBatch(model::LanguageModel& model,
+                        const std::vector<ContinuationRequest>& requests,
                         const std::vector<size_t>& order, size_t begin, size_t end,
                         const ZeroShotOptions& options, std::vector<ContinuationScore>* out) {
   // Input i is (context + continuation)[-(max_len + 1):][:-1]; the continuation's targets are
@@ -75,8 +76,8 @@ absl::StatusOr<std::vector<ContinuationScore>> ScoreContinuations(
     model::LanguageModel& model, const std::vector<ContinuationRequest>& requests,
     const ZeroShotOptions& options) {
   if (options.max_len < 1 || options.batch < 1) {
-    return absl::InvalidArgumentError(StrCat("max_len ", options.max_len, " and batch ",
-                                             options.batch, " must be positive"));
+    return absl::InvalidArgumentError(
+        StrCat("max_len ", options.max_len, " and batch ", options.batch, " must be positive"));
   }
   const int64_t vocab = model.config().vocab;
   for (size_t i = 0; i < requests.size(); ++i) {
@@ -86,10 +87,9 @@ absl::StatusOr<std::vector<ContinuationScore>> ScoreContinuations(
           StrCat("request ", i, ": context and continuation must both be non-empty"));
     }
     if (static_cast<int64_t>(r.continuation.size()) > options.max_len) {
-      return absl::InvalidArgumentError(StrCat("request ", i, ": continuation of ",
-                                               r.continuation.size(),
-                                               " tokens is longer than the model context ",
-                                               options.max_len));
+      return absl::InvalidArgumentError(
+          StrCat("request ", i, ": continuation of ", r.continuation.size(),
+                 " tokens is longer than the model context ", options.max_len));
     }
     for (const auto* part : {&r.context, &r.continuation}) {
       for (int64_t id : *part) {
@@ -145,8 +145,8 @@ absl::StatusOr<TaskResult> AggregateTask(const data::Task& task,
   size_t expected = 0;
   for (const data::TaskItem& item : task.items) expected += item.choices.size();
   if (scores.size() != expected) {
-    return absl::InvalidArgumentError(StrCat(task.name, ": ", scores.size(), " scores for ",
-                                             expected, " choices"));
+    return absl::InvalidArgumentError(
+        StrCat(task.name, ": ", scores.size(), " scores for ", expected, " choices"));
   }
   TaskResult result;
   result.name = task.name;
@@ -177,7 +177,8 @@ absl::StatusOr<TaskResult> AggregateTask(const data::Task& task,
     result.chance_choices = (result.chance_choices == 0 || result.chance_choices == n) ? n : -1;
   }
   std::tie(result.acc, result.acc_stderr) = MeanAndStderr(acc);
-  if (!acc_norm.empty()) std::tie(result.acc_norm, result.acc_norm_stderr) = MeanAndStderr(acc_norm);
+  if (!acc_norm.empty())
+    std::tie(result.acc_norm, result.acc_norm_stderr) = MeanAndStderr(acc_norm);
   if (task.kind == data::TaskKind::kLambada) {
     result.perplexity = std::exp(-target_logprob / static_cast<double>(task.items.size()));
   }
@@ -192,9 +193,9 @@ absl::StatusOr<TaskResult> EvaluateTask(model::LanguageModel& model,
     for (const std::string& choice : item.choices) {
       ContinuationRequest r = EncodePair(tokenizer, item.context, " " + choice);
       if (r.context.empty() || r.continuation.empty()) {
-        return absl::InvalidArgumentError(
-            StrCat(task.path, ":", item.line, ": the context or the choice \"", choice,
-                   "\" encodes to no tokens"));
+        return absl::InvalidArgumentError(StrCat(task.path, ":", item.line,
+                                                 ": the context or the choice \"", choice,
+                                                 "\" encodes to no tokens"));
       }
       requests.push_back(std::move(r));
     }

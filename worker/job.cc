@@ -297,9 +297,8 @@ void Session::OnCheckpoint(const train::CheckpointManifest& m, int64_t total) {
 }
 
 absl::StatusOr<std::string> Session::PrepareRunDir() {
-  run_dir_ = (fs::path(env_.cache_dir) / "runs" /
-              StrCat(job_.run_id(), "-a", job_.attempt()))
-                 .string();
+  run_dir_ =
+      (fs::path(env_.cache_dir) / "runs" / StrCat(job_.run_id(), "-a", job_.attempt())).string();
   std::error_code ec;
   fs::remove_all(run_dir_, ec);
   fs::create_directories(fs::path(run_dir_) / "checkpoints", ec);
@@ -327,6 +326,7 @@ JobEnd Session::Train() {
 
   train::TrainOptions options;
   options.out_dir = run_dir_;
+  options.device = env_.torch_device;
   options.stop = &stop_training_;
   options.on_metrics = [this](const train::MetricRecord& r) { OnMetrics(r); };
   const int64_t total = config.train.steps;
@@ -350,8 +350,7 @@ JobEnd Session::Train() {
     options.extend_to = config.train.steps;
     Log(StrCat("resuming from step ", imported->step));
   } else if (job_.has_init_from()) {
-    const std::string file =
-        (fs::path(artifacts) / (job_.init_from().sha256() + ".pt")).string();
+    const std::string file = (fs::path(artifacts) / (job_.init_from().sha256() + ".pt")).string();
     absl::Status fetched = FetchArtifact(*env_.stub, env_.client, job_.init_from().sha256(), file);
     if (!fetched.ok()) return fail(fetched);
     options.init_from = file;
@@ -379,12 +378,12 @@ JobEnd Session::Evaluate() {
   absl::StatusOr<model::RunConfig> config =
       model::ParseRunConfigYaml(job_.config_yaml(), StrCat("run ", job_.run_name()));
   if (!config.ok()) return fail(config.status());
-  if (!job_.has_init_from()) return fail(absl::InvalidArgumentError("eval job without a checkpoint"));
+  if (!job_.has_init_from())
+    return fail(absl::InvalidArgumentError("eval job without a checkpoint"));
   absl::StatusOr<std::string> dir = PrepareRunDir();
   if (!dir.ok()) return fail(dir.status());
-  const std::string file = (fs::path(env_.cache_dir) / "artifacts" /
-                            (job_.init_from().sha256() + ".pt"))
-                               .string();
+  const std::string file =
+      (fs::path(env_.cache_dir) / "artifacts" / (job_.init_from().sha256() + ".pt")).string();
   absl::Status fetched = FetchArtifact(*env_.stub, env_.client, job_.init_from().sha256(), file);
   if (!fetched.ok()) return fail(fetched);
   try {

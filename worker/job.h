@@ -22,12 +22,15 @@ struct JobEnvironment {
   int64_t threads = 0;
   size_t metric_buffer_points = 1'000'000;
   int gpu_index = -1;  // NVML index for system metrics; -1: CPU only
+  // The LibTorch device runs train on (train/device.h): "cpu" or "cuda:N". cart-worker sets
+  // CUDA_DEVICE_ORDER=PCI_BUS_ID so that N is the NVML index too.
+  std::string torch_device = "cpu";
   SystemMetrics* system = nullptr;
 };
 
 struct JobEnd {
   cart::v1::JobResult::Outcome outcome = cart::v1::JobResult::OUTCOME_UNSPECIFIED;
-  bool fenced = false;        // cartd rejected our attempt number: someone else owns the run
+  bool fenced = false;  // cartd rejected our attempt number: someone else owns the run
   bool drain_requested = false;
   std::string error;
 };
@@ -41,6 +44,7 @@ absl::Status FetchArtifact(cart::v1::WorkerService::Stub& stub, const rpc::Clien
                            const std::string& sha256, const std::string& path);
 // Uploads the file at `path`; returns its sha256.
 absl::StatusOr<std::string> UploadArtifact(cart::v1::WorkerService::Stub& stub,
-                                           const rpc::ClientConfig& client, const std::string& path);
+                                           const rpc::ClientConfig& client,
+                                           const std::string& path);
 
 }  // namespace cart::worker

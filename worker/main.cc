@@ -2,6 +2,7 @@
 
 #include <CLI/CLI.hpp>
 #include <csignal>
+#include <cstdlib>
 #include <iostream>
 
 #include "common/strings.h"
@@ -15,6 +16,9 @@ void OnSignal(int) { g_shutdown = true; }
 }  // namespace
 
 int main(int argc, char** argv) {
+  // CUDA numbers devices fastest-first by default, NVML by PCI bus: make --device cuda:N mean the
+  // same GPU to both (unless the user set an order).
+  setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID", /*overwrite=*/0);
   CLI::App app{"cart-worker: trains the runs cartd hands it, one device per process",
                "cart-worker"};
   app.set_version_flag("--version", std::string("cart-worker ") + cart::kVersion);
@@ -24,8 +28,10 @@ int main(int argc, char** argv) {
   std::string config_file = cart::rpc::DefaultConfigPath();
   app.add_option("--server", flags.server, "cartd address host:port (env CART_SERVER)");
   app.add_option("--token", flags.token, "Bearer token with the worker role (env CART_TOKEN)");
-  app.add_option("--tls-ca", flags.tls_ca, "CA certificate (PEM) to verify cartd (env CART_TLS_CA)");
-  app.add_option("--tls-server-name", flags.tls_server_name, "Expected name in cartd's certificate");
+  app.add_option("--tls-ca", flags.tls_ca,
+                 "CA certificate (PEM) to verify cartd (env CART_TLS_CA)");
+  app.add_option("--tls-server-name", flags.tls_server_name,
+                 "Expected name in cartd's certificate");
   app.add_option("--client-config", config_file, "Client config file (written by `cart up`)");
   app.add_option("--worker-id", config.worker_id, "Stable id of this worker (default host-device)");
   app.add_option("--device", config.device, "auto | cpu | cuda:N")->capture_default_str();

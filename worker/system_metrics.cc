@@ -66,7 +66,8 @@ SystemMetrics::SystemMetrics() {
   auto* n = new Nvml();
   n->handle = handle;
   int (*init)() = nullptr;
-  const bool ok = Resolve(handle, "nvmlInit_v2", init) && Resolve(handle, "nvmlShutdown", n->shutdown) &&
+  const bool ok = Resolve(handle, "nvmlInit_v2", init) &&
+                  Resolve(handle, "nvmlShutdown", n->shutdown) &&
                   Resolve(handle, "nvmlDeviceGetHandleByIndex_v2", n->get_handle) &&
                   Resolve(handle, "nvmlDeviceGetName", n->get_name) &&
                   Resolve(handle, "nvmlDeviceGetUtilizationRates", n->get_util) &&
@@ -110,8 +111,10 @@ std::map<std::string, double> SystemMetrics::Sample(int gpu_index) {
       Nvml::Memory mem{};
       unsigned int temp = 0, power_mw = 0;
       if (nvml_->get_util(dev, &util) == 0) out["sys/gpu_util_percent"] = util.gpu;
-      if (nvml_->get_memory(dev, &mem) == 0) out["sys/gpu_mem_used_mib"] = mem.used / double(1 << 20);
-      if (nvml_->get_temp(dev, /*NVML_TEMPERATURE_GPU=*/0, &temp) == 0) out["sys/gpu_temp_c"] = temp;
+      if (nvml_->get_memory(dev, &mem) == 0)
+        out["sys/gpu_mem_used_mib"] = mem.used / double(1 << 20);
+      if (nvml_->get_temp(dev, /*NVML_TEMPERATURE_GPU=*/0, &temp) == 0)
+        out["sys/gpu_temp_c"] = temp;
       if (nvml_->get_power(dev, &power_mw) == 0) out["sys/gpu_power_w"] = power_mw / 1000.0;
     }
   }

@@ -53,10 +53,9 @@ absl::Status RunWorker(const WorkerConfig& config, const std::atomic<bool>& shut
     } else if (config.device == "auto") {
       device = SystemMetrics::Cpu();
     } else {
-      return absl::FailedPreconditionError(
-          StrCat("--device ", config.device, ": no such NVIDIA GPU (NVML ",
-                 system.nvml_available() ? "sees no device at that index" : "is not available",
-                 ")"));
+      return absl::FailedPreconditionError(StrCat(
+          "--device ", config.device, ": no such NVIDIA GPU (NVML ",
+          system.nvml_available() ? "sees no device at that index" : "is not available", ")"));
     }
   } else {
     return absl::InvalidArgumentError("--device: '" + config.device +
@@ -64,9 +63,9 @@ absl::Status RunWorker(const WorkerConfig& config, const std::atomic<bool>& shut
   }
   if (config.memory_mib > 0) device.memory_mib = config.memory_mib;
   const std::string worker_id =
-      config.worker_id.empty()
-          ? StrCat(Hostname(), "-", device.kind, device.kind == "cuda" ? std::to_string(device.index) : "")
-          : config.worker_id;
+      config.worker_id.empty() ? StrCat(Hostname(), "-", device.kind,
+                                        device.kind == "cuda" ? std::to_string(device.index) : "")
+                               : config.worker_id;
   std::error_code ec;
   std::filesystem::create_directories(config.cache_dir, ec);
 
@@ -99,18 +98,20 @@ absl::Status RunWorker(const WorkerConfig& config, const std::atomic<bool>& shut
     std::this_thread::sleep_for(std::chrono::milliseconds(backoff_ms));
     backoff_ms = std::min<int64_t>(backoff_ms * 2, 5000);
   }
-  Say(worker_id, StrCat("registered ", device.kind, " '", device.name, "' with ",
-                        device.memory_mib, " MiB at ", config.client.server));
+  Say(worker_id, StrCat("registered ", device.kind, " '", device.name, "' with ", device.memory_mib,
+                        " MiB at ", config.client.server));
 
   JobEnvironment env;
   env.client = config.client;
   env.stub = stub.get();
   env.worker_id = worker_id;
   env.cache_dir = config.cache_dir;
-  env.heartbeat_interval_ms = timing.heartbeat_interval_ms() > 0 ? timing.heartbeat_interval_ms() : 5000;
+  env.heartbeat_interval_ms =
+      timing.heartbeat_interval_ms() > 0 ? timing.heartbeat_interval_ms() : 5000;
   env.threads = config.threads;
   env.metric_buffer_points = config.metric_buffer_points;
   env.gpu_index = gpu_index;
+  env.torch_device = gpu_index >= 0 ? StrCat("cuda:", gpu_index) : "cpu";
   env.system = &system;
 
   int64_t jobs = 0;
@@ -146,15 +147,16 @@ absl::Status RunWorker(const WorkerConfig& config, const std::atomic<bool>& shut
       continue;
     }
     const cart::v1::Job& job = resp.job();
-    Say(worker_id, StrCat("run ", job.run_name(), " (id ", job.run_id(), ", attempt ",
-                          job.attempt(), job.has_resume_from()
-                                             ? StrCat(", from step ", job.resume_from().step())
-                                             : std::string(),
-                          ")"));
+    Say(worker_id,
+        StrCat("run ", job.run_name(), " (id ", job.run_id(), ", attempt ", job.attempt(),
+               job.has_resume_from() ? StrCat(", from step ", job.resume_from().step())
+                                     : std::string(),
+               ")"));
     JobEnd end = RunJob(env, job, shutdown);
     ++jobs;
-    Say(worker_id, StrCat("run ", job.run_name(), ": ", end.fenced ? "FENCED" : OutcomeName(end.outcome),
-                          end.error.empty() ? "" : ": " + end.error));
+    Say(worker_id,
+        StrCat("run ", job.run_name(), ": ", end.fenced ? "FENCED" : OutcomeName(end.outcome),
+               end.error.empty() ? "" : ": " + end.error));
     if (end.drain_requested) {
       Say(worker_id, "drain requested; exiting");
       break;

@@ -14,13 +14,13 @@ namespace cart::worker {
 
 struct WorkerConfig {
   rpc::ClientConfig client;
-  std::string worker_id;          // default "<hostname>-<device>", e.g. "labbox3-cuda0"
-  std::string device = "auto";    // auto | cpu | cuda:N
+  std::string worker_id;                 // default "<hostname>-<device>", e.g. "labbox3-cuda0"
+  std::string device = "auto";           // auto | cpu | cuda:N
   std::string cache_dir = "var/worker";  // run directories and downloaded checkpoints
-  int64_t threads = 0;            // CPU threads for training; 0: the run config's / all cores
-  int64_t memory_mib = 0;         // report this much device memory instead of the real amount
-  int64_t max_jobs = 0;           // exit after this many jobs; 0: no limit
-  bool exit_when_idle = false;    // exit when an acquire returns no job (scripts, tests)
+  int64_t threads = 0;               // CPU threads for training; 0: the run config's / all cores
+  int64_t memory_mib = 0;            // report this much device memory instead of the real amount
+  int64_t max_jobs = 0;              // exit after this many jobs; 0: no limit
+  bool exit_when_idle = false;       // exit when an acquire returns no job (scripts, tests)
   int64_t acquire_wait_ms = 10'000;  // long-poll length
   size_t metric_buffer_points = 1'000'000;  // unacknowledged points held before training waits
 };

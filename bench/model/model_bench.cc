@@ -68,8 +68,9 @@ int main(int argc, char** argv) {
   self.core_attn = cart::model::CoreAttn::kSelf;
   variants.push_back({"core_attn: self", self});
 
-  fmt::print("CART fwd+bwd on CPU: d={} P={} R={} vocab={} batch {}x{} tokens, {} threads, median of {}\n",
-             base.d, base.P, base.R, base.vocab, B, T, threads, reps);
+  fmt::print(
+      "CART fwd+bwd on CPU: d={} P={} R={} vocab={} batch {}x{} tokens, {} threads, median of {}\n",
+      base.d, base.P, base.R, base.vocab, B, T, threads, reps);
   fmt::print("{:<26}{:>12}{:>14}{:>16}{:>16}\n", "variant", "tokens/s", "GFLOP/s", "time ratio",
              "FLOP ratio");
   torch::manual_seed(0);

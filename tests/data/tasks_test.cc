@@ -40,7 +40,8 @@ TEST(HellaSwagTest, BuildsLmEvalQueryAndCleansEndings) {
   const TaskItem& b = task->items[1];
   // "[header]" dropped, " [title]" -> ". ", capitalize() lowers the rest, "  " -> " ". As in
   // lm-eval, a tag that opens an ending leaves its leading space: " Add them up.".
-  EXPECT_EQ(b.context, "Finance and Business: How to make a budget. Write down your income. Then list costs");
+  EXPECT_EQ(b.context,
+            "Finance and Business: How to make a budget. Write down your income. Then list costs");
   EXPECT_THAT(b.choices, ElementsAre(" Add them up.", "Eat.", "Sleep well.", "Run."));
   EXPECT_EQ(b.gold, 0);
   EXPECT_EQ(b.line, 3);
@@ -55,17 +56,15 @@ TEST(HellaSwagTest, PreprocessMatchesLmEval) {
 
 TEST(HellaSwagTest, MissingOrBadLabelNamesFileLineAndAllowedValues) {
   TempDir dir;
-  WriteFile(dir.File("test.jsonl"),
-            R"({"ctx": "c", "endings": ["a", "b", "c", "d"]})"
-            "\n");
+  WriteFile(dir.File("test.jsonl"), R"({"ctx": "c", "endings": ["a", "b", "c", "d"]})"
+                                    "\n");
   EXPECT_THAT(LoadTask({TaskKind::kHellaSwag, "hs", dir.File("test.jsonl")}),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        AllOf(HasSubstr("test.jsonl:1:"), HasSubstr("\"label\""))));
-  WriteFile(dir.File("bad.jsonl"),
-            R"({"ctx": "c", "endings": ["a", "b", "c", "d"], "label": 0})"
-            "\n"
-            R"({"ctx": "c", "endings": ["a", "b", "c", "d"], "label": 4})"
-            "\n");
+  WriteFile(dir.File("bad.jsonl"), R"({"ctx": "c", "endings": ["a", "b", "c", "d"], "label": 0})"
+                                   "\n"
+                                   R"({"ctx": "c", "endings": ["a", "b", "c", "d"], "label": 4})"
+                                   "\n");
   EXPECT_THAT(LoadTask({TaskKind::kHellaSwag, "hs", dir.File("bad.jsonl")}),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        AllOf(HasSubstr("bad.jsonl:2:"), HasSubstr("0..3"))));
@@ -77,11 +76,12 @@ TEST(HellaSwagTest, MissingOrBadLabelNamesFileLineAndAllowedValues) {
 
 TEST(PiqaTest, ReadsLabelsFileBesideTheJsonlAndHonoursLimit) {
   TempDir dir;
-  WriteFile(dir.File("valid.jsonl"),
-            R"({"goal": "How do I dry a phone?", "sol1": "Put it in rice.", "sol2": "Put it in water."})"
-            "\n"
-            R"({"goal": "Open a jar", "sol1": "Hit it with a hammer", "sol2": "Twist the lid"})"
-            "\n");
+  WriteFile(
+      dir.File("valid.jsonl"),
+      R"({"goal": "How do I dry a phone?", "sol1": "Put it in rice.", "sol2": "Put it in water."})"
+      "\n"
+      R"({"goal": "Open a jar", "sol1": "Hit it with a hammer", "sol2": "Twist the lid"})"
+      "\n");
   WriteFile(dir.File("valid-labels.lst"), "0\n1\n");
   auto task = LoadTask({TaskKind::kPiqa, "piqa", dir.File("valid.jsonl")});
   ASSERT_TRUE(task.ok()) << task.status();
@@ -130,11 +130,12 @@ TEST(ArcTest, ReadsTheAi2ReleaseAndTheHuggingFaceExport) {
   EXPECT_EQ(task->items[1].gold, 3);
   EXPECT_EQ(task->name, "arc_easy");
 
-  WriteFile(dir.File("hf.jsonl"),
-            R"({"id": "q1", "question": "Which is a gas?", "choices": {"text": ["rock", "air"], "label": ["A", "B"]}, "answerKey": "B"})"
-            "\n"
-            R"({"id": "q2", "question": "Which?", "choices": {"text": ["a", "b"], "label": ["A", "B"]}, "answerKey": "E"})"
-            "\n");
+  WriteFile(
+      dir.File("hf.jsonl"),
+      R"({"id": "q1", "question": "Which is a gas?", "choices": {"text": ["rock", "air"], "label": ["A", "B"]}, "answerKey": "B"})"
+      "\n"
+      R"({"id": "q2", "question": "Which?", "choices": {"text": ["a", "b"], "label": ["A", "B"]}, "answerKey": "E"})"
+      "\n");
   EXPECT_THAT(LoadTask({TaskKind::kArc, "arc", dir.File("hf.jsonl")}),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        AllOf(HasSubstr("hf.jsonl:2:"), HasSubstr("answerKey \"E\""),
@@ -178,8 +179,8 @@ TEST(TaskSourceTest, ParsesKindNameAndOptions) {
   EXPECT_THAT(ParseTaskSource("mmlu=x.jsonl"),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("allowed: hellaswag, piqa, arc, lambada")));
-  EXPECT_THAT(ParseTaskSource("hellaswag"), StatusIs(absl::StatusCode::kInvalidArgument,
-                                                     HasSubstr("KIND=FILE")));
+  EXPECT_THAT(ParseTaskSource("hellaswag"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("KIND=FILE")));
   EXPECT_THAT(ParseTaskSource("arc=x.jsonl,labels=y"),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("allowed: limit=N")));
   EXPECT_THAT(ParseTaskSource("arc=x.jsonl,limit=0"),
@@ -189,10 +190,10 @@ TEST(TaskSourceTest, ParsesKindNameAndOptions) {
 }
 
 TEST(TaskSourceTest, TrailingSpacesMoveToTheContinuation) {
-  EXPECT_EQ(SplitTrailingSpaces("Answer: ", "yes"), std::make_pair(std::string("Answer:"),
-                                                                   std::string(" yes")));
-  EXPECT_EQ(SplitTrailingSpaces("Answer:", " yes"), std::make_pair(std::string("Answer:"),
-                                                                   std::string(" yes")));
+  EXPECT_EQ(SplitTrailingSpaces("Answer: ", "yes"),
+            std::make_pair(std::string("Answer:"), std::string(" yes")));
+  EXPECT_EQ(SplitTrailingSpaces("Answer:", " yes"),
+            std::make_pair(std::string("Answer:"), std::string(" yes")));
 }
 
 }  // namespace

@@ -3,8 +3,8 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
-#include <unistd.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <fstream>
 #include <thread>
@@ -87,10 +87,11 @@ void Cluster::KillCartd(int signal) {
 
 pid_t Cluster::StartWorker(const std::string& id, int64_t memory_mib,
                            const std::vector<std::string>& extra) {
-  std::vector<std::string> args = {"--server", address(), "--token", worker_token_,
-                                   "--device", "cpu", "--worker-id", id, "--threads", "1",
-                                   "--cache-dir", dir_.File("worker-" + id),
-                                   "--acquire-wait-ms", "1000", "--client-config", "/dev/null"};
+  std::vector<std::string> args = {
+      "--server",          address(), "--token",         worker_token_,
+      "--device",          "cpu",     "--worker-id",     id,
+      "--threads",         "1",       "--cache-dir",     dir_.File("worker-" + id),
+      "--acquire-wait-ms", "1000",    "--client-config", "/dev/null"};
   if (memory_mib > 0) args.insert(args.end(), {"--memory-mib", StrCat(memory_mib)});
   args.insert(args.end(), extra.begin(), extra.end());
   pid_t pid = Spawn(BinDir() + "/cart-worker", args, "worker-" + id + ".log");

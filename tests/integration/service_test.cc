@@ -34,7 +34,8 @@ std::string RunBase(const std::string& data, int steps, int checkpoint_every = 1
   eval_every: 0
   eval_sequences: 4
   threads: 1
-  steps: )", steps, "\n  checkpoint_every: ", checkpoint_every, "\n  train_data: ", data,
+  steps: )",
+                steps, "\n  checkpoint_every: ", checkpoint_every, "\n  train_data: ", data,
                 "\n  val_data:\n    synth: ", data.substr(0, data.size() - 4), ".val.bin\n");
 }
 
@@ -55,9 +56,9 @@ TEST(ServiceTest, SweepOfTwoByTwoByTwoSeedsCompletesOnTwoWorkersAndShowsTheRhoTa
   Cluster c;
   c.StartCartd();
   const std::string data = c.SynthData();
-  const std::string file = c.WriteFile(
-      "grid.yaml", StrCat("name: grid\nbase:\n", RunBase(data, 20, 0),
-                          "grid:\n  d: [64, 128]\n  R: [1, 2]\nseeds: [1, 2]\n"));
+  const std::string file =
+      c.WriteFile("grid.yaml", StrCat("name: grid\nbase:\n", RunBase(data, 20, 0),
+                                      "grid:\n  d: [64, 128]\n  R: [1, 2]\nseeds: [1, 2]\n"));
   EXPECT_THAT(c.Cart({"sweep", "submit", file}), HasSubstr("submitted sweep grid with 8 runs"));
   c.StartWorker("a");
   c.StartWorker("b");
@@ -73,9 +74,8 @@ TEST(ServiceTest, SweepOfTwoByTwoByTwoSeedsCompletesOnTwoWorkersAndShowsTheRhoTa
   std::set<std::string> workers;
   for (const auto& r : c.Runs("grid")) workers.insert(r.worker_id());
   EXPECT_EQ(workers.size(), 2u);
-  const std::string table =
-      c.Cart({"results", "pivot", "--metric", "rho_max", "--rows", "d", "--cols", "R", "--sweep",
-              "grid", "--format", "csv"});
+  const std::string table = c.Cart({"results", "pivot", "--metric", "rho_max", "--rows", "d",
+                                    "--cols", "R", "--sweep", "grid", "--format", "csv"});
   // Header plus one row per d, each cell a mean over the two seeds.
   EXPECT_THAT(table, HasSubstr("64"));
   EXPECT_THAT(table, HasSubstr("128"));
@@ -102,7 +102,8 @@ TEST(ServiceTest, KilledWorkersRunResumesElsewhereFromItsCheckpointWithIdentical
   c.Cart({"sweep", "submit", file});
   const int64_t run = RunId(c, "one", 0);
   pid_t a = c.StartWorker("a");
-  ASSERT_TRUE(c.WaitFor([&] { return c.GetRun(run).run().step() >= 25; }, std::chrono::seconds(120)))
+  ASSERT_TRUE(
+      c.WaitFor([&] { return c.GetRun(run).run().step() >= 25; }, std::chrono::seconds(120)))
       << c.Log("worker-a.log");
   c.Signal(a, SIGKILL);
   c.Wait(a);
@@ -141,7 +142,8 @@ TEST(ServiceTest, CancelStopsWithACheckpointAndResumeFinishesTheRun) {
   c.Cart({"sweep", "submit", file});
   const int64_t run = RunId(c, "c", 0);
   c.StartWorker("a");
-  ASSERT_TRUE(c.WaitFor([&] { return c.GetRun(run).run().step() >= 5; }, std::chrono::seconds(120)));
+  ASSERT_TRUE(
+      c.WaitFor([&] { return c.GetRun(run).run().step() >= 5; }, std::chrono::seconds(120)));
   EXPECT_THAT(c.Cart({"runs", "cancel", StrCat(run)}), HasSubstr(StrCat("run ", run)));
   ASSERT_TRUE(c.WaitFor([&] { return StateOf(c, run) == "CANCELLED"; }, std::chrono::seconds(60)))
       << c.Log("worker-a.log");
@@ -185,9 +187,9 @@ TEST(ServiceTest, RunTooBigForEveryWorkerStaysQueuedAndSaysWhy) {
   Cluster c;
   c.StartCartd();
   const std::string data = c.SynthData();
-  const std::string file = c.WriteFile(
-      "big.yaml", StrCat("name: big\nbase:\n", RunBase(data, 5, 0), "  d: 1024\n  seq_len: 2048\n"
-                         "  batch: 64\nseeds: [1]\n"));
+  const std::string file = c.WriteFile("big.yaml", StrCat("name: big\nbase:\n", RunBase(data, 5, 0),
+                                                          "  d: 1024\n  seq_len: 2048\n"
+                                                          "  batch: 64\nseeds: [1]\n"));
   c.Cart({"sweep", "submit", file});
   const int64_t run = RunId(c, "big", 0);
   c.StartWorker("small", /*memory_mib=*/512);
@@ -207,13 +209,14 @@ TEST(ServiceTest, WorkerPausedPastItsLeaseIsFencedOut) {
   c.Cart({"sweep", "submit", file});
   const int64_t run = RunId(c, "f", 0);
   pid_t a = c.StartWorker("a");
-  ASSERT_TRUE(c.WaitFor([&] { return c.GetRun(run).run().step() >= 3; }, std::chrono::seconds(120)));
+  ASSERT_TRUE(
+      c.WaitFor([&] { return c.GetRun(run).run().step() >= 3; }, std::chrono::seconds(120)));
   c.Signal(a, SIGSTOP);
   // The lease lapses; the run is requeued with attempt 2 and taken by b.
   c.StartWorker("b");
-  ASSERT_TRUE(c.WaitFor([&] { return c.GetRun(run).run().attempt() >= 2 &&
-                                     c.GetRun(run).run().worker_id() == "b"; },
-                        std::chrono::seconds(60)))
+  ASSERT_TRUE(c.WaitFor(
+      [&] { return c.GetRun(run).run().attempt() >= 2 && c.GetRun(run).run().worker_id() == "b"; },
+      std::chrono::seconds(60)))
       << c.Log("cartd.log");
   c.Signal(a, SIGCONT);
   ASSERT_TRUE(c.WaitFor([&] { return StateOf(c, run) == "SUCCEEDED"; }, std::chrono::seconds(240)))
@@ -226,8 +229,8 @@ TEST(ServiceTest, CartdKilledWhileWorkersStreamRestartsAndLosesNothing) {
   Cluster c(/*lease_ttl_s=*/5);
   c.StartCartd();
   const std::string data = c.SynthData();
-  const std::string file = c.WriteFile(
-      "k.yaml", StrCat("name: k\nbase:\n", RunBase(data, 150, 25), "grid:\n  R: [1, 2]\nseeds: [1]\n"));
+  const std::string file = c.WriteFile("k.yaml", StrCat("name: k\nbase:\n", RunBase(data, 150, 25),
+                                                        "grid:\n  R: [1, 2]\nseeds: [1]\n"));
   c.Cart({"sweep", "submit", file});
   c.StartWorker("a");
   c.StartWorker("b");

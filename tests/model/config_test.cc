@@ -35,7 +35,7 @@ train:
 val_data:
   wiki: /data/wiki.bin
 )",
-                                                             "run.yaml"));
+                                                            "run.yaml"));
   EXPECT_EQ(c.model.d, 256);
   EXPECT_EQ(c.model.R, 4);
   EXPECT_EQ(c.model.kv, KvMode::kRecompute);
@@ -94,9 +94,9 @@ TEST(ConfigTest, ApplyOverridesSetsKeysInOrderAndNamesTheBadOne) {
   EXPECT_THAT(ApplyOverrides(c, {"d=512", "kv=recompute", "d=256"}), IsOk());
   EXPECT_EQ(c.model.d, 256);
   EXPECT_EQ(c.model.kv, KvMode::kRecompute);
-  EXPECT_THAT(ApplyOverrides(c, {"R=3", "lti"}),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("--set lti: expected key=value")));
+  EXPECT_THAT(
+      ApplyOverrides(c, {"R=3", "lti"}),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--set lti: expected key=value")));
   EXPECT_EQ(c.model.R, 3);  // overrides before the bad one stay applied
   EXPECT_THAT(ApplyOverrides(c, {"kv=sometimes"}),
               StatusIs(absl::StatusCode::kInvalidArgument,

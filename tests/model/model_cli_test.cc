@@ -36,8 +36,14 @@ TEST(ModelCliTest, ParamsPrintsTheSpecCountsAsJson) {
 TEST(ModelCliTest, InitThenLogitsIsSeededAndHonoursRInfer) {
   TempDir dir;
   WriteFile(dir.File("run.yaml"), "vocab: 40\nd: 64\nP: 1\nR: 3\n");
-  ASSERT_EQ(Cart("model init " + dir.File("run.yaml") + " --seed 5 --out " + dir.File("a.safetensors")).first, 0);
-  ASSERT_EQ(Cart("model init " + dir.File("run.yaml") + " --seed 5 --out " + dir.File("b.safetensors")).first, 0);
+  ASSERT_EQ(
+      Cart("model init " + dir.File("run.yaml") + " --seed 5 --out " + dir.File("a.safetensors"))
+          .first,
+      0);
+  ASSERT_EQ(
+      Cart("model init " + dir.File("run.yaml") + " --seed 5 --out " + dir.File("b.safetensors"))
+          .first,
+      0);
   EXPECT_TRUE(ReadFile(dir.File("a.safetensors")) == ReadFile(dir.File("b.safetensors")));
   auto [code, out] = Cart("model logits " + dir.File("a.safetensors") + " --ids 1,2,3");
   ASSERT_EQ(code, 0) << out;
@@ -46,7 +52,8 @@ TEST(ModelCliTest, InitThenLogitsIsSeededAndHonoursRInfer) {
   ASSERT_EQ(r3["logits"][0].size(), 40u);
   EXPECT_EQ(r3["h_norm"].size(), 3u);
   EXPECT_NEAR(r3["rho"]["max"].get<double>(), 0.9, 1e-6);
-  auto [code8, out8] = Cart("model logits " + dir.File("a.safetensors") + " --ids 1,2,3 --R-infer 8");
+  auto [code8, out8] =
+      Cart("model logits " + dir.File("a.safetensors") + " --ids 1,2,3 --R-infer 8");
   ASSERT_EQ(code8, 0) << out8;
   nlohmann::json r8 = nlohmann::json::parse(out8);
   EXPECT_EQ(r8["h_norm"].size(), 8u);
@@ -56,7 +63,8 @@ TEST(ModelCliTest, InitThenLogitsIsSeededAndHonoursRInfer) {
 TEST(ModelCliTest, BadInputGetsAClearErrorAndExitCodeTwo) {
   TempDir dir;
   WriteFile(dir.File("run.yaml"), "vocab: 40\nd: 64\nP: 1\nR: 3\n");
-  ASSERT_EQ(Cart("model init " + dir.File("run.yaml") + " --out " + dir.File("m.safetensors")).first, 0);
+  ASSERT_EQ(
+      Cart("model init " + dir.File("run.yaml") + " --out " + dir.File("m.safetensors")).first, 0);
   auto [code, out] = Cart("model logits " + dir.File("m.safetensors") + " --ids 1,99");
   EXPECT_EQ(code, 2);
   EXPECT_THAT(out, HasSubstr("'99' is not a token id in 0..39"));

@@ -4,8 +4,8 @@
 
 #include <cmath>
 
-#include "gtest/gtest.h"
 #include "common/strings.h"
+#include "gtest/gtest.h"
 #include "model/accounting.h"
 #include "model/cart.h"
 #include "model/dense.h"
@@ -95,16 +95,33 @@ TEST(CartModelTest, ModuleParameterCountEqualsSpecTableAtPaperWidth) {
 TEST(CartModelTest, TensorNamesFollowTheCheckpointSpec) {
   auto model = Build(Tiny());
   auto params = model->named_parameters();
-  for (const char* name :
-       {"embed.weight", "prelude.0.attn_norm.weight", "prelude.1.attn.q_proj.weight",
-        "prelude.0.attn.kv_down.weight", "prelude.0.attn.k_up.weight",
-        "prelude.0.attn.v_up.weight", "prelude.0.attn.o_proj.weight", "prelude.0.ffn_norm.weight",
-        "prelude.0.ffn.gate.weight", "prelude.0.ffn.up.weight", "prelude.0.ffn.down.weight",
-        "anchor.kv_down.weight", "anchor.k_up.weight", "anchor.v_up.weight",
-        "core.attn_norm.weight", "core.q_proj.weight", "core.o_proj.weight",
-        "core.ffn_norm.weight", "core.ffn.gate.weight", "core.ffn.up.weight",
-        "core.ffn.down.weight", "hyper.weights", "lie.weight", "lti.a",
-        "coda.attn.q_proj.weight", "coda.ffn.down.weight", "final_norm.weight"}) {
+  for (const char* name : {"embed.weight",
+                           "prelude.0.attn_norm.weight",
+                           "prelude.1.attn.q_proj.weight",
+                           "prelude.0.attn.kv_down.weight",
+                           "prelude.0.attn.k_up.weight",
+                           "prelude.0.attn.v_up.weight",
+                           "prelude.0.attn.o_proj.weight",
+                           "prelude.0.ffn_norm.weight",
+                           "prelude.0.ffn.gate.weight",
+                           "prelude.0.ffn.up.weight",
+                           "prelude.0.ffn.down.weight",
+                           "anchor.kv_down.weight",
+                           "anchor.k_up.weight",
+                           "anchor.v_up.weight",
+                           "core.attn_norm.weight",
+                           "core.q_proj.weight",
+                           "core.o_proj.weight",
+                           "core.ffn_norm.weight",
+                           "core.ffn.gate.weight",
+                           "core.ffn.up.weight",
+                           "core.ffn.down.weight",
+                           "hyper.weights",
+                           "lie.weight",
+                           "lti.a",
+                           "coda.attn.q_proj.weight",
+                           "coda.ffn.down.weight",
+                           "final_norm.weight"}) {
     EXPECT_NE(params.find(name), nullptr) << name;
   }
   EXPECT_EQ(params["lie.weight"].sizes(), (std::vector<int64_t>{64, 32}));  // d × 32
@@ -280,7 +297,8 @@ TEST(CartModelTest, EachSwitchComputesExactlyItsEquation) {
     c.set(cfg);
     auto model = std::dynamic_pointer_cast<CartImpl>(Build(cfg));
     // Move the learned mixing weights off their init so the hyper-connection sum matters.
-    if (model->hyper_weights.defined()) model->hyper_weights.copy_(torch::tensor({0.3f, -0.2f, 0.5f}));
+    if (model->hyper_weights.defined())
+      model->hyper_weights.copy_(torch::tensor({0.3f, -0.2f, 0.5f}));
     if (model->lti_a.defined()) model->lti_a.uniform_(-1.0, 3.0);
     torch::Tensor got = model->Forward(ids);
     torch::Tensor want = ReferenceForward(*model, ids);
@@ -310,8 +328,7 @@ TEST(CartModelTest, FiniteDifferenceGradientCheckInDouble) {
   model->to(torch::kFloat64);
   torch::Tensor ids = Ids(1, 4, 11);
   auto loss_fn = [&] {
-    return torch::nn::functional::cross_entropy(model->Forward(ids).view({-1, 11}),
-                                                ids.view({-1}));
+    return torch::nn::functional::cross_entropy(model->Forward(ids).view({-1, 11}), ids.view({-1}));
   };
   model->zero_grad();
   loss_fn().backward();

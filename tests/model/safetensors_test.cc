@@ -76,8 +76,8 @@ TEST(SafetensorsTest, MalformedFilesGetClearErrors) {
   testing::WriteFile(dir.File("huge"), huge);
   EXPECT_THAT(ReadSafetensors(dir.File("huge")),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("exceeds the file")));
-  EXPECT_THAT(ReadSafetensors(dir.File("missing")), StatusIs(absl::StatusCode::kNotFound,
-                                                             HasSubstr("missing")));
+  EXPECT_THAT(ReadSafetensors(dir.File("missing")),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("missing")));
 }
 
 TEST(SafetensorsTest, LoadIntoAModelOfAnotherShapeNamesTheMismatch) {

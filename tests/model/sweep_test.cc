@@ -69,8 +69,9 @@ TEST(SweepTest, ErrorsNameFileLineKeyAndAllowedValues) {
   EXPECT_THAT(ParseSweepYaml("name: a\ngrid:\n  kv: [frozen, frozn]\n", "a.yaml"),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("a.yaml:3: grid.kv: 'frozn' is not one of frozen, recompute")));
-  EXPECT_THAT(ParseSweepYaml("name: a\ngird: {}\n", "a.yaml"),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("a.yaml:2: unknown key 'gird'")));
+  EXPECT_THAT(
+      ParseSweepYaml("name: a\ngird: {}\n", "a.yaml"),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("a.yaml:2: unknown key 'gird'")));
   EXPECT_THAT(ParseSweepYaml("name: a\nbase:\n  d: 256\n  widht: 3\n", "a.yaml"),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("a.yaml:4")));
   EXPECT_THAT(ParseSweepYaml("grid: {}\n", "a.yaml"),

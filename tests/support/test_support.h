@@ -30,8 +30,7 @@ MATCHER_P2(StatusIs, code, message_matcher, "has code " + absl::StatusCodeToStri
   const absl::Status& s = ::cart::testing::GetStatus(arg);
   *result_listener << "status is " << s;
   return s.code() == code &&
-         ::testing::ExplainMatchResult(message_matcher, std::string(s.message()),
-                                       result_listener);
+         ::testing::ExplainMatchResult(message_matcher, std::string(s.message()), result_listener);
 }
 
 #define CART_ASSERT_OK(expr) ASSERT_THAT((expr), ::cart::testing::IsOk())

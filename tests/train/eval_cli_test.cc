@@ -26,10 +26,12 @@ void WriteCorpusAndConfig(const TempDir& dir) {
     text += "the " + animal + " eats " + food + ".\n";
   }
   WriteFile(dir.File("eats.txt"), text);
-  WriteFile(dir.File("run.yaml"), "vocab: 258\nd: 64\nP: 1\nR: 2\nsteps: 150\nseq_len: 64\n"
-                                  "batch: 8\nlr: 1e-2\nlr_min: 1e-3\nwarmup: 20\nlog_every: 50\n"
-                                  "eval_every: 0\ncheckpoint_every: 150\nthreads: 1\n"
-                                  "train_data: " + dir.File("eats.bin") + "\n");
+  WriteFile(dir.File("run.yaml"),
+            "vocab: 258\nd: 64\nP: 1\nR: 2\nsteps: 150\nseq_len: 64\n"
+            "batch: 8\nlr: 1e-2\nlr_min: 1e-3\nwarmup: 20\nlog_every: 50\n"
+            "eval_every: 0\ncheckpoint_every: 150\nthreads: 1\n"
+            "train_data: " +
+                dir.File("eats.bin") + "\n");
 }
 
 // The same facts in the layouts of HellaSwag, PIQA (+ labels file), ARC and LAMBADA.
@@ -39,20 +41,25 @@ void WriteTasks(const TempDir& dir) {
   for (const auto& [animal, food] : kEats) endings.push_back(food + ".");
   for (size_t i = 0; i < kEats.size(); ++i) {
     const auto& [animal, food] = kEats[i];
-    hellaswag += nlohmann::json{{"ctx", "the " + animal + " eats"}, {"endings", endings},
-                                {"label", i}}.dump() + "\n";
+    hellaswag +=
+        nlohmann::json{{"ctx", "the " + animal + " eats"}, {"endings", endings}, {"label", i}}
+            .dump() +
+        "\n";
     const std::string other = kEats[(i + 1) % kEats.size()].second;
     piqa += nlohmann::json{{"goal", "the " + animal + " eats"}, {"sol1", other}, {"sol2", food}}
-                .dump() + "\n";
+                .dump() +
+            "\n";
     labels += "1\n";
     nlohmann::json choices = nlohmann::json::array();
     for (size_t k = 0; k < kEats.size(); ++k) {
       choices.push_back({{"text", kEats[k].second}, {"label", std::string(1, 'A' + k)}});
     }
     arc += nlohmann::json{{"id", i},
-                          {"question", {{"stem", "What does the " + animal + " eat?"},
-                                        {"choices", choices}}},
-                          {"answerKey", std::string(1, 'A' + i)}}.dump() + "\n";
+                          {"question",
+                           {{"stem", "What does the " + animal + " eat?"}, {"choices", choices}}},
+                          {"answerKey", std::string(1, 'A' + i)}}
+               .dump() +
+           "\n";
     lambada += nlohmann::json{{"text", "the " + animal + " eats " + food}}.dump() + "\n";
   }
   WriteFile(dir.File("hellaswag_val.jsonl"), hellaswag);
@@ -66,16 +73,18 @@ TEST(EvalCliTest, TrainedModelAnswersZeroShotTasksInTheirRealFormats) {
   TempDir dir;
   WriteCorpusAndConfig(dir);
   WriteTasks(dir);
-  CommandResult prep =
-      RunCart("data prepare " + dir.File("eats.txt") + " --format lines --out " + dir.File("eats.bin"));
+  CommandResult prep = RunCart("data prepare " + dir.File("eats.txt") + " --format lines --out " +
+                               dir.File("eats.bin"));
   ASSERT_EQ(prep.exit_code, 0) << prep.output;
-  CommandResult train = RunCart("train " + dir.File("run.yaml") + " --out " + dir.File("run") + " --quiet");
+  CommandResult train =
+      RunCart("train " + dir.File("run.yaml") + " --out " + dir.File("run") + " --quiet");
   ASSERT_EQ(train.exit_code, 0) << train.output;
 
-  CommandResult eval = RunCart(
-      "eval " + dir.File("run") + " --json --task hellaswag=" + dir.File("hellaswag_val.jsonl") +
-      " --task piqa=" + dir.File("valid.jsonl") + " --task arc_easy:arc=" +
-      dir.File("ARC-Easy-Test.jsonl") + " --task lambada=" + dir.File("lambada_test.jsonl"));
+  CommandResult eval = RunCart("eval " + dir.File("run") +
+                               " --json --task hellaswag=" + dir.File("hellaswag_val.jsonl") +
+                               " --task piqa=" + dir.File("valid.jsonl") +
+                               " --task arc_easy:arc=" + dir.File("ARC-Easy-Test.jsonl") +
+                               " --task lambada=" + dir.File("lambada_test.jsonl"));
   ASSERT_EQ(eval.exit_code, 0) << eval.output;
   const nlohmann::json rows = nlohmann::json::parse(eval.output.substr(eval.output.find('[')));
   std::map<std::string, nlohmann::json> by_task;
@@ -95,10 +104,12 @@ TEST(EvalCliTest, TrainedModelAnswersZeroShotTasksInTheirRealFormats) {
   EXPECT_DOUBLE_EQ(by_task["piqa"]["chance"].get<double>(), 0.5);
   EXPECT_EQ(by_task["arc_easy"]["kind"], "arc");
 
-  CommandResult bad = RunCart("eval " + dir.File("run") + " --task mmlu=" + dir.File("valid.jsonl"));
+  CommandResult bad =
+      RunCart("eval " + dir.File("run") + " --task mmlu=" + dir.File("valid.jsonl"));
   EXPECT_EQ(bad.exit_code, 2) << bad.output;
   EXPECT_THAT(bad.output, HasSubstr("allowed: hellaswag, piqa, arc, lambada"));
-  CommandResult missing = RunCart("eval " + dir.File("run") + " --task piqa=" + dir.File("nope.jsonl"));
+  CommandResult missing =
+      RunCart("eval " + dir.File("run") + " --task piqa=" + dir.File("nope.jsonl"));
   EXPECT_NE(missing.exit_code, 0);
   EXPECT_THAT(missing.output, HasSubstr("nope.jsonl"));
 }

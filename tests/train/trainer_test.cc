@@ -226,7 +226,8 @@ TEST_F(TrainerTest, BadInputsGetClearErrors) {
   TrainOptions resume;
   resume.out_dir = dir_.File("empty");
   resume.resume = true;
-  EXPECT_THAT(Train(config_, resume), StatusIs(absl::StatusCode::kNotFound, HasSubstr("config.yaml")));
+  EXPECT_THAT(Train(config_, resume),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("config.yaml")));
 }
 
 // The paper's leak (MODEL_SPEC.md §7): with non-causal cross-attention the core reads the next

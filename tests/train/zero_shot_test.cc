@@ -155,15 +155,12 @@ TEST(AggregateTaskTest, AccPicksTheLargestSumAccNormTheLargestPerCharacter) {
   // log-likelihood (-12/24 = -0.5 > -4/2 = -2): acc misses it, acc_norm finds it.
   // Item 2: both pick choice 1, which is right. Item 3: both pick choice 0, which is wrong.
   // Item 4: a tie goes to the first choice, as numpy.argmax does.
-  data::Task task = McTask({{std::string(24, 'x'), "no"},
-                            {"a", "b"},
-                            {"a", "b"},
-                            {"ab", "cd"}},
-                           {0, 1, 1, 0});
+  data::Task task =
+      McTask({{std::string(24, 'x'), "no"}, {"a", "b"}, {"a", "b"}, {"ab", "cd"}}, {0, 1, 1, 0});
   auto r = AggregateTask(task, Scores({-12, -4, -3, -1, -1, -3, -2, -2}));
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->items, 4);
-  EXPECT_DOUBLE_EQ(r->acc, 0.5);       // items 2 and 4
+  EXPECT_DOUBLE_EQ(r->acc, 0.5);        // items 2 and 4
   EXPECT_DOUBLE_EQ(r->acc_norm, 0.75);  // items 1, 2 and 4
   // Sample standard deviation of {0,1,0,1} is 0.57735; / √4.
   EXPECT_NEAR(r->acc_stderr, std::sqrt(1.0 / 3.0) / 2.0, 1e-12);

@@ -1,0 +1,47 @@
+// Device names from flags and workers.
+
+#include "train/device.h"
+
+#include <torch/cuda.h>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/support/test_support.h"
+
+namespace cart::train {
+namespace {
+
+using ::cart::testing::StatusIs;
+using ::testing::HasSubstr;
+
+TEST(ResolveDeviceTest, CpuAndAutoAlwaysResolve) {
+  auto cpu = ResolveDevice("cpu");
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  EXPECT_TRUE(cpu->is_cpu());
+  auto automatic = ResolveDevice("auto");
+  ASSERT_TRUE(automatic.ok()) << automatic.status();
+  EXPECT_EQ(automatic->is_cuda(), torch::cuda::is_available());
+}
+
+TEST(ResolveDeviceTest, UnknownNamesListTheAllowedForms) {
+  for (const char* bad : {"gpu", "cuda:", "cuda:x", "cuda:-1", "CPU"}) {
+    EXPECT_THAT(ResolveDevice(bad), StatusIs(absl::StatusCode::kInvalidArgument,
+                                             HasSubstr("allowed: auto, cpu, cuda, cuda:N")))
+        << bad;
+  }
+}
+
+TEST(ResolveDeviceTest, AbsentCudaDeviceSaysHowManyThereAre) {
+  const int64_t n = torch::cuda::is_available() ? torch::cuda::device_count() : 0;
+  EXPECT_THAT(ResolveDevice("cuda:" + std::to_string(n)),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("LibTorch sees " + std::to_string(n) + " CUDA device(s)")));
+  if (n > 0) {
+    auto last = ResolveDevice("cuda:" + std::to_string(n - 1));
+    ASSERT_TRUE(last.ok()) << last.status();
+    EXPECT_EQ(last->index(), n - 1);
+  }
+}
+
+}  // namespace
+}  // namespace cart::train
