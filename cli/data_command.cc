@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "cli/commands.h"
+#include "cli/progress.h"
 #include "common/status.h"
 #include "common/strings.h"
 #include "data/corpus.h"
@@ -22,52 +23,6 @@ namespace {
 
 using data::CorpusFormat;
 using data::CorpusInput;
-
-// A one-line progress bar on stderr, drawn only when stderr is a terminal, at most 5 times a
-// second.
-class ProgressBar {
- public:
-  explicit ProgressBar(std::string label)
-      : label_(std::move(label)),
-        enabled_(::isatty(STDERR_FILENO) == 1),
-        start_(std::chrono::steady_clock::now()) {}
-  ~ProgressBar() {
-    if (drawn_) std::cerr << "\n";
-  }
-
-  void Update(uint64_t done, uint64_t total, const std::string& extra, bool force = false) {
-    if (!enabled_) return;
-    const auto now = std::chrono::steady_clock::now();
-    if (!force && drawn_ && now - last_ < std::chrono::milliseconds(200)) return;
-    last_ = now;
-    drawn_ = true;
-    const double frac = total > 0 ? std::min(1.0, static_cast<double>(done) / total) : 0.0;
-    const int width = 30;
-    const int filled = static_cast<int>(frac * width);
-    const double secs = std::chrono::duration<double>(now - start_).count();
-    std::string bar(filled, '=');
-    if (filled < width) bar += '>' + std::string(width - filled - 1, ' ');
-    std::cerr << fmt::format("\r{} [{}] {:5.1f}% {:.1f}/{:.1f} MB {:.2f} MB/s {}\x1b[K", label_,
-                             bar, 100 * frac, done / 1e6, total / 1e6,
-                             secs > 0 ? done / 1e6 / secs : 0.0, extra)
-              << std::flush;
-  }
-
- private:
-  std::string label_;
-  bool enabled_;
-  bool drawn_ = false;
-  std::chrono::steady_clock::time_point start_, last_;
-};
-
-std::string Thousands(int64_t n) {
-  std::string digits = std::to_string(n < 0 ? -n : n), out;
-  for (size_t i = 0; i < digits.size(); ++i) {
-    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
-    out += digits[i];
-  }
-  return n < 0 ? "-" + out : out;
-}
 
 void PrintFile(const std::string& label, const std::string& path, const data::TokenFileInfo& info,
                int64_t documents) {
@@ -178,8 +133,11 @@ void RunPrepare(const PrepareArgs& a) {
   ProgressBar bar("prepare");
   data::PrepareProgress last;
   const auto draw = [&bar](const data::PrepareProgress& p, bool force) {
-    bar.Update(p.bytes_done, p.bytes_total,
-               fmt::format("{} docs {} tokens", Thousands(p.documents), Thousands(p.tokens)),
+    const double secs = bar.seconds();
+    bar.Update(p.bytes_total > 0 ? static_cast<double>(p.bytes_done) / p.bytes_total : 0.0,
+               fmt::format("{:.1f}/{:.1f} MB {:.2f} MB/s {} docs {} tokens", p.bytes_done / 1e6,
+                           p.bytes_total / 1e6, secs > 0 ? p.bytes_done / 1e6 / secs : 0.0,
+                           Thousands(p.documents), Thousands(p.tokens)),
                force);
   };
   options.progress = [&](const data::PrepareProgress& p) {

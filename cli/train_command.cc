@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/progress.h"
 #include "common/status.h"
 #include "common/strings.h"
 #include "data/tasks.h"
@@ -32,14 +33,6 @@ struct TrainArgs {
   int64_t steps = 0;
   bool quiet = false;
 };
-
-std::string Duration(double seconds) {
-  if (!(seconds >= 0) || seconds > 1e7) return "?";
-  const int s = static_cast<int>(seconds);
-  if (s >= 3600) return fmt::format("{}h{:02}m", s / 3600, s % 3600 / 60);
-  if (s >= 60) return fmt::format("{}m{:02}s", s / 60, s % 60);
-  return fmt::format("{}s", s);
-}
 
 absl::Status RunTrain(const TrainArgs& args) {
   model::RunConfig config;
@@ -70,33 +63,44 @@ absl::Status RunTrain(const TrainArgs& args) {
   }
   const int64_t total = config.train.steps;
   const auto start = std::chrono::steady_clock::now();
+  // ETA from the wall clock per step since the first step this process made (eval and
+  // checkpoints included; a resumed run starts counting at its resume point).
   int64_t first_step = -1;
   std::chrono::steady_clock::time_point first_time;
-  const bool tty = isatty(fileno(stderr));
-  options.on_log = [&](const std::string& msg) { std::cerr << "cart: " << msg << "\n"; };
+  auto eta = [&](int64_t step) {
+    const auto now = std::chrono::steady_clock::now();
+    if (first_step < 0) first_step = step, first_time = now;
+    if (step <= first_step) return std::string("?");
+    const double per_step = std::chrono::duration<double>(now - first_time).count() /
+                            static_cast<double>(step - first_step);
+    return Duration(per_step * static_cast<double>(total - step));
+  };
+  ProgressBar bar("train");
+  options.on_log = [&](const std::string& msg) {
+    bar.Clear();
+    std::cerr << "cart: " << msg << "\n";
+  };
+  options.on_step = [&](int64_t step, double loss) {
+    const std::string left = eta(step);
+    if (!args.quiet) {
+      bar.Update(static_cast<double>(step) / static_cast<double>(std::max<int64_t>(1, total)),
+                 fmt::format("{}/{} steps, loss {:.4f}, eta {}", step, total, loss, left));
+    }
+  };
   options.on_metrics = [&](const train::MetricRecord& r) {
     if (args.quiet) return;
+    bar.Clear();
     auto get = [&](const std::string& k) {
       auto it = r.values.find(k);
       return it == r.values.end() ? std::nan("") : it->second;
     };
     if (r.values.count("loss")) {
-      // Seconds per step: wall clock since the first log line (eval and checkpoints included);
-      // at the first line, from the measured tokens/s (this process may have resumed mid-run).
-      const auto now = std::chrono::steady_clock::now();
-      if (first_step < 0) first_step = r.step, first_time = now;
-      const double tokens_per_step =
-          static_cast<double>(config.train.batch * config.train.accum * config.train.seq_len);
-      const double per_step = r.step > first_step
-                                  ? std::chrono::duration<double>(now - first_time).count() /
-                                        static_cast<double>(r.step - first_step)
-                                  : tokens_per_step / std::max(1e-9, get("tokens_per_s"));
       std::string line =
           fmt::format("step {:>6}/{} loss {:.4f} lr {:.2e} gnorm {:.3f} {:>8.0f} tok/s", r.step,
                       total, get("loss"), get("lr"), get("grad_norm"), get("tokens_per_s"));
       if (r.values.count("rho_max")) line += fmt::format(" rho {:.4f}", get("rho_max"));
-      line += " eta " + Duration(per_step * static_cast<double>(total - r.step));
-      std::cout << line << (tty ? "" : "") << std::endl;
+      line += " eta " + eta(r.step);
+      std::cout << line << std::endl;
     }
     for (const auto& [k, v] : r.values) {
       if (k.rfind("val_ppl/", 0) == 0) {
@@ -106,7 +110,9 @@ absl::Status RunTrain(const TrainArgs& args) {
       }
     }
   };
-  CART_ASSIGN_OR_RETURN(train::TrainResult result, train::Train(config, options));
+  absl::StatusOr<train::TrainResult> trained = train::Train(config, options);
+  bar.Clear();
+  CART_ASSIGN_OR_RETURN(train::TrainResult result, std::move(trained));
   const double elapsed =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::cout << fmt::format(

@@ -300,6 +300,7 @@ absl::StatusOr<TrainResult> Trainer::Run() {
     ++steps_since;
     const double loss = loss_sum / static_cast<double>(config_.train.accum);
     result_.final_loss = loss;
+    if (options_.on_step) options_.on_step(step, loss);
     if (!std::isfinite(loss)) {
       CART_RETURN_IF_ERROR(Emit({step, {{"loss", loss}, {"lr", lr}}}));
       return absl::InternalError(StrCat("loss became ", loss, " at step ", step,

@@ -36,6 +36,7 @@ struct TrainOptions {
   std::function<void(const MetricRecord&)> on_metrics;           // every log_every / eval
   std::function<void(const CheckpointManifest&)> on_checkpoint;  // after each checkpoint
   std::function<void(const std::string&)> on_log;                // human-readable notices
+  std::function<void(int64_t step, double loss)> on_step;        // after every optimizer step
   // Polled once per step; when it becomes true the loop writes a checkpoint and returns
   // (cancel, drain). May be null.
   const std::atomic<bool>* stop = nullptr;
