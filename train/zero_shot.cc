@@ -53,15 +53,16 @@ absl::Status ScoreBatch(model::LanguageModel& model,
   const torch::Device device = model.parameters().front().device();
   model::ForwardOptions forward;
   forward.loops = options.loops;
-  torch::Tensor logp =
-      torch::log_softmax(model.Forward(ids.to(device), forward).to(torch::kFloat32), -1)
-          .to(torch::kCPU);  // (B, W, V)
+  // Only the continuation rows are normalised, on the model's device: the whole (B, W, V)
+  // log-softmax would be vocab-sized per position and, on a GPU, a large copy back.
+  torch::Tensor logits = model.Forward(ids.to(device), forward);  // (B, W, V)
   for (int64_t i = 0; i < b; ++i) {
     const ContinuationRequest& r = requests[order[begin + static_cast<size_t>(i)]];
     const int64_t len = static_cast<int64_t>(inputs[i].size());
     const int64_t n = static_cast<int64_t>(r.continuation.size());
-    torch::Tensor rows = logp[i].slice(0, len - n, len);  // (n, V)
-    torch::Tensor target = torch::tensor(r.continuation, torch::kInt64);
+    torch::Tensor rows =
+        torch::log_softmax(logits[i].slice(0, len - n, len).to(torch::kFloat32), -1);  // (n, V)
+    torch::Tensor target = torch::tensor(r.continuation, torch::kInt64).to(device);
     ContinuationScore s;
     s.logprob = rows.gather(1, target.unsqueeze(1)).sum().item<double>();
     s.greedy = rows.argmax(1).eq(target).all().item<bool>();
