@@ -83,20 +83,26 @@ absl::Status Up(const UpArgs& a) {
   fs::create_directories(a.data_dir, ec);
   // Tokens for this box: one user token (written to the client config) and one worker token.
   const std::string tokens_path = (fs::path(a.data_dir) / "tokens").string();
-  std::string user_token, worker_token;
+  // The worker token is bound to the ids its name covers (server/auth.h): the local workers are
+  // "<name>-0", "<name>-1", ...
+  std::string user_token, worker_token, worker_name = "local";
   if (absl::StatusOr<std::string> text = ReadWholeFile(tokens_path); text.ok()) {
     for (const std::string& line : Split(*text, '\n')) {
       std::vector<std::string> f = Split(std::string(Trim(line)), ' ');
       if (f.size() >= 2 && f[1] == "user" && user_token.empty()) user_token = f[0];
-      if (f.size() >= 2 && f[1] == "worker" && worker_token.empty()) worker_token = f[0];
+      if (f.size() >= 3 && f[1] == "worker" && worker_token.empty()) {
+        worker_token = f[0];
+        worker_name = f[2];
+      }
     }
   }
   if (user_token.empty() || worker_token.empty()) {
     user_token = RandomToken();
     worker_token = RandomToken();
+    worker_name = "local";
     CART_RETURN_IF_ERROR(WriteFileAtomically(
         tokens_path, StrCat("# written by cart up\n", user_token, " user local\n", worker_token,
-                            " worker local-workers\n")));
+                            " worker ", worker_name, "\n")));
     chmod(tokens_path.c_str(), 0600);
   }
   server::ServerConfig config;
@@ -121,7 +127,7 @@ absl::Status Up(const UpArgs& a) {
         "--server",        address,
         "--token",         worker_token,
         "--device",        "cpu",
-        "--worker-id",     fmt::format("local-{}", i),
+        "--worker-id",     fmt::format("{}-{}", worker_name, i),
         "--threads",       std::to_string(a.threads),
         "--cache-dir",     (fs::path(a.data_dir) / fmt::format("worker-{}", i)).string(),
         "--client-config", "/dev/null"};

@@ -120,4 +120,21 @@ absl::StatusOr<Principal> TokenTable::Check(std::optional<std::string_view> auth
   return found->principal;
 }
 
+bool MayActAs(const Principal& who, std::string_view worker_id) {
+  switch (who.role) {
+    case Role::kAdmin:
+      return true;
+    case Role::kUser:
+      return false;
+    case Role::kWorker:
+      break;
+  }
+  if (worker_id.size() < who.name.size() || worker_id.substr(0, who.name.size()) != who.name) {
+    return false;
+  }
+  if (worker_id.size() == who.name.size()) return true;
+  const char next = worker_id[who.name.size()];
+  return next == '-' || next == '.';
+}
+
 }  // namespace cart::server

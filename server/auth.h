@@ -12,6 +12,11 @@
 //
 // Tokens are at least 16 characters; names are what the audit trail shows ("user:alice").
 //
+// A worker token is bound to the worker ids its name covers (MayActAs): the token named
+// "labbox3" serves the workers "labbox3", "labbox3-gpu0", "labbox3.1", and no other, so a stolen
+// or misconfigured box token cannot register as, take jobs for, or report on the runs of another
+// box's workers.
+//
 // Thread-safety: a TokenTable is immutable after Parse and safe to share.
 
 #include <optional>
@@ -65,5 +70,9 @@ class TokenTable {
   };
   std::vector<Entry> entries_;
 };
+
+// Whether `who` may act as the worker `worker_id`: admins always; a worker when the id is its
+// token's name, or that name followed by '-' or '.' and more; users never.
+bool MayActAs(const Principal& who, std::string_view worker_id);
 
 }  // namespace cart::server

@@ -24,6 +24,9 @@ namespace {
 constexpr char kSelectEvents[] =
     "SELECT id, run_id, sweep_id, from_state, to_state, who, at_us, why FROM events "
     "WHERE run_id = ? ORDER BY id";
+constexpr char kSelectLog[] =
+    "SELECT id, attempt, coalesce(seq, 0), wall_time_us, text FROM run_logs "
+    "WHERE run_id = ? AND id > ? ORDER BY id LIMIT ?";
 constexpr char kSelectSummaries[] =
     "SELECT n.name, s.latest_step, s.latest_value, s.latest_wall_time_us, s.final_step, "
     "s.final_value FROM run_summaries AS s JOIN metric_names AS n ON n.id = s.name_id "
@@ -149,6 +152,28 @@ absl::StatusOr<std::vector<EventRecord>> RunStore::RunEvents(int64_t run_id) {
       e.at_us = cur.ColumnInt64(6);
       e.why = cur.ColumnText(7);
       out.push_back(std::move(e));
+      return absl::OkStatus();
+    }));
+    return out;
+  });
+}
+
+absl::StatusOr<std::vector<LogLine>> RunStore::RunLog(int64_t run_id, int64_t after_id,
+                                                      int64_t limit) {
+  using Out = std::vector<LogLine>;
+  return ReadSnapshot<Out>(*readers_, [&](Database& db) -> absl::StatusOr<Out> {
+    CART_RETURN_IF_ERROR(RequireRun(db, run_id));
+    CART_ASSIGN_OR_RETURN(auto select, db.Cached(kSelectLog));
+    select->BindAll(run_id, after_id, limit > 0 ? limit : int64_t{-1});  // -1: no limit
+    Out out;
+    CART_RETURN_IF_ERROR(select->ForEachRow([&](const auto& cur) -> absl::Status {
+      LogLine line;
+      line.id = cur.ColumnInt64(0);
+      line.attempt = cur.ColumnInt64(1);
+      line.seq = cur.ColumnInt64(2);
+      line.wall_time_us = cur.ColumnInt64(3);
+      line.text = cur.ColumnText(4);
+      out.push_back(std::move(line));
       return absl::OkStatus();
     }));
     return out;

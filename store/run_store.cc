@@ -36,6 +36,9 @@ constexpr char kInsertRun[] =
     "updated_us) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, 0, 0, ?, ?, ?, ?)";
 constexpr char kSetStepsParam[] =
     "UPDATE runs SET params_json = json_set(params_json, '$.\"steps\"', ?) WHERE id = ?";
+constexpr char kInsertLogLine[] =
+    "INSERT INTO run_logs(run_id, attempt, seq, wall_time_us, text) VALUES(?, ?, ?, ?, ?) "
+    "ON CONFLICT(run_id, attempt, seq) DO NOTHING";
 constexpr char kInsertEvent[] =
     "INSERT INTO events(run_id, sweep_id, from_state, to_state, who, at_us, why) "
     "VALUES(?, ?, ?, ?, ?, ?, ?)";
@@ -712,6 +715,46 @@ std::future<absl::StatusOr<int64_t>> RunStore::AppendMetricsAsync(int64_t run_id
   }
   return writer_->Submit<int64_t>([run_id, attempt, points = std::move(points)](WriteContext& ctx) {
     return WriteMetrics(ctx, run_id, attempt, points);
+  });
+}
+
+namespace {
+
+// `text` cut to at most `max_bytes` on a UTF-8 character boundary, with "…" when cut.
+std::string CutLine(const std::string& text, size_t max_bytes) {
+  if (text.size() <= max_bytes) return text;
+  size_t end = max_bytes - 3;  // room for "…" (3 bytes)
+  while (end > 0 && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80) --end;
+  return text.substr(0, end) + "…";
+}
+
+}  // namespace
+
+absl::StatusOr<int64_t> RunStore::AppendLog(int64_t run_id, int64_t attempt,
+                                            const std::vector<LogLine>& lines) {
+  for (const LogLine& line : lines) {
+    if (line.seq < 0) {
+      return absl::InvalidArgumentError(
+          StrCat("log line of run ", run_id, " has a negative seq ", line.seq));
+    }
+  }
+  return writer_->Run<int64_t>([&](WriteContext& ctx) -> absl::StatusOr<int64_t> {
+    Database& db = ctx.db();
+    CART_RETURN_IF_ERROR(CheckFence(db, run_id, attempt, "log line").status());
+    int64_t added = 0;
+    for (const LogLine& line : lines) {
+      CART_ASSIGN_OR_RETURN(auto insert, db.Cached(kInsertLogLine));
+      if (line.seq > 0) {
+        insert->BindAll(run_id, attempt, line.seq, line.wall_time_us,
+                        CutLine(line.text, kMaxLogLineBytes));
+      } else {
+        insert->BindAll(run_id, attempt, std::nullopt, line.wall_time_us,
+                        CutLine(line.text, kMaxLogLineBytes));
+      }
+      CART_RETURN_IF_ERROR(insert->Run());
+      added += db.Changes();
+    }
+    return added;
   });
 }
 

@@ -176,6 +176,11 @@ class RunStore {
   // As AppendMetrics, without waiting: many appends in flight share commits.
   std::future<absl::StatusOr<int64_t>> AppendMetricsAsync(int64_t run_id, int64_t attempt,
                                                           std::vector<MetricPoint> points);
+  // Appends lines a worker logged for the attempt it holds (fenced like metrics). Idempotent on
+  // (run, attempt, seq) for seq > 0: a resent line is stored once. Lines longer than
+  // kMaxLogLineBytes are cut. Returns how many lines were new.
+  absl::StatusOr<int64_t> AppendLog(int64_t run_id, int64_t attempt,
+                                    const std::vector<LogLine>& lines);
   // Records a checkpoint (and its artifact, content-addressed by sha256). The same step again
   // points the checkpoint at the new artifact. Derived runs waiting for this step go QUEUED.
   // InvalidArgument for a malformed sha256 or path; FailedPrecondition when the sha256 is already
@@ -207,6 +212,8 @@ class RunStore {
   absl::StatusOr<std::vector<RunRecord>> ListRuns(const RunFilter& filter);       // by id
   absl::StatusOr<std::vector<AttemptRecord>> ListAttempts(int64_t run_id);        // by attempt
   absl::StatusOr<std::vector<EventRecord>> RunEvents(int64_t run_id);             // oldest first
+  // A run's log lines with id > after_id, oldest first, at most `limit` (0: all).
+  absl::StatusOr<std::vector<LogLine>> RunLog(int64_t run_id, int64_t after_id, int64_t limit);
   absl::StatusOr<std::vector<MetricSummary>> RunSummaries(int64_t run_id);        // by name
   absl::StatusOr<std::vector<CheckpointRecord>> ListCheckpoints(int64_t run_id);  // by step
   absl::StatusOr<std::optional<CheckpointRecord>> LatestCheckpoint(int64_t run_id);

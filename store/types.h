@@ -185,6 +185,16 @@ struct MetricPoint {
   int64_t wall_time_us = 0;
 };
 
+// One line a worker logged for a run (what `cart runs logs` shows).
+struct LogLine {
+  int64_t id = 0;        // store order; RunLog(after_id) pages by it
+  int64_t attempt = 0;
+  int64_t seq = 0;       // the worker's number for the line within the attempt (from 1); 0: none
+  int64_t wall_time_us = 0;
+  std::string text;      // at most kMaxLogLineBytes; longer lines are cut with "…"
+};
+inline constexpr size_t kMaxLogLineBytes = 4096;
+
 // A run's latest (and, once it succeeded, final) value of one metric.
 struct MetricSummary {
   std::string name;

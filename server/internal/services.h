@@ -86,7 +86,10 @@ class WorkerServiceImpl final : public v1::WorkerService::Service {
                            grpc::ServerWriter<v1::ArtifactChunk>* writer) override;
 
  private:
-  absl::Status Check(grpc::ServerContext* context, const char* method) const;
+  absl::StatusOr<Principal> Check(grpc::ServerContext* context, const char* method) const;
+  // PermissionDenied unless `who` may act as `worker_id` (MayActAs).
+  absl::Status CheckWorkerId(const Principal& who, const char* method,
+                             const std::string& worker_id) const;
   void AppendLog(int64_t run_id, int64_t attempt, const v1::LogLine& line);
 
   const ServiceContext ctx_;

@@ -82,23 +82,36 @@ Outcome FromProto(v1::JobResult::Outcome outcome, bool* ok) {
 
 }  // namespace
 
-absl::Status WorkerServiceImpl::Check(grpc::ServerContext* context, const char* method) const {
-  return ctx_.tokens
-      ->Check(AuthorizationOf(*context), Api::kWorker, StrCat("WorkerService.", method))
-      .status();
+absl::StatusOr<Principal> WorkerServiceImpl::Check(grpc::ServerContext* context,
+                                                   const char* method) const {
+  return ctx_.tokens->Check(AuthorizationOf(*context), Api::kWorker,
+                            StrCat("WorkerService.", method));
 }
 
-#define CART_CHECK_CALLER(method)                                 \
-  if (absl::Status auth_ = Check(context, method); !auth_.ok()) { \
-    return ToGrpc(auth_);                                         \
-  }
+absl::Status WorkerServiceImpl::CheckWorkerId(const Principal& who, const char* method,
+                                              const std::string& worker_id) const {
+  if (MayActAs(who, worker_id)) return absl::OkStatus();
+  return absl::PermissionDeniedError(StrCat(
+      "WorkerService.", method, ": token '", who.name, "' may act only as worker '", who.name,
+      "' or '", who.name, "-…' / '", who.name, ".…', not as '", worker_id, "'"));
+}
+
+// Binds `who` to the checked caller (the token's principal), or returns the auth error.
+#define CART_CHECK_CALLER(who, method)                                 \
+  absl::StatusOr<Principal> who##_or = Check(context, method);         \
+  if (!who##_or.ok()) return ToGrpc(who##_or.status());                \
+  const Principal& who = *who##_or;
 
 grpc::Status WorkerServiceImpl::RegisterWorker(grpc::ServerContext* context,
                                                const v1::RegisterWorkerRequest* request,
                                                v1::RegisterWorkerResponse* response) {
-  CART_CHECK_CALLER("RegisterWorker");
+  CART_CHECK_CALLER(who, "RegisterWorker");
   if (request->worker_id().empty()) {
     return ToGrpc(absl::InvalidArgumentError("RegisterWorker: worker_id is empty"));
+  }
+  if (absl::Status bound = CheckWorkerId(who, "RegisterWorker", request->worker_id());
+      !bound.ok()) {
+    return ToGrpc(bound);
   }
   if (!request->has_device() || request->device().memory_mib() <= 0) {
     return ToGrpc(
@@ -123,7 +136,10 @@ grpc::Status WorkerServiceImpl::RegisterWorker(grpc::ServerContext* context,
 grpc::Status WorkerServiceImpl::AcquireJob(grpc::ServerContext* context,
                                            const v1::AcquireJobRequest* request,
                                            v1::AcquireJobResponse* response) {
-  CART_CHECK_CALLER("AcquireJob");
+  CART_CHECK_CALLER(who, "AcquireJob");
+  if (absl::Status bound = CheckWorkerId(who, "AcquireJob", request->worker_id()); !bound.ok()) {
+    return ToGrpc(bound);
+  }
   if (request->wait_ms() < 0) {
     return ToGrpc(absl::InvalidArgumentError("AcquireJob: wait_ms must not be negative"));
   }
@@ -153,7 +169,7 @@ void WorkerServiceImpl::AppendLog(int64_t run_id, int64_t attempt, const v1::Log
 grpc::Status WorkerServiceImpl::RunJob(
     grpc::ServerContext* context,
     grpc::ServerReaderWriter<v1::SchedulerControl, v1::WorkerReport>* stream) {
-  CART_CHECK_CALLER("RunJob");
+  CART_CHECK_CALLER(who, "RunJob");
   v1::WorkerReport report;
   if (!stream->Read(&report)) {
     return ToGrpc(absl::InvalidArgumentError("RunJob: the stream ended before its hello"));
@@ -163,6 +179,22 @@ grpc::Status WorkerServiceImpl::RunJob(
   }
   const int64_t run_id = report.run_id();
   const int64_t attempt = report.attempt();
+  if (who.role != Role::kAdmin) {
+    // Only the worker the attempt was leased to (by its token) may report on it.
+    absl::StatusOr<std::vector<store::AttemptRecord>> attempts = ctx_.store->ListAttempts(run_id);
+    if (!attempts.ok() && attempts.status().code() != absl::StatusCode::kNotFound) {
+      return ToGrpc(attempts.status());
+    }
+    // (An unknown run is AttachStream's to refuse, with its usual code.)
+    const size_t known = attempts.ok() ? attempts->size() : 0;
+    for (size_t i = 0; i < known; ++i) {
+      const store::AttemptRecord& a = (*attempts)[i];
+      if (a.attempt != attempt) continue;
+      if (absl::Status bound = CheckWorkerId(who, "RunJob", a.worker_id); !bound.ok()) {
+        return ToGrpc(bound);
+      }
+    }
+  }
   auto sink = std::make_shared<RunJobStream>(context, stream);
   if (absl::Status attached = ctx_.scheduler->AttachStream(run_id, attempt, sink); !attached.ok()) {
     return ToGrpc(attached);
@@ -261,7 +293,8 @@ grpc::Status WorkerServiceImpl::RunJob(
 grpc::Status WorkerServiceImpl::PutArtifact(grpc::ServerContext* context,
                                             grpc::ServerReader<v1::ArtifactChunk>* reader,
                                             v1::PutArtifactResponse* response) {
-  CART_CHECK_CALLER("PutArtifact");
+  CART_CHECK_CALLER(who, "PutArtifact");
+  (void)who;  // artifacts are content-addressed: any worker may store one
   v1::ArtifactChunk chunk;
   if (!reader->Read(&chunk)) {
     return ToGrpc(absl::InvalidArgumentError("PutArtifact: no chunk was sent"));
@@ -296,7 +329,8 @@ grpc::Status WorkerServiceImpl::PutArtifact(grpc::ServerContext* context,
 grpc::Status WorkerServiceImpl::GetArtifact(grpc::ServerContext* context,
                                             const v1::GetArtifactRequest* request,
                                             grpc::ServerWriter<v1::ArtifactChunk>* writer) {
-  CART_CHECK_CALLER("GetArtifact");
+  CART_CHECK_CALLER(who, "GetArtifact");
+  (void)who;  // any worker may fetch a checkpoint to resume another worker's run
   absl::StatusOr<std::optional<int64_t>> size = ctx_.artifacts->Size(request->sha256());
   if (!size.ok()) return ToGrpc(size.status());
   if (!size->has_value()) {

@@ -161,6 +161,21 @@ constexpr char kSchemaV3[] = R"sql(
 ALTER TABLE runs ADD COLUMN oom_memory_bytes INTEGER NOT NULL DEFAULT 0;
 )sql";
 
+// Version 4: the lines workers log for a run (resumes, skipped checkpoints, errors), kept with the
+// run so that `cart runs logs` and backups have them. (run_id, attempt, seq) makes a resent line
+// idempotent; seq NULL (a worker that numbers nothing) never collides.
+constexpr char kSchemaV4[] = R"sql(
+CREATE TABLE run_logs(
+  id INTEGER PRIMARY KEY,
+  run_id INTEGER NOT NULL REFERENCES runs(id),
+  attempt INTEGER NOT NULL,
+  seq INTEGER,
+  wall_time_us INTEGER NOT NULL,
+  text TEXT NOT NULL,
+  UNIQUE(run_id, attempt, seq)
+);
+)sql";
+
 absl::Status Apply(Database& db, const Migration& migration) {
   Transaction txn(&db);
   CART_RETURN_IF_ERROR(txn.Begin(Transaction::Mode::kImmediate));
@@ -187,6 +202,7 @@ const std::vector<Migration>& Migrations() {
       {1, "sweeps, runs, workers, attempts, metrics, artifacts, checkpoints, events", kSchemaV1},
       {2, "run_summaries, backfilled from metrics", kSchemaV2},
       {3, "runs.oom_memory_bytes: placement floor after a device ran out of memory", kSchemaV3},
+      {4, "run_logs: the lines workers log for a run", kSchemaV4},
   };
   return *kAll;
 }

@@ -19,7 +19,7 @@ namespace cart::testing {
 Cluster::Cluster(double lease_ttl_s) : lease_ttl_s_(lease_ttl_s) {
   user_token_ = "user-token-0123456789abcdef";
   worker_token_ = "worker-token-0123456789abcdef";
-  WriteFile("tokens", StrCat(user_token_, " user tester\n", worker_token_, " worker testers\n"));
+  WriteFile("tokens", StrCat(user_token_, " user tester\n", worker_token_, " worker testbox\n"));
   port_ = FreePort();
   client_.server = address();
   client_.token = user_token_;
@@ -89,7 +89,7 @@ pid_t Cluster::StartWorker(const std::string& id, int64_t memory_mib,
                            const std::vector<std::string>& extra) {
   std::vector<std::string> args = {
       "--server",          address(), "--token",         worker_token_,
-      "--device",          "cpu",     "--worker-id",     id,
+      "--device",          "cpu",     "--worker-id",     WorkerId(id),
       "--threads",         "1",       "--cache-dir",     dir_.File("worker-" + id),
       "--acquire-wait-ms", "1000",    "--client-config", "/dev/null"};
   if (memory_mib > 0) args.insert(args.end(), {"--memory-mib", StrCat(memory_mib)});

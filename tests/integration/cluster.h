@@ -26,7 +26,10 @@ class Cluster {
 
   void StartCartd();
   void KillCartd(int signal);  // and waits for it
-  // Starts a worker; returns its pid.
+  // The full worker id of the worker started as `id`: the worker token (named "testbox") is bound
+  // to the ids "testbox-…" (server/auth.h).
+  static std::string WorkerId(const std::string& id) { return "testbox-" + id; }
+  // Starts a worker with the id WorkerId(id); returns its pid.
   pid_t StartWorker(const std::string& id, int64_t memory_mib = 0,
                     const std::vector<std::string>& extra = {});
   void Signal(pid_t pid, int signal);

@@ -112,7 +112,7 @@ TEST(ServiceTest, KilledWorkersRunResumesElsewhereFromItsCheckpointWithIdentical
       << c.Log("worker-b.log") << c.Log("cartd.log");
   cart::v1::GetRunResponse resp = c.GetRun(run);
   EXPECT_EQ(resp.run().attempt(), 2);
-  EXPECT_EQ(resp.run().worker_id(), "b");
+  EXPECT_EQ(resp.run().worker_id(), Cluster::WorkerId("b"));
   EXPECT_THAT(c.Log("worker-b.log"), HasSubstr("from step"));
 
   // The same run trained straight through in this process.
@@ -215,7 +215,7 @@ TEST(ServiceTest, WorkerPausedPastItsLeaseIsFencedOut) {
   // The lease lapses; the run is requeued with attempt 2 and taken by b.
   c.StartWorker("b");
   ASSERT_TRUE(c.WaitFor(
-      [&] { return c.GetRun(run).run().attempt() >= 2 && c.GetRun(run).run().worker_id() == "b"; },
+      [&] { return c.GetRun(run).run().attempt() >= 2 && c.GetRun(run).run().worker_id() == Cluster::WorkerId("b"); },
       std::chrono::seconds(60)))
       << c.Log("cartd.log");
   c.Signal(a, SIGCONT);

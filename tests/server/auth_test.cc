@@ -22,6 +22,7 @@ using ::testing::HasSubstr;
 constexpr char kWorkerToken[] = "worker-token-0123456789";
 constexpr char kUserToken[] = "user-token-0123456789ab";
 constexpr char kAdminToken[] = "admin-token-0123456789a";
+constexpr char kOtherWorkerToken[] = "worker-token-box4-56789";
 
 TEST(TokenTableTest, ParsesTokensRolesAndNames) {
   CART_ASSERT_OK_AND_ASSIGN(
@@ -47,6 +48,19 @@ TEST(TokenTableTest, MalformedLinesNameFileAndLine) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("also the token of 'a'")));
 }
 
+TEST(MayActAsTest, WorkerTokensCoverTheirNameAndItsChildren) {
+  const Principal box3{"box3", Role::kWorker};
+  EXPECT_TRUE(MayActAs(box3, "box3"));
+  EXPECT_TRUE(MayActAs(box3, "box3-gpu0"));
+  EXPECT_TRUE(MayActAs(box3, "box3.1"));
+  EXPECT_FALSE(MayActAs(box3, "box30"));  // another box whose name starts the same
+  EXPECT_FALSE(MayActAs(box3, "box4-gpu0"));
+  EXPECT_FALSE(MayActAs(box3, "box"));
+  EXPECT_FALSE(MayActAs(box3, ""));
+  EXPECT_TRUE(MayActAs(Principal{"root", Role::kAdmin}, "box4-gpu0"));
+  EXPECT_FALSE(MayActAs(Principal{"alice", Role::kUser}, "alice"));
+}
+
 TEST(TokenTableTest, EmptyTableLetsEveryoneInAsAdmin) {
   TokenTable table;
   CART_ASSERT_OK_AND_ASSIGN(Principal who, table.Check(std::nullopt, Api::kWorker, "m"));
@@ -58,7 +72,7 @@ class AuthTest : public ServerFixture {
   void Configure(ServerConfig& config) override {
     const std::string path = dir_.File("tokens");
     WriteFile(path, StrCat(kWorkerToken, " worker box3\n", kUserToken, " user alice\n", kAdminToken,
-                           " admin root\n"));
+                           " admin root\n", kOtherWorkerToken, " worker box4\n"));
     config.tokens_file = path;
   }
 
@@ -69,8 +83,8 @@ class AuthTest : public ServerFixture {
     return scheduler_->ListSweeps(&context, v1::ListSweepsRequest{}, &response).error_code();
   }
 
-  grpc::StatusCode Register(const std::string& token) {
-    FakeWorker worker(Channel(), "w1", 8192, token);
+  grpc::StatusCode Register(const std::string& token, const std::string& id = "box3-gpu0") {
+    FakeWorker worker(Channel(), id, 8192, token);
     return worker.Register().error_code();
   }
 };
@@ -116,6 +130,61 @@ TEST_F(AuthTest, RightRolesAreServedAndAdminMayCallBoth) {
   EXPECT_EQ(Register(kWorkerToken), grpc::StatusCode::OK);
   EXPECT_EQ(ListSweeps(kAdminToken), grpc::StatusCode::OK);
   EXPECT_EQ(Register(kAdminToken), grpc::StatusCode::OK);
+}
+
+TEST_F(AuthTest, WorkerTokensAreBoundToTheirWorkerIds) {
+  EXPECT_EQ(Register(kWorkerToken, "box3"), grpc::StatusCode::OK);
+  EXPECT_EQ(Register(kWorkerToken, "box3.1"), grpc::StatusCode::OK);
+  EXPECT_EQ(Register(kWorkerToken, "box4-gpu0"), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(Register(kWorkerToken, "box30"), grpc::StatusCode::PERMISSION_DENIED);
+
+  // Registering as another box's worker names the token and the id.
+  FakeWorker impostor(Channel(), "box4-gpu0", 8192, kWorkerToken);
+  grpc::Status status = impostor.Register();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_THAT(status.error_message(), HasSubstr("token 'box3'"));
+  EXPECT_THAT(status.error_message(), HasSubstr("not as 'box4-gpu0'"));
+
+  // Nor can it take jobs under that id once box4 has registered it.
+  FakeWorker box4(Channel(), "box4-gpu0", 8192, kOtherWorkerToken);
+  ASSERT_TRUE(box4.Register().ok());
+  std::optional<v1::Job> job;
+  EXPECT_EQ(impostor.Acquire(0, &job).error_code(), grpc::StatusCode::PERMISSION_DENIED);
+}
+
+TEST_F(AuthTest, OnlyTheLeasingWorkersTokenMayReportOnARun) {
+  user_token_ = kUserToken;
+  const std::vector<int64_t> ids = Submit(TinySweep("bound"));
+  ASSERT_EQ(ids.size(), 1u);
+  FakeWorker box4(Channel(), "box4-gpu0", 24 * 1024, kOtherWorkerToken);
+  ASSERT_TRUE(box4.Register().ok());
+  std::optional<v1::Job> job;
+  ASSERT_TRUE(box4.Acquire(1000, &job).ok());
+  ASSERT_TRUE(job.has_value());
+
+  // box3's token opens a stream on box4's attempt: refused before anything is written.
+  FakeWorker box3(Channel(), "box3-gpu0", 24 * 1024, kWorkerToken);
+  auto stolen = box3.Open(job->run_id(), job->attempt());
+  stolen->Metrics({{1, 9.0}});
+  grpc::Status status = stolen->Finish();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_THAT(status.error_message(), HasSubstr("not as 'box4-gpu0'"));
+  CART_ASSERT_OK_AND_ASSIGN(auto summaries, server_->store().RunSummaries(job->run_id()));
+  EXPECT_TRUE(summaries.empty());
+
+  // The leasing worker's own token is served, and so is an admin's.
+  auto own = box4.Open(job->run_id(), job->attempt());
+  ASSERT_TRUE(own->Metrics({{1, 2.5}}));
+  v1::SchedulerControl ack;
+  ASSERT_TRUE(own->Read(&ack));
+  EXPECT_EQ(ack.ack().acked_step(), 1);
+  own->Cancel();
+  FakeWorker admin(Channel(), "box4-gpu0", 24 * 1024, kAdminToken);
+  auto as_admin = admin.Open(job->run_id(), job->attempt());
+  ASSERT_TRUE(as_admin->Metrics({{2, 2.4}}));
+  ASSERT_TRUE(as_admin->Read(&ack));
+  EXPECT_EQ(ack.ack().acked_step(), 2);
+  as_admin->Cancel();
 }
 
 TEST_F(AuthTest, AuditTrailNamesTheTokenHolder) {

@@ -385,6 +385,45 @@ TEST_F(RunStoreTest, MetricAppendIsIdempotentAndKeepsTheSummaryInStep) {
   EXPECT_EQ(summaries[1].final_step, std::optional<int64_t>(9));
 }
 
+TEST_F(RunStoreTest, LogLinesAreIdempotentOnSeqFencedAndPagedById) {
+  const int64_t id = CreateOne("s", MakeRun("a", {}));
+  Claim claim = ClaimExpecting(id, kT0);
+  CART_ASSERT_OK(store_->MarkRunning(id, claim.attempt, kT0));
+  std::vector<LogLine> lines = {{0, 0, 1, kT0, "resuming from step 40"},
+                                {0, 0, 2, kT0 + 1, "checkpoint at step 50 not uploaded"}};
+  CART_ASSERT_OK_AND_ASSIGN(int64_t added, store_->AppendLog(id, claim.attempt, lines));
+  EXPECT_EQ(added, 2);
+  // A reconnecting worker resends both and one new line: only the new one is stored.
+  lines.push_back({0, 0, 3, kT0 + 2, std::string(5000, 'x') + "é"});
+  CART_ASSERT_OK_AND_ASSIGN(added, store_->AppendLog(id, claim.attempt, lines));
+  EXPECT_EQ(added, 1);
+  // Lines without a number are never taken for one another.
+  CART_ASSERT_OK_AND_ASSIGN(added, store_->AppendLog(id, claim.attempt,
+                                                     {{0, 0, 0, kT0, "u"}, {0, 0, 0, kT0, "u"}}));
+  EXPECT_EQ(added, 2);
+
+  CART_ASSERT_OK_AND_ASSIGN(std::vector<LogLine> log, store_->RunLog(id, 0, 0));
+  ASSERT_EQ(log.size(), 5u);
+  EXPECT_EQ(log[0].text, "resuming from step 40");
+  EXPECT_EQ(log[0].attempt, claim.attempt);
+  EXPECT_EQ(log[1].seq, 2);
+  EXPECT_EQ(log[2].text.size(), kMaxLogLineBytes);  // cut, with "…"
+  EXPECT_EQ(log[2].text.substr(log[2].text.size() - 3), "…");
+  EXPECT_EQ(log[3].seq, 0);
+  // Paging: after the second line, at most two.
+  CART_ASSERT_OK_AND_ASSIGN(std::vector<LogLine> page, store_->RunLog(id, log[1].id, 2));
+  ASSERT_EQ(page.size(), 2u);
+  EXPECT_EQ(page[0].id, log[2].id);
+
+  // A stale attempt is fenced; an unknown run is NotFound.
+  EXPECT_THAT(store_->AppendLog(id, claim.attempt + 1, {{0, 0, 9, kT0, "stale"}}),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("attempt")));
+  EXPECT_THAT(store_->RunLog(id + 100, 0, 0),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("run")));
+  EXPECT_THAT(store_->AppendLog(id, claim.attempt, {{0, 0, -1, kT0, "bad"}}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("negative seq")));
+}
+
 TEST_F(RunStoreTest, MalformedMetricBatchesAndCheckpointsAreRejected) {
   const int64_t id = CreateOne("s", MakeRun("a", {}));
   Claim claim = ClaimExpecting(id, kT0);
