@@ -328,6 +328,47 @@ void RegisterSweep(CLI::App& app) {
   });
 }
 
+// `cart runs logs --metrics`: the metric log, one line per step (JSON lines with --json).
+void PrintMetricLog(int64_t run_id, bool follow, const Conn& conn) {
+  Client client = Client::Connect(conn);
+  cart::v1::StreamMetricsRequest req;
+  req.set_run_id(run_id);
+  req.set_follow(follow);
+  grpc::ClientContext ctx;
+  rpc::PrepareContext(ctx, client.config(), 0);
+  auto reader = client.stub().StreamMetrics(&ctx, req);
+  cart::v1::MetricBatchView batch;
+  int64_t last_step = -1;
+  std::map<std::string, double> line;
+  auto flush = [&] {
+    if (last_step < 0 || line.empty()) return;
+    if (conn.json) {
+      nlohmann::json j(line);
+      j["step"] = last_step;
+      std::cout << j.dump() << std::endl;
+    } else {
+      std::string text = fmt::format("step {:>7}", last_step);
+      for (const auto& [k, v] : line) {
+        if (k.rfind("sys/", 0) == 0 || k.rfind("h_norm/", 0) == 0 || k.rfind("rel_update/", 0) == 0)
+          continue;
+        text += fmt::format(" {}={:.5g}", k, v);
+      }
+      std::cout << text << std::endl;
+    }
+    line.clear();
+  };
+  while (reader->Read(&batch)) {
+    for (const auto& p : batch.points()) {
+      if (p.step() != last_step) flush();
+      last_step = p.step();
+      line[p.name()] = p.value();
+    }
+  }
+  flush();
+  grpc::Status s = reader->Finish();
+  if (!s.ok()) client.Fail(s);
+}
+
 void RegisterRuns(CLI::App& app) {
   CLI::App* runs = app.add_subcommand("runs", "List, inspect, cancel, resume and extend runs");
   runs->require_subcommand(1);
@@ -417,50 +458,52 @@ void RegisterRuns(CLI::App& app) {
     t.Print(std::cout);
   });
 
-  auto lg = std::make_shared<IdArgs>();
-  CLI::App* logs =
-      runs->add_subcommand("logs", "A run's metric log (and its events); -f follows it live");
+  struct LogArgs {
+    Conn conn;
+    int64_t id = 0;
+    bool follow = false;
+    bool metrics = false;
+    int tail = 0;
+  };
+  auto lg = std::make_shared<LogArgs>();
+  CLI::App* logs = runs->add_subcommand(
+      "logs",
+      "A run's log: what its workers said (resumes, errors), or with --metrics its metrics");
   logs->add_option("id", lg->id, "Run id")->required();
-  logs->add_flag("-f,--follow", lg->follow, "Keep printing new points until the run ends");
+  logs->add_flag("-f,--follow", lg->follow, "Keep printing new lines until the run ends");
+  logs->add_flag("--metrics", lg->metrics, "Print the metric log (one line per step) instead");
+  logs->add_option("--tail", lg->tail, "Only the last N lines already stored (0: all)")
+      ->check(CLI::NonNegativeNumber);
   AddConnFlags(logs, lg->conn);
   logs->callback([lg] {
+    if (lg->metrics) {
+      PrintMetricLog(lg->id, lg->follow, lg->conn);
+      return;
+    }
     Client client = Client::Connect(lg->conn);
-    cart::v1::StreamMetricsRequest req;
+    cart::v1::StreamRunLogRequest req;
     req.set_run_id(lg->id);
     req.set_follow(lg->follow);
+    req.set_tail(lg->tail);
     grpc::ClientContext ctx;
     rpc::PrepareContext(ctx, client.config(), 0);
-    auto reader = client.stub().StreamMetrics(&ctx, req);
-    cart::v1::MetricBatchView batch;
-    int64_t last_step = -1;
-    std::map<std::string, double> line;
-    auto flush = [&] {
-      if (last_step < 0 || line.empty()) return;
-      if (lg->conn.json) {
-        nlohmann::json j(line);
-        j["step"] = last_step;
-        std::cout << j.dump() << std::endl;
-      } else {
-        std::string text = fmt::format("step {:>7}", last_step);
-        for (const auto& [k, v] : line) {
-          if (k.rfind("sys/", 0) == 0 || k.rfind("h_norm/", 0) == 0 ||
-              k.rfind("rel_update/", 0) == 0)
-            continue;
-          text += fmt::format(" {}={:.5g}", k, v);
+    auto reader = client.stub().StreamRunLog(&ctx, req);
+    cart::v1::RunLogView view;
+    while (reader->Read(&view)) {
+      for (const auto& line : view.lines()) {
+        if (lg->conn.json) {
+          nlohmann::json j = {{"id", line.id()},
+                              {"attempt", line.attempt()},
+                              {"wall_time_us", line.wall_time_us()},
+                              {"text", line.text()}};
+          std::cout << j.dump() << std::endl;
+        } else {
+          std::cout << fmt::format("{}  attempt {}  {}", When(line.wall_time_us()), line.attempt(),
+                                   line.text())
+                    << std::endl;
         }
-        std::cout << text << std::endl;
       }
-      line.clear();
-    };
-    while (reader->Read(&batch)) {
-      for (const auto& p : batch.points()) {
-        if (p.step() != last_step) flush();
-        last_step = p.step();
-        line[p.name()] = p.value();
-      }
-      if (!lg->follow) continue;
     }
-    flush();
     grpc::Status s = reader->Finish();
     if (!s.ok()) client.Fail(s);
   });

@@ -84,6 +84,21 @@ int64_t EstimateTrainingBytes(const ModelConfig& m, int64_t seq_len, int64_t mic
   return static_cast<int64_t>(states + blocks * per_block + logits);
 }
 
+std::optional<MicroBatchFit> FitMicroBatch(const RunConfig& c, int64_t memory_bytes) {
+  const bool bf16 = c.train.dtype != DType::kFloat32;
+  const int64_t global = c.train.batch * c.train.accum;
+  for (int64_t b = std::min(c.train.batch, global); b >= 1; --b) {
+    if (global % b != 0) continue;
+    const int64_t bytes = EstimateTrainingBytes(c.model, c.train.seq_len, b, bf16);
+    if (bytes <= memory_bytes) return MicroBatchFit{b, global / b, bytes};
+  }
+  return std::nullopt;
+}
+
+int64_t MinTrainingBytes(const RunConfig& c) {
+  return EstimateTrainingBytes(c.model, c.train.seq_len, 1, c.train.dtype != DType::kFloat32);
+}
+
 DenseMatch MatchDenseDepth(const ModelConfig& cart, MatchTarget target) {
   const ParamCounts c = CountParams(cart);
   ModelConfig dense = cart;

@@ -5,6 +5,7 @@
 // tests/model checks it against the parameter count of the real LibTorch modules.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "model/config.h"
@@ -41,6 +42,20 @@ FlopCounts CountFlops(const ModelConfig& m, int64_t seq_len, int loops = 0);
 // doubled for fp32), plus logits and their gradient. `bf16` selects 16-bit activations.
 int64_t EstimateTrainingBytes(const ModelConfig& m, int64_t seq_len, int64_t micro_batch,
                               bool bf16);
+
+// Training on a device with less memory than a run's estimate: lower the micro-batch and raise
+// gradient accumulation so that the global batch (batch × accum) and so the optimisation stay the
+// same. The fit is the largest micro-batch that divides the global batch, is no larger than the
+// configured one, and whose EstimateTrainingBytes fits `memory_bytes`; nullopt when not even a
+// micro-batch of 1 fits. The configured micro-batch is returned as is when it fits.
+struct MicroBatchFit {
+  int64_t batch = 0;  // sequences per micro-batch
+  int64_t accum = 0;  // micro-batches per optimizer step
+  int64_t bytes = 0;  // EstimateTrainingBytes at that micro-batch
+};
+std::optional<MicroBatchFit> FitMicroBatch(const RunConfig& c, int64_t memory_bytes);
+// The estimate at a micro-batch of 1: the least memory the run can train in.
+int64_t MinTrainingBytes(const RunConfig& c);
 
 // Which parameter count a dense baseline should match, and how to round.
 enum class MatchTarget {

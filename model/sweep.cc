@@ -222,6 +222,7 @@ absl::StatusOr<std::vector<ExpandedRun>> ExpandSweep(const SweepSpec& spec, std:
     r.memory_estimate_bytes =
         EstimateTrainingBytes(r.config.model, r.config.train.seq_len, r.config.train.batch,
                               /*bf16=*/r.config.train.dtype != DType::kFloat32);
+    r.min_memory_bytes = MinTrainingBytes(r.config);
     return absl::OkStatus();
   };
   for (int64_t i = 0; i < count / static_cast<int64_t>(spec.seeds.size()); ++i) {

@@ -60,6 +60,7 @@ struct ExpandedRun {
   int64_t stored_params = 0;
   int64_t effective_params = 0;
   int64_t memory_estimate_bytes = 0;    // per micro-batch training estimate (EstimateTrainingBytes)
+  int64_t min_memory_bytes = 0;         // the estimate at micro-batch 1 (MinTrainingBytes)
   int64_t parent_index = -1;            // derived jobs: index of the parent run
   int64_t parent_checkpoint_step = -1;  // -1: the parent's final checkpoint
   std::vector<int> eval_loops;

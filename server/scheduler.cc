@@ -6,6 +6,7 @@
 
 #include "common/status.h"
 #include "common/strings.h"
+#include "model/accounting.h"
 #include "model/config.h"
 #include "model/sweep.h"
 
@@ -47,6 +48,7 @@ store::NewRun ToNewRun(model::ExpandedRun&& expanded, int64_t max_attempts) {
   run.stored_params = expanded.stored_params;
   run.effective_params = expanded.effective_params;
   run.memory_estimate_bytes = expanded.memory_estimate_bytes;
+  run.min_memory_bytes = expanded.min_memory_bytes;
   run.max_attempts = static_cast<int>(max_attempts);
   if (expanded.parent_index >= 0) {
     run.parent_name = StrCat(expanded.parent_index);
@@ -76,6 +78,7 @@ RunRecord PreviewRun(const model::SweepSpec& spec, const store::NewRun& run, int
   record.stored_params = run.stored_params;
   record.effective_params = run.effective_params;
   record.memory_estimate_bytes = run.memory_estimate_bytes;
+  record.min_memory_bytes = run.min_memory_bytes;
   record.state = run.parent_name.empty() ? RunState::kQueued : RunState::kBlocked;
   record.priority = spec.priority;
   record.max_attempts = run.max_attempts;
@@ -345,6 +348,27 @@ absl::StatusOr<WorkerTiming> Scheduler::RegisterWorker(const WorkerInfo& worker)
   return timing();
 }
 
+void Scheduler::FitToDevice(Job& job, const std::string& worker_id, int64_t memory_bytes) {
+  const std::string source = StrCat("run ", job.run.id, " config");
+  absl::StatusOr<model::RunConfig> config = model::ParseRunConfigYaml(job.run.config_yaml, source);
+  if (!config.ok()) return;  // stored configs parse; if not, the worker reports the error
+  const std::optional<model::MicroBatchFit> fit = model::FitMicroBatch(*config, memory_bytes);
+  if (!fit || fit->batch == config->train.batch) return;
+  const std::string note = StrCat(
+      "cartd: micro-batch ", config->train.batch, " -> ", fit->batch, ", gradient accumulation ",
+      config->train.accum, " -> ", fit->accum, " (global batch ", fit->batch * fit->accum,
+      " kept) to fit worker '", worker_id, "' (", FormatGiB(memory_bytes), "; estimate ",
+      FormatGiB(job.run.memory_estimate_bytes), " -> ", FormatGiB(fit->bytes), ")");
+  config->train.batch = fit->batch;
+  config->train.accum = fit->accum;
+  job.run.config_yaml = model::ToYaml(*config);
+  store::LogLine line;
+  line.wall_time_us = NowMicros();
+  line.text = note;
+  // The note is for `cart runs logs`; the job goes out whether or not it could be stored.
+  (void)store_->AppendLog(job.run.id, job.attempt, {line});
+}
+
 absl::StatusOr<std::optional<Job>> Scheduler::Acquire(const std::string& worker_id,
                                                       absl::Duration wait) {
   const absl::Time deadline =
@@ -386,6 +410,7 @@ absl::StatusOr<std::optional<Job>> Scheduler::Acquire(const std::string& worker_
       job.resume_from = std::move(c.resume_from);
       job.init_from = std::move(c.parent_checkpoint);
       job.run = std::move(c.run);
+      if (job.run.memory_estimate_bytes > memory) FitToDevice(job, worker_id, memory);
       BumpRun(job.run.id);
       return std::optional<Job>(std::move(job));
     }
@@ -501,6 +526,13 @@ absl::StatusOr<bool> Scheduler::Heartbeat(int64_t run_id, int64_t attempt, int64
   int64_t& progress = progress_[run_id];
   progress = std::max(progress, step);
   return reply.cancel_requested;
+}
+
+absl::Status Scheduler::AppendLog(int64_t run_id, int64_t attempt,
+                                  const std::vector<store::LogLine>& lines) {
+  CART_RETURN_IF_ERROR(store_->AppendLog(run_id, attempt, lines).status());
+  BumpRun(run_id);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<int64_t> Scheduler::AppendMetrics(int64_t run_id, int64_t attempt,
@@ -648,17 +680,23 @@ absl::StatusOr<RunInfo> Scheduler::Describe(RunRecord record, std::optional<int6
     info.waiting_reason = StrCat("waiting for parent run ", *run.parent_run_id, " (", parent_state,
                                  ") to have ", what);
   } else if (run.state == RunState::kQueued) {
-    const int64_t need = std::max(run.memory_estimate_bytes, run.oom_memory_bytes + 1);
+    // The least it can train in: micro-batch lowered to fit (FitToDevice).
+    const int64_t least =
+        run.min_memory_bytes > 0 ? run.min_memory_bytes : run.memory_estimate_bytes;
+    const int64_t need = std::max(least, run.oom_memory_bytes + 1);
     if (!max_memory) {
       info.waiting_reason = "no worker is registered";
     } else if (run.oom_memory_bytes > 0 && *max_memory <= run.oom_memory_bytes) {
       info.waiting_reason = StrCat("ran out of memory on a ", FormatGiB(run.oom_memory_bytes),
                                    " device; waits for a device with more (largest registered ",
                                    FormatGiB(*max_memory), ")");
-    } else if (run.memory_estimate_bytes > *max_memory) {
+    } else if (least > *max_memory) {
       info.waiting_reason =
           StrCat("memory estimate ", FormatGiB(run.memory_estimate_bytes),
-                 " exceeds every registered worker (largest ", FormatGiB(*max_memory), ")");
+                 " exceeds every registered worker (largest ", FormatGiB(*max_memory), ")",
+                 least < run.memory_estimate_bytes
+                     ? StrCat("; even at micro-batch 1 it needs ", FormatGiB(least))
+                     : std::string());
     } else if (run.oom_memory_bytes > 0) {
       info.waiting_reason =
           StrCat("waiting for a free worker with more than ", FormatGiB(run.oom_memory_bytes),

@@ -223,6 +223,8 @@ class Scheduler {
   absl::StatusOr<int64_t> AppendMetrics(int64_t run_id, int64_t attempt,
                                         std::vector<store::MetricPoint> points);
   // Records a checkpoint whose artifact is already stored; derived runs waiting for it go QUEUED.
+  // Stores log lines of the attempt (fenced; idempotent on seq) and wakes log followers.
+  absl::Status AppendLog(int64_t run_id, int64_t attempt, const std::vector<store::LogLine>& lines);
   absl::StatusOr<store::CheckpointRecord> RecordCheckpoint(int64_t run_id, int64_t attempt,
                                                            const store::NewCheckpoint& checkpoint);
   // Ends the attempt (see Outcome). `error` is the worker's failure text (may be empty).
@@ -269,6 +271,9 @@ class Scheduler {
   // Wakes long polls: something may have become claimable.
   void WakePollers();
   void BumpRun(int64_t run_id);
+  // Lowers the job's micro-batch and raises its gradient accumulation (same global batch) so that
+  // its estimate fits a worker with `memory_bytes`, and notes it in the run's log.
+  void FitToDevice(Job& job, const std::string& worker_id, int64_t memory_bytes);
   // Sends `control` to the open streams of the runs `select` accepts (outside mu_).
   template <typename Select>
   void PushControl(Select select, const Control& control);

@@ -229,8 +229,7 @@ absl::StatusOr<std::unique_ptr<ServerHandle>> RunServer(const ServerConfig& conf
   }
 
   std::error_code ec;
-  const std::string log_dir = StrCat(config.data_dir, "/logs");
-  std::filesystem::create_directories(log_dir, ec);
+  std::filesystem::create_directories(config.data_dir, ec);
   if (ec) {
     return absl::InternalError(
         StrCat("cannot create data dir ", config.data_dir, ": ", ec.message()));
@@ -258,7 +257,6 @@ absl::StatusOr<std::unique_ptr<ServerHandle>> RunServer(const ServerConfig& conf
   context.store = handle->store_.get();
   context.artifacts = handle->artifacts_.get();
   context.tokens = handle->tokens_.get();
-  context.log_dir = log_dir;
   handle->services_ = std::make_unique<ServerHandle::Services>();
   handle->services_->scheduler = std::make_unique<internal::SchedulerServiceImpl>(context);
   handle->services_->worker = std::make_unique<internal::WorkerServiceImpl>(context);

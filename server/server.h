@@ -4,8 +4,8 @@
 // scheduler, and serves SchedulerService, WorkerService and server reflection over gRPC. cartd's
 // main() only parses flags into a ServerConfig; tests call RunServer with port 0.
 //
-// Data directory layout: <data_dir>/cart.db (SQLite, WAL), <data_dir>/artifacts/ (content-addressed
-// checkpoints), <data_dir>/logs/run-<id>.log (worker log lines).
+// Data directory layout: <data_dir>/cart.db (SQLite, WAL; runs, metrics, events and the workers'
+// log lines), <data_dir>/artifacts/ (content-addressed checkpoints).
 
 #include <cstdint>
 #include <memory>

@@ -31,9 +31,10 @@ constexpr char kUpdateSweepStatus[] = "UPDATE sweeps SET status = ? WHERE id = ?
 constexpr char kSelectRunIdsOfSweep[] = "SELECT id FROM runs WHERE sweep_id = ? ORDER BY id";
 constexpr char kInsertRun[] =
     "INSERT INTO runs(sweep_id, name, config_yaml, params_json, d, r, p, seed, steps, "
-    "stored_params, effective_params, memory_estimate_bytes, status, priority, attempt, "
-    "max_attempts, attempt_floor, cancel_requested, parent_run_id, parent_checkpoint, created_us, "
-    "updated_us) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, 0, 0, ?, ?, ?, ?)";
+    "stored_params, effective_params, memory_estimate_bytes, min_memory_bytes, status, priority, "
+    "attempt, max_attempts, attempt_floor, cancel_requested, parent_run_id, parent_checkpoint, "
+    "created_us, updated_us) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, 0, 0, ?, ?, "
+    "?, ?)";
 constexpr char kSetStepsParam[] =
     "UPDATE runs SET params_json = json_set(params_json, '$.\"steps\"', ?) WHERE id = ?";
 constexpr char kInsertLogLine[] =
@@ -62,7 +63,7 @@ constexpr char kTouchWorkerOfAttempt[] =
     "UPDATE workers SET last_seen_us = ? "
     "WHERE id = (SELECT worker_id FROM attempts WHERE run_id = ? AND attempt = ?)";
 constexpr char kSelectNextQueued[] =
-    "SELECT id FROM runs WHERE status = 'QUEUED' AND memory_estimate_bytes <= ? "
+    "SELECT id FROM runs WHERE status = 'QUEUED' AND min_memory_bytes <= ? "
     "AND oom_memory_bytes < ? ORDER BY priority DESC, created_us, id LIMIT 1";
 constexpr char kRaiseOomFloor[] =
     "UPDATE runs SET oom_memory_bytes = max(oom_memory_bytes, ?) WHERE id = ?";
@@ -439,8 +440,9 @@ absl::StatusOr<CreatedSweep> RunStore::CreateSweep(const NewSweep& sweep, const 
       insert_run->BindAll(
           sweep_id, run.name, run.config_yaml, internal::ParamsJson(run.params), cols.d, cols.r,
           cols.p, cols.seed, cols.steps, run.stored_params, run.effective_params,
-          run.memory_estimate_bytes, RunStateName(state), run.priority.value_or(sweep.priority),
-          run.max_attempts, parent_id,
+          run.memory_estimate_bytes,
+          run.min_memory_bytes > 0 ? run.min_memory_bytes : run.memory_estimate_bytes,
+          RunStateName(state), run.priority.value_or(sweep.priority), run.max_attempts, parent_id,
           parent_id ? std::optional<std::string>(run.parent_checkpoint) : std::nullopt, audit.at_us,
           audit.at_us);
       CART_RETURN_IF_ERROR(insert_run->Run());

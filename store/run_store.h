@@ -209,9 +209,9 @@ class RunStore {
   absl::StatusOr<SweepRecord> GetSweep(const std::string& name);
   absl::StatusOr<std::vector<SweepRecord>> ListSweeps();  // by id
   absl::StatusOr<RunRecord> GetRun(int64_t run_id);
-  absl::StatusOr<std::vector<RunRecord>> ListRuns(const RunFilter& filter);       // by id
-  absl::StatusOr<std::vector<AttemptRecord>> ListAttempts(int64_t run_id);        // by attempt
-  absl::StatusOr<std::vector<EventRecord>> RunEvents(int64_t run_id);             // oldest first
+  absl::StatusOr<std::vector<RunRecord>> ListRuns(const RunFilter& filter);  // by id
+  absl::StatusOr<std::vector<AttemptRecord>> ListAttempts(int64_t run_id);   // by attempt
+  absl::StatusOr<std::vector<EventRecord>> RunEvents(int64_t run_id);        // oldest first
   // A run's log lines with id > after_id, oldest first, at most `limit` (0: all).
   absl::StatusOr<std::vector<LogLine>> RunLog(int64_t run_id, int64_t after_id, int64_t limit);
   absl::StatusOr<std::vector<MetricSummary>> RunSummaries(int64_t run_id);        // by name

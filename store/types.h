@@ -61,8 +61,11 @@ struct NewRun {
   int64_t stored_params = 0;          // parameter count as stored
   int64_t effective_params = 0;       // parameter count as computed (loops unrolled)
   int64_t memory_estimate_bytes = 0;  // training memory the run needs on a device
-  std::optional<int64_t> priority;    // default: the sweep's priority; higher runs first
-  int max_attempts = 3;               // leases a run may lose before it FAILS; >= 1
+  // The least memory it can train in: its micro-batch lowered and gradient accumulation raised
+  // so that the global batch stays the same (model::FitMicroBatch). 0: memory_estimate_bytes.
+  int64_t min_memory_bytes = 0;
+  std::optional<int64_t> priority;  // default: the sweep's priority; higher runs first
+  int max_attempts = 3;             // leases a run may lose before it FAILS; >= 1
   // A derived job (variable-R eval, fine-tune, extension) names its parent: either a run earlier
   // in the same request (parent_name) or an existing run (parent_run_id), not both, and the
   // parent checkpoint it starts from: "final" or a step number. It stays BLOCKED until the
@@ -113,6 +116,7 @@ struct RunRecord {
   int64_t stored_params = 0;
   int64_t effective_params = 0;
   int64_t memory_estimate_bytes = 0;
+  int64_t min_memory_bytes = 0;  // <= memory_estimate_bytes; placement needs this much
   RunState state = RunState::kQueued;
   int64_t priority = 0;
   int64_t attempt = 0;  // number of the latest attempt (the fencing token); 0: never leased
@@ -187,11 +191,11 @@ struct MetricPoint {
 
 // One line a worker logged for a run (what `cart runs logs` shows).
 struct LogLine {
-  int64_t id = 0;        // store order; RunLog(after_id) pages by it
+  int64_t id = 0;  // store order; RunLog(after_id) pages by it
   int64_t attempt = 0;
-  int64_t seq = 0;       // the worker's number for the line within the attempt (from 1); 0: none
+  int64_t seq = 0;  // the worker's number for the line within the attempt (from 1); 0: none
   int64_t wall_time_us = 0;
-  std::string text;      // at most kMaxLogLineBytes; longer lines are cut with "…"
+  std::string text;  // at most kMaxLogLineBytes; longer lines are cut with "…"
 };
 inline constexpr size_t kMaxLogLineBytes = 4096;
 

@@ -127,7 +127,7 @@ absl::StatusOr<CheckpointManifest> ImportCheckpoint(const std::string& file, con
   try {
     torch::serialize::InputArchive archive;
     std::istringstream is(bytes);
-    archive.load_from(is);
+    archive.load_from(is, torch::Device(torch::kCPU));  // a GPU checkpoint reads on a CPU box
     torch::Tensor step, cursor;
     archive.read("step", step);
     archive.read("cursor", cursor);
@@ -173,9 +173,14 @@ absl::Status LoadCheckpoint(const CheckpointManifest& m, torch::nn::Module& mode
     return VerifyCheckpoint(m);
   }
   try {
+    // Tensors are mapped to the model's device as they are read: without that, a checkpoint
+    // written on a GPU could not be read on a CPU-only box, and loading it into a CPU model would
+    // silently move the model to the GPU (Module::load copies the device along with the data).
+    const std::vector<torch::Tensor> params = model.parameters();
+    const torch::Device device = params.empty() ? torch::Device(torch::kCPU) : params[0].device();
     torch::serialize::InputArchive archive;
     std::istringstream is(bytes);
-    archive.load_from(is);
+    archive.load_from(is, device);
     torch::serialize::InputArchive model_archive;
     archive.read("model", model_archive);
     model.load(model_archive);
@@ -187,7 +192,7 @@ absl::Status LoadCheckpoint(const CheckpointManifest& m, torch::nn::Module& mode
     torch::Tensor rng;
     archive.read("rng_cpu", rng);
     at::Generator generator = at::detail::getDefaultCPUGenerator();
-    generator.set_state(rng);
+    generator.set_state(rng.to(torch::kCPU));  // the CPU generator takes a CPU byte tensor
   } catch (const c10::Error& e) {
     return absl::DataLossError(
         StrCat(m.path, ": cannot restore checkpoint: ", e.what_without_backtrace()));

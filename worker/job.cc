@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -29,6 +30,8 @@ using cart::v1::WorkerReport;
 
 constexpr size_t kChunkBytes = 1 << 20;
 constexpr size_t kBatchPoints = 2000;
+// Log lines a new stream resends at most (the newest; cartd drops the ones it has).
+constexpr size_t kMaxResentLogLines = 1000;
 
 int64_t WallMicros() {
   return std::chrono::duration_cast<std::chrono::microseconds>(
@@ -81,7 +84,12 @@ class Session {
   std::condition_variable cv_;
   std::optional<cart::v1::CheckpointNotice> checkpoint_;  // newest notice, resent on reconnect
   bool checkpoint_sent_ = false;
+  // Log lines: waiting to be written on the current stream, and written on an earlier one. A
+  // stream can break before cartd read what was written on it, so each new stream resends the
+  // lines written before; cartd stores a line once per (attempt, seq).
   std::vector<cart::v1::LogLine> logs_;
+  std::deque<cart::v1::LogLine> logs_written_;  // the newest kMaxResentLogLines
+  int64_t next_log_seq_ = 1;
   std::optional<JobResult> result_;  // set when the work is over
   bool finished_ = false;            // the result was delivered (or we were fenced)
 
@@ -130,6 +138,8 @@ bool Session::Connect() {
   buffer_.Rewind();
   std::lock_guard<std::mutex> lock(mu_);
   checkpoint_sent_ = false;
+  logs_.insert(logs_.begin(), logs_written_.begin(), logs_written_.end());
+  logs_written_.clear();
   return true;
 }
 
@@ -214,10 +224,17 @@ void Session::SenderLoop() {
       }
       continue;
     }
-    for (auto& line : logs) {
+    for (size_t i = 0; i < logs.size(); ++i) {
       WorkerReport r = Report();
-      *r.mutable_log() = line;
-      if (!Write(r)) break;
+      *r.mutable_log() = logs[i];
+      const bool written = Write(r);  // (Write may disconnect, which takes mu_)
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!written) {  // not written: first in line for the next stream
+        logs_.insert(logs_.begin(), logs.begin() + static_cast<std::ptrdiff_t>(i), logs.end());
+        break;
+      }
+      logs_written_.push_back(logs[i]);
+      if (logs_written_.size() > kMaxResentLogLines) logs_written_.pop_front();
     }
     if (result) {
       if (!Write(*result)) continue;
@@ -248,6 +265,7 @@ void Session::Log(const std::string& text) {
   line.set_text(text);
   line.set_wall_time_us(WallMicros());
   std::lock_guard<std::mutex> lock(mu_);
+  line.set_seq(next_log_seq_++);
   logs_.push_back(line);
   cv_.notify_all();
 }

@@ -1,6 +1,7 @@
 // SchedulerService: the researcher API. Every handler starts with the token check (user or admin).
 
 #include <algorithm>
+#include <optional>
 
 #include "common/status.h"
 #include "common/strings.h"
@@ -11,10 +12,31 @@
 namespace cart::server::internal {
 namespace {
 
-// At most this many points per MetricBatchView message.
+// At most this many points per MetricBatchView message (and log lines per RunLogView).
 constexpr size_t kPointsPerView = 10'000;
 // A follower re-reads at least this often even when nothing signals a change.
 constexpr absl::Duration kFollowPoll = absl::Seconds(1);
+
+// Following a run: waits until it changes (or kFollowPoll passes). Returns the status to end the
+// stream with when the client went away or cartd is shutting down; nullopt to read again.
+std::optional<grpc::Status> AwaitRunChange(Scheduler& scheduler, grpc::ServerContext& context,
+                                           int64_t run_id, int64_t version) {
+  if (context.IsCancelled()) return grpc::Status::OK;
+  scheduler.WaitForRunChange(run_id, version, absl::Now() + kFollowPoll);
+  if (context.IsCancelled()) return grpc::Status::OK;
+  if (scheduler.shutting_down()) {
+    return ToGrpc(absl::UnavailableError("cartd is shutting down; follow again later"));
+  }
+  return std::nullopt;
+}
+
+// A view with only the run's state, ending a stream that had nothing new to send.
+template <typename View>
+void WriteStateOnly(grpc::ServerWriter<View>& writer, store::RunState state) {
+  View view;
+  view.set_state(ToProto(state));
+  writer.Write(view);
+}
 
 }  // namespace
 
@@ -257,19 +279,62 @@ grpc::Status SchedulerServiceImpl::StreamMetrics(grpc::ServerContext* context,
       if (!writer->Write(view)) return grpc::Status::OK;  // the client went away
     }
     if (!request->follow() || store::IsTerminal(run->state)) {
-      if (points.empty()) {
-        // The last message always tells the final state, even with no new points.
-        v1::MetricBatchView view;
-        view.set_state(ToProto(run->state));
-        writer->Write(view);
-      }
+      // The last message always tells the final state, even with no new points.
+      if (points.empty()) WriteStateOnly(*writer, run->state);
       return grpc::Status::OK;
     }
-    if (context->IsCancelled()) return grpc::Status::OK;
-    ctx_.scheduler->WaitForRunChange(run_id, version, absl::Now() + kFollowPoll);
-    if (context->IsCancelled()) return grpc::Status::OK;
-    if (ctx_.scheduler->shutting_down()) {
-      return ToGrpc(absl::UnavailableError("cartd is shutting down; follow again later"));
+    if (std::optional<grpc::Status> end =
+            AwaitRunChange(*ctx_.scheduler, *context, run_id, version)) {
+      return *end;
+    }
+  }
+}
+
+grpc::Status SchedulerServiceImpl::StreamRunLog(grpc::ServerContext* context,
+                                                const v1::StreamRunLogRequest* request,
+                                                grpc::ServerWriter<v1::RunLogView>* writer) {
+  CART_CALLER(who, "StreamRunLog");
+  const int64_t run_id = request->run_id();
+  if (request->tail() < 0 || request->after_id() < 0) {
+    return ToGrpc(absl::InvalidArgumentError(StrCat("StreamRunLog: tail (", request->tail(),
+                                                    ") and after_id (", request->after_id(),
+                                                    ") must not be negative")));
+  }
+  int64_t after_id = request->after_id();
+  bool first = true;
+  while (true) {
+    const int64_t version = ctx_.scheduler->RunVersion(run_id);
+    absl::StatusOr<store::RunRecord> run = ctx_.store->GetRun(run_id);
+    if (!run.ok()) return ToGrpc(run.status());
+    absl::StatusOr<std::vector<store::LogLine>> lines = ctx_.store->RunLog(run_id, after_id, 0);
+    if (!lines.ok()) return ToGrpc(lines.status());
+    size_t begin = 0;
+    if (first && request->tail() > 0 && lines->size() > static_cast<size_t>(request->tail())) {
+      begin = lines->size() - static_cast<size_t>(request->tail());
+    }
+    for (size_t at = begin; at < lines->size(); at += kPointsPerView) {
+      v1::RunLogView view;
+      view.set_state(ToProto(run->state));
+      for (size_t i = at; i < std::min(lines->size(), at + kPointsPerView); ++i) {
+        const store::LogLine& line = (*lines)[i];
+        v1::RunLogLine* out = view.add_lines();
+        out->set_id(line.id);
+        out->set_attempt(line.attempt);
+        out->set_wall_time_us(line.wall_time_us);
+        out->set_text(line.text);
+      }
+      if (!writer->Write(view)) return grpc::Status::OK;  // the client went away
+    }
+    if (!lines->empty()) after_id = lines->back().id;
+    const bool sent_nothing = begin == lines->size();
+    first = false;
+    if (!request->follow() || store::IsTerminal(run->state)) {
+      if (sent_nothing) WriteStateOnly(*writer, run->state);  // the final state, always
+      return grpc::Status::OK;
+    }
+    if (std::optional<grpc::Status> end =
+            AwaitRunChange(*ctx_.scheduler, *context, run_id, version)) {
+      return *end;
     }
   }
 }

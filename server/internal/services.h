@@ -23,7 +23,6 @@ struct ServiceContext {
   store::RunStore* store = nullptr;
   ArtifactStore* artifacts = nullptr;
   const TokenTable* tokens = nullptr;
-  std::string log_dir;  // <data_dir>/logs
 };
 
 class SchedulerServiceImpl final : public v1::SchedulerService::Service {
@@ -52,6 +51,8 @@ class SchedulerServiceImpl final : public v1::SchedulerService::Service {
                          v1::RunResponse* response) override;
   grpc::Status StreamMetrics(grpc::ServerContext* context, const v1::StreamMetricsRequest* request,
                              grpc::ServerWriter<v1::MetricBatchView>* writer) override;
+  grpc::Status StreamRunLog(grpc::ServerContext* context, const v1::StreamRunLogRequest* request,
+                            grpc::ServerWriter<v1::RunLogView>* writer) override;
   grpc::Status QueryTable(grpc::ServerContext* context, const v1::QueryTableRequest* request,
                           v1::Table* response) override;
   grpc::Status ListWorkers(grpc::ServerContext* context, const v1::ListWorkersRequest* request,
@@ -90,7 +91,6 @@ class WorkerServiceImpl final : public v1::WorkerService::Service {
   // PermissionDenied unless `who` may act as `worker_id` (MayActAs).
   absl::Status CheckWorkerId(const Principal& who, const char* method,
                              const std::string& worker_id) const;
-  void AppendLog(int64_t run_id, int64_t attempt, const v1::LogLine& line);
 
   const ServiceContext ctx_;
 };

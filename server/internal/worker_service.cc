@@ -91,15 +91,15 @@ absl::StatusOr<Principal> WorkerServiceImpl::Check(grpc::ServerContext* context,
 absl::Status WorkerServiceImpl::CheckWorkerId(const Principal& who, const char* method,
                                               const std::string& worker_id) const {
   if (MayActAs(who, worker_id)) return absl::OkStatus();
-  return absl::PermissionDeniedError(StrCat(
-      "WorkerService.", method, ": token '", who.name, "' may act only as worker '", who.name,
-      "' or '", who.name, "-…' / '", who.name, ".…', not as '", worker_id, "'"));
+  return absl::PermissionDeniedError(
+      StrCat("WorkerService.", method, ": token '", who.name, "' may act only as worker '",
+             who.name, "' or '", who.name, "-…' / '", who.name, ".…', not as '", worker_id, "'"));
 }
 
 // Binds `who` to the checked caller (the token's principal), or returns the auth error.
-#define CART_CHECK_CALLER(who, method)                                 \
-  absl::StatusOr<Principal> who##_or = Check(context, method);         \
-  if (!who##_or.ok()) return ToGrpc(who##_or.status());                \
+#define CART_CHECK_CALLER(who, method)                         \
+  absl::StatusOr<Principal> who##_or = Check(context, method); \
+  if (!who##_or.ok()) return ToGrpc(who##_or.status());        \
   const Principal& who = *who##_or;
 
 grpc::Status WorkerServiceImpl::RegisterWorker(grpc::ServerContext* context,
@@ -155,15 +155,6 @@ grpc::Status WorkerServiceImpl::AcquireJob(grpc::ServerContext* context,
     *response->mutable_job() = ToJob(**job, ctx_.scheduler->timing().lease_ttl);
   }
   return grpc::Status::OK;
-}
-
-void WorkerServiceImpl::AppendLog(int64_t run_id, int64_t attempt, const v1::LogLine& line) {
-  const std::string path = StrCat(ctx_.log_dir, "/run-", run_id, ".log");
-  std::unique_ptr<FILE, int (*)(FILE*)> file(std::fopen(path.c_str(), "ab"), &std::fclose);
-  if (!file) return;  // logs are a convenience; training goes on without them
-  const std::string text =
-      StrCat(line.wall_time_us(), " attempt ", attempt, " ", line.text(), "\n");
-  std::fwrite(text.data(), 1, text.size(), file.get());
 }
 
 grpc::Status WorkerServiceImpl::RunJob(
@@ -268,9 +259,15 @@ grpc::Status WorkerServiceImpl::RunJob(
         if (!recorded.ok()) return ToGrpc(recorded.status());
         break;
       }
-      case v1::WorkerReport::kLog:
-        AppendLog(run_id, attempt, report.log());
+      case v1::WorkerReport::kLog: {
+        store::LogLine line;
+        line.seq = report.log().seq();
+        line.wall_time_us = report.log().wall_time_us();
+        line.text = report.log().text();
+        absl::Status logged = ctx_.scheduler->AppendLog(run_id, attempt, {std::move(line)});
+        if (!logged.ok()) return ToGrpc(logged);
         break;
+      }
       case v1::WorkerReport::kResult: {
         bool known = false;
         const Outcome outcome = FromProto(report.result().outcome(), &known);

@@ -12,7 +12,8 @@ namespace {
   "SELECT r.id, r.sweep_id, s.name, r.name, r.config_yaml, r.d, r.r, r.p, r.seed, r.steps, " \
   "r.stored_params, r.effective_params, r.memory_estimate_bytes, r.status, r.priority, "     \
   "r.attempt, r.max_attempts, r.attempt_floor, r.cancel_requested, r.parent_run_id, "        \
-  "r.parent_checkpoint, r.created_us, r.updated_us, r.oom_memory_bytes, r.params_json "      \
+  "r.parent_checkpoint, r.created_us, r.updated_us, r.oom_memory_bytes, r.params_json, "     \
+  "r.min_memory_bytes "                                                                      \
   "FROM runs AS r JOIN sweeps AS s ON s.id = r.sweep_id "
 
 constexpr char kSelectRunById[] = CART_RUN_SELECT "WHERE r.id = ?";
@@ -92,6 +93,7 @@ absl::StatusOr<RunRecord> ReadRun(const Statement& row) {
   run.created_us = row.ColumnInt64(21);
   run.updated_us = row.ColumnInt64(22);
   run.oom_memory_bytes = row.ColumnInt64(23);
+  run.min_memory_bytes = row.ColumnInt64(25);
   return run;
 }
 

@@ -176,6 +176,14 @@ CREATE TABLE run_logs(
 );
 )sql";
 
+// Version 5: the least memory a run can train in (micro-batch lowered, gradient accumulation
+// raised, same global batch); placement compares devices with it. Existing runs keep their
+// estimate.
+constexpr char kSchemaV5[] = R"sql(
+ALTER TABLE runs ADD COLUMN min_memory_bytes INTEGER NOT NULL DEFAULT 0;
+UPDATE runs SET min_memory_bytes = memory_estimate_bytes;
+)sql";
+
 absl::Status Apply(Database& db, const Migration& migration) {
   Transaction txn(&db);
   CART_RETURN_IF_ERROR(txn.Begin(Transaction::Mode::kImmediate));
@@ -203,6 +211,7 @@ const std::vector<Migration>& Migrations() {
       {2, "run_summaries, backfilled from metrics", kSchemaV2},
       {3, "runs.oom_memory_bytes: placement floor after a device ran out of memory", kSchemaV3},
       {4, "run_logs: the lines workers log for a run", kSchemaV4},
+      {5, "runs.min_memory_bytes: placement with a lowered micro-batch", kSchemaV5},
   };
   return *kAll;
 }

@@ -76,6 +76,11 @@ absl::Status ValidateRun(const std::string& sweep, const NewRun& run) {
     return absl::InvalidArgumentError(
         StrCat(where(), ": parameter counts and memory estimate must not be negative"));
   }
+  if (run.min_memory_bytes < 0 || run.min_memory_bytes > run.memory_estimate_bytes) {
+    return absl::InvalidArgumentError(StrCat(where(), ": min_memory_bytes ", run.min_memory_bytes,
+                                             " must be between 0 and the memory estimate ",
+                                             run.memory_estimate_bytes));
+  }
   if (run.max_attempts < 1) {
     return absl::InvalidArgumentError(
         StrCat(where(), ": max_attempts must be at least 1, got ", run.max_attempts));

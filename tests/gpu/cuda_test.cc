@@ -120,8 +120,12 @@ TEST_F(CudaTrainTest, Bf16AutocastTrainingLearnsAndItsCheckpointLoadsOnTheCpu) {
   auto gpu = model::BuildModel(config_.model, 0);
   ASSERT_TRUE(cpu.ok() && gpu.ok());
   ASSERT_TRUE(LoadCheckpoint(*manifest, **cpu, nullptr).ok());
+  for (const torch::Tensor& p : (*cpu)->parameters()) {
+    ASSERT_TRUE(p.device().is_cpu()) << "loading moved the CPU model to " << p.device();
+  }
   (*gpu)->to(torch::kCUDA);
   ASSERT_TRUE(LoadCheckpoint(*manifest, **gpu, nullptr).ok());
+  for (const torch::Tensor& p : (*gpu)->parameters()) ASSERT_TRUE(p.device().is_cuda());
   std::vector<ContinuationRequest> requests = {{{1, 2, 3, 4}, {5, 6}}, {{9, 9, 9}, {10}}};
   auto a = ScoreContinuations(**cpu, requests, {});
   auto b = ScoreContinuations(**gpu, requests, {});

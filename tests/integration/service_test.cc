@@ -114,6 +114,11 @@ TEST(ServiceTest, KilledWorkersRunResumesElsewhereFromItsCheckpointWithIdentical
   EXPECT_EQ(resp.run().attempt(), 2);
   EXPECT_EQ(resp.run().worker_id(), Cluster::WorkerId("b"));
   EXPECT_THAT(c.Log("worker-b.log"), HasSubstr("from step"));
+  // The run's log, kept by cartd, says the same: attempt 2 resumed from the checkpoint.
+  EXPECT_THAT(c.Cart({"runs", "logs", StrCat(run)}), HasSubstr("attempt 2  resuming from step"));
+  EXPECT_THAT(c.Cart({"runs", "logs", StrCat(run), "--tail", "1", "--json"}),
+              HasSubstr("\"attempt\":2"));
+  EXPECT_THAT(c.Cart({"runs", "logs", StrCat(run), "--metrics"}), HasSubstr("loss="));
 
   // The same run trained straight through in this process.
   model::RunConfig config = model::ParseRunConfigYaml(resp.run().config_yaml(), "run").value();
@@ -215,7 +220,10 @@ TEST(ServiceTest, WorkerPausedPastItsLeaseIsFencedOut) {
   // The lease lapses; the run is requeued with attempt 2 and taken by b.
   c.StartWorker("b");
   ASSERT_TRUE(c.WaitFor(
-      [&] { return c.GetRun(run).run().attempt() >= 2 && c.GetRun(run).run().worker_id() == Cluster::WorkerId("b"); },
+      [&] {
+        return c.GetRun(run).run().attempt() >= 2 &&
+               c.GetRun(run).run().worker_id() == Cluster::WorkerId("b");
+      },
       std::chrono::seconds(60)))
       << c.Log("cartd.log");
   c.Signal(a, SIGCONT);

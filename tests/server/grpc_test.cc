@@ -304,6 +304,93 @@ TEST_F(GrpcTest, StreamMetricsFollowSeesNewPointsUntilTheRunEnds) {
   EXPECT_EQ(last_state, v1::RUN_STATE_SUCCEEDED);
 }
 
+// The run's log through StreamRunLog (tail, after_id, follow as given).
+std::vector<v1::RunLogLine> RunLog(v1::SchedulerService::Stub* stub, const std::string& token,
+                                   int64_t run_id, int tail, int64_t after_id, bool follow,
+                                   v1::RunState* last_state = nullptr) {
+  grpc::ClientContext context;
+  Prepare(context, token, 30);
+  v1::StreamRunLogRequest request;
+  request.set_run_id(run_id);
+  request.set_tail(tail);
+  request.set_after_id(after_id);
+  request.set_follow(follow);
+  auto reader = stub->StreamRunLog(&context, request);
+  std::vector<v1::RunLogLine> lines;
+  v1::RunLogView view;
+  while (reader->Read(&view)) {
+    for (const auto& line : view.lines()) lines.push_back(line);
+    if (last_state != nullptr) *last_state = view.state();
+  }
+  EXPECT_TRUE(reader->Finish().ok());
+  return lines;
+}
+
+std::vector<std::string> Texts(const std::vector<v1::RunLogLine>& lines) {
+  std::vector<std::string> out;
+  for (const auto& line : lines) out.push_back(line.text());
+  return out;
+}
+
+v1::WorkerReport LogReport(int64_t seq, const std::string& text) {
+  v1::WorkerReport report;
+  report.mutable_log()->set_seq(seq);
+  report.mutable_log()->set_text(text);
+  report.mutable_log()->set_wall_time_us(1'700'000'000'000'000 + seq);
+  return report;
+}
+
+TEST_F(GrpcTest, LogLinesResentAfterAReconnectAreStoredOnceAndFollowed) {
+  auto worker = MakeWorker("w1");
+  v1::Job job = LeaseOne(*worker);
+  {
+    auto stream = worker->Open(job.run_id(), job.attempt());
+    ASSERT_TRUE(stream->Send(LogReport(1, "resuming from step 0")));
+    ASSERT_TRUE(stream->Send(LogReport(2, "checkpoint skipped")));
+    ASSERT_TRUE(stream->Metrics({{0, 5.0}}));
+    EXPECT_EQ(ReadAck(*stream), 0);  // handled in order: the lines before it are stored
+    stream->Cancel();
+    stream->Finish();
+  }
+  std::vector<std::string> followed;
+  v1::RunState last_state = v1::RUN_STATE_UNSPECIFIED;
+  std::thread follower([&] {
+    followed = Texts(RunLog(scheduler_.get(), user_token_, job.run_id(), 0, 0, true, &last_state));
+  });
+  absl::SleepFor(absl::Milliseconds(200));
+  // The worker reconnects and resends both lines (it cannot know they arrived), then a new one.
+  auto stream = worker->Open(job.run_id(), job.attempt());
+  ASSERT_TRUE(stream->Send(LogReport(1, "resuming from step 0")));
+  ASSERT_TRUE(stream->Send(LogReport(2, "checkpoint skipped")));
+  ASSERT_TRUE(stream->Send(LogReport(3, "error: none")));
+  ASSERT_TRUE(stream->Finish(v1::JobResult::OUTCOME_SUCCEEDED).ok());
+  follower.join();
+  const std::vector<std::string> all = {"resuming from step 0", "checkpoint skipped",
+                                        "error: none"};
+  EXPECT_EQ(followed, all);
+  EXPECT_EQ(last_state, v1::RUN_STATE_SUCCEEDED);
+
+  std::vector<v1::RunLogLine> lines =
+      RunLog(scheduler_.get(), user_token_, job.run_id(), 0, 0, false);
+  ASSERT_EQ(Texts(lines), all);
+  EXPECT_EQ(lines[0].attempt(), job.attempt());
+  EXPECT_EQ(lines[2].wall_time_us(), 1'700'000'000'000'003);
+  EXPECT_EQ(Texts(RunLog(scheduler_.get(), user_token_, job.run_id(), 1, 0, false)),
+            std::vector<std::string>{"error: none"});
+  EXPECT_EQ(Texts(RunLog(scheduler_.get(), user_token_, job.run_id(), 0, lines[0].id(), false)),
+            (std::vector<std::string>{"checkpoint skipped", "error: none"}));
+
+  grpc::ClientContext context;
+  Prepare(context, user_token_, 30);
+  v1::StreamRunLogRequest unknown;
+  unknown.set_run_id(job.run_id() + 1000);
+  auto reader = scheduler_->StreamRunLog(&context, unknown);
+  v1::RunLogView view;
+  while (reader->Read(&view)) {
+  }
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
 TEST_F(GrpcTest, QueryTablePivotsFinalMetrics) {
   Submit(R"(name: grid
 base: {d: 64, vocab: 100, P: 1, steps: 10}

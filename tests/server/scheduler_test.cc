@@ -8,6 +8,8 @@
 
 #include "common/clock.h"
 #include "common/strings.h"
+#include "model/accounting.h"
+#include "model/config.h"
 #include "store/run_store.h"
 #include "tests/support/test_support.h"
 
@@ -175,6 +177,68 @@ TEST_F(SchedulerTest, PlacesRunsOnlyWhereTheMemoryEstimateFits) {
   std::optional<Job> second = AcquireNow("large");
   ASSERT_TRUE(second.has_value());
   EXPECT_EQ(second->run.id, big.id);
+}
+
+TEST_F(SchedulerTest, SmallDeviceGetsALowerMicroBatchWithMoreAccumulationAndTheSameGlobalBatch) {
+  // Activations dominate here, so the micro-batch decides the memory.
+  SubmitResult sweep = Submit(R"(name: fit
+base: {vocab: 100, d: 128, P: 1, R: 2, steps: 10, seq_len: 512, batch: 8, accum: 1}
+seeds: [1]
+)");
+  ASSERT_EQ(sweep.runs.size(), 1u);
+  const store::RunRecord& run = sweep.runs[0];
+  CART_ASSERT_OK_AND_ASSIGN(model::RunConfig config,
+                            model::ParseRunConfigYaml(run.config_yaml, "run"));
+  const int64_t at2 = model::EstimateTrainingBytes(config.model, 512, 2, /*bf16=*/true);
+  const int64_t at1 = model::EstimateTrainingBytes(config.model, 512, 1, /*bf16=*/true);
+  EXPECT_EQ(run.min_memory_bytes, at1);
+  ASSERT_LT(at2, run.memory_estimate_bytes);
+
+  // Smaller than micro-batch 1 needs: waits, and says what even the smallest micro-batch needs.
+  Register("tiny", at1 - 1);
+  EXPECT_FALSE(AcquireNow("tiny").has_value());
+  CART_ASSERT_OK_AND_ASSIGN(RunDetails waiting, scheduler_->GetRun(run.id));
+  EXPECT_THAT(waiting.info.waiting_reason,
+              HasSubstr(StrCat("even at micro-batch 1 it needs ", FormatGiB(at1))));
+
+  // Room for a micro-batch of 2 (but not 4): batch 8 x accum 1 becomes 2 x 4.
+  Register("small", at2);
+  std::optional<Job> job = AcquireNow("small");
+  ASSERT_TRUE(job.has_value());
+  CART_ASSERT_OK_AND_ASSIGN(model::RunConfig sent,
+                            model::ParseRunConfigYaml(job->run.config_yaml, "job"));
+  EXPECT_EQ(sent.train.batch, 2);
+  EXPECT_EQ(sent.train.accum, 4);
+  sent.train.batch = 8;
+  sent.train.accum = 1;
+  EXPECT_EQ(model::ToYaml(sent), model::ToYaml(config)) << "only batch and accum may change";
+  // The stored run keeps the researcher's config; the run's log says what was changed and why.
+  CART_ASSERT_OK_AND_ASSIGN(store::RunRecord stored, store_->GetRun(run.id));
+  EXPECT_EQ(stored.config_yaml, run.config_yaml);
+  CART_ASSERT_OK_AND_ASSIGN(std::vector<store::LogLine> log, store_->RunLog(run.id, 0, 0));
+  ASSERT_EQ(log.size(), 1u);
+  EXPECT_THAT(log[0].text, HasSubstr("micro-batch 8 -> 2, gradient accumulation 1 -> 4"));
+  EXPECT_THAT(log[0].text, HasSubstr("global batch 8 kept"));
+}
+
+TEST(FitMicroBatchTest, LargestDivisorOfTheGlobalBatchThatFitsNeverAboveTheConfigured) {
+  model::RunConfig c;
+  c.model.vocab = 100;
+  c.model.d = 128;
+  c.train.seq_len = 512;
+  c.train.batch = 6;
+  c.train.accum = 2;  // global 12: micro-batches 6, 4, 3, 2, 1 keep it
+  auto bytes = [&](int64_t b) { return model::EstimateTrainingBytes(c.model, 512, b, true); };
+  EXPECT_EQ(model::FitMicroBatch(c, bytes(6))->batch, 6);
+  EXPECT_EQ(model::FitMicroBatch(c, bytes(100))->batch, 6);  // never above the configured
+  auto five = model::FitMicroBatch(c, bytes(5));             // 5 does not divide 12
+  ASSERT_TRUE(five.has_value());
+  EXPECT_EQ(five->batch, 4);
+  EXPECT_EQ(five->accum, 3);
+  EXPECT_EQ(five->bytes, bytes(4));
+  EXPECT_EQ(model::FitMicroBatch(c, bytes(1))->accum, 12);
+  EXPECT_FALSE(model::FitMicroBatch(c, bytes(1) - 1).has_value());
+  EXPECT_EQ(model::MinTrainingBytes(c), bytes(1));
 }
 
 TEST_F(SchedulerTest, HigherPriorityFirstThenOlder) {

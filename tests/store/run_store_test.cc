@@ -398,8 +398,8 @@ TEST_F(RunStoreTest, LogLinesAreIdempotentOnSeqFencedAndPagedById) {
   CART_ASSERT_OK_AND_ASSIGN(added, store_->AppendLog(id, claim.attempt, lines));
   EXPECT_EQ(added, 1);
   // Lines without a number are never taken for one another.
-  CART_ASSERT_OK_AND_ASSIGN(added, store_->AppendLog(id, claim.attempt,
-                                                     {{0, 0, 0, kT0, "u"}, {0, 0, 0, kT0, "u"}}));
+  CART_ASSERT_OK_AND_ASSIGN(
+      added, store_->AppendLog(id, claim.attempt, {{0, 0, 0, kT0, "u"}, {0, 0, 0, kT0, "u"}}));
   EXPECT_EQ(added, 2);
 
   CART_ASSERT_OK_AND_ASSIGN(std::vector<LogLine> log, store_->RunLog(id, 0, 0));

@@ -169,7 +169,7 @@ TEST(SchemaTest, FreshDatabaseGetsTheLatestVersion) {
 
 // A database written by schema version 1 (no run_summaries) opens with the current code: it is
 // migrated, its rows survive, and the summaries are backfilled from the stored metrics, so results
-// queries answer on old data.
+// queries answer on old data; later columns and tables (run_logs, min_memory_bytes) work on it.
 TEST(SchemaTest, OpensVersionOneDatabaseAndBackfillsSummaries) {
   TempDir dir;
   const std::string path = dir.File("v1.db");
@@ -220,6 +220,15 @@ TEST(SchemaTest, OpensVersionOneDatabaseAndBackfillsSummaries) {
   CART_ASSERT_OK_AND_ASSIGN(RunRecord run, store->GetRun(1));
   EXPECT_EQ(run.name, "done");
   EXPECT_EQ(run.state, RunState::kSucceeded);
+  // v5: old runs are placed by their estimate, as before; v4: an empty log, and a live run logs.
+  EXPECT_EQ(run.min_memory_bytes, run.memory_estimate_bytes);
+  CART_ASSERT_OK_AND_ASSIGN(auto log, store->RunLog(1, 0, 0));
+  EXPECT_TRUE(log.empty());
+  cart::store::LogLine line;
+  line.seq = 1;
+  line.text = "after the upgrade";
+  CART_ASSERT_OK_AND_ASSIGN(int64_t added, store->AppendLog(2, 1, {line}));
+  EXPECT_EQ(added, 1);
 }
 
 TEST(SchemaTest, RefusesADatabaseFromANewerBuild) {

@@ -87,6 +87,38 @@ class TrainerTest : public ::testing::Test {
   model::RunConfig config_;
 };
 
+// What cartd does for a small device (model::FitMicroBatch): a lower micro-batch with more
+// accumulation, the same global batch. The optimisation must be the same, up to float summation.
+TEST_F(TrainerTest, LowerMicroBatchWithMoreAccumulationTrainsTheSameModel) {
+  std::vector<std::vector<double>> runs;
+  std::vector<double> val;
+  for (const auto& [batch, accum] :
+       std::vector<std::pair<int64_t, int64_t>>{{4, 2}, {2, 4}, {1, 8}}) {
+    model::RunConfig c = config_;
+    c.train.batch = batch;
+    c.train.accum = accum;
+    TrainOptions o;
+    o.out_dir = dir_.File(StrCat("run-", batch));
+    CART_ASSERT_OK_AND_ASSIGN(TrainResult r, Train(c, o));
+    ASSERT_TRUE(r.finished);
+    auto metrics = ReadMetrics(o.out_dir + "/metrics.jsonl");
+    runs.push_back(Losses(metrics));
+    for (const auto& m : metrics) {
+      if (m.contains("val_loss/synth")) val.push_back(m["val_loss/synth"].get<double>());
+    }
+  }
+  ASSERT_EQ(runs[0].size(), 12u);
+  for (size_t k = 1; k < runs.size(); ++k) {
+    ASSERT_EQ(runs[k].size(), runs[0].size());
+    for (size_t i = 0; i < runs[0].size(); ++i) {
+      EXPECT_NEAR(runs[k][i], runs[0][i], 2e-4) << "split " << k << ", step " << i + 1;
+    }
+  }
+  ASSERT_EQ(val.size(), 6u);  // two evals per run
+  EXPECT_NEAR(val[3], val[1], 2e-4);
+  EXPECT_NEAR(val[5], val[1], 2e-4);
+}
+
 TEST_F(TrainerTest, TrainsWritesMetricsConfigAndCheckpoints) {
   TrainOptions o;
   o.out_dir = dir_.File("run");
