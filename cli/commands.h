@@ -5,8 +5,12 @@
 // CLI::RuntimeError with the exit code (see ExitWith).
 
 #include <CLI/CLI.hpp>
+#include <cstdint>
+#include <map>
+#include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 
 namespace cart::cli {
 
@@ -17,6 +21,25 @@ void RegisterAdminCommands(CLI::App& app);  // cart admin ...     (store/)
 // cart sweep | runs | results | workers — clients of cartd (rpc/)
 void RegisterServiceCommands(CLI::App& app);
 void RegisterUpCommand(CLI::App& app);  // cart up: embedded cartd + local workers (server/)
+
+// cart export, the LibTorch half (export_command.cc; only in builds with LibTorch). Either
+// `run_dir` (a `cart train` directory: its config and newest valid checkpoint, or the one at
+// `step`) or `checkpoint_file` + `config_yaml` (a checkpoint downloaded from cartd) is set.
+struct ExportRequest {
+  std::string run_dir;
+  int64_t step = 0;  // run_dir only; 0: the newest
+  std::string checkpoint_file;
+  std::string config_yaml;
+  std::string source;  // what the metadata and errors call it ("run 12 (stage1/3)", a directory)
+  std::string out;     // .safetensors
+  std::string dtype = "fp32";                   // fp32 | bf16
+  std::map<std::string, std::string> metadata;  // added to the file's __metadata__
+};
+struct ExportResult {
+  int64_t step = 0;
+  int64_t parameters = 0;
+};
+absl::StatusOr<ExportResult> ExportModel(const ExportRequest& request);
 
 // Prints "cart: <message>" to stderr and throws CLI::RuntimeError with an exit code chosen from
 // the status code: 2 for InvalidArgument/NotFound (bad input), 1 otherwise. Never returns.

@@ -15,6 +15,7 @@ packages=(
   libsentencepiece-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   zlib1g-dev openssl fortunes
+  slurm-wlm munge
 )
 
 if ! grep -qs 'VERSION_CODENAME=bookworm' /etc/os-release; then

@@ -47,7 +47,7 @@ int main(int argc, char** argv) {
                  "insecure, max_artifact_bytes, max_threads, max_acquire_wait, "
                  "max_runs_per_sweep); flags override it");
   app.add_option("--listen", listen, "host:port to serve on (default 127.0.0.1:7070)");
-  app.add_option("--data-dir", data_dir, "database, artifacts and logs (default ./var/cart)");
+  app.add_option("--data-dir", data_dir, "database and artifacts (default ./var/cart)");
   app.add_option("--tokens", tokens, "tokens file: '<token> <role> <name>' lines");
   app.add_option("--tls-cert", tls_cert, "PEM certificate chain for TLS");
   app.add_option("--tls-key", tls_key, "PEM private key for TLS");

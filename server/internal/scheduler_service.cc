@@ -339,6 +339,28 @@ grpc::Status SchedulerServiceImpl::StreamRunLog(grpc::ServerContext* context,
   }
 }
 
+grpc::Status SchedulerServiceImpl::GetCheckpoint(grpc::ServerContext* context,
+                                                 const v1::GetCheckpointRequest* request,
+                                                 grpc::ServerWriter<v1::ArtifactChunk>* writer) {
+  CART_CALLER(who, "GetCheckpoint");
+  absl::StatusOr<std::vector<store::CheckpointRecord>> all =
+      ctx_.store->ListCheckpoints(request->run_id());
+  if (!all.ok()) return ToGrpc(all.status());
+  const store::CheckpointRecord* chosen = nullptr;
+  for (const store::CheckpointRecord& c : *all) {  // by step
+    if (request->step() == 0 || c.step == request->step()) chosen = &c;
+  }
+  if (chosen == nullptr) {
+    std::vector<std::string> steps;
+    for (const store::CheckpointRecord& c : *all) steps.push_back(StrCat(c.step));
+    return ToGrpc(absl::NotFoundError(StrCat(
+        "run ", request->run_id(), " has no checkpoint",
+        request->step() == 0 ? std::string() : StrCat(" at step ", request->step()),
+        steps.empty() ? std::string(" yet") : StrCat("; it has steps ", StrJoin(steps, ", ")))));
+  }
+  return StreamArtifact(*ctx_.artifacts, chosen->sha256, *writer);
+}
+
 grpc::Status SchedulerServiceImpl::QueryTable(grpc::ServerContext* context,
                                               const v1::QueryTableRequest* request,
                                               v1::Table* response) {

@@ -25,6 +25,11 @@ struct ServiceContext {
   const TokenTable* tokens = nullptr;
 };
 
+// Sends the artifact `sha256` in 1 MiB chunks, the first carrying its hash and size (GetArtifact,
+// GetCheckpoint). NOT_FOUND when it is not stored; DATA_LOSS when its bytes no longer match.
+grpc::Status StreamArtifact(const ArtifactStore& artifacts, const std::string& sha256,
+                            grpc::ServerWriter<v1::ArtifactChunk>& writer);
+
 class SchedulerServiceImpl final : public v1::SchedulerService::Service {
  public:
   explicit SchedulerServiceImpl(ServiceContext context) : ctx_(std::move(context)) {}
@@ -53,6 +58,8 @@ class SchedulerServiceImpl final : public v1::SchedulerService::Service {
                              grpc::ServerWriter<v1::MetricBatchView>* writer) override;
   grpc::Status StreamRunLog(grpc::ServerContext* context, const v1::StreamRunLogRequest* request,
                             grpc::ServerWriter<v1::RunLogView>* writer) override;
+  grpc::Status GetCheckpoint(grpc::ServerContext* context, const v1::GetCheckpointRequest* request,
+                             grpc::ServerWriter<v1::ArtifactChunk>* writer) override;
   grpc::Status QueryTable(grpc::ServerContext* context, const v1::QueryTableRequest* request,
                           v1::Table* response) override;
   grpc::Status ListWorkers(grpc::ServerContext* context, const v1::ListWorkersRequest* request,

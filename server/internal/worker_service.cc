@@ -82,6 +82,37 @@ Outcome FromProto(v1::JobResult::Outcome outcome, bool* ok) {
 
 }  // namespace
 
+grpc::Status StreamArtifact(const ArtifactStore& artifacts, const std::string& sha256,
+                            grpc::ServerWriter<v1::ArtifactChunk>& writer) {
+  absl::StatusOr<std::optional<int64_t>> size = artifacts.Size(sha256);
+  if (!size.ok()) return ToGrpc(size.status());
+  if (!size->has_value()) {
+    return ToGrpc(absl::NotFoundError(StrCat("artifact ", sha256, " is not stored")));
+  }
+  bool first = true;
+  bool client_gone = false;
+  absl::Status read = artifacts.Read(sha256, kChunkBytes, [&](std::string_view bytes) {
+    v1::ArtifactChunk chunk;
+    if (first) {
+      chunk.set_sha256(sha256);
+      chunk.set_size_bytes(**size);
+      first = false;
+    }
+    chunk.set_data(bytes.data(), bytes.size());
+    client_gone = !writer.Write(chunk);
+    return !client_gone;
+  });
+  if (!read.ok()) return ToGrpc(read);
+  if (first && !client_gone) {
+    // An empty blob still announces itself.
+    v1::ArtifactChunk chunk;
+    chunk.set_sha256(sha256);
+    chunk.set_size_bytes(0);
+    writer.Write(chunk);
+  }
+  return grpc::Status::OK;
+}
+
 absl::StatusOr<Principal> WorkerServiceImpl::Check(grpc::ServerContext* context,
                                                    const char* method) const {
   return ctx_.tokens->Check(AuthorizationOf(*context), Api::kWorker,
@@ -328,34 +359,7 @@ grpc::Status WorkerServiceImpl::GetArtifact(grpc::ServerContext* context,
                                             grpc::ServerWriter<v1::ArtifactChunk>* writer) {
   CART_CHECK_CALLER(who, "GetArtifact");
   (void)who;  // any worker may fetch a checkpoint to resume another worker's run
-  absl::StatusOr<std::optional<int64_t>> size = ctx_.artifacts->Size(request->sha256());
-  if (!size.ok()) return ToGrpc(size.status());
-  if (!size->has_value()) {
-    return ToGrpc(absl::NotFoundError(StrCat("artifact ", request->sha256(), " is not stored")));
-  }
-  bool first = true;
-  bool client_gone = false;
-  absl::Status read =
-      ctx_.artifacts->Read(request->sha256(), kChunkBytes, [&](std::string_view bytes) {
-        v1::ArtifactChunk chunk;
-        if (first) {
-          chunk.set_sha256(request->sha256());
-          chunk.set_size_bytes(**size);
-          first = false;
-        }
-        chunk.set_data(bytes.data(), bytes.size());
-        client_gone = !writer->Write(chunk);
-        return !client_gone;
-      });
-  if (!read.ok()) return ToGrpc(read);
-  if (first && !client_gone) {
-    // An empty blob still announces itself.
-    v1::ArtifactChunk chunk;
-    chunk.set_sha256(request->sha256());
-    chunk.set_size_bytes(0);
-    writer->Write(chunk);
-  }
-  return grpc::Status::OK;
+  return StreamArtifact(*ctx_.artifacts, request->sha256(), *writer);
 }
 
 }  // namespace cart::server::internal

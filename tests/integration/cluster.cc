@@ -11,6 +11,7 @@
 
 #include "common/strings.h"
 #include "data/synth.h"
+#include "gtest/gtest.h"
 
 extern char** environ;
 
@@ -195,6 +196,39 @@ std::map<int64_t, double> Cluster::Series(int64_t run_id, const std::string& nam
 
 std::string Cluster::Log(const std::string& name) const {
   return "--- " + name + " ---\n" + ReadFile(dir_.File(name));
+}
+
+std::string RunBase(const std::string& data, int steps, int checkpoint_every) {
+  return StrCat(R"(  vocab: 32
+  d: 64
+  P: 1
+  R: 2
+  seq_len: 32
+  batch: 4
+  accum: 1
+  lr: 3e-3
+  lr_min: 3e-4
+  warmup: 3
+  log_every: 1
+  eval_every: 0
+  eval_sequences: 4
+  threads: 1
+  steps: )",
+                steps, "\n  checkpoint_every: ", checkpoint_every, "\n  train_data: ", data,
+                "\n  val_data:\n    synth: ", data.substr(0, data.size() - 4), ".val.bin\n");
+}
+
+std::string StateOf(Cluster& c, int64_t run) {
+  std::string n = cart::v1::RunState_Name(c.GetRun(run).run().state());
+  return n.size() > 10 ? n.substr(10) : n;
+}
+
+int64_t RunId(Cluster& c, const std::string& sweep, int index) {
+  for (const auto& r : c.Runs(sweep)) {
+    if (r.name() == StrCat(sweep, "/", index)) return r.run_id();
+  }
+  ADD_FAILURE() << "no run " << sweep << "/" << index;
+  return 0;
 }
 
 }  // namespace cart::testing

@@ -54,6 +54,7 @@ class Cluster {
 
   std::string dir() const { return dir_.path().string(); }
   std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+  const std::string& worker_token() const { return worker_token_; }
   std::string Log(const std::string& name) const;  // a process's captured stderr
 
  private:
@@ -69,5 +70,12 @@ class Cluster {
   std::unique_ptr<cart::v1::SchedulerService::Stub> stub_;
   rpc::ClientConfig client_;
 };
+
+// The `base:` block of a sweep file for a tiny CPU run (vocab 32, d 64, P 1, R 2) on `data`.
+std::string RunBase(const std::string& data, int steps, int checkpoint_every = 10);
+// A run's state name without the RUN_STATE_ prefix ("RUNNING").
+std::string StateOf(Cluster& c, int64_t run);
+// The id of run `index` of `sweep`.
+int64_t RunId(Cluster& c, const std::string& sweep, int index);
 
 }  // namespace cart::testing

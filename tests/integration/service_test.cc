@@ -11,6 +11,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "model/config.h"
+#include "model/safetensors.h"
 #include "tests/integration/cluster.h"
 #include "train/trainer.h"
 
@@ -18,39 +19,6 @@ namespace cart::testing {
 namespace {
 
 using ::testing::HasSubstr;
-
-std::string RunBase(const std::string& data, int steps, int checkpoint_every = 10) {
-  return StrCat(R"(  vocab: 32
-  d: 64
-  P: 1
-  R: 2
-  seq_len: 32
-  batch: 4
-  accum: 1
-  lr: 3e-3
-  lr_min: 3e-4
-  warmup: 3
-  log_every: 1
-  eval_every: 0
-  eval_sequences: 4
-  threads: 1
-  steps: )",
-                steps, "\n  checkpoint_every: ", checkpoint_every, "\n  train_data: ", data,
-                "\n  val_data:\n    synth: ", data.substr(0, data.size() - 4), ".val.bin\n");
-}
-
-std::string StateOf(Cluster& c, int64_t run) {
-  std::string n = cart::v1::RunState_Name(c.GetRun(run).run().state());
-  return n.size() > 10 ? n.substr(10) : n;
-}
-
-int64_t RunId(Cluster& c, const std::string& sweep, int index) {
-  for (const auto& r : c.Runs(sweep)) {
-    if (r.name() == StrCat(sweep, "/", index)) return r.run_id();
-  }
-  ADD_FAILURE() << "no run " << sweep << "/" << index;
-  return 0;
-}
 
 TEST(ServiceTest, SweepOfTwoByTwoByTwoSeedsCompletesOnTwoWorkersAndShowsTheRhoTable) {
   Cluster c;
@@ -162,6 +130,56 @@ TEST(ServiceTest, CancelStopsWithACheckpointAndResumeFinishesTheRun) {
       << c.Log("worker-a.log");
   EXPECT_THAT(c.Log("worker-a.log"), HasSubstr(StrCat("from step ", stopped_at)));
   EXPECT_EQ(c.Series(run, "loss").size(), 400u);
+}
+
+TEST(ServiceTest, ExportWritesARunsCheckpointAsSafetensorsFromCartdOrFromItsDirectory) {
+  Cluster c;
+  c.StartCartd();
+  const std::string data = c.SynthData();
+  c.Cart({"sweep", "submit",
+          c.WriteFile("exp.yaml", StrCat("name: exp\nbase:\n", RunBase(data, 30, 10),
+                                         "  keep_checkpoints: 5\nseeds: [4]\n"))});
+  const int64_t run = RunId(c, "exp", 0);
+  c.StartWorker("a");
+  ASSERT_TRUE(c.WaitFor([&] { return StateOf(c, run) == "SUCCEEDED"; }, std::chrono::seconds(120)))
+      << c.Log("worker-a.log");
+
+  // From cartd, by id (newest checkpoint) and by name at an earlier step.
+  const std::string remote = c.dir() + "/remote.safetensors";
+  EXPECT_THAT(c.Cart({"export", StrCat(run), "--out", remote}), HasSubstr("at step 30"));
+  const std::string early = c.dir() + "/early.safetensors";
+  EXPECT_THAT(c.Cart({"export", "exp/0", "--step", "10", "--out", early}), HasSubstr("at step 10"));
+  // From the run directory the worker trained in: the same weights as cartd's copy.
+  const std::string local = c.dir() + "/local.safetensors";
+  EXPECT_THAT(c.Cart({"export", StrCat(c.dir(), "/worker-a/runs/", run, "-a1"), "--out", local}),
+              HasSubstr("at step 30"));
+
+  CART_ASSERT_OK_AND_ASSIGN(model::SafetensorsFile a, model::ReadSafetensors(remote));
+  CART_ASSERT_OK_AND_ASSIGN(model::SafetensorsFile b, model::ReadSafetensors(local));
+  CART_ASSERT_OK_AND_ASSIGN(model::SafetensorsFile e, model::ReadSafetensors(early));
+  ASSERT_EQ(a.tensors.size(), b.tensors.size());
+  ASSERT_TRUE(a.tensors.count("embed.weight") && a.tensors.count("lti.a"));
+  bool early_differs = false;
+  for (const auto& [name, t] : a.tensors) {
+    ASSERT_TRUE(b.tensors.count(name)) << name;
+    EXPECT_TRUE(torch::equal(t, b.tensors.at(name))) << name;
+    early_differs |= !torch::equal(t, e.tensors.at(name));
+  }
+  EXPECT_TRUE(early_differs) << "step 10 and step 30 exported the same weights";
+  EXPECT_EQ(a.metadata.at("cart_step"), "30");
+  EXPECT_EQ(a.metadata.at("cart_run"), "exp/0");
+  EXPECT_EQ(a.metadata.at("cart_checkpoint_sha256").size(), 64u);
+  EXPECT_EQ(e.metadata.at("cart_step"), "10");
+  // The file is what `cart model logits` reads.
+  EXPECT_THAT(c.Cart({"model", "logits", remote, "--ids", "1,2,3"}), HasSubstr("logits"));
+
+  // A step without a checkpoint is refused (exit 2) and nothing is written.
+  int code = 0;
+  c.Cart({"export", StrCat(run), "--step", "7", "--out", c.dir() + "/none.safetensors"},
+         /*allow_failure=*/true, &code);
+  EXPECT_EQ(code, 2);
+  EXPECT_FALSE(std::filesystem::exists(c.dir() + "/none.safetensors"));
+  EXPECT_FALSE(std::filesystem::exists(c.dir() + "/none.safetensors.download"));
 }
 
 TEST(ServiceTest, DerivedEvaluationWaitsForItsParentThenRuns) {
