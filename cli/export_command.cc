@@ -1,7 +1,10 @@
 // `cart export`, the LibTorch half: a checkpoint (from a `cart train` directory or downloaded from
 // cartd) restored into its model and written as safetensors under MODEL_SPEC.md §8 names.
 
+#include <unistd.h>
+
 #include <filesystem>
+#include <memory>
 
 #include "cli/commands.h"
 #include "common/file.h"
@@ -15,6 +18,25 @@
 namespace cart::cli {
 namespace fs = std::filesystem;
 
+namespace {
+
+// Removes a path (file or directory tree) when it goes out of scope, however the scope ends.
+class RemoveOnExit {
+ public:
+  explicit RemoveOnExit(fs::path path) : path_(std::move(path)) {}
+  ~RemoveOnExit() {
+    std::error_code ec;
+    if (!path_.empty()) fs::remove_all(path_, ec);
+  }
+  RemoveOnExit(const RemoveOnExit&) = delete;
+  RemoveOnExit& operator=(const RemoveOnExit&) = delete;
+
+ private:
+  fs::path path_;
+};
+
+}  // namespace
+
 absl::StatusOr<ExportResult> ExportModel(const ExportRequest& request) {
   torch::Dtype dtype = torch::kFloat32;
   if (request.dtype == "bf16") {
@@ -25,8 +47,7 @@ absl::StatusOr<ExportResult> ExportModel(const ExportRequest& request) {
   }
   std::string config_yaml = request.config_yaml;
   train::CheckpointManifest manifest;
-  std::error_code ec;
-  const fs::path scratch = fs::path(request.out).concat(".import");
+  std::unique_ptr<RemoveOnExit> scratch_guard;
   if (!request.run_dir.empty()) {
     // A `cart train` directory: its config and its checkpoints/ (newest valid, or --step).
     CART_ASSIGN_OR_RETURN(config_yaml, ReadWholeFile(request.run_dir + "/config.yaml"));
@@ -54,16 +75,16 @@ absl::StatusOr<ExportResult> ExportModel(const ExportRequest& request) {
     }
   } else {
     // A checkpoint file fetched from cartd: adopt it beside the output (verified, with a
-    // manifest), restore it, and remove the copy.
+    // manifest) in a directory of its own that goes away with this scope.
+    const fs::path scratch = fs::path(request.out).concat(StrCat(".import-", getpid()));
+    scratch_guard = std::make_unique<RemoveOnExit>(scratch);
     CART_ASSIGN_OR_RETURN(
         manifest, train::ImportCheckpoint(request.checkpoint_file, scratch.string(), config_yaml));
   }
   CART_ASSIGN_OR_RETURN(model::RunConfig config,
                         model::ParseRunConfigYaml(config_yaml, request.source + " config"));
   CART_ASSIGN_OR_RETURN(auto m, model::BuildModel(config.model, config.train.seed));
-  absl::Status loaded = train::LoadCheckpoint(manifest, *m, nullptr);
-  fs::remove_all(scratch, ec);
-  CART_RETURN_IF_ERROR(loaded);
+  CART_RETURN_IF_ERROR(train::LoadCheckpoint(manifest, *m, nullptr));
   std::map<std::string, std::string> metadata = request.metadata;
   metadata["cart_source"] = request.source;
   metadata["cart_step"] = StrCat(manifest.step);

@@ -676,13 +676,10 @@ std::string DownloadCheckpoint(Client& client, int64_t run_id, int64_t step,
   }
   grpc::Status s = reader->Finish();
   out.close();
-  if (!s.ok()) {
-    std::remove(path.c_str());
-    client.Fail(s);
-  }
+  if (!s.ok()) client.Fail(s);
+  if (!out) ExitWith(absl::InternalError(StrCat("cannot write ", path, " (disk full?)")));
   const std::string got = digest.HexDigest();
   if (received != size || got != sha256) {
-    std::remove(path.c_str());
     ExitWith(absl::DataLossError(StrCat("checkpoint of run ", run_id, " arrived as ", received,
                                         " bytes with sha256 ", got, "; cartd announced ", size,
                                         " bytes, ", sha256)));
@@ -713,6 +710,13 @@ void RegisterExport(CLI::App& app) {
     req.out = a->out;
     req.dtype = a->dtype;
     std::string download;
+    // The downloaded checkpoint goes away however this ends (ExitWith throws).
+    struct RemoveDownload {
+      const std::string& path;
+      ~RemoveDownload() {
+        if (!path.empty()) std::remove(path.c_str());
+      }
+    } remove_download{download};
     if (std::filesystem::is_directory(a->source)) {
       req.run_dir = a->source;
       req.step = a->step;
@@ -728,7 +732,7 @@ void RegisterExport(CLI::App& app) {
       const cart::v1::GetRunResponse run =
           client.Call<cart::v1::GetRunRequest, cart::v1::GetRunResponse>(
               &cart::v1::SchedulerService::Stub::GetRun, get);
-      download = a->out + ".download";
+      download = StrCat(a->out, ".download-", getpid());
       const std::string sha256 = DownloadCheckpoint(client, run.run().run_id(), a->step, download);
       req.checkpoint_file = download;
       req.config_yaml = run.run().config_yaml();
@@ -736,7 +740,6 @@ void RegisterExport(CLI::App& app) {
       req.metadata = {{"cart_run", run.run().name()}, {"cart_checkpoint_sha256", sha256}};
     }
     absl::StatusOr<ExportResult> result = ExportModel(req);
-    if (!download.empty()) std::remove(download.c_str());
     if (!result.ok()) ExitWith(result.status());
     if (a->conn.json) {
       std::cout << nlohmann::json{{"source", req.source},

@@ -37,6 +37,10 @@ std::string StrJoin(const Container& parts, std::string_view sep) {
 
 // Whole-string integer parse; nullopt on any junk, overflow or empty input.
 std::optional<int64_t> ParseInt64(std::string_view text);
+
+// `text` with every byte that is not part of a well-formed UTF-8 sequence replaced by '?'
+// (protobuf `string` fields must be UTF-8: a log line with a Latin-1 path would break a stream).
+std::string ValidUtf8(std::string_view text);
 // Whole-string finite double parse (accepts 3e-4, 0.1, -2); nullopt otherwise.
 std::optional<double> ParseDouble(std::string_view text);
 

@@ -79,6 +79,15 @@ absl::StatusOr<TokenTable> TokenTable::Parse(std::string_view text, std::string_
                                                  "' is also the token of '", entry.principal.name,
                                                  "'"));
       }
+      // Worker names are id prefixes (MayActAs): one must not cover another box's workers.
+      const Principal& other = entry.principal;
+      if (*role == Role::kWorker && other.role == Role::kWorker && other.name != words[2] &&
+          (MayActAs(other, words[2]) || MayActAs(Principal{words[2], Role::kWorker}, other.name))) {
+        return absl::InvalidArgumentError(StrCat(
+            where, "worker names '", words[2], "' and '", other.name,
+            "' overlap: a worker token covers the ids that start with its name and '-' or '.', so "
+            "one could act as the other's workers; rename one"));
+      }
     }
     table.entries_.push_back(Entry{words[0], Principal{words[2], *role}});
   }

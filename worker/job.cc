@@ -81,6 +81,7 @@ class Session {
   std::string run_dir_;
 
   std::mutex mu_;
+  std::string refused_;  // why cartd refused our token, if it did (guarded by mu_)
   std::condition_variable cv_;
   std::optional<cart::v1::CheckpointNotice> checkpoint_;  // newest notice, resent on reconnect
   bool checkpoint_sent_ = false;
@@ -159,6 +160,14 @@ void Session::Disconnect() {
     // cartd no longer recognises this attempt (lease expired and the run moved on): fencing.
     fenced_ = true;
     stop_training_ = true;
+  } else if (status.error_code() == grpc::StatusCode::PERMISSION_DENIED ||
+             status.error_code() == grpc::StatusCode::UNAUTHENTICATED) {
+    // This token may not report on the attempt (e.g. a worker token whose name does not cover
+    // this worker id): reconnecting cannot help, and the lease will lapse. Stop.
+    std::lock_guard<std::mutex> lock(mu_);
+    refused_ = status.error_message();
+    fenced_ = true;
+    stop_training_ = true;
   }
   stream_.reset();
   context_.reset();
@@ -210,7 +219,8 @@ void Session::SenderLoop() {
         checkpoint = Report();
         *checkpoint->mutable_checkpoint() = *checkpoint_;
       }
-      logs.swap(logs_);
+      // Lines wait while a checkpoint notice goes first (it `continue`s below).
+      if (!checkpoint) logs.swap(logs_);
       // The result goes last, once every metric is acknowledged and the newest checkpoint sent.
       if (result_ && buffer_.unacked() == 0 && (!checkpoint_ || checkpoint_sent_) && !checkpoint) {
         result = Report();
@@ -262,7 +272,7 @@ void Session::SenderLoop() {
 
 void Session::Log(const std::string& text) {
   cart::v1::LogLine line;
-  line.set_text(text);
+  line.set_text(ValidUtf8(text));  // a proto string must be UTF-8, or the stream breaks
   line.set_wall_time_us(WallMicros());
   std::lock_guard<std::mutex> lock(mu_);
   line.set_seq(next_log_seq_++);
@@ -454,6 +464,10 @@ JobEnd Session::Run() {
   buffer_.Close();
   end.fenced = fenced_;
   end.drain_requested = drain_requested_;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!refused_.empty()) end.error = "cartd refused this worker's token: " + refused_;
+  }
   return end;
 }
 

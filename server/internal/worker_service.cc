@@ -208,11 +208,18 @@ grpc::Status WorkerServiceImpl::RunJob(
       return ToGrpc(attempts.status());
     }
     // (An unknown run is AttachStream's to refuse, with its usual code.)
-    const size_t known = attempts.ok() ? attempts->size() : 0;
-    for (size_t i = 0; i < known; ++i) {
-      const store::AttemptRecord& a = (*attempts)[i];
-      if (a.attempt != attempt) continue;
-      if (absl::Status bound = CheckWorkerId(who, "RunJob", a.worker_id); !bound.ok()) {
+    if (attempts.ok()) {
+      const store::AttemptRecord* leased = nullptr;
+      for (const store::AttemptRecord& a : *attempts) {
+        if (a.attempt == attempt) leased = &a;
+      }
+      // An attempt not leased yet is refused too: otherwise a hello for the next attempt number
+      // could race the lease that creates it and attach to another worker's run.
+      if (leased == nullptr) {
+        return ToGrpc(absl::FailedPreconditionError(
+            StrCat("RunJob: run ", run_id, " has no attempt ", attempt)));
+      }
+      if (absl::Status bound = CheckWorkerId(who, "RunJob", leased->worker_id); !bound.ok()) {
         return ToGrpc(bound);
       }
     }

@@ -29,7 +29,7 @@ stop() {
   for env in /proc/[0-9]*/environ; do
     if { tr '\0' '\n' < "$env"; } 2>/dev/null | grep -qx "SLURM_CONF=$dir/slurm.conf"; then
       pid="${env#/proc/}"; pid="${pid%/environ}"
-      sid="$(ps -o sid= -p "$pid" | tr -d ' ')"
+      sid="$(ps -o sid= -p "$pid" 2>/dev/null | tr -d ' ' || true)"
       [ -n "$sid" ] && [ "$sid" != "$(ps -o sid= -p $$ | tr -d ' ')" ] && pkill -KILL -s "$sid" 2>/dev/null || true
     fi
   done
@@ -92,7 +92,7 @@ export SLURM_CONF="$dir/slurm.conf"
 slurmctld -f "$SLURM_CONF"
 slurmd -f "$SLURM_CONF" -N localhost
 for _ in $(seq 100); do
-  if sinfo -h -o '%T' 2>/dev/null | grep -q idle; then echo "SLURM_CONF=$SLURM_CONF"; exit 0; fi
+  if sinfo -h -o '%T' 2>/dev/null | grep idle >/dev/null; then echo "SLURM_CONF=$SLURM_CONF"; exit 0; fi
   sleep 0.1
 done
 echo "slurm_cluster: the node did not come up; see $dir/*.log" >&2

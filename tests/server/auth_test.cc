@@ -46,6 +46,15 @@ TEST(TokenTableTest, MalformedLinesNameFileAndLine) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("at least 16")));
   EXPECT_THAT(TokenTable::Parse("abcdefghijklmnopq worker a\nabcdefghijklmnopq user b\n", "t.txt"),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("also the token of 'a'")));
+  // Worker names that cover each other's ids; the same name twice (a rotated token) is fine.
+  EXPECT_THAT(TokenTable::Parse("abcdefghijklmnopq worker lab\nbcdefghijklmnopqr worker lab-box3\n",
+                                "t.txt"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("t.txt:2: worker names 'lab-box3' and 'lab' overlap")));
+  EXPECT_TRUE(TokenTable::Parse("abcdefghijklmnopq worker lab\nbcdefghijklmnopqr worker lab\n"
+                                "cdefghijklmnopqrs worker labbox\ndefghijklmnopqrst user lab-x\n",
+                                "t.txt")
+                  .ok());
 }
 
 TEST(MayActAsTest, WorkerTokensCoverTheirNameAndItsChildren) {
@@ -171,6 +180,12 @@ TEST_F(AuthTest, OnlyTheLeasingWorkersTokenMayReportOnARun) {
   EXPECT_THAT(status.error_message(), HasSubstr("not as 'box4-gpu0'"));
   CART_ASSERT_OK_AND_ASSIGN(auto summaries, server_->store().RunSummaries(job->run_id()));
   EXPECT_TRUE(summaries.empty());
+  // Nor on the attempt that comes next, before it exists.
+  auto early = box3.Open(job->run_id(), job->attempt() + 1);
+  early->Metrics({{1, 9.0}});
+  status = early->Finish();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(status.error_message(), HasSubstr("has no attempt"));
 
   // The leasing worker's own token is served, and so is an admin's.
   auto own = box4.Open(job->run_id(), job->attempt());
