@@ -487,7 +487,7 @@ absl::StatusOr<std::string> Scheduler::WorkerOfAttempt(int64_t run_id, int64_t a
   for (const store::AttemptRecord& a : attempts) {
     if (a.attempt == attempt) return a.worker_id;
   }
-  return absl::NotFoundError(StrCat("run ", run_id, " has no attempt ", attempt));
+  return absl::FailedPreconditionError(StrCat("run ", run_id, " has no attempt ", attempt));
 }
 
 absl::Status Scheduler::AttachStream(int64_t run_id, int64_t attempt,

@@ -253,6 +253,9 @@ class Scheduler {
   bool shutting_down();
 
   store::RunStore* store() const { return store_; }
+  // The worker an attempt was leased to. NotFound for an unknown run; FailedPrecondition for an
+  // attempt the run never had.
+  absl::StatusOr<std::string> WorkerOfAttempt(int64_t run_id, int64_t attempt);
 
  private:
   struct Worker {
@@ -279,7 +282,6 @@ class Scheduler {
   void PushControl(Select select, const Control& control);
   // Cancels pushed to streams of runs that now have a cancel request or were cancelled.
   void PushCancels(const std::vector<int64_t>& run_ids, const std::string& reason);
-  absl::StatusOr<std::string> WorkerOfAttempt(int64_t run_id, int64_t attempt);
   absl::StatusOr<RunInfo> Describe(store::RunRecord run, std::optional<int64_t> max_memory);
   std::optional<int64_t> MaxWorkerMemory();
   void ExpiryLoop();

@@ -202,24 +202,16 @@ grpc::Status WorkerServiceImpl::RunJob(
   const int64_t run_id = report.run_id();
   const int64_t attempt = report.attempt();
   if (who.role != Role::kAdmin) {
-    // Only the worker the attempt was leased to (by its token) may report on it.
-    absl::StatusOr<std::vector<store::AttemptRecord>> attempts = ctx_.store->ListAttempts(run_id);
-    if (!attempts.ok() && attempts.status().code() != absl::StatusCode::kNotFound) {
-      return ToGrpc(attempts.status());
+    // Only the worker the attempt was leased to (by its token) may report on it. An attempt not
+    // leased yet is refused too (FAILED_PRECONDITION): otherwise a hello for the next attempt
+    // number could race the lease that creates it and attach to another worker's run. An unknown
+    // run (NOT_FOUND) is AttachStream's to refuse, with its usual code.
+    absl::StatusOr<std::string> leased = ctx_.scheduler->WorkerOfAttempt(run_id, attempt);
+    if (!leased.ok() && leased.status().code() != absl::StatusCode::kNotFound) {
+      return ToGrpc(leased.status());
     }
-    // (An unknown run is AttachStream's to refuse, with its usual code.)
-    if (attempts.ok()) {
-      const store::AttemptRecord* leased = nullptr;
-      for (const store::AttemptRecord& a : *attempts) {
-        if (a.attempt == attempt) leased = &a;
-      }
-      // An attempt not leased yet is refused too: otherwise a hello for the next attempt number
-      // could race the lease that creates it and attach to another worker's run.
-      if (leased == nullptr) {
-        return ToGrpc(absl::FailedPreconditionError(
-            StrCat("RunJob: run ", run_id, " has no attempt ", attempt)));
-      }
-      if (absl::Status bound = CheckWorkerId(who, "RunJob", leased->worker_id); !bound.ok()) {
+    if (leased.ok()) {
+      if (absl::Status bound = CheckWorkerId(who, "RunJob", *leased); !bound.ok()) {
         return ToGrpc(bound);
       }
     }
