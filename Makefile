@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CTEST_ARGS ?=
 
-.PHONY: all deps configure build test demo proof format format-check bench clean
+.PHONY: all deps configure build test demo study proof format format-check bench clean
 
 all: build
 
@@ -23,6 +23,9 @@ test: build
 
 demo: build
 	./deploy/demo.sh $(BUILD)
+
+study: build
+	./deploy/study.sh $(BUILD)
 
 proof: build
 	./deploy/proof.sh $(BUILD)

@@ -21,6 +21,7 @@ void RegisterAdminCommands(CLI::App& app);  // cart admin ...     (store/)
 // cart sweep | runs | results | workers — clients of cartd (rpc/)
 void RegisterServiceCommands(CLI::App& app);
 void RegisterUpCommand(CLI::App& app);  // cart up: embedded cartd + local workers (server/)
+void RegisterReportCommand(CLI::App& app);  // cart report (report/)
 
 // cart export, the LibTorch half (export_command.cc; only in builds with LibTorch). Either
 // `run_dir` (a `cart train` directory: its config and newest valid checkpoint, or the one at

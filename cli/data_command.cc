@@ -102,10 +102,14 @@ void RunMix(const PrepareArgs& a) {
   }
   auto sources = data::ParseMixSpec(a.mix);
   if (!sources.ok()) ExitWith(sources.status());
-  if (a.chunk_tokens < 1) {
-    ExitWith(absl::InvalidArgumentError("--mix needs --chunk-tokens N (N >= 1), e.g. 512"));
+  // 0: not given on the command line.
+  const int64_t chunk = a.chunk_tokens == 0 ? data::kDefaultMixChunkTokens : a.chunk_tokens;
+  if (chunk < 1) {
+    ExitWith(absl::InvalidArgumentError(
+        StrCat("--chunk-tokens ", chunk, " out of range; allowed: >= 1 (default ",
+               data::kDefaultMixChunkTokens, ")")));
   }
-  data::MixOptions options{*sources, a.chunk_tokens, a.out, a.tokens};
+  data::MixOptions options{*sources, chunk, a.out, a.tokens};
   auto info = data::BuildMixture(options);
   if (!info.ok()) ExitWith(info.status());
   PrintFile("mix", a.out, *info, -1);
@@ -287,7 +291,9 @@ void RegisterDataCommands(CLI::App& app) {
   prep_cmd->add_option(
       "--mix", prep->mix,
       "Mixture NAME=FILE.bin:WEIGHT,... e.g. tiny=a.bin:3,wiki=b.bin:3,edu=c.bin:4");
-  prep_cmd->add_option("--chunk-tokens", prep->chunk_tokens, "Mixture chunk size in tokens");
+  prep_cmd->add_option("--chunk-tokens", prep->chunk_tokens,
+                       "Mixture chunk size in tokens (default 512, the chunk size of the "
+                       "paper's reference loader)");
   prep_cmd->add_option("--tokens", prep->tokens, "Mixture length limit (0 = until a source ends)");
   prep_cmd->callback([prep] { RunPrepare(*prep); });
 

@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   cart::cli::RegisterUpCommand(app);
 #endif
   cart::cli::RegisterAdminCommands(app);
+  cart::cli::RegisterReportCommand(app);
   CLI11_PARSE(app, argc, argv);
   return 0;
 }

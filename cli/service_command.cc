@@ -9,11 +9,13 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <thread>
 
 #include "cart/v1/scheduler.grpc.pb.h"
+#include "cli/client.h"
 #include "cli/commands.h"
 #include "cli/table.h"
 #include "common/file.h"
@@ -21,6 +23,7 @@
 #include "common/status.h"
 #include "common/strings.h"
 #include "google/protobuf/util/json_util.h"
+#include "model/accounting.h"
 #include "model/sweep.h"
 #include "rpc/client.h"
 
@@ -28,68 +31,6 @@ namespace cart::cli {
 namespace {
 
 using cart::v1::RunState;
-
-// Flags shared by every command that talks to cartd.
-struct Conn {
-  rpc::ClientConfig flags;
-  std::string config_file = rpc::DefaultConfigPath();
-  bool json = false;
-};
-
-void AddConnFlags(CLI::App* cmd, Conn& c) {
-  c.flags.server.clear();
-  cmd->add_option("--server", c.flags.server, "cartd address host:port (env CART_SERVER)");
-  cmd->add_option("--token", c.flags.token, "Bearer token with the user role (env CART_TOKEN)");
-  cmd->add_option("--tls-ca", c.flags.tls_ca,
-                  "CA certificate (PEM) to verify cartd (env CART_TLS_CA)");
-  cmd->add_option("--client-config", c.config_file, "Client config file (written by `cart up`)");
-  cmd->add_flag("--json", c.json, "Print JSON");
-}
-
-class Client {
- public:
-  static Client Connect(const Conn& conn) {
-    absl::StatusOr<rpc::ClientConfig> config =
-        rpc::ResolveClientConfig(conn.flags, conn.config_file);
-    if (!config.ok()) ExitWith(config.status());
-    absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = rpc::MakeChannel(*config);
-    if (!channel.ok()) ExitWith(channel.status());
-    return Client(*config, cart::v1::SchedulerService::NewStub(*channel));
-  }
-
-  // Calls `method` with a fresh context (30 s deadline); exits with a clear message on error.
-  template <typename Req, typename Resp, typename Method>
-  Resp Call(Method method, const Req& request, int64_t timeout_ms = 30'000) {
-    grpc::ClientContext ctx;
-    rpc::PrepareContext(ctx, config_, timeout_ms);
-    Resp response;
-    grpc::Status s = (stub_.get()->*method)(&ctx, request, &response);
-    if (!s.ok()) Fail(s);
-    return response;
-  }
-
-  cart::v1::SchedulerService::Stub& stub() { return *stub_; }
-  const rpc::ClientConfig& config() const { return config_; }
-
-  [[noreturn]] void Fail(const grpc::Status& s) {
-    std::string hint;
-    if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
-      hint = StrCat(" (is cartd running at ", config_.server,
-                    "? start one with `cart up`, or pass --server)");
-    } else if (s.error_code() == grpc::StatusCode::UNAUTHENTICATED) {
-      hint = " (pass --token or set CART_TOKEN; `cart up` writes one to the client config)";
-    } else if (s.error_code() == grpc::StatusCode::PERMISSION_DENIED) {
-      hint = " (this token's role may not do that)";
-    }
-    ExitWith(absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message() + hint));
-  }
-
- private:
-  Client(rpc::ClientConfig c, std::unique_ptr<cart::v1::SchedulerService::Stub> s)
-      : config_(std::move(c)), stub_(std::move(s)) {}
-  rpc::ClientConfig config_;
-  std::unique_ptr<cart::v1::SchedulerService::Stub> stub_;
-};
 
 std::string StateName(RunState s) {
   std::string n = cart::v1::RunState_Name(s);
@@ -160,6 +101,7 @@ void PrintRuns(const google::protobuf::RepeatedPtrField<cart::v1::RunView>& runs
   if (!dry_run) header.insert(header.end(), {"state", "progress", "loss", "rho"});
   for (const auto& k : keys) header.push_back(k);
   header.insert(header.end(), {"stored", "effective", "mem est"});
+  if (dry_run) header.insert(header.end(), {"tokens", "3090 h"});
   t.Header(header);
   for (const auto& r : runs) {
     std::vector<std::string> row = {std::to_string(r.run_id()), r.name()};
@@ -178,6 +120,10 @@ void PrintRuns(const google::protobuf::RepeatedPtrField<cart::v1::RunView>& runs
     row.insert(row.end(),
                {fmt::format("{:.2f}M", r.stored_params() / 1e6),
                 fmt::format("{:.2f}M", r.effective_params() / 1e6), Mib(r.memory_estimate_mib())});
+    if (dry_run) {
+      row.insert(row.end(), {fmt::format("{:.1f}M", r.tokens() / 1e6),
+                             fmt::format("{:.2f}", r.est_hours_rtx3090())});
+    }
     t.Row(row);
   }
   t.Print(std::cout);
@@ -189,15 +135,77 @@ std::string NewRequestId() {
                      (uint64_t{rd()} << 32) | rd());
 }
 
+struct SubmitArgs {
+  Conn conn;
+  std::string file, request_id;
+  bool dry_run = false;
+};
+
+void RunSubmit(const SubmitArgs& sa, const std::string& text) {
+  Client client = Client::Connect(sa.conn);
+  cart::v1::SubmitSweepRequest req;
+  req.set_spec_yaml(text);
+  req.set_file_name(sa.file);
+  req.set_request_id(sa.request_id.empty() ? NewRequestId() : sa.request_id);
+  auto resp = client.Call<cart::v1::SubmitSweepRequest, cart::v1::SubmitSweepResponse>(
+      &cart::v1::SchedulerService::Stub::SubmitSweep, req);
+  if (sa.conn.json) {
+    std::cout << ToJson(resp) << "\n";
+    return;
+  }
+  std::cout << fmt::format("{} sweep {} with {} runs\n",
+                           resp.existing() ? "already submitted:" : "submitted",
+                           resp.sweep().name(), resp.runs_size());
+  std::cout << fmt::format("watch it: cart sweep show {}\n", resp.sweep().name());
+}
+
+// The expanded runs with parameter counts, memory, tokens and estimated RTX 3090 hours, and the
+// totals; nothing is submitted.
+void PrintDryRun(const model::SweepSpec& spec, const std::vector<model::ExpandedRun>& runs,
+                 bool json) {
+  cart::v1::SubmitSweepResponse resp;
+  resp.mutable_sweep()->set_name(spec.name);
+  int64_t train_runs = 0, tokens = 0;
+  double hours = 0;
+  for (const auto& r : runs) {
+    auto* v = resp.add_runs();
+    v->set_name(r.name);
+    v->set_kind(r.kind);
+    for (const auto& [k, val] : r.params) (*v->mutable_params())[k] = val;
+    v->set_stored_params(r.stored_params);
+    v->set_effective_params(r.effective_params);
+    v->set_memory_estimate_mib(r.memory_estimate_bytes >> 20);
+    v->set_total_steps(r.config.train.steps);
+    const model::RunCost cost = model::EstimateRunCost(r.config, r.kind == "eval", r.eval_loops);
+    v->set_tokens(cost.tokens);
+    v->set_est_hours_rtx3090(cost.rtx3090_hours);
+    train_runs += r.kind == "train";
+    tokens += cost.tokens;
+    hours += cost.rtx3090_hours;
+  }
+  if (json) {
+    std::cout << ToJson(resp) << "\n";
+    return;
+  }
+  std::cout << fmt::format("sweep {}: {} runs ({} train, {} eval; dry run, nothing submitted)\n",
+                           spec.name, runs.size(), train_runs,
+                           static_cast<int64_t>(runs.size()) - train_runs);
+  PrintRuns(resp.runs(), true);
+  const std::string amount = tokens >= 1'000'000'000
+                                 ? fmt::format("{:.2f}B", static_cast<double>(tokens) / 1e9)
+                                 : fmt::format("{:.1f}M", static_cast<double>(tokens) / 1e6);
+  const std::string time = hours >= 1 ? fmt::format("{:.1f} GPU-hours", hours)
+                                      : fmt::format("{:.1f} GPU-minutes", hours * 60);
+  std::cout << fmt::format(
+      "total: {} tokens, ~{} on one RTX 3090 (the paper's measured throughput scaled by FLOPs; "
+      "see docs/study.md)\n",
+      amount, time);
+}
+
 void RegisterSweep(CLI::App& app) {
   CLI::App* sweep = app.add_subcommand("sweep", "Submit, list, inspect, cancel and resume sweeps");
   sweep->require_subcommand(1);
 
-  struct SubmitArgs {
-    Conn conn;
-    std::string file, request_id;
-    bool dry_run = false;
-  };
   auto sa = std::make_shared<SubmitArgs>();
   CLI::App* submit = sweep->add_subcommand("submit", "Submit a sweep file");
   submit->add_option("file", sa->file, "Sweep YAML")->required();
@@ -213,45 +221,43 @@ void RegisterSweep(CLI::App& app) {
     // Validate locally first: errors name file and line without a round trip.
     absl::StatusOr<model::SweepSpec> spec = model::ParseSweepYaml(*text, sa->file);
     if (!spec.ok()) ExitWith(spec.status());
-    absl::StatusOr<std::vector<model::ExpandedRun>> runs = model::ExpandSweep(*spec, sa->file);
+    // Derived jobs of another sweep start from its runs in cartd's database; locally (dry run)
+    // the parent sweep's file beside this one stands in for them.
+    std::map<std::string, std::vector<model::ParentRun>> parents;
+    bool parents_known = true;
+    for (const std::string& name : model::ParentSweeps(*spec)) {
+      const std::string sibling =
+          (std::filesystem::path(sa->file).parent_path() / (name + ".yaml")).string();
+      absl::StatusOr<std::string> ptext = ReadWholeFile(sibling);
+      if (!ptext.ok()) {
+        if (sa->dry_run) {
+          ExitWith(absl::NotFoundError(
+              StrCat(sa->file, ": derived jobs start from sweep '", name, "'; a dry run reads ",
+                     sibling, " for its runs (cartd resolves them from its database)")));
+        }
+        parents_known = false;
+        continue;
+      }
+      absl::StatusOr<model::SweepSpec> pspec = model::ParseSweepYaml(*ptext, sibling);
+      if (!pspec.ok()) ExitWith(pspec.status());
+      absl::StatusOr<std::vector<model::ExpandedRun>> pruns = model::ExpandSweep(*pspec, sibling);
+      if (!pruns.ok()) ExitWith(pruns.status());
+      for (const model::ExpandedRun& r : *pruns) {
+        if (r.kind == "train") parents[name].push_back(model::AsParentRun(r));
+      }
+    }
+    if (!parents_known) {  // cartd expands it against its database
+      RunSubmit(*sa, *text);
+      return;
+    }
+    absl::StatusOr<std::vector<model::ExpandedRun>> runs =
+        model::ExpandSweep(*spec, sa->file, parents);
     if (!runs.ok()) ExitWith(runs.status());
     if (sa->dry_run) {
-      cart::v1::SubmitSweepResponse resp;
-      resp.mutable_sweep()->set_name(spec->name);
-      for (const auto& r : *runs) {
-        auto* v = resp.add_runs();
-        v->set_name(r.name);
-        v->set_kind(r.kind);
-        for (const auto& [k, val] : r.params) (*v->mutable_params())[k] = val;
-        v->set_stored_params(r.stored_params);
-        v->set_effective_params(r.effective_params);
-        v->set_memory_estimate_mib(r.memory_estimate_bytes >> 20);
-        v->set_total_steps(r.config.train.steps);
-      }
-      if (sa->conn.json) {
-        std::cout << ToJson(resp) << "\n";
-      } else {
-        std::cout << fmt::format("sweep {}: {} runs (dry run, nothing submitted)\n", spec->name,
-                                 runs->size());
-        PrintRuns(resp.runs(), true);
-      }
+      PrintDryRun(*spec, *runs, sa->conn.json);
       return;
     }
-    Client client = Client::Connect(sa->conn);
-    cart::v1::SubmitSweepRequest req;
-    req.set_spec_yaml(*text);
-    req.set_file_name(sa->file);
-    req.set_request_id(sa->request_id.empty() ? NewRequestId() : sa->request_id);
-    auto resp = client.Call<cart::v1::SubmitSweepRequest, cart::v1::SubmitSweepResponse>(
-        &cart::v1::SchedulerService::Stub::SubmitSweep, req);
-    if (sa->conn.json) {
-      std::cout << ToJson(resp) << "\n";
-      return;
-    }
-    std::cout << fmt::format("{} sweep {} with {} runs\n",
-                             resp.existing() ? "already submitted:" : "submitted",
-                             resp.sweep().name(), resp.runs_size());
-    std::cout << fmt::format("watch it: cart sweep show {}\n", resp.sweep().name());
+    RunSubmit(*sa, *text);
   });
 
   auto ls_conn = std::make_shared<Conn>();

@@ -131,18 +131,14 @@ struct EvalArgs {
   std::vector<int> loops;
   int64_t sequences = 0, seq_len = 0, batch = 8;
   bool json = false;
+  bool bos = false;  // --bos: contexts start with BOS
 };
 
-// The tokenizer a run was trained with: the one named in its training data's metadata.
+// The tokenizer of --tokenizer, else the one the run was trained with.
 absl::StatusOr<std::unique_ptr<data::Tokenizer>> RunTokenizer(const model::RunConfig& config,
                                                               const std::string& override_spec) {
   if (!override_spec.empty()) return data::Tokenizer::Load(override_spec);
-  if (config.data.train_data.empty()) {
-    return absl::InvalidArgumentError(
-        "the run names no train_data to take its tokenizer from; give --tokenizer SPEC");
-  }
-  CART_ASSIGN_OR_RETURN(data::TokenFile file, data::TokenFile::Open(config.data.train_data));
-  return data::Tokenizer::Load(file.info().tokenizer);
+  return train::RunTokenizer(config);
 }
 
 // Zero-shot multiple choice (and LAMBADA) for each --task, at each R_infer.
@@ -171,12 +167,13 @@ absl::Status RunTasks(const EvalArgs& args, const model::RunConfig& config, mode
       options.loops = r;
       options.max_len = seq_len;
       options.batch = args.batch;
+      options.prepend_bos = args.bos;
       CART_ASSIGN_OR_RETURN(train::TaskResult t, train::EvaluateTask(m, *tokenizer, task, options));
       const bool lambada = task.kind == data::TaskKind::kLambada;
       nlohmann::json row = {{"task", t.name}, {"kind", data::TaskKindName(t.kind)},
                             {"R_infer", r},   {"items", t.items},
                             {"acc", t.acc},   {"acc_stderr", t.acc_stderr},
-                            {"step", step}};
+                            {"step", step},   {"bos", t.prepend_bos}};
       if (lambada) {
         row["perplexity"] = t.perplexity;
       } else {
@@ -298,6 +295,9 @@ void RegisterTrainCommands(CLI::App& app) {
                    "Tokenizer spec for --task (default: the one of the run's train_data)");
   eval->add_option("--batch", eargs->batch, "Sequences per forward pass for --task")
       ->check(CLI::Range(1, 1024));
+  eval->add_flag("--bos", eargs->bos,
+                 "Start every --task context with the tokenizer's BOS (default: no BOS, as "
+                 "lm-evaluation-harness scores causal models); each result records which");
   eval->add_flag("--json", eargs->json, "Print JSON");
   eval->add_option("--device", eargs->device, "auto | cpu | cuda | cuda:N")->capture_default_str();
   eval->callback([eargs] {

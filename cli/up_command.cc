@@ -17,6 +17,7 @@
 
 #include "cart/v1/scheduler.grpc.pb.h"
 #include "cli/commands.h"
+#include "cli/report_command.h"
 #include "cli/table.h"
 #include "common/file.h"
 #include "common/status.h"
@@ -46,8 +47,11 @@ struct UpArgs {
   std::string listen = "127.0.0.1:7070";
   int workers = 2;
   int threads = 1;
-  std::string sweep;
-  std::string table_rows = "d", table_cols = "R", table_metric = "rho_max";
+  std::vector<std::string> sweeps;  // submitted in order; the tables read the first
+  std::string table_rows = "d", table_cols = "R";
+  std::vector<std::string> table_metrics = {"rho_max"};
+  std::string report_dir;                 // write `cart report` here at the end
+  std::vector<std::string> report_sweeps;  // ROLE=SWEEP overrides for the report
   std::string client_config = rpc::DefaultConfigPath();
   std::vector<int64_t> worker_memory_mib;
   double lease_ttl_s = 20;
@@ -64,18 +68,59 @@ absl::StatusOr<pid_t> SpawnWorker(const std::string& exe, const std::vector<std:
   return pid;
 }
 
-bool SweepDone(const cart::v1::GetSweepResponse& s) {
-  for (const auto& r : s.runs()) {
-    switch (r.state()) {
-      case cart::v1::RUN_STATE_SUCCEEDED:
-      case cart::v1::RUN_STATE_FAILED:
-      case cart::v1::RUN_STATE_CANCELLED:
-        break;
-      default:
-        return false;
+// Waits until no run of the sweeps can still make progress: none is QUEUED, LEASED or RUNNING
+// (a BLOCKED run left then waits for a parent that finished without its checkpoint). Prints one
+// progress line every 10 s. Returns early, OK, on Ctrl-C.
+template <typename Call>
+absl::Status WaitForSweeps(const std::vector<std::string>& names, Call& call) {
+  auto last_print = std::chrono::steady_clock::now() - std::chrono::seconds(60);
+  const auto start = std::chrono::steady_clock::now();
+  while (!g_interrupted) {
+    bool active = false;
+    int done = 0, total = 0;
+    std::vector<std::string> per_sweep, running;
+    for (const std::string& name : names) {
+      cart::v1::GetSweepRequest g;
+      g.set_name(name);
+      cart::v1::GetSweepResponse s;
+      CART_RETURN_IF_ERROR(call(&cart::v1::SchedulerService::Stub::GetSweep, g, s));
+      int finished = 0;
+      for (const auto& r : s.runs()) {
+        switch (r.state()) {
+          case cart::v1::RUN_STATE_SUCCEEDED:
+            ++finished;
+            break;
+          case cart::v1::RUN_STATE_RUNNING:
+            running.push_back(fmt::format("{}@{}/{}", r.name(), r.step(), r.total_steps()));
+            active = true;
+            break;
+          case cart::v1::RUN_STATE_QUEUED:
+          case cart::v1::RUN_STATE_LEASED:
+            active = true;
+            break;
+          default:
+            break;
+        }
+      }
+      done += finished;
+      total += s.runs_size();
+      if (names.size() > 1) per_sweep.push_back(fmt::format("{} {}/{}", name, finished, s.runs_size()));
     }
+    if (!active || std::chrono::steady_clock::now() - last_print > std::chrono::seconds(10)) {
+      const auto minutes = std::chrono::duration_cast<std::chrono::seconds>(
+                               std::chrono::steady_clock::now() - start)
+                               .count() /
+                           60.0;
+      std::cout << fmt::format("[{:.1f} min] {}/{} runs done{}; {}\n", minutes, done, total,
+                               per_sweep.empty() ? "" : " (" + StrJoin(per_sweep, ", ") + ")",
+                               running.empty() ? "none running" : "running " + StrJoin(running, " "))
+                << std::flush;
+      last_print = std::chrono::steady_clock::now();
+    }
+    if (!active) return absl::OkStatus();
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
   }
-  return true;
+  return absl::OkStatus();
 }
 
 absl::Status Up(const UpArgs& a) {
@@ -150,63 +195,48 @@ absl::Status Up(const UpArgs& a) {
     rpc::PrepareContext(ctx, client, 30'000);
     return rpc::FromGrpc(((*stub).*method)(&ctx, req, &resp));
   };
-  if (!a.sweep.empty()) {
-    absl::StatusOr<std::string> text = ReadWholeFile(a.sweep);
-    if (!text.ok()) {
-      result = text.status();
-    } else {
+  if (!a.sweeps.empty()) {
+    std::vector<std::string> names;
+    for (const std::string& file : a.sweeps) {
+      absl::StatusOr<std::string> text = ReadWholeFile(file);
+      if (!text.ok()) {
+        result = text.status();
+        break;
+      }
       cart::v1::SubmitSweepRequest req;
       req.set_spec_yaml(*text);
-      req.set_file_name(a.sweep);
-      req.set_request_id("cart-up:" + a.sweep + ":" +
-                         std::to_string(std::hash<std::string>{}(*text)));
+      req.set_file_name(file);
+      req.set_request_id("cart-up:" + file + ":" + std::to_string(std::hash<std::string>{}(*text)));
       cart::v1::SubmitSweepResponse resp;
       result = call(&cart::v1::SchedulerService::Stub::SubmitSweep, req, resp);
-      if (result.ok()) {
-        const std::string name = resp.sweep().name();
-        std::cout << fmt::format("{} sweep {} ({} runs)\n",
-                                 resp.existing() ? "resuming" : "submitted", name,
-                                 resp.runs_size());
-        auto last_print = std::chrono::steady_clock::now() - std::chrono::seconds(60);
-        while (!g_interrupted) {
-          cart::v1::GetSweepRequest g;
-          g.set_name(name);
-          cart::v1::GetSweepResponse s;
-          result = call(&cart::v1::SchedulerService::Stub::GetSweep, g, s);
-          if (!result.ok()) break;
-          const bool done = SweepDone(s);
-          if (done || std::chrono::steady_clock::now() - last_print > std::chrono::seconds(10)) {
-            int finished = 0;
-            std::string running;
-            for (const auto& r : s.runs()) {
-              if (r.state() == cart::v1::RUN_STATE_SUCCEEDED) ++finished;
-              if (r.state() == cart::v1::RUN_STATE_RUNNING) {
-                running += fmt::format(" {}@{}/{}", r.name(), r.step(), r.total_steps());
-              }
-            }
-            std::cout << fmt::format("[{}] {}/{} runs done;{}\n", name, finished, s.runs_size(),
-                                     running.empty() ? " none running" : " running" + running)
-                      << std::flush;
-            last_print = std::chrono::steady_clock::now();
-          }
-          if (done) {
-            cart::v1::QueryTableRequest q;
-            q.set_table("pivot");
-            q.set_metric(a.table_metric);
-            q.set_rows(a.table_rows);
-            q.set_cols(a.table_cols);
-            q.add_sweeps(name);
-            cart::v1::Table table;
-            result = call(&cart::v1::SchedulerService::Stub::QueryTable, q, table);
-            if (result.ok()) {
-              std::cout << "\n";
-              PrintResultTable(table, "text", std::cout);
-            }
-            break;
-          }
-          std::this_thread::sleep_for(std::chrono::milliseconds(500));
-        }
+      if (!result.ok()) break;
+      names.push_back(resp.sweep().name());
+      std::cout << fmt::format("{} sweep {} ({} runs)\n",
+                               resp.existing() ? "resuming" : "submitted", names.back(),
+                               resp.runs_size());
+    }
+    if (result.ok()) result = WaitForSweeps(names, call);
+    if (result.ok() && !g_interrupted) {
+      for (const std::string& metric : a.table_metrics) {
+        cart::v1::QueryTableRequest q;
+        q.set_table("pivot");
+        q.set_metric(metric);
+        q.set_rows(a.table_rows);
+        q.set_cols(a.table_cols);
+        q.add_sweeps(names.front());
+        cart::v1::Table table;
+        result = call(&cart::v1::SchedulerService::Stub::QueryTable, q, table);
+        if (!result.ok()) break;
+        std::cout << "\n";
+        PrintResultTable(table, "text", std::cout);
       }
+    }
+    if (result.ok() && !g_interrupted && !a.report_dir.empty()) {
+      report::ReportOptions options;
+      options.out_dir = a.report_dir;
+      options.html = true;
+      result = ApplyReportSweeps(a.report_sweeps, options.sweeps);
+      if (result.ok()) result = WriteServiceReport(client, options);
     }
     g_interrupted = true;
   } else {
@@ -244,10 +274,17 @@ void RegisterUpCommand(CLI::App& app) {
   up->add_option("--worker-memory-mib", a->worker_memory_mib,
                  "Device memory each worker reports, MiB (repeatable, one per worker)");
   up->add_option("--lease-ttl", a->lease_ttl_s, "Lease TTL, seconds")->capture_default_str();
-  up->add_option("--sweep", a->sweep, "Submit this sweep, wait for it, print the table, exit");
+  up->add_option("--sweep", a->sweeps,
+                 "Submit this sweep (repeatable, in order), wait for all, print the tables of the "
+                 "first, exit");
   up->add_option("--rows", a->table_rows, "Table rows key")->capture_default_str();
   up->add_option("--cols", a->table_cols, "Table columns key")->capture_default_str();
-  up->add_option("--metric", a->table_metric, "Table metric")->capture_default_str();
+  up->add_option("--metric", a->table_metrics, "Table metric (repeatable)")->capture_default_str();
+  up->add_option("--report", a->report_dir,
+                 "After the sweeps: write `cart report` (Markdown, HTML, CSVs, plots) here");
+  up->add_option("--report-sweep", a->report_sweeps,
+                 "ROLE=SWEEP: which sweep holds a part of the study in the report (roles: stage1, "
+                 "stage2, baselines, ablations, faithfulness, leak, variable_r)");
   up->add_option("--client-config", a->client_config, "Where to write the client config")
       ->capture_default_str();
   up->callback([a] {

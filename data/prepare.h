@@ -76,9 +76,12 @@ struct MixSource {
 // Parses "tiny=a.bin:3,wiki=b.bin:3,edu=c.bin:4" (weight defaults to 1 when ":W" is left out).
 absl::StatusOr<std::vector<MixSource>> ParseMixSpec(std::string_view spec);
 
+// The chunk size of the author's reference data loader, which interleaves 512-token chunks.
+inline constexpr int64_t kDefaultMixChunkTokens = 512;
+
 struct MixOptions {
-  std::vector<MixSource> sources;  // at least one; same tokenizer and vocab
-  int64_t chunk_tokens = 0;        // tokens per chunk, >= 1
+  std::vector<MixSource> sources;                // at least one; same tokenizer and vocab
+  int64_t chunk_tokens = kDefaultMixChunkTokens;  // tokens per chunk, >= 1
   std::string out;                 // NAME.bin
   int64_t max_tokens = 0;          // stop after this many tokens; 0 = until a source runs out
 };

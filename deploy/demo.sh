@@ -5,7 +5,8 @@
 #   1. fetch the demo corpora (State of the Union speeches, Debian fortunes) into var/corpora
 #   2. train a SentencePiece BPE tokenizer on them and tokenize them, holding out a validation set
 #   3. `cart up --sweep`: cartd on var/demo/cart, two CPU workers, a 2 × 2 sweep over d and R,
-#      then the ρ table from the results database
+#      then the ρ and perplexity tables from the results database, and `cart report` of its runs
+#      (the demo sweep as the study's stage 2) in var/demo/report
 #
 # Re-running reuses the prepared data and the finished sweep (submits are idempotent).
 set -euo pipefail
@@ -54,8 +55,10 @@ seeds: [42]
 YAML
 
 "$bin/cart" up --data-dir "$out/cart" --listen 127.0.0.1:0 --workers 2 --threads 1 \
-  --client-config "$out/client.yaml" --sweep "$out/demo.yaml" --rows d --cols R --metric rho_max
+  --client-config "$out/client.yaml" --sweep "$out/demo.yaml" --rows d --cols R \
+  --metric rho_max --metric val_ppl/val --report "$out/report" --report-sweep stage2=demo
 echo
+echo "report of these runs: $out/report/report.md (and report.html; plots in $out/report/plots)"
 echo "results stay in $out/cart (SQLite: $out/cart/cart.db); query them with e.g."
 echo "  CART_CONFIG=$out/client.yaml $bin/cart up --data-dir $out/cart   # in one shell, then:"
 echo "  CART_CONFIG=$out/client.yaml $bin/cart results pivot --metric val_ppl/val --rows d --cols R"

@@ -14,7 +14,7 @@ packages=(
   libboost-dev libfmt-dev libspdlog-dev nlohmann-json3-dev libyaml-cpp-dev libcli11-dev
   libsentencepiece-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  zlib1g-dev openssl fortunes
+  zlib1g-dev openssl fortunes gnuplot-nox
   slurm-wlm munge
 )
 

@@ -1,6 +1,8 @@
 #include "model/accounting.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <utility>
 
 namespace cart::model {
 namespace {
@@ -124,6 +126,38 @@ DenseMatch MatchDenseDepth(const ModelConfig& cart, MatchTarget target) {
     best.params = CountParams(dense).stored;
   }
   return best;
+}
+
+RunCost EstimateRunCost(const RunConfig& c, bool eval, const std::vector<int>& eval_loops) {
+  // The paper's RTX 3090 figures (§ throughput): width -> tokens/s of CART P = 6, R = 6, T = 1024.
+  static constexpr std::pair<int64_t, double> kMeasured[] = {
+      {256, 134'985}, {512, 71'244}, {768, 45'556}, {1024, 32'393}};
+  const auto* ref = &kMeasured[0];
+  for (const auto& m : kMeasured) {
+    if (std::llabs(m.first - c.model.d) < std::llabs(ref->first - c.model.d)) ref = &m;
+  }
+  ModelConfig paper;
+  paper.vocab = 32000;
+  paper.d = ref->first;
+  paper.P = 6;
+  paper.R = 6;
+  const double achieved = ref->second * CountFlops(paper, 1024).train_per_token;  // FLOP/s
+  RunCost cost;
+  if (eval) {
+    const int64_t per_set = c.train.eval_sequences * c.train.seq_len;
+    const int64_t sets = static_cast<int64_t>(c.data.val_data.size());
+    for (int r : eval_loops) {
+      cost.tokens += per_set * sets;
+      cost.flops += static_cast<double>(per_set * sets) *
+                    CountFlops(c.model, c.train.seq_len, r).forward_per_token;
+    }
+  } else {
+    cost.tokens = c.train.steps * c.train.batch * c.train.accum * c.train.seq_len;
+    cost.flops = static_cast<double>(cost.tokens) *
+                 CountFlops(c.model, c.train.seq_len).train_per_token;
+  }
+  cost.rtx3090_hours = cost.flops / achieved / 3600.0;
+  return cost;
 }
 
 }  // namespace cart::model

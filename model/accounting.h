@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "model/config.h"
 
@@ -70,5 +71,19 @@ struct DenseMatch {
 // The dense depth matching the CART config `cart` (same vocab and d). At d=1024, P=6, R=6 this is
 // 7 layers for kStored and 12 for kEffective.
 DenseMatch MatchDenseDepth(const ModelConfig& cart, MatchTarget target);
+
+// What a run costs, for `cart sweep submit --dry-run`. Hours on one RTX 3090 are extrapolated
+// from the paper's measured training throughput (CART, P = 6, R = 6, T = 1024, bf16: 134,985 /
+// 71,244 / 45,556 / 32,393 tokens/s at d = 256 / 512 / 768 / 1024): the FLOP rate achieved at the
+// nearest measured width (d below 256 takes d = 256's, above 1024 takes 1024's) is applied to this
+// run's FLOPs. An estimate, not a promise: other switches change the kernels' efficiency.
+struct RunCost {
+  int64_t tokens = 0;        // train: steps × batch × accum × seq_len; eval: tokens evaluated
+  double flops = 0;          // train: train FLOPs; eval: forward FLOPs over every loop count
+  double rtx3090_hours = 0;  // flops / the achieved FLOP rate at the nearest measured width
+};
+// `eval_loops` (eval jobs) lists the loop counts evaluated; each reads eval_sequences × seq_len
+// tokens of every validation set (zero-shot tasks are not counted: their size is in the files).
+RunCost EstimateRunCost(const RunConfig& c, bool eval, const std::vector<int>& eval_loops);
 
 }  // namespace cart::model

@@ -189,6 +189,7 @@ const std::vector<KeyDef>& Keys() {
     int_key("keep_checkpoints", [](RunConfig& c) -> int64_t& { return c.train.keep_checkpoints; });
     int_key("threads", [](RunConfig& c) -> int64_t& { return c.train.threads; });
     int_key("eval_sequences", [](RunConfig& c) -> int64_t& { return c.train.eval_sequences; });
+    bool_key("eval_bos", [](RunConfig& c) -> bool& { return c.train.eval_bos; });
     k->push_back({"train_data",
                   [](RunConfig& c, std::string_view t) {
                     c.data.train_data = std::string(t);
@@ -234,19 +235,24 @@ absl::Status ApplyNode(RunConfig& config, const YAML::Node& root, std::string_vi
       CART_RETURN_IF_ERROR(ApplyNode(config, value, source, false));
       continue;
     }
-    if (key == "val_data") {
+    if (key == "val_data" || key == "tasks") {
+      const bool tasks = key == "tasks";
       if (!value.IsMap()) {
         return Prefix(source, value.Mark(),
-                      absl::InvalidArgumentError("val_data: must map set names to token files"));
+                      absl::InvalidArgumentError(
+                          tasks ? "tasks: must map task names to KIND=FILE specs"
+                                : "val_data: must map set names to token files"));
       }
-      config.data.val_data.clear();
+      std::map<std::string, std::string>& out = tasks ? config.data.tasks : config.data.val_data;
+      out.clear();
       for (const auto& v : value) {
         if (!v.second.IsScalar()) {
           return Prefix(source, v.second.Mark(),
-                        absl::InvalidArgumentError(StrCat("val_data.", v.first.as<std::string>(),
-                                                          ": must be a file path")));
+                        absl::InvalidArgumentError(StrCat(key, ".", v.first.as<std::string>(),
+                                                          tasks ? ": must be KIND=FILE"
+                                                                : ": must be a file path")));
         }
-        config.data.val_data[v.first.as<std::string>()] = v.second.as<std::string>();
+        out[v.first.as<std::string>()] = v.second.as<std::string>();
       }
       continue;
     }
@@ -254,7 +260,7 @@ absl::Status ApplyNode(RunConfig& config, const YAML::Node& root, std::string_vi
     if (def == nullptr) {
       return Prefix(source, kv.first.Mark(),
                     absl::InvalidArgumentError(StrCat("unknown key '", key, "' (known keys: ",
-                                                      StrJoin(ScalarKeys(), ", "), ", val_data)")));
+                                                      StrJoin(ScalarKeys(), ", "), ", val_data, tasks)")));
     }
     if (!value.IsScalar()) {
       return Prefix(source, value.Mark(),
@@ -323,6 +329,35 @@ absl::Status Validate(const RunConfig& c) {
       Range(t.threads >= 0, "threads", t.threads, "must be at least 0 (0: all cores)"));
   CART_RETURN_IF_ERROR(
       Range(t.eval_sequences >= 1, "eval_sequences", t.eval_sequences, "must be at least 1"));
+  // Set and task names become parts of metric names ("val_ppl/NAME", "task_acc/NAME").
+  auto name_ok = [](const std::string& n) {
+    return !n.empty() && n.size() <= 64 &&
+           n.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-") ==
+               std::string::npos;
+  };
+  for (const auto& [group, names] :
+       {std::pair<const char*, const std::map<std::string, std::string>*>{"val_data",
+                                                                          &c.data.val_data},
+        {"tasks", &c.data.tasks}}) {
+    for (const auto& [name, value] : *names) {
+      if (!name_ok(name)) {
+        return absl::InvalidArgumentError(
+            StrCat(group, ": name '", name,
+                   "' must be 1..64 letters, digits, '_', '.' or '-' (it becomes part of metric "
+                   "names)"));
+      }
+    }
+  }
+  for (const auto& [name, spec] : c.data.tasks) {
+    const size_t eq = spec.find('=');
+    const std::string kind = spec.substr(0, eq == std::string::npos ? 0 : eq);
+    if (eq == std::string::npos || eq + 1 == spec.size() ||
+        (kind != "hellaswag" && kind != "piqa" && kind != "arc" && kind != "lambada")) {
+      return absl::InvalidArgumentError(StrCat(
+          "tasks.", name, ": '", spec,
+          "' is not KIND=FILE[,limit=N] with KIND one of hellaswag, piqa, arc, lambada"));
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -405,7 +440,15 @@ std::string ToYaml(const RunConfig& config) {
   for (const auto& [name, path] : config.data.val_data) {
     out << YAML::Key << name << YAML::Value << path;
   }
-  out << YAML::EndMap << YAML::EndMap;
+  out << YAML::EndMap;
+  if (!config.data.tasks.empty()) {
+    out << YAML::Key << "tasks" << YAML::Value << YAML::BeginMap;
+    for (const auto& [name, spec] : config.data.tasks) {
+      out << YAML::Key << name << YAML::Value << spec;
+    }
+    out << YAML::EndMap;
+  }
+  out << YAML::EndMap;
   return std::string(out.c_str()) + "\n";
 }
 

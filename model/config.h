@@ -66,12 +66,20 @@ struct TrainConfig {
   int64_t keep_checkpoints = 3;    // newest checkpoints kept on disk (the final one always)
   int64_t threads = 0;             // intra-op CPU threads; 0 = number of cores
   int64_t eval_sequences = 50;     // validation: first N sequences of each set, batch 1
+  // Zero-shot tasks (DataConfig::tasks): start each context with the tokenizer's BOS. Off by
+  // default, as lm-evaluation-harness scores causal models; stored with every run that uses it.
+  bool eval_bos = false;
 };
 
 // Where the tokens come from. Paths are token files written by `cart data prepare`.
 struct DataConfig {
   std::string train_data;                       // token file (.bin with its .json metadata)
   std::map<std::string, std::string> val_data;  // validation set name -> token file
+  // Zero-shot tasks an eval job scores at each of its loop counts: name -> "KIND=FILE" with KIND
+  // one of hellaswag, piqa, arc, lambada, optionally ",limit=N" (the syntax of `cart eval
+  // --task`). Set names here and in val_data are metric name parts: letters, digits, '_', '.',
+  // '-', 1..64 characters.
+  std::map<std::string, std::string> tasks;
 };
 
 struct RunConfig {

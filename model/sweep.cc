@@ -2,6 +2,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <set>
 
 #include "common/status.h"
@@ -42,6 +43,9 @@ absl::Status ParseDerived(std::string_view file, const YAML::Node& node, Derived
         const std::string fk = f.first.as<std::string>();
         if (fk == "run") {
           CART_ASSIGN_OR_RETURN(d.run_index, Int(file, f.second, "derived.from.run"));
+        } else if (fk == "sweep") {
+          d.sweep = Scalar(f.second);
+          if (d.sweep.empty()) return At(file, f.second, "derived.from.sweep: must be a sweep name");
         } else if (fk == "match") {
           if (!f.second.IsMap()) return At(file, f.second, "derived.from.match: must be a mapping");
           for (const auto& m : f.second) d.match[m.first.as<std::string>()] = Scalar(m.second);
@@ -57,7 +61,8 @@ absl::Status ParseDerived(std::string_view file, const YAML::Node& node, Derived
           }
         } else {
           return At(file, f.first,
-                    StrCat("derived.from: unknown key '", fk, "' (known: run, match, checkpoint)"));
+                    StrCat("derived.from: unknown key '", fk,
+                           "' (known: sweep, run, match, checkpoint)"));
         }
       }
     } else if (key == "eval_loops") {
@@ -70,11 +75,29 @@ absl::Status ParseDerived(std::string_view file, const YAML::Node& node, Derived
       }
     } else if (key == "set") {
       if (!v.IsMap()) return At(file, v, "derived.set: must be a mapping of config keys");
+      YAML::Node maps(YAML::NodeType::Map);
       for (const auto& s : v) {
+        const std::string sk = s.first.as<std::string>();
+        if ((sk == "tasks" || sk == "val_data") && s.second.IsMap()) {
+          RunConfig probe;
+          YAML::Node one(YAML::NodeType::Map);
+          one[sk] = s.second;
+          YAML::Emitter e;
+          e << one;
+          absl::Status ok = ApplyYaml(probe, e.c_str(), StrCat(file, " (derived.set)"));
+          if (!ok.ok()) return At(file, s.second, StrCat("derived.set.", Message(ok)));
+          maps[sk] = s.second;
+          continue;
+        }
         RunConfig probe;
-        absl::Status ok = SetKey(probe, s.first.as<std::string>(), Scalar(s.second));
+        absl::Status ok = SetKey(probe, sk, Scalar(s.second));
         if (!ok.ok()) return At(file, s.first, StrCat("derived.set.", Message(ok)));
-        d.set.emplace_back(s.first.as<std::string>(), Scalar(s.second));
+        d.set.emplace_back(sk, Scalar(s.second));
+      }
+      if (maps.size() > 0) {
+        YAML::Emitter e;
+        e << maps;
+        d.set_maps_yaml = e.c_str();
       }
     } else {
       return At(
@@ -123,7 +146,7 @@ absl::StatusOr<SweepSpec> ParseSweepYaml(std::string_view text, std::string_view
         RunConfig probe;
         for (const auto& b : v) {
           const std::string bk = b.first.as<std::string>();
-          if (bk == "val_data") continue;
+          if (bk == "val_data" || bk == "tasks") continue;
           if (bk == "model" || bk == "train" || bk == "data") {
             if (b.second.IsMap()) continue;
           }
@@ -164,6 +187,24 @@ absl::StatusOr<SweepSpec> ParseSweepYaml(std::string_view text, std::string_view
       } else if (key == "max_runs") {
         CART_ASSIGN_OR_RETURN(spec.max_runs, Int(file, v, "max_runs"));
         if (spec.max_runs < 1) return At(file, v, "max_runs: must be at least 1");
+      } else if (key == "variants") {
+        if (!v.IsSequence() || v.size() == 0) {
+          return At(file, v, "variants: must be a non-empty list of config-key mappings");
+        }
+        for (const auto& e : v) {
+          if (!e.IsMap()) return At(file, e, "variants: each entry must be a mapping ({} for none)");
+          std::vector<std::pair<std::string, std::string>> overrides;
+          for (const auto& o : e) {
+            RunConfig probe;
+            absl::Status s = o.second.IsScalar()
+                                 ? SetKey(probe, o.first.as<std::string>(), o.second.Scalar())
+                                 : absl::InvalidArgumentError(o.first.as<std::string>() +
+                                                              ": must be a single value");
+            if (!s.ok()) return At(file, o.second, "variants." + Message(s));
+            overrides.emplace_back(o.first.as<std::string>(), o.second.Scalar());
+          }
+          spec.variants.push_back(std::move(overrides));
+        }
       } else if (key == "derived") {
         if (!v.IsSequence()) return At(file, v, "derived: must be a list");
         for (const auto& d : v) {
@@ -174,8 +215,8 @@ absl::StatusOr<SweepSpec> ParseSweepYaml(std::string_view text, std::string_view
       } else {
         return At(file, kv.first,
                   StrCat("unknown key '", key,
-                         "' (known: name, base, grid, seeds, priority, max_attempts, max_runs, "
-                         "derived)"));
+                         "' (known: name, base, grid, variants, seeds, priority, max_attempts, "
+                         "max_runs, derived)"));
       }
     }
   } catch (const YAML::Exception& e) {
@@ -185,20 +226,44 @@ absl::StatusOr<SweepSpec> ParseSweepYaml(std::string_view text, std::string_view
   return spec;
 }
 
-absl::StatusOr<std::vector<ExpandedRun>> ExpandSweep(const SweepSpec& spec, std::string_view file) {
-  int64_t count = static_cast<int64_t>(spec.seeds.size());
+std::vector<std::string> ParentSweeps(const SweepSpec& spec) {
+  std::vector<std::string> out;
+  for (const DerivedSpec& d : spec.derived) {
+    if (!d.sweep.empty() && std::find(out.begin(), out.end(), d.sweep) == out.end()) {
+      out.push_back(d.sweep);
+    }
+  }
+  return out;
+}
+
+ParentRun AsParentRun(const ExpandedRun& run) {
+  return ParentRun{0, run.index, run.name, run.config, run.params};
+}
+
+absl::StatusOr<std::vector<ExpandedRun>> ExpandSweep(
+    const SweepSpec& spec, std::string_view file,
+    const std::map<std::string, std::vector<ParentRun>>& parent_sweeps) {
+  // A sweep with neither base nor grid trains nothing itself: it only derives jobs from the runs
+  // of other sweeps (derived.from.sweep).
+  const bool trains = !spec.base_yaml.empty() || !spec.grid.empty() || !spec.variants.empty();
+  // Runs per grid point: every variant with every seed.
+  const int64_t per_point = static_cast<int64_t>(spec.seeds.size()) *
+                            std::max<int64_t>(1, static_cast<int64_t>(spec.variants.size()));
+  int64_t count = trains ? per_point : 0;
   for (const auto& [key, values] : spec.grid) {
     count *= static_cast<int64_t>(values.size());
     if (count > spec.max_runs) break;
   }
   if (count > spec.max_runs) {
-    int64_t full = static_cast<int64_t>(spec.seeds.size());
+    int64_t full = per_point;
     for (const auto& g : spec.grid) full *= static_cast<int64_t>(g.second.size());
     return absl::ResourceExhaustedError(StrCat(file, ": the grid expands to ", full,
                                                " runs, more than max_runs = ", spec.max_runs));
   }
   RunConfig base;
-  CART_RETURN_IF_ERROR(ApplyYaml(base, spec.base_yaml, StrCat(file, " (base)")));
+  if (!spec.base_yaml.empty()) {
+    CART_RETURN_IF_ERROR(ApplyYaml(base, spec.base_yaml, StrCat(file, " (base)")));
+  }
   std::vector<ExpandedRun> runs;
   std::vector<size_t> pos(spec.grid.size(), 0);
   auto finish = [&](ExpandedRun& r) -> absl::Status {
@@ -225,20 +290,29 @@ absl::StatusOr<std::vector<ExpandedRun>> ExpandSweep(const SweepSpec& spec, std:
     r.min_memory_bytes = MinTrainingBytes(r.config);
     return absl::OkStatus();
   };
-  for (int64_t i = 0; i < count / static_cast<int64_t>(spec.seeds.size()); ++i) {
-    for (int64_t seed : spec.seeds) {
-      ExpandedRun r;
-      r.index = static_cast<int64_t>(runs.size());
-      r.name = StrCat(spec.name, "/", r.index);
-      r.config = base;
-      for (size_t g = 0; g < spec.grid.size(); ++g) {
-        const auto& [key, values] = spec.grid[g];
-        CART_RETURN_IF_ERROR(SetKey(r.config, key, values[pos[g]]));
-        r.params[key] = values[pos[g]];
+  static const std::vector<std::pair<std::string, std::string>> kNoOverrides;
+  const int64_t points = count / per_point;
+  for (int64_t i = 0; i < points; ++i) {
+    for (size_t v = 0; v < std::max<size_t>(1, spec.variants.size()); ++v) {
+      const auto& overrides = spec.variants.empty() ? kNoOverrides : spec.variants[v];
+      for (int64_t seed : spec.seeds) {
+        ExpandedRun r;
+        r.index = static_cast<int64_t>(runs.size());
+        r.name = StrCat(spec.name, "/", r.index);
+        r.config = base;
+        for (size_t g = 0; g < spec.grid.size(); ++g) {
+          const auto& [key, values] = spec.grid[g];
+          CART_RETURN_IF_ERROR(SetKey(r.config, key, values[pos[g]]));
+          r.params[key] = values[pos[g]];
+        }
+        for (const auto& [key, value] : overrides) {
+          CART_RETURN_IF_ERROR(SetKey(r.config, key, value));
+          r.params[key] = value;
+        }
+        r.config.train.seed = seed;
+        CART_RETURN_IF_ERROR(finish(r));
+        runs.push_back(std::move(r));
       }
-      r.config.train.seed = seed;
-      CART_RETURN_IF_ERROR(finish(r));
-      runs.push_back(std::move(r));
     }
     // Odometer over the grid, last key fastest.
     for (size_t g = spec.grid.size(); g-- > 0;) {
@@ -247,10 +321,21 @@ absl::StatusOr<std::vector<ExpandedRun>> ExpandSweep(const SweepSpec& spec, std:
     }
   }
   const size_t trained = runs.size();
+  std::vector<ParentRun> own;
+  own.reserve(trained);
+  for (size_t p = 0; p < trained; ++p) own.push_back(AsParentRun(runs[p]));
   for (const DerivedSpec& d : spec.derived) {
+    const std::vector<ParentRun>* parents = &own;
+    if (!d.sweep.empty()) {
+      auto it = parent_sweeps.find(d.sweep);
+      if (it == parent_sweeps.end()) {
+        return absl::NotFoundError(StrCat(file, ": derived '", d.name, "': sweep '", d.sweep,
+                                          "' is not known (submit it first)"));
+      }
+      parents = &it->second;
+    }
     int matched = 0;
-    for (size_t p = 0; p < trained; ++p) {
-      const ExpandedRun& parent = runs[p];
+    for (const ParentRun& parent : *parents) {
       bool match = d.run_index >= 0 ? parent.index == d.run_index : true;
       for (const auto& [k, v] : d.match) {
         auto it = parent.params.find(k);
@@ -270,7 +355,16 @@ absl::StatusOr<std::vector<ExpandedRun>> ExpandSweep(const SweepSpec& spec, std:
       r.kind = d.kind;
       r.config = parent.config;
       for (const auto& [k, v] : d.set) CART_RETURN_IF_ERROR(SetKey(r.config, k, v));
-      r.parent_index = parent.index;
+      if (!d.set_maps_yaml.empty()) {
+        CART_RETURN_IF_ERROR(
+            ApplyYaml(r.config, d.set_maps_yaml, StrCat(file, " (derived '", d.name, "')")));
+      }
+      if (d.sweep.empty()) {
+        r.parent_index = parent.index;
+      } else {
+        r.parent_run_id = parent.run_id;
+        r.parent_name = parent.name;
+      }
       r.parent_checkpoint_step = d.checkpoint_step;
       r.eval_loops = d.eval_loops;
       if (r.kind == "eval" && r.eval_loops.empty()) {
@@ -282,7 +376,9 @@ absl::StatusOr<std::vector<ExpandedRun>> ExpandSweep(const SweepSpec& spec, std:
     }
     if (matched == 0) {
       return absl::InvalidArgumentError(
-          StrCat(file, ": derived '", d.name, "' matches no run of the grid"));
+          d.sweep.empty()
+              ? StrCat(file, ": derived '", d.name, "' matches no run of the grid")
+              : StrCat(file, ": derived '", d.name, "' matches no run of sweep '", d.sweep, "'"));
     }
   }
   if (static_cast<int64_t>(runs.size()) > spec.max_runs) {

@@ -7,6 +7,9 @@
 //   name: stage1
 //   base: {d: 256, P: 2, R: 2, steps: 3000, seq_len: 512, train_data: mix.bin}
 //   grid: {d: [256, 512, 768, 1024], R: [2, 4, 6, 8], P: [2, 3, 4, 6]}
+//   variants:           # optional: run sets differing in several keys at once, each crossed
+//     - {}              # with every grid point and seed ({}: the base as it is)
+//     - {core: unshared, core_attn: self}
 //   seeds: [42]
 //   priority: 10          # higher runs first
 //   max_attempts: 3       # attempts per run before FAILED
@@ -16,7 +19,11 @@
 //       kind: eval        # eval | train
 //       from: {match: {R: 6}, checkpoint: final}   # or {run: 3, checkpoint: 1500}
 //       eval_loops: [1, 2, 4, 6, 8, 16]
-//       set: {R_infer: 6} # config overrides for the derived job
+//       set: {R_infer: 6} # config overrides for the derived job (tasks/val_data as mappings)
+//     - name: varR2       # from the runs of another, already submitted sweep
+//       from: {sweep: stage2, match: {d: 1024, R: 6}, checkpoint: final}
+//
+// A sweep with neither `base` nor `grid` trains nothing itself and holds only derived jobs.
 
 #include <cstdint>
 #include <map>
@@ -31,18 +38,22 @@ namespace cart::model {
 
 struct DerivedSpec {
   std::string name;
+  std::string sweep;  // parents from this other sweep; empty: this sweep's own grid
   std::string kind = "eval";                             // "eval" or "train"
   std::map<std::string, std::string> match;              // parents whose params have these values
   int64_t run_index = -1;                                // or one parent by index (>= 0)
   int64_t checkpoint_step = -1;                          // -1: the parent's final checkpoint
   std::vector<int> eval_loops;                           // eval: R_infer values, 1..16
   std::vector<std::pair<std::string, std::string>> set;  // config overrides
+  std::string set_maps_yaml;  // `set` entries that are mappings (tasks, val_data), as YAML
 };
 
 struct SweepSpec {
   std::string name;
   std::string base_yaml;  // the `base` mapping as YAML text
   std::vector<std::pair<std::string, std::vector<std::string>>> grid;  // key -> values, file order
+  // Each entry: config overrides applied after the grid point (empty: none), file order.
+  std::vector<std::vector<std::pair<std::string, std::string>>> variants;
   std::vector<int64_t> seeds = {42};
   int64_t priority = 0;
   int64_t max_attempts = 3;
@@ -61,7 +72,9 @@ struct ExpandedRun {
   int64_t effective_params = 0;
   int64_t memory_estimate_bytes = 0;    // per micro-batch training estimate (EstimateTrainingBytes)
   int64_t min_memory_bytes = 0;         // the estimate at micro-batch 1 (MinTrainingBytes)
-  int64_t parent_index = -1;            // derived jobs: index of the parent run
+  int64_t parent_index = -1;            // derived jobs: index of the parent run in this sweep
+  int64_t parent_run_id = 0;            // ... or the id of a run of another sweep (0: none)
+  std::string parent_name;              // that run's "<sweep>/<index>" (for messages)
   int64_t parent_checkpoint_step = -1;  // -1: the parent's final checkpoint
   std::vector<int> eval_loops;
 };
@@ -70,9 +83,26 @@ struct ExpandedRun {
 // values and invalid combinations (the message lists allowed values).
 absl::StatusOr<SweepSpec> ParseSweepYaml(std::string_view text, std::string_view file);
 
-// Expands grid × seeds (grid keys vary slowest-first in file order, seeds fastest), then the
+// A run that derived jobs of another sweep may start from.
+struct ParentRun {
+  int64_t run_id = 0;  // the store's id (0 in a dry run that expanded the parent file locally)
+  int64_t index = 0;   // within its sweep
+  std::string name;    // "<sweep>/<index>"
+  RunConfig config;
+  std::map<std::string, std::string> params;  // every scalar key -> value
+};
+ParentRun AsParentRun(const ExpandedRun& run);
+
+// The sweeps that derived jobs name in from.sweep, in file order, each once.
+std::vector<std::string> ParentSweeps(const SweepSpec& spec);
+
+// Expands grid × variants × seeds (grid keys vary slowest-first in file order, seeds fastest),
+// then the
 // derived jobs. Every run's config is validated; the error names the run's grid point.
-// ResourceExhausted when the expansion exceeds max_runs, with the count.
-absl::StatusOr<std::vector<ExpandedRun>> ExpandSweep(const SweepSpec& spec, std::string_view file);
+// ResourceExhausted when the expansion exceeds max_runs, with the count. parent_sweeps holds the
+// trained runs of every sweep in ParentSweeps(spec) (NotFound names one that is missing).
+absl::StatusOr<std::vector<ExpandedRun>> ExpandSweep(
+    const SweepSpec& spec, std::string_view file,
+    const std::map<std::string, std::vector<ParentRun>>& parent_sweeps = {});
 
 }  // namespace cart::model

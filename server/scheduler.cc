@@ -50,8 +50,12 @@ store::NewRun ToNewRun(model::ExpandedRun&& expanded, int64_t max_attempts) {
   run.memory_estimate_bytes = expanded.memory_estimate_bytes;
   run.min_memory_bytes = expanded.min_memory_bytes;
   run.max_attempts = static_cast<int>(max_attempts);
-  if (expanded.parent_index >= 0) {
-    run.parent_name = StrCat(expanded.parent_index);
+  if (expanded.parent_index >= 0 || expanded.parent_run_id > 0) {
+    if (expanded.parent_run_id > 0) {
+      run.parent_run_id = expanded.parent_run_id;
+    } else {
+      run.parent_name = StrCat(expanded.parent_index);
+    }
     run.parent_checkpoint = expanded.parent_checkpoint_step < 0
                                 ? std::string("final")
                                 : StrCat(expanded.parent_checkpoint_step);
@@ -79,7 +83,9 @@ RunRecord PreviewRun(const model::SweepSpec& spec, const store::NewRun& run, int
   record.effective_params = run.effective_params;
   record.memory_estimate_bytes = run.memory_estimate_bytes;
   record.min_memory_bytes = run.min_memory_bytes;
-  record.state = run.parent_name.empty() ? RunState::kQueued : RunState::kBlocked;
+  record.state = run.parent_name.empty() && !run.parent_run_id ? RunState::kQueued
+                                                               : RunState::kBlocked;
+  record.parent_run_id = run.parent_run_id;
   record.priority = spec.priority;
   record.max_attempts = run.max_attempts;
   record.parent_checkpoint = run.parent_checkpoint;
@@ -211,7 +217,32 @@ absl::StatusOr<SubmitResult> Scheduler::SubmitSweep(const SubmitRequest& request
   }
   // The file's own max_runs may only lower the server's limit.
   spec.max_runs = std::min(spec.max_runs, options_.max_runs_per_sweep);
-  CART_ASSIGN_OR_RETURN(std::vector<model::ExpandedRun> expanded, model::ExpandSweep(spec, file));
+  // Derived jobs may start from the trained runs of sweeps already in the store.
+  std::map<std::string, std::vector<model::ParentRun>> parent_sweeps;
+  for (const std::string& name : model::ParentSweeps(spec)) {
+    store::RunFilter filter;
+    filter.sweeps = {name};
+    CART_ASSIGN_OR_RETURN(std::vector<RunRecord> records, store_->ListRuns(filter));
+    std::vector<model::ParentRun>& parents = parent_sweeps[name];
+    for (const RunRecord& record : records) {
+      if (KindOf(record) != "train") continue;
+      absl::StatusOr<model::RunConfig> config =
+          model::ParseRunConfigYaml(record.config_yaml, StrCat("run ", record.id));
+      if (!config.ok()) return absl::InternalError(Message(config.status()));
+      model::ParentRun parent;
+      parent.run_id = record.id;
+      parent.index = ParseInt64(record.name).value_or(-1);
+      parent.name = StrCat(name, "/", record.name);
+      parent.config = *std::move(config);
+      for (const std::string& k : model::ScalarKeys()) {
+        parent.params[k] = model::GetKey(parent.config, k).value();
+      }
+      parents.push_back(std::move(parent));
+    }
+    if (records.empty()) parent_sweeps.erase(name);  // reported by ExpandSweep as unknown
+  }
+  CART_ASSIGN_OR_RETURN(std::vector<model::ExpandedRun> expanded,
+                        model::ExpandSweep(spec, file, parent_sweeps));
 
   store::NewSweep sweep;
   sweep.name = spec.name;

@@ -324,9 +324,12 @@ absl::StatusOr<TrainResult> Trainer::Run() {
                   {"epoch", static_cast<double>(reader_->epoch())},
                   {"rss_mib", ResidentMiB()}};
       if (config_.model.model == model::ModelKind::kCart) {
-        r.values["rho_max"] = diag.rho_max;
-        r.values["rho_mean"] = diag.rho_mean;
-        r.values["rho_min"] = diag.rho_min;
+        // ρ belongs to the weights the record's step names: read σ(a) after the optimizer step,
+        // not the value the forward pass saw before it (the per-loop norms are of that pass).
+        const model::Diagnostics rho = model_->Rho();
+        r.values["rho_max"] = rho.rho_max;
+        r.values["rho_mean"] = rho.rho_mean;
+        r.values["rho_min"] = rho.rho_min;
         for (size_t i = 0; i < diag.h_norm.size(); ++i) {
           r.values[StrCat("h_norm/", i)] = diag.h_norm[i];
           r.values[StrCat("rel_update/", i)] = diag.rel_update[i];

@@ -6,6 +6,7 @@
 
 #include "common/status.h"
 #include "common/strings.h"
+#include "data/token_file.h"
 
 namespace cart::train {
 namespace {
@@ -129,12 +130,12 @@ absl::StatusOr<std::vector<ContinuationScore>> ScoreContinuations(
 }
 
 ContinuationRequest EncodePair(const data::Tokenizer& tokenizer, const std::string& context,
-                               const std::string& continuation) {
+                               const std::string& continuation, bool prepend_bos) {
   auto [ctx, cont] = data::SplitTrailingSpaces(context, continuation);
   std::vector<int64_t> whole = tokenizer.Encode(ctx + cont);
   std::vector<int64_t> context_ids = tokenizer.Encode(ctx);
   ContinuationRequest r;
-  if (tokenizer.bos_id() >= 0) r.context.push_back(tokenizer.bos_id());
+  if (prepend_bos && tokenizer.bos_id() >= 0) r.context.push_back(tokenizer.bos_id());
   const size_t split = std::min(context_ids.size(), whole.size());
   r.context.insert(r.context.end(), whole.begin(), whole.begin() + split);
   r.continuation.assign(whole.begin() + split, whole.end());
@@ -192,7 +193,7 @@ absl::StatusOr<TaskResult> EvaluateTask(model::LanguageModel& model,
   std::vector<ContinuationRequest> requests;
   for (const data::TaskItem& item : task.items) {
     for (const std::string& choice : item.choices) {
-      ContinuationRequest r = EncodePair(tokenizer, item.context, " " + choice);
+      ContinuationRequest r = EncodePair(tokenizer, item.context, " " + choice, options.prepend_bos);
       if (r.context.empty() || r.continuation.empty()) {
         return absl::InvalidArgumentError(StrCat(task.path, ":", item.line,
                                                  ": the context or the choice \"", choice,
@@ -203,7 +204,28 @@ absl::StatusOr<TaskResult> EvaluateTask(model::LanguageModel& model,
   }
   CART_ASSIGN_OR_RETURN(std::vector<ContinuationScore> scores,
                         ScoreContinuations(model, requests, options));
-  return AggregateTask(task, scores);
+  CART_ASSIGN_OR_RETURN(TaskResult result, AggregateTask(task, scores));
+  result.prepend_bos = options.prepend_bos;
+  return result;
+}
+
+absl::StatusOr<std::unique_ptr<data::Tokenizer>> RunTokenizer(const model::RunConfig& config) {
+  if (config.data.train_data.empty()) {
+    return absl::InvalidArgumentError(
+        "the run names no train_data to take its tokenizer from; give --tokenizer SPEC");
+  }
+  CART_ASSIGN_OR_RETURN(data::TokenFile file, data::TokenFile::Open(config.data.train_data));
+  return data::Tokenizer::Load(file.info().tokenizer);
+}
+
+absl::StatusOr<std::vector<data::Task>> LoadRunTasks(const model::RunConfig& config) {
+  std::vector<data::Task> tasks;
+  for (const auto& [name, spec] : config.data.tasks) {
+    CART_ASSIGN_OR_RETURN(data::TaskSource source, data::ParseTaskSource(name + ":" + spec));
+    CART_ASSIGN_OR_RETURN(data::Task task, data::LoadTask(source));
+    tasks.push_back(std::move(task));
+  }
+  return tasks;
 }
 
 }  // namespace cart::train

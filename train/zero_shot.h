@@ -7,12 +7,14 @@
 // log-likelihood). The task files are read by data/tasks.h.
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "data/tasks.h"
 #include "data/tokenizer.h"
+#include "model/config.h"
 #include "model/language_model.h"
 
 namespace cart::train {
@@ -32,6 +34,11 @@ struct ZeroShotOptions {
   int loops = 0;          // CART loops (R_infer), 1..16; 0: the model's R_infer or R
   int64_t max_len = 512;  // model context: longer inputs keep their last max_len tokens
   int64_t batch = 8;      // requests per forward pass (right-padded; the model is causal)
+  // Start every context with the tokenizer's BOS. lm-evaluation-harness does not for causal
+  // models by default (its `add_bos_token` is off), so neither do we; a model trained on
+  // BOS-prefixed documents may score better with it, which is why it is a switch and why every
+  // task result records which was used.
+  bool prepend_bos = false;
 };
 
 // Scores every request; result i belongs to request i. Inputs longer than max_len are cut from
@@ -44,10 +51,10 @@ absl::StatusOr<std::vector<ContinuationScore>> ScoreContinuations(
 
 // Token ids of (context, " " + choice) as lm-eval's _encode_pair makes them: trailing spaces of
 // the context move to the continuation, the pair is encoded whole, and the continuation is what
-// follows the separately encoded context. The tokenizer's BOS (when it has one) starts the
-// context, as it starts every training document.
+// follows the separately encoded context. With prepend_bos the tokenizer's BOS (when it has one)
+// starts the context, as it starts every training document.
 ContinuationRequest EncodePair(const data::Tokenizer& tokenizer, const std::string& context,
-                               const std::string& continuation);
+                               const std::string& continuation, bool prepend_bos);
 
 struct TaskResult {
   std::string name;
@@ -57,6 +64,7 @@ struct TaskResult {
   double acc_norm = 0, acc_norm_stderr = 0;  // multiple choice only
   double perplexity = 0;                     // LAMBADA only
   int64_t chance_choices = 0;                // choices per item when all items have the same count
+  bool prepend_bos = false;                  // whether contexts started with BOS (the option used)
 };
 
 // Aggregates the scores of a task's requests (for each item in order, one per choice) into its
@@ -69,5 +77,13 @@ absl::StatusOr<TaskResult> AggregateTask(const data::Task& task,
 absl::StatusOr<TaskResult> EvaluateTask(model::LanguageModel& model,
                                         const data::Tokenizer& tokenizer, const data::Task& task,
                                         const ZeroShotOptions& options);
+
+// The tokenizer a run was trained with: the one its train_data's metadata names.
+// InvalidArgument when the run has no train_data; the token file's errors otherwise.
+absl::StatusOr<std::unique_ptr<data::Tokenizer>> RunTokenizer(const model::RunConfig& config);
+
+// Reads the run's zero-shot tasks (config.data.tasks: name -> "KIND=FILE[,limit=N]"), each
+// named by its key, in name order. The errors of data::ParseTaskSource and data::LoadTask.
+absl::StatusOr<std::vector<data::Task>> LoadRunTasks(const model::RunConfig& config);
 
 }  // namespace cart::train

@@ -18,6 +18,7 @@
 #include "train/checkpoint.h"
 #include "train/eval.h"
 #include "train/trainer.h"
+#include "train/zero_shot.h"
 #include "worker/metric_buffer.h"
 
 namespace cart::worker {
@@ -427,6 +428,37 @@ JobEnd Session::Evaluate() {
     if (!loaded.ok()) return fail(loaded);
     std::vector<int> loops(job_.eval_loops().begin(), job_.eval_loops().end());
     if (loops.empty()) loops.push_back(config->model.effective_R_infer());
+    absl::StatusOr<std::vector<data::Task>> tasks = train::LoadRunTasks(*config);
+    if (!tasks.ok()) return fail(tasks.status());
+    std::unique_ptr<data::Tokenizer> tokenizer;
+    if (!tasks->empty()) {
+      absl::StatusOr<std::unique_ptr<data::Tokenizer>> t = train::RunTokenizer(*config);
+      if (!t.ok()) return fail(t.status());
+      tokenizer = std::move(*t);
+    }
+    // Zero-shot tasks: one record per loop count (step = R_infer, as for perplexity), metrics
+    // named after the task; the run's config records eval_bos.
+    for (int r : loops) {
+      if (stop_training_) break;
+      train::MetricRecord record;
+      record.step = r;
+      for (const data::Task& task : *tasks) {
+        train::ZeroShotOptions options;
+        options.loops = r;
+        options.max_len = config->train.seq_len;
+        options.prepend_bos = config->train.eval_bos;
+        absl::StatusOr<train::TaskResult> t =
+            train::EvaluateTask(**m, *tokenizer, task, options);
+        if (!t.ok()) return fail(t.status());
+        record.values[StrCat("task_acc/", task.name)] = t->acc;
+        if (task.kind == data::TaskKind::kLambada) {
+          record.values[StrCat("task_ppl/", task.name)] = t->perplexity;
+        } else {
+          record.values[StrCat("task_acc_norm/", task.name)] = t->acc_norm;
+        }
+      }
+      if (!record.values.empty()) OnMetrics(record);
+    }
     for (const auto& [name, path] : config->data.val_data) {
       for (int r : loops) {
         if (stop_training_) break;

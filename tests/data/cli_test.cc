@@ -59,6 +59,18 @@ TEST(DataCliTest, PrepareWithHoldoutAndMixture) {
   ASSERT_THAT(m, IsOk());
   // wiki.bin has 2 × (1 + 8 + 1) = 20 tokens = 5 chunks of 4, so 5 cycles of 16 tokens.
   EXPECT_EQ(m->size(), 5 * 16);
+  // Without --chunk-tokens the mixture uses the reference loader's 512-token chunks: a 1:1 mix
+  // of tiny.bin with itself has one cycle of 2 × 512 tokens per 512 tokens of tiny.bin.
+  CliRun mix512 = Cart("data prepare --mix tiny=" + dir.File("tiny.bin") + ":1,tiny2=" +
+                       dir.File("tiny.bin") + ":1 --out " + dir.File("mix512.bin"));
+  ASSERT_EQ(mix512.exit_code, 0) << mix512.output;
+  EXPECT_THAT(mix512.output, HasSubstr("chunks of 512 tokens"));
+  auto m512 = TokenFile::Open(dir.File("mix512.bin"));
+  ASSERT_THAT(m512, IsOk());
+  auto tiny = TokenFile::Open(dir.File("tiny.bin"));
+  ASSERT_THAT(tiny, IsOk());
+  ASSERT_GE(tiny->size(), 512);
+  EXPECT_EQ(m512->size(), tiny->size() / 512 * 1024);
   CliRun info = Cart("data info --head 5 " + dir.File("tiny.bin"));
   ASSERT_EQ(info.exit_code, 0) << info.output;
   EXPECT_THAT(info.output, HasSubstr("first 5 ids: 256 84 97 108 101"));

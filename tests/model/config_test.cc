@@ -9,6 +9,7 @@ namespace {
 
 using ::cart::testing::IsOk;
 using ::cart::testing::StatusIs;
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 TEST(ConfigTest, DefaultsAreThePaperRecipeAndValid) {
@@ -110,6 +111,26 @@ TEST(ConfigTest, SetKeyRejectsUnknownKeys) {
   EXPECT_THAT(SetKey(c, "nope", "1"),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("unknown key 'nope'")));
   EXPECT_THAT(GetKey(c, "nope"), StatusIs(absl::StatusCode::kNotFound, HasSubstr("nope")));
+}
+
+TEST(ConfigTest, TasksRoundTripAndNamesAreCheckedAsMetricNameParts) {
+  CART_ASSERT_OK_AND_ASSIGN(
+      RunConfig c, ParseRunConfigYaml("d: 64\neval_bos: true\ntasks:\n  lambada: lambada=l.jsonl\n"
+                                      "  arc_c: arc=ARC.jsonl,limit=10\n",
+                                      "run.yaml"));
+  EXPECT_TRUE(c.train.eval_bos);
+  ASSERT_EQ(c.data.tasks.size(), 2u);
+  EXPECT_EQ(c.data.tasks.at("arc_c"), "arc=ARC.jsonl,limit=10");
+  EXPECT_TRUE(Validate(c).ok());
+  CART_ASSERT_OK_AND_ASSIGN(RunConfig back, ParseRunConfigYaml(ToYaml(c), "back.yaml"));
+  EXPECT_EQ(ToYaml(back), ToYaml(c));
+  c.data.tasks["mmlu"] = "mmlu=x.jsonl";
+  EXPECT_THAT(Validate(c), StatusIs(absl::StatusCode::kInvalidArgument,
+                                    AllOf(HasSubstr("tasks.mmlu"), HasSubstr("hellaswag, piqa"))));
+  c.data.tasks.erase("mmlu");
+  c.data.val_data["wiki text"] = "w.bin";
+  EXPECT_THAT(Validate(c), StatusIs(absl::StatusCode::kInvalidArgument,
+                                    AllOf(HasSubstr("val_data"), HasSubstr("'wiki text'"))));
 }
 
 }  // namespace

@@ -1,5 +1,10 @@
 #include "model/sweep.h"
 
+#include <fstream>
+#include <sstream>
+
+#include "model/accounting.h"
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/support/test_support.h"
@@ -89,6 +94,142 @@ TEST(SweepTest, GridPastTheLimitIsRefusedWithTheCount) {
                      "big.yaml"));
   EXPECT_THAT(ExpandSweep(spec, "big.yaml"),
               StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("expands to 110 runs")));
+}
+
+// ---- The paper's program as sweep files (sweeps/paper/).
+
+SweepSpec LoadPaperSweep(const std::string& name) {
+  const std::string path = std::string(CART_SOURCE_DIR) + "/sweeps/paper/" + name + ".yaml";
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  absl::StatusOr<SweepSpec> spec = ParseSweepYaml(text.str(), path);
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  return spec.ok() ? *spec : SweepSpec{};
+}
+
+std::vector<ExpandedRun> ExpandPaper(const std::string& name,
+                                     const std::map<std::string, std::vector<ParentRun>>& p = {}) {
+  absl::StatusOr<std::vector<ExpandedRun>> runs = ExpandSweep(LoadPaperSweep(name), name, p);
+  EXPECT_TRUE(runs.ok()) << runs.status();
+  return runs.ok() ? *runs : std::vector<ExpandedRun>{};
+}
+
+int CountKind(const std::vector<ExpandedRun>& runs, const std::string& kind) {
+  int n = 0;
+  for (const auto& r : runs) n += r.kind == kind;
+  return n;
+}
+
+TEST(PaperSweepsTest, EachFileExpandsToTheProgramsRunCounts) {
+  EXPECT_EQ(ExpandPaper("stage1").size(), 64u);  // 4 d × 4 R × 4 P, one seed
+  const std::vector<ExpandedRun> stage2 = ExpandPaper("stage2");
+  EXPECT_EQ(CountKind(stage2, "train"), 36);  // 4 d × 3 R × 3 seeds
+  EXPECT_EQ(CountKind(stage2, "eval"), 12);   // variable-R of every R = 6 model
+  EXPECT_EQ(ExpandPaper("baselines").size(), 6u);     // 2 depths × 3 seeds
+  EXPECT_EQ(ExpandPaper("faithfulness").size(), 4u);  // 2 gates × 2 decay scopes
+  EXPECT_EQ(ExpandPaper("leak").size(), 2u);          // causal and not
+  EXPECT_EQ(ExpandPaper("ablations").size(), 6u);     // baseline and five ablations
+
+  std::map<std::string, std::vector<ParentRun>> parents;
+  for (const ExpandedRun& r : stage2) {
+    if (r.kind == "train") parents["stage2"].push_back(AsParentRun(r));
+  }
+  const std::vector<ExpandedRun> varr = ExpandPaper("variable_r", parents);
+  ASSERT_EQ(varr.size(), 3u);  // the three seeds of d = 1024, R = 6
+  for (const ExpandedRun& r : varr) {
+    EXPECT_EQ(r.kind, "eval");
+    EXPECT_EQ(r.config.model.d, 1024);
+    EXPECT_EQ(r.config.model.R, 6);
+    EXPECT_EQ(r.eval_loops, (std::vector<int>{1, 2, 4, 6, 8, 12, 16}));
+    EXPECT_EQ(r.config.data.tasks.size(), 4u);
+    EXPECT_EQ(r.config.data.tasks.at("lambada"), "lambada=var/data/tasks/lambada_test.jsonl");
+    EXPECT_FALSE(r.config.train.eval_bos);  // lm-eval's default
+    EXPECT_EQ(r.parent_index, -1);
+    EXPECT_TRUE(r.parent_name.rfind("stage2/", 0) == 0) << r.parent_name;
+  }
+}
+
+TEST(PaperSweepsTest, BaselineDepthsAreWhatTheParameterHelperMatches) {
+  ModelConfig cart;  // the stage-2 headline CART
+  cart.vocab = 32000;
+  cart.d = 1024;
+  cart.P = 6;
+  cart.R = 6;
+  const std::vector<ExpandedRun> runs = ExpandPaper("baselines");
+  ASSERT_EQ(runs.size(), 6u);
+  EXPECT_EQ(runs.front().config.model.layers, MatchDenseDepth(cart, MatchTarget::kStored).layers);
+  EXPECT_EQ(runs.back().config.model.layers,
+            MatchDenseDepth(cart, MatchTarget::kEffective).layers);
+  for (const ExpandedRun& r : runs) EXPECT_EQ(r.config.model.model, ModelKind::kDense);
+}
+
+TEST(PaperSweepsTest, AblationVariantsChangeOneSwitchSetEach) {
+  const std::vector<ExpandedRun> runs = ExpandPaper("ablations");
+  ASSERT_EQ(runs.size(), 6u);
+  EXPECT_EQ(runs[0].params.at("kv"), "frozen");
+  EXPECT_EQ(runs[1].params.at("kv"), "recompute");
+  EXPECT_EQ(runs[2].params.at("R"), "1");
+  EXPECT_EQ(runs[3].params.at("core"), "unshared");
+  EXPECT_EQ(runs[3].params.at("core_attn"), "cross");
+  EXPECT_EQ(runs[4].params.at("core_attn"), "self");
+  EXPECT_EQ(runs[5].params.at("hyper"), "off");
+  // Everything else is the baseline's.
+  EXPECT_EQ(runs[5].params.at("R"), "6");
+  EXPECT_EQ(runs[5].params.at("kv"), "frozen");
+}
+
+TEST(PaperSweepsTest, DryRunCostUsesThePapersThroughput) {
+  // At a measured width, with the paper's own config, the estimate is the measured speed:
+  // 30,500 steps × 32,768 tokens at 32,393 tokens/s = 8.57 h.
+  const std::vector<ExpandedRun> stage2 = ExpandPaper("stage2");
+  const ExpandedRun* headline = nullptr;
+  for (const ExpandedRun& r : stage2) {
+    if (r.kind == "train" && r.config.model.d == 1024 && r.config.model.R == 6) headline = &r;
+  }
+  ASSERT_NE(headline, nullptr);
+  const RunCost cost = EstimateRunCost(headline->config, false, {});
+  EXPECT_EQ(cost.tokens, int64_t{30500} * 32768);
+  EXPECT_NEAR(cost.rtx3090_hours, 30500.0 * 32768 / 32393 / 3600, 0.01);
+  // R = 10 costs more FLOPs per token, so more hours at the same width.
+  const ExpandedRun* r10 = nullptr;
+  for (const ExpandedRun& r : stage2) {
+    if (r.kind == "train" && r.config.model.d == 1024 && r.config.model.R == 10) r10 = &r;
+  }
+  ASSERT_NE(r10, nullptr);
+  EXPECT_GT(EstimateRunCost(r10->config, false, {}).rtx3090_hours, cost.rtx3090_hours);
+}
+
+TEST(SweepTest, DerivedJobsFromAnotherSweepNeedItsRuns) {
+  constexpr char kDerivedOnly[] = R"(name: later
+derived:
+  - name: evalR
+    kind: eval
+    from: {sweep: first, match: {R: 4}}
+    eval_loops: [1, 4]
+)";
+  CART_ASSERT_OK_AND_ASSIGN(SweepSpec spec, ParseSweepYaml(kDerivedOnly, "later.yaml"));
+  EXPECT_EQ(ParentSweeps(spec), std::vector<std::string>{"first"});
+  EXPECT_THAT(ExpandSweep(spec, "later.yaml"),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("sweep 'first'")));
+  std::map<std::string, std::vector<ParentRun>> parents;
+  for (int r : {2, 4}) {
+    ParentRun p;
+    p.run_id = 100 + r;
+    p.index = r;
+    p.name = "first/" + std::to_string(r);
+    p.config.model.R = r;
+    p.params["R"] = std::to_string(r);
+    parents["first"].push_back(p);
+  }
+  CART_ASSERT_OK_AND_ASSIGN(auto runs, ExpandSweep(spec, "later.yaml", parents));
+  ASSERT_EQ(runs.size(), 1u);  // no grid of its own: only the derived job
+  EXPECT_EQ(runs[0].parent_run_id, 104);
+  EXPECT_EQ(runs[0].parent_index, -1);
+  EXPECT_EQ(runs[0].config.model.R, 4);
+  parents["first"].pop_back();
+  EXPECT_THAT(ExpandSweep(spec, "later.yaml", parents),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("matches no run of sweep")));
 }
 
 }  // namespace

@@ -413,6 +413,45 @@ TEST_F(SchedulerTest, DerivedJobIsBlockedUntilItsParentHasTheFinalCheckpoint) {
   EXPECT_EQ(derived->init_from->step, 10);
 }
 
+// variable_r.yaml's shape: a sweep of derived jobs only, whose parents are runs of a sweep
+// already in the store; each child waits for its own parent's final checkpoint.
+TEST_F(SchedulerTest, DerivedJobsOfALaterSweepStartFromAnotherSweepsRuns) {
+  constexpr char kLater[] = R"(name: later
+derived:
+  - name: evalR
+    kind: eval
+    from: {sweep: first, match: {R: 4}, checkpoint: final}
+    eval_loops: [1, 4, 8]
+    set:
+      tasks: {lambada: lambada=l.jsonl}
+)";
+  SubmitRequest early;
+  early.spec_yaml = kLater;
+  early.file_name = "later.yaml";
+  EXPECT_THAT(scheduler_->SubmitSweep(early),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("sweep 'first'")));
+
+  SubmitResult first = Submit(R"(name: first
+base: {d: 64, vocab: 100, P: 1, steps: 10}
+grid: {R: [2, 4]}
+seeds: [1, 2]
+)");
+  ASSERT_EQ(first.runs.size(), 4u);  // R=2 s1, R=2 s2, R=4 s1, R=4 s2
+  SubmitResult later = Submit(kLater);
+  ASSERT_EQ(later.runs.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    const store::RunRecord& child = later.runs[i];
+    EXPECT_EQ(child.state, RunState::kBlocked);
+    ASSERT_TRUE(child.parent_run_id.has_value());
+    EXPECT_EQ(*child.parent_run_id, first.runs[2 + i].id);
+    CART_ASSERT_OK_AND_ASSIGN(model::RunConfig config,
+                              model::ParseRunConfigYaml(child.config_yaml, "child"));
+    EXPECT_EQ(config.model.R, 4);
+    EXPECT_EQ(config.train.seed, static_cast<int64_t>(i + 1));
+    EXPECT_EQ(config.data.tasks.at("lambada"), "lambada=l.jsonl");
+  }
+}
+
 TEST_F(SchedulerTest, CancelResumeAndExtendFollowTheRunLifecycle) {
   SubmitResult sweep = Submit(OneRunSweep("s"));
   const int64_t run = sweep.runs[0].id;

@@ -93,6 +93,7 @@ TEST(EvalCliTest, TrainedModelAnswersZeroShotTasksInTheirRealFormats) {
   for (const auto& [name, row] : by_task) {
     EXPECT_EQ(row["items"], 4) << name;
     EXPECT_EQ(row["step"], 150) << name;
+    EXPECT_EQ(row["bos"], false) << name;  // lm-eval's default for causal models
   }
   // The model saw "the cat eats fish." thousands of times: chance is 0.25 for HellaSwag; it
   // must get every item. LAMBADA: every target word is the model's greedy continuation, at a
@@ -103,6 +104,17 @@ TEST(EvalCliTest, TrainedModelAnswersZeroShotTasksInTheirRealFormats) {
   EXPECT_LT(by_task["lambada"]["perplexity"].get<double>(), 1.5) << by_task["lambada"];
   EXPECT_DOUBLE_EQ(by_task["piqa"]["chance"].get<double>(), 0.5);
   EXPECT_EQ(by_task["arc_easy"]["kind"], "arc");
+
+  // --bos starts each context with BOS, the way every training document started, and says so.
+  CommandResult with_bos = RunCart("eval " + dir.File("run") + " --json --bos --task lambada=" +
+                                   dir.File("lambada_test.jsonl"));
+  ASSERT_EQ(with_bos.exit_code, 0) << with_bos.output;
+  const nlohmann::json bos_rows =
+      nlohmann::json::parse(with_bos.output.substr(with_bos.output.find('[')));
+  ASSERT_EQ(bos_rows.size(), 1u) << with_bos.output;
+  EXPECT_EQ(bos_rows[0]["bos"], true);
+  EXPECT_NE(bos_rows[0]["perplexity"].get<double>(),
+            by_task["lambada"]["perplexity"].get<double>());
 
   CommandResult bad =
       RunCart("eval " + dir.File("run") + " --task mmlu=" + dir.File("valid.jsonl"));

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "common/strings.h"
@@ -157,6 +158,31 @@ TEST_F(TrainerTest, TrainsWritesMetricsConfigAndCheckpoints) {
   CART_ASSERT_OK_AND_ASSIGN(model::RunConfig back,
                             model::LoadRunConfigFile(dir_.File("run/config.yaml")));
   EXPECT_EQ(model::ToYaml(back), model::ToYaml(config_));
+}
+
+// ρ is a property of the weights: the value recorded at step N must be σ(a) of the weights the
+// step-N checkpoint holds (after N optimizer steps), not of the weights the step's forward pass
+// saw (after N − 1).
+TEST_F(TrainerTest, RhoIsRecordedAfterTheOptimizerStep) {
+  TrainOptions o;
+  o.out_dir = dir_.File("run");
+  CART_ASSERT_OK_AND_ASSIGN(TrainResult r, Train(config_, o));
+  ASSERT_TRUE(r.finished);
+  std::map<int64_t, double> rho_at;
+  for (const auto& m : ReadMetrics(dir_.File("run/metrics.jsonl"))) {
+    if (m.contains("rho_max")) rho_at[m["step"].get<int64_t>()] = m["rho_max"].get<double>();
+  }
+  auto ckpts = ListCheckpoints(dir_.File("run/checkpoints"));
+  ASSERT_EQ(ckpts.size(), 2u);
+  for (const CheckpointManifest& c : ckpts) {
+    CART_ASSERT_OK_AND_ASSIGN(auto m, model::BuildModel(config_.model, config_.train.seed));
+    ASSERT_TRUE(LoadCheckpoint(c, *m, nullptr).ok());
+    ASSERT_TRUE(rho_at.count(c.step)) << c.step;
+    EXPECT_DOUBLE_EQ(rho_at[c.step], m->Rho().rho_max) << "step " << c.step;
+    // ...and the weights moved σ(a) in that step, so the pre-step value would differ.
+    ASSERT_TRUE(rho_at.count(c.step - 1)) << c.step - 1;
+    EXPECT_NE(rho_at[c.step - 1], rho_at[c.step]) << "step " << c.step;
+  }
 }
 
 TEST_F(TrainerTest, ResumeIsBitIdenticalToAnUninterruptedRun) {

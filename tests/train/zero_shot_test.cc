@@ -121,13 +121,18 @@ TEST(ScoreContinuationsTest, BadRequestsGetClearErrors) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("longer than the model")));
 }
 
-TEST(EncodePairTest, SplitsWhereLmEvalDoesAndStartsWithBos) {
+TEST(EncodePairTest, SplitsWhereLmEvalDoesAndStartsWithBosOnlyWhenAsked) {
   auto bytes = data::Tokenizer::Load("bytes");
   ASSERT_TRUE(bytes.ok()) << bytes.status();
-  ContinuationRequest r = EncodePair(**bytes, "Answer: ", "yes");
-  // The context's trailing space moves to the continuation; BOS (256) starts the context.
-  EXPECT_EQ(r.context, (std::vector<int64_t>{256, 'A', 'n', 's', 'w', 'e', 'r', ':'}));
-  EXPECT_EQ(r.continuation, (std::vector<int64_t>{' ', 'y', 'e', 's'}));
+  // The context's trailing space moves to the continuation; by default (as lm-eval does for
+  // causal models) no BOS starts the context.
+  ContinuationRequest plain = EncodePair(**bytes, "Answer: ", "yes", /*prepend_bos=*/false);
+  EXPECT_EQ(plain.context, (std::vector<int64_t>{'A', 'n', 's', 'w', 'e', 'r', ':'}));
+  EXPECT_EQ(plain.continuation, (std::vector<int64_t>{' ', 'y', 'e', 's'}));
+  // Asked for, BOS (256) starts the context and the continuation is unchanged.
+  ContinuationRequest bos = EncodePair(**bytes, "Answer: ", "yes", /*prepend_bos=*/true);
+  EXPECT_EQ(bos.context, (std::vector<int64_t>{256, 'A', 'n', 's', 'w', 'e', 'r', ':'}));
+  EXPECT_EQ(bos.continuation, plain.continuation);
 }
 
 data::Task McTask(std::vector<std::vector<std::string>> choices, std::vector<int> gold) {

@@ -1,0 +1,85 @@
+#pragma once
+
+// The client side of `cart`'s commands that talk to cartd: the connection flags every such
+// command takes, and a Client whose calls exit with a clear message (and a hint for the usual
+// causes) instead of returning errors.
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "cart/v1/scheduler.grpc.pb.h"
+#include "cli/commands.h"
+#include "common/strings.h"
+#include "rpc/client.h"
+
+namespace cart::cli {
+
+// Flags shared by every command that talks to cartd.
+struct Conn {
+  rpc::ClientConfig flags;
+  std::string config_file = rpc::DefaultConfigPath();
+  bool json = false;
+};
+
+inline void AddConnFlags(CLI::App* cmd, Conn& c) {
+  c.flags.server.clear();
+  cmd->add_option("--server", c.flags.server, "cartd address host:port (env CART_SERVER)");
+  cmd->add_option("--token", c.flags.token, "Bearer token with the user role (env CART_TOKEN)");
+  cmd->add_option("--tls-ca", c.flags.tls_ca,
+                  "CA certificate (PEM) to verify cartd (env CART_TLS_CA)");
+  cmd->add_option("--client-config", c.config_file, "Client config file (written by `cart up`)");
+  cmd->add_flag("--json", c.json, "Print JSON");
+}
+
+class Client {
+ public:
+  static Client Connect(const Conn& conn) {
+    absl::StatusOr<rpc::ClientConfig> config =
+        rpc::ResolveClientConfig(conn.flags, conn.config_file);
+    if (!config.ok()) ExitWith(config.status());
+    return FromConfig(*config);
+  }
+  // A client of an already resolved config.
+  static Client FromConfig(const rpc::ClientConfig& config) {
+    absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = rpc::MakeChannel(config);
+    if (!channel.ok()) ExitWith(channel.status());
+    return Client(config, cart::v1::SchedulerService::NewStub(*channel));
+  }
+
+  // Calls `method` with a fresh context (30 s deadline); exits with a clear message on error.
+  template <typename Req, typename Resp, typename Method>
+  Resp Call(Method method, const Req& request, int64_t timeout_ms = 30'000) {
+    grpc::ClientContext ctx;
+    rpc::PrepareContext(ctx, config_, timeout_ms);
+    Resp response;
+    grpc::Status s = (stub_.get()->*method)(&ctx, request, &response);
+    if (!s.ok()) Fail(s);
+    return response;
+  }
+
+  cart::v1::SchedulerService::Stub& stub() { return *stub_; }
+  const rpc::ClientConfig& config() const { return config_; }
+
+  [[noreturn]] void Fail(const grpc::Status& s) {
+    std::string hint;
+    if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
+      hint = StrCat(" (is cartd running at ", config_.server,
+                    "? start one with `cart up`, or pass --server)");
+    } else if (s.error_code() == grpc::StatusCode::UNAUTHENTICATED) {
+      hint = " (pass --token or set CART_TOKEN; `cart up` writes one to the client config)";
+    } else if (s.error_code() == grpc::StatusCode::PERMISSION_DENIED) {
+      hint = " (this token's role may not do that)";
+    }
+    ExitWith(absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message() + hint));
+  }
+
+ private:
+  Client(rpc::ClientConfig c, std::unique_ptr<cart::v1::SchedulerService::Stub> s)
+      : config_(std::move(c)), stub_(std::move(s)) {}
+  rpc::ClientConfig config_;
+  std::unique_ptr<cart::v1::SchedulerService::Stub> stub_;
+};
+
+}  // namespace cart::cli

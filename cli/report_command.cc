@@ -1,0 +1,200 @@
+// cart report: the study's tables beside the paper's figures, CSVs and plots, from cartd over
+// gRPC or straight from a database file (report/report.h).
+
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <memory>
+
+#include "cli/client.h"
+#include "cli/commands.h"
+#include "cli/report_command.h"
+#include "common/status.h"
+#include "common/strings.h"
+#include "report/report.h"
+#include "store/run_store.h"
+
+namespace cart::cli {
+namespace {
+
+// The runs of a sweep through ListRuns, their latest values through GetRun (one call per run:
+// ListRuns carries no metrics), series through QueryTable.
+class ServiceStudySource : public report::StudySource {
+ public:
+  explicit ServiceStudySource(Client client) : client_(std::move(client)) {}
+
+  absl::StatusOr<std::vector<report::StudyRun>> Runs(const std::string& sweep) override {
+    std::vector<report::StudyRun> out;
+    cart::v1::ListSweepsResponse sweeps =
+        client_.Call<cart::v1::ListSweepsRequest, cart::v1::ListSweepsResponse>(
+            &cart::v1::SchedulerService::Stub::ListSweeps, {});
+    bool exists = false;
+    for (const auto& s : sweeps.sweeps()) exists = exists || s.name() == sweep;
+    if (!exists) return out;
+    cart::v1::ListRunsRequest req;
+    req.set_sweep(sweep);
+    cart::v1::ListRunsResponse runs =
+        client_.Call<cart::v1::ListRunsRequest, cart::v1::ListRunsResponse>(
+            &cart::v1::SchedulerService::Stub::ListRuns, req, 120'000);
+    for (const cart::v1::RunView& listed : runs.runs()) {
+      cart::v1::GetRunRequest get;
+      get.set_run_id(listed.run_id());
+      cart::v1::GetRunResponse full =
+          client_.Call<cart::v1::GetRunRequest, cart::v1::GetRunResponse>(
+              &cart::v1::SchedulerService::Stub::GetRun, get);
+      const cart::v1::RunView& v = full.run();
+      report::StudyRun r;
+      r.id = v.run_id();
+      r.sweep = v.sweep();
+      r.name = v.name();
+      r.kind = v.kind().empty() ? "train" : v.kind();
+      r.state = cart::v1::RunState_Name(v.state()).substr(10);  // without "RUN_STATE_"
+      r.finished = v.state() == cart::v1::RUN_STATE_SUCCEEDED;
+      r.params.insert(v.params().begin(), v.params().end());
+      r.values.insert(v.latest().begin(), v.latest().end());
+      r.step = v.step();
+      r.total_steps = v.total_steps();
+      r.stored_params = v.stored_params();
+      out.push_back(std::move(r));
+    }
+    return out;
+  }
+
+  absl::StatusOr<std::vector<report::StudyPoint>> Series(int64_t run_id, const std::string& metric,
+                                                         int64_t max_points) override {
+    cart::v1::QueryTableRequest req;
+    req.set_table("series");
+    req.set_run_id(run_id);
+    req.set_metric(metric);
+    req.set_max_points(static_cast<int32_t>(max_points > 0 ? max_points : 100'000));
+    grpc::ClientContext ctx;
+    rpc::PrepareContext(ctx, client_.config(), 60'000);
+    cart::v1::Table table;
+    grpc::Status s = client_.stub().QueryTable(&ctx, req, &table);
+    std::vector<report::StudyPoint> out;
+    if (s.error_code() == grpc::StatusCode::NOT_FOUND) return out;  // never logged
+    if (!s.ok()) client_.Fail(s);
+    for (const cart::v1::TableRow& row : table.rows()) {
+      if (row.cells_size() < 2) continue;
+      out.push_back({static_cast<int64_t>(row.cells(0).mean()), row.cells(1).mean()});
+    }
+    return out;
+  }
+
+ private:
+  Client client_;
+};
+
+struct ReportArgs {
+  Conn conn;
+  std::string db;
+  std::string format = "md";
+  bool no_plots = false;
+  report::ReportOptions options;
+};
+
+absl::Status Write(report::StudySource& source, const report::ReportOptions& options) {
+  CART_ASSIGN_OR_RETURN(report::Report built, report::BuildReport(source, options));
+  CART_RETURN_IF_ERROR(report::WriteReport(built, options));
+  int tables = 0, plots = 0, incomplete = 0;
+  for (const report::Section& s : built.sections) {
+    tables += static_cast<int>(s.tables.size());
+    plots += static_cast<int>(s.plots.size());
+    incomplete += !s.status.empty();
+  }
+  std::cout << fmt::format("report: {} sections ({} not complete), {} tables, {} plots\n",
+                           built.sections.size(), incomplete, tables, options.plots ? plots : 0);
+  const std::filesystem::path out(options.out_dir);
+  std::cout << (out / "report.md").string() << "\n";
+  if (options.html) std::cout << (out / "report.html").string() << "\n";
+  return absl::OkStatus();
+}
+
+void RunReport(ReportArgs& a) {
+  a.options.plots = !a.no_plots;
+  a.options.html = a.format == "html";
+  absl::Status status;
+  if (!a.db.empty()) {
+    if (!std::filesystem::exists(a.db)) {
+      ExitWith(absl::NotFoundError(StrCat("--db ", a.db, ": no such database file")));
+    }
+    store::StoreOptions options;
+    options.path = a.db;
+    absl::StatusOr<std::unique_ptr<store::RunStore>> opened = store::RunStore::Open(options);
+    if (!opened.ok()) ExitWith(opened.status());
+    std::unique_ptr<report::StudySource> source = report::StoreSource(**opened);
+    status = Write(*source, a.options);
+  } else {
+    ServiceStudySource source(Client::Connect(a.conn));
+    status = Write(source, a.options);
+  }
+  if (!status.ok()) ExitWith(status);
+}
+
+}  // namespace
+
+absl::Status ApplyReportSweeps(const std::vector<std::string>& overrides,
+                               report::StudySweeps& sweeps) {
+  const std::map<std::string, std::string*> roles = {
+      {"stage1", &sweeps.stage1},         {"stage2", &sweeps.stage2},
+      {"baselines", &sweeps.baselines},   {"ablations", &sweeps.ablations},
+      {"faithfulness", &sweeps.faithfulness}, {"leak", &sweeps.leak},
+      {"variable_r", &sweeps.variable_r}};
+  for (const std::string& o : overrides) {
+    const size_t eq = o.find('=');
+    auto it = eq == std::string::npos ? roles.end() : roles.find(o.substr(0, eq));
+    if (it == roles.end()) {
+      return absl::InvalidArgumentError(StrCat(
+          "report sweep '", o,
+          "' is not ROLE=SWEEP with ROLE one of stage1, stage2, baselines, ablations, "
+          "faithfulness, leak, variable_r"));
+    }
+    *it->second = o.substr(eq + 1);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WriteServiceReport(const rpc::ClientConfig& client,
+                                const report::ReportOptions& options) {
+  ServiceStudySource source(Client::FromConfig(client));
+  return Write(source, options);
+}
+
+void RegisterReportCommand(CLI::App& app) {
+  auto a = std::make_shared<ReportArgs>();
+  a->options.out_dir = "report";
+  CLI::App* cmd = app.add_subcommand(
+      "report",
+      "Write the study's report: every table of the paper beside its published figures, a CSV "
+      "per table and plots (gnuplot), from cartd or a database file (docs/study.md)");
+  cmd->add_option("--out", a->options.out_dir, "Directory to write (report.md, tables/, plots/)")
+      ->capture_default_str();
+  cmd->add_option("--db", a->db,
+                  "Read this SQLite database file directly instead of asking cartd");
+  cmd->add_option("--format", a->format, "md, or html (report.html beside report.md)")
+      ->check(CLI::IsMember({"md", "html"}))
+      ->capture_default_str();
+  cmd->add_flag("--no-plots", a->no_plots, "Tables and CSVs only (no gnuplot needed)");
+  cmd->add_option("--val-set", a->options.val_set,
+                  "Validation set of the perplexity tables (default: wiki, else the first)");
+  cmd->add_option("--title", a->options.title, "Report title")->capture_default_str();
+  cmd->add_option("--gnuplot", a->options.gnuplot, "gnuplot binary")->capture_default_str();
+  report::StudySweeps& sw = a->options.sweeps;
+  for (auto [flag, field] : std::initializer_list<std::pair<const char*, std::string*>>{
+           {"--stage1", &sw.stage1},
+           {"--stage2", &sw.stage2},
+           {"--baselines", &sw.baselines},
+           {"--ablations", &sw.ablations},
+           {"--faithfulness", &sw.faithfulness},
+           {"--leak", &sw.leak},
+           {"--variable-r", &sw.variable_r}}) {
+    cmd->add_option(flag, *field, StrCat("Sweep holding this part of the study"))
+        ->capture_default_str();
+  }
+  AddConnFlags(cmd, a->conn);
+  cmd->callback([a] { RunReport(*a); });
+}
+
+}  // namespace cart::cli

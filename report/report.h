@@ -1,0 +1,147 @@
+#pragma once
+
+// `cart report`: the paper's tables, built from a results database alone, each beside the
+// paper's published figure and the difference, with a CSV per table and plots drawn by gnuplot.
+//
+// The study is a set of sweeps, one per part of the paper (ReportOptions::sweeps names them;
+// by default the names of the files in sweeps/paper/). A part whose sweep has no runs, or whose
+// runs have not finished, says so: a cell is filled only from finished (SUCCEEDED) runs, and
+// shows how many of its runs that is. See docs/study.md for what each table answers.
+//
+// No Torch, no gRPC: the runs come through a StudySource (the store directly, or cartd over
+// gRPC, which cli/ implements).
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace cart::store {
+class RunStore;
+}
+
+namespace cart::report {
+
+// One run as the report sees it.
+struct StudyRun {
+  int64_t id = 0;
+  std::string sweep;
+  std::string name;           // "<sweep>/<index>"
+  std::string kind = "train";  // "train" or "eval"
+  bool finished = false;       // SUCCEEDED
+  std::string state;           // "SUCCEEDED", "RUNNING", …
+  std::map<std::string, std::string> params;  // config keys
+  std::map<std::string, double> values;       // latest value of each metric
+  int64_t step = 0;                           // latest step with a metric
+  int64_t total_steps = 0;
+  int64_t stored_params = 0;
+};
+
+struct StudyPoint {
+  int64_t step = 0;
+  double value = 0;
+};
+
+// Where the runs come from. Sweeps that do not exist have no runs (not an error).
+class StudySource {
+ public:
+  virtual ~StudySource() = default;
+  virtual absl::StatusOr<std::vector<StudyRun>> Runs(const std::string& sweep) = 0;
+  // A run's metric series by step, at most max_points (bucket means), empty when never logged.
+  virtual absl::StatusOr<std::vector<StudyPoint>> Series(int64_t run_id, const std::string& metric,
+                                                          int64_t max_points) = 0;
+};
+
+// Reads an open store (what `cart report --db FILE` uses).
+std::unique_ptr<StudySource> StoreSource(store::RunStore& store);
+
+// The parts of the study and the sweep that holds each.
+struct StudySweeps {
+  std::string stage1 = "stage1";
+  std::string stage2 = "stage2";
+  std::string baselines = "baselines";
+  std::string ablations = "ablations";
+  std::string faithfulness = "faithfulness";
+  std::string leak = "leak";
+  std::string variable_r = "variable_r";  // its eval runs (else stage2's own eval runs)
+};
+
+struct ReportOptions {
+  StudySweeps sweeps;
+  // The validation set the paper's perplexity tables use; empty: "wiki" when the runs have it,
+  // else the first set in name order.
+  std::string val_set;
+  std::string out_dir;
+  std::string title = "CART study report";
+  // Draw plots with gnuplot (SVG and PNG). Without it only tables and CSVs are written.
+  bool plots = true;
+  std::string gnuplot = "gnuplot";
+  bool html = false;  // also write report.html
+};
+
+// A table as written: header, rows of text cells, and where its published figures come from.
+struct Table {
+  std::string id;  // file stem of its CSV, e.g. "rho_stage2"
+  std::string title;
+  std::string paper_section;  // empty: no published figures beside it
+  std::vector<std::string> columns;
+  std::vector<std::vector<std::string>> rows;
+};
+
+// A plot's data; WriteReport draws it with gnuplot.
+struct PlotSeries {
+  std::string label;
+  std::vector<double> x, y;
+  std::vector<double> low, high;  // a band around y (min and max over seeds); empty: none
+};
+struct Plot {
+  enum class Kind { kLines, kHeatmap };
+  std::string id;  // file stem: plots/ID.svg, plots/ID.png
+  std::string title;
+  std::string xlabel, ylabel;
+  Kind kind = Kind::kLines;
+  bool log_y = false;
+  std::vector<PlotSeries> series;  // kLines
+  // kHeatmap: values[row][col] (NaN: no value), labelled by row and column values.
+  std::vector<std::string> rows, cols;
+  std::vector<std::vector<double>> values;
+};
+
+struct Section {
+  std::string title;
+  std::string sweep;               // the sweep it reads
+  std::vector<std::string> status;  // what is missing or unfinished; empty: complete
+  std::vector<Table> tables;
+  std::vector<std::string> findings;  // what the numbers say, one sentence each
+  std::vector<Plot> plots;
+};
+
+struct Report {
+  std::string title;
+  std::string val_set;
+  std::vector<Section> sections;
+};
+
+// Builds every section from the source. Errors only when the source fails.
+absl::StatusOr<Report> BuildReport(StudySource& source, const ReportOptions& options);
+
+// Writes out_dir/report.md (and report.html with options.html), out_dir/tables/ID.csv for every
+// table and, with options.plots, out_dir/plots/ID.{svg,png} (the data and gnuplot script beside
+// them). FailedPrecondition names a missing gnuplot and what to install; Internal carries
+// gnuplot's own error.
+absl::Status WriteReport(const Report& report, const ReportOptions& options);
+
+// The published figures (report/paper_figures.yaml): table id -> section and cells.
+struct PaperTable {
+  std::string section;
+  std::map<std::string, double> cells;  // "ROW/COL" or a label
+};
+const std::map<std::string, PaperTable>& PaperFigures();
+
+// Formatting shared with the tests: "0.8123 ± 0.0021" (std only when n > 1), "—" when n == 0.
+std::string FormatStats(double mean, double std, int64_t n, int precision);
+
+}  // namespace cart::report

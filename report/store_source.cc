@@ -1,0 +1,73 @@
+// StudySource over an open RunStore: runs with their latest metric values, and series.
+
+#include "common/status.h"
+#include "common/strings.h"
+#include "report/report.h"
+#include "store/run_store.h"
+
+namespace cart::report {
+namespace {
+
+class StoreStudySource : public StudySource {
+ public:
+  explicit StoreStudySource(store::RunStore& store) : store_(store) {}
+
+  absl::StatusOr<std::vector<StudyRun>> Runs(const std::string& sweep) override {
+    store::RunFilter filter;
+    filter.sweeps = {sweep};
+    CART_ASSIGN_OR_RETURN(std::vector<store::RunRecord> records, store_.ListRuns(filter));
+    std::vector<StudyRun> out;
+    out.reserve(records.size());
+    for (store::RunRecord& r : records) {
+      StudyRun run;
+      run.id = r.id;
+      run.sweep = r.sweep_name;
+      run.name = StrCat(r.sweep_name, "/", r.name);
+      run.state = std::string(store::RunStateName(r.state));
+      run.finished = r.state == store::RunState::kSucceeded;
+      run.total_steps = r.steps;
+      run.stored_params = r.stored_params;
+      // The job's kind travels in params beside the config keys (server/scheduler.cc).
+      if (auto it = r.params.find("kind"); it != r.params.end()) {
+        run.kind = it->second;
+        r.params.erase(it);
+      }
+      r.params.erase("eval_loops");
+      run.params = std::move(r.params);
+      CART_ASSIGN_OR_RETURN(std::vector<store::MetricSummary> summaries,
+                            store_.RunSummaries(run.id));
+      for (const store::MetricSummary& s : summaries) {
+        run.values[s.name] = s.latest_value;
+        run.step = std::max(run.step, s.latest_step);
+      }
+      out.push_back(std::move(run));
+    }
+    return out;
+  }
+
+  absl::StatusOr<std::vector<StudyPoint>> Series(int64_t run_id, const std::string& metric,
+                                                 int64_t max_points) override {
+    store::SeriesRequest request;
+    request.run_id = run_id;
+    request.metric = metric;
+    request.max_points = max_points;
+    absl::StatusOr<store::Series> series = store_.MetricSeries(request);
+    if (absl::IsNotFound(series.status())) return std::vector<StudyPoint>{};
+    CART_RETURN_IF_ERROR(series.status());
+    std::vector<StudyPoint> out;
+    out.reserve(series->points.size());
+    for (const store::SeriesPoint& p : series->points) out.push_back({p.step, p.value});
+    return out;
+  }
+
+ private:
+  store::RunStore& store_;
+};
+
+}  // namespace
+
+std::unique_ptr<StudySource> StoreSource(store::RunStore& store) {
+  return std::make_unique<StoreStudySource>(store);
+}
+
+}  // namespace cart::report

@@ -1,0 +1,230 @@
+// The report over a real database with known values: tables, mean ± std over seeds, unfinished
+// cells and missing parts shown as such, CSVs equal to the tables, plots drawn as SVG and PNG.
+
+#include "report/report.h"
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "common/strings.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/store/store_fixture.h"
+#include "tests/support/test_support.h"
+
+namespace cart::report {
+namespace {
+
+using ::cart::store::AttemptOutcome;
+using ::cart::store::MetricPoint;
+using ::cart::store::RunRecord;
+using ::cart::store::testing::FinishAllQueued;
+using ::cart::store::testing::MakeRun;
+using ::cart::store::testing::MakeSweep;
+using ::cart::store::testing::OpenStore;
+using ::cart::store::testing::PointsAt;
+using ::cart::testing::TempDir;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+std::string Read(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+int64_t IntParam(const RunRecord& r, const char* key) {
+  return ParseInt64(r.params.at(key)).value_or(-1);
+}
+
+// ρ of a stage-2 run: 0.80, +0.01 at d = 512, +0.0005 per loop, +0.02 for seed 2.
+double Rho(const RunRecord& r) {
+  return 0.80 + (IntParam(r, "d") == 512 ? 0.01 : 0.0) + 0.0005 * IntParam(r, "R") +
+         (IntParam(r, "seed") == 2 ? 0.02 : 0.0);
+}
+double Ppl(const RunRecord& r) {
+  return 40.0 - (IntParam(r, "d") == 512 ? 10.0 : 0.0) + 0.1 * IntParam(r, "R") +
+         (IntParam(r, "seed") == 2 ? 1.0 : 0.0);
+}
+
+class ReportTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    store_ = OpenStore(dir_.File("cart.db"));
+    std::vector<store::NewRun> runs;
+    for (int d : {256, 512}) {
+      for (int r : {6, 8}) {
+        for (int seed : {1, 2}) {
+          runs.push_back(MakeRun(StrCat(runs.size()), {{"d", StrCat(d)},
+                                                       {"R", StrCat(r)},
+                                                       {"P", "6"},
+                                                       {"seed", StrCat(seed)},
+                                                       {"kind", "train"}}));
+        }
+      }
+    }
+    ASSERT_TRUE(store_->CreateSweep(MakeSweep("stage2", runs), store::Audit{1, "t", "t"}).ok());
+    std::vector<store::NewRun> leak;
+    for (const char* causal : {"true", "false"}) {
+      leak.push_back(MakeRun(StrCat(leak.size()), {{"cross_causal", causal}, {"R", "2"}}));
+    }
+    ASSERT_TRUE(store_->CreateSweep(MakeSweep("leak", leak), store::Audit{1, "t", "t"}).ok());
+    FinishAllQueued(
+        *store_,
+        [](const RunRecord& r) {
+          std::vector<MetricPoint> p;
+          if (r.params.count("cross_causal")) {
+            const bool causal = r.params.at("cross_causal") == "true";
+            p = PointsAt(10, {{"loss", 2.5}});
+            auto last = PointsAt(20, {{"loss", causal ? 1.2 : 0.3},
+                                      {"val_loss/synth", causal ? 1.15 : 0.40},
+                                      {"val_ppl/synth", causal ? 3.16 : 1.49},
+                                      {"entropy_floor/synth", 1.067}});
+            p.insert(p.end(), last.begin(), last.end());
+            return p;
+          }
+          p = PointsAt(10, {{"loss", 5.0}, {"rho_max", 0.9}});
+          auto last = PointsAt(20, {{"loss", 4.0}, {"rho_max", Rho(r)}, {"val_ppl/wiki", Ppl(r)}});
+          p.insert(p.end(), last.begin(), last.end());
+          return p;
+        },
+        [](const RunRecord& r) -> std::optional<AttemptOutcome> {
+          // d = 512, R = 8, seed 2 is still running.
+          if (r.params.count("d") && r.params.at("d") == "512" && r.params.count("R") &&
+              r.params.at("R") == "8" && r.params.at("seed") == "2") {
+            return std::nullopt;
+          }
+          return AttemptOutcome::kSucceeded;
+        });
+  }
+
+  const Table* FindTable(const Report& report, const std::string& id) {
+    for (const Section& s : report.sections) {
+      for (const Table& t : s.tables) {
+        if (t.id == id) return &t;
+      }
+    }
+    return nullptr;
+  }
+
+  TempDir dir_;
+  std::unique_ptr<store::RunStore> store_;
+};
+
+TEST_F(ReportTest, TablesShowMeanAndStdOverSeedsBesideThePublishedFigures) {
+  std::unique_ptr<StudySource> source = StoreSource(*store_);
+  ReportOptions options;
+  options.out_dir = dir_.File("report");
+  CART_ASSERT_OK_AND_ASSIGN(Report report, BuildReport(*source, options));
+  EXPECT_EQ(report.val_set, "wiki");
+  const Table* rho = FindTable(report, "rho_stage2");
+  ASSERT_NE(rho, nullptr);
+  ASSERT_EQ(rho->rows.size(), 2u);  // d = 256, 512
+  EXPECT_EQ(rho->columns, (std::vector<std::string>{"d \\ R", "R=6", "R=8"}));
+  // d = 256, R = 6: seeds give 0.803 and 0.823 -> mean 0.8130, sample std 0.0141.
+  EXPECT_EQ(rho->rows[0], (std::vector<std::string>{"256", "0.8130 ± 0.0141", "0.8140 ± 0.0141"}));
+  // d = 512, R = 8: one of two seeds finished (0.814): its value, marked incomplete.
+  EXPECT_EQ(rho->rows[1][2], "0.8140 (1/2 done)");
+  // Published: 0.790 at d = 256, R = 6; ours − published = +0.0230.
+  const Table* paper = FindTable(report, "rho_stage2_paper");
+  ASSERT_NE(paper, nullptr);
+  EXPECT_THAT(paper->paper_section, HasSubstr("Stage 2"));
+  EXPECT_EQ(paper->rows[0][0], "256");
+  EXPECT_EQ(paper->rows[0][1], "0.7900 (+0.0230)");
+  EXPECT_EQ(paper->rows[2][1], "0.8140");  // d = 768: not in this study, no difference
+  const Table* ppl = FindTable(report, "wiki_ppl_stage2");
+  ASSERT_NE(ppl, nullptr);
+  EXPECT_EQ(ppl->rows[0][1], "41.10 ± 0.71");  // 40.6 and 41.6
+}
+
+TEST_F(ReportTest, MissingPartsSayWhatIsMissingAndTheLeakIsJudgedAgainstTheFloor) {
+  std::unique_ptr<StudySource> source = StoreSource(*store_);
+  ReportOptions options;
+  options.out_dir = dir_.File("report");
+  options.plots = false;
+  CART_ASSERT_OK_AND_ASSIGN(Report report, BuildReport(*source, options));
+  std::map<std::string, const Section*> by_sweep;
+  for (const Section& s : report.sections) by_sweep[s.sweep] = &s;
+  for (const char* missing : {"stage1", "baselines", "ablations", "faithfulness"}) {
+    ASSERT_TRUE(by_sweep.count(missing)) << missing;
+    const Section& s = *by_sweep[missing];
+    ASSERT_EQ(s.status.size(), 1u) << missing;
+    EXPECT_THAT(s.status[0], HasSubstr(StrCat("in sweep '", missing, "': nothing to show yet")));
+    EXPECT_TRUE(s.tables.empty()) << missing;  // nothing filled in
+  }
+  const Section& stage2 = *by_sweep["stage2"];
+  ASSERT_EQ(stage2.status.size(), 1u);
+  EXPECT_THAT(stage2.status[0], HasSubstr("7 of 8 training runs finished"));
+  const Section& leak = *by_sweep["leak"];
+  EXPECT_TRUE(leak.status.empty());
+  std::string findings = StrJoin(leak.findings, "\n");
+  EXPECT_THAT(findings, HasSubstr("the leak is reproduced"));
+  EXPECT_THAT(findings, HasSubstr("stays above the floor"));
+  const Table* t = FindTable(report, "leak");
+  ASSERT_NE(t, nullptr);
+  ASSERT_EQ(t->rows.size(), 2u);
+  EXPECT_EQ(t->rows[0][0], "false");
+  EXPECT_EQ(t->rows[0].back(), "yes");  // below the floor
+  EXPECT_EQ(t->rows[1].back(), "no");
+
+  CART_ASSERT_OK(WriteReport(report, options));
+  const std::string md = Read(dir_.File("report/report.md"));
+  EXPECT_THAT(md, HasSubstr("> **Not complete:** no training runs in sweep 'stage1'"));
+  EXPECT_THAT(md, HasSubstr("| 256 | 0.8130 ± 0.0141 | 0.8140 ± 0.0141 |"));
+  EXPECT_THAT(md, Not(HasSubstr("plots/")));  // --no-plots
+}
+
+TEST_F(ReportTest, CsvFilesEqualTheTablesAndPlotsAreSvgAndPng) {
+  std::unique_ptr<StudySource> source = StoreSource(*store_);
+  ReportOptions options;
+  options.out_dir = dir_.File("report");
+  options.html = true;
+  CART_ASSERT_OK_AND_ASSIGN(Report report, BuildReport(*source, options));
+  CART_ASSERT_OK(WriteReport(report, options));
+  int tables = 0;
+  for (const Section& s : report.sections) {
+    for (const Table& t : s.tables) {
+      ++tables;
+      std::string expected = StrJoin(t.columns, ",") + "\n";
+      for (const auto& row : t.rows) expected += StrJoin(row, ",") + "\n";
+      EXPECT_EQ(Read(dir_.File("report/tables/" + t.id + ".csv")), expected) << t.id;
+    }
+  }
+  EXPECT_GE(tables, 5);
+  int plots = 0;
+  for (const Section& s : report.sections) {
+    for (const Plot& p : s.plots) {
+      ++plots;
+      const std::string svg = Read(dir_.File("report/plots/" + p.id + ".svg"));
+      EXPECT_EQ(svg.rfind("<?xml", 0), 0u) << p.id;
+      EXPECT_THAT(svg, HasSubstr("<svg")) << p.id;
+      EXPECT_THAT(svg, HasSubstr("</svg>")) << p.id;
+      const std::string png = Read(dir_.File("report/plots/" + p.id + ".png"));
+      ASSERT_GT(png.size(), 24u) << p.id;
+      EXPECT_EQ(png.substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8)) << p.id;
+      EXPECT_EQ(png.substr(12, 4), "IHDR") << p.id;
+    }
+  }
+  // rho_heatmap, rho_steps, ppl_vs_R, loss_curves (stage 2) and leak_loss.
+  EXPECT_EQ(plots, 5);
+  const std::string html = Read(dir_.File("report/report.html"));
+  EXPECT_THAT(html, HasSubstr("<table>"));
+  EXPECT_THAT(html, HasSubstr("plots/rho_heatmap.svg"));
+}
+
+TEST(PaperFiguresTest, EveryPublishedFigureNamesItsSection) {
+  const auto& figures = PaperFigures();
+  EXPECT_EQ(figures.size(), 7u);
+  for (const auto& [id, table] : figures) {
+    EXPECT_FALSE(table.section.empty()) << id;
+    EXPECT_FALSE(table.cells.empty()) << id;
+  }
+  EXPECT_DOUBLE_EQ(figures.at("rho_stage2").cells.at("1024/6"), 0.823);
+  EXPECT_DOUBLE_EQ(figures.at("wiki_ppl_stage2").cells.at("256/8"), 40.31);
+  EXPECT_DOUBLE_EQ(figures.at("ablations").cells.at("unshared core"), 19.22);
+}
+
+}  // namespace
+}  // namespace cart::report
