@@ -332,16 +332,9 @@ absl::StatusOr<RunRecord> Scheduler::ResumeRun(int64_t run_id, const std::string
 
 absl::StatusOr<RunRecord> Scheduler::ExtendRun(int64_t run_id, int64_t total_steps,
                                                const std::string& who) {
+  // The state and the step count are checked once, by the store, inside the write (a check here
+  // would read outside it); this only re-resolves the config with the new steps.
   CART_ASSIGN_OR_RETURN(RunRecord run, store_->GetRun(run_id));
-  if (run.state != RunState::kSucceeded) {
-    return absl::FailedPreconditionError(StrCat("run ", run_id, " is ", RunStateName(run.state),
-                                                "; only SUCCEEDED runs can be extended"));
-  }
-  if (total_steps <= run.steps) {
-    return absl::FailedPreconditionError(StrCat("run ", run_id, " already trains for ", run.steps,
-                                                " steps; extending to ", total_steps,
-                                                " would add none"));
-  }
   CART_ASSIGN_OR_RETURN(model::RunConfig config,
                         model::ParseRunConfigYaml(run.config_yaml, StrCat("run ", run_id)));
   config.train.steps = total_steps;
@@ -780,6 +773,87 @@ int64_t Scheduler::WaitForRunChange(int64_t run_id, int64_t seen, absl::Time dea
     if (runs_cv_.WaitWithDeadline(&mu_, deadline)) break;
   }
   return run_versions_[run_id];
+}
+
+absl::StatusOr<std::vector<store::SweepRecord>> Scheduler::ListSweeps() {
+  return store_->ListSweeps();
+}
+
+absl::StatusOr<std::vector<RunRecord>> Scheduler::ListRunRecords(const store::RunFilter& filter) {
+  return store_->ListRuns(filter);
+}
+
+absl::StatusOr<store::SweepRecord> Scheduler::GetSweep(const std::string& name) {
+  return store_->GetSweep(name);
+}
+
+absl::StatusOr<int64_t> Scheduler::FindRun(const std::string& name) {
+  const size_t slash = name.rfind('/');
+  if (slash == std::string::npos || slash == 0 || slash + 1 == name.size()) {
+    return absl::InvalidArgumentError(StrCat("run name '", name, "' is not '<sweep>/<index>'"));
+  }
+  CART_ASSIGN_OR_RETURN(RunRecord run,
+                        store_->FindRun(name.substr(0, slash), name.substr(slash + 1)));
+  return run.id;
+}
+
+absl::StatusOr<std::vector<store::MetricSummary>> Scheduler::RunSummaries(int64_t run_id) {
+  return store_->RunSummaries(run_id);
+}
+
+absl::StatusOr<store::Series> Scheduler::MetricSeries(const store::SeriesRequest& request) {
+  return store_->MetricSeries(request);
+}
+
+absl::StatusOr<std::vector<store::LogLine>> Scheduler::RunLog(int64_t run_id, int64_t after_id,
+                                                              int64_t limit) {
+  return store_->RunLog(run_id, after_id, limit);
+}
+
+absl::StatusOr<store::CheckpointRecord> Scheduler::Checkpoint(int64_t run_id, int64_t step) {
+  CART_ASSIGN_OR_RETURN(std::vector<store::CheckpointRecord> all, store_->ListCheckpoints(run_id));
+  const store::CheckpointRecord* chosen = nullptr;
+  for (const store::CheckpointRecord& c : all) {  // by step
+    if (step == 0 || c.step == step) chosen = &c;
+  }
+  if (chosen != nullptr) return *chosen;
+  std::vector<std::string> steps;
+  for (const store::CheckpointRecord& c : all) steps.push_back(StrCat(c.step));
+  return absl::NotFoundError(
+      StrCat("run ", run_id, " has no checkpoint", step == 0 ? std::string() : StrCat(" at step ", step),
+             steps.empty() ? std::string(" yet") : StrCat("; it has steps ", StrJoin(steps, ", "))));
+}
+
+absl::StatusOr<store::PivotTable> Scheduler::Pivot(const store::PivotRequest& request) {
+  return store_->Pivot(request);
+}
+
+absl::StatusOr<std::vector<store::AblationRow>> Scheduler::Ablation(
+    const store::AblationRequest& request) {
+  return store_->Ablation(request);
+}
+
+absl::StatusOr<store::StageComparison> Scheduler::CompareStages(
+    const store::StageComparisonRequest& request) {
+  return store_->CompareStages(request);
+}
+
+absl::Status Scheduler::FollowRun(
+    int64_t run_id, bool follow, absl::Duration poll, const std::function<bool()>& cancelled,
+    const std::function<absl::StatusOr<bool>(const RunRecord& run, bool last)>& read) {
+  while (true) {
+    // Read the counter before the data: a change after this point wakes the wait below.
+    const int64_t version = RunVersion(run_id);
+    CART_ASSIGN_OR_RETURN(RunRecord run, store_->GetRun(run_id));
+    const bool last = !follow || store::IsTerminal(run.state);
+    CART_ASSIGN_OR_RETURN(bool more, read(run, last));
+    if (!more || last || cancelled()) return absl::OkStatus();
+    WaitForRunChange(run_id, version, absl::Now() + poll);
+    if (cancelled()) return absl::OkStatus();
+    if (shutting_down()) {
+      return absl::UnavailableError("cartd is shutting down; follow again later");
+    }
+  }
 }
 
 }  // namespace cart::server

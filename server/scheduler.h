@@ -21,6 +21,7 @@
 // Thread-safety: every method is thread-safe.
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -236,13 +237,45 @@ class Scheduler {
   // this; tests call it after advancing a FakeClock.
   absl::StatusOr<std::vector<store::ExpiredLease>> ExpireLeases();
 
-  // ---- Queries
+  // ---- Queries (what the services and the dashboard read; none of them reaches the store)
 
+  absl::StatusOr<std::vector<store::SweepRecord>> ListSweeps();  // by id
+  absl::StatusOr<store::SweepRecord> GetSweep(const std::string& name);
+  // The id of the run called "<sweep>/<index>" (one indexed lookup). InvalidArgument for a name
+  // without '/', NotFound naming the run.
+  absl::StatusOr<int64_t> FindRun(const std::string& name);
   absl::StatusOr<RunDetails> GetRun(int64_t run_id);
+  // The records of the runs matching `filter`, by id, without what Describe adds.
+  absl::StatusOr<std::vector<store::RunRecord>> ListRunRecords(const store::RunFilter& filter);
   // Runs matching `filter`, by id; at most `limit` (0: all).
   absl::StatusOr<std::vector<RunInfo>> ListRuns(const store::RunFilter& filter, int64_t limit);
   // Why a QUEUED or BLOCKED run is not running; empty for other states.
   absl::StatusOr<std::string> WaitingReason(const store::RunRecord& run);
+
+  absl::StatusOr<std::vector<store::MetricSummary>> RunSummaries(int64_t run_id);  // by name
+  absl::StatusOr<store::Series> MetricSeries(const store::SeriesRequest& request);
+  // Log lines with id > after_id, oldest first, at most `limit` (0: all).
+  absl::StatusOr<std::vector<store::LogLine>> RunLog(int64_t run_id, int64_t after_id,
+                                                     int64_t limit);
+  // The checkpoint at `step` (0: the newest). NotFound says which steps the run has.
+  absl::StatusOr<store::CheckpointRecord> Checkpoint(int64_t run_id, int64_t step);
+  // The results layer (store/results.h), for `cart results` and the report.
+  absl::StatusOr<store::PivotTable> Pivot(const store::PivotRequest& request);
+  absl::StatusOr<std::vector<store::AblationRow>> Ablation(const store::AblationRequest& request);
+  absl::StatusOr<store::StageComparison> CompareStages(
+      const store::StageComparisonRequest& request);
+
+  // Follows a run for a stream (StreamMetrics, StreamRunLog, the dashboard's live views): calls
+  // `read(run, last)` with the run's record read after the change counter, so that no change is
+  // missed between a read and the wait. `last` is true when this is the final call: not
+  // following, or the run has finished (a follower then tells the final state). Between calls it
+  // waits for the run to change, at most `poll` at a time. Returns OK when `read` returns false
+  // (the client went away), when `cancelled()` turns true, or after the last call; Unavailable on
+  // Shutdown(); NotFound for an unknown run; read's errors.
+  absl::Status FollowRun(int64_t run_id, bool follow, absl::Duration poll,
+                         const std::function<bool()>& cancelled,
+                         const std::function<absl::StatusOr<bool>(const store::RunRecord& run,
+                                                                  bool last)>& read);
 
   // A counter that changes whenever the run gets metrics or changes state; WaitForRunChange
   // blocks (real time) until it differs from `seen`, the deadline passes or Shutdown().
@@ -252,7 +285,6 @@ class Scheduler {
   // Whether Shutdown() was called: long-running calls (metric followers) end.
   bool shutting_down();
 
-  store::RunStore* store() const { return store_; }
   // The worker an attempt was leased to. NotFound for an unknown run; FailedPrecondition for an
   // attempt the run never had.
   absl::StatusOr<std::string> WorkerOfAttempt(int64_t run_id, int64_t attempt);

@@ -254,7 +254,6 @@ absl::StatusOr<std::unique_ptr<ServerHandle>> RunServer(const ServerConfig& conf
 
   internal::ServiceContext context;
   context.scheduler = handle->scheduler_.get();
-  context.store = handle->store_.get();
   context.artifacts = handle->artifacts_.get();
   context.tokens = handle->tokens_.get();
   handle->services_ = std::make_unique<ServerHandle::Services>();

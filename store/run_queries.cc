@@ -121,6 +121,11 @@ absl::StatusOr<RunRecord> RunStore::GetRun(int64_t run_id) {
                                  [&](Database& db) { return internal::LoadRun(db, run_id); });
 }
 
+absl::StatusOr<RunRecord> RunStore::FindRun(const std::string& sweep, const std::string& name) {
+  return ReadSnapshot<RunRecord>(
+      *readers_, [&](Database& db) { return internal::LoadRunByName(db, sweep, name); });
+}
+
 absl::StatusOr<std::vector<RunRecord>> RunStore::ListRuns(const RunFilter& filter) {
   return ReadSnapshot<std::vector<RunRecord>>(
       *readers_, [&](Database& db) { return internal::LoadRuns(db, filter); });

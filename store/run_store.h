@@ -200,7 +200,8 @@ class RunStore {
   absl::StatusOr<RunRecord> ResumeRun(int64_t run_id, const Audit& audit);
   // SUCCEEDED -> QUEUED to train on to new_total_steps (> the current steps), resuming from its
   // latest checkpoint. new_config_yaml is the re-resolved config (with the new steps); it
-  // replaces the stored one, and params["steps"] follows.
+  // replaces the stored one, and params["steps"] follows. FailedPrecondition for another state or
+  // new_total_steps not above the current steps.
   absl::StatusOr<RunRecord> ExtendRun(int64_t run_id, int64_t new_total_steps,
                                       const std::string& new_config_yaml, const Audit& audit);
 
@@ -209,6 +210,9 @@ class RunStore {
   absl::StatusOr<SweepRecord> GetSweep(const std::string& name);
   absl::StatusOr<std::vector<SweepRecord>> ListSweeps();  // by id
   absl::StatusOr<RunRecord> GetRun(int64_t run_id);
+  // The run with store name `name` (its index, e.g. "3") in sweep `sweep`: one indexed lookup.
+  // NotFound names "<sweep>/<name>".
+  absl::StatusOr<RunRecord> FindRun(const std::string& sweep, const std::string& name);
   absl::StatusOr<std::vector<RunRecord>> ListRuns(const RunFilter& filter);  // by id
   absl::StatusOr<std::vector<AttemptRecord>> ListAttempts(int64_t run_id);   // by attempt
   absl::StatusOr<std::vector<EventRecord>> RunEvents(int64_t run_id);        // oldest first

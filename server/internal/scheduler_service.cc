@@ -17,19 +17,6 @@ constexpr size_t kPointsPerView = 10'000;
 // A follower re-reads at least this often even when nothing signals a change.
 constexpr absl::Duration kFollowPoll = absl::Seconds(1);
 
-// Following a run: waits until it changes (or kFollowPoll passes). Returns the status to end the
-// stream with when the client went away or cartd is shutting down; nullopt to read again.
-std::optional<grpc::Status> AwaitRunChange(Scheduler& scheduler, grpc::ServerContext& context,
-                                           int64_t run_id, int64_t version) {
-  if (context.IsCancelled()) return grpc::Status::OK;
-  scheduler.WaitForRunChange(run_id, version, absl::Now() + kFollowPoll);
-  if (context.IsCancelled()) return grpc::Status::OK;
-  if (scheduler.shutting_down()) {
-    return ToGrpc(absl::UnavailableError("cartd is shutting down; follow again later"));
-  }
-  return std::nullopt;
-}
-
 // A view with only the run's state, ending a stream that had nothing new to send.
 template <typename View>
 void WriteStateOnly(grpc::ServerWriter<View>& writer, store::RunState state) {
@@ -87,7 +74,7 @@ grpc::Status SchedulerServiceImpl::ListSweeps(grpc::ServerContext* context,
                                               const v1::ListSweepsRequest* request,
                                               v1::ListSweepsResponse* response) {
   CART_CALLER(who, "ListSweeps");
-  absl::StatusOr<std::vector<store::SweepRecord>> sweeps = ctx_.store->ListSweeps();
+  absl::StatusOr<std::vector<store::SweepRecord>> sweeps = ctx_.scheduler->ListSweeps();
   if (!sweeps.ok()) return ToGrpc(sweeps.status());
   // Newest first.
   for (auto it = sweeps->rbegin(); it != sweeps->rend(); ++it) {
@@ -102,7 +89,7 @@ grpc::Status SchedulerServiceImpl::GetSweep(grpc::ServerContext* context,
                                             const v1::GetSweepRequest* request,
                                             v1::GetSweepResponse* response) {
   CART_CALLER(who, "GetSweep");
-  absl::StatusOr<store::SweepRecord> sweep = ctx_.store->GetSweep(request->name());
+  absl::StatusOr<store::SweepRecord> sweep = ctx_.scheduler->GetSweep(request->name());
   if (!sweep.ok()) return ToGrpc(sweep.status());
   store::RunFilter filter;
   filter.sweeps = {request->name()};
@@ -163,23 +150,9 @@ grpc::Status SchedulerServiceImpl::GetRun(grpc::ServerContext* context,
   CART_CALLER(who, "GetRun");
   int64_t run_id = request->run_id();
   if (run_id == 0 && !request->name().empty()) {
-    // "<sweep>/<index>"
-    const size_t slash = request->name().rfind('/');
-    if (slash == std::string::npos) {
-      return ToGrpc(absl::InvalidArgumentError(
-          StrCat("GetRun: name '", request->name(), "' is not '<sweep>/<index>'")));
-    }
-    store::RunFilter filter;
-    filter.sweeps = {request->name().substr(0, slash)};
-    absl::StatusOr<std::vector<store::RunRecord>> runs = ctx_.store->ListRuns(filter);
-    if (!runs.ok()) return ToGrpc(runs.status());
-    const std::string index = request->name().substr(slash + 1);
-    for (const store::RunRecord& run : *runs) {
-      if (run.name == index) run_id = run.id;
-    }
-    if (run_id == 0) {
-      return ToGrpc(absl::NotFoundError(StrCat("run '", request->name(), "' does not exist")));
-    }
+    absl::StatusOr<int64_t> found = ctx_.scheduler->FindRun(request->name());
+    if (!found.ok()) return ToGrpc(found.status());
+    run_id = *found;
   }
   if (run_id <= 0) return ToGrpc(absl::InvalidArgumentError("GetRun: give run_id or name"));
   absl::StatusOr<RunDetails> details = ctx_.scheduler->GetRun(run_id);
@@ -236,23 +209,17 @@ grpc::Status SchedulerServiceImpl::StreamMetrics(grpc::ServerContext* context,
                                                  grpc::ServerWriter<v1::MetricBatchView>* writer) {
   CART_CALLER(who, "StreamMetrics");
   const int64_t run_id = request->run_id();
-  absl::StatusOr<store::RunRecord> run = ctx_.store->GetRun(run_id);
-  if (!run.ok()) return ToGrpc(run.status());
   // Next step to read, per metric name.
   std::map<std::string, int64_t> next_step;
   for (const std::string& name : request->names()) next_step[name] = request->from_step();
   const bool all_names = request->names_size() == 0;
-  while (true) {
-    // Read the version before the data: a change after this point wakes the wait below.
-    const int64_t version = ctx_.scheduler->RunVersion(run_id);
-    run = ctx_.store->GetRun(run_id);
-    if (!run.ok()) return ToGrpc(run.status());
+  auto read = [&](const store::RunRecord& run, bool last) -> absl::StatusOr<bool> {
     if (all_names) {
-      absl::StatusOr<std::vector<store::MetricSummary>> summaries =
-          ctx_.store->RunSummaries(run_id);
-      if (!summaries.ok()) return ToGrpc(summaries.status());
-      for (const store::MetricSummary& s : *summaries)
+      CART_ASSIGN_OR_RETURN(std::vector<store::MetricSummary> summaries,
+                            ctx_.scheduler->RunSummaries(run_id));
+      for (const store::MetricSummary& s : summaries) {
         next_step.emplace(s.name, request->from_step());
+      }
     }
     std::vector<store::MetricPoint> points;
     for (auto& [name, from] : next_step) {
@@ -261,9 +228,9 @@ grpc::Status SchedulerServiceImpl::StreamMetrics(grpc::ServerContext* context,
       series_request.metric = name;
       series_request.max_points = 0;
       series_request.from_step = from;
-      absl::StatusOr<store::Series> series = ctx_.store->MetricSeries(series_request);
-      if (series.status().code() == absl::StatusCode::kNotFound) continue;  // not logged yet
-      if (!series.ok()) return ToGrpc(series.status());
+      absl::StatusOr<store::Series> series = ctx_.scheduler->MetricSeries(series_request);
+      if (absl::IsNotFound(series.status())) continue;  // not logged yet
+      CART_RETURN_IF_ERROR(series.status());
       for (const store::SeriesPoint& p : series->points) {
         points.push_back(store::MetricPoint{p.step, name, p.value, p.wall_time_us});
         from = std::max(from, p.step + 1);
@@ -273,21 +240,17 @@ grpc::Status SchedulerServiceImpl::StreamMetrics(grpc::ServerContext* context,
                      [](const auto& a, const auto& b) { return a.step < b.step; });
     for (size_t first = 0; first < points.size(); first += kPointsPerView) {
       v1::MetricBatchView view;
-      view.set_state(ToProto(run->state));
-      const size_t last = std::min(points.size(), first + kPointsPerView);
-      for (size_t i = first; i < last; ++i) *view.add_points() = ToProto(points[i]);
-      if (!writer->Write(view)) return grpc::Status::OK;  // the client went away
+      view.set_state(ToProto(run.state));
+      const size_t end = std::min(points.size(), first + kPointsPerView);
+      for (size_t i = first; i < end; ++i) *view.add_points() = ToProto(points[i]);
+      if (!writer->Write(view)) return false;  // the client went away
     }
-    if (!request->follow() || store::IsTerminal(run->state)) {
-      // The last message always tells the final state, even with no new points.
-      if (points.empty()) WriteStateOnly(*writer, run->state);
-      return grpc::Status::OK;
-    }
-    if (std::optional<grpc::Status> end =
-            AwaitRunChange(*ctx_.scheduler, *context, run_id, version)) {
-      return *end;
-    }
-  }
+    // The last message always tells the final state, even with no new points.
+    if (last && points.empty()) WriteStateOnly(*writer, run.state);
+    return true;
+  };
+  return ToGrpc(ctx_.scheduler->FollowRun(run_id, request->follow(), kFollowPoll,
+                                          [context] { return context->IsCancelled(); }, read));
 }
 
 grpc::Status SchedulerServiceImpl::StreamRunLog(grpc::ServerContext* context,
@@ -302,62 +265,42 @@ grpc::Status SchedulerServiceImpl::StreamRunLog(grpc::ServerContext* context,
   }
   int64_t after_id = request->after_id();
   bool first = true;
-  while (true) {
-    const int64_t version = ctx_.scheduler->RunVersion(run_id);
-    absl::StatusOr<store::RunRecord> run = ctx_.store->GetRun(run_id);
-    if (!run.ok()) return ToGrpc(run.status());
-    absl::StatusOr<std::vector<store::LogLine>> lines = ctx_.store->RunLog(run_id, after_id, 0);
-    if (!lines.ok()) return ToGrpc(lines.status());
+  auto read = [&](const store::RunRecord& run, bool last) -> absl::StatusOr<bool> {
+    CART_ASSIGN_OR_RETURN(std::vector<store::LogLine> lines,
+                          ctx_.scheduler->RunLog(run.id, after_id, 0));
     size_t begin = 0;
-    if (first && request->tail() > 0 && lines->size() > static_cast<size_t>(request->tail())) {
-      begin = lines->size() - static_cast<size_t>(request->tail());
+    if (first && request->tail() > 0 && lines.size() > static_cast<size_t>(request->tail())) {
+      begin = lines.size() - static_cast<size_t>(request->tail());
     }
-    for (size_t at = begin; at < lines->size(); at += kPointsPerView) {
+    first = false;
+    for (size_t at = begin; at < lines.size(); at += kPointsPerView) {
       v1::RunLogView view;
-      view.set_state(ToProto(run->state));
-      for (size_t i = at; i < std::min(lines->size(), at + kPointsPerView); ++i) {
-        const store::LogLine& line = (*lines)[i];
+      view.set_state(ToProto(run.state));
+      for (size_t i = at; i < std::min(lines.size(), at + kPointsPerView); ++i) {
+        const store::LogLine& line = lines[i];
         v1::RunLogLine* out = view.add_lines();
         out->set_id(line.id);
         out->set_attempt(line.attempt);
         out->set_wall_time_us(line.wall_time_us);
         out->set_text(line.text);
       }
-      if (!writer->Write(view)) return grpc::Status::OK;  // the client went away
+      if (!writer->Write(view)) return false;  // the client went away
     }
-    if (!lines->empty()) after_id = lines->back().id;
-    const bool sent_nothing = begin == lines->size();
-    first = false;
-    if (!request->follow() || store::IsTerminal(run->state)) {
-      if (sent_nothing) WriteStateOnly(*writer, run->state);  // the final state, always
-      return grpc::Status::OK;
-    }
-    if (std::optional<grpc::Status> end =
-            AwaitRunChange(*ctx_.scheduler, *context, run_id, version)) {
-      return *end;
-    }
-  }
+    if (!lines.empty()) after_id = lines.back().id;
+    if (last && begin == lines.size()) WriteStateOnly(*writer, run.state);  // the final state
+    return true;
+  };
+  return ToGrpc(ctx_.scheduler->FollowRun(run_id, request->follow(), kFollowPoll,
+                                          [context] { return context->IsCancelled(); }, read));
 }
 
 grpc::Status SchedulerServiceImpl::GetCheckpoint(grpc::ServerContext* context,
                                                  const v1::GetCheckpointRequest* request,
                                                  grpc::ServerWriter<v1::ArtifactChunk>* writer) {
   CART_CALLER(who, "GetCheckpoint");
-  absl::StatusOr<std::vector<store::CheckpointRecord>> all =
-      ctx_.store->ListCheckpoints(request->run_id());
-  if (!all.ok()) return ToGrpc(all.status());
-  const store::CheckpointRecord* chosen = nullptr;
-  for (const store::CheckpointRecord& c : *all) {  // by step
-    if (request->step() == 0 || c.step == request->step()) chosen = &c;
-  }
-  if (chosen == nullptr) {
-    std::vector<std::string> steps;
-    for (const store::CheckpointRecord& c : *all) steps.push_back(StrCat(c.step));
-    return ToGrpc(absl::NotFoundError(StrCat(
-        "run ", request->run_id(), " has no checkpoint",
-        request->step() == 0 ? std::string() : StrCat(" at step ", request->step()),
-        steps.empty() ? std::string(" yet") : StrCat("; it has steps ", StrJoin(steps, ", ")))));
-  }
+  absl::StatusOr<store::CheckpointRecord> chosen =
+      ctx_.scheduler->Checkpoint(request->run_id(), request->step());
+  if (!chosen.ok()) return ToGrpc(chosen.status());
   return StreamArtifact(*ctx_.artifacts, chosen->sha256, *writer);
 }
 
@@ -365,7 +308,7 @@ grpc::Status SchedulerServiceImpl::QueryTable(grpc::ServerContext* context,
                                               const v1::QueryTableRequest* request,
                                               v1::Table* response) {
   CART_CALLER(who, "QueryTable");
-  absl::StatusOr<v1::Table> table = internal::QueryTable(*ctx_.store, *request);
+  absl::StatusOr<v1::Table> table = internal::QueryTable(*ctx_.scheduler, *request);
   if (!table.ok()) return ToGrpc(table.status());
   *response = *std::move(table);
   return grpc::Status::OK;

@@ -1,7 +1,7 @@
 #pragma once
 
 // The gRPC services of cartd: thin handlers that check the caller's token, validate the request,
-// call the Scheduler / RunStore / ArtifactStore and translate the result (scheduler.proto and
+// call the Scheduler (never the store) or the ArtifactStore and translate the result (scheduler.proto and
 // worker.proto document each RPC's idempotency and codes). Synchronous API: every in-flight call,
 // long polls and streams included, holds one server thread (ServerConfig::max_threads).
 
@@ -20,7 +20,6 @@ namespace cart::server::internal {
 // What both services share; not owned, all outlive the services.
 struct ServiceContext {
   Scheduler* scheduler = nullptr;
-  store::RunStore* store = nullptr;
   ArtifactStore* artifacts = nullptr;
   const TokenTable* tokens = nullptr;
 };

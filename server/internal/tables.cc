@@ -60,7 +60,7 @@ std::vector<std::string> Keys(const std::string& csv) {
   return keys;
 }
 
-absl::StatusOr<store::PivotTable> PivotOf(store::RunStore& store,
+absl::StatusOr<store::PivotTable> PivotOf(Scheduler& results,
                                           const v1::QueryTableRequest& request) {
   CART_RETURN_IF_ERROR(Require(request.metric(), "metric", request.table()));
   CART_RETURN_IF_ERROR(Require(request.rows(), "rows", request.table()));
@@ -71,11 +71,11 @@ absl::StatusOr<store::PivotTable> PivotOf(store::RunStore& store,
   pivot.row_key = request.rows();
   pivot.col_key = request.cols();
   CART_ASSIGN_OR_RETURN(pivot.field, FieldOf(request.value()));
-  return store.Pivot(pivot);
+  return results.Pivot(pivot);
 }
 
-absl::StatusOr<v1::Table> PivotTable(store::RunStore& store, const v1::QueryTableRequest& request) {
-  CART_ASSIGN_OR_RETURN(store::PivotTable pivot, PivotOf(store, request));
+absl::StatusOr<v1::Table> PivotTable(Scheduler& results, const v1::QueryTableRequest& request) {
+  CART_ASSIGN_OR_RETURN(store::PivotTable pivot, PivotOf(results, request));
   v1::Table table;
   table.set_title(StrCat(pivot.metric, " by ", pivot.row_key, " × ", pivot.col_key));
   table.add_columns(pivot.row_key);
@@ -89,8 +89,8 @@ absl::StatusOr<v1::Table> PivotTable(store::RunStore& store, const v1::QueryTabl
   return table;
 }
 
-absl::StatusOr<v1::Table> BestTable(store::RunStore& store, const v1::QueryTableRequest& request) {
-  CART_ASSIGN_OR_RETURN(store::PivotTable pivot, PivotOf(store, request));
+absl::StatusOr<v1::Table> BestTable(Scheduler& results, const v1::QueryTableRequest& request) {
+  CART_ASSIGN_OR_RETURN(store::PivotTable pivot, PivotOf(results, request));
   const store::Goal goal = request.lower_is_better() ? store::Goal::kMin : store::Goal::kMax;
   v1::Table table;
   table.set_title(StrCat("best ", pivot.col_key, " for each ", pivot.row_key, " by ", pivot.metric,
@@ -107,7 +107,7 @@ absl::StatusOr<v1::Table> BestTable(store::RunStore& store, const v1::QueryTable
   return table;
 }
 
-absl::StatusOr<v1::Table> DeltasTable(store::RunStore& store,
+absl::StatusOr<v1::Table> DeltasTable(Scheduler& results,
                                       const v1::QueryTableRequest& request) {
   CART_RETURN_IF_ERROR(Require(request.metric(), "metric", request.table()));
   CART_RETURN_IF_ERROR(Require(request.group_by(), "group_by", request.table()));
@@ -131,7 +131,7 @@ absl::StatusOr<v1::Table> DeltasTable(store::RunStore& store,
     }
     return StrJoin(parts, ",");
   };
-  CART_ASSIGN_OR_RETURN(std::vector<store::RunRecord> runs, store.ListRuns(SweepFilter(request)));
+  CART_ASSIGN_OR_RETURN(std::vector<store::RunRecord> runs, results.ListRunRecords(SweepFilter(request)));
   std::set<std::string> seen;
   store::AblationRequest ablation;
   ablation.metric = request.metric();
@@ -156,7 +156,7 @@ absl::StatusOr<v1::Table> DeltasTable(store::RunStore& store,
     return absl::InvalidArgumentError(StrCat("baseline '", request.baseline(),
                                              "' is none of the groups by ", request.group_by()));
   }
-  CART_ASSIGN_OR_RETURN(std::vector<store::AblationRow> rows, store.Ablation(ablation));
+  CART_ASSIGN_OR_RETURN(std::vector<store::AblationRow> rows, results.Ablation(ablation));
   v1::Table table;
   table.set_title(
       StrCat(request.metric(), " by ", request.group_by(), " against ", ablation.baseline));
@@ -171,7 +171,7 @@ absl::StatusOr<v1::Table> DeltasTable(store::RunStore& store,
   return table;
 }
 
-absl::StatusOr<v1::Table> SeriesTable(store::RunStore& store,
+absl::StatusOr<v1::Table> SeriesTable(Scheduler& results,
                                       const v1::QueryTableRequest& request) {
   CART_RETURN_IF_ERROR(Require(request.metric(), "metric", request.table()));
   if (request.run_id() <= 0) {
@@ -181,7 +181,7 @@ absl::StatusOr<v1::Table> SeriesTable(store::RunStore& store,
   series_request.run_id = request.run_id();
   series_request.metric = request.metric();
   series_request.max_points = request.max_points() > 0 ? request.max_points() : 1000;
-  CART_ASSIGN_OR_RETURN(store::Series series, store.MetricSeries(series_request));
+  CART_ASSIGN_OR_RETURN(store::Series series, results.MetricSeries(series_request));
   v1::Table table;
   table.set_title(StrCat(series.metric, " of run ", series.run_id, " (", series.points.size(),
                          " of ", series.total_points, " points)"));
@@ -197,7 +197,7 @@ absl::StatusOr<v1::Table> SeriesTable(store::RunStore& store,
   return table;
 }
 
-absl::StatusOr<v1::Table> RanksTable(store::RunStore& store, const v1::QueryTableRequest& request) {
+absl::StatusOr<v1::Table> RanksTable(Scheduler& results, const v1::QueryTableRequest& request) {
   CART_RETURN_IF_ERROR(Require(request.metric(), "metric", request.table()));
   if (request.sweeps_size() != 2) {
     return absl::InvalidArgumentError(
@@ -210,7 +210,7 @@ absl::StatusOr<v1::Table> RanksTable(store::RunStore& store, const v1::QueryTabl
   compare.stage_a.sweeps = {request.sweeps(0)};
   compare.stage_b.sweeps = {request.sweeps(1)};
   compare.config_keys = Keys(request.group_by().empty() ? "d,R,P" : request.group_by());
-  CART_ASSIGN_OR_RETURN(store::StageComparison result, store.CompareStages(compare));
+  CART_ASSIGN_OR_RETURN(store::StageComparison result, results.CompareStages(compare));
   v1::Table table;
   table.set_title(StrCat(request.metric(), " ranks, ", request.sweeps(0), " vs ", request.sweeps(1),
                          ": Spearman ", result.spearman, " over ", result.rows.size(), " configs (",
@@ -234,13 +234,13 @@ absl::StatusOr<v1::Table> RanksTable(store::RunStore& store, const v1::QueryTabl
 
 }  // namespace
 
-absl::StatusOr<v1::Table> QueryTable(store::RunStore& store, const v1::QueryTableRequest& request) {
+absl::StatusOr<v1::Table> QueryTable(Scheduler& results, const v1::QueryTableRequest& request) {
   const std::string& name = request.table();
-  if (name == "pivot") return PivotTable(store, request);
-  if (name == "best") return BestTable(store, request);
-  if (name == "deltas") return DeltasTable(store, request);
-  if (name == "series") return SeriesTable(store, request);
-  if (name == "ranks") return RanksTable(store, request);
+  if (name == "pivot") return PivotTable(results, request);
+  if (name == "best") return BestTable(results, request);
+  if (name == "deltas") return DeltasTable(results, request);
+  if (name == "series") return SeriesTable(results, request);
+  if (name == "ranks") return RanksTable(results, request);
   return absl::InvalidArgumentError(
       StrCat("unknown table '", name, "' (known: pivot, best, deltas, series, ranks)"));
 }

@@ -15,10 +15,10 @@
 
 #include "absl/status/statusor.h"
 #include "cart/v1/scheduler.pb.h"
-#include "store/run_store.h"
+#include "server/scheduler.h"
 
 namespace cart::server::internal {
 
-absl::StatusOr<v1::Table> QueryTable(store::RunStore& store, const v1::QueryTableRequest& request);
+absl::StatusOr<v1::Table> QueryTable(Scheduler& results, const v1::QueryTableRequest& request);
 
 }  // namespace cart::server::internal

@@ -17,6 +17,7 @@ namespace {
   "FROM runs AS r JOIN sweeps AS s ON s.id = r.sweep_id "
 
 constexpr char kSelectRunById[] = CART_RUN_SELECT "WHERE r.id = ?";
+constexpr char kSelectRunByName[] = CART_RUN_SELECT "WHERE s.name = ? AND r.name = ?";
 constexpr char kSelectRunsWhere[] = CART_RUN_SELECT "WHERE 1 = 1";
 constexpr char kSelectRunExists[] = "SELECT id FROM runs WHERE id = ?";
 constexpr char kSelectRunStatus[] = "SELECT status FROM runs WHERE id = ?";
@@ -187,6 +188,17 @@ absl::StatusOr<RunRecord> LoadRun(Database& db, int64_t run_id) {
   select->BindAll(run_id);
   CART_ASSIGN_OR_RETURN(bool row, select->Step());
   if (!row) return absl::NotFoundError(StrCat("run ", run_id, " does not exist"));
+  CART_ASSIGN_OR_RETURN(RunRecord run, ReadRun(*select));
+  CART_RETURN_IF_ERROR(ReadParams(db, *select, &run));
+  return run;
+}
+
+absl::StatusOr<RunRecord> LoadRunByName(Database& db, const std::string& sweep,
+                                        const std::string& name) {
+  CART_ASSIGN_OR_RETURN(auto select, db.Cached(kSelectRunByName));
+  select->BindAll(sweep, name);
+  CART_ASSIGN_OR_RETURN(bool row, select->Step());
+  if (!row) return absl::NotFoundError(StrCat("run '", sweep, "/", name, "' does not exist"));
   CART_ASSIGN_OR_RETURN(RunRecord run, ReadRun(*select));
   CART_RETURN_IF_ERROR(ReadParams(db, *select, &run));
   return run;

@@ -22,6 +22,9 @@ namespace cart::store::internal {
 absl::Status RequireRun(Database& db, int64_t run_id);
 // NotFound "run <id> does not exist". With params (the run_params map) filled in.
 absl::StatusOr<RunRecord> LoadRun(Database& db, int64_t run_id);
+// The run named `name` (its index) in sweep `sweep`; NotFound names "<sweep>/<name>".
+absl::StatusOr<RunRecord> LoadRunByName(Database& db, const std::string& sweep,
+                                        const std::string& name);
 // NotFound "sweep '<name>' does not exist". run_counts filled in.
 absl::StatusOr<SweepRecord> LoadSweepByName(Database& db, const std::string& name);
 absl::StatusOr<SweepRecord> LoadSweepById(Database& db, int64_t sweep_id);
