@@ -49,7 +49,7 @@ class ServiceStudySource : public report::StudySource {
       r.id = v.run_id();
       r.sweep = v.sweep();
       r.name = v.name();
-      r.kind = v.kind().empty() ? "train" : v.kind();
+      r.kind = v.kind() == cart::v1::JOB_KIND_EVAL ? JobKind::kEval : JobKind::kTrain;
       r.state = cart::v1::RunState_Name(v.state()).substr(10);  // without "RUN_STATE_"
       r.finished = v.state() == cart::v1::RUN_STATE_SUCCEEDED;
       r.params.insert(v.params().begin(), v.params().end());

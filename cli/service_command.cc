@@ -170,16 +170,16 @@ void PrintDryRun(const model::SweepSpec& spec, const std::vector<model::Expanded
   for (const auto& r : runs) {
     auto* v = resp.add_runs();
     v->set_name(r.name);
-    v->set_kind(r.kind);
+    v->set_kind(r.kind == JobKind::kEval ? cart::v1::JOB_KIND_EVAL : cart::v1::JOB_KIND_TRAIN);
     for (const auto& [k, val] : r.params) (*v->mutable_params())[k] = val;
     v->set_stored_params(r.stored_params);
     v->set_effective_params(r.effective_params);
     v->set_memory_estimate_mib(r.memory_estimate_bytes >> 20);
     v->set_total_steps(r.config.train.steps);
-    const model::RunCost cost = model::EstimateRunCost(r.config, r.kind == "eval", r.eval_loops);
+    const model::RunCost cost = model::EstimateRunCost(r.config, r.kind == JobKind::kEval, r.eval_loops);
     v->set_tokens(cost.tokens);
     v->set_est_hours_rtx3090(cost.rtx3090_hours);
-    train_runs += r.kind == "train";
+    train_runs += r.kind == JobKind::kTrain;
     tokens += cost.tokens;
     hours += cost.rtx3090_hours;
   }
@@ -243,7 +243,7 @@ void RegisterSweep(CLI::App& app) {
       absl::StatusOr<std::vector<model::ExpandedRun>> pruns = model::ExpandSweep(*pspec, sibling);
       if (!pruns.ok()) ExitWith(pruns.status());
       for (const model::ExpandedRun& r : *pruns) {
-        if (r.kind == "train") parents[name].push_back(model::AsParentRun(r));
+        if (r.kind == JobKind::kTrain) parents[name].push_back(model::AsParentRun(r));
       }
     }
     if (!parents_known) {  // cartd expands it against its database

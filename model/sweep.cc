@@ -32,10 +32,11 @@ absl::Status ParseDerived(std::string_view file, const YAML::Node& node, Derived
     if (key == "name") {
       d.name = Scalar(v);
     } else if (key == "kind") {
-      d.kind = Scalar(v);
-      if (d.kind != "eval" && d.kind != "train") {
-        return At(file, v, StrCat("derived.kind: '", d.kind, "' is not one of eval, train"));
+      std::optional<JobKind> kind = ParseJobKind(Scalar(v));
+      if (!kind) {
+        return At(file, v, StrCat("derived.kind: '", Scalar(v), "' is not one of eval, train"));
       }
+      d.kind = *kind;
     } else if (key == "from") {
       if (!v.IsMap())
         return At(file, v, "derived.from: must be a mapping (run or match, checkpoint)");
@@ -367,7 +368,7 @@ absl::StatusOr<std::vector<ExpandedRun>> ExpandSweep(
       }
       r.parent_checkpoint_step = d.checkpoint_step;
       r.eval_loops = d.eval_loops;
-      if (r.kind == "eval" && r.eval_loops.empty()) {
+      if (r.kind == JobKind::kEval && r.eval_loops.empty()) {
         r.eval_loops.push_back(r.config.model.effective_R_infer());
       }
       CART_RETURN_IF_ERROR(finish(r));

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/job_kind.h"
 #include "model/config.h"
 
 namespace cart::model {
@@ -39,7 +40,7 @@ namespace cart::model {
 struct DerivedSpec {
   std::string name;
   std::string sweep;  // parents from this other sweep; empty: this sweep's own grid
-  std::string kind = "eval";                             // "eval" or "train"
+  JobKind kind = JobKind::kEval;
   std::map<std::string, std::string> match;              // parents whose params have these values
   int64_t run_index = -1;                                // or one parent by index (>= 0)
   int64_t checkpoint_step = -1;                          // -1: the parent's final checkpoint
@@ -64,7 +65,7 @@ struct SweepSpec {
 struct ExpandedRun {
   int64_t index = 0;                          // 0-based within the sweep
   std::string name;                           // "<sweep>/<index>"
-  std::string kind = "train";                 // "train" or "eval"
+  JobKind kind = JobKind::kTrain;
   RunConfig config;                           // resolved
   std::string config_yaml;                    // ToYaml(config)
   std::map<std::string, std::string> params;  // every scalar key -> value (the pivot keys)

@@ -232,7 +232,7 @@ std::string ValSetOf(const std::vector<StudyRun>& all, const std::string& wanted
 Runs Train(const std::vector<StudyRun>& all) {
   Runs out;
   for (const StudyRun& r : all) {
-    if (r.kind == "train") out.push_back(&r);
+    if (r.kind == JobKind::kTrain) out.push_back(&r);
   }
   return out;
 }
@@ -574,11 +574,11 @@ class Builder {
     Section& s = NewSection("Variable-R inference", options_.sweeps.variable_r);
     Runs evals;
     for (const StudyRun& r : runs_[s.sweep]) {
-      if (r.kind == "eval") evals.push_back(&r);
+      if (r.kind == JobKind::kEval) evals.push_back(&r);
     }
     if (evals.empty()) {  // stage 2's own derived evaluation jobs
       for (const StudyRun& r : runs_[options_.sweeps.stage2]) {
-        if (r.kind == "eval") evals.push_back(&r);
+        if (r.kind == JobKind::kEval) evals.push_back(&r);
       }
       if (!evals.empty()) s.sweep = options_.sweeps.stage2 + " (its eval jobs)";
     }

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/job_kind.h"
 
 namespace cart::store {
 class RunStore;
@@ -30,7 +31,7 @@ struct StudyRun {
   int64_t id = 0;
   std::string sweep;
   std::string name;           // "<sweep>/<index>"
-  std::string kind = "train";  // "train" or "eval"
+  JobKind kind = JobKind::kTrain;
   bool finished = false;       // SUCCEEDED
   std::string state;           // "SUCCEEDED", "RUNNING", …
   std::map<std::string, std::string> params;  // config keys

@@ -27,12 +27,7 @@ class StoreStudySource : public StudySource {
       run.finished = r.state == store::RunState::kSucceeded;
       run.total_steps = r.steps;
       run.stored_params = r.stored_params;
-      // The job's kind travels in params beside the config keys (server/scheduler.cc).
-      if (auto it = r.params.find("kind"); it != r.params.end()) {
-        run.kind = it->second;
-        r.params.erase(it);
-      }
-      r.params.erase("eval_loops");
+      run.kind = r.kind;
       run.params = std::move(r.params);
       CART_ASSIGN_OR_RETURN(std::vector<store::MetricSummary> summaries,
                             store_.RunSummaries(run.id));

@@ -16,26 +16,6 @@ namespace {
 using store::RunRecord;
 using store::RunState;
 
-// Job fields that are not config keys travel in the run's params under these keys, so they are
-// stored with the run and come back with it.
-constexpr char kKindParam[] = "kind";
-constexpr char kEvalLoopsParam[] = "eval_loops";
-
-std::string KindOf(const RunRecord& run) {
-  auto it = run.params.find(kKindParam);
-  return it == run.params.end() ? "train" : it->second;
-}
-
-std::vector<int> EvalLoopsOf(const RunRecord& run) {
-  std::vector<int> loops;
-  auto it = run.params.find(kEvalLoopsParam);
-  if (it == run.params.end()) return loops;
-  for (const std::string& part : Split(it->second, ',')) {
-    if (std::optional<int64_t> r = ParseInt64(part)) loops.push_back(static_cast<int>(*r));
-  }
-  return loops;
-}
-
 // Moves what it can out of `expanded`: a 10,000-run sweep is tens of MB of params and YAML.
 store::NewRun ToNewRun(model::ExpandedRun&& expanded, int64_t max_attempts) {
   store::NewRun run;
@@ -43,8 +23,8 @@ store::NewRun ToNewRun(model::ExpandedRun&& expanded, int64_t max_attempts) {
   run.name = StrCat(expanded.index);
   run.config_yaml = std::move(expanded.config_yaml);
   run.params = std::move(expanded.params);
-  run.params[kKindParam] = expanded.kind;
-  if (!expanded.eval_loops.empty()) run.params[kEvalLoopsParam] = StrJoin(expanded.eval_loops, ",");
+  run.kind = expanded.kind;
+  run.eval_loops = std::move(expanded.eval_loops);
   run.stored_params = expanded.stored_params;
   run.effective_params = expanded.effective_params;
   run.memory_estimate_bytes = expanded.memory_estimate_bytes;
@@ -225,7 +205,7 @@ absl::StatusOr<SubmitResult> Scheduler::SubmitSweep(const SubmitRequest& request
     CART_ASSIGN_OR_RETURN(std::vector<RunRecord> records, store_->ListRuns(filter));
     std::vector<model::ParentRun>& parents = parent_sweeps[name];
     for (const RunRecord& record : records) {
-      if (KindOf(record) != "train") continue;
+      if (record.kind != JobKind::kTrain) continue;
       absl::StatusOr<model::RunConfig> config =
           model::ParseRunConfigYaml(record.config_yaml, StrCat("run ", record.id));
       if (!config.ok()) return absl::InternalError(Message(config.status()));
@@ -427,8 +407,8 @@ absl::StatusOr<std::optional<Job>> Scheduler::Acquire(const std::string& worker_
     if (claim->has_value()) {
       store::Claim& c = **claim;
       Job job;
-      job.kind = KindOf(c.run);
-      job.eval_loops = EvalLoopsOf(c.run);
+      job.kind = c.run.kind;
+      job.eval_loops = c.run.eval_loops;
       job.attempt = c.attempt;
       job.lease_expires_us = c.lease_expires_us;
       job.resume_from = std::move(c.resume_from);
@@ -682,7 +662,6 @@ absl::StatusOr<RunInfo> Scheduler::Describe(RunRecord record, std::optional<int6
   RunInfo info;
   info.run = std::move(record);
   const RunRecord& run = info.run;
-  info.kind = KindOf(run);
   {
     absl::MutexLock lock(&mu_);
     auto it = progress_.find(run.id);

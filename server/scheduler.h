@@ -87,7 +87,7 @@ struct Job {
   store::RunRecord run;  // state LEASED
   int64_t attempt = 0;   // the fencing token every report must carry
   int64_t lease_expires_us = 0;
-  std::string kind = "train";   // "train" or "eval"
+  JobKind kind = JobKind::kTrain;
   std::vector<int> eval_loops;  // eval jobs: R_infer values
   // The run's own latest checkpoint (after a lost lease, a retry, a resume or an extend).
   std::optional<store::CheckpointRecord> resume_from;
@@ -139,7 +139,6 @@ struct SubmitResult {
 // A run with what the scheduler knows beyond its record.
 struct RunInfo {
   store::RunRecord run;
-  std::string kind = "train";
   std::string worker_id;       // current or last worker; empty when never leased
   std::string waiting_reason;  // QUEUED / BLOCKED runs: why it is not running
   int64_t step = 0;            // latest step reported (heartbeats, metrics)

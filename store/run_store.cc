@@ -33,8 +33,8 @@ constexpr char kInsertRun[] =
     "INSERT INTO runs(sweep_id, name, config_yaml, params_json, d, r, p, seed, steps, "
     "stored_params, effective_params, memory_estimate_bytes, min_memory_bytes, status, priority, "
     "attempt, max_attempts, attempt_floor, cancel_requested, parent_run_id, parent_checkpoint, "
-    "created_us, updated_us) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, 0, 0, ?, ?, "
-    "?, ?)";
+    "created_us, updated_us, kind, eval_loops) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
+    "0, ?, 0, 0, ?, ?, ?, ?, ?, ?)";
 constexpr char kSetStepsParam[] =
     "UPDATE runs SET params_json = json_set(params_json, '$.\"steps\"', ?) WHERE id = ?";
 constexpr char kInsertLogLine[] =
@@ -444,7 +444,7 @@ absl::StatusOr<CreatedSweep> RunStore::CreateSweep(const NewSweep& sweep, const 
           run.min_memory_bytes > 0 ? run.min_memory_bytes : run.memory_estimate_bytes,
           RunStateName(state), run.priority.value_or(sweep.priority), run.max_attempts, parent_id,
           parent_id ? std::optional<std::string>(run.parent_checkpoint) : std::nullopt, audit.at_us,
-          audit.at_us);
+          audit.at_us, std::string(JobKindName(run.kind)), StrJoin(run.eval_loops, ","));
       CART_RETURN_IF_ERROR(insert_run->Run());
       insert_run->Reset();
       const int64_t run_id = db.LastInsertRowId();

@@ -10,6 +10,8 @@
 #include <string_view>
 #include <vector>
 
+#include "common/job_kind.h"
+
 namespace cart::store {
 
 // A run's lifecycle (DESIGN.md "Run states"):
@@ -73,6 +75,8 @@ struct NewRun {
   std::string parent_name;
   std::optional<int64_t> parent_run_id;
   std::string parent_checkpoint;
+  JobKind kind = JobKind::kTrain;
+  std::vector<int> eval_loops;  // eval jobs: the loop counts (R_infer) to evaluate at
 };
 
 struct NewSweep {
@@ -127,6 +131,8 @@ struct RunRecord {
   bool cancel_requested = false;
   std::optional<int64_t> parent_run_id;
   std::string parent_checkpoint;  // "final", a step, or empty
+  JobKind kind = JobKind::kTrain;
+  std::vector<int> eval_loops;  // eval jobs: the loop counts (R_infer) to evaluate at
   int64_t created_us = 0;
   int64_t updated_us = 0;
   // The largest device memory the run ran out of memory on (RetryAttempt); it is only placed on

@@ -481,7 +481,7 @@ JobEnd Session::Evaluate() {
 
 JobEnd Session::Run() {
   std::thread sender([this] { SenderLoop(); });
-  JobEnd end = job_.kind() == "eval" ? Evaluate() : Train();
+  JobEnd end = job_.kind() == cart::v1::JOB_KIND_EVAL ? Evaluate() : Train();
   if (!end.error.empty()) Log("error: " + end.error);
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -4,6 +4,10 @@
 
 namespace cart::server::internal {
 
+v1::JobKind ToProto(JobKind kind) {
+  return kind == JobKind::kEval ? v1::JOB_KIND_EVAL : v1::JOB_KIND_TRAIN;
+}
+
 v1::RunState ToProto(store::RunState state) {
   switch (state) {
     case store::RunState::kQueued:
@@ -56,11 +60,7 @@ v1::RunView ToRunView(const RunInfo& info, const std::vector<store::MetricSummar
   view.set_attempt(run.attempt);
   view.set_max_attempts(run.max_attempts);
   view.set_priority(run.priority);
-  for (const auto& [key, value] : run.params) {
-    // Job fields kept in params are shown in their own fields.
-    if (key == "kind" || key == "eval_loops") continue;
-    (*view.mutable_params())[key] = value;
-  }
+  for (const auto& [key, value] : run.params) (*view.mutable_params())[key] = value;
   view.set_stored_params(run.stored_params);
   view.set_effective_params(run.effective_params);
   view.set_memory_estimate_mib((run.memory_estimate_bytes + kMiB - 1) / kMiB);
@@ -74,7 +74,7 @@ v1::RunView ToRunView(const RunInfo& info, const std::vector<store::MetricSummar
   view.set_waiting_reason(info.waiting_reason);
   if (with_config) view.set_config_yaml(run.config_yaml);
   view.set_parent_run_id(run.parent_run_id.value_or(0));
-  view.set_kind(info.kind);
+  view.set_kind(ToProto(run.kind));
   view.set_created_us(run.created_us);
   view.set_updated_us(run.updated_us);
   return view;
@@ -143,7 +143,7 @@ v1::Job ToJob(const Job& job, absl::Duration lease_ttl) {
   out.set_config_yaml(job.run.config_yaml);
   if (job.resume_from) *out.mutable_resume_from() = ToCheckpointRef(*job.resume_from);
   out.set_lease_ttl_ms(absl::ToInt64Milliseconds(lease_ttl));
-  out.set_kind(job.kind);
+  out.set_kind(ToProto(job.kind));
   for (int loops : job.eval_loops) out.add_eval_loops(loops);
   if (job.init_from) *out.mutable_init_from() = ToCheckpointRef(*job.init_from);
   out.set_total_steps(job.run.steps);

@@ -34,6 +34,7 @@ inline std::optional<std::string_view> AuthorizationOf(const grpc::ServerContext
 }
 
 v1::RunState ToProto(store::RunState state);
+v1::JobKind ToProto(JobKind kind);
 // nullopt for RUN_STATE_UNSPECIFIED and unknown values.
 std::optional<store::RunState> FromProto(v1::RunState state);
 

@@ -62,8 +62,6 @@ grpc::Status SchedulerServiceImpl::SubmitSweep(grpc::ServerContext* context,
   for (const store::RunRecord& run : result->runs) {
     RunInfo info;
     info.run = run;
-    auto kind = run.params.find("kind");
-    if (kind != run.params.end()) info.kind = kind->second;
     *response->add_runs() = ToRunView(info, nullptr, /*with_config=*/false);
   }
   response->set_existing(result->existing);

@@ -184,6 +184,18 @@ ALTER TABLE runs ADD COLUMN min_memory_bytes INTEGER NOT NULL DEFAULT 0;
 UPDATE runs SET min_memory_bytes = memory_estimate_bytes;
 )sql";
 
+// Version 6: a run's job kind and an eval job's loop counts as columns of their own. They were
+// kept in params_json under "kind" and "eval_loops", beside the config keys, where they leaked
+// into filters, pivots and the list of varying keys; they move out of it here.
+constexpr char kSchemaV6[] = R"sql(
+ALTER TABLE runs ADD COLUMN kind TEXT NOT NULL DEFAULT 'train' CHECK(kind IN ('train', 'eval'));
+ALTER TABLE runs ADD COLUMN eval_loops TEXT NOT NULL DEFAULT '';
+UPDATE runs SET
+  kind = CASE json_extract(params_json, '$.kind') WHEN 'eval' THEN 'eval' ELSE 'train' END,
+  eval_loops = coalesce(json_extract(params_json, '$.eval_loops'), ''),
+  params_json = json_remove(params_json, '$.kind', '$.eval_loops');
+)sql";
+
 absl::Status Apply(Database& db, const Migration& migration) {
   Transaction txn(&db);
   CART_RETURN_IF_ERROR(txn.Begin(Transaction::Mode::kImmediate));
@@ -212,6 +224,7 @@ const std::vector<Migration>& Migrations() {
       {3, "runs.oom_memory_bytes: placement floor after a device ran out of memory", kSchemaV3},
       {4, "run_logs: the lines workers log for a run", kSchemaV4},
       {5, "runs.min_memory_bytes: placement with a lowered micro-batch", kSchemaV5},
+      {6, "runs.kind and runs.eval_loops out of params_json", kSchemaV6},
   };
   return *kAll;
 }

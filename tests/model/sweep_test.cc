@@ -43,7 +43,7 @@ TEST(SweepTest, Stage1ExpandsToSixtyFourRunsWithAccounting) {
   EXPECT_EQ(runs[63].params.at("steps"), "3000");
   EXPECT_GT(runs[63].stored_params, runs[0].stored_params);
   EXPECT_GT(runs[63].memory_estimate_bytes, runs[0].memory_estimate_bytes);
-  for (const auto& r : runs) EXPECT_EQ(r.kind, "train");
+  for (const auto& r : runs) EXPECT_EQ(r.kind, JobKind::kTrain);
 }
 
 TEST(SweepTest, SeedsVaryFastestAndDerivedJobsFollowTheirParents) {
@@ -63,7 +63,7 @@ derived:
   EXPECT_EQ(runs[1].params.at("seed"), "137");
   EXPECT_EQ(runs[3].params.at("R"), "4");
   for (int i = 6; i < 9; ++i) {
-    EXPECT_EQ(runs[i].kind, "eval");
+    EXPECT_EQ(runs[i].kind, JobKind::kEval);
     EXPECT_EQ(runs[i].parent_index, i - 3);
     EXPECT_EQ(runs[i].parent_checkpoint_step, -1);
     EXPECT_EQ(runs[i].eval_loops, (std::vector<int>{1, 2, 8}));
@@ -115,7 +115,7 @@ std::vector<ExpandedRun> ExpandPaper(const std::string& name,
   return runs.ok() ? *runs : std::vector<ExpandedRun>{};
 }
 
-int CountKind(const std::vector<ExpandedRun>& runs, const std::string& kind) {
+int CountKind(const std::vector<ExpandedRun>& runs, JobKind kind) {
   int n = 0;
   for (const auto& r : runs) n += r.kind == kind;
   return n;
@@ -124,8 +124,8 @@ int CountKind(const std::vector<ExpandedRun>& runs, const std::string& kind) {
 TEST(PaperSweepsTest, EachFileExpandsToTheProgramsRunCounts) {
   EXPECT_EQ(ExpandPaper("stage1").size(), 64u);  // 4 d × 4 R × 4 P, one seed
   const std::vector<ExpandedRun> stage2 = ExpandPaper("stage2");
-  EXPECT_EQ(CountKind(stage2, "train"), 36);  // 4 d × 3 R × 3 seeds
-  EXPECT_EQ(CountKind(stage2, "eval"), 12);   // variable-R of every R = 6 model
+  EXPECT_EQ(CountKind(stage2, JobKind::kTrain), 36);  // 4 d × 3 R × 3 seeds
+  EXPECT_EQ(CountKind(stage2, JobKind::kEval), 12);   // variable-R of every R = 6 model
   EXPECT_EQ(ExpandPaper("baselines").size(), 6u);     // 2 depths × 3 seeds
   EXPECT_EQ(ExpandPaper("faithfulness").size(), 4u);  // 2 gates × 2 decay scopes
   EXPECT_EQ(ExpandPaper("leak").size(), 2u);          // causal and not
@@ -133,12 +133,12 @@ TEST(PaperSweepsTest, EachFileExpandsToTheProgramsRunCounts) {
 
   std::map<std::string, std::vector<ParentRun>> parents;
   for (const ExpandedRun& r : stage2) {
-    if (r.kind == "train") parents["stage2"].push_back(AsParentRun(r));
+    if (r.kind == JobKind::kTrain) parents["stage2"].push_back(AsParentRun(r));
   }
   const std::vector<ExpandedRun> varr = ExpandPaper("variable_r", parents);
   ASSERT_EQ(varr.size(), 3u);  // the three seeds of d = 1024, R = 6
   for (const ExpandedRun& r : varr) {
-    EXPECT_EQ(r.kind, "eval");
+    EXPECT_EQ(r.kind, JobKind::kEval);
     EXPECT_EQ(r.config.model.d, 1024);
     EXPECT_EQ(r.config.model.R, 6);
     EXPECT_EQ(r.eval_loops, (std::vector<int>{1, 2, 4, 6, 8, 12, 16}));
@@ -185,7 +185,7 @@ TEST(PaperSweepsTest, DryRunCostUsesThePapersThroughput) {
   const std::vector<ExpandedRun> stage2 = ExpandPaper("stage2");
   const ExpandedRun* headline = nullptr;
   for (const ExpandedRun& r : stage2) {
-    if (r.kind == "train" && r.config.model.d == 1024 && r.config.model.R == 6) headline = &r;
+    if (r.kind == JobKind::kTrain && r.config.model.d == 1024 && r.config.model.R == 6) headline = &r;
   }
   ASSERT_NE(headline, nullptr);
   const RunCost cost = EstimateRunCost(headline->config, false, {});
@@ -194,7 +194,7 @@ TEST(PaperSweepsTest, DryRunCostUsesThePapersThroughput) {
   // R = 10 costs more FLOPs per token, so more hours at the same width.
   const ExpandedRun* r10 = nullptr;
   for (const ExpandedRun& r : stage2) {
-    if (r.kind == "train" && r.config.model.d == 1024 && r.config.model.R == 10) r10 = &r;
+    if (r.kind == JobKind::kTrain && r.config.model.d == 1024 && r.config.model.R == 10) r10 = &r;
   }
   ASSERT_NE(r10, nullptr);
   EXPECT_GT(EstimateRunCost(r10->config, false, {}).rtx3090_hours, cost.rtx3090_hours);

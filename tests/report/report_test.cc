@@ -60,8 +60,7 @@ class ReportTest : public ::testing::Test {
           runs.push_back(MakeRun(StrCat(runs.size()), {{"d", StrCat(d)},
                                                        {"R", StrCat(r)},
                                                        {"P", "6"},
-                                                       {"seed", StrCat(seed)},
-                                                       {"kind", "train"}}));
+                                                       {"seed", StrCat(seed)}}));
         }
       }
     }

@@ -81,7 +81,7 @@ TEST_F(GrpcTest, WorkerRegistersAcquiresAndGetsMetricsAcked) {
   v1::Job job = LeaseOne(*worker);
   EXPECT_EQ(job.attempt(), 1);
   EXPECT_EQ(job.run_name(), "s/0");
-  EXPECT_EQ(job.kind(), "train");
+  EXPECT_EQ(job.kind(), v1::JOB_KIND_TRAIN);
   EXPECT_THAT(job.config_yaml(), ::testing::HasSubstr("steps: 10"));
   EXPECT_EQ(job.total_steps(), 10);
   EXPECT_FALSE(job.has_resume_from());

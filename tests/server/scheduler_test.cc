@@ -406,7 +406,7 @@ TEST_F(SchedulerTest, DerivedJobIsBlockedUntilItsParentHasTheFinalCheckpoint) {
   std::optional<Job> derived = AcquireNow("w");
   ASSERT_TRUE(derived.has_value());
   EXPECT_EQ(derived->run.id, child);
-  EXPECT_EQ(derived->kind, "eval");
+  EXPECT_EQ(derived->kind, JobKind::kEval);
   EXPECT_EQ(derived->eval_loops, (std::vector<int>{1, 2, 4}));
   ASSERT_TRUE(derived->init_from.has_value());
   EXPECT_EQ(derived->init_from->run_id, parent);

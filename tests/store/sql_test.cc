@@ -190,7 +190,10 @@ TEST(SchemaTest, OpensVersionOneDatabaseAndBackfillsSummaries) {
         VALUES(1, 1, 'done', 'd: 256', '{"d": "256", "R": "6"}', 256, 6, 6, 42, 100, 1, 1, 1,
                'SUCCEEDED', 0, 1, 3, 0, 0, NULL, NULL, 1, 1),
               (2, 1, 'live', 'd: 512', '{"d": "512", "R": "6"}', 512, 6, 6, 42, 100, 1, 1, 1,
-               'RUNNING', 0, 1, 3, 0, 0, NULL, NULL, 1, 1);
+               'RUNNING', 0, 1, 3, 0, 0, NULL, NULL, 1, 1),
+              (3, 1, 'evalR', 'd: 256', '{"d": "256", "R": "6", "kind": "eval",
+               "eval_loops": "1,2,8"}', 256, 6, 6, 42, 100, 1, 1, 1, 'BLOCKED', 0, 0, 3, 0, 0, 1,
+               'final', 1, 1);
       INSERT INTO metric_names(id, name) VALUES(1, 'loss');
       INSERT INTO metrics(run_id, name_id, step, value, wall_time_us)
         VALUES(1, 1, 0, 5.0, 10), (1, 1, 99, 2.5, 20), (1, 1, 50, 3.0, 15),
@@ -222,6 +225,12 @@ TEST(SchemaTest, OpensVersionOneDatabaseAndBackfillsSummaries) {
   EXPECT_EQ(run.state, RunState::kSucceeded);
   // v5: old runs are placed by their estimate, as before; v4: an empty log, and a live run logs.
   EXPECT_EQ(run.min_memory_bytes, run.memory_estimate_bytes);
+  // v6: a job's kind and loop counts, once kept in params, are columns; params hold config keys.
+  EXPECT_EQ(run.kind, JobKind::kTrain);
+  CART_ASSERT_OK_AND_ASSIGN(RunRecord eval, store->GetRun(3));
+  EXPECT_EQ(eval.kind, JobKind::kEval);
+  EXPECT_EQ(eval.eval_loops, (std::vector<int>{1, 2, 8}));
+  EXPECT_EQ(eval.params, (std::map<std::string, std::string>{{"d", "256"}, {"R", "6"}}));
   CART_ASSERT_OK_AND_ASSIGN(auto log, store->RunLog(1, 0, 0));
   EXPECT_TRUE(log.empty());
   cart::store::LogLine line;
