@@ -76,21 +76,6 @@ RunRecord PreviewRun(const model::SweepSpec& spec, const store::NewRun& run, int
 
 }  // namespace
 
-const char* OutcomeName(Outcome outcome) {
-  switch (outcome) {
-    case Outcome::kSucceeded:
-      return "SUCCEEDED";
-    case Outcome::kFailed:
-      return "FAILED";
-    case Outcome::kCancelled:
-      return "CANCELLED";
-    case Outcome::kDrained:
-      return "DRAINED";
-    case Outcome::kOutOfMemory:
-      return "OUT_OF_MEMORY";
-  }
-  return "UNKNOWN";
-}
 
 std::string FormatGiB(int64_t bytes) {
   char text[32];
@@ -562,33 +547,34 @@ absl::StatusOr<store::CheckpointRecord> Scheduler::RecordCheckpoint(
   return record;
 }
 
-absl::StatusOr<RunRecord> Scheduler::ReportOutcome(int64_t run_id, int64_t attempt, Outcome outcome,
+absl::StatusOr<RunRecord> Scheduler::ReportOutcome(int64_t run_id, int64_t attempt,
+                                                   store::AttemptOutcome outcome,
                                                    const std::string& error) {
+  using store::AttemptOutcome;
+  if (outcome == AttemptOutcome::kLost) {
+    return absl::InvalidArgumentError(
+        StrCat("run ", run_id, ": LOST is set by lease expiry, not reported by a worker"));
+  }
   const int64_t now_us = NowMicros();
   std::string worker_id = "unknown";
   if (absl::StatusOr<std::string> w = WorkerOfAttempt(run_id, attempt); w.ok()) worker_id = *w;
   const std::string who = StrCat("worker:", worker_id);
-  std::string why = StrCat("attempt ", attempt, " reported ", OutcomeName(outcome));
+  std::string why = StrCat("attempt ", attempt, " reported ", store::AttemptOutcomeName(outcome));
   if (!error.empty()) why = StrCat(why, ": ", error);
   absl::StatusOr<RunRecord> result;
   switch (outcome) {
-    case Outcome::kSucceeded:
-      result = store_->RecordAttemptOutcome(run_id, attempt, store::AttemptOutcome::kSucceeded,
+    case AttemptOutcome::kSucceeded:
+    case AttemptOutcome::kCancelled:
+    case AttemptOutcome::kDrained:
+      result = store_->RecordAttemptOutcome(run_id, attempt, outcome,
                                             store::Audit{now_us, who, why});
       break;
-    case Outcome::kCancelled:
-      result = store_->RecordAttemptOutcome(run_id, attempt, store::AttemptOutcome::kCancelled,
-                                            store::Audit{now_us, who, why});
-      break;
-    case Outcome::kDrained:
-      result = store_->RecordAttemptOutcome(run_id, attempt, store::AttemptOutcome::kReleased,
-                                            store::Audit{now_us, who, why});
-      break;
-    case Outcome::kFailed:
+    case AttemptOutcome::kFailed:
+    case AttemptOutcome::kLost:  // refused above
       result = store_->RetryAttempt(run_id, attempt, store::RetryRequest{},
                                     store::Audit{now_us, who, why});
       break;
-    case Outcome::kOutOfMemory: {
+    case AttemptOutcome::kOutOfMemory: {
       int64_t memory = 0;
       {
         absl::MutexLock lock(&mu_);

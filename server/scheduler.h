@@ -95,15 +95,6 @@ struct Job {
   std::optional<store::CheckpointRecord> init_from;
 };
 
-// How a worker says an attempt ended.
-enum class Outcome {
-  kSucceeded,    // reached the last step: run -> SUCCEEDED
-  kFailed,       // an error: requeued (counted) until max_attempts, then FAILED
-  kCancelled,    // obeyed a cancel request: run -> CANCELLED
-  kDrained,      // stopped after a final checkpoint (worker shutting down): requeued, not counted
-  kOutOfMemory,  // device OOM: requeued, not counted, never again on a device this small
-};
-
 // A control pushed down an attempt's stream.
 struct Control {
   enum class Kind { kCancel, kDrain };
@@ -227,8 +218,13 @@ class Scheduler {
   absl::Status AppendLog(int64_t run_id, int64_t attempt, const std::vector<store::LogLine>& lines);
   absl::StatusOr<store::CheckpointRecord> RecordCheckpoint(int64_t run_id, int64_t attempt,
                                                            const store::NewCheckpoint& checkpoint);
-  // Ends the attempt (see Outcome). `error` is the worker's failure text (may be empty).
-  absl::StatusOr<store::RunRecord> ReportOutcome(int64_t run_id, int64_t attempt, Outcome outcome,
+  // Ends the attempt as the worker reports it (store::AttemptOutcome): SUCCEEDED; CANCELLED;
+  // DRAINED (requeued, not counted); FAILED (requeued, counted, until max_attempts); OUT_OF_MEMORY
+  // (requeued, not counted, placed only on devices with more memory than this worker's).
+  // InvalidArgument for LOST, which only lease expiry sets. `error` is the worker's failure text
+  // (may be empty).
+  absl::StatusOr<store::RunRecord> ReportOutcome(int64_t run_id, int64_t attempt,
+                                                 store::AttemptOutcome outcome,
                                                  const std::string& error);
 
   // Takes back every lease that lapsed (after the start-up grace): the runs go QUEUED with
@@ -337,8 +333,6 @@ class Scheduler {
   std::thread expiry_thread_;
 };
 
-// "QUEUED" etc. for an outcome: "SUCCEEDED", "FAILED", "CANCELLED", "DRAINED", "OUT_OF_MEMORY".
-const char* OutcomeName(Outcome outcome);
 // "9.1 GiB" (one decimal).
 std::string FormatGiB(int64_t bytes);
 

@@ -602,9 +602,11 @@ absl::StatusOr<RunRecord> RunStore::RecordAttemptOutcome(int64_t run_id, int64_t
                                                          AttemptOutcome outcome,
                                                          const Audit& audit) {
   CART_RETURN_IF_ERROR(internal::ValidateAudit(audit));
-  if (outcome == AttemptOutcome::kLost) {
+  if (outcome == AttemptOutcome::kLost || outcome == AttemptOutcome::kOutOfMemory) {
     return absl::InvalidArgumentError(
-        StrCat("run ", run_id, ": outcome LOST is set by lease expiry, not reported"));
+        StrCat("run ", run_id, ": outcome ", AttemptOutcomeName(outcome),
+               outcome == AttemptOutcome::kLost ? " is set by lease expiry, not reported"
+                                                : " is recorded by RetryAttempt"));
   }
   return writer_->Run<RunRecord>([&](WriteContext& ctx) -> absl::StatusOr<RunRecord> {
     Database& db = ctx.db();
@@ -626,13 +628,14 @@ absl::StatusOr<RunRecord> RunStore::RecordAttemptOutcome(int64_t run_id, int64_t
       case AttemptOutcome::kCancelled:
         to = RunState::kCancelled;
         break;
-      case AttemptOutcome::kReleased:
+      case AttemptOutcome::kDrained:
         // A handed-back lease does not count against max_attempts.
         CART_RETURN_IF_ERROR(Exec(db, kSetAttemptFloor, fence.attempt, run_id));
         to = RunState::kQueued;
         break;
+      case AttemptOutcome::kOutOfMemory:
       case AttemptOutcome::kLost:
-        return absl::InternalError("unreachable: LOST outcome");
+        return absl::InternalError("unreachable: refused above");
     }
     CART_RETURN_IF_ERROR(EndAttempt(db, run_id, attempt, outcome, audit.at_us, audit.why));
     CART_RETURN_IF_ERROR(Exec(db, kSetCancelRequested, 0, run_id));
@@ -692,8 +695,10 @@ absl::StatusOr<RunRecord> RunStore::RetryAttempt(int64_t run_id, int64_t attempt
     } else {
       why = StrCat(why, "; requeued (", counted, " of ", max_attempts, " attempts spent)");
     }
-    CART_RETURN_IF_ERROR(
-        EndAttempt(db, run_id, attempt, AttemptOutcome::kFailed, audit.at_us, audit.why));
+    CART_RETURN_IF_ERROR(EndAttempt(
+        db, run_id, attempt,
+        retry.oom_memory_bytes > 0 ? AttemptOutcome::kOutOfMemory : AttemptOutcome::kFailed,
+        audit.at_us, audit.why));
     CART_RETURN_IF_ERROR(Exec(db, kSetCancelRequested, 0, run_id));
     CART_RETURN_IF_ERROR(
         ChangeState(db, run_id, fence.state, to, Audit{audit.at_us, audit.who, why}));

@@ -147,13 +147,15 @@ class RunStore {
   // Takes back every lease that expired at or before now: attempt outcome LOST, run -> QUEUED
   // (attempt budget left) or FAILED. One transaction, one event per run.
   absl::StatusOr<std::vector<ExpiredLease>> ExpireLeases(int64_t now_us);
-  // Ends the current attempt as the worker reports (see AttemptOutcome; kLost is not accepted).
-  // kSucceeded needs RUNNING and fixes the final value of every metric (the value at the last
+  // Ends the current attempt as the worker reports: kSucceeded, kCancelled, kDrained, or kFailed
+  // for a failure not worth retrying (run -> FAILED); InvalidArgument for kLost (lease expiry's)
+  // and kOutOfMemory (RetryAttempt's). kSucceeded needs RUNNING and fixes the final value of every metric (the value at the last
   // step) and unblocks derived runs waiting for the parent's "final" checkpoint.
   // FailedPrecondition for a stale attempt or a state that does not allow it.
   absl::StatusOr<RunRecord> RecordAttemptOutcome(int64_t run_id, int64_t attempt,
                                                  AttemptOutcome outcome, const Audit& audit);
-  // Ends the current attempt with outcome FAILED (reason: audit.why) and puts the run back in the
+  // Ends the current attempt with outcome FAILED, or OUT_OF_MEMORY when retry.oom_memory_bytes is
+  // set (reason: audit.why), and puts the run back in the
   // queue to resume from its latest checkpoint (LEASED | RUNNING -> QUEUED), or -> FAILED when
   // the counted attempts reach max_attempts, or -> CANCELLED when a cancel was requested. See
   // RetryRequest for counting and the OOM placement floor. FailedPrecondition for a stale attempt.

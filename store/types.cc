@@ -16,12 +16,13 @@ constexpr std::array<std::pair<RunState, std::string_view>, 7> kStateNames = {{
     {RunState::kCancelled, "CANCELLED"},
 }};
 
-constexpr std::array<std::pair<AttemptOutcome, std::string_view>, 5> kOutcomeNames = {{
+constexpr std::array<std::pair<AttemptOutcome, std::string_view>, 6> kOutcomeNames = {{
     {AttemptOutcome::kSucceeded, "SUCCEEDED"},
     {AttemptOutcome::kFailed, "FAILED"},
     {AttemptOutcome::kCancelled, "CANCELLED"},
+    {AttemptOutcome::kDrained, "DRAINED"},
+    {AttemptOutcome::kOutOfMemory, "OUT_OF_MEMORY"},
     {AttemptOutcome::kLost, "LOST"},
-    {AttemptOutcome::kReleased, "RELEASED"},
 }};
 
 template <typename Enum, size_t N>

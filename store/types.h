@@ -32,15 +32,20 @@ bool IsLegalTransition(RunState from, RunState to);
 // SUCCEEDED, FAILED, CANCELLED.
 bool IsTerminal(RunState state);
 
-// How an attempt ended. kLost is set by ExpireLeases; the others are reported by the worker.
+// How an attempt ended: the one vocabulary of the store, the scheduler and (as
+// JobResult.Outcome) the worker protocol. kLost is set by ExpireLeases; the others are reported
+// by the worker.
 enum class AttemptOutcome {
-  kSucceeded,  // run -> SUCCEEDED; final metric values are fixed
-  kFailed,     // run -> FAILED (a bug or a diverged run: retrying would fail the same way)
-  kCancelled,  // the worker obeyed a cancel request: run -> CANCELLED
-  kLost,       // lease expired: run -> QUEUED, or FAILED after max_attempts
-  kReleased,   // the worker handed the run back (drain, shutdown): run -> QUEUED, not counted
+  kSucceeded,    // reached the last step: run -> SUCCEEDED; final metric values are fixed
+  kFailed,       // an error: retried (counted) up to max_attempts, then FAILED
+  kCancelled,    // the worker obeyed a cancel request: run -> CANCELLED
+  kDrained,      // the worker handed the run back (drain, shutdown): run -> QUEUED, not counted
+  kOutOfMemory,  // the device ran out of memory: run -> QUEUED, not counted, only placed on
+                 // devices with more memory from then on
+  kLost,         // lease expired: run -> QUEUED, or FAILED after max_attempts
 };
-std::string_view AttemptOutcomeName(AttemptOutcome outcome);  // "SUCCEEDED", ..., "RELEASED"
+// "SUCCEEDED", "FAILED", "CANCELLED", "DRAINED", "OUT_OF_MEMORY", "LOST"
+std::string_view AttemptOutcomeName(AttemptOutcome outcome);
 std::optional<AttemptOutcome> ParseAttemptOutcome(std::string_view name);
 
 // Who made a change, when and why: every state change writes these into an event row.

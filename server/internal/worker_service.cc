@@ -61,22 +61,20 @@ class RunJobStream final : public AttemptStream {
   bool ended_ ABSL_GUARDED_BY(mu_) = false;
 };
 
-Outcome FromProto(v1::JobResult::Outcome outcome, bool* ok) {
-  *ok = true;
+std::optional<store::AttemptOutcome> FromProto(v1::JobResult::Outcome outcome) {
   switch (outcome) {
     case v1::JobResult::OUTCOME_SUCCEEDED:
-      return Outcome::kSucceeded;
+      return store::AttemptOutcome::kSucceeded;
     case v1::JobResult::OUTCOME_FAILED:
-      return Outcome::kFailed;
+      return store::AttemptOutcome::kFailed;
     case v1::JobResult::OUTCOME_CANCELLED:
-      return Outcome::kCancelled;
+      return store::AttemptOutcome::kCancelled;
     case v1::JobResult::OUTCOME_DRAINED:
-      return Outcome::kDrained;
+      return store::AttemptOutcome::kDrained;
     case v1::JobResult::OUTCOME_OUT_OF_MEMORY:
-      return Outcome::kOutOfMemory;
+      return store::AttemptOutcome::kOutOfMemory;
     default:
-      *ok = false;
-      return Outcome::kFailed;
+      return std::nullopt;
   }
 }
 
@@ -299,14 +297,14 @@ grpc::Status WorkerServiceImpl::RunJob(
         break;
       }
       case v1::WorkerReport::kResult: {
-        bool known = false;
-        const Outcome outcome = FromProto(report.result().outcome(), &known);
-        if (!known) {
+        const std::optional<store::AttemptOutcome> outcome =
+            FromProto(report.result().outcome());
+        if (!outcome) {
           return ToGrpc(absl::InvalidArgumentError(
               StrCat("RunJob: result of run ", run_id, " has no outcome")));
         }
         absl::StatusOr<store::RunRecord> run =
-            ctx_.scheduler->ReportOutcome(run_id, attempt, outcome, report.result().error());
+            ctx_.scheduler->ReportOutcome(run_id, attempt, *outcome, report.result().error());
         return ToGrpc(run.status());
       }
       case v1::WorkerReport::BODY_NOT_SET:

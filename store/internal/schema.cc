@@ -196,6 +196,34 @@ UPDATE runs SET
   params_json = json_remove(params_json, '$.kind', '$.eval_loops');
 )sql";
 
+// Version 7: one vocabulary for how an attempt ends (store/types.h AttemptOutcome): a drained
+// attempt is DRAINED (was RELEASED), and an attempt that ran out of device memory is recorded as
+// OUT_OF_MEMORY instead of FAILED from now on. SQLite cannot change a CHECK constraint in place, so
+// the table is rebuilt.
+constexpr char kSchemaV7[] = R"sql(
+CREATE TABLE attempts_v7(
+  run_id INTEGER NOT NULL REFERENCES runs(id),
+  attempt INTEGER NOT NULL,
+  worker_id TEXT NOT NULL REFERENCES workers(id),
+  leased_us INTEGER NOT NULL,
+  lease_expires_us INTEGER NOT NULL,
+  started_us INTEGER,
+  ended_us INTEGER,
+  outcome TEXT CHECK(outcome IN
+    ('SUCCEEDED', 'FAILED', 'CANCELLED', 'DRAINED', 'OUT_OF_MEMORY', 'LOST')),
+  reason TEXT,
+  PRIMARY KEY(run_id, attempt)
+) WITHOUT ROWID;
+INSERT INTO attempts_v7(run_id, attempt, worker_id, leased_us, lease_expires_us, started_us,
+                        ended_us, outcome, reason)
+  SELECT run_id, attempt, worker_id, leased_us, lease_expires_us, started_us, ended_us,
+         CASE outcome WHEN 'RELEASED' THEN 'DRAINED' ELSE outcome END, reason
+  FROM attempts ORDER BY run_id, attempt;
+DROP TABLE attempts;
+ALTER TABLE attempts_v7 RENAME TO attempts;
+CREATE INDEX attempts_live ON attempts(lease_expires_us) WHERE outcome IS NULL;
+)sql";
+
 absl::Status Apply(Database& db, const Migration& migration) {
   Transaction txn(&db);
   CART_RETURN_IF_ERROR(txn.Begin(Transaction::Mode::kImmediate));
@@ -225,6 +253,7 @@ const std::vector<Migration>& Migrations() {
       {4, "run_logs: the lines workers log for a run", kSchemaV4},
       {5, "runs.min_memory_bytes: placement with a lowered micro-batch", kSchemaV5},
       {6, "runs.kind and runs.eval_loops out of params_json", kSchemaV6},
+      {7, "attempts.outcome: DRAINED and OUT_OF_MEMORY", kSchemaV7},
   };
   return *kAll;
 }

@@ -321,7 +321,7 @@ TEST_F(SchedulerTest, FencingRejectsReportsOfAStaleAttempt) {
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("stale")));
   EXPECT_THAT(scheduler_->AppendMetrics(run, first.attempt, {{3, "loss", 1.0, 0}}),
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("stale")));
-  EXPECT_THAT(scheduler_->ReportOutcome(run, first.attempt, Outcome::kSucceeded, ""),
+  EXPECT_THAT(scheduler_->ReportOutcome(run, first.attempt, store::AttemptOutcome::kSucceeded, ""),
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("stale")));
   EXPECT_THAT(scheduler_->AttachStream(run, first.attempt, std::make_shared<RecordingStream>()),
               StatusIs(absl::StatusCode::kFailedPrecondition, _));
@@ -335,13 +335,13 @@ TEST_F(SchedulerTest, FailedOutcomeRetriesUntilMaxAttemptsThenFails) {
   Job first = Start("w");
   CART_ASSERT_OK_AND_ASSIGN(
       store::RunRecord after_first,
-      scheduler_->ReportOutcome(first.run.id, first.attempt, Outcome::kFailed, "CUDA error"));
+      scheduler_->ReportOutcome(first.run.id, first.attempt, store::AttemptOutcome::kFailed, "CUDA error"));
   EXPECT_EQ(after_first.state, RunState::kQueued);
   Job second = Start("w");
   EXPECT_EQ(second.attempt, 2);
   CART_ASSERT_OK_AND_ASSIGN(
       store::RunRecord after_second,
-      scheduler_->ReportOutcome(second.run.id, second.attempt, Outcome::kFailed, "CUDA error"));
+      scheduler_->ReportOutcome(second.run.id, second.attempt, store::AttemptOutcome::kFailed, "CUDA error"));
   EXPECT_EQ(after_second.state, RunState::kFailed);
 }
 
@@ -352,7 +352,7 @@ TEST_F(SchedulerTest, DrainedAttemptIsRequeuedWithoutCounting) {
   CART_ASSERT_OK(scheduler_->RecordCheckpoint(first.run.id, first.attempt, Checkpoint(5)).status());
   CART_ASSERT_OK_AND_ASSIGN(
       store::RunRecord run,
-      scheduler_->ReportOutcome(first.run.id, first.attempt, Outcome::kDrained, "worker stopping"));
+      scheduler_->ReportOutcome(first.run.id, first.attempt, store::AttemptOutcome::kDrained, "worker stopping"));
   // With max_attempts 1 a counted attempt would have failed the run.
   EXPECT_EQ(run.state, RunState::kQueued);
   Job second = Start("w");
@@ -367,9 +367,15 @@ TEST_F(SchedulerTest, OutOfMemoryRunIsNeverPlacedOnThatMemorySizeAgain) {
   Job job = Start("small-a");
   CART_ASSERT_OK_AND_ASSIGN(
       store::RunRecord run,
-      scheduler_->ReportOutcome(job.run.id, job.attempt, Outcome::kOutOfMemory, "CUDA OOM"));
+      scheduler_->ReportOutcome(job.run.id, job.attempt, store::AttemptOutcome::kOutOfMemory, "CUDA OOM"));
   EXPECT_EQ(run.state, RunState::kQueued);  // not counted, despite max_attempts 1
   EXPECT_EQ(run.oom_memory_bytes, 8 * kGiB);
+  CART_ASSERT_OK_AND_ASSIGN(auto attempts, store_->ListAttempts(job.run.id));
+  ASSERT_EQ(attempts.size(), 1u);  // recorded as what it was, not as a failure
+  EXPECT_EQ(attempts[0].outcome,
+            std::optional<store::AttemptOutcome>(store::AttemptOutcome::kOutOfMemory));
+  EXPECT_THAT(scheduler_->ReportOutcome(job.run.id, job.attempt, store::AttemptOutcome::kLost, ""),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("lease expiry")));
 
   // Another worker with the same memory does not get it either.
   Register("small-b", 8 * kGiB);
@@ -400,7 +406,7 @@ TEST_F(SchedulerTest, DerivedJobIsBlockedUntilItsParentHasTheFinalCheckpoint) {
   EXPECT_FALSE(AcquireNow("w").has_value());  // the child is still blocked
   CART_ASSERT_OK(scheduler_->RecordCheckpoint(parent, job.attempt, Checkpoint(10)).status());
   EXPECT_EQ(StateOf(child), RunState::kBlocked);  // "final" needs the parent to succeed
-  CART_ASSERT_OK(scheduler_->ReportOutcome(parent, job.attempt, Outcome::kSucceeded, "").status());
+  CART_ASSERT_OK(scheduler_->ReportOutcome(parent, job.attempt, store::AttemptOutcome::kSucceeded, "").status());
   EXPECT_EQ(StateOf(child), RunState::kQueued);
 
   std::optional<Job> derived = AcquireNow("w");
@@ -471,7 +477,7 @@ TEST_F(SchedulerTest, CancelResumeAndExtendFollowTheRunLifecycle) {
   Register("w", kHuge);
   Job job = Start("w");
   CART_ASSERT_OK(scheduler_->RecordCheckpoint(run, job.attempt, Checkpoint(10)).status());
-  CART_ASSERT_OK(scheduler_->ReportOutcome(run, job.attempt, Outcome::kSucceeded, "").status());
+  CART_ASSERT_OK(scheduler_->ReportOutcome(run, job.attempt, store::AttemptOutcome::kSucceeded, "").status());
   EXPECT_THAT(scheduler_->CancelRun(run, "user:a", ""),
               StatusIs(absl::StatusCode::kFailedPrecondition, _));
   EXPECT_THAT(scheduler_->ExtendRun(run, 10, "user:a"),
@@ -505,7 +511,7 @@ TEST_F(SchedulerTest, CancelOfARunningRunIsPushedToItsStream) {
   CART_ASSERT_OK_AND_ASSIGN(bool cancel, scheduler_->Heartbeat(job.run.id, job.attempt, 1));
   EXPECT_TRUE(cancel);
   CART_ASSERT_OK(
-      scheduler_->ReportOutcome(job.run.id, job.attempt, Outcome::kCancelled, "").status());
+      scheduler_->ReportOutcome(job.run.id, job.attempt, store::AttemptOutcome::kCancelled, "").status());
   EXPECT_EQ(StateOf(job.run.id), RunState::kCancelled);
 }
 

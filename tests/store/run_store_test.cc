@@ -253,7 +253,7 @@ TEST_F(RunStoreTest, ReleasedLeaseGoesBackToTheQueueWithoutSpendingAnAttempt) {
   const int64_t id = CreateOne("s", run);
   Claim first = ClaimExpecting(id, kT0);
   CART_ASSERT_OK_AND_ASSIGN(
-      RunRecord released, store_->RecordAttemptOutcome(id, first.attempt, AttemptOutcome::kReleased,
+      RunRecord released, store_->RecordAttemptOutcome(id, first.attempt, AttemptOutcome::kDrained,
                                                        By("worker:w1", kT0, "draining")));
   EXPECT_EQ(released.state, RunState::kQueued);
   EXPECT_EQ(released.attempts_counted, 0);

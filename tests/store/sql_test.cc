@@ -194,6 +194,11 @@ TEST(SchemaTest, OpensVersionOneDatabaseAndBackfillsSummaries) {
               (3, 1, 'evalR', 'd: 256', '{"d": "256", "R": "6", "kind": "eval",
                "eval_loops": "1,2,8"}', 256, 6, 6, 42, 100, 1, 1, 1, 'BLOCKED', 0, 0, 3, 0, 0, 1,
                'final', 1, 1);
+      INSERT INTO workers(id, device, memory_bytes, registered_us, last_seen_us)
+        VALUES('w', 'cpu', 1, 1, 1);
+      INSERT INTO attempts(run_id, attempt, worker_id, leased_us, lease_expires_us, started_us,
+                           ended_us, outcome, reason)
+        VALUES(1, 1, 'w', 1, 2, 1, 2, 'RELEASED', 'drained');
       INSERT INTO metric_names(id, name) VALUES(1, 'loss');
       INSERT INTO metrics(run_id, name_id, step, value, wall_time_us)
         VALUES(1, 1, 0, 5.0, 10), (1, 1, 99, 2.5, 20), (1, 1, 50, 3.0, 15),
@@ -227,6 +232,10 @@ TEST(SchemaTest, OpensVersionOneDatabaseAndBackfillsSummaries) {
   EXPECT_EQ(run.min_memory_bytes, run.memory_estimate_bytes);
   // v6: a job's kind and loop counts, once kept in params, are columns; params hold config keys.
   EXPECT_EQ(run.kind, JobKind::kTrain);
+  // v7: a drained attempt, once RELEASED, is DRAINED.
+  CART_ASSERT_OK_AND_ASSIGN(auto attempts, store->ListAttempts(1));
+  ASSERT_EQ(attempts.size(), 1u);
+  EXPECT_EQ(attempts[0].outcome, std::optional<AttemptOutcome>(AttemptOutcome::kDrained));
   CART_ASSERT_OK_AND_ASSIGN(RunRecord eval, store->GetRun(3));
   EXPECT_EQ(eval.kind, JobKind::kEval);
   EXPECT_EQ(eval.eval_loops, (std::vector<int>{1, 2, 8}));
