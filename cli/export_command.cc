@@ -1,5 +1,5 @@
 // `cart export`, the LibTorch half: a checkpoint (from a `cart train` directory or downloaded from
-// cartd) restored into its model and written as safetensors under MODEL_SPEC.md §8 names.
+// cartd) restored into its model and written as safetensors under docs/model.md §8 names.
 
 #include <unistd.h>
 

@@ -702,7 +702,7 @@ void RegisterExport(CLI::App& app) {
   auto a = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand(
       "export",
-      "A checkpoint as safetensors with MODEL_SPEC.md §8 names: from a `cart train` directory, "
+      "A checkpoint as safetensors with docs/model.md §8 names: from a `cart train` directory, "
       "or of a run on cartd (by id or <sweep>/<index>)");
   cmd->add_option("source", a->source, "A `cart train` output directory, or a run id / name")
       ->required();

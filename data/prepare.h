@@ -1,6 +1,6 @@
 #pragma once
 
-// `cart data prepare`: corpora -> flat token files (MODEL_SPEC.md §6), and the paper's
+// `cart data prepare`: corpora -> flat token files (docs/model.md §6), and the paper's
 // interleaved mixture of several token files.
 
 #include <cstdint>

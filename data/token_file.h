@@ -2,7 +2,7 @@
 
 // Flat token files: NAME.bin holds the token ids of a corpus back to back (little-endian uint16
 // or uint32, no header); NAME.json beside it holds the metadata (TokenFileInfo). Documents are
-// stored as BOS + ids + EOS when the tokenizer has those ids (MODEL_SPEC.md §6).
+// stored as BOS + ids + EOS when the tokenizer has those ids (docs/model.md §6).
 //
 // Example NAME.json:
 //   {"format": "cart-tokens/1", "tokenizer": "bytes", "vocab": 258, "tokens": 1234,

@@ -1,6 +1,6 @@
 #pragma once
 
-// Parameter, FLOP and memory accounting for CART and dense configs (MODEL_SPEC.md §5). Pure
+// Parameter, FLOP and memory accounting for CART and dense configs (docs/model.md §5). Pure
 // arithmetic, no Torch, so that cartd and `cart sweep submit --dry-run` agree with the trainer;
 // tests/model checks it against the parameter count of the real LibTorch modules.
 
@@ -21,7 +21,7 @@ struct ParamCounts {
   int64_t anchor = 0;         // the anchor projection (0 with core_attn: self)
   int64_t dense_layer = 0;    // one dense-baseline layer (dense configs only)
   int64_t stored = 0;         // parameters held in memory / on disk
-  int64_t effective = 0;      // parameters applied per token at training R (MODEL_SPEC.md §5)
+  int64_t effective = 0;      // parameters applied per token at training R (docs/model.md §5)
 };
 
 // Counts for `m` (either kind). For dense, stored == effective.

@@ -1,6 +1,6 @@
 #pragma once
 
-// CART, the Context-Anchored Recurrent Transformer (MODEL_SPEC.md §3), with every switch of §4.
+// CART, the Context-Anchored Recurrent Transformer (docs/model.md §3), with every switch of §4.
 
 #include <torch/torch.h>
 

@@ -154,7 +154,7 @@ const std::vector<KeyDef>& Keys() {
                       return std::string(NameOf(table, field(const_cast<RunConfig&>(c))));
                     }});
     };
-    // Cross-checked against MODEL_SPEC.md §9; the order here is the order of ToYaml.
+    // Cross-checked against docs/model.md §9; the order here is the order of ToYaml.
     enum_key("model", kModelKinds, [](RunConfig& c) -> ModelKind& { return c.model.model; });
     int_key("vocab", [](RunConfig& c) -> int64_t& { return c.model.vocab; });
     int_key("d", [](RunConfig& c) -> int64_t& { return c.model.d; });

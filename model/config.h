@@ -1,7 +1,7 @@
 #pragma once
 
 // Run configuration: the model, the training recipe and the data of one run, as plain structs with
-// documented defaults (MODEL_SPEC.md §9 is the key vocabulary). No Torch here: cartd, the CLI's
+// documented defaults (docs/model.md §9 is the key vocabulary). No Torch here: cartd, the CLI's
 // dry run and the trainer all use this same code.
 
 #include <cstdint>
@@ -46,7 +46,7 @@ struct ModelConfig {
   int effective_R_infer() const { return R_infer > 0 ? R_infer : R; }
 };
 
-// The training recipe (MODEL_SPEC.md §6 defaults).
+// The training recipe (docs/model.md §6 defaults).
 struct TrainConfig {
   int64_t steps = 3000;       // optimizer steps
   int64_t seq_len = 512;      // T, tokens per window

@@ -1,6 +1,6 @@
 #pragma once
 
-// The dense baseline (MODEL_SPEC.md §4): L standard layers with full-rank attention, the same
+// The dense baseline (docs/model.md §4): L standard layers with full-rank attention, the same
 // SwiGLU, RoPE, RMSNorm, tied embedding and final norm as CART.
 
 #include <torch/torch.h>

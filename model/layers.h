@@ -1,6 +1,6 @@
 #pragma once
 
-// Building blocks of CART and the dense baseline (MODEL_SPEC.md §1–2). Module and parameter names
+// Building blocks of CART and the dense baseline (docs/model.md §1–2). Module and parameter names
 // are the checkpoint tensor names of §8, so named_parameters() is the export format.
 
 #include <torch/torch.h>

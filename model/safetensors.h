@@ -2,7 +2,7 @@
 
 // Safetensors export and import (https://github.com/huggingface/safetensors format: an 8-byte
 // little-endian header length, a JSON header mapping tensor names to dtype, shape and byte
-// offsets, then the raw little-endian data). Names are MODEL_SPEC.md §8's.
+// offsets, then the raw little-endian data). Names are docs/model.md §8's.
 
 #include <torch/torch.h>
 

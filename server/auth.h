@@ -1,6 +1,6 @@
 #pragma once
 
-// Bearer-token authentication and role checks (DESIGN.md "Security"). Every RPC carries
+// Bearer-token authentication and role checks (docs/design.md "Security"). Every RPC carries
 // `authorization: Bearer <token>` metadata; the token's role decides which service it may call:
 // worker -> WorkerService only, user -> SchedulerService only, admin -> both.
 //
@@ -44,7 +44,7 @@ struct Principal {
 class TokenTable {
  public:
   // An empty table: authentication is off and every caller is the admin "anonymous" (only
-  // allowed on loopback, or with --insecure; see ValidateListen).
+  // allowed on loopback, or with --insecure; see ValidateServerConfig in server/server.h).
   TokenTable() = default;
 
   // Parses a tokens file's text. InvalidArgument "<source>:<line>: ..." for a malformed line, an

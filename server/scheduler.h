@@ -1,6 +1,6 @@
 #pragma once
 
-// Scheduler: cartd's domain object (DESIGN.md "A sweep's way through the system"), with no gRPC in
+// Scheduler: cartd's domain object (docs/architecture.md "Data flow of a sweep"), with no gRPC in
 // it. It turns sweep files into runs, hands runs to workers by memory fit, keeps their leases
 // (TTL, fencing by attempt number), retries, requeues and fails them, pushes cancel and drain
 // requests to the attempt streams that are open, and explains why a queued run waits. Every
@@ -213,9 +213,9 @@ class Scheduler {
   // Appends a metric batch idempotently on (run, step, name); returns the acknowledged step.
   absl::StatusOr<int64_t> AppendMetrics(int64_t run_id, int64_t attempt,
                                         std::vector<store::MetricPoint> points);
-  // Records a checkpoint whose artifact is already stored; derived runs waiting for it go QUEUED.
   // Stores log lines of the attempt (fenced; idempotent on seq) and wakes log followers.
   absl::Status AppendLog(int64_t run_id, int64_t attempt, const std::vector<store::LogLine>& lines);
+  // Records a checkpoint whose artifact is already stored; derived runs waiting for it go QUEUED.
   absl::StatusOr<store::CheckpointRecord> RecordCheckpoint(int64_t run_id, int64_t attempt,
                                                            const store::NewCheckpoint& checkpoint);
   // Ends the attempt as the worker reports it (store::AttemptOutcome): SUCCEEDED; CANCELLED;

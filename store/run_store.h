@@ -1,6 +1,6 @@
 #pragma once
 
-// RunStore: everything cartd remembers (DESIGN.md "Storage"), behind a domain API.
+// RunStore: everything cartd remembers (docs/design.md "Storage"), behind a domain API.
 //
 // Concurrency. One writer path: every mutating call is queued to a single writer thread that owns
 // the only write connection and commits whatever has queued up in one transaction (group commit),
@@ -11,7 +11,7 @@
 // pool, each in its own read transaction, so a query sees one consistent snapshot and never waits
 // for the writer (WAL). All methods are thread-safe.
 //
-// Durability (StoreOptions::synchronous): with the default kNormal, a call that returned has
+// Durability (StoreOptions::synchronous_full): with the default (false), a call that returned has
 // survived the death of the process (SIGKILL included); a power cut may lose the last commits but
 // never corrupts the file. What could be lost is recoverable: a worker resumes from its latest
 // recorded checkpoint and resends the metrics after it (appends are idempotent).
@@ -57,7 +57,7 @@ struct StoreOptions {
   int wal_checkpoint_pages = 10'000;
   // At most this many queued calls share one commit.
   int max_calls_per_commit = 1000;
-  // Limits on input (DESIGN.md "Security").
+  // Limits on input (docs/design.md "Security").
   int64_t max_runs_per_sweep = 100'000;
   int64_t max_points_per_batch = 100'000;
 };

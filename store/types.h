@@ -14,7 +14,7 @@
 
 namespace cart::store {
 
-// A run's lifecycle (DESIGN.md "Run states"):
+// A run's lifecycle (docs/design.md "Run states"):
 //   QUEUED -> LEASED -> RUNNING -> SUCCEEDED | FAILED | CANCELLED
 //   BLOCKED -> QUEUED          when the parent's checkpoint exists
 //   LEASED | RUNNING -> QUEUED on a lost or released lease (FAILED once max_attempts are spent)
@@ -61,7 +61,7 @@ struct NewRun {
   std::string name;
   // The full resolved run config (YAML), stored verbatim.
   std::string config_yaml;
-  // Every config key of the run -> its value as text (MODEL_SPEC.md §9 keys). Must contain "d",
+  // Every config key of the run -> its value as text (docs/model.md §9 keys). Must contain "d",
   // "seed" and "steps" as integers; "R" and "P", when present, as integers. These five are also
   // copied into dedicated columns.
   std::map<std::string, std::string> params;

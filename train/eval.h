@@ -1,6 +1,6 @@
 #pragma once
 
-// Evaluation: validation perplexity exactly as MODEL_SPEC.md §6 defines it.
+// Evaluation: validation perplexity exactly as docs/model.md §6 defines it.
 
 #include <cstdint>
 #include <string>

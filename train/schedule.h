@@ -1,6 +1,6 @@
 #pragma once
 
-// The learning-rate schedule of MODEL_SPEC.md §6, as a pure function.
+// The learning-rate schedule of docs/model.md §6, as a pure function.
 
 #include <cstdint>
 

@@ -35,7 +35,7 @@ double ResidentMiB() {
          (1024.0 * 1024.0);
 }
 
-// bf16 autocast for the forward pass on CUDA (MODEL_SPEC.md §6); fp32 everywhere else.
+// bf16 autocast for the forward pass on CUDA (docs/model.md §6); fp32 everywhere else.
 class AutocastScope {
  public:
   explicit AutocastScope(bool enable) : enabled_(enable) {

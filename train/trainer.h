@@ -1,6 +1,6 @@
 #pragma once
 
-// The training loop of MODEL_SPEC.md §6, usable from `cart train` and from cart-worker. No gRPC,
+// The training loop of docs/model.md §6, usable from `cart train` and from cart-worker. No gRPC,
 // no SQLite: progress leaves through callbacks.
 
 #include <atomic>

@@ -1,6 +1,6 @@
 #pragma once
 
-// Fixed-order windows over a token file (MODEL_SPEC.md §6): window i covers tokens
+// Fixed-order windows over a token file (docs/model.md §6): window i covers tokens
 // [i·T, i·T + T + 1); x = w[:-1], y = w[1:]. One pass, no shuffle; the cursor is the index of the
 // next window and is what a checkpoint stores.
 

@@ -87,7 +87,7 @@ std::unique_ptr<RunStore> Fresh(const std::string& path) {
   return Check(RunStore::Open(options), "open");
 }
 
-// A run as the scheduler would resolve it: every MODEL_SPEC.md §9 key.
+// A run as the scheduler would resolve it: every docs/model.md §9 key.
 NewRun PaperRun(int64_t d, int64_t r, int64_t seed, int64_t index) {
   NewRun run;
   run.name = StrCat("d", d, "-R", r, "-s", seed, "-", index);

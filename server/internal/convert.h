@@ -38,7 +38,8 @@ v1::JobKind ToProto(JobKind kind);
 // nullopt for RUN_STATE_UNSPECIFIED and unknown values.
 std::optional<store::RunState> FromProto(v1::RunState state);
 
-// `details`: summaries (latest values) and config_yaml are filled in (GetRun only).
+// `summaries` (may be null): the latest value of each metric goes into RunView.latest;
+// `with_config`: config_yaml is filled in (GetRun only).
 v1::RunView ToRunView(const RunInfo& info, const std::vector<store::MetricSummary>* summaries,
                       bool with_config);
 v1::SweepView ToSweepView(const store::SweepRecord& sweep);

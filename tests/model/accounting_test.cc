@@ -16,7 +16,7 @@ ModelConfig Paper(int64_t d, int R = 6) {
   return m;
 }
 
-// Rounds a parameter count to millions with two decimals, as MODEL_SPEC.md §5 prints them.
+// Rounds a parameter count to millions with two decimals, as docs/model.md §5 prints them.
 double M(int64_t n) { return std::round(static_cast<double>(n) / 1e4) / 100.0; }
 
 struct Row {

@@ -1,4 +1,4 @@
-// Tests of the LibTorch CART and dense models against MODEL_SPEC.md §1–5 on CPU.
+// Tests of the LibTorch CART and dense models against docs/model.md §1–5 on CPU.
 
 #include <torch/torch.h>
 
@@ -89,7 +89,7 @@ TEST(CartModelTest, ModuleParameterCountEqualsSpecTableAtPaperWidth) {
   m.d = 256;
   m.P = 6;
   m.R = 6;
-  EXPECT_EQ(CountModuleParams(*Build(m)), 14'365'187);  // 14.37M in MODEL_SPEC.md §5
+  EXPECT_EQ(CountModuleParams(*Build(m)), 14'365'187);  // 14.37M in docs/model.md §5
 }
 
 TEST(CartModelTest, TensorNamesFollowTheCheckpointSpec) {

@@ -288,7 +288,7 @@ TEST_F(TrainerTest, BadInputsGetClearErrors) {
               StatusIs(absl::StatusCode::kNotFound, HasSubstr("config.yaml")));
 }
 
-// The paper's leak (MODEL_SPEC.md §7): with non-causal cross-attention the core reads the next
+// The paper's leak (docs/model.md §7): with non-causal cross-attention the core reads the next
 // token from the anchor, the validation loss falls below the entropy rate of the data — which no
 // causal model can do — and the trainer raises leak_suspected. The causal model stays above.
 TEST(LeakGuardTest, NonCausalModelFallsBelowTheEntropyFloorAndIsFlagged) {
