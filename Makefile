@@ -3,12 +3,20 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CTEST_ARGS ?=
 
-.PHONY: all deps configure build test demo study proof format format-check bench clean
+.PHONY: all deps test-deps configure build apps test demo study proof format format-check bench clean
+
+# What `make demo`, `make study` and `make proof` run: the three programs (and the SentencePiece
+# plugin cart_data loads), not the tests and benchmarks.
+APPS = cart cart-worker cartd
 
 all: build
 
 deps:
 	@./deploy/install-deps.sh
+
+# Packages only the tests use (a real Slurm for deploy_test), kept off a researcher's box.
+test-deps:
+	@./deploy/install-deps.sh --test
 
 $(BUILD)/build.ninja: | deps
 	cmake --preset default -B $(BUILD)
@@ -18,16 +26,19 @@ configure: $(BUILD)/build.ninja
 build: deps configure
 	cmake --build $(BUILD) -j $(JOBS)
 
-test: build
+apps: deps configure
+	cmake --build $(BUILD) -j $(JOBS) --target $(APPS)
+
+test: test-deps build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) $(CTEST_ARGS)
 
-demo: build
+demo: apps
 	./deploy/demo.sh $(BUILD)
 
-study: build
+study: apps
 	./deploy/study.sh $(BUILD)
 
-proof: build
+proof: apps
 	./deploy/proof.sh $(BUILD)
 
 bench: build

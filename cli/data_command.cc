@@ -105,9 +105,9 @@ void RunMix(const PrepareArgs& a) {
   // 0: not given on the command line.
   const int64_t chunk = a.chunk_tokens == 0 ? data::kDefaultMixChunkTokens : a.chunk_tokens;
   if (chunk < 1) {
-    ExitWith(absl::InvalidArgumentError(
-        StrCat("--chunk-tokens ", chunk, " out of range; allowed: >= 1 (default ",
-               data::kDefaultMixChunkTokens, ")")));
+    ExitWith(absl::InvalidArgumentError(StrCat("--chunk-tokens ", chunk,
+                                               " out of range; allowed: >= 1 (default ",
+                                               data::kDefaultMixChunkTokens, ")")));
   }
   data::MixOptions options{*sources, chunk, a.out, a.tokens};
   auto info = data::BuildMixture(options);

@@ -1,6 +1,8 @@
 // cart report: the study's tables beside the paper's figures, CSVs and plots, from cartd over
 // gRPC or straight from a database file (report/report.h).
 
+#include "cli/report_command.h"
+
 #include <fmt/format.h>
 
 #include <filesystem>
@@ -10,7 +12,6 @@
 
 #include "cli/client.h"
 #include "cli/commands.h"
-#include "cli/report_command.h"
 #include "common/status.h"
 #include "common/strings.h"
 #include "report/report.h"
@@ -137,19 +138,21 @@ void RunReport(ReportArgs& a) {
 
 absl::Status ApplyReportSweeps(const std::vector<std::string>& overrides,
                                report::StudySweeps& sweeps) {
-  const std::map<std::string, std::string*> roles = {
-      {"stage1", &sweeps.stage1},         {"stage2", &sweeps.stage2},
-      {"baselines", &sweeps.baselines},   {"ablations", &sweeps.ablations},
-      {"faithfulness", &sweeps.faithfulness}, {"leak", &sweeps.leak},
-      {"variable_r", &sweeps.variable_r}};
+  const std::map<std::string, std::string*> roles = {{"stage1", &sweeps.stage1},
+                                                     {"stage2", &sweeps.stage2},
+                                                     {"baselines", &sweeps.baselines},
+                                                     {"ablations", &sweeps.ablations},
+                                                     {"faithfulness", &sweeps.faithfulness},
+                                                     {"leak", &sweeps.leak},
+                                                     {"variable_r", &sweeps.variable_r}};
   for (const std::string& o : overrides) {
     const size_t eq = o.find('=');
     auto it = eq == std::string::npos ? roles.end() : roles.find(o.substr(0, eq));
     if (it == roles.end()) {
-      return absl::InvalidArgumentError(StrCat(
-          "report sweep '", o,
-          "' is not ROLE=SWEEP with ROLE one of stage1, stage2, baselines, ablations, "
-          "faithfulness, leak, variable_r"));
+      return absl::InvalidArgumentError(
+          StrCat("report sweep '", o,
+                 "' is not ROLE=SWEEP with ROLE one of stage1, stage2, baselines, ablations, "
+                 "faithfulness, leak, variable_r"));
     }
     *it->second = o.substr(eq + 1);
   }
@@ -171,8 +174,7 @@ void RegisterReportCommand(CLI::App& app) {
       "per table and plots (gnuplot), from cartd or a database file (docs/study.md)");
   cmd->add_option("--out", a->options.out_dir, "Directory to write (report.md, tables/, plots/)")
       ->capture_default_str();
-  cmd->add_option("--db", a->db,
-                  "Read this SQLite database file directly instead of asking cartd");
+  cmd->add_option("--db", a->db, "Read this SQLite database file directly instead of asking cartd");
   cmd->add_option("--format", a->format, "md, or html (report.html beside report.md)")
       ->check(CLI::IsMember({"md", "html"}))
       ->capture_default_str();

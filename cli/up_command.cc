@@ -50,7 +50,7 @@ struct UpArgs {
   std::vector<std::string> sweeps;  // submitted in order; the tables read the first
   std::string table_rows = "d", table_cols = "R";
   std::vector<std::string> table_metrics = {"rho_max"};
-  std::string report_dir;                 // write `cart report` here at the end
+  std::string report_dir;                  // write `cart report` here at the end
   std::vector<std::string> report_sweeps;  // ROLE=SWEEP overrides for the report
   std::string client_config = rpc::DefaultConfigPath();
   std::vector<int64_t> worker_memory_mib;
@@ -104,16 +104,18 @@ absl::Status WaitForSweeps(const std::vector<std::string>& names, Call& call) {
       }
       done += finished;
       total += s.runs_size();
-      if (names.size() > 1) per_sweep.push_back(fmt::format("{} {}/{}", name, finished, s.runs_size()));
+      if (names.size() > 1)
+        per_sweep.push_back(fmt::format("{} {}/{}", name, finished, s.runs_size()));
     }
     if (!active || std::chrono::steady_clock::now() - last_print > std::chrono::seconds(10)) {
-      const auto minutes = std::chrono::duration_cast<std::chrono::seconds>(
-                               std::chrono::steady_clock::now() - start)
-                               .count() /
-                           60.0;
-      std::cout << fmt::format("[{:.1f} min] {}/{} runs done{}; {}\n", minutes, done, total,
-                               per_sweep.empty() ? "" : " (" + StrJoin(per_sweep, ", ") + ")",
-                               running.empty() ? "none running" : "running " + StrJoin(running, " "))
+      const auto minutes =
+          std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - start)
+              .count() /
+          60.0;
+      std::cout << fmt::format(
+                       "[{:.1f} min] {}/{} runs done{}; {}\n", minutes, done, total,
+                       per_sweep.empty() ? "" : " (" + StrJoin(per_sweep, ", ") + ")",
+                       running.empty() ? "none running" : "running " + StrJoin(running, " "))
                 << std::flush;
       last_print = std::chrono::steady_clock::now();
     }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs every Debian package that CART Lab's build, tests and demo need. Idempotent: packages
-# already present are skipped, so a second run costs one dpkg query.
+# Installs the Debian packages CART Lab's build and programs need; with --test also those only
+# the tests use (Slurm and munge for tests/integration/deploy_test). Idempotent: packages already
+# present are skipped, so a second run costs one dpkg query.
 #
 # Debian 12 (bookworm) only. Elsewhere it prints the list and exits 1: install the equivalents
 # yourself (a CUDA LibTorch 2.x from pytorch.org goes in through -DCMAKE_PREFIX_PATH).
@@ -15,8 +16,10 @@ packages=(
   libsentencepiece-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   zlib1g-dev openssl fortunes gnuplot-nox
-  slurm-wlm munge
 )
+if [ "${1:-}" = "--test" ]; then
+  packages+=(slurm-wlm munge)
+fi
 
 if ! grep -qs 'VERSION_CODENAME=bookworm' /etc/os-release; then
   echo "install-deps: this script knows Debian 12 (bookworm) only." >&2

@@ -153,8 +153,8 @@ RunCost EstimateRunCost(const RunConfig& c, bool eval, const std::vector<int>& e
     }
   } else {
     cost.tokens = c.train.steps * c.train.batch * c.train.accum * c.train.seq_len;
-    cost.flops = static_cast<double>(cost.tokens) *
-                 CountFlops(c.model, c.train.seq_len).train_per_token;
+    cost.flops =
+        static_cast<double>(cost.tokens) * CountFlops(c.model, c.train.seq_len).train_per_token;
   }
   cost.rtx3090_hours = cost.flops / achieved / 3600.0;
   return cost;

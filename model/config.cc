@@ -238,19 +238,19 @@ absl::Status ApplyNode(RunConfig& config, const YAML::Node& root, std::string_vi
     if (key == "val_data" || key == "tasks") {
       const bool tasks = key == "tasks";
       if (!value.IsMap()) {
-        return Prefix(source, value.Mark(),
-                      absl::InvalidArgumentError(
-                          tasks ? "tasks: must map task names to KIND=FILE specs"
-                                : "val_data: must map set names to token files"));
+        return Prefix(
+            source, value.Mark(),
+            absl::InvalidArgumentError(tasks ? "tasks: must map task names to KIND=FILE specs"
+                                             : "val_data: must map set names to token files"));
       }
       std::map<std::string, std::string>& out = tasks ? config.data.tasks : config.data.val_data;
       out.clear();
       for (const auto& v : value) {
         if (!v.second.IsScalar()) {
           return Prefix(source, v.second.Mark(),
-                        absl::InvalidArgumentError(StrCat(key, ".", v.first.as<std::string>(),
-                                                          tasks ? ": must be KIND=FILE"
-                                                                : ": must be a file path")));
+                        absl::InvalidArgumentError(
+                            StrCat(key, ".", v.first.as<std::string>(),
+                                   tasks ? ": must be KIND=FILE" : ": must be a file path")));
         }
         out[v.first.as<std::string>()] = v.second.as<std::string>();
       }
@@ -259,8 +259,9 @@ absl::Status ApplyNode(RunConfig& config, const YAML::Node& root, std::string_vi
     const KeyDef* def = FindKey(key);
     if (def == nullptr) {
       return Prefix(source, kv.first.Mark(),
-                    absl::InvalidArgumentError(StrCat("unknown key '", key, "' (known keys: ",
-                                                      StrJoin(ScalarKeys(), ", "), ", val_data, tasks)")));
+                    absl::InvalidArgumentError(
+                        StrCat("unknown key '", key, "' (known keys: ", StrJoin(ScalarKeys(), ", "),
+                               ", val_data, tasks)")));
     }
     if (!value.IsScalar()) {
       return Prefix(source, value.Mark(),
@@ -332,7 +333,8 @@ absl::Status Validate(const RunConfig& c) {
   // Set and task names become parts of metric names ("val_ppl/NAME", "task_acc/NAME").
   auto name_ok = [](const std::string& n) {
     return !n.empty() && n.size() <= 64 &&
-           n.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-") ==
+           n.find_first_not_of(
+               "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-") ==
                std::string::npos;
   };
   for (const auto& [group, names] :
@@ -353,9 +355,9 @@ absl::Status Validate(const RunConfig& c) {
     const std::string kind = spec.substr(0, eq == std::string::npos ? 0 : eq);
     if (eq == std::string::npos || eq + 1 == spec.size() ||
         (kind != "hellaswag" && kind != "piqa" && kind != "arc" && kind != "lambada")) {
-      return absl::InvalidArgumentError(StrCat(
-          "tasks.", name, ": '", spec,
-          "' is not KIND=FILE[,limit=N] with KIND one of hellaswag, piqa, arc, lambada"));
+      return absl::InvalidArgumentError(
+          StrCat("tasks.", name, ": '", spec,
+                 "' is not KIND=FILE[,limit=N] with KIND one of hellaswag, piqa, arc, lambada"));
     }
   }
   return absl::OkStatus();

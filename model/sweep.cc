@@ -46,7 +46,8 @@ absl::Status ParseDerived(std::string_view file, const YAML::Node& node, Derived
           CART_ASSIGN_OR_RETURN(d.run_index, Int(file, f.second, "derived.from.run"));
         } else if (fk == "sweep") {
           d.sweep = Scalar(f.second);
-          if (d.sweep.empty()) return At(file, f.second, "derived.from.sweep: must be a sweep name");
+          if (d.sweep.empty())
+            return At(file, f.second, "derived.from.sweep: must be a sweep name");
         } else if (fk == "match") {
           if (!f.second.IsMap()) return At(file, f.second, "derived.from.match: must be a mapping");
           for (const auto& m : f.second) d.match[m.first.as<std::string>()] = Scalar(m.second);
@@ -193,7 +194,8 @@ absl::StatusOr<SweepSpec> ParseSweepYaml(std::string_view text, std::string_view
           return At(file, v, "variants: must be a non-empty list of config-key mappings");
         }
         for (const auto& e : v) {
-          if (!e.IsMap()) return At(file, e, "variants: each entry must be a mapping ({} for none)");
+          if (!e.IsMap())
+            return At(file, e, "variants: each entry must be a mapping ({} for none)");
           std::vector<std::pair<std::string, std::string>> overrides;
           for (const auto& o : e) {
             RunConfig probe;

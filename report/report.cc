@@ -30,9 +30,8 @@ std::vector<std::string> Distinct(const Runs& runs, const std::string& key) {
   std::set<std::string> seen;
   for (const StudyRun* r : runs) seen.insert(Param(*r, key));
   std::vector<std::string> out(seen.begin(), seen.end());
-  const bool numeric = std::all_of(out.begin(), out.end(), [](const std::string& v) {
-    return ParseDouble(v).has_value();
-  });
+  const bool numeric = std::all_of(out.begin(), out.end(),
+                                   [](const std::string& v) { return ParseDouble(v).has_value(); });
   if (numeric) {
     std::sort(out.begin(), out.end(), [](const std::string& a, const std::string& b) {
       return *ParseDouble(a) < *ParseDouble(b);
@@ -108,8 +107,8 @@ bool NoteProgress(Section& s, const Runs& runs, const std::string& what) {
   int64_t done = 0;
   for (const StudyRun* r : runs) done += r->finished;
   if (done < static_cast<int64_t>(runs.size())) {
-    s.status.push_back(fmt::format("{} of {} {} runs finished; cells use finished runs only",
-                                   done, runs.size(), what));
+    s.status.push_back(fmt::format("{} of {} {} runs finished; cells use finished runs only", done,
+                                   runs.size(), what));
   }
   return true;
 }
@@ -250,8 +249,7 @@ std::pair<std::string, double> BestR(const Runs& runs, const std::string& metric
 
 class Builder {
  public:
-  Builder(StudySource& source, const ReportOptions& options)
-      : source_(source), options_(options) {}
+  Builder(StudySource& source, const ReportOptions& options) : source_(source), options_(options) {}
 
   absl::StatusOr<Report> Build() {
     const StudySweeps& sw = options_.sweeps;
@@ -261,7 +259,8 @@ class Builder {
       CART_ASSIGN_OR_RETURN(runs_[*name], source_.Runs(*name));
     }
     std::vector<StudyRun> everything;
-    for (const auto& [name, runs] : runs_) everything.insert(everything.end(), runs.begin(), runs.end());
+    for (const auto& [name, runs] : runs_)
+      everything.insert(everything.end(), runs.begin(), runs.end());
     report_.title = options_.title;
     report_.val_set = ValSetOf(everything, options_.val_set);
     ppl_ = "val_ppl/" + report_.val_set;
@@ -323,8 +322,9 @@ class Builder {
           lo, hi));
     }
     if (columns > 0) {
-      s.findings.push_back(fmt::format(
-          "ρ rises with width at {} of {} loop counts (published: at every one).", rising, columns));
+      s.findings.push_back(
+          fmt::format("ρ rises with width at {} of {} loop counts (published: at every one).",
+                      rising, columns));
     }
 
     Plot rho_steps, ppl_r, loss;
@@ -515,8 +515,8 @@ class Builder {
     const Runs runs = Train(runs_[s.sweep]);
     if (!NoteProgress(s, runs, "ablation")) return;
     // The baseline's R: the largest R among frozen, shared, cross, hyper-on runs.
-    const Runs plain = Where(runs, {{"kv", "frozen"}, {"core", "shared"}, {"core_attn", "cross"},
-                                    {"hyper", "on"}});
+    const Runs plain = Where(
+        runs, {{"kv", "frozen"}, {"core", "shared"}, {"core_attn", "cross"}, {"hyper", "on"}});
     const std::vector<std::string> rs = Distinct(plain, "R");
     if (rs.empty()) {
       s.status.push_back("no baseline run (kv frozen, shared cross-attention core, hyper on)");
@@ -528,8 +528,12 @@ class Builder {
       std::map<std::string, std::string> match;
     };
     const std::vector<Variant> variants = {
-        {"baseline", {{"kv", "frozen"}, {"R", base_r}, {"core", "shared"}, {"core_attn", "cross"},
-                      {"hyper", "on"}}},
+        {"baseline",
+         {{"kv", "frozen"},
+          {"R", base_r},
+          {"core", "shared"},
+          {"core_attn", "cross"},
+          {"hyper", "on"}}},
         {"recompute K,V", {{"kv", "recompute"}, {"core", "shared"}, {"hyper", "on"}}},
         {"R = 1", {{"kv", "frozen"}, {"R", "1"}, {"core", "shared"}, {"hyper", "on"}}},
         {"unshared core", {{"core", "unshared"}, {"core_attn", "cross"}, {"hyper", "on"}}},
@@ -605,11 +609,12 @@ class Builder {
     const std::string trained_r = Param(*evals.front(), "R");
     Table t;
     t.id = "variable_r";
-    t.title = fmt::format("Evaluation at R_infer loops of models trained at R = {} (mean over {} "
-                          "models)",
-                          trained_r, evals.size());
-    t.paper_section = Paper("variable_r_lambada_ppl") ? Paper("variable_r_lambada_ppl")->section
-                                                      : "";
+    t.title = fmt::format(
+        "Evaluation at R_infer loops of models trained at R = {} (mean over {} "
+        "models)",
+        trained_r, evals.size());
+    t.paper_section =
+        Paper("variable_r_lambada_ppl") ? Paper("variable_r_lambada_ppl")->section : "";
     t.columns = {"R_infer"};
     for (const std::string& m : metrics) t.columns.push_back(m);
     t.columns.push_back("published LAMBADA ppl");
@@ -673,8 +678,8 @@ class Builder {
     t.id = "leak";
     t.title = fmt::format("Causal against non-causal cross-attention (validation set {})", set);
     t.paper_section = Paper("leak") ? Paper("leak")->section : "";
-    t.columns = {"cross_causal", "first loss", "final loss", "lowest loss", "val loss/" + set,
-                 "val ppl/" + set, "entropy floor", "below the floor"};
+    t.columns = {"cross_causal",    "first loss",     "final loss",    "lowest loss",
+                 "val loss/" + set, "val ppl/" + set, "entropy floor", "below the floor"};
     absl::Status error;
     for (const std::string& causal : Distinct(runs, "cross_causal")) {
       const Runs cell = Where(runs, {{"cross_causal", causal}});
@@ -696,14 +701,14 @@ class Builder {
               val.stats.mean, floor.stats.mean - val.stats.mean, floor.stats.mean));
         }
         if (causal == "true" && val.stats.mean >= floor.stats.mean) {
-          s.findings.push_back(fmt::format(
-              "The causal twin stays above the floor ({:.4f} ≥ {:.4f}), as it must.",
-              val.stats.mean, floor.stats.mean));
+          s.findings.push_back(
+              fmt::format("The causal twin stays above the floor ({:.4f} ≥ {:.4f}), as it must.",
+                          val.stats.mean, floor.stats.mean));
         }
       }
       t.rows.push_back({causal, Num(first, 4), Text(Stat(cell, "loss"), 4), Num(lowest, 4),
-                        Text(val, 4), Text(Stat(cell, "val_ppl/" + set), 3),
-                        Text(floor, 4), below});
+                        Text(val, 4), Text(Stat(cell, "val_ppl/" + set), 3), Text(floor, 4),
+                        below});
     }
     s.tables.push_back(std::move(t));
     Plot plot;
@@ -740,8 +745,8 @@ class Builder {
     }
     s.tables.push_back(std::move(t));
     // Q2: how far does ρ fall from 0.9 with and without decay on a?
-    const CellValue all = Stat(Where(runs, {{"gate", "paper"}, {"weight_decay_scope", "all"}}),
-                               "rho_max");
+    const CellValue all =
+        Stat(Where(runs, {{"gate", "paper"}, {"weight_decay_scope", "all"}}), "rho_max");
     const CellValue mat =
         Stat(Where(runs, {{"gate", "paper"}, {"weight_decay_scope", "matrices"}}), "rho_max");
     if (all.stats.n > 0 && mat.stats.n > 0) {
@@ -754,8 +759,10 @@ class Builder {
               ? "Most of ρ's fall is weight decay acting on a, not learning."
               : "ρ also moves without decay on a: the gradient shapes it too."));
     }
-    const CellValue paper_gate = Stat(Where(runs, {{"gate", "paper"}, {"weight_decay_scope", "all"}}), ppl_);
-    const CellValue delta_gate = Stat(Where(runs, {{"gate", "delta"}, {"weight_decay_scope", "all"}}), ppl_);
+    const CellValue paper_gate =
+        Stat(Where(runs, {{"gate", "paper"}, {"weight_decay_scope", "all"}}), ppl_);
+    const CellValue delta_gate =
+        Stat(Where(runs, {{"gate", "delta"}, {"weight_decay_scope", "all"}}), ppl_);
     if (paper_gate.stats.n > 0 && delta_gate.stats.n > 0) {
       s.findings.push_back(fmt::format(
           "The double residual: the paper's stated update (gate: delta) gives {} perplexity {:.2f} "

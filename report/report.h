@@ -30,10 +30,10 @@ namespace cart::report {
 struct StudyRun {
   int64_t id = 0;
   std::string sweep;
-  std::string name;           // "<sweep>/<index>"
+  std::string name;  // "<sweep>/<index>"
   JobKind kind = JobKind::kTrain;
-  bool finished = false;       // SUCCEEDED
-  std::string state;           // "SUCCEEDED", "RUNNING", …
+  bool finished = false;                      // SUCCEEDED
+  std::string state;                          // "SUCCEEDED", "RUNNING", …
   std::map<std::string, std::string> params;  // config keys
   std::map<std::string, double> values;       // latest value of each metric
   int64_t step = 0;                           // latest step with a metric
@@ -53,7 +53,7 @@ class StudySource {
   virtual absl::StatusOr<std::vector<StudyRun>> Runs(const std::string& sweep) = 0;
   // A run's metric series by step, at most max_points (bucket means), empty when never logged.
   virtual absl::StatusOr<std::vector<StudyPoint>> Series(int64_t run_id, const std::string& metric,
-                                                          int64_t max_points) = 0;
+                                                         int64_t max_points) = 0;
 };
 
 // Reads an open store (what `cart report --db FILE` uses).
@@ -113,7 +113,7 @@ struct Plot {
 
 struct Section {
   std::string title;
-  std::string sweep;               // the sweep it reads
+  std::string sweep;                // the sweep it reads
   std::vector<std::string> status;  // what is missing or unfinished; empty: complete
   std::vector<Table> tables;
   std::vector<std::string> findings;  // what the numbers say, one sentence each

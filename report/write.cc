@@ -55,11 +55,20 @@ std::string Html(const std::string& v) {
   std::string out;
   for (char c : v) {
     switch (c) {
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '&': out += "&amp;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '&':
+        out += "&amp;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -137,8 +146,8 @@ std::string HtmlPage(const Report& r, bool plots) {
       out += "</ul>\n";
     }
     for (const Plot& p : plots ? s.plots : std::vector<Plot>{}) {
-      out += fmt::format("<p><img src=\"plots/{}.svg\" alt=\"{}\"></p>\n", Html(p.id),
-                         Html(p.title));
+      out +=
+          fmt::format("<p><img src=\"plots/{}.svg\" alt=\"{}\"></p>\n", Html(p.id), Html(p.title));
     }
   }
   return out + "</body></html>\n";
@@ -171,15 +180,18 @@ std::pair<std::string, std::string> PlotFiles(const Plot& p) {
       }
     }
     std::string xt, yt;
-    for (size_t c = 0; c < p.cols.size(); ++c) xt += fmt::format("{}{} {}", c ? ", " : "", Gq(p.cols[c]), c);
-    for (size_t r = 0; r < p.rows.size(); ++r) yt += fmt::format("{}{} {}", r ? ", " : "", Gq(p.rows[r]), r);
+    for (size_t c = 0; c < p.cols.size(); ++c)
+      xt += fmt::format("{}{} {}", c ? ", " : "", Gq(p.cols[c]), c);
+    for (size_t r = 0; r < p.rows.size(); ++r)
+      yt += fmt::format("{}{} {}", r ? ", " : "", Gq(p.rows[r]), r);
     script += fmt::format("set xtics ({})\nset ytics ({})\n", xt, yt);
     script += fmt::format("set xrange [-0.5:{}]\nset yrange [-0.5:{}]\n", p.cols.size() - 0.5,
                           p.rows.size() - 0.5);
     script += "set palette defined (0 '#2c7bb6', 1 '#ffffbf', 2 '#d7191c')\nset cbrange [*:*]\n";
     script += "set view map\nunset key\n";
-    draw = "plot DATA using 1:2:3 with image, DATA using 1:2:(sprintf('%.4f',$3)) with labels "
-           "font ',11'";
+    draw =
+        "plot DATA using 1:2:3 with image, DATA using 1:2:(sprintf('%.4f',$3)) with labels "
+        "font ',11'";
   } else {
     script += "set key outside right top\nset grid\n";
     if (p.log_y) script += "set logscale y\n";
@@ -201,9 +213,10 @@ std::pair<std::string, std::string> PlotFiles(const Plot& p) {
             "notitle",
             block, color));
       }
-      parts.push_back(fmt::format("DATA index {} using 1:2 with linespoints pt 7 ps 0.4 lw 1.5 lc "
-                                  "{} title {}",
-                                  block, color, Gq(s.label)));
+      parts.push_back(
+          fmt::format("DATA index {} using 1:2 with linespoints pt 7 ps 0.4 lw 1.5 lc "
+                      "{} title {}",
+                      block, color, Gq(s.label)));
       ++block;
     }
     if (parts.empty()) {
@@ -213,8 +226,9 @@ std::pair<std::string, std::string> PlotFiles(const Plot& p) {
     }
   }
   script += fmt::format("DATA = {}\n", Gq(p.id + ".dat"));
-  script += fmt::format("set terminal svg size 900,560 dynamic background '#ffffff'\nset output {}\n",
-                        Gq(p.id + ".svg"));
+  script +=
+      fmt::format("set terminal svg size 900,560 dynamic background '#ffffff'\nset output {}\n",
+                  Gq(p.id + ".svg"));
   script += draw + "\n";
   script += fmt::format("set terminal pngcairo size 900,560\nset output {}\n", Gq(p.id + ".png"));
   script += "replot\nset output\n";
@@ -279,9 +293,9 @@ absl::Status WriteReport(const Report& report, const ReportOptions& options) {
         std::stringstream text;
         text << log.rdbuf();
         if (WIFEXITED(rc) && WEXITSTATUS(rc) == 127) {
-          return absl::FailedPreconditionError(StrCat(
-              "cannot run '", options.gnuplot,
-              "' to draw the plots: install Debian's gnuplot-nox, or pass --no-plots"));
+          return absl::FailedPreconditionError(
+              StrCat("cannot run '", options.gnuplot,
+                     "' to draw the plots: install Debian's gnuplot-nox, or pass --no-plots"));
         }
         return absl::InternalError(StrCat("gnuplot failed (", (out / "plots" / "all.gp").string(),
                                           "): ", text.str().substr(0, 2000)));
@@ -289,7 +303,8 @@ absl::Status WriteReport(const Report& report, const ReportOptions& options) {
     }
   }
   CART_RETURN_IF_ERROR(Write(out / "report.md", Markdown(report, options.plots)));
-  if (options.html) CART_RETURN_IF_ERROR(Write(out / "report.html", HtmlPage(report, options.plots)));
+  if (options.html)
+    CART_RETURN_IF_ERROR(Write(out / "report.html", HtmlPage(report, options.plots)));
   return absl::OkStatus();
 }
 

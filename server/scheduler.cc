@@ -63,8 +63,8 @@ RunRecord PreviewRun(const model::SweepSpec& spec, const store::NewRun& run, int
   record.effective_params = run.effective_params;
   record.memory_estimate_bytes = run.memory_estimate_bytes;
   record.min_memory_bytes = run.min_memory_bytes;
-  record.state = run.parent_name.empty() && !run.parent_run_id ? RunState::kQueued
-                                                               : RunState::kBlocked;
+  record.state =
+      run.parent_name.empty() && !run.parent_run_id ? RunState::kQueued : RunState::kBlocked;
   record.parent_run_id = run.parent_run_id;
   record.priority = spec.priority;
   record.max_attempts = run.max_attempts;
@@ -75,7 +75,6 @@ RunRecord PreviewRun(const model::SweepSpec& spec, const store::NewRun& run, int
 }
 
 }  // namespace
-
 
 std::string FormatGiB(int64_t bytes) {
   char text[32];
@@ -566,8 +565,8 @@ absl::StatusOr<RunRecord> Scheduler::ReportOutcome(int64_t run_id, int64_t attem
     case AttemptOutcome::kSucceeded:
     case AttemptOutcome::kCancelled:
     case AttemptOutcome::kDrained:
-      result = store_->RecordAttemptOutcome(run_id, attempt, outcome,
-                                            store::Audit{now_us, who, why});
+      result =
+          store_->RecordAttemptOutcome(run_id, attempt, outcome, store::Audit{now_us, who, why});
       break;
     case AttemptOutcome::kFailed:
     case AttemptOutcome::kLost:  // refused above
@@ -784,9 +783,9 @@ absl::StatusOr<store::CheckpointRecord> Scheduler::Checkpoint(int64_t run_id, in
   if (chosen != nullptr) return *chosen;
   std::vector<std::string> steps;
   for (const store::CheckpointRecord& c : all) steps.push_back(StrCat(c.step));
-  return absl::NotFoundError(
-      StrCat("run ", run_id, " has no checkpoint", step == 0 ? std::string() : StrCat(" at step ", step),
-             steps.empty() ? std::string(" yet") : StrCat("; it has steps ", StrJoin(steps, ", "))));
+  return absl::NotFoundError(StrCat(
+      "run ", run_id, " has no checkpoint", step == 0 ? std::string() : StrCat(" at step ", step),
+      steps.empty() ? std::string(" yet") : StrCat("; it has steps ", StrJoin(steps, ", "))));
 }
 
 absl::StatusOr<store::PivotTable> Scheduler::Pivot(const store::PivotRequest& request) {

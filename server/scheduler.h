@@ -267,10 +267,9 @@ class Scheduler {
   // waits for the run to change, at most `poll` at a time. Returns OK when `read` returns false
   // (the client went away), when `cancelled()` turns true, or after the last call; Unavailable on
   // Shutdown(); NotFound for an unknown run; read's errors.
-  absl::Status FollowRun(int64_t run_id, bool follow, absl::Duration poll,
-                         const std::function<bool()>& cancelled,
-                         const std::function<absl::StatusOr<bool>(const store::RunRecord& run,
-                                                                  bool last)>& read);
+  absl::Status FollowRun(
+      int64_t run_id, bool follow, absl::Duration poll, const std::function<bool()>& cancelled,
+      const std::function<absl::StatusOr<bool>(const store::RunRecord& run, bool last)>& read);
 
   // A counter that changes whenever the run gets metrics or changes state; WaitForRunChange
   // blocks (real time) until it differs from `seen`, the deadline passes or Shutdown().

@@ -831,9 +831,9 @@ absl::StatusOr<RunRecord> RunStore::ExtendRun(int64_t run_id, int64_t new_total_
                                                   "; only SUCCEEDED runs can be extended"));
     }
     if (new_total_steps <= run.steps) {
-      return absl::FailedPreconditionError(StrCat("run ", run_id, " already trains for ",
-                                                  run.steps, " steps; extending to ",
-                                                  new_total_steps, " would add none"));
+      return absl::FailedPreconditionError(StrCat("run ", run_id, " already trains for ", run.steps,
+                                                  " steps; extending to ", new_total_steps,
+                                                  " would add none"));
     }
     CART_RETURN_IF_ERROR(Exec(db, kSetStepsAndConfig, new_total_steps, new_config_yaml, run_id));
     CART_RETURN_IF_ERROR(Exec(db, kSetStepsParam, StrCat(new_total_steps), run_id));

@@ -193,7 +193,8 @@ absl::StatusOr<TaskResult> EvaluateTask(model::LanguageModel& model,
   std::vector<ContinuationRequest> requests;
   for (const data::TaskItem& item : task.items) {
     for (const std::string& choice : item.choices) {
-      ContinuationRequest r = EncodePair(tokenizer, item.context, " " + choice, options.prepend_bos);
+      ContinuationRequest r =
+          EncodePair(tokenizer, item.context, " " + choice, options.prepend_bos);
       if (r.context.empty() || r.continuation.empty()) {
         return absl::InvalidArgumentError(StrCat(task.path, ":", item.line,
                                                  ": the context or the choice \"", choice,

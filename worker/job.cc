@@ -447,8 +447,7 @@ JobEnd Session::Evaluate() {
         options.loops = r;
         options.max_len = config->train.seq_len;
         options.prepend_bos = config->train.eval_bos;
-        absl::StatusOr<train::TaskResult> t =
-            train::EvaluateTask(**m, *tokenizer, task, options);
+        absl::StatusOr<train::TaskResult> t = train::EvaluateTask(**m, *tokenizer, task, options);
         if (!t.ok()) return fail(t.status());
         record.values[StrCat("task_acc/", task.name)] = t->acc;
         if (task.kind == data::TaskKind::kLambada) {

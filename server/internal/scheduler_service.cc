@@ -247,8 +247,8 @@ grpc::Status SchedulerServiceImpl::StreamMetrics(grpc::ServerContext* context,
     if (last && points.empty()) WriteStateOnly(*writer, run.state);
     return true;
   };
-  return ToGrpc(ctx_.scheduler->FollowRun(run_id, request->follow(), kFollowPoll,
-                                          [context] { return context->IsCancelled(); }, read));
+  return ToGrpc(ctx_.scheduler->FollowRun(
+      run_id, request->follow(), kFollowPoll, [context] { return context->IsCancelled(); }, read));
 }
 
 grpc::Status SchedulerServiceImpl::StreamRunLog(grpc::ServerContext* context,
@@ -288,8 +288,8 @@ grpc::Status SchedulerServiceImpl::StreamRunLog(grpc::ServerContext* context,
     if (last && begin == lines.size()) WriteStateOnly(*writer, run.state);  // the final state
     return true;
   };
-  return ToGrpc(ctx_.scheduler->FollowRun(run_id, request->follow(), kFollowPoll,
-                                          [context] { return context->IsCancelled(); }, read));
+  return ToGrpc(ctx_.scheduler->FollowRun(
+      run_id, request->follow(), kFollowPoll, [context] { return context->IsCancelled(); }, read));
 }
 
 grpc::Status SchedulerServiceImpl::GetCheckpoint(grpc::ServerContext* context,

@@ -107,8 +107,7 @@ absl::StatusOr<v1::Table> BestTable(Scheduler& results, const v1::QueryTableRequ
   return table;
 }
 
-absl::StatusOr<v1::Table> DeltasTable(Scheduler& results,
-                                      const v1::QueryTableRequest& request) {
+absl::StatusOr<v1::Table> DeltasTable(Scheduler& results, const v1::QueryTableRequest& request) {
   CART_RETURN_IF_ERROR(Require(request.metric(), "metric", request.table()));
   CART_RETURN_IF_ERROR(Require(request.group_by(), "group_by", request.table()));
   CART_RETURN_IF_ERROR(Require(request.baseline(), "baseline", request.table()));
@@ -131,7 +130,8 @@ absl::StatusOr<v1::Table> DeltasTable(Scheduler& results,
     }
     return StrJoin(parts, ",");
   };
-  CART_ASSIGN_OR_RETURN(std::vector<store::RunRecord> runs, results.ListRunRecords(SweepFilter(request)));
+  CART_ASSIGN_OR_RETURN(std::vector<store::RunRecord> runs,
+                        results.ListRunRecords(SweepFilter(request)));
   std::set<std::string> seen;
   store::AblationRequest ablation;
   ablation.metric = request.metric();
@@ -171,8 +171,7 @@ absl::StatusOr<v1::Table> DeltasTable(Scheduler& results,
   return table;
 }
 
-absl::StatusOr<v1::Table> SeriesTable(Scheduler& results,
-                                      const v1::QueryTableRequest& request) {
+absl::StatusOr<v1::Table> SeriesTable(Scheduler& results, const v1::QueryTableRequest& request) {
   CART_RETURN_IF_ERROR(Require(request.metric(), "metric", request.table()));
   if (request.run_id() <= 0) {
     return absl::InvalidArgumentError("table 'series' needs the field 'run_id'");

@@ -297,8 +297,7 @@ grpc::Status WorkerServiceImpl::RunJob(
         break;
       }
       case v1::WorkerReport::kResult: {
-        const std::optional<store::AttemptOutcome> outcome =
-            FromProto(report.result().outcome());
+        const std::optional<store::AttemptOutcome> outcome = FromProto(report.result().outcome());
         if (!outcome) {
           return ToGrpc(absl::InvalidArgumentError(
               StrCat("RunJob: result of run ", run_id, " has no outcome")));

@@ -3,10 +3,9 @@
 #include <fstream>
 #include <sstream>
 
-#include "model/accounting.h"
-
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "model/accounting.h"
 #include "tests/support/test_support.h"
 
 namespace cart::model {
@@ -159,8 +158,7 @@ TEST(PaperSweepsTest, BaselineDepthsAreWhatTheParameterHelperMatches) {
   const std::vector<ExpandedRun> runs = ExpandPaper("baselines");
   ASSERT_EQ(runs.size(), 6u);
   EXPECT_EQ(runs.front().config.model.layers, MatchDenseDepth(cart, MatchTarget::kStored).layers);
-  EXPECT_EQ(runs.back().config.model.layers,
-            MatchDenseDepth(cart, MatchTarget::kEffective).layers);
+  EXPECT_EQ(runs.back().config.model.layers, MatchDenseDepth(cart, MatchTarget::kEffective).layers);
   for (const ExpandedRun& r : runs) EXPECT_EQ(r.config.model.model, ModelKind::kDense);
 }
 
@@ -185,7 +183,8 @@ TEST(PaperSweepsTest, DryRunCostUsesThePapersThroughput) {
   const std::vector<ExpandedRun> stage2 = ExpandPaper("stage2");
   const ExpandedRun* headline = nullptr;
   for (const ExpandedRun& r : stage2) {
-    if (r.kind == JobKind::kTrain && r.config.model.d == 1024 && r.config.model.R == 6) headline = &r;
+    if (r.kind == JobKind::kTrain && r.config.model.d == 1024 && r.config.model.R == 6)
+      headline = &r;
   }
   ASSERT_NE(headline, nullptr);
   const RunCost cost = EstimateRunCost(headline->config, false, {});

@@ -57,10 +57,9 @@ class ReportTest : public ::testing::Test {
     for (int d : {256, 512}) {
       for (int r : {6, 8}) {
         for (int seed : {1, 2}) {
-          runs.push_back(MakeRun(StrCat(runs.size()), {{"d", StrCat(d)},
-                                                       {"R", StrCat(r)},
-                                                       {"P", "6"},
-                                                       {"seed", StrCat(seed)}}));
+          runs.push_back(
+              MakeRun(StrCat(runs.size()),
+                      {{"d", StrCat(d)}, {"R", StrCat(r)}, {"P", "6"}, {"seed", StrCat(seed)}}));
         }
       }
     }

@@ -335,13 +335,15 @@ TEST_F(SchedulerTest, FailedOutcomeRetriesUntilMaxAttemptsThenFails) {
   Job first = Start("w");
   CART_ASSERT_OK_AND_ASSIGN(
       store::RunRecord after_first,
-      scheduler_->ReportOutcome(first.run.id, first.attempt, store::AttemptOutcome::kFailed, "CUDA error"));
+      scheduler_->ReportOutcome(first.run.id, first.attempt, store::AttemptOutcome::kFailed,
+                                "CUDA error"));
   EXPECT_EQ(after_first.state, RunState::kQueued);
   Job second = Start("w");
   EXPECT_EQ(second.attempt, 2);
   CART_ASSERT_OK_AND_ASSIGN(
       store::RunRecord after_second,
-      scheduler_->ReportOutcome(second.run.id, second.attempt, store::AttemptOutcome::kFailed, "CUDA error"));
+      scheduler_->ReportOutcome(second.run.id, second.attempt, store::AttemptOutcome::kFailed,
+                                "CUDA error"));
   EXPECT_EQ(after_second.state, RunState::kFailed);
 }
 
@@ -352,7 +354,8 @@ TEST_F(SchedulerTest, DrainedAttemptIsRequeuedWithoutCounting) {
   CART_ASSERT_OK(scheduler_->RecordCheckpoint(first.run.id, first.attempt, Checkpoint(5)).status());
   CART_ASSERT_OK_AND_ASSIGN(
       store::RunRecord run,
-      scheduler_->ReportOutcome(first.run.id, first.attempt, store::AttemptOutcome::kDrained, "worker stopping"));
+      scheduler_->ReportOutcome(first.run.id, first.attempt, store::AttemptOutcome::kDrained,
+                                "worker stopping"));
   // With max_attempts 1 a counted attempt would have failed the run.
   EXPECT_EQ(run.state, RunState::kQueued);
   Job second = Start("w");
@@ -367,7 +370,8 @@ TEST_F(SchedulerTest, OutOfMemoryRunIsNeverPlacedOnThatMemorySizeAgain) {
   Job job = Start("small-a");
   CART_ASSERT_OK_AND_ASSIGN(
       store::RunRecord run,
-      scheduler_->ReportOutcome(job.run.id, job.attempt, store::AttemptOutcome::kOutOfMemory, "CUDA OOM"));
+      scheduler_->ReportOutcome(job.run.id, job.attempt, store::AttemptOutcome::kOutOfMemory,
+                                "CUDA OOM"));
   EXPECT_EQ(run.state, RunState::kQueued);  // not counted, despite max_attempts 1
   EXPECT_EQ(run.oom_memory_bytes, 8 * kGiB);
   CART_ASSERT_OK_AND_ASSIGN(auto attempts, store_->ListAttempts(job.run.id));
@@ -406,7 +410,9 @@ TEST_F(SchedulerTest, DerivedJobIsBlockedUntilItsParentHasTheFinalCheckpoint) {
   EXPECT_FALSE(AcquireNow("w").has_value());  // the child is still blocked
   CART_ASSERT_OK(scheduler_->RecordCheckpoint(parent, job.attempt, Checkpoint(10)).status());
   EXPECT_EQ(StateOf(child), RunState::kBlocked);  // "final" needs the parent to succeed
-  CART_ASSERT_OK(scheduler_->ReportOutcome(parent, job.attempt, store::AttemptOutcome::kSucceeded, "").status());
+  CART_ASSERT_OK(
+      scheduler_->ReportOutcome(parent, job.attempt, store::AttemptOutcome::kSucceeded, "")
+          .status());
   EXPECT_EQ(StateOf(child), RunState::kQueued);
 
   std::optional<Job> derived = AcquireNow("w");
@@ -477,7 +483,8 @@ TEST_F(SchedulerTest, CancelResumeAndExtendFollowTheRunLifecycle) {
   Register("w", kHuge);
   Job job = Start("w");
   CART_ASSERT_OK(scheduler_->RecordCheckpoint(run, job.attempt, Checkpoint(10)).status());
-  CART_ASSERT_OK(scheduler_->ReportOutcome(run, job.attempt, store::AttemptOutcome::kSucceeded, "").status());
+  CART_ASSERT_OK(
+      scheduler_->ReportOutcome(run, job.attempt, store::AttemptOutcome::kSucceeded, "").status());
   EXPECT_THAT(scheduler_->CancelRun(run, "user:a", ""),
               StatusIs(absl::StatusCode::kFailedPrecondition, _));
   EXPECT_THAT(scheduler_->ExtendRun(run, 10, "user:a"),
@@ -511,7 +518,8 @@ TEST_F(SchedulerTest, CancelOfARunningRunIsPushedToItsStream) {
   CART_ASSERT_OK_AND_ASSIGN(bool cancel, scheduler_->Heartbeat(job.run.id, job.attempt, 1));
   EXPECT_TRUE(cancel);
   CART_ASSERT_OK(
-      scheduler_->ReportOutcome(job.run.id, job.attempt, store::AttemptOutcome::kCancelled, "").status());
+      scheduler_->ReportOutcome(job.run.id, job.attempt, store::AttemptOutcome::kCancelled, "")
+          .status());
   EXPECT_EQ(StateOf(job.run.id), RunState::kCancelled);
 }
 

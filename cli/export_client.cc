@@ -1,0 +1,141 @@
+// cart export, the gRPC half: a run's checkpoint downloaded from cartd (GetCheckpoint) and
+// handed to the LibTorch half in export_command.cc, which keeps Torch headers out of this file.
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "cart/v1/scheduler.grpc.pb.h"
+#include "cli/client.h"
+#include "cli/commands.h"
+#include "cli/format.h"
+#include "cli/table.h"
+#include "common/file.h"
+#include "common/sha256.h"
+#include "common/status.h"
+#include "common/strings.h"
+#include "rpc/client.h"
+
+namespace cart::cli {
+namespace {
+
+using cart::v1::RunState;
+
+// Downloads run `run_id`'s checkpoint (`step`, 0: the newest) to `path`, checking the size and
+// sha256 announced in the first chunk; returns the sha256.
+std::string DownloadCheckpoint(Client& client, int64_t run_id, int64_t step,
+                               const std::string& path) {
+  cart::v1::GetCheckpointRequest req;
+  req.set_run_id(run_id);
+  req.set_step(step);
+  grpc::ClientContext ctx;
+  rpc::PrepareContext(ctx, client.config(), 0);
+  auto reader = client.stub().GetCheckpoint(&ctx, req);
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) ExitWith(absl::InternalError(StrCat("cannot write ", path)));
+  cart::v1::ArtifactChunk chunk;
+  std::string sha256;
+  int64_t size = -1, received = 0;
+  Sha256 digest;
+  while (reader->Read(&chunk)) {
+    if (size < 0) {
+      sha256 = chunk.sha256();
+      size = chunk.size_bytes();
+    }
+    digest.Update(chunk.data());
+    out.write(chunk.data().data(), static_cast<std::streamsize>(chunk.data().size()));
+    received += static_cast<int64_t>(chunk.data().size());
+  }
+  grpc::Status s = reader->Finish();
+  out.close();
+  if (!s.ok()) client.Fail(s);
+  if (!out) ExitWith(absl::InternalError(StrCat("cannot write ", path, " (disk full?)")));
+  const std::string got = digest.HexDigest();
+  if (received != size || got != sha256) {
+    ExitWith(absl::DataLossError(StrCat("checkpoint of run ", run_id, " arrived as ", received,
+                                        " bytes with sha256 ", got, "; cartd announced ", size,
+                                        " bytes, ", sha256)));
+  }
+  return sha256;
+}
+
+void RegisterExport(CLI::App& app) {
+  struct Args {
+    Conn conn;
+    std::string source, out, dtype = "fp32";
+    int64_t step = 0;
+  };
+  auto a = std::make_shared<Args>();
+  CLI::App* cmd = app.add_subcommand(
+      "export",
+      "A checkpoint as safetensors with docs/model.md §8 names: from a `cart train` directory, "
+      "or of a run on cartd (by id or <sweep>/<index>)");
+  cmd->add_option("source", a->source, "A `cart train` output directory, or a run id / name")
+      ->required();
+  cmd->add_option("--out", a->out, "Output .safetensors file")->required();
+  cmd->add_option("--step", a->step, "The checkpoint at this step (default: the newest)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--dtype", a->dtype, "Weights as fp32 or bf16")->capture_default_str();
+  AddConnFlags(cmd, a->conn);
+  cmd->callback([a] {
+    ExportRequest req;
+    req.out = a->out;
+    req.dtype = a->dtype;
+    std::string download;
+    // The downloaded checkpoint goes away however this ends (ExitWith throws).
+    struct RemoveDownload {
+      const std::string& path;
+      ~RemoveDownload() {
+        if (!path.empty()) std::remove(path.c_str());
+      }
+    } remove_download{download};
+    if (std::filesystem::is_directory(a->source)) {
+      req.run_dir = a->source;
+      req.step = a->step;
+      req.source = a->source;
+    } else {
+      Client client = Client::Connect(a->conn);
+      cart::v1::GetRunRequest get;
+      if (std::optional<int64_t> id = ParseInt64(a->source)) {
+        get.set_run_id(*id);
+      } else {
+        get.set_name(a->source);
+      }
+      const cart::v1::GetRunResponse run =
+          client.Call<cart::v1::GetRunRequest, cart::v1::GetRunResponse>(
+              &cart::v1::SchedulerService::Stub::GetRun, get);
+      download = StrCat(a->out, ".download-", getpid());
+      const std::string sha256 = DownloadCheckpoint(client, run.run().run_id(), a->step, download);
+      req.checkpoint_file = download;
+      req.config_yaml = run.run().config_yaml();
+      req.source = StrCat("run ", run.run().run_id(), " (", run.run().name(), ")");
+      req.metadata = {{"cart_run", run.run().name()}, {"cart_checkpoint_sha256", sha256}};
+    }
+    absl::StatusOr<ExportResult> result = ExportModel(req);
+    if (!result.ok()) ExitWith(result.status());
+    if (a->conn.json) {
+      std::cout << nlohmann::json{{"source", req.source},
+                                  {"step", result->step},
+                                  {"parameters", result->parameters},
+                                  {"out", a->out}}
+                       .dump()
+                << "\n";
+      return;
+    }
+    std::cout << fmt::format("exported {} at step {}: {} parameters ({}) -> {}\n", req.source,
+                             result->step, result->parameters, a->dtype, a->out);
+  });
+}
+
+}  // namespace
+
+void RegisterExportCommand(CLI::App& app) { RegisterExport(app); }
+
+}  // namespace cart::cli

@@ -1,0 +1,117 @@
+// How `cart` shows runs and sweeps (format.h).
+
+#include "cli/format.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <ctime>
+
+#include "cli/table.h"
+#include "common/strings.h"
+#include "google/protobuf/util/json_util.h"
+
+namespace cart::cli {
+
+using cart::v1::RunState;
+
+std::string StateName(RunState s) {
+  std::string n = cart::v1::RunState_Name(s);
+  return n.size() > 10 ? n.substr(10) : n;  // without "RUN_STATE_"
+}
+
+std::string Colored(const std::string& state) {
+  if (!isatty(fileno(stdout))) return state;
+  const char* c = "";
+  if (state == "SUCCEEDED") c = "\033[32m";
+  if (state == "RUNNING" || state == "LEASED") c = "\033[36m";
+  if (state == "FAILED") c = "\033[31m";
+  if (state == "CANCELLED" || state == "BLOCKED") c = "\033[33m";
+  return *c ? StrCat(c, state, "\033[0m") : state;
+}
+
+std::string ToJson(const google::protobuf::Message& m) {
+  std::string out;
+  google::protobuf::util::JsonPrintOptions o;
+  o.add_whitespace = true;
+  o.preserve_proto_field_names = true;
+  google::protobuf::util::MessageToJsonString(m, &out, o);
+  return out;
+}
+
+std::string Mib(int64_t mib) {
+  return mib >= 1024 ? fmt::format("{:.1f} GiB", mib / 1024.0) : fmt::format("{} MiB", mib);
+}
+
+std::string When(int64_t us) {
+  if (us <= 0) return "-";
+  std::time_t t = us / 1'000'000;
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", std::localtime(&t));
+  return buf;
+}
+
+std::string Progress(const cart::v1::RunView& r) {
+  if (r.total_steps() <= 0) return "";
+  const double f = std::min(1.0, static_cast<double>(r.step()) / r.total_steps());
+  const int width = 12;
+  const int full = static_cast<int>(f * width);
+  return StrCat("[", std::string(full, '#'), std::string(width - full, '.'), "] ",
+                fmt::format("{:>3.0f}%", 100 * f));
+}
+
+// The config keys that differ between the runs (what a reader needs to tell them apart).
+std::vector<std::string> VaryingKeys(
+    const google::protobuf::RepeatedPtrField<cart::v1::RunView>& runs) {
+  std::vector<std::string> keys;
+  if (runs.empty()) return keys;
+  for (const auto& [k, v] : runs[0].params()) {
+    for (const auto& r : runs) {
+      auto it = r.params().find(k);
+      if (it == r.params().end() || it->second != v) {
+        keys.push_back(k);
+        break;
+      }
+    }
+  }
+  return keys;
+}
+
+void PrintRuns(const google::protobuf::RepeatedPtrField<cart::v1::RunView>& runs, bool dry_run) {
+  std::vector<std::string> keys = VaryingKeys(runs);
+  Table t;
+  std::vector<std::string> header = {"id", "name"};
+  if (!dry_run) header.insert(header.end(), {"state", "progress", "loss", "rho"});
+  for (const auto& k : keys) header.push_back(k);
+  header.insert(header.end(), {"stored", "effective", "mem est"});
+  if (dry_run) header.insert(header.end(), {"tokens", "3090 h"});
+  t.Header(header);
+  for (const auto& r : runs) {
+    std::vector<std::string> row = {std::to_string(r.run_id()), r.name()};
+    if (!dry_run) {
+      auto metric = [&](const char* name) {
+        auto it = r.latest().find(name);
+        return it == r.latest().end() ? std::string("-") : fmt::format("{:.4f}", it->second);
+      };
+      row.insert(row.end(),
+                 {Colored(StateName(r.state())), Progress(r), metric("loss"), metric("rho_max")});
+    }
+    for (const auto& k : keys) {
+      auto it = r.params().find(k);
+      row.push_back(it == r.params().end() ? "-" : it->second);
+    }
+    row.insert(row.end(),
+               {fmt::format("{:.2f}M", r.stored_params() / 1e6),
+                fmt::format("{:.2f}M", r.effective_params() / 1e6), Mib(r.memory_estimate_mib())});
+    if (dry_run) {
+      row.insert(row.end(), {fmt::format("{:.1f}M", r.tokens() / 1e6),
+                             fmt::format("{:.2f}", r.est_hours_rtx3090())});
+    }
+    t.Row(row);
+  }
+  t.Print(std::cout);
+}
+
+}  // namespace cart::cli

@@ -1,0 +1,34 @@
+#pragma once
+
+// How `cart` shows runs and sweeps: state names and colours, progress bars, sizes, times, JSON,
+// and the run table shared by `sweep show`, `runs ls` and dry runs.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "cart/v1/scheduler.pb.h"
+#include "google/protobuf/message.h"
+
+namespace cart::cli {
+
+// "QUEUED", … (the enum name without "RUN_STATE_").
+std::string StateName(cart::v1::RunState s);
+// The state in colour when stdout is a terminal.
+std::string Colored(const std::string& state);
+// A message as indented JSON with the proto's field names.
+std::string ToJson(const google::protobuf::Message& m);
+// "512 MiB", "9.1 GiB".
+std::string Mib(int64_t mib);
+// Local time of a Unix time in microseconds; "-" for 0.
+std::string When(int64_t us);
+// "[#####.......]  42%" from step / total_steps; empty without total_steps.
+std::string Progress(const cart::v1::RunView& r);
+// The config keys whose value differs between the runs.
+std::vector<std::string> VaryingKeys(
+    const google::protobuf::RepeatedPtrField<cart::v1::RunView>& runs);
+// The run table: id, name, (state, progress, loss, ρ), the varying keys, parameter counts and
+// memory; a dry run adds tokens and the estimated RTX 3090 hours.
+void PrintRuns(const google::protobuf::RepeatedPtrField<cart::v1::RunView>& runs, bool dry_run);
+
+}  // namespace cart::cli

@@ -1,0 +1,84 @@
+// cart results: the results tables (pivot, best, deltas, series, ranks) from cartd.
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "cart/v1/scheduler.grpc.pb.h"
+#include "cli/client.h"
+#include "cli/commands.h"
+#include "cli/format.h"
+#include "cli/table.h"
+#include "common/file.h"
+#include "common/status.h"
+#include "common/strings.h"
+#include "rpc/client.h"
+
+namespace cart::cli {
+namespace {
+
+using cart::v1::RunState;
+
+void RegisterResults(CLI::App& app) {
+  struct Args {
+    Conn conn;
+    cart::v1::QueryTableRequest req;
+    std::string table, format = "text";
+    std::vector<std::string> sweeps;
+  };
+  auto a = std::make_shared<Args>();
+  CLI::App* results = app.add_subcommand(
+      "results", "Paper tables from the results database: pivot, best, deltas, series, ranks");
+  results->add_option("table", a->table, "pivot | best | deltas | series | ranks")
+      ->required()
+      ->check(CLI::IsMember({"pivot", "best", "deltas", "series", "ranks"}));
+  results->add_option("--metric", *a->req.mutable_metric(), "Metric, e.g. rho_max, val_ppl/wiki")
+      ->default_val("rho_max");
+  results->add_option("--rows", *a->req.mutable_rows(), "Config key for rows (pivot, best)");
+  results->add_option("--cols", *a->req.mutable_cols(), "Config key for columns (pivot)");
+  results->add_option("--sweep", a->sweeps, "Restrict to sweeps (ranks: exactly two)");
+  results->add_option("--baseline", *a->req.mutable_baseline(),
+                      "deltas: baseline group key=value,…");
+  results->add_option("--group-by", *a->req.mutable_group_by(),
+                      "deltas: comma-separated config keys");
+  results->add_option(
+      "--run",
+      [a](const CLI::results_t& r) {
+        a->req.set_run_id(std::stoll(r[0]));
+        return true;
+      },
+      "series: run id");
+  results->add_flag(
+      "--lower-is-better", [a](int64_t) { a->req.set_lower_is_better(true); },
+      "best, ranks: smaller values win (perplexity)");
+  results->add_option("--value", *a->req.mutable_value(), "final (default) or latest");
+  results->add_option("--format", a->format, "text | csv | markdown | json")
+      ->check(CLI::IsMember({"text", "csv", "markdown", "json"}))
+      ->capture_default_str();
+  AddConnFlags(results, a->conn);
+  results->callback([a] {
+    a->req.set_table(a->table);
+    for (const auto& s : a->sweeps) a->req.add_sweeps(s);
+    Client client = Client::Connect(a->conn);
+    auto t = client.Call<cart::v1::QueryTableRequest, cart::v1::Table>(
+        &cart::v1::SchedulerService::Stub::QueryTable, a->req);
+    if (a->conn.json || a->format == "json") {
+      std::cout << ToJson(t) << "\n";
+      return;
+    }
+    PrintResultTable(t, a->format, std::cout);
+  });
+}
+
+}  // namespace
+
+void RegisterResultsCommands(CLI::App& app) { RegisterResults(app); }
+
+}  // namespace cart::cli

@@ -1,0 +1,257 @@
+// cart runs ls | show | logs | cancel | resume | extend: one run at a time on cartd.
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "cart/v1/scheduler.grpc.pb.h"
+#include "cli/client.h"
+#include "cli/commands.h"
+#include "cli/format.h"
+#include "cli/table.h"
+#include "common/file.h"
+#include "common/status.h"
+#include "common/strings.h"
+#include "rpc/client.h"
+
+namespace cart::cli {
+namespace {
+
+using cart::v1::RunState;
+
+// `cart runs logs --metrics`: the metric log, one line per step (JSON lines with --json).
+void PrintMetricLog(int64_t run_id, bool follow, const Conn& conn) {
+  Client client = Client::Connect(conn);
+  cart::v1::StreamMetricsRequest req;
+  req.set_run_id(run_id);
+  req.set_follow(follow);
+  grpc::ClientContext ctx;
+  rpc::PrepareContext(ctx, client.config(), 0);
+  auto reader = client.stub().StreamMetrics(&ctx, req);
+  cart::v1::MetricBatchView batch;
+  int64_t last_step = -1;
+  std::map<std::string, double> line;
+  auto flush = [&] {
+    if (last_step < 0 || line.empty()) return;
+    if (conn.json) {
+      nlohmann::json j(line);
+      j["step"] = last_step;
+      std::cout << j.dump() << std::endl;
+    } else {
+      std::string text = fmt::format("step {:>7}", last_step);
+      for (const auto& [k, v] : line) {
+        if (k.rfind("sys/", 0) == 0 || k.rfind("h_norm/", 0) == 0 || k.rfind("rel_update/", 0) == 0)
+          continue;
+        text += fmt::format(" {}={:.5g}", k, v);
+      }
+      std::cout << text << std::endl;
+    }
+    line.clear();
+  };
+  while (reader->Read(&batch)) {
+    for (const auto& p : batch.points()) {
+      if (p.step() != last_step) flush();
+      last_step = p.step();
+      line[p.name()] = p.value();
+    }
+  }
+  flush();
+  grpc::Status s = reader->Finish();
+  if (!s.ok()) client.Fail(s);
+}
+
+void RegisterRuns(CLI::App& app) {
+  CLI::App* runs = app.add_subcommand("runs", "List, inspect, cancel, resume and extend runs");
+  runs->require_subcommand(1);
+
+  struct LsArgs {
+    Conn conn;
+    std::string sweep;
+    std::vector<std::string> states;
+  };
+  auto la = std::make_shared<LsArgs>();
+  CLI::App* ls = runs->add_subcommand("ls", "List runs");
+  ls->add_option("--sweep", la->sweep, "Only this sweep");
+  ls->add_option("--state", la->states, "Only these states (QUEUED, RUNNING, …; repeatable)");
+  AddConnFlags(ls, la->conn);
+  ls->callback([la] {
+    cart::v1::ListRunsRequest req;
+    req.set_sweep(la->sweep);
+    for (const std::string& s : la->states) {
+      RunState state;
+      if (!cart::v1::RunState_Parse("RUN_STATE_" + ToUpper(s), &state)) {
+        ExitWith(absl::InvalidArgumentError(StrCat(
+            "--state: '", s,
+            "' is not one of QUEUED, BLOCKED, LEASED, RUNNING, SUCCEEDED, FAILED, CANCELLED")));
+      }
+      req.add_states(state);
+    }
+    Client client = Client::Connect(la->conn);
+    auto resp = client.Call<cart::v1::ListRunsRequest, cart::v1::ListRunsResponse>(
+        &cart::v1::SchedulerService::Stub::ListRuns, req);
+    if (la->conn.json) {
+      std::cout << ToJson(resp) << "\n";
+      return;
+    }
+    PrintRuns(resp.runs(), false);
+  });
+
+  struct IdArgs {
+    Conn conn;
+    int64_t id = 0;
+    int64_t steps = 0;
+    bool follow = false;
+  };
+  auto sh = std::make_shared<IdArgs>();
+  CLI::App* show =
+      runs->add_subcommand("show", "One run: config, state, why it waits, events, checkpoints");
+  show->add_option("id", sh->id, "Run id")->required();
+  AddConnFlags(show, sh->conn);
+  show->callback([sh] {
+    Client client = Client::Connect(sh->conn);
+    cart::v1::GetRunRequest req;
+    req.set_run_id(sh->id);
+    auto resp = client.Call<cart::v1::GetRunRequest, cart::v1::GetRunResponse>(
+        &cart::v1::SchedulerService::Stub::GetRun, req);
+    if (sh->conn.json) {
+      std::cout << ToJson(resp) << "\n";
+      return;
+    }
+    const auto& r = resp.run();
+    std::cout << fmt::format("run {} ({})  {}  attempt {}/{}  step {}/{}  {}\n", r.run_id(),
+                             r.name(), Colored(StateName(r.state())), r.attempt(), r.max_attempts(),
+                             r.step(), r.total_steps(), Progress(r));
+    if (!r.waiting_reason().empty()) std::cout << "waiting: " << r.waiting_reason() << "\n";
+    if (!r.worker_id().empty()) std::cout << "worker: " << r.worker_id() << "\n";
+    std::cout << fmt::format("params: {:.2f}M stored, {:.2f}M effective; memory estimate {}\n",
+                             r.stored_params() / 1e6, r.effective_params() / 1e6,
+                             Mib(r.memory_estimate_mib()));
+    if (!r.latest().empty()) {
+      std::cout << "latest:";
+      for (const auto& [k, v] : r.latest()) {
+        if (k.rfind("sys/", 0) == 0 || k.rfind("h_norm/", 0) == 0 || k.rfind("rel_update/", 0) == 0)
+          continue;
+        std::cout << fmt::format(" {}={:.5g}", k, v);
+      }
+      std::cout << "\n";
+    }
+    if (!resp.checkpoints().empty()) {
+      std::cout << "checkpoints:";
+      for (const auto& c : resp.checkpoints()) {
+        std::cout << " " << c.step() << (c.final() ? " (final)" : "");
+      }
+      std::cout << "\n";
+    }
+    Table t;
+    t.Header({"time", "from", "to", "who", "why"});
+    for (const auto& e : resp.events())
+      t.Row({When(e.time_us()), e.from_state(), e.to_state(), e.who(), e.why()});
+    t.Print(std::cout);
+  });
+
+  struct LogArgs {
+    Conn conn;
+    int64_t id = 0;
+    bool follow = false;
+    bool metrics = false;
+    int tail = 0;
+  };
+  auto lg = std::make_shared<LogArgs>();
+  CLI::App* logs = runs->add_subcommand(
+      "logs",
+      "A run's log: what its workers said (resumes, errors), or with --metrics its metrics");
+  logs->add_option("id", lg->id, "Run id")->required();
+  logs->add_flag("-f,--follow", lg->follow, "Keep printing new lines until the run ends");
+  logs->add_flag("--metrics", lg->metrics, "Print the metric log (one line per step) instead");
+  logs->add_option("--tail", lg->tail, "Only the last N lines already stored (0: all)")
+      ->check(CLI::NonNegativeNumber);
+  AddConnFlags(logs, lg->conn);
+  logs->callback([lg] {
+    if (lg->metrics) {
+      PrintMetricLog(lg->id, lg->follow, lg->conn);
+      return;
+    }
+    Client client = Client::Connect(lg->conn);
+    cart::v1::StreamRunLogRequest req;
+    req.set_run_id(lg->id);
+    req.set_follow(lg->follow);
+    req.set_tail(lg->tail);
+    grpc::ClientContext ctx;
+    rpc::PrepareContext(ctx, client.config(), 0);
+    auto reader = client.stub().StreamRunLog(&ctx, req);
+    cart::v1::RunLogView view;
+    while (reader->Read(&view)) {
+      for (const auto& line : view.lines()) {
+        if (lg->conn.json) {
+          nlohmann::json j = {{"id", line.id()},
+                              {"attempt", line.attempt()},
+                              {"wall_time_us", line.wall_time_us()},
+                              {"text", line.text()}};
+          std::cout << j.dump() << std::endl;
+        } else {
+          std::cout << fmt::format("{}  attempt {}  {}", When(line.wall_time_us()), line.attempt(),
+                                   line.text())
+                    << std::endl;
+        }
+      }
+    }
+    grpc::Status s = reader->Finish();
+    if (!s.ok()) client.Fail(s);
+  });
+
+  auto simple = [&](const char* name, const char* help, auto call) {
+    auto a = std::make_shared<IdArgs>();
+    CLI::App* cmd = runs->add_subcommand(name, help);
+    cmd->add_option("id", a->id, "Run id")->required();
+    if (std::string(name) == "extend") {
+      cmd->add_option("--steps", a->steps, "New total steps (larger than the current)")->required();
+    }
+    AddConnFlags(cmd, a->conn);
+    cmd->callback([a, call] {
+      Client client = Client::Connect(a->conn);
+      cart::v1::RunResponse resp = call(client, *a);
+      if (a->conn.json) {
+        std::cout << ToJson(resp) << "\n";
+        return;
+      }
+      std::cout << fmt::format("run {} ({}): {}\n", resp.run().run_id(), resp.run().name(),
+                               StateName(resp.run().state()));
+    });
+  };
+  simple("cancel", "Cancel a run (a running one stops after a final checkpoint)",
+         [](Client& c, const IdArgs& a) {
+           cart::v1::CancelRunRequest req;
+           req.set_run_id(a.id);
+           req.set_reason("cart runs cancel");
+           return c.Call<cart::v1::CancelRunRequest, cart::v1::RunResponse>(
+               &cart::v1::SchedulerService::Stub::CancelRun, req);
+         });
+  simple("resume", "Requeue a cancelled or failed run from its latest checkpoint",
+         [](Client& c, const IdArgs& a) {
+           cart::v1::ResumeRunRequest req;
+           req.set_run_id(a.id);
+           return c.Call<cart::v1::ResumeRunRequest, cart::v1::RunResponse>(
+               &cart::v1::SchedulerService::Stub::ResumeRun, req);
+         });
+  simple("extend", "Train a run further: raise its total steps and requeue it",
+         [](Client& c, const IdArgs& a) {
+           cart::v1::ExtendRunRequest req;
+           req.set_run_id(a.id);
+           req.set_total_steps(a.steps);
+           return c.Call<cart::v1::ExtendRunRequest, cart::v1::RunResponse>(
+               &cart::v1::SchedulerService::Stub::ExtendRun, req);
+         });
+}
+
+}  // namespace
+
+void RegisterRunsCommands(CLI::App& app) { RegisterRuns(app); }
+
+}  // namespace cart::cli

@@ -1,0 +1,246 @@
+// cart sweep submit | ls | show | cancel | resume: sweeps on cartd, and dry runs without it.
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <thread>
+
+#include "cart/v1/scheduler.grpc.pb.h"
+#include "cli/client.h"
+#include "cli/commands.h"
+#include "cli/format.h"
+#include "cli/table.h"
+#include "common/file.h"
+#include "common/status.h"
+#include "common/strings.h"
+#include "model/accounting.h"
+#include "model/sweep.h"
+#include "rpc/client.h"
+
+namespace cart::cli {
+namespace {
+
+using cart::v1::RunState;
+
+std::string NewRequestId() {
+  std::random_device rd;
+  return fmt::format("{:016x}{:016x}", (uint64_t{rd()} << 32) | rd(),
+                     (uint64_t{rd()} << 32) | rd());
+}
+
+struct SubmitArgs {
+  Conn conn;
+  std::string file, request_id;
+  bool dry_run = false;
+};
+
+void RunSubmit(const SubmitArgs& sa, const std::string& text) {
+  Client client = Client::Connect(sa.conn);
+  cart::v1::SubmitSweepRequest req;
+  req.set_spec_yaml(text);
+  req.set_file_name(sa.file);
+  req.set_request_id(sa.request_id.empty() ? NewRequestId() : sa.request_id);
+  auto resp = client.Call<cart::v1::SubmitSweepRequest, cart::v1::SubmitSweepResponse>(
+      &cart::v1::SchedulerService::Stub::SubmitSweep, req);
+  if (sa.conn.json) {
+    std::cout << ToJson(resp) << "\n";
+    return;
+  }
+  std::cout << fmt::format("{} sweep {} with {} runs\n",
+                           resp.existing() ? "already submitted:" : "submitted",
+                           resp.sweep().name(), resp.runs_size());
+  std::cout << fmt::format("watch it: cart sweep show {}\n", resp.sweep().name());
+}
+
+// The expanded runs with parameter counts, memory, tokens and estimated RTX 3090 hours, and the
+// totals; nothing is submitted.
+void PrintDryRun(const model::SweepSpec& spec, const std::vector<model::ExpandedRun>& runs,
+                 bool json) {
+  cart::v1::SubmitSweepResponse resp;
+  resp.mutable_sweep()->set_name(spec.name);
+  int64_t train_runs = 0, tokens = 0;
+  double hours = 0;
+  for (const auto& r : runs) {
+    auto* v = resp.add_runs();
+    v->set_name(r.name);
+    v->set_kind(r.kind == JobKind::kEval ? cart::v1::JOB_KIND_EVAL : cart::v1::JOB_KIND_TRAIN);
+    for (const auto& [k, val] : r.params) (*v->mutable_params())[k] = val;
+    v->set_stored_params(r.stored_params);
+    v->set_effective_params(r.effective_params);
+    v->set_memory_estimate_mib(r.memory_estimate_bytes >> 20);
+    v->set_total_steps(r.config.train.steps);
+    const model::RunCost cost =
+        model::EstimateRunCost(r.config, r.kind == JobKind::kEval, r.eval_loops);
+    v->set_tokens(cost.tokens);
+    v->set_est_hours_rtx3090(cost.rtx3090_hours);
+    train_runs += r.kind == JobKind::kTrain;
+    tokens += cost.tokens;
+    hours += cost.rtx3090_hours;
+  }
+  if (json) {
+    std::cout << ToJson(resp) << "\n";
+    return;
+  }
+  std::cout << fmt::format("sweep {}: {} runs ({} train, {} eval; dry run, nothing submitted)\n",
+                           spec.name, runs.size(), train_runs,
+                           static_cast<int64_t>(runs.size()) - train_runs);
+  PrintRuns(resp.runs(), true);
+  const std::string amount = tokens >= 1'000'000'000
+                                 ? fmt::format("{:.2f}B", static_cast<double>(tokens) / 1e9)
+                                 : fmt::format("{:.1f}M", static_cast<double>(tokens) / 1e6);
+  const std::string time = hours >= 1 ? fmt::format("{:.1f} GPU-hours", hours)
+                                      : fmt::format("{:.1f} GPU-minutes", hours * 60);
+  std::cout << fmt::format(
+      "total: {} tokens, ~{} on one RTX 3090 (the paper's measured throughput scaled by FLOPs; "
+      "see docs/study.md)\n",
+      amount, time);
+}
+
+void RegisterSweep(CLI::App& app) {
+  CLI::App* sweep = app.add_subcommand("sweep", "Submit, list, inspect, cancel and resume sweeps");
+  sweep->require_subcommand(1);
+
+  auto sa = std::make_shared<SubmitArgs>();
+  CLI::App* submit = sweep->add_subcommand("submit", "Submit a sweep file");
+  submit->add_option("file", sa->file, "Sweep YAML")->required();
+  submit->add_flag("--dry-run", sa->dry_run,
+                   "Validate and print the expanded runs with parameter counts and memory "
+                   "estimates; submit nothing (no cartd needed)");
+  submit->add_option("--request-id", sa->request_id,
+                     "Idempotency key; the same key never creates a second sweep");
+  AddConnFlags(submit, sa->conn);
+  submit->callback([sa] {
+    absl::StatusOr<std::string> text = ReadWholeFile(sa->file);
+    if (!text.ok()) ExitWith(text.status());
+    // Validate locally first: errors name file and line without a round trip.
+    absl::StatusOr<model::SweepSpec> spec = model::ParseSweepYaml(*text, sa->file);
+    if (!spec.ok()) ExitWith(spec.status());
+    // Derived jobs of another sweep start from its runs in cartd's database; locally (dry run)
+    // the parent sweep's file beside this one stands in for them.
+    std::map<std::string, std::vector<model::ParentRun>> parents;
+    bool parents_known = true;
+    for (const std::string& name : model::ParentSweeps(*spec)) {
+      const std::string sibling =
+          (std::filesystem::path(sa->file).parent_path() / (name + ".yaml")).string();
+      absl::StatusOr<std::string> ptext = ReadWholeFile(sibling);
+      if (!ptext.ok()) {
+        if (sa->dry_run) {
+          ExitWith(absl::NotFoundError(
+              StrCat(sa->file, ": derived jobs start from sweep '", name, "'; a dry run reads ",
+                     sibling, " for its runs (cartd resolves them from its database)")));
+        }
+        parents_known = false;
+        continue;
+      }
+      absl::StatusOr<model::SweepSpec> pspec = model::ParseSweepYaml(*ptext, sibling);
+      if (!pspec.ok()) ExitWith(pspec.status());
+      absl::StatusOr<std::vector<model::ExpandedRun>> pruns = model::ExpandSweep(*pspec, sibling);
+      if (!pruns.ok()) ExitWith(pruns.status());
+      for (const model::ExpandedRun& r : *pruns) {
+        if (r.kind == JobKind::kTrain) parents[name].push_back(model::AsParentRun(r));
+      }
+    }
+    if (!parents_known) {  // cartd expands it against its database
+      RunSubmit(*sa, *text);
+      return;
+    }
+    absl::StatusOr<std::vector<model::ExpandedRun>> runs =
+        model::ExpandSweep(*spec, sa->file, parents);
+    if (!runs.ok()) ExitWith(runs.status());
+    if (sa->dry_run) {
+      PrintDryRun(*spec, *runs, sa->conn.json);
+      return;
+    }
+    RunSubmit(*sa, *text);
+  });
+
+  auto ls_conn = std::make_shared<Conn>();
+  CLI::App* ls = sweep->add_subcommand("ls", "List sweeps with run counts by state");
+  AddConnFlags(ls, *ls_conn);
+  ls->callback([ls_conn] {
+    Client client = Client::Connect(*ls_conn);
+    auto resp = client.Call<cart::v1::ListSweepsRequest, cart::v1::ListSweepsResponse>(
+        &cart::v1::SchedulerService::Stub::ListSweeps, {});
+    if (ls_conn->json) {
+      std::cout << ToJson(resp) << "\n";
+      return;
+    }
+    Table t;
+    t.Header({"sweep", "created", "queued", "running", "succeeded", "failed", "cancelled"});
+    for (const auto& s : resp.sweeps()) {
+      auto n = [&](const char* k) {
+        auto it = s.runs_by_state().find(k);
+        return std::to_string(it == s.runs_by_state().end() ? 0 : it->second);
+      };
+      t.Row({s.name(), When(s.created_us()), n("QUEUED"), n("RUNNING"), n("SUCCEEDED"), n("FAILED"),
+             n("CANCELLED")});
+    }
+    t.Print(std::cout);
+  });
+
+  struct NameArgs {
+    Conn conn;
+    std::string name;
+  };
+  auto show = std::make_shared<NameArgs>();
+  CLI::App* show_cmd = sweep->add_subcommand("show", "A sweep and its runs");
+  show_cmd->add_option("name", show->name, "Sweep name")->required();
+  AddConnFlags(show_cmd, show->conn);
+  show_cmd->callback([show] {
+    Client client = Client::Connect(show->conn);
+    cart::v1::GetSweepRequest req;
+    req.set_name(show->name);
+    auto resp = client.Call<cart::v1::GetSweepRequest, cart::v1::GetSweepResponse>(
+        &cart::v1::SchedulerService::Stub::GetSweep, req);
+    if (show->conn.json) {
+      std::cout << ToJson(resp) << "\n";
+      return;
+    }
+    std::cout << fmt::format("sweep {} ({} runs, created {})\n", resp.sweep().name(),
+                             resp.runs_size(), When(resp.sweep().created_us()));
+    PrintRuns(resp.runs(), false);
+  });
+
+  auto cancel = std::make_shared<NameArgs>();
+  CLI::App* cancel_cmd = sweep->add_subcommand("cancel", "Cancel every unfinished run of a sweep");
+  cancel_cmd->add_option("name", cancel->name, "Sweep name")->required();
+  AddConnFlags(cancel_cmd, cancel->conn);
+  cancel_cmd->callback([cancel] {
+    Client client = Client::Connect(cancel->conn);
+    cart::v1::CancelSweepRequest req;
+    req.set_name(cancel->name);
+    req.set_reason("cart sweep cancel");
+    auto resp = client.Call<cart::v1::CancelSweepRequest, cart::v1::CancelSweepResponse>(
+        &cart::v1::SchedulerService::Stub::CancelSweep, req);
+    std::cout << fmt::format("cancelling {} runs of {} (running ones stop after a checkpoint)\n",
+                             resp.runs_affected(), cancel->name);
+  });
+
+  auto resume = std::make_shared<NameArgs>();
+  CLI::App* resume_cmd =
+      sweep->add_subcommand("resume", "Requeue the cancelled and failed runs of a sweep");
+  resume_cmd->add_option("name", resume->name, "Sweep name")->required();
+  AddConnFlags(resume_cmd, resume->conn);
+  resume_cmd->callback([resume] {
+    Client client = Client::Connect(resume->conn);
+    cart::v1::ResumeSweepRequest req;
+    req.set_name(resume->name);
+    auto resp = client.Call<cart::v1::ResumeSweepRequest, cart::v1::ResumeSweepResponse>(
+        &cart::v1::SchedulerService::Stub::ResumeSweep, req);
+    std::cout << fmt::format("requeued {} runs of {} from their latest checkpoints\n",
+                             resp.runs_affected(), resume->name);
+  });
+}
+
+}  // namespace
+
+void RegisterSweepCommands(CLI::App& app) { RegisterSweep(app); }
+
+}  // namespace cart::cli

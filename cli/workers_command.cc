@@ -1,0 +1,74 @@
+// cart workers ls | drain.
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "cart/v1/scheduler.grpc.pb.h"
+#include "cli/client.h"
+#include "cli/commands.h"
+#include "cli/format.h"
+#include "cli/table.h"
+#include "common/file.h"
+#include "common/status.h"
+#include "common/strings.h"
+#include "rpc/client.h"
+
+namespace cart::cli {
+namespace {
+
+using cart::v1::RunState;
+
+void RegisterWorkers(CLI::App& app) {
+  CLI::App* workers = app.add_subcommand("workers", "List and drain workers");
+  workers->require_subcommand(1);
+  auto lc = std::make_shared<Conn>();
+  CLI::App* ls = workers->add_subcommand("ls", "Registered workers");
+  AddConnFlags(ls, *lc);
+  ls->callback([lc] {
+    Client client = Client::Connect(*lc);
+    auto resp = client.Call<cart::v1::ListWorkersRequest, cart::v1::ListWorkersResponse>(
+        &cart::v1::SchedulerService::Stub::ListWorkers, {});
+    if (lc->json) {
+      std::cout << ToJson(resp) << "\n";
+      return;
+    }
+    Table t;
+    t.Header({"worker", "host", "device", "memory", "state", "run", "last seen"});
+    for (const auto& w : resp.workers()) {
+      t.Row({w.worker_id(), w.hostname(), w.device().kind() + " " + w.device().name(),
+             Mib(w.device().memory_mib()), w.state(), w.run_id() ? std::to_string(w.run_id()) : "-",
+             When(w.last_seen_us())});
+    }
+    t.Print(std::cout);
+  });
+  struct DrainArgs {
+    Conn conn;
+    std::string id;
+  };
+  auto da = std::make_shared<DrainArgs>();
+  CLI::App* drain = workers->add_subcommand("drain", "Let a worker finish its job, then exit");
+  drain->add_option("worker", da->id, "Worker id")->required();
+  AddConnFlags(drain, da->conn);
+  drain->callback([da] {
+    Client client = Client::Connect(da->conn);
+    cart::v1::DrainWorkerRequest req;
+    req.set_worker_id(da->id);
+    client.Call<cart::v1::DrainWorkerRequest, cart::v1::DrainWorkerResponse>(
+        &cart::v1::SchedulerService::Stub::DrainWorker, req);
+    std::cout << "draining " << da->id << ": it finishes its current job, then exits\n";
+  });
+}
+
+}  // namespace
+
+void RegisterWorkersCommands(CLI::App& app) { RegisterWorkers(app); }
+
+}  // namespace cart::cli
