@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <random>
@@ -57,13 +58,27 @@ struct UpArgs {
   double lease_ttl_s = 20;
 };
 
-absl::StatusOr<pid_t> SpawnWorker(const std::string& exe, const std::vector<std::string>& args) {
+// Starts a worker with this process's environment plus OPENBLAS_NUM_THREADS = `threads` (unless
+// the user set it): OpenBLAS otherwise starts one thread per core in every worker, on top of
+// LibTorch's own threads. Measured on this 2-core machine, two workers training at once (CART d
+// 128, R 4, T 128, batch 8, one LibTorch thread each): 1,930 tokens/s each with OpenBLAS's
+// default, 3,945 with one OpenBLAS thread.
+absl::StatusOr<pid_t> SpawnWorker(const std::string& exe, const std::vector<std::string>& args,
+                                  int threads) {
   std::vector<char*> argv;
   argv.push_back(const_cast<char*>(exe.c_str()));
   for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
+  std::vector<std::string> env_text;
+  for (char** e = environ; *e != nullptr; ++e) env_text.emplace_back(*e);
+  if (std::getenv("OPENBLAS_NUM_THREADS") == nullptr) {
+    env_text.push_back(StrCat("OPENBLAS_NUM_THREADS=", threads));
+  }
+  std::vector<char*> envp;
+  for (std::string& e : env_text) envp.push_back(e.data());
+  envp.push_back(nullptr);
   pid_t pid = 0;
-  int rc = posix_spawn(&pid, exe.c_str(), nullptr, nullptr, argv.data(), environ);
+  int rc = posix_spawn(&pid, exe.c_str(), nullptr, nullptr, argv.data(), envp.data());
   if (rc != 0) return absl::InternalError(StrCat("cannot start ", exe, ": ", std::strerror(rc)));
   return pid;
 }
@@ -181,7 +196,7 @@ absl::Status Up(const UpArgs& a) {
     if (i < static_cast<int>(a.worker_memory_mib.size())) {
       args.insert(args.end(), {"--memory-mib", std::to_string(a.worker_memory_mib[i])});
     }
-    CART_ASSIGN_OR_RETURN(pid_t pid, SpawnWorker(exe, args));
+    CART_ASSIGN_OR_RETURN(pid_t pid, SpawnWorker(exe, args, a.threads));
     workers.push_back(pid);
   }
   std::cout << fmt::format("started {} local worker(s) ({} thread(s) each)\n", workers.size(),

@@ -105,6 +105,7 @@ struct Plot {
   std::string xlabel, ylabel;
   Kind kind = Kind::kLines;
   bool log_y = false;
+  bool discrete_x = false;         // kLines: x takes a few values (R); tick exactly those
   std::vector<PlotSeries> series;  // kLines
   // kHeatmap: values[row][col] (NaN: no value), labelled by row and column values.
   std::vector<std::string> rows, cols;

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "common/file.h"
@@ -168,7 +169,7 @@ std::string G(double v) { return std::isnan(v) ? std::string("NaN") : fmt::forma
 // The data file and script of one plot; the script writes NAME.svg and NAME.png.
 std::pair<std::string, std::string> PlotFiles(const Plot& p) {
   std::string data, script;
-  script += "set encoding utf8\nset termoption noenhanced\n";
+  script += "set encoding utf8\n";
   script += fmt::format("set title {}\nset xlabel {}\nset ylabel {}\n", Gq(p.title), Gq(p.xlabel),
                         Gq(p.ylabel));
   std::string draw;
@@ -195,6 +196,16 @@ std::pair<std::string, std::string> PlotFiles(const Plot& p) {
   } else {
     script += "set key outside right top\nset grid\n";
     if (p.log_y) script += "set logscale y\n";
+    if (p.discrete_x) {
+      std::set<double> xs;
+      for (const PlotSeries& s : p.series) xs.insert(s.x.begin(), s.x.end());
+      std::vector<std::string> tics;
+      for (double x : xs) tics.push_back(G(x));
+      if (!tics.empty()) {
+        script += fmt::format("set xtics ({})\nset xrange [{}:{}]\n", StrJoin(tics, ", "),
+                              G(*xs.begin() - 0.5), G(*xs.rbegin() + 0.5));
+      }
+    }
     std::vector<std::string> parts;
     int block = 0;
     for (size_t k = 0; k < p.series.size(); ++k) {
@@ -226,11 +237,13 @@ std::pair<std::string, std::string> PlotFiles(const Plot& p) {
     }
   }
   script += fmt::format("DATA = {}\n", Gq(p.id + ".dat"));
-  script +=
-      fmt::format("set terminal svg size 900,560 dynamic background '#ffffff'\nset output {}\n",
-                  Gq(p.id + ".svg"));
+  // noenhanced: metric names like task_ppl/lambada are text, not subscripts.
+  script += fmt::format(
+      "set terminal svg size 900,560 dynamic noenhanced background '#ffffff'\nset output {}\n",
+      Gq(p.id + ".svg"));
   script += draw + "\n";
-  script += fmt::format("set terminal pngcairo size 900,560\nset output {}\n", Gq(p.id + ".png"));
+  script += fmt::format("set terminal pngcairo size 900,560 noenhanced\nset output {}\n",
+                        Gq(p.id + ".png"));
   script += "replot\nset output\n";
   return {data, script};
 }

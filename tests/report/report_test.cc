@@ -65,7 +65,7 @@ class ReportTest : public ::testing::Test {
     }
     ASSERT_TRUE(store_->CreateSweep(MakeSweep("stage2", runs), store::Audit{1, "t", "t"}).ok());
     std::vector<store::NewRun> leak;
-    for (const char* causal : {"true", "false"}) {
+    for (const char* causal : {"on", "off"}) {  // booleans are stored as on/off
       leak.push_back(MakeRun(StrCat(leak.size()), {{"cross_causal", causal}, {"R", "2"}}));
     }
     ASSERT_TRUE(store_->CreateSweep(MakeSweep("leak", leak), store::Audit{1, "t", "t"}).ok());
@@ -74,7 +74,7 @@ class ReportTest : public ::testing::Test {
         [](const RunRecord& r) {
           std::vector<MetricPoint> p;
           if (r.params.count("cross_causal")) {
-            const bool causal = r.params.at("cross_causal") == "true";
+            const bool causal = r.params.at("cross_causal") == "on";
             p = PointsAt(10, {{"loss", 2.5}});
             auto last = PointsAt(20, {{"loss", causal ? 1.2 : 0.3},
                                       {"val_loss/synth", causal ? 1.15 : 0.40},
@@ -163,7 +163,7 @@ TEST_F(ReportTest, MissingPartsSayWhatIsMissingAndTheLeakIsJudgedAgainstTheFloor
   const Table* t = FindTable(report, "leak");
   ASSERT_NE(t, nullptr);
   ASSERT_EQ(t->rows.size(), 2u);
-  EXPECT_EQ(t->rows[0][0], "false");
+  EXPECT_EQ(t->rows[0][0], "off (sees the future)");
   EXPECT_EQ(t->rows[0].back(), "yes");  // below the floor
   EXPECT_EQ(t->rows[1].back(), "no");
 
