@@ -174,7 +174,9 @@ void RegisterReportCommand(CLI::App& app) {
       "per table and plots (gnuplot), from cartd or a database file (docs/study.md)");
   cmd->add_option("--out", a->options.out_dir, "Directory to write (report.md, tables/, plots/)")
       ->capture_default_str();
-  cmd->add_option("--db", a->db, "Read this SQLite database file directly instead of asking cartd");
+  cmd->add_option("--db", a->db,
+                  "Read this SQLite database file directly instead of asking cartd (opened as "
+                  "cartd opens it: an older schema is migrated, so stop an older cartd first)");
   cmd->add_option("--format", a->format, "md, or html (report.html beside report.md)")
       ->check(CLI::IsMember({"md", "html"}))
       ->capture_default_str();
