@@ -80,10 +80,10 @@ absl::StatusOr<std::vector<MixSource>> ParseMixSpec(std::string_view spec);
 inline constexpr int64_t kDefaultMixChunkTokens = 512;
 
 struct MixOptions {
-  std::vector<MixSource> sources;                // at least one; same tokenizer and vocab
+  std::vector<MixSource> sources;                 // at least one; same tokenizer and vocab
   int64_t chunk_tokens = kDefaultMixChunkTokens;  // tokens per chunk, >= 1
-  std::string out;                 // NAME.bin
-  int64_t max_tokens = 0;          // stop after this many tokens; 0 = until a source runs out
+  std::string out;                                // NAME.bin
+  int64_t max_tokens = 0;  // stop after this many tokens; 0 = until a source runs out
 };
 
 // The paper's interleaved mixture: with weights reduced by their greatest common divisor to

@@ -63,8 +63,8 @@ struct SweepSpec {
 };
 
 struct ExpandedRun {
-  int64_t index = 0;                          // 0-based within the sweep
-  std::string name;                           // "<sweep>/<index>"
+  int64_t index = 0;  // 0-based within the sweep
+  std::string name;   // "<sweep>/<index>"
   JobKind kind = JobKind::kTrain;
   RunConfig config;                           // resolved
   std::string config_yaml;                    // ToYaml(config)

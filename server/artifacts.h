@@ -1,8 +1,8 @@
 #pragma once
 
-// ArtifactStore: cartd's content-addressed blob store for checkpoints (docs/design.md "Protocols"). A blob
-// lives at <root>/<sha256[0:2]>/<sha256>; its name is its hash, never a path a client chose. An
-// upload is written to a temporary file beside its target and renamed into place only after its
+// ArtifactStore: cartd's content-addressed blob store for checkpoints (docs/design.md "Protocols").
+// A blob lives at <root>/<sha256[0:2]>/<sha256>; its name is its hash, never a path a client chose.
+// An upload is written to a temporary file beside its target and renamed into place only after its
 // size and SHA-256 were verified (common/file.h AtomicFileWriter), so a reader never sees a torn or
 // unverified blob, even after a crash.
 //

@@ -74,8 +74,8 @@ absl::Status ApplyConfigYaml(std::string_view text, std::string_view source, Ser
 bool IsLoopbackListen(std::string_view listen);
 
 // Checks a config before anything is opened: a parsable listen address, TLS files given in pairs,
-// a lease TTL >= 1 s, and docs/design.md "Security": a non-loopback address needs TLS and tokens unless
-// insecure. InvalidArgument naming the problem; FailedPrecondition for the security refusal.
+// a lease TTL >= 1 s, and docs/design.md "Security": a non-loopback address needs TLS and tokens
+// unless insecure. InvalidArgument naming the problem; FailedPrecondition for the security refusal.
 absl::Status ValidateServerConfig(const ServerConfig& config);
 
 // A running cartd.

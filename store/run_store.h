@@ -149,9 +149,9 @@ class RunStore {
   absl::StatusOr<std::vector<ExpiredLease>> ExpireLeases(int64_t now_us);
   // Ends the current attempt as the worker reports: kSucceeded, kCancelled, kDrained, or kFailed
   // for a failure not worth retrying (run -> FAILED); InvalidArgument for kLost (lease expiry's)
-  // and kOutOfMemory (RetryAttempt's). kSucceeded needs RUNNING and fixes the final value of every metric (the value at the last
-  // step) and unblocks derived runs waiting for the parent's "final" checkpoint.
-  // FailedPrecondition for a stale attempt or a state that does not allow it.
+  // and kOutOfMemory (RetryAttempt's). kSucceeded needs RUNNING and fixes the final value of every
+  // metric (the value at the last step) and unblocks derived runs waiting for the parent's "final"
+  // checkpoint. FailedPrecondition for a stale attempt or a state that does not allow it.
   absl::StatusOr<RunRecord> RecordAttemptOutcome(int64_t run_id, int64_t attempt,
                                                  AttemptOutcome outcome, const Audit& audit);
   // Ends the current attempt with outcome FAILED, or OUT_OF_MEMORY when retry.oom_memory_bytes is

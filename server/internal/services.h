@@ -1,9 +1,10 @@
 #pragma once
 
 // The gRPC services of cartd: thin handlers that check the caller's token, validate the request,
-// call the Scheduler (never the store) or the ArtifactStore and translate the result (scheduler.proto and
-// worker.proto document each RPC's idempotency and codes). Synchronous API: every in-flight call,
-// long polls and streams included, holds one server thread (ServerConfig::max_threads).
+// call the Scheduler (never the store) or the ArtifactStore and translate the result
+// (scheduler.proto and worker.proto document each RPC's idempotency and codes). Synchronous API:
+// every in-flight call, long polls and streams included, holds one server thread
+// (ServerConfig::max_threads).
 
 #include <grpcpp/grpcpp.h>
 

@@ -61,8 +61,8 @@ TEST(DataCliTest, PrepareWithHoldoutAndMixture) {
   EXPECT_EQ(m->size(), 5 * 16);
   // Without --chunk-tokens the mixture uses the reference loader's 512-token chunks: a 1:1 mix
   // of tiny.bin with itself has one cycle of 2 × 512 tokens per 512 tokens of tiny.bin.
-  CliRun mix512 = Cart("data prepare --mix tiny=" + dir.File("tiny.bin") + ":1,tiny2=" +
-                       dir.File("tiny.bin") + ":1 --out " + dir.File("mix512.bin"));
+  CliRun mix512 = Cart("data prepare --mix tiny=" + dir.File("tiny.bin") +
+                       ":1,tiny2=" + dir.File("tiny.bin") + ":1 --out " + dir.File("mix512.bin"));
   ASSERT_EQ(mix512.exit_code, 0) << mix512.output;
   EXPECT_THAT(mix512.output, HasSubstr("chunks of 512 tokens"));
   auto m512 = TokenFile::Open(dir.File("mix512.bin"));

@@ -1,6 +1,6 @@
-// Security (docs/design.md "Security"): bearer tokens with roles on every RPC, TLS with a test CA made
-// by the openssl CLI, the refusal to listen beyond loopback without TLS and tokens, and the config
-// file.
+// Security (docs/design.md "Security"): bearer tokens with roles on every RPC, TLS with a test CA
+// made by the openssl CLI, the refusal to listen beyond loopback without TLS and tokens, and the
+// config file.
 
 #include "server/auth.h"
 

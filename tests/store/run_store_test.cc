@@ -328,8 +328,9 @@ TEST_F(RunStoreTest, ExtendRequeuesASucceededRunWithMoreStepsFromItsFinalCheckpo
   CART_ASSERT_OK(store_->RecordCheckpoint(id, claim.attempt, {1000, kSha1, 10, "a/final"}, kT0));
   CART_ASSERT_OK(store_->RecordAttemptOutcome(id, claim.attempt, AttemptOutcome::kSucceeded,
                                               By("worker:w1", kT0)));
-  EXPECT_THAT(store_->ExtendRun(id, 1000, "steps: 1000", By("user:a", kT0)),
-              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("already trains for 1000")));
+  EXPECT_THAT(
+      store_->ExtendRun(id, 1000, "steps: 1000", By("user:a", kT0)),
+      StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("already trains for 1000")));
   CART_ASSERT_OK_AND_ASSIGN(
       RunRecord extended, store_->ExtendRun(id, 3000, "d: 256\nsteps: 3000\n", By("user:a", kT0)));
   EXPECT_EQ(extended.state, RunState::kQueued);

@@ -106,8 +106,8 @@ TEST(EvalCliTest, TrainedModelAnswersZeroShotTasksInTheirRealFormats) {
   EXPECT_EQ(by_task["arc_easy"]["kind"], "arc");
 
   // --bos starts each context with BOS, the way every training document started, and says so.
-  CommandResult with_bos = RunCart("eval " + dir.File("run") + " --json --bos --task lambada=" +
-                                   dir.File("lambada_test.jsonl"));
+  CommandResult with_bos = RunCart(
+      "eval " + dir.File("run") + " --json --bos --task lambada=" + dir.File("lambada_test.jsonl"));
   ASSERT_EQ(with_bos.exit_code, 0) << with_bos.output;
   const nlohmann::json bos_rows =
       nlohmann::json::parse(with_bos.output.substr(with_bos.output.find('[')));
