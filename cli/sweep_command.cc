@@ -122,22 +122,23 @@ void RegisterSweep(CLI::App& app) {
     // Validate locally first: errors name file and line without a round trip.
     absl::StatusOr<model::SweepSpec> spec = model::ParseSweepYaml(*text, sa->file);
     if (!spec.ok()) ExitWith(spec.status());
-    // Derived jobs of another sweep start from its runs in cartd's database; locally (dry run)
-    // the parent sweep's file beside this one stands in for them.
+    // Derived jobs of another sweep start from its runs in cartd's database, which only cartd
+    // can expand against; a dry run has no database and reads the parent sweep's file beside
+    // this one instead.
+    const std::vector<std::string> parent_sweeps = model::ParentSweeps(*spec);
+    if (!parent_sweeps.empty() && !sa->dry_run) {
+      RunSubmit(*sa, *text);
+      return;
+    }
     std::map<std::string, std::vector<model::ParentRun>> parents;
-    bool parents_known = true;
-    for (const std::string& name : model::ParentSweeps(*spec)) {
+    for (const std::string& name : parent_sweeps) {
       const std::string sibling =
           (std::filesystem::path(sa->file).parent_path() / (name + ".yaml")).string();
       absl::StatusOr<std::string> ptext = ReadWholeFile(sibling);
       if (!ptext.ok()) {
-        if (sa->dry_run) {
-          ExitWith(absl::NotFoundError(
-              StrCat(sa->file, ": derived jobs start from sweep '", name, "'; a dry run reads ",
-                     sibling, " for its runs (cartd resolves them from its database)")));
-        }
-        parents_known = false;
-        continue;
+        ExitWith(absl::NotFoundError(
+            StrCat(sa->file, ": derived jobs start from sweep '", name, "'; a dry run reads ",
+                   sibling, " for its runs (cartd resolves them from its database)")));
       }
       absl::StatusOr<model::SweepSpec> pspec = model::ParseSweepYaml(*ptext, sibling);
       if (!pspec.ok()) ExitWith(pspec.status());
@@ -146,10 +147,6 @@ void RegisterSweep(CLI::App& app) {
       for (const model::ExpandedRun& r : *pruns) {
         if (r.kind == JobKind::kTrain) parents[name].push_back(model::AsParentRun(r));
       }
-    }
-    if (!parents_known) {  // cartd expands it against its database
-      RunSubmit(*sa, *text);
-      return;
     }
     absl::StatusOr<std::vector<model::ExpandedRun>> runs =
         model::ExpandSweep(*spec, sa->file, parents);

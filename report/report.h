@@ -133,7 +133,7 @@ absl::StatusOr<Report> BuildReport(StudySource& source, const ReportOptions& opt
 // Writes out_dir/report.md (and report.html with options.html), out_dir/tables/ID.csv for every
 // table and, with options.plots, out_dir/plots/ID.{svg,png} (the data and gnuplot script beside
 // them). FailedPrecondition names a missing gnuplot and what to install; Internal carries
-// gnuplot's own error.
+// gnuplot's own error; report.md, report.html and the CSVs are written before the plots.
 absl::Status WriteReport(const Report& report, const ReportOptions& options);
 
 // The published figures (report/paper_figures.yaml): table id -> section and cells.

@@ -284,6 +284,11 @@ absl::Status WriteReport(const Report& report, const ReportOptions& options) {
       CART_RETURN_IF_ERROR(Write(out / "tables" / (t.id + ".csv"), Csv(t)));
     }
   }
+  // The tables first: a report whose plots fail (gnuplot missing or failing) still has them.
+  CART_RETURN_IF_ERROR(Write(out / "report.md", Markdown(report, options.plots)));
+  if (options.html) {
+    CART_RETURN_IF_ERROR(Write(out / "report.html", HtmlPage(report, options.plots)));
+  }
   if (options.plots) {
     fs::create_directories(out / "plots", ec);
     if (ec) return absl::InvalidArgumentError(StrCat((out / "plots").string(), ": ", ec.message()));
@@ -315,9 +320,6 @@ absl::Status WriteReport(const Report& report, const ReportOptions& options) {
       }
     }
   }
-  CART_RETURN_IF_ERROR(Write(out / "report.md", Markdown(report, options.plots)));
-  if (options.html)
-    CART_RETURN_IF_ERROR(Write(out / "report.html", HtmlPage(report, options.plots)));
   return absl::OkStatus();
 }
 

@@ -1,5 +1,6 @@
 #include "worker/job.h"
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -436,8 +437,12 @@ JobEnd Session::Evaluate() {
       if (!t.ok()) return fail(t.status());
       tokenizer = std::move(*t);
     }
-    // Zero-shot tasks: one record per loop count (step = R_infer, as for perplexity), metrics
-    // named after the task; the run's config records eval_bos.
+    // One record per loop count (step = R_infer, so the run's series is the variable-R curve),
+    // in ascending order: the outbox acknowledges by step, so steps must never go back. It holds
+    // the zero-shot task metrics (named after the task; the config records eval_bos) and the
+    // perplexity of every validation set.
+    std::sort(loops.begin(), loops.end());
+    loops.erase(std::unique(loops.begin(), loops.end()), loops.end());
     for (int r : loops) {
       if (stop_training_) break;
       train::MetricRecord record;
@@ -456,25 +461,22 @@ JobEnd Session::Evaluate() {
           record.values[StrCat("task_acc_norm/", task.name)] = t->acc_norm;
         }
       }
-      if (!record.values.empty()) OnMetrics(record);
-    }
-    for (const auto& [name, path] : config->data.val_data) {
-      for (int r : loops) {
-        if (stop_training_) break;
+      for (const auto& [name, path] : config->data.val_data) {
         absl::StatusOr<train::PerplexityResult> p = train::EvaluatePerplexity(
             **m, path, config->train.seq_len, config->train.eval_sequences, r);
         if (!p.ok()) return fail(p.status());
-        train::MetricRecord record;
-        record.step = r;  // an eval job's series runs over R_infer
         record.values[StrCat("val_loss/", name)] = p->mean_loss;
         record.values[StrCat("val_ppl/", name)] = p->perplexity;
-        OnMetrics(record);
       }
+      if (!record.values.empty()) OnMetrics(record);
     }
   } catch (const c10::Error& e) {
     return fail(absl::InternalError(StrCat("LibTorch error: ", e.what_without_backtrace())));
   }
-  end.outcome = cancel_requested_ ? JobResult::OUTCOME_CANCELLED : JobResult::OUTCOME_SUCCEEDED;
+  // A drain (SIGTERM) stops an evaluation part-way: hand it back, to be evaluated again whole.
+  end.outcome = cancel_requested_ ? JobResult::OUTCOME_CANCELLED
+                : stop_training_  ? JobResult::OUTCOME_DRAINED
+                                  : JobResult::OUTCOME_SUCCEEDED;
   return end;
 }
 

@@ -24,6 +24,7 @@ using ::cart::store::testing::MakeRun;
 using ::cart::store::testing::MakeSweep;
 using ::cart::store::testing::OpenStore;
 using ::cart::store::testing::PointsAt;
+using ::cart::testing::StatusIs;
 using ::cart::testing::TempDir;
 using ::testing::HasSubstr;
 using ::testing::Not;
@@ -210,6 +211,18 @@ TEST_F(ReportTest, CsvFilesEqualTheTablesAndPlotsAreSvgAndPng) {
   const std::string html = Read(dir_.File("report/report.html"));
   EXPECT_THAT(html, HasSubstr("<table>"));
   EXPECT_THAT(html, HasSubstr("plots/rho_heatmap.svg"));
+}
+
+TEST_F(ReportTest, WithoutGnuplotTheTablesAreStillWrittenAndTheErrorSaysWhatToInstall) {
+  std::unique_ptr<StudySource> source = StoreSource(*store_);
+  ReportOptions options;
+  options.out_dir = dir_.File("report");
+  options.gnuplot = dir_.File("no-such-gnuplot");
+  CART_ASSERT_OK_AND_ASSIGN(Report report, BuildReport(*source, options));
+  EXPECT_THAT(WriteReport(report, options),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("gnuplot-nox")));
+  EXPECT_THAT(Read(dir_.File("report/report.md")), HasSubstr("| 256 | 0.8130 ± 0.0141"));
+  EXPECT_FALSE(Read(dir_.File("report/tables/rho_stage2.csv")).empty());
 }
 
 TEST(PaperFiguresTest, EveryPublishedFigureNamesItsSection) {
