@@ -23,6 +23,7 @@ struct RunFilter {
   std::vector<std::string> sweeps;            // sweep names; a run in any of them
   std::map<std::string, std::string> params;  // config key -> value, compared as text
   std::vector<RunState> states;               // any of these states
+  std::vector<JobKind> kinds;                 // any of these job kinds (results: kTrain)
 };
 
 enum class SummaryField {

@@ -48,6 +48,8 @@ absl::StatusOr<store::SummaryField> FieldOf(const std::string& value) {
 store::RunFilter SweepFilter(const v1::QueryTableRequest& request) {
   store::RunFilter filter;
   filter.sweeps.assign(request.sweeps().begin(), request.sweeps().end());
+  // The tables compare trained models; an eval job's values are over R_infer, not training.
+  filter.kinds = {JobKind::kTrain};
   return filter;
 }
 

@@ -57,6 +57,7 @@ constexpr char kSelectSummary[] =
 constexpr char kFilterSweepsOpen[] =
     " AND r.sweep_id IN (SELECT sw.id FROM sweeps AS sw WHERE sw.name IN (";
 constexpr char kFilterStatesOpen[] = " AND r.status IN (";
+constexpr char kFilterKindsOpen[] = " AND r.kind IN (";
 constexpr char kFilterClose[] = ")";
 constexpr char kFilterSweepsClose[] = "))";
 constexpr char kFilterParam[] = " AND json_extract(r.params_json, ?) = ?";
@@ -295,6 +296,10 @@ FilterSql BuildFilterSql(const RunFilter& filter) {
   if (!filter.states.empty()) {
     out.conditions += kFilterStatesOpen + placeholders(filter.states.size()) + kFilterClose;
     for (RunState s : filter.states) out.binds.emplace_back(RunStateName(s));
+  }
+  if (!filter.kinds.empty()) {
+    out.conditions += kFilterKindsOpen + placeholders(filter.kinds.size()) + kFilterClose;
+    for (JobKind k : filter.kinds) out.binds.emplace_back(JobKindName(k));
   }
   for (const auto& [key, value] : filter.params) {
     out.conditions += kFilterParam;

@@ -20,6 +20,7 @@ using ::cart::store::testing::kT0;
 using ::cart::store::testing::MakeRun;
 using ::cart::store::testing::MakeSweep;
 using ::cart::store::testing::OpenStore;
+using ::cart::store::testing::PointsAt;
 using ::cart::testing::StatusIs;
 using ::cart::testing::TempDir;
 using ::testing::ElementsAre;
@@ -149,6 +150,32 @@ class ResultsTest : public ::testing::Test {
   TempDir dir_;
   std::unique_ptr<RunStore> store_;
 };
+
+// A sweep that holds its own eval jobs (the paper's stage 2 with variable-R): their values are
+// over R_infer, and a filter on the job kind keeps them out of the training tables.
+TEST(ResultsKindTest, AKindFilterKeepsEvalJobsOutOfAPivot) {
+  ::cart::testing::TempDir dir;
+  auto store = OpenStore(dir.File("kinds.db"));
+  ASSERT_NE(store, nullptr);
+  NewRun train = MakeRun("0", {{"d", "256"}, {"R", "6"}});
+  NewRun eval = MakeRun("1", {{"d", "256"}, {"R", "6"}});
+  eval.kind = JobKind::kEval;
+  eval.eval_loops = {1, 16};
+  CART_ASSERT_OK(store->CreateSweep(MakeSweep("s2", {train, eval}), By("user:a", kT0)));
+  FinishAllQueued(*store, [](const RunRecord& r) {
+    return PointsAt(16, {{"val_ppl/wiki", r.kind == JobKind::kEval ? 99.0 : 20.0}});
+  });
+  PivotRequest pivot;
+  pivot.metric = "val_ppl/wiki";
+  pivot.row_key = "d";
+  pivot.col_key = "R";
+  CART_ASSERT_OK_AND_ASSIGN(PivotTable both, store->Pivot(pivot));
+  EXPECT_EQ(both.cells[0][0].n, 2);
+  pivot.filter.kinds = {JobKind::kTrain};
+  CART_ASSERT_OK_AND_ASSIGN(PivotTable trained, store->Pivot(pivot));
+  EXPECT_EQ(trained.cells[0][0].n, 1);
+  EXPECT_EQ(trained.cells[0][0].mean, 20.0);
+}
 
 TEST_F(ResultsTest, RhoByDAndRIsTheSeedMeanWithStdAndCount) {
   CART_ASSERT_OK_AND_ASSIGN(PivotTable table, store_->Pivot(Stage2Pivot("rho")));
