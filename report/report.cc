@@ -588,6 +588,16 @@ class Builder {
       if (!evals.empty()) s.sweep = options_.sweeps.stage2 + " (its eval jobs)";
     }
     if (!NoteProgress(s, evals, "evaluation")) return absl::OkStatus();
+    // One curve is one trained shape: with evaluations of several widths (stage 2's own eval
+    // jobs), take the widest, as the paper does, and say so.
+    const std::vector<std::string> eval_widths = Distinct(evals, "d");
+    if (eval_widths.size() > 1) {
+      evals = Where(evals, {{"d", eval_widths.back()}});
+      s.findings.push_back(fmt::format("Evaluations of {} widths found; the table shows d = {}.",
+                                       eval_widths.size(), eval_widths.back()));
+    }
+    int64_t finished_evals = 0;
+    for (const StudyRun* r : evals) finished_evals += r->finished;
     // The metrics eval jobs log: val_ppl/SET, task_acc/…, task_acc_norm/…, task_ppl/… by R_infer.
     std::set<std::string> metrics;
     for (const StudyRun* r : evals) {
@@ -611,9 +621,9 @@ class Builder {
     Table t;
     t.id = "variable_r";
     t.title = fmt::format(
-        "Evaluation at R_infer loops of models trained at R = {} (mean over {} "
+        "Evaluation at R_infer loops of models trained at R = {} (mean over {} finished "
         "models)",
-        trained_r, evals.size());
+        trained_r, finished_evals);
     t.paper_section =
         Paper("variable_r_lambada_ppl") ? Paper("variable_r_lambada_ppl")->section : "";
     t.columns = {"R_infer"};

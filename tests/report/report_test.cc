@@ -225,6 +225,42 @@ TEST_F(ReportTest, WithoutGnuplotTheTablesAreStillWrittenAndTheErrorSaysWhatToIn
   EXPECT_FALSE(Read(dir_.File("report/tables/rho_stage2.csv")).empty());
 }
 
+// Stage 2's own eval jobs cover every width; the variable-R curve is one trained shape, the widest.
+TEST(VariableRTest, EvalJobsOfSeveralWidthsShowTheWidest) {
+  TempDir dir;
+  auto store = OpenStore(dir.File("cart.db"));
+  std::vector<store::NewRun> runs;
+  for (const char* d : {"256", "512"}) {
+    store::NewRun eval = MakeRun(StrCat(runs.size()), {{"d", d}, {"R", "6"}});
+    eval.kind = JobKind::kEval;
+    eval.eval_loops = {1, 6};
+    runs.push_back(eval);
+  }
+  ASSERT_TRUE(store->CreateSweep(MakeSweep("stage2", runs), store::Audit{1, "t", "t"}).ok());
+  FinishAllQueued(*store, [](const RunRecord& r) {
+    const double base = r.params.at("d") == "512" ? 30.0 : 50.0;
+    std::vector<MetricPoint> p = PointsAt(1, {{"val_ppl/wiki", base + 10}});
+    auto six = PointsAt(6, {{"val_ppl/wiki", base}});
+    p.insert(p.end(), six.begin(), six.end());
+    return p;
+  });
+  std::unique_ptr<StudySource> source = StoreSource(*store);
+  ReportOptions options;
+  options.out_dir = dir.File("report");
+  CART_ASSERT_OK_AND_ASSIGN(Report report, BuildReport(*source, options));
+  const Section* varr = nullptr;
+  for (const Section& s : report.sections) {
+    if (!s.tables.empty() && s.tables[0].id == "variable_r") varr = &s;
+  }
+  ASSERT_NE(varr, nullptr);
+  EXPECT_THAT(StrJoin(varr->findings, "\n"), HasSubstr("the table shows d = 512"));
+  const Table& t = varr->tables[0];
+  EXPECT_THAT(t.title, HasSubstr("mean over 1 finished models"));
+  ASSERT_EQ(t.rows.size(), 2u);  // R_infer 1 and 6
+  EXPECT_EQ(t.rows[1][0], "6");
+  EXPECT_EQ(t.rows[1][1], "30.00");  // d = 512 only
+}
+
 TEST(PaperFiguresTest, EveryPublishedFigureNamesItsSection) {
   const auto& figures = PaperFigures();
   EXPECT_EQ(figures.size(), 7u);
