@@ -9,6 +9,8 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <optional>
+#include <set>
 
 #include "cli/client.h"
 #include "cli/commands.h"
@@ -28,12 +30,14 @@ class ServiceStudySource : public report::StudySource {
 
   absl::StatusOr<std::vector<report::StudyRun>> Runs(const std::string& sweep) override {
     std::vector<report::StudyRun> out;
-    cart::v1::ListSweepsResponse sweeps =
-        client_.Call<cart::v1::ListSweepsRequest, cart::v1::ListSweepsResponse>(
-            &cart::v1::SchedulerService::Stub::ListSweeps, {});
-    bool exists = false;
-    for (const auto& s : sweeps.sweeps()) exists = exists || s.name() == sweep;
-    if (!exists) return out;
+    if (!sweep_names_) {  // once per report, not once per part
+      cart::v1::ListSweepsResponse sweeps =
+          client_.Call<cart::v1::ListSweepsRequest, cart::v1::ListSweepsResponse>(
+              &cart::v1::SchedulerService::Stub::ListSweeps, {});
+      sweep_names_.emplace();
+      for (const auto& s : sweeps.sweeps()) sweep_names_->insert(s.name());
+    }
+    if (!sweep_names_->count(sweep)) return out;
     cart::v1::ListRunsRequest req;
     req.set_sweep(sweep);
     cart::v1::ListRunsResponse runs =
@@ -86,6 +90,7 @@ class ServiceStudySource : public report::StudySource {
 
  private:
   Client client_;
+  std::optional<std::set<std::string>> sweep_names_;  // cartd's sweeps, read on first use
 };
 
 struct ReportArgs {
