@@ -46,6 +46,8 @@ std::string RandomToken() {
 struct UpArgs {
   std::string data_dir = "var/cart";
   std::string listen = "127.0.0.1:7070";
+  std::string http = "127.0.0.1:8080";
+  bool http_given = false;  // --http was on the command line: no fallback to a free port
   int workers = 2;
   int threads = 1;
   std::vector<std::string> sweeps;  // submitted in order; the tables read the first
@@ -172,7 +174,22 @@ absl::Status Up(const UpArgs& a) {
   config.data_dir = a.data_dir;
   config.tokens_file = tokens_path;
   config.lease_ttl = absl::Seconds(a.lease_ttl_s);
-  CART_ASSIGN_OR_RETURN(std::unique_ptr<server::ServerHandle> server, server::RunServer(config));
+  config.http_listen = a.http == "off" ? std::string() : a.http;
+#ifdef CART_WEB_DIR
+  config.web_dir = CART_WEB_DIR;
+#endif
+  absl::StatusOr<std::unique_ptr<server::ServerHandle>> started = server::RunServer(config);
+  if (!started.ok() && !a.http_given && !config.http_listen.empty() &&
+      absl::IsUnavailable(started.status()) &&
+      Message(started.status()).find("HTTP") != std::string::npos) {
+    // The default dashboard port is taken (another cartd?): any free port will do.
+    std::cout << fmt::format("port of {} busy; the dashboard takes a free port\n",
+                             config.http_listen);
+    config.http_listen = "127.0.0.1:0";
+    started = server::RunServer(config);
+  }
+  if (!started.ok()) return started.status();
+  std::unique_ptr<server::ServerHandle> server = *std::move(started);
   const std::string address = server->dial_address();
   rpc::ClientConfig client;
   client.server = address;
@@ -180,6 +197,11 @@ absl::Status Up(const UpArgs& a) {
   CART_RETURN_IF_ERROR(rpc::WriteClientConfig(client, a.client_config));
   std::cout << fmt::format("cartd listening on {} (data in {}); client config {}\n", address,
                            a.data_dir, a.client_config);
+  if (!server->dashboard_url().empty()) {
+    // The token rides in the URL's fragment, which the browser never sends to a server; the page
+    // keeps it and drops it from the address bar (docs/dashboard.md).
+    std::cout << fmt::format("dashboard: {}#token={}\n", server->dashboard_url(), user_token);
+  }
 
   const std::string exe =
       (fs::read_symlink("/proc/self/exe").parent_path() / "cart-worker").string();
@@ -286,6 +308,11 @@ void RegisterUpCommand(CLI::App& app) {
       "up", "Run cartd and local CPU workers on this box (and optionally one sweep to the end)");
   up->add_option("--data-dir", a->data_dir, "Database, artifacts, tokens")->capture_default_str();
   up->add_option("--listen", a->listen, "cartd address")->capture_default_str();
+  up->add_option("--http", a->http,
+                 "dashboard address, or 'off' (a busy default port falls back to a free one; "
+                 "docs/dashboard.md)")
+      ->capture_default_str()
+      ->each([a](const std::string&) { a->http_given = true; });
   up->add_option("--workers", a->workers, "Local cart-worker processes")->capture_default_str();
   up->add_option("--threads", a->threads, "CPU threads per worker")->capture_default_str();
   up->add_option("--worker-memory-mib", a->worker_memory_mib,

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Installs the Debian packages CART Lab's build and programs need; with --test also those only
-# the tests use (Slurm and munge for tests/integration/deploy_test). Idempotent: packages already
-# present are skipped, so a second run costs one dpkg query.
+# Installs the Debian packages CART Lab's build and programs need, and the dashboard's charting
+# library from npm (`npm ci` in dashboards/web, pinned by its package-lock.json); with --test also
+# what only the tests use: Slurm and munge (tests/integration/deploy_test), Chromium and Prometheus
+# and npm playwright-core (tests/dashboard). Idempotent: packages already present are skipped, so a
+# second run costs one dpkg query.
 #
 # Debian 12 (bookworm) only. Elsewhere it prints the list and exits 1: install the equivalents
 # yourself (a CUDA LibTorch 2.x from pytorch.org goes in through -DCMAKE_PREFIX_PATH).
@@ -11,14 +13,19 @@ packages=(
   build-essential cmake ninja-build ccache pkg-config git clang-format
   libtorch-dev libopenblas0-pthread
   libgrpc++-dev libgrpc-dev protobuf-compiler protobuf-compiler-grpc libprotobuf-dev libabsl-dev
-  libsqlite3-dev sqlite3
+  libsqlite3-dev sqlite3 prometheus-cpp-dev libssl-dev
   libboost-dev libfmt-dev libspdlog-dev nlohmann-json3-dev libyaml-cpp-dev libcli11-dev
   libsentencepiece-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   zlib1g-dev openssl fortunes gnuplot-nox
 )
 if [ "${1:-}" = "--test" ]; then
-  packages+=(slurm-wlm munge)
+  packages+=(slurm-wlm munge chromium prometheus)
+fi
+# Node.js and npm install the dashboard's pinned npm packages; a machine that has them already
+# (from Debian or elsewhere) keeps its own.
+if ! command -v npm >/dev/null; then
+  packages+=(nodejs npm)
 fi
 
 if ! grep -qs 'VERSION_CODENAME=bookworm' /etc/os-release; then
@@ -37,17 +44,31 @@ done
 
 if [ ${#missing[@]} -eq 0 ]; then
   echo "install-deps: all ${#packages[@]} packages present"
-  exit 0
-fi
-
-sudo_cmd=()
-if [ "$(id -u)" -ne 0 ]; then
-  if command -v sudo >/dev/null; then sudo_cmd=(sudo); else
-    echo "install-deps: not root and no sudo; install as root: ${missing[*]}" >&2; exit 1
+else
+  sudo_cmd=()
+  if [ "$(id -u)" -ne 0 ]; then
+    if command -v sudo >/dev/null; then sudo_cmd=(sudo); else
+      echo "install-deps: not root and no sudo; install as root: ${missing[*]}" >&2; exit 1
+    fi
   fi
+  echo "install-deps: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  "${sudo_cmd[@]}" apt-get update -qq
+  "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-echo "install-deps: installing ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-"${sudo_cmd[@]}" apt-get update -qq
-"${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+# npm packages, pinned by each folder's package-lock.json; reinstalled only when the lock file is
+# newer than what is installed.
+npm_folders=(dashboards/web)
+if [ "${1:-}" = "--test" ]; then
+  npm_folders+=(tests/dashboard)
+fi
+root=$(cd "$(dirname "$0")/.." && pwd)
+for folder in "${npm_folders[@]}"; do
+  dir="$root/$folder"
+  stamp="$dir/node_modules/.package-lock.json"
+  if [ ! -f "$stamp" ] || [ "$dir/package-lock.json" -nt "$stamp" ]; then
+    echo "install-deps: npm ci in $folder"
+    (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error)
+  fi
+done

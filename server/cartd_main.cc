@@ -42,11 +42,19 @@ int main(int argc, char** argv) {
   std::string tls_key;
   int64_t lease_ttl_s = 0;
   bool insecure = false;
+  std::string http_listen;
+  std::string web_dir;
   app.add_option("--config", config_file,
                  "YAML config file (keys: listen, data_dir, tokens, tls_cert, tls_key, lease_ttl, "
                  "insecure, max_artifact_bytes, max_threads, max_acquire_wait, "
-                 "max_runs_per_sweep); flags override it");
+                 "max_runs_per_sweep, http_listen, web_dir); flags override it");
   app.add_option("--listen", listen, "host:port to serve on (default 127.0.0.1:7070)");
+  app.add_option("--http", http_listen,
+                 "host:port of the dashboard, JSON API and /metrics, or 'off' (default "
+                 "127.0.0.1:8080; docs/dashboard.md)");
+  app.add_option("--web-dir", web_dir,
+                 "the dashboard's pages (default: dashboards/web of the "
+                 "source tree cartd was built from)");
   app.add_option("--data-dir", data_dir, "database and artifacts (default ./var/cart)");
   app.add_option("--tokens", tokens, "tokens file: '<token> <role> <name>' lines");
   app.add_option("--tls-cert", tls_cert, "PEM certificate chain for TLS");
@@ -59,6 +67,10 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   cart::server::ServerConfig config;
+  config.http_listen = "127.0.0.1:8080";
+#ifdef CART_WEB_DIR
+  config.web_dir = CART_WEB_DIR;
+#endif
   if (!config_file.empty()) {
     absl::StatusOr<std::string> text = cart::ReadWholeFile(config_file);
     if (!text.ok()) return Fail(cart::Message(text.status()));
@@ -72,6 +84,8 @@ int main(int argc, char** argv) {
   if (app.count("--tls-key")) config.tls_key_file = tls_key;
   if (app.count("--lease-ttl")) config.lease_ttl = absl::Seconds(lease_ttl_s);
   if (insecure) config.insecure = true;
+  if (app.count("--http")) config.http_listen = http_listen == "off" ? std::string() : http_listen;
+  if (app.count("--web-dir")) config.web_dir = web_dir;
 
   // The stop signals are caught by whichever thread they hit (gRPC's included) and written to a
   // pipe that main reads: async-signal-safe, and independent of thread signal masks.
@@ -92,6 +106,10 @@ int main(int argc, char** argv) {
   std::fprintf(stderr, "cartd %s listening on %s (%s), data in %s\n", cart::kVersion,
                StrCat((*server)->dial_address()).c_str(),
                config.tls_cert_file.empty() ? "plaintext" : "TLS", config.data_dir.c_str());
+  if (!(*server)->dashboard_url().empty()) {
+    std::fprintf(stderr, "cartd: dashboard at %s (metrics at %smetrics)\n",
+                 (*server)->dashboard_url().c_str(), (*server)->dashboard_url().c_str());
+  }
 
   unsigned char signal_number = 0;
   while (read(g_stop_pipe[0], &signal_number, 1) < 0 && errno == EINTR) {

@@ -1,6 +1,7 @@
 #include "server/scheduler.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <utility>
 
@@ -400,6 +401,7 @@ absl::StatusOr<std::optional<Job>> Scheduler::Acquire(const std::string& worker_
       job.run = std::move(c.run);
       if (job.run.memory_estimate_bytes > memory) FitToDevice(job, worker_id, memory);
       BumpRun(job.run.id);
+      stats_.AddJobHandedOut();
       return std::optional<Job>(std::move(job));
     }
     absl::MutexLock lock(&mu_);
@@ -525,7 +527,11 @@ absl::Status Scheduler::AppendLog(int64_t run_id, int64_t attempt,
 
 absl::StatusOr<int64_t> Scheduler::AppendMetrics(int64_t run_id, int64_t attempt,
                                                  std::vector<store::MetricPoint> points) {
+  const auto start = std::chrono::steady_clock::now();
+  const int64_t count = static_cast<int64_t>(points.size());
   CART_ASSIGN_OR_RETURN(int64_t acked, store_->AppendMetrics(run_id, attempt, std::move(points)));
+  stats_.AddIngest(count,
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   {
     absl::MutexLock lock(&mu_);
     int64_t& progress = progress_[run_id];
@@ -596,6 +602,9 @@ absl::StatusOr<RunRecord> Scheduler::ReportOutcome(int64_t run_id, int64_t attem
     }
   }
   if (!result.ok()) return result.status();
+  if (outcome == AttemptOutcome::kFailed || outcome == AttemptOutcome::kOutOfMemory) {
+    stats_.AddRetry();
+  }
   BumpRun(run_id);
   // A requeued run, or derived runs unblocked by a success, may now be claimable.
   WakePollers();
@@ -607,6 +616,7 @@ absl::StatusOr<std::vector<store::ExpiredLease>> Scheduler::ExpireLeases() {
   if (now_us < grace_end_us_) return std::vector<store::ExpiredLease>();
   CART_ASSIGN_OR_RETURN(std::vector<store::ExpiredLease> expired, store_->ExpireLeases(now_us));
   if (!expired.empty()) {
+    stats_.AddLeaseExpiries(static_cast<int64_t>(expired.size()));
     for (const store::ExpiredLease& lease : expired) BumpRun(lease.run_id);
     WakePollers();
   }
@@ -712,16 +722,33 @@ absl::StatusOr<RunDetails> Scheduler::GetRun(int64_t run_id) {
 
 absl::StatusOr<std::vector<RunInfo>> Scheduler::ListRuns(const store::RunFilter& filter,
                                                          int64_t limit) {
-  CART_ASSIGN_OR_RETURN(std::vector<RunRecord> runs, store_->ListRuns(filter));
-  if (limit > 0 && static_cast<int64_t>(runs.size()) > limit) runs.resize(limit);
+  // One paged read gives the records, workers, steps and latest values; only the runs that wait
+  // cost more (Describe explains why).
+  store::RunPageRequest page;
+  page.filter = filter;
+  page.limit = std::max<int64_t>(limit, 0);
+  page.metrics = {"loss", "rho_max", "tokens_per_s"};
+  CART_ASSIGN_OR_RETURN(store::RunPage rows, store_->ListRunPage(page));
   const std::optional<int64_t> max_memory = MaxWorkerMemory();
   std::vector<RunInfo> out;
-  out.reserve(runs.size());
-  for (RunRecord& run : runs) {
-    CART_ASSIGN_OR_RETURN(RunInfo info, Describe(std::move(run), max_memory));
+  out.reserve(rows.rows.size());
+  for (store::RunRow& row : rows.rows) {
+    RunInfo info;
+    if (row.run.state == RunState::kQueued || row.run.state == RunState::kBlocked) {
+      CART_ASSIGN_OR_RETURN(info, Describe(std::move(row.run), max_memory));
+    } else {
+      info.run = std::move(row.run);
+      absl::MutexLock lock(&mu_);
+      auto it = progress_.find(info.run.id);
+      if (it != progress_.end()) info.step = it->second;
+    }
+    info.worker_id = std::move(row.worker_id);
+    info.step = std::max(info.step, row.step);
+    // The last step may come after the last metric record (log_every need not divide steps).
+    if (info.run.state == RunState::kSucceeded) info.step = std::max(info.step, info.run.steps);
+    info.latest = std::move(row.latest);
     out.push_back(std::move(info));
   }
-  runs = {};
   return out;
 }
 
@@ -745,6 +772,24 @@ absl::StatusOr<std::vector<store::SweepRecord>> Scheduler::ListSweeps() {
 
 absl::StatusOr<std::vector<RunRecord>> Scheduler::ListRunRecords(const store::RunFilter& filter) {
   return store_->ListRuns(filter);
+}
+
+absl::StatusOr<store::RunPage> Scheduler::ListRunPage(const store::RunPageRequest& request) {
+  return store_->ListRunPage(request);
+}
+
+absl::StatusOr<std::vector<store::SweepProgress>> Scheduler::ListSweepProgress() {
+  return store_->ListSweepProgress();
+}
+
+absl::StatusOr<store::SweepKeys> Scheduler::GetSweepKeys(const std::string& sweep) {
+  return store_->GetSweepKeys(sweep);
+}
+
+absl::StatusOr<store::StoreTotals> Scheduler::Totals() { return store_->Totals(); }
+
+absl::StatusOr<std::vector<store::AttemptRecord>> Scheduler::ListAttempts(int64_t run_id) {
+  return store_->ListAttempts(run_id);
 }
 
 absl::StatusOr<store::SweepRecord> Scheduler::GetSweep(const std::string& name) {

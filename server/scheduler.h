@@ -35,6 +35,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "server/stats.h"
 #include "store/run_store.h"
 
 namespace cart::server {
@@ -130,9 +131,10 @@ struct SubmitResult {
 // A run with what the scheduler knows beyond its record.
 struct RunInfo {
   store::RunRecord run;
-  std::string worker_id;       // current or last worker; empty when never leased
-  std::string waiting_reason;  // QUEUED / BLOCKED runs: why it is not running
-  int64_t step = 0;            // latest step reported (heartbeats, metrics)
+  std::string worker_id;                 // current or last worker; empty when never leased
+  std::string waiting_reason;            // QUEUED / BLOCKED runs: why it is not running
+  int64_t step = 0;                      // latest step reported (heartbeats, metrics)
+  std::map<std::string, double> latest;  // ListRuns: latest loss, rho_max and tokens_per_s
 };
 
 struct RunDetails {
@@ -242,6 +244,15 @@ class Scheduler {
   absl::StatusOr<RunDetails> GetRun(int64_t run_id);
   // The records of the runs matching `filter`, by id, without what Describe adds.
   absl::StatusOr<std::vector<store::RunRecord>> ListRunRecords(const store::RunFilter& filter);
+  // Paged reads for the dashboard and the list commands (store/pages.h): a fixed number of
+  // queries per page, whatever the number of runs.
+  absl::StatusOr<store::RunPage> ListRunPage(const store::RunPageRequest& request);
+  absl::StatusOr<std::vector<store::SweepProgress>> ListSweepProgress();
+  absl::StatusOr<store::SweepKeys> GetSweepKeys(const std::string& sweep);
+  absl::StatusOr<store::StoreTotals> Totals();
+  absl::StatusOr<std::vector<store::AttemptRecord>> ListAttempts(int64_t run_id);
+  // Counters for /metrics.
+  const SchedulerStats& stats() const { return stats_; }
   // Runs matching `filter`, by id; at most `limit` (0: all).
   absl::StatusOr<std::vector<RunInfo>> ListRuns(const store::RunFilter& filter, int64_t limit);
   // Why a QUEUED or BLOCKED run is not running; empty for other states.
@@ -321,6 +332,7 @@ class Scheduler {
   absl::Mutex mu_;
   absl::CondVar pollers_cv_;  // generation_ changed or shutting down
   absl::CondVar runs_cv_;     // a run version changed or shutting down
+  SchedulerStats stats_;
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
   int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<std::string, Worker> workers_ ABSL_GUARDED_BY(mu_);

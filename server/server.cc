@@ -14,6 +14,8 @@
 #include "common/strings.h"
 #include "server/artifacts.h"
 #include "server/auth.h"
+#include "server/http/dashboard.h"
+#include "server/http/http_server.h"
 #include "server/internal/services.h"
 #include "server/scheduler.h"
 #include "store/run_store.h"
@@ -105,11 +107,15 @@ absl::Status ApplyConfigYaml(std::string_view text, std::string_view source, Ser
       config.max_acquire_wait = absl::Seconds(seconds);
     } else if (key == "max_runs_per_sweep") {
       CART_ASSIGN_OR_RETURN(config.max_runs_per_sweep, integer(1));
+    } else if (key == "http_listen") {
+      config.http_listen = text_value == "off" ? std::string() : text_value;
+    } else if (key == "web_dir") {
+      config.web_dir = text_value;
     } else {
       return YamlError(source, kv.first, key,
                        "unknown key (known: listen, data_dir, tokens, tls_cert, tls_key, "
                        "lease_ttl, insecure, max_artifact_bytes, max_threads, max_acquire_wait, "
-                       "max_runs_per_sweep)");
+                       "max_runs_per_sweep, http_listen, web_dir)");
     }
   }
   return absl::OkStatus();
@@ -133,14 +139,24 @@ absl::Status ValidateServerConfig(const ServerConfig& config) {
         StrCat("max_threads must be at least 16, got ", config.max_threads));
   }
   if (config.data_dir.empty()) return absl::InvalidArgumentError("data dir is empty");
+  if (!config.http_listen.empty()) {
+    std::optional<int64_t> http_port = PortOf(config.http_listen);
+    if (!HostOf(config.http_listen) || !http_port || *http_port < 0 || *http_port > 65535) {
+      return absl::InvalidArgumentError(
+          StrCat("HTTP address '", config.http_listen, "' is not host:port (or 'off')"));
+    }
+  }
   const bool tls = !config.tls_cert_file.empty();
   const bool tokens = !config.tokens_file.empty();
-  if (!IsLoopbackListen(config.listen) && !config.insecure && !(tls && tokens)) {
+  for (const std::string& address : {config.listen, config.http_listen}) {
+    if (address.empty() || IsLoopbackListen(address) || config.insecure || (tls && tokens)) {
+      continue;
+    }
     std::vector<std::string> missing;
     if (!tls) missing.push_back("TLS (--tls-cert, --tls-key)");
     if (!tokens) missing.push_back("tokens (--tokens)");
     return absl::FailedPreconditionError(
-        StrCat("refusing to listen on ", config.listen, " without ", StrJoin(missing, " and "),
+        StrCat("refusing to listen on ", address, " without ", StrJoin(missing, " and "),
                ": anyone who can reach it could run jobs and read results. Give them, listen on "
                "127.0.0.1, or pass --insecure"));
   }
@@ -167,13 +183,27 @@ std::string ServerHandle::dial_address() const {
   return StrCat(dial, ":", port_);
 }
 
+int ServerHandle::http_port() const { return http_ ? http_->port() : 0; }
+
+std::string ServerHandle::dashboard_url() const {
+  if (!http_) return "";
+  std::optional<std::string> host = HostOf(config_.http_listen);
+  std::string dial = host.value_or("127.0.0.1");
+  if (dial.empty() || dial == "0.0.0.0" || dial == "::") dial = "127.0.0.1";
+  if (dial.find(':') != std::string::npos) dial = StrCat("[", dial, "]");
+  return StrCat(http_->tls() ? "https://" : "http://", dial, ":", http_->port(), "/");
+}
+
 void ServerHandle::Shutdown() {
   {
     absl::MutexLock lock(&mu_);
     if (shutting_down_) return;
     shutting_down_ = true;
   }
-  // Long polls return and RunJob streams end first, so the server's wait below is for short calls.
+  // The dashboard's connections close first (its event streams read the scheduler); then long
+  // polls return and RunJob streams end, so the gRPC server's wait below is for short calls.
+  stopping_.store(true);
+  if (http_) http_->Shutdown();
   if (scheduler_) scheduler_->Shutdown();
   if (server_) {
     server_->Shutdown(std::chrono::system_clock::now() +
@@ -182,6 +212,8 @@ void ServerHandle::Shutdown() {
   }
   // The scheduler's expiry thread stops before the store closes; the store's destructor commits
   // every queued write.
+  http_.reset();
+  dashboard_.reset();
   scheduler_.reset();
   services_.reset();
   store_.reset();
@@ -274,6 +306,27 @@ absl::StatusOr<std::unique_ptr<ServerHandle>> RunServer(const ServerConfig& conf
   if (!handle->server_ || handle->port_ == 0) {
     return absl::UnavailableError(StrCat("cannot listen on ", config.listen,
                                          " (address in use, or not an address of this machine)"));
+  }
+  if (!config.http_listen.empty()) {
+    http::DashboardOptions dashboard;
+    dashboard.web_dir = config.web_dir;
+    dashboard.tokens = handle->tokens_.get();
+    ServerHandle* raw = handle.get();
+    dashboard.stopping = [raw] { return raw->stopping_.load(); };
+    handle->dashboard_ =
+        std::make_unique<http::Dashboard>(handle->scheduler_.get(), std::move(dashboard));
+    http::HttpServerOptions http_options;
+    http_options.listen = config.http_listen;
+    http_options.tls_cert_file = config.tls_cert_file;
+    http_options.tls_key_file = config.tls_key_file;
+    http::Dashboard* pages = handle->dashboard_.get();
+    absl::StatusOr<std::unique_ptr<http::HttpServer>> http = http::HttpServer::Start(
+        http_options, [pages](const http::Request& request) { return pages->Handle(request); });
+    if (!http.ok()) {
+      handle->Shutdown();
+      return http.status();
+    }
+    handle->http_ = *std::move(http);
   }
   return handle;
 }

@@ -7,6 +7,7 @@
 // Data directory layout: <data_dir>/cart.db (SQLite, WAL; runs, metrics, events and the workers'
 // log lines), <data_dir>/artifacts/ (content-addressed checkpoints).
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -26,6 +27,11 @@ class Server;
 namespace cart::store {
 class RunStore;
 }
+
+namespace cart::server::http {
+class Dashboard;
+class HttpServer;
+}  // namespace cart::server::http
 
 namespace cart::server {
 
@@ -60,13 +66,20 @@ struct ServerConfig {
   absl::Duration shutdown_grace = absl::Seconds(5);
   // Most runs a sweep may expand to. Default 100,000.
   int64_t max_runs_per_sweep = 100'000;
+  // host:port of the dashboard, JSON API and /metrics (docs/dashboard.md); empty: no HTTP. The
+  // same address rules as `listen` apply, and TLS uses the same certificate. cartd's default is
+  // 127.0.0.1:8080; this struct's is off, so that tests and embedders opt in.
+  std::string http_listen;
+  // The dashboard's static files (dashboards/web); empty: the API and /metrics only.
+  std::string web_dir;
   // Time source for timestamps and leases; not owned. Default: the real clock.
   Clock* clock = Clock::Real();
 };
 
 // Applies a YAML config file's keys onto `config` (keys absent keep their value): listen,
 // data_dir, tokens, tls_cert, tls_key, lease_ttl (seconds), insecure, max_artifact_bytes,
-// max_threads, max_acquire_wait (seconds), max_runs_per_sweep. InvalidArgument
+// max_threads, max_acquire_wait (seconds), max_runs_per_sweep, http_listen, web_dir.
+// InvalidArgument
 // "<source>:<line>: <key>: <reason>" for unknown keys and bad values.
 absl::Status ApplyConfigYaml(std::string_view text, std::string_view source, ServerConfig& config);
 
@@ -89,6 +102,10 @@ class ServerHandle {
   int port() const { return port_; }
   // "127.0.0.1:<port>" style address clients on this machine can dial.
   std::string dial_address() const;
+  // The HTTP port bound; 0 when HTTP is off.
+  int http_port() const;
+  // "http://127.0.0.1:<port>/" (https with TLS) for a browser on this machine; empty when off.
+  std::string dashboard_url() const;
 
   // Graceful stop: stops accepting calls, ends long polls (no job) and closes RunJob streams
   // (workers reconnect later under the same lease), lets other calls finish for shutdown_grace,
@@ -114,6 +131,9 @@ class ServerHandle {
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<Services> services_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<http::Dashboard> dashboard_;
+  std::unique_ptr<http::HttpServer> http_;
+  std::atomic<bool> stopping_{false};  // read by the dashboard's event streams
   absl::Mutex mu_;
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   bool done_ ABSL_GUARDED_BY(mu_) = false;

@@ -31,6 +31,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "store/pages.h"
 #include "store/results.h"
 #include "store/types.h"
 
@@ -223,6 +224,13 @@ class RunStore {
   absl::StatusOr<std::vector<MetricSummary>> RunSummaries(int64_t run_id);        // by name
   absl::StatusOr<std::vector<CheckpointRecord>> ListCheckpoints(int64_t run_id);  // by step
   absl::StatusOr<std::optional<CheckpointRecord>> LatestCheckpoint(int64_t run_id);
+
+  // Paged reads (store/pages.h). RunPage: InvalidArgument for an unknown sort or a negative
+  // offset or limit. SweepKeys: NotFound for an unknown sweep.
+  absl::StatusOr<RunPage> ListRunPage(const RunPageRequest& request);
+  absl::StatusOr<std::vector<SweepProgress>> ListSweepProgress();  // by sweep id
+  absl::StatusOr<SweepKeys> GetSweepKeys(const std::string& sweep);
+  absl::StatusOr<StoreTotals> Totals();
 
   // The results layer (store/results.h). NotFound when the metric was never logged, or when
   // nothing matched and a config key occurs in no run (a misspelt key).

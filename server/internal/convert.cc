@@ -70,6 +70,8 @@ v1::RunView ToRunView(const RunInfo& info, const std::vector<store::MetricSummar
   if (summaries != nullptr) {
     for (const store::MetricSummary& s : *summaries)
       (*view.mutable_latest())[s.name] = s.latest_value;
+  } else {
+    for (const auto& [name, value] : info.latest) (*view.mutable_latest())[name] = value;
   }
   view.set_waiting_reason(info.waiting_reason);
   if (with_config) view.set_config_yaml(run.config_yaml);

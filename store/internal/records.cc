@@ -420,4 +420,12 @@ absl::StatusOr<std::optional<MetricSummary>> LoadSummary(Database& db, int64_t r
   return std::optional<MetricSummary>(std::move(s));
 }
 
+const char kRunSelectSql[] = CART_RUN_SELECT;
+
+absl::StatusOr<RunRecord> ReadRunRow(Database& db, const Statement& row) {
+  CART_ASSIGN_OR_RETURN(RunRecord run, ReadRun(row));
+  CART_RETURN_IF_ERROR(ReadParams(db, row, &run));
+  return run;
+}
+
 }  // namespace cart::store::internal

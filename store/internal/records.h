@@ -32,6 +32,10 @@ absl::StatusOr<SweepRecord> LoadSweepById(Database& db, int64_t sweep_id);
 absl::StatusOr<std::optional<SweepRecord>> FindSweepByRequestId(Database& db,
                                                                 const std::string& request_id);
 absl::StatusOr<std::vector<SweepRecord>> LoadAllSweeps(Database& db);
+// "SELECT <every run column> FROM runs AS r JOIN sweeps AS s ON s.id = r.sweep_id " (a trailing
+// space; append WHERE ...), and the reader of one of its rows (params filled in).
+extern const char kRunSelectSql[];
+absl::StatusOr<RunRecord> ReadRunRow(Database& db, const Statement& row);
 // Runs matching `filter`, by id, params filled in.
 absl::StatusOr<std::vector<RunRecord>> LoadRuns(Database& db, const RunFilter& filter);
 

@@ -63,10 +63,11 @@ pid_t Cluster::Spawn(const std::string& exe, const std::vector<std::string>& arg
 }
 
 void Cluster::StartCartd() {
-  cartd_ = Spawn(BinDir() + "/cartd",
-                 {"--listen", address(), "--data-dir", dir_.File("cartd"), "--tokens",
-                  dir_.File("tokens"), "--lease-ttl", StrCat(lease_ttl_s_)},
-                 "cartd.log");
+  cartd_ =
+      Spawn(BinDir() + "/cartd",
+            {"--listen", address(), "--data-dir", dir_.File("cartd"), "--tokens",
+             dir_.File("tokens"), "--lease-ttl", StrCat(lease_ttl_s_), "--http", "127.0.0.1:0"},
+            "cartd.log");
   Connect();
   // Ready when it answers.
   const bool up = WaitFor(

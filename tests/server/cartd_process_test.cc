@@ -67,8 +67,9 @@ TEST_F(CartdProcessTest, SigtermStopsGracefullyAndARestartKeepsTheLease) {
   const std::string data = dir_.File("data");
   // The config file gives the data dir and a lease TTL; the flag overrides the TTL.
   WriteFile(dir_.File("cartd.yaml"), StrCat("data_dir: ", data, "\nlease_ttl: 999\n"));
-  const std::vector<std::string> args = {"--config", dir_.File("cartd.yaml"), "--listen",
-                                         address,    "--lease-ttl",           "30"};
+  const std::vector<std::string> args = {
+      "--config", dir_.File("cartd.yaml"), "--listen", address, "--lease-ttl", "30", "--http",
+      "off"};
   pid_t pid = StartCartd(args, dir_.File("cartd1.log"));
   ASSERT_GT(pid, 0);
   auto channel = Connect(address);

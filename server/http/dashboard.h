@@ -1,0 +1,77 @@
+#pragma once
+
+// What cartd's HTTP port answers (docs/dashboard.md has every endpoint): the dashboard's pages
+// from a folder of static files, the JSON API under /api/v1/ (read through the Scheduler's query
+// facade only, like the gRPC services), server-sent events for live runs, and /metrics for
+// Prometheus.
+//
+// Security (docs/design.md "Security"). With a tokens file, every API call and /metrics needs
+// `Authorization: Bearer <token>`: a user or admin token for the API, any valid token for
+// /metrics; the static files carry no data and need none. The pages keep the token in the
+// browser's local storage and send it as a header, never as a cookie, so another site cannot
+// make the browser use it. Changes (POST) must also come as JSON from the dashboard's own origin:
+// a cross-site form cannot send that content type without a CORS preflight, which cartd never
+// grants, so even with authentication off (loopback only) no web page can cancel a run.
+//
+// Thread-safety: Handle is called concurrently from the HTTP server's connection threads.
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "server/http/http_server.h"
+
+namespace cart::store {
+struct SweepKeys;
+}
+
+namespace cart::server {
+class Scheduler;
+class TokenTable;
+}  // namespace cart::server
+
+namespace cart::server::http {
+
+struct DashboardOptions {
+  // The folder with index.html, app.js, style.css and node_modules/uplot (installed by
+  // deploy/install-deps.sh). Empty or missing: the API and /metrics only.
+  std::string web_dir;
+  // Not owned; nullptr or an empty table: authentication off.
+  const TokenTable* tokens = nullptr;
+  // True once cartd is stopping: event streams end.
+  std::function<bool()> stopping;
+  // How often a live stream looks for new points when nothing woke it. Default 2 s.
+  absl::Duration live_poll = absl::Seconds(2);
+  // Running runs a sweep's live stream follows at most (the most recently updated).
+  int live_runs = 12;
+};
+
+class Dashboard {
+ public:
+  Dashboard(Scheduler* scheduler, DashboardOptions options);
+  ~Dashboard();
+  Response Handle(const Request& request);
+
+ private:
+  struct Route;
+  Response Api(const Request& request, const std::string& who);
+  Response Static(const Request& request);
+  Response Metrics();
+  // The sweep's varying keys and metric names, cached for a few seconds: computing them reads
+  // every run of the sweep.
+  std::shared_ptr<const store::SweepKeys> Keys(const std::string& sweep, absl::Status* error);
+
+  Scheduler* scheduler_;
+  DashboardOptions options_;
+  absl::Mutex mu_;
+  struct CachedKeys {
+    absl::Time at;
+    std::shared_ptr<const store::SweepKeys> keys;
+  };
+  std::map<std::string, CachedKeys> keys_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace cart::server::http

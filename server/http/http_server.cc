@@ -1,0 +1,360 @@
+#include "server/http/http_server.h"
+
+#include <sys/socket.h>
+#include <sys/time.h>
+
+#include <atomic>
+#include <boost/asio/connect.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <cctype>
+#include <cstdio>
+#include <list>
+#include <mutex>
+#include <thread>
+
+#include "common/strings.h"
+
+namespace cart::server::http {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace bhttp = boost::beast::http;
+using tcp = asio::ip::tcp;
+
+namespace {
+
+int HexValue(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+void SetTimeout(int fd, int option, absl::Duration timeout) {
+  timeval tv{};
+  const int64_t us = absl::ToInt64Microseconds(timeout);
+  tv.tv_sec = static_cast<time_t>(us / 1'000'000);
+  tv.tv_usec = static_cast<suseconds_t>(us % 1'000'000);
+  setsockopt(fd, SOL_SOCKET, option, &tv, sizeof(tv));
+}
+
+Request ToRequest(const bhttp::request<bhttp::string_body>& in) {
+  Request out;
+  out.method = std::string(in.method_string());
+  const std::string_view target(in.target().data(), in.target().size());
+  const size_t q = target.find('?');
+  out.path = PercentDecode(target.substr(0, q), false);
+  if (q != std::string_view::npos) {
+    for (const std::string& part : Split(target.substr(q + 1), '&')) {
+      if (part.empty()) continue;
+      const size_t eq = part.find('=');
+      const std::string key = PercentDecode(part.substr(0, eq), true);
+      out.query[key] =
+          eq == std::string_view::npos ? std::string() : PercentDecode(part.substr(eq + 1), true);
+    }
+  }
+  for (const auto& field : in) {
+    std::string name(field.name_string());
+    for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    out.headers[name] = std::string(field.value());
+  }
+  out.body = in.body();
+  return out;
+}
+
+// Headers every response carries: no sniffing, no framing, no referrer, and a content policy
+// that lets the pages load scripts and styles from cartd only.
+void SecurityHeaders(bhttp::fields& fields) {
+  fields.set("X-Content-Type-Options", "nosniff");
+  fields.set("X-Frame-Options", "DENY");
+  fields.set("Referrer-Policy", "no-referrer");
+  fields.set("Content-Security-Policy",
+             "default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+             "object-src 'none'; base-uri 'none'; frame-ancestors 'none'");
+}
+
+template <class Stream>
+void WriteSimple(Stream& stream, bhttp::status status, const std::string& text, bool tls) {
+  bhttp::response<bhttp::string_body> res{status, 11};
+  res.set(bhttp::field::content_type, "application/json");
+  res.set(bhttp::field::connection, "close");
+  SecurityHeaders(res.base());
+  res.body() = text;
+  res.prepare_payload();
+  beast::error_code ec;
+  bhttp::write(stream, res, ec);
+  (void)tls;
+}
+
+}  // namespace
+
+std::string PercentDecode(std::string_view text, bool plus_is_space) {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c == '%' && i + 2 < text.size()) {
+      const int hi = HexValue(text[i + 1]);
+      const int lo = HexValue(text[i + 2]);
+      if (hi >= 0 && lo >= 0) {
+        out += static_cast<char>(hi * 16 + lo);
+        i += 2;
+        continue;
+      }
+    }
+    out += (plus_is_space && c == '+') ? ' ' : c;
+  }
+  return out;
+}
+
+struct HttpServer::Impl {
+  HttpServerOptions options;
+  Handler handler;
+  asio::io_context io;
+  tcp::acceptor acceptor{io};
+  std::unique_ptr<asio::ssl::context> ssl;
+  int port = 0;
+  std::atomic<bool> stopping{false};
+  std::thread accept_thread;
+
+  struct Connection {
+    std::thread thread;
+    int fd = -1;
+    std::atomic<bool> done{false};
+  };
+  std::mutex mu;  // guards connections and shut_down
+  std::list<Connection> connections;
+  bool shut_down = false;
+
+  void AcceptLoop();
+  void Reap();  // joins finished connection threads; mu held
+  template <class Stream>
+  void Serve(Stream& stream);
+  void Run(tcp::socket socket, Connection* self);
+};
+
+template <class Stream>
+void HttpServer::Impl::Serve(Stream& stream) {
+  beast::flat_buffer buffer;
+  while (!stopping.load()) {
+    bhttp::request_parser<bhttp::string_body> parser;
+    parser.body_limit(static_cast<uint64_t>(options.max_body_bytes));
+    parser.header_limit(16 * 1024);
+    beast::error_code ec;
+    bhttp::read(stream, buffer, parser, ec);
+    if (ec == bhttp::error::body_limit) {
+      WriteSimple(stream, bhttp::status::payload_too_large,
+                  StrCat("{\"error\":\"request body larger than ", options.max_body_bytes,
+                         " bytes\",\"code\":\"PAYLOAD_TOO_LARGE\"}"),
+                  ssl != nullptr);
+      return;
+    }
+    if (ec) return;  // closed, timed out, or not HTTP
+    const bhttp::request<bhttp::string_body>& in = parser.get();
+    Response response;
+    try {
+      response = handler(ToRequest(in));
+    } catch (const std::exception& e) {
+      response.status = 500;
+      response.body = R"({"error":"internal error","code":"INTERNAL"})";
+      std::fprintf(stderr, "cartd: http handler threw: %s\n", e.what());
+    }
+    if (response.stream) {
+      bhttp::response<bhttp::empty_body> head{static_cast<bhttp::status>(response.status), 11};
+      head.set(bhttp::field::content_type, response.content_type);
+      head.set(bhttp::field::cache_control, "no-cache");
+      head.set(bhttp::field::connection, "close");
+      head.set("X-Accel-Buffering", "no");
+      SecurityHeaders(head.base());
+      for (const auto& [name, value] : response.headers) head.set(name, value);
+      bhttp::response_serializer<bhttp::empty_body> serializer{head};
+      bhttp::write_header(stream, serializer, ec);
+      if (ec) return;
+      response.stream([&](std::string_view chunk) {
+        if (stopping.load()) return false;
+        beast::error_code write_ec;
+        asio::write(stream, asio::buffer(chunk.data(), chunk.size()), write_ec);
+        return !write_ec;
+      });
+      return;
+    }
+    bhttp::response<bhttp::string_body> out{static_cast<bhttp::status>(response.status),
+                                            in.version()};
+    out.set(bhttp::field::content_type, response.content_type);
+    SecurityHeaders(out.base());
+    for (const auto& [name, value] : response.headers) out.set(name, value);
+    out.keep_alive(in.keep_alive());
+    out.body() = std::move(response.body);
+    out.prepare_payload();
+    bhttp::write(stream, out, ec);
+    if (ec || !out.keep_alive()) return;
+  }
+}
+
+void HttpServer::Impl::Run(tcp::socket socket, Connection* self) {
+  const int fd = socket.native_handle();
+  SetTimeout(fd, SO_RCVTIMEO, options.idle_timeout);
+  SetTimeout(fd, SO_SNDTIMEO, options.send_timeout);
+  // Marked done before the socket closes, so that Shutdown never touches a descriptor number
+  // that may already belong to another connection.
+  auto finish = [&](tcp::socket& s) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      self->done.store(true);
+    }
+    beast::error_code ec;
+    s.shutdown(tcp::socket::shutdown_both, ec);
+    s.close(ec);
+  };
+  if (ssl) {
+    asio::ssl::stream<tcp::socket> stream(std::move(socket), *ssl);
+    beast::error_code ec;
+    stream.handshake(asio::ssl::stream_base::server, ec);
+    if (!ec) Serve(stream);
+    finish(stream.next_layer());
+  } else {
+    Serve(socket);
+    finish(socket);
+  }
+}
+
+void HttpServer::Impl::Reap() {
+  for (auto it = connections.begin(); it != connections.end();) {
+    if (it->done.load()) {
+      it->thread.join();
+      it = connections.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void HttpServer::Impl::AcceptLoop() {
+  while (!stopping.load()) {
+    tcp::socket socket(io);
+    beast::error_code ec;
+    acceptor.accept(socket, ec);
+    if (stopping.load()) return;
+    if (ec) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));  // e.g. EMFILE: back off
+      continue;
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    Reap();
+    if (shut_down) return;
+    if (static_cast<int>(connections.size()) >= options.max_connections) {
+      SetTimeout(socket.native_handle(), SO_SNDTIMEO, absl::Seconds(1));
+      if (!ssl) {
+        WriteSimple(socket, bhttp::status::service_unavailable,
+                    StrCat("{\"error\":\"too many connections (limit ", options.max_connections,
+                           ")\",\"code\":\"UNAVAILABLE\"}"),
+                    false);
+      }
+      socket.close(ec);
+      continue;
+    }
+    connections.emplace_back();
+    Connection* connection = &connections.back();
+    connection->fd = socket.native_handle();
+    connection->thread = std::thread(
+        [this, connection, s = std::move(socket)]() mutable { Run(std::move(s), connection); });
+  }
+}
+
+HttpServer::HttpServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+HttpServer::~HttpServer() { Shutdown(); }
+
+absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpServerOptions& options,
+                                                              Handler handler) {
+  auto impl = std::make_unique<Impl>();
+  impl->options = options;
+  impl->handler = std::move(handler);
+  const size_t colon = options.listen.rfind(':');
+  if (colon == std::string::npos) {
+    return absl::InvalidArgumentError(
+        StrCat("HTTP address '", options.listen, "' is not host:port"));
+  }
+  std::string host = options.listen.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  if (host == "localhost") host = "127.0.0.1";
+  std::optional<int64_t> port = ParseInt64(options.listen.substr(colon + 1));
+  if (!port || *port < 0 || *port > 65535) {
+    return absl::InvalidArgumentError(
+        StrCat("HTTP address '", options.listen, "': the port must be 0..65535"));
+  }
+  beast::error_code ec;
+  const asio::ip::address address = asio::ip::make_address(host.empty() ? "0.0.0.0" : host, ec);
+  if (ec) {
+    return absl::InvalidArgumentError(
+        StrCat("HTTP address '", options.listen, "': '", host, "' is not an IP address"));
+  }
+  if (!options.tls_cert_file.empty() || !options.tls_key_file.empty()) {
+    impl->ssl = std::make_unique<asio::ssl::context>(asio::ssl::context::tls_server);
+    impl->ssl->set_options(asio::ssl::context::default_workarounds | asio::ssl::context::no_sslv2 |
+                           asio::ssl::context::no_sslv3 | asio::ssl::context::no_tlsv1 |
+                           asio::ssl::context::no_tlsv1_1);
+    impl->ssl->use_certificate_chain_file(options.tls_cert_file, ec);
+    if (ec) {
+      return absl::InvalidArgumentError(
+          StrCat("TLS certificate ", options.tls_cert_file, ": ", ec.message()));
+    }
+    impl->ssl->use_private_key_file(options.tls_key_file, asio::ssl::context::pem, ec);
+    if (ec) {
+      return absl::InvalidArgumentError(
+          StrCat("TLS key ", options.tls_key_file, ": ", ec.message()));
+    }
+  }
+  const tcp::endpoint endpoint(address, static_cast<uint16_t>(*port));
+  impl->acceptor.open(endpoint.protocol(), ec);
+  if (!ec) impl->acceptor.set_option(asio::socket_base::reuse_address(true), ec);
+  if (!ec) impl->acceptor.bind(endpoint, ec);
+  if (!ec) impl->acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) {
+    return absl::UnavailableError(
+        StrCat("cannot serve HTTP on ", options.listen, ": ", ec.message()));
+  }
+  impl->port = impl->acceptor.local_endpoint().port();
+  Impl* raw = impl.get();
+  impl->accept_thread = std::thread([raw] { raw->AcceptLoop(); });
+  return std::unique_ptr<HttpServer>(new HttpServer(std::move(impl)));
+}
+
+int HttpServer::port() const { return impl_->port; }
+bool HttpServer::tls() const { return impl_->ssl != nullptr; }
+bool HttpServer::stopping() const { return impl_->stopping.load(); }
+
+void HttpServer::Shutdown() {
+  impl_->stopping.store(true);
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    if (impl_->shut_down) return;
+    impl_->shut_down = true;
+    // Wakes the blocking accept() and every blocked read or write.
+    ::shutdown(impl_->acceptor.native_handle(), SHUT_RDWR);
+    for (Impl::Connection& c : impl_->connections) {
+      if (!c.done.load()) ::shutdown(c.fd, SHUT_RDWR);
+    }
+  }
+  if (impl_->accept_thread.joinable()) impl_->accept_thread.join();
+  beast::error_code ec;
+  impl_->acceptor.close(ec);
+  // Joined outside the lock: a finishing connection takes it to mark itself done. The nodes
+  // move without being copied, so the threads' pointers to them stay valid.
+  std::list<Impl::Connection> connections;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    connections.splice(connections.begin(), impl_->connections);
+  }
+  for (Impl::Connection& c : connections) {
+    if (c.thread.joinable()) c.thread.join();
+  }
+}
+
+}  // namespace cart::server::http

@@ -1,0 +1,114 @@
+// ctest label `browser`: headless Debian chromium (playwright-core) against a real cartd with a
+// real worker training a tiny run. Checks that the run page's loss chart gains points while the
+// test watches, that Cancel is refused without a token and works with one, and that a config value
+// holding <script> is shown as text. Screenshots of every page go to --out.
+'use strict';
+const fs = require('fs');
+const path = require('path');
+const { chromium } = require('playwright-core');
+const { Cluster, args, waitFor } = require('./lib');
+
+(async () => {
+  const opts = args();
+  const c = new Cluster(opts);
+  let browser;
+  const failures = [];
+  const check = (ok, what) => { console.log(`${ok ? 'ok  ' : 'FAIL'} ${what}`); if (!ok) failures.push(what); };
+  try {
+    await c.start();
+    // The training file's path holds markup: it reaches the page through the run's config.
+    const evilDir = c.file('<script>alert(1)<');
+    fs.mkdirSync(evilDir, { recursive: true });
+    const data = c.file('<script>alert(1)</script>.bin');
+    c.synth(data, 200000);
+    fs.writeFileSync(c.file('sweep.yaml'), require('./lib').tinySweep('browser', data, 20000));
+    c.cart(['sweep', 'submit', c.file('sweep.yaml')]);
+    c.startWorker('0');
+    const runs = await waitFor('the run to start', async () => {
+      const r = await c.api('sweeps/browser/runs');
+      return r.runs[0].state === 'RUNNING' && r.runs[0].step > 0 ? r : null;
+    }, 120000);
+    const runId = runs.runs[0].id;
+
+    browser = await chromium.launch({
+      executablePath: '/usr/bin/chromium',
+      args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+             '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+    });
+    const page = await browser.newPage({ viewport: { width: 1400, height: 1000 } });
+    const dialogs = [];
+    page.on('dialog', (d) => { dialogs.push(d.message()); d.dismiss(); });
+    page.on('pageerror', (e) => failures.push('page error: ' + e.message));
+    const open = async (hash) => {
+      await page.goto(c.url + hash);
+      await page.waitForFunction((h) => document.body.dataset.ready === h, hash.replace(/^#/, '') || '/');
+    };
+    const shot = (name) => page.screenshot({ path: path.join(opts.out, name + '.png'), fullPage: true });
+
+    // Without a token the API refuses, and the page says so.
+    await open('#/');
+    await waitFor('the token notice', () => page.locator('#notice').isVisible(), 10000);
+    check((await page.textContent('#notice')).includes('token'), 'without a token the sweeps page asks for one');
+    await page.fill('#token-input', c.userToken);
+    await page.click('#token-save');
+    await waitFor('the sweeps table', () => page.locator('a[href="#/sweep/browser"]').count(), 10000);
+    await shot('sweeps');
+
+    await open('#/sweep/browser');
+    await waitFor('the runs table', () => page.locator('#runs-table tbody tr').count(), 10000);
+    await shot('sweep-runs');
+    await page.click('button[data-tab=live]');
+    await waitFor('a live chart', () => page.locator('.uplot').count(), 15000);
+    await page.waitForTimeout(2500);
+    await shot('sweep-live');
+    await open('#/workers');
+    await waitFor('the workers table', () => page.locator('#workers-table tbody tr td').count(), 10000);
+    await shot('workers');
+
+    // The run page's loss chart gains points while we watch.
+    await open(`#/run/${runId}`);
+    const points = () => page.evaluate(() => window.cartDashboard.points('loss'));
+    const first = await points();
+    const grown = await waitFor('new loss points', async () => ((await points()) >= first + 3 ? await points() : null), 60000);
+    check(grown >= first + 3, `the loss chart grew from ${first} to ${grown} points while watched`);
+    await shot('run');
+
+    // The config value with markup is text, and nothing ran.
+    const config = await page.textContent('#run-config');
+    check(config.includes('<script>alert(1)</script>.bin'), 'the <script> config value is shown as text');
+    check(await page.evaluate(() => document.querySelectorAll('main script').length) === 0, 'no script element was created from data');
+    check(dialogs.length === 0, 'no dialog was opened by page data');
+
+    // Cancel without the token: refused, and the run keeps running.
+    await page.click('#token-forget');
+    await page.click('#run-cancel');
+    await waitFor('the refusal', async () => (await page.textContent('#notice')).includes('Refused'), 10000);
+    const refusal = await page.textContent('#notice');
+    check(/Refused/.test(refusal) && /token|authorization/i.test(refusal), `cancel without a token is refused ("${refusal.trim()}")`);
+    const still = await c.api(`runs/${runId}`);
+    check(still.state === 'RUNNING' && !still.cancel_requested, `the run is still ${still.state} after the refused cancel`);
+
+    // With the token: the run is CANCELLED (the worker checkpoints and reports).
+    await page.fill('#token-input', c.userToken);
+    await page.click('#token-save');
+    await open(`#/run/${runId}`);
+    await page.click('#run-cancel');
+    const done = await waitFor('CANCELLED', async () => ((await c.api(`runs/${runId}`)).state === 'CANCELLED' ? 'CANCELLED' : null), 60000);
+    check(done === 'CANCELLED', 'cancel with the token moves the run to CANCELLED');
+    await waitFor('the page to show CANCELLED', async () => (await page.textContent('h1 + span')).includes('CANCELLED'), 20000);
+    await shot('run-cancelled');
+  } catch (e) {
+    failures.push(String(e && e.stack ? e.stack : e));
+  } finally {
+    if (browser) await browser.close();
+    await c.stop();
+  }
+  if (failures.length) {
+    console.log('FAILED:\n' + failures.join('\n'));
+    console.log('--- cartd.log\n' + c.log('cartd.log').slice(-3000));
+    console.log('--- worker-0.log\n' + c.log('worker-0.log').slice(-3000));
+    process.exit(1);
+  }
+  process.exit(0);
+  console.log('screenshots in ' + opts.out);
+})();
