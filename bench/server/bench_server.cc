@@ -2,9 +2,12 @@
 //   1. AcquireJob round trip, p50 / p99, with 32 concurrent fake workers (in-process cartd).
 //   2. Sustained metric ingest over gRPC from 64 RunJob streams, with a final count check.
 //   3. RSS of a real cartd process (build/bin/cartd) holding 10,000 queued runs.
+// 1 and 2 run twice: alone, and with 20 dashboard clients (--dashboard-clients) following live
+// server-sent event streams on cartd's HTTP port (sweep-level for 1, one running run each for 2),
+// so the two lines side by side show what the dashboard costs the gRPC side.
 //
 // Usage: bench-server [--acquires-per-worker N] [--ingest-seconds S] [--runs N]
-//                     [--only acquire|ingest|rss]
+//                     [--dashboard-clients N] [--only acquire|ingest|rss]
 
 #include <arpa/inet.h>
 #include <grpcpp/grpcpp.h>
@@ -84,6 +87,7 @@ double Percentile(std::vector<double> v, double p) {
 std::unique_ptr<cart::server::ServerHandle> StartInProcess(const std::string& dir) {
   cart::server::ServerConfig config;
   config.listen = "127.0.0.1:0";
+  config.http_listen = "127.0.0.1:0";
   config.data_dir = dir;
   auto server = cart::server::RunServer(config);
   if (!server.ok()) {
@@ -93,11 +97,67 @@ std::unique_ptr<cart::server::ServerHandle> StartInProcess(const std::string& di
   return std::move(*server);
 }
 
-void BenchAcquire(const std::string& dir, int workers, int per_worker) {
+// Dashboard clients: each holds one HTTP connection to an event stream of cartd's dashboard port
+// and reads everything it sends until stopped, as a browser tab would.
+class DashboardCrowd {
+ public:
+  DashboardCrowd(int port, const std::vector<std::string>& paths) {
+    for (const std::string& path : paths) {
+      threads_.emplace_back([this, port, path] {
+        const int fd = socket(AF_INET, SOCK_STREAM, 0);
+        sockaddr_in addr{};
+        addr.sin_family = AF_INET;
+        addr.sin_port = htons(static_cast<uint16_t>(port));
+        addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+          close(fd);
+          return;
+        }
+        timeval tv{0, 200'000};
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+        const std::string request = StrCat("GET ", path, " HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+        if (write(fd, request.data(), request.size()) < 0) {
+          close(fd);
+          return;
+        }
+        char buffer[65536];
+        while (!stop_.load()) {
+          const ssize_t n = read(fd, buffer, sizeof(buffer));
+          if (n == 0) break;
+          if (n > 0) bytes_ += n;
+        }
+        close(fd);
+      });
+    }
+  }
+  ~DashboardCrowd() { Stop(); }
+  // Stops the clients; the bytes they received.
+  int64_t Stop() {
+    stop_ = true;
+    for (auto& t : threads_) {
+      if (t.joinable()) t.join();
+    }
+    return bytes_.load();
+  }
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::atomic<int64_t> bytes_{0};
+  std::vector<std::thread> threads_;
+};
+
+std::string CrowdLabel(int clients) {
+  return clients == 0 ? std::string("no dashboard clients")
+                      : StrCat(clients, " dashboard clients following live streams");
+}
+
+void BenchAcquire(const std::string& dir, int workers, int per_worker, int clients) {
   auto server = StartInProcess(dir);
   auto channel = grpc::CreateChannel(server->dial_address(), grpc::InsecureChannelCredentials());
   auto scheduler = v1::SchedulerService::NewStub(channel);
   if (!Submit(*scheduler, SweepWithSeeds("acquire", workers * per_worker)).ok()) std::exit(1);
+  DashboardCrowd crowd(server->http_port(),
+                       std::vector<std::string>(clients, "/api/v1/sweeps/acquire/live"));
   std::vector<std::vector<double>> latencies(workers);
   std::vector<std::thread> threads;
   std::atomic<int> empty{0};
@@ -123,20 +183,27 @@ void BenchAcquire(const std::string& dir, int workers, int per_worker) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::vector<double> all;
   for (const auto& l : latencies) all.insert(all.end(), l.begin(), l.end());
+  const int64_t crowd_bytes = crowd.Stop();
   std::printf(
-      "AcquireJob round trip, %d concurrent workers, %zu acquisitions (%d empty): "
-      "p50 %.2f ms, p99 %.2f ms, max %.2f ms, %.0f acquisitions/s\n",
-      workers, all.size(), empty.load(), Percentile(all, 0.5), Percentile(all, 0.99),
-      Percentile(all, 1.0), all.size() / seconds);
+      "AcquireJob round trip, %d concurrent workers, %zu acquisitions (%d empty), %s: "
+      "p50 %.2f ms, p99 %.2f ms, max %.2f ms, %.0f acquisitions/s (dashboard read %lld bytes)\n",
+      workers, all.size(), empty.load(), CrowdLabel(clients).c_str(), Percentile(all, 0.5),
+      Percentile(all, 0.99), Percentile(all, 1.0), all.size() / seconds,
+      static_cast<long long>(crowd_bytes));
   server->Shutdown();
 }
 
 void BenchIngest(const std::string& dir, int streams, double duration_s, int steps_per_batch,
-                 int names) {
+                 int names, int clients) {
   auto server = StartInProcess(dir);
   auto channel = grpc::CreateChannel(server->dial_address(), grpc::InsecureChannelCredentials());
   auto scheduler = v1::SchedulerService::NewStub(channel);
   if (!Submit(*scheduler, SweepWithSeeds("ingest", streams)).ok()) std::exit(1);
+  // Client i follows run i % streams + 1 (the sweep's runs have ids 1..streams).
+  std::vector<std::string> paths;
+  for (int i = 0; i < clients; ++i)
+    paths.push_back(StrCat("/api/v1/runs/", i % streams + 1, "/live"));
+  DashboardCrowd crowd(server->http_port(), paths);
   std::vector<int64_t> sent(streams, 0);
   std::vector<int64_t> run_ids(streams, 0);
   std::vector<std::thread> threads;
@@ -193,6 +260,7 @@ void BenchIngest(const std::string& dir, int streams, double duration_s, int ste
   for (auto& t : threads) t.join();
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const int64_t crowd_bytes = crowd.Stop();
   int64_t total_sent = 0;
   for (int64_t n : sent) total_sent += n;
   // Count what the database holds, metric by metric.
@@ -209,11 +277,12 @@ void BenchIngest(const std::string& dir, int streams, double duration_s, int ste
   }
   std::printf(
       "Metric ingest over gRPC, %d streams, batches of %d points (%d steps x %d names), "
-      "acked one at a time, %.1f s: %lld points acked, %lld stored (%s), %.0f points/s, "
-      "%d stream errors\n",
-      streams, steps_per_batch * names, steps_per_batch, names, seconds,
-      static_cast<long long>(total_sent), static_cast<long long>(stored),
-      stored == total_sent ? "nothing lost" : "MISMATCH", total_sent / seconds, errors.load());
+      "acked one at a time, %s, %.1f s: %lld points acked, %lld stored (%s), %.0f points/s, "
+      "%d stream errors (dashboard read %lld bytes)\n",
+      streams, steps_per_batch * names, steps_per_batch, names, CrowdLabel(clients).c_str(),
+      seconds, static_cast<long long>(total_sent), static_cast<long long>(stored),
+      stored == total_sent ? "nothing lost" : "MISMATCH", total_sent / seconds, errors.load(),
+      static_cast<long long>(crowd_bytes));
   server->Shutdown();
 }
 
@@ -296,19 +365,28 @@ int main(int argc, char** argv) {
   int per_worker = 200;
   double ingest_seconds = 10;
   int runs = 10'000;
+  int clients = 20;
   std::string only;  // acquire, ingest or rss; empty: all three
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--acquires-per-worker")) per_worker = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--ingest-seconds")) ingest_seconds = std::atof(argv[i + 1]);
     if (!std::strcmp(argv[i], "--runs")) runs = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--only")) only = argv[i + 1];
+    if (!std::strcmp(argv[i], "--dashboard-clients")) clients = std::atoi(argv[i + 1]);
   }
   const std::string root =
       (std::filesystem::temp_directory_path() / StrCat("bench-server-", getpid())).string();
   std::filesystem::create_directories(root);
-  if (only.empty() || only == "acquire") BenchAcquire(root + "/acquire", 32, per_worker);
-  if (only.empty() || only == "ingest") {
-    BenchIngest(root + "/ingest", 64, ingest_seconds, /*steps_per_batch=*/10, /*names=*/20);
+  for (int crowd : {0, clients}) {
+    if (only.empty() || only == "acquire") {
+      BenchAcquire(StrCat(root, "/acquire", crowd), 32, per_worker, crowd);
+    }
+  }
+  for (int crowd : {0, clients}) {
+    if (only.empty() || only == "ingest") {
+      BenchIngest(StrCat(root, "/ingest", crowd), 64, ingest_seconds, /*steps_per_batch=*/10,
+                  /*names=*/20, crowd);
+    }
   }
   if (only.empty() || only == "rss") BenchRss(root + "/rss", runs);
   std::filesystem::remove_all(root);

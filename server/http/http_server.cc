@@ -1,7 +1,10 @@
 #include "server/http/http_server.h"
 
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/time.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <boost/asio/connect.hpp>
@@ -196,6 +199,11 @@ void HttpServer::Impl::Serve(Stream& stream) {
 }
 
 void HttpServer::Impl::Run(tcp::socket socket, Connection* self) {
+  // Dashboard work yields to the gRPC side on a busy box: this thread runs at a lower priority
+  // (Linux applies a nice value per thread).
+  if (options.thread_nice > 0) {
+    setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), options.thread_nice);
+  }
   const int fd = socket.native_handle();
   SetTimeout(fd, SO_RCVTIMEO, options.idle_timeout);
   SetTimeout(fd, SO_SNDTIMEO, options.send_timeout);

@@ -67,6 +67,9 @@ struct HttpServerOptions {
   absl::Duration idle_timeout = absl::Seconds(60);  // a silent client is dropped after this
   absl::Duration send_timeout = absl::Seconds(30);  // a client that reads nothing, likewise
   int64_t max_body_bytes = 1 << 20;                 // larger requests get 413
+  // Nice value of the connection threads (Linux: per thread), so that on a saturated box the
+  // dashboard waits and the workers' gRPC calls do not. 0: same priority as the rest.
+  int thread_nice = 10;
 };
 
 class HttpServer {

@@ -62,6 +62,18 @@ scrape_configs:
     check(Number(ingested[0].value[1]) > 0, `cart_metric_points_ingested_total = ${ingested[0].value[1]}`);
     const p99 = await query('histogram_quantile(0.99, cart_ingest_latency_seconds_bucket)');
     check(p99.length === 1, `ingest latency p99 from the histogram: ${p99.length ? p99[0].value[1] : 'none'} s`);
+    // Every query of the Grafana dashboard parses in Prometheus and names series cartd exports.
+    const exposition = await (await fetch(c.url + 'metrics', { headers: { Authorization: 'Bearer ' + c.userToken } })).text();
+    const grafana = JSON.parse(fs.readFileSync(require('path').join(__dirname, '../../dashboards/grafana/cart-lab.json'), 'utf8'));
+    for (const panel of grafana.panels) {
+      for (const target of panel.targets) {
+        const res = await (await fetch(`http://127.0.0.1:${promPort}/api/v1/query?query=${encodeURIComponent(target.expr)}`)).json();
+        const names = (target.expr.match(/cart_[a-z_]+/g) || []);
+        const missing = names.filter((n) => !exposition.includes('\n' + n + ' ') && !exposition.includes('\n' + n + '{'));
+        check(res.status === 'success' && missing.length === 0,
+          `Grafana panel "${panel.title}": ${target.expr} (${res.status}${missing.length ? ', not exported: ' + missing.join(' ') : ''})`);
+      }
+    }
     const up = await query('up{job="cartd"}');
     check(up.length === 1 && up[0].value[1] === '1', 'the scrape target is up');
   } catch (e) {

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# The dashboard's read side at 10,000 runs: a real cartd with one 10,000-run sweep (queued, no
+# metrics), then, per page, the API's p50 / p99 over 20 requests and the bytes it sends, and the
+# wall time of `cart sweep show` and `cart runs ls` on the same sweep. Prints figures; asserts
+# nothing. Usage: bench/dashboard_bench.sh [BUILD_DIR]
+set -euo pipefail
+build=${1:-build}
+dir=$(mktemp -d)
+trap 'kill $pid 2>/dev/null || true; rm -rf "$dir"' EXIT
+port=$((20000 + RANDOM % 20000)); http=$((port + 1))
+"$build/bin/cartd" --listen 127.0.0.1:$port --http 127.0.0.1:$http --data-dir "$dir/cart" \
+  >"$dir/cartd.log" 2>&1 &
+pid=$!
+for _ in $(seq 100); do curl -sf "http://127.0.0.1:$http/healthz" >/dev/null && break; sleep 0.1; done
+seeds=$(seq -s, 1 10000)
+printf 'name: big\nbase: {d: 64, vocab: 100, P: 1, R: 2, steps: 1000}\nseeds: [%s]\nmax_runs: 10000\n' \
+  "$seeds" >"$dir/big.yaml"
+export CART_SERVER=127.0.0.1:$port
+"$build/bin/cart" sweep submit "$dir/big.yaml" >/dev/null
+api() {  # PATH: p50 and p99 of 20 requests, and the bytes of one answer
+  local times=() bytes
+  for _ in $(seq 20); do
+    times+=("$(curl -s -o /dev/null -w '%{time_total}' "http://127.0.0.1:$http/api/v1/$1")")
+  done
+  bytes=$(curl -s "http://127.0.0.1:$http/api/v1/$1" | wc -c)
+  printf '%s\n' "${times[@]}" | sort -n | awk -v p="$1" -v b="$bytes" \
+    '{t[NR]=$1} END {printf "  GET /api/v1/%-45s p50 %6.1f ms  p99 %6.1f ms  %8d bytes\n", p, t[int(NR*0.5+0.5)]*1000, t[NR]*1000, b}'
+}
+echo "dashboard API, one sweep of 10,000 runs:"
+api sweeps
+api sweeps/big
+api 'sweeps/big/runs?limit=50'
+api 'sweeps/big/runs?limit=50&offset=9950&sort=param:seed&order=desc'
+api 'sweeps/big/runs?limit=50&sort=metric:loss'
+api workers
+api 'sweeps/big/runs?limit=2000&metrics=loss'
+for cmd in "sweep show big" "runs ls --sweep big"; do
+  start=$(date +%s.%N)
+  # shellcheck disable=SC2086
+  "$build/bin/cart" $cmd >/dev/null
+  end=$(date +%s.%N)
+  awk -v c="$cmd" -v s="$start" -v e="$end" 'BEGIN {printf "  cart %-22s %6.2f s\n", c, e - s}'
+done
