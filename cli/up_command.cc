@@ -178,18 +178,9 @@ absl::Status Up(const UpArgs& a) {
 #ifdef CART_WEB_DIR
   config.web_dir = CART_WEB_DIR;
 #endif
-  absl::StatusOr<std::unique_ptr<server::ServerHandle>> started = server::RunServer(config);
-  if (!started.ok() && !a.http_given && !config.http_listen.empty() &&
-      absl::IsUnavailable(started.status()) &&
-      Message(started.status()).find("HTTP") != std::string::npos) {
-    // The default dashboard port is taken (another cartd?): any free port will do.
-    std::cout << fmt::format("port of {} busy; the dashboard takes a free port\n",
-                             config.http_listen);
-    config.http_listen = "127.0.0.1:0";
-    started = server::RunServer(config);
-  }
-  if (!started.ok()) return started.status();
-  std::unique_ptr<server::ServerHandle> server = *std::move(started);
+  // The default dashboard port may belong to another cartd: then any free port will do.
+  config.http_any_port_if_busy = !a.http_given;
+  CART_ASSIGN_OR_RETURN(std::unique_ptr<server::ServerHandle> server, server::RunServer(config));
   const std::string address = server->dial_address();
   rpc::ClientConfig client;
   client.server = address;

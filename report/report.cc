@@ -29,15 +29,7 @@ std::string Param(const StudyRun& r, const std::string& key) {
 std::vector<std::string> Distinct(const Runs& runs, const std::string& key) {
   std::set<std::string> seen;
   for (const StudyRun* r : runs) seen.insert(Param(*r, key));
-  std::vector<std::string> out(seen.begin(), seen.end());
-  const bool numeric = std::all_of(out.begin(), out.end(),
-                                   [](const std::string& v) { return ParseDouble(v).has_value(); });
-  if (numeric) {
-    std::sort(out.begin(), out.end(), [](const std::string& a, const std::string& b) {
-      return *ParseDouble(a) < *ParseDouble(b);
-    });
-  }
-  return out;
+  return store::SortedValues(seen);
 }
 
 Runs Where(const Runs& runs, const std::map<std::string, std::string>& match) {

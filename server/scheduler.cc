@@ -430,15 +430,14 @@ absl::Status Scheduler::DrainWorker(const std::string& worker_id, const std::str
 }
 
 std::vector<WorkerStatus> Scheduler::ListWorkers() {
-  // Which worker holds which run, from the store's live attempts.
+  // Which worker holds which run, from the store's live attempts (one paged read).
   std::map<std::string, int64_t> busy;
-  store::RunFilter filter;
-  filter.states = {RunState::kLeased, RunState::kRunning};
-  if (absl::StatusOr<std::vector<RunRecord>> live = store_->ListRuns(filter); live.ok()) {
-    for (const RunRecord& run : *live) {
-      if (absl::StatusOr<std::string> worker = WorkerOfAttempt(run.id, run.attempt); worker.ok()) {
-        busy[*worker] = run.id;
-      }
+  store::RunPageRequest live;
+  live.filter.states = {RunState::kLeased, RunState::kRunning};
+  live.limit = 0;
+  if (absl::StatusOr<store::RunPage> page = store_->ListRunPage(live); page.ok()) {
+    for (const store::RunRow& row : page->rows) {
+      if (!row.worker_id.empty()) busy[row.worker_id] = row.run.id;
     }
   }
   std::map<std::string, int64_t> store_seen;
@@ -649,24 +648,17 @@ std::optional<int64_t> Scheduler::MaxWorkerMemory() {
 }
 
 absl::StatusOr<std::string> Scheduler::WaitingReason(const RunRecord& run) {
-  CART_ASSIGN_OR_RETURN(RunInfo info, Describe(run, MaxWorkerMemory()));
-  return info.waiting_reason;
+  return Explain(run, MaxWorkerMemory());
 }
 
-absl::StatusOr<RunInfo> Scheduler::Describe(RunRecord record, std::optional<int64_t> max_memory) {
-  RunInfo info;
-  info.run = std::move(record);
-  const RunRecord& run = info.run;
-  {
-    absl::MutexLock lock(&mu_);
-    auto it = progress_.find(run.id);
-    if (it != progress_.end()) info.step = it->second;
-  }
-  if (run.attempt > 0) {
-    if (absl::StatusOr<std::string> w = WorkerOfAttempt(run.id, run.attempt); w.ok()) {
-      info.worker_id = *w;
-    }
-  }
+int64_t Scheduler::ReportedStep(int64_t run_id) {
+  absl::MutexLock lock(&mu_);
+  auto it = progress_.find(run_id);
+  return it == progress_.end() ? 0 : it->second;
+}
+
+std::string Scheduler::Explain(const RunRecord& run, std::optional<int64_t> max_memory) {
+  std::string reason;
   if (run.state == RunState::kBlocked && run.parent_run_id) {
     const std::string what = run.parent_checkpoint == "final"
                                  ? std::string("its final checkpoint")
@@ -675,35 +667,45 @@ absl::StatusOr<RunInfo> Scheduler::Describe(RunRecord record, std::optional<int6
     if (absl::StatusOr<RunRecord> parent = store_->GetRun(*run.parent_run_id); parent.ok()) {
       parent_state = std::string(RunStateName(parent->state));
     }
-    info.waiting_reason = StrCat("waiting for parent run ", *run.parent_run_id, " (", parent_state,
-                                 ") to have ", what);
+    reason = StrCat("waiting for parent run ", *run.parent_run_id, " (", parent_state, ") to have ",
+                    what);
   } else if (run.state == RunState::kQueued) {
     // The least it can train in: micro-batch lowered to fit (FitToDevice).
     const int64_t least =
         run.min_memory_bytes > 0 ? run.min_memory_bytes : run.memory_estimate_bytes;
     const int64_t need = std::max(least, run.oom_memory_bytes + 1);
     if (!max_memory) {
-      info.waiting_reason = "no worker is registered";
+      reason = "no worker is registered";
     } else if (run.oom_memory_bytes > 0 && *max_memory <= run.oom_memory_bytes) {
-      info.waiting_reason = StrCat("ran out of memory on a ", FormatGiB(run.oom_memory_bytes),
-                                   " device; waits for a device with more (largest registered ",
-                                   FormatGiB(*max_memory), ")");
+      reason = StrCat("ran out of memory on a ", FormatGiB(run.oom_memory_bytes),
+                      " device; waits for a device with more (largest registered ",
+                      FormatGiB(*max_memory), ")");
     } else if (least > *max_memory) {
-      info.waiting_reason =
-          StrCat("memory estimate ", FormatGiB(run.memory_estimate_bytes),
-                 " exceeds every registered worker (largest ", FormatGiB(*max_memory), ")",
-                 least < run.memory_estimate_bytes
-                     ? StrCat("; even at micro-batch 1 it needs ", FormatGiB(least))
-                     : std::string());
+      reason = StrCat("memory estimate ", FormatGiB(run.memory_estimate_bytes),
+                      " exceeds every registered worker (largest ", FormatGiB(*max_memory), ")",
+                      least < run.memory_estimate_bytes
+                          ? StrCat("; even at micro-batch 1 it needs ", FormatGiB(least))
+                          : std::string());
     } else if (run.oom_memory_bytes > 0) {
-      info.waiting_reason =
-          StrCat("waiting for a free worker with more than ", FormatGiB(run.oom_memory_bytes),
-                 " (ran out of memory on one that size)");
+      reason = StrCat("waiting for a free worker with more than ", FormatGiB(run.oom_memory_bytes),
+                      " (ran out of memory on one that size)");
     } else {
-      info.waiting_reason =
-          StrCat("waiting for a free worker with at least ", FormatGiB(need), " of memory");
+      reason = StrCat("waiting for a free worker with at least ", FormatGiB(need), " of memory");
     }
   }
+  return reason;
+}
+
+absl::StatusOr<RunInfo> Scheduler::Describe(RunRecord record, std::optional<int64_t> max_memory) {
+  RunInfo info;
+  info.run = std::move(record);
+  info.step = ReportedStep(info.run.id);
+  if (info.run.attempt > 0) {
+    if (absl::StatusOr<std::string> w = WorkerOfAttempt(info.run.id, info.run.attempt); w.ok()) {
+      info.worker_id = *w;
+    }
+  }
+  info.waiting_reason = Explain(info.run, max_memory);
   return info;
 }
 
@@ -722,8 +724,8 @@ absl::StatusOr<RunDetails> Scheduler::GetRun(int64_t run_id) {
 
 absl::StatusOr<std::vector<RunInfo>> Scheduler::ListRuns(const store::RunFilter& filter,
                                                          int64_t limit) {
-  // One paged read gives the records, workers, steps and latest values; only the runs that wait
-  // cost more (Describe explains why).
+  // One paged read gives the records, workers, steps and latest values; only a blocked run costs
+  // one more read (its parent's state, for the waiting reason).
   store::RunPageRequest page;
   page.filter = filter;
   page.limit = std::max<int64_t>(limit, 0);
@@ -734,18 +736,12 @@ absl::StatusOr<std::vector<RunInfo>> Scheduler::ListRuns(const store::RunFilter&
   out.reserve(rows.rows.size());
   for (store::RunRow& row : rows.rows) {
     RunInfo info;
-    if (row.run.state == RunState::kQueued || row.run.state == RunState::kBlocked) {
-      CART_ASSIGN_OR_RETURN(info, Describe(std::move(row.run), max_memory));
-    } else {
-      info.run = std::move(row.run);
-      absl::MutexLock lock(&mu_);
-      auto it = progress_.find(info.run.id);
-      if (it != progress_.end()) info.step = it->second;
-    }
+    info.run = std::move(row.run);
     info.worker_id = std::move(row.worker_id);
-    info.step = std::max(info.step, row.step);
+    info.step = std::max(ReportedStep(info.run.id), row.step);
     // The last step may come after the last metric record (log_every need not divide steps).
     if (info.run.state == RunState::kSucceeded) info.step = std::max(info.step, info.run.steps);
+    info.waiting_reason = Explain(info.run, max_memory);
     info.latest = std::move(row.latest);
     out.push_back(std::move(info));
   }

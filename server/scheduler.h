@@ -320,6 +320,11 @@ class Scheduler {
   // Cancels pushed to streams of runs that now have a cancel request or were cancelled.
   void PushCancels(const std::vector<int64_t>& run_ids, const std::string& reason);
   absl::StatusOr<RunInfo> Describe(store::RunRecord run, std::optional<int64_t> max_memory);
+  // The latest step the run's worker reported since this scheduler started; 0 when none.
+  int64_t ReportedStep(int64_t run_id);
+  // Why a QUEUED or BLOCKED run is not running (`max_memory`: the largest registered device);
+  // empty for other states.
+  std::string Explain(const store::RunRecord& run, std::optional<int64_t> max_memory);
   std::optional<int64_t> MaxWorkerMemory();
   void ExpiryLoop();
 

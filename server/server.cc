@@ -40,6 +40,15 @@ std::optional<int64_t> PortOf(std::string_view listen) {
   return ParseInt64(listen.substr(colon + 1));
 }
 
+// The host a client on this machine dials for a listen address: a wildcard becomes 127.0.0.1, an
+// IPv6 address gets its brackets.
+std::string DialHost(std::string_view listen) {
+  std::string dial = HostOf(listen).value_or("127.0.0.1");
+  if (dial.empty() || dial == "0.0.0.0" || dial == "::") dial = "127.0.0.1";
+  if (dial.find(':') != std::string::npos) dial = StrCat("[", dial, "]");
+  return dial;
+}
+
 absl::Status YamlError(std::string_view source, const YAML::Node& node, const std::string& key,
                        const std::string& what) {
   return absl::InvalidArgumentError(
@@ -176,22 +185,15 @@ ServerHandle::~ServerHandle() {
 }
 
 std::string ServerHandle::dial_address() const {
-  std::optional<std::string> host = HostOf(config_.listen);
-  std::string dial = host.value_or("127.0.0.1");
-  if (dial.empty() || dial == "0.0.0.0" || dial == "::") dial = "127.0.0.1";
-  if (dial.find(':') != std::string::npos) dial = StrCat("[", dial, "]");
-  return StrCat(dial, ":", port_);
+  return StrCat(DialHost(config_.listen), ":", port_);
 }
 
 int ServerHandle::http_port() const { return http_ ? http_->port() : 0; }
 
 std::string ServerHandle::dashboard_url() const {
   if (!http_) return "";
-  std::optional<std::string> host = HostOf(config_.http_listen);
-  std::string dial = host.value_or("127.0.0.1");
-  if (dial.empty() || dial == "0.0.0.0" || dial == "::") dial = "127.0.0.1";
-  if (dial.find(':') != std::string::npos) dial = StrCat("[", dial, "]");
-  return StrCat(http_->tls() ? "https://" : "http://", dial, ":", http_->port(), "/");
+  return StrCat(http_->tls() ? "https://" : "http://", DialHost(config_.http_listen), ":",
+                http_->port(), "/");
 }
 
 void ServerHandle::Shutdown() {
@@ -320,8 +322,16 @@ absl::StatusOr<std::unique_ptr<ServerHandle>> RunServer(const ServerConfig& conf
     http_options.tls_cert_file = config.tls_cert_file;
     http_options.tls_key_file = config.tls_key_file;
     http::Dashboard* pages = handle->dashboard_.get();
-    absl::StatusOr<std::unique_ptr<http::HttpServer>> http = http::HttpServer::Start(
-        http_options, [pages](const http::Request& request) { return pages->Handle(request); });
+    auto handler = [pages](const http::Request& request) { return pages->Handle(request); };
+    absl::StatusOr<std::unique_ptr<http::HttpServer>> http =
+        http::HttpServer::Start(http_options, handler);
+    if (!http.ok() && absl::IsUnavailable(http.status()) && config.http_any_port_if_busy) {
+      std::optional<std::string> host = HostOf(config.http_listen);
+      http_options.listen = StrCat(host.value_or("127.0.0.1"), ":0");
+      std::fprintf(stderr, "cartd: %s; the dashboard takes a free port\n",
+                   Message(http.status()).c_str());
+      http = http::HttpServer::Start(http_options, handler);
+    }
     if (!http.ok()) {
       handle->Shutdown();
       return http.status();

@@ -70,6 +70,9 @@ struct ServerConfig {
   // same address rules as `listen` apply, and TLS uses the same certificate. cartd's default is
   // 127.0.0.1:8080; this struct's is off, so that tests and embedders opt in.
   std::string http_listen;
+  // When http_listen's port is taken, serve HTTP on a free port of the same host instead of
+  // failing (`cart up`, whose default port may belong to another cartd).
+  bool http_any_port_if_busy = false;
   // The dashboard's static files (dashboards/web); empty: the API and /metrics only.
   std::string web_dir;
   // Time source for timestamps and leases; not owned. Default: the real clock.
@@ -79,8 +82,7 @@ struct ServerConfig {
 // Applies a YAML config file's keys onto `config` (keys absent keep their value): listen,
 // data_dir, tokens, tls_cert, tls_key, lease_ttl (seconds), insecure, max_artifact_bytes,
 // max_threads, max_acquire_wait (seconds), max_runs_per_sweep, http_listen, web_dir.
-// InvalidArgument
-// "<source>:<line>: <key>: <reason>" for unknown keys and bad values.
+// InvalidArgument "<source>:<line>: <key>: <reason>" for unknown keys and bad values.
 absl::Status ApplyConfigYaml(std::string_view text, std::string_view source, ServerConfig& config);
 
 // Whether the host part of "host:port" is a loopback address (127.0.0.0/8, localhost, ::1).

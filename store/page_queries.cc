@@ -176,37 +176,12 @@ absl::StatusOr<RunPage> LoadRunPage(Database& db, const RunPageRequest& request)
 }
 
 absl::StatusOr<std::vector<SweepProgress>> LoadSweepProgress(Database& db) {
+  CART_ASSIGN_OR_RETURN(std::vector<SweepRecord> sweeps, internal::LoadAllSweeps(db));
   std::vector<SweepProgress> out;
   std::map<int64_t, size_t> at;  // sweep id -> index in out
-  {
-    CART_ASSIGN_OR_RETURN(
-        auto select,
-        db.Prepare("SELECT id, name, client_request_id, status, priority, created_by, created_us "
-                   "FROM sweeps ORDER BY id"));
-    CART_RETURN_IF_ERROR(select->ForEachRow([&](const Statement& cur) -> absl::Status {
-      SweepProgress p;
-      p.sweep.id = cur.ColumnInt64(0);
-      p.sweep.name = cur.ColumnText(1);
-      p.sweep.client_request_id = cur.ColumnText(2);
-      p.sweep.cancelled = cur.ColumnText(3) == "CANCELLED";
-      p.sweep.priority = cur.ColumnInt64(4);
-      p.sweep.created_by = cur.ColumnText(5);
-      p.sweep.created_us = cur.ColumnInt64(6);
-      at[p.sweep.id] = out.size();
-      out.push_back(std::move(p));
-      return absl::OkStatus();
-    }));
-  }
-  {
-    CART_ASSIGN_OR_RETURN(
-        auto select,
-        db.Prepare("SELECT sweep_id, status, count(*) FROM runs GROUP BY sweep_id, status"));
-    CART_RETURN_IF_ERROR(select->ForEachRow([&](const Statement& cur) -> absl::Status {
-      auto it = at.find(cur.ColumnInt64(0));
-      std::optional<RunState> state = ParseRunState(cur.ColumnText(1));
-      if (it != at.end() && state) out[it->second].sweep.run_counts[*state] = cur.ColumnInt64(2);
-      return absl::OkStatus();
-    }));
+  for (SweepRecord& sweep : sweeps) {
+    at[sweep.id] = out.size();
+    out.push_back(SweepProgress{std::move(sweep)});
   }
   {
     // Planned and done tokens of the train jobs, in one pass over the runs.

@@ -112,19 +112,6 @@ absl::Status CheckKeysExist(Database& db, const std::vector<std::string>& keys) 
   return absl::OkStatus();
 }
 
-// Sorts config values numerically when all are numbers ("256" < "1024"), else as text.
-std::vector<std::string> SortedValues(const std::set<std::string>& values) {
-  std::vector<std::string> out(values.begin(), values.end());
-  const bool numeric = std::all_of(out.begin(), out.end(),
-                                   [](const std::string& v) { return ParseDouble(v).has_value(); });
-  if (numeric) {
-    std::stable_sort(out.begin(), out.end(), [](const std::string& a, const std::string& b) {
-      return *ParseDouble(a) < *ParseDouble(b);
-    });
-  }
-  return out;
-}
-
 size_t IndexOf(const std::vector<std::string>& values, const std::string& v) {
   return static_cast<size_t>(std::find(values.begin(), values.end(), v) - values.begin());
 }
@@ -144,6 +131,18 @@ absl::Status ValidateFilterKeys(const RunFilter& filter) {
 }
 
 }  // namespace
+
+std::vector<std::string> SortedValues(const std::set<std::string>& values) {
+  std::vector<std::string> out(values.begin(), values.end());
+  const bool numeric = std::all_of(out.begin(), out.end(),
+                                   [](const std::string& v) { return ParseDouble(v).has_value(); });
+  if (numeric) {
+    std::stable_sort(out.begin(), out.end(), [](const std::string& a, const std::string& b) {
+      return *ParseDouble(a) < *ParseDouble(b);
+    });
+  }
+  return out;
+}
 
 CellStats Summarize(const std::vector<double>& values) {
   CellStats stats;

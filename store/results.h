@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -147,6 +148,9 @@ struct BestCell {
   CellStats stats;
 };
 std::vector<BestCell> BestPerRow(const PivotTable& table, Goal goal);
+
+// Config values in numeric order when every one is a number ("256" < "1024"), else in text order.
+std::vector<std::string> SortedValues(const std::set<std::string>& values);
 
 // Mean, sample std and count of `values`.
 CellStats Summarize(const std::vector<double>& values);

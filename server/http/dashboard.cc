@@ -53,11 +53,6 @@ int HttpStatusOf(absl::StatusCode code) {
   }
 }
 
-std::string CodeName(absl::StatusCode code) {
-  std::string name = absl::StatusCodeToString(code);  // "NOT_FOUND" style in Abseil
-  return name;
-}
-
 Response Json(const json& body, int status = 200) {
   Response r;
   r.status = status;
@@ -67,7 +62,8 @@ Response Json(const json& body, int status = 200) {
 }
 
 Response Error(const absl::Status& status) {
-  return Json(json{{"error", std::string(status.message())}, {"code", CodeName(status.code())}},
+  return Json(json{{"error", std::string(status.message())},
+                   {"code", absl::StatusCodeToString(status.code())}},
               HttpStatusOf(status.code()));
 }
 
@@ -105,8 +101,13 @@ json StateCounts(const std::map<RunState, int64_t>& counts) {
   return out;
 }
 
-bool Finished(RunState s) {
-  return s == RunState::kSucceeded || s == RunState::kFailed || s == RunState::kCancelled;
+// Config filters of a runs query: every `param.KEY=VALUE` parameter.
+std::map<std::string, std::string> ParamFilter(const Request& request) {
+  std::map<std::string, std::string> out;
+  for (const auto& [key, value] : request.query) {
+    if (key.rfind("param.", 0) == 0 && key.size() > 6) out[key.substr(6)] = value;
+  }
+  return out;
 }
 
 json RunRowJson(const store::RunRow& row, const std::vector<std::string>* keys) {
@@ -303,549 +304,560 @@ Response Dashboard::Metrics() {
 
 Response Dashboard::Api(const Request& request, const std::string& who) {
   const std::vector<std::string> parts = PathParts(request.path);
-  const bool get = request.method == "GET";
-  absl::Status bad;
-  auto not_found = [&] {
-    return Error(absl::StatusCode::kNotFound, StrCat("no API endpoint ", request.method, " ",
-                                                     request.path, " (see docs/dashboard.md)"));
-  };
-  if (parts.empty()) return not_found();
-
-  // ---- GET /api/v1/sweeps
-  if (parts[0] == "sweeps" && parts.size() == 1 && get) {
-    absl::StatusOr<std::vector<store::SweepProgress>> sweeps = scheduler_->ListSweepProgress();
-    if (!sweeps.ok()) return Error(sweeps.status());
-    json out = json::array();
-    for (const store::SweepProgress& p : *sweeps) {
-      int64_t total = 0, finished = 0;
-      for (const auto& [state, n] : p.sweep.run_counts) {
-        total += n;
-        if (Finished(state)) finished += n;
-      }
-      json eta = nullptr;
-      const int64_t left = p.planned_tokens - p.done_tokens;
-      if (p.tokens_per_s > 0 && left > 0) eta = static_cast<double>(left) / p.tokens_per_s;
-      out.push_back(json{{"name", p.sweep.name},
-                         {"id", p.sweep.id},
-                         {"cancelled", p.sweep.cancelled},
-                         {"priority", p.sweep.priority},
-                         {"created_by", p.sweep.created_by},
-                         {"created_us", p.sweep.created_us},
-                         {"runs", total},
-                         {"finished", finished},
-                         {"states", StateCounts(p.sweep.run_counts)},
-                         {"train_runs", p.train_runs},
-                         {"planned_tokens", p.planned_tokens},
-                         {"done_tokens", p.done_tokens},
-                         {"tokens_per_s", Num(p.tokens_per_s)},
-                         {"eta_s", eta}});
-    }
-    return Json(json{{"sweeps", out}});
-  }
-
-  // ---- /api/v1/sweeps/{name}[/...]
-  if (parts[0] == "sweeps" && parts.size() >= 2) {
+  const std::string& method = request.method;
+  const bool get = method == "GET";
+  const size_t n = parts.size();
+  const std::string sub = n >= 3 ? parts[2] : "";
+  if (n == 1 && get && parts[0] == "sweeps") return ListSweeps();
+  if (n == 1 && get && parts[0] == "workers") return ListWorkers();
+  if (n >= 2 && n <= 3 && parts[0] == "sweeps") {
     const std::string& name = parts[1];
-    const std::string sub = parts.size() >= 3 ? parts[2] : "";
-    if (parts.size() > 3) return not_found();
-    if (sub.empty() && get) {
-      absl::StatusOr<store::SweepRecord> sweep = scheduler_->GetSweep(name);
-      if (!sweep.ok()) return Error(sweep.status());
-      std::shared_ptr<const store::SweepKeys> keys = Keys(name, &bad);
-      if (!keys) return Error(bad);
-      return Json(json{{"name", sweep->name},
-                       {"id", sweep->id},
-                       {"cancelled", sweep->cancelled},
-                       {"priority", sweep->priority},
-                       {"created_by", sweep->created_by},
-                       {"created_us", sweep->created_us},
-                       {"states", StateCounts(sweep->run_counts)},
-                       {"varying", keys->varying},
-                       {"metrics", keys->metrics},
-                       {"spec", sweep->spec_text}});
-    }
-    if (sub == "runs" && get) {
-      store::RunPageRequest page;
-      page.filter.sweeps = {name};
-      for (const std::string& s : SplitList(request.Query("state"))) {
-        std::optional<RunState> state = store::ParseRunState(s);
-        if (!state) {
-          return Error(absl::StatusCode::kInvalidArgument,
-                       StrCat("state '", s,
-                              "' is not one of QUEUED, BLOCKED, LEASED, RUNNING, SUCCEEDED, "
-                              "FAILED, CANCELLED"));
-        }
-        page.filter.states.push_back(*state);
-      }
-      const std::string kind = request.Query("kind", "train");
-      if (kind != "all") {
-        std::optional<JobKind> k = ParseJobKind(kind);
-        if (!k) {
-          return Error(absl::StatusCode::kInvalidArgument,
-                       StrCat("kind '", kind, "' is not one of train, eval, all"));
-        }
-        page.filter.kinds = {*k};
-      }
-      for (const auto& [key, value] : request.query) {
-        if (key.rfind("param.", 0) == 0 && key.size() > 6)
-          page.filter.params[key.substr(6)] = value;
-      }
-      page.metrics =
-          request.query.count("metrics") ? SplitList(request.Query("metrics")) : kTableMetrics;
-      if (page.metrics.size() > 32) {
-        return Error(absl::StatusCode::kInvalidArgument, "at most 32 metrics per page");
-      }
-      page.sort = request.Query("sort", "id");
-      const std::string order = request.Query("order", "asc");
-      if (order != "asc" && order != "desc") {
-        return Error(absl::StatusCode::kInvalidArgument,
-                     StrCat("order '", order, "' is not asc or desc"));
-      }
-      page.descending = order == "desc";
-      std::optional<int64_t> offset = QueryInt(request, "offset", 0, 0, INT64_MAX, &bad);
-      std::optional<int64_t> limit = QueryInt(request, "limit", 50, 1, 5000, &bad);
-      if (!offset || !limit) return Error(bad);
-      page.offset = *offset;
-      page.limit = *limit;
-      std::shared_ptr<const store::SweepKeys> keys = Keys(name, &bad);
-      if (!keys) return Error(bad);
-      absl::StatusOr<store::RunPage> result = scheduler_->ListRunPage(page);
-      if (!result.ok()) return Error(result.status());
-      const bool all_params = request.Query("params") == "all";
-      json rows = json::array();
-      for (const store::RunRow& row : result->rows) {
-        rows.push_back(RunRowJson(row, all_params ? nullptr : &keys->varying));
-      }
-      return Json(json{{"total", result->total},
-                       {"offset", page.offset},
-                       {"limit", page.limit},
-                       {"varying", keys->varying},
-                       {"metrics", page.metrics},
-                       {"runs", rows}});
-    }
-    if (sub == "pivot" && get) {
-      store::PivotRequest pivot;
-      pivot.filter.sweeps = {name};
-      pivot.filter.kinds = {JobKind::kTrain};
-      pivot.metric = request.Query("metric", "rho_max");
-      pivot.row_key = request.Query("rows");
-      pivot.col_key = request.Query("cols");
-      if (pivot.row_key.empty() || pivot.col_key.empty()) {
-        return Error(absl::StatusCode::kInvalidArgument,
-                     "pivot needs rows=<config key> and cols=<config key>");
-      }
-      const std::string value = request.Query("value", "latest");
-      if (value != "final" && value != "latest") {
-        return Error(absl::StatusCode::kInvalidArgument,
-                     StrCat("value '", value, "' is not final or latest"));
-      }
-      pivot.field = value == "final" ? store::SummaryField::kFinal : store::SummaryField::kLatest;
-      absl::StatusOr<store::PivotTable> table = scheduler_->Pivot(pivot);
-      if (!table.ok()) return Error(table.status());
-      json cells = json::array();
-      for (const auto& row : table->cells) {
-        json r = json::array();
-        for (const store::CellStats& c : row) {
-          r.push_back(json{{"mean", c.n ? Num(c.mean) : json(nullptr)},
-                           {"std", c.n > 1 ? Num(c.std) : json(nullptr)},
-                           {"n", c.n}});
-        }
-        cells.push_back(r);
-      }
-      return Json(json{{"metric", table->metric},
-                       {"rows", table->row_key},
-                       {"cols", table->col_key},
-                       {"value", value},
-                       {"row_values", table->row_values},
-                       {"col_values", table->col_values},
-                       {"cells", cells}});
-    }
-    if (sub == "groups" && get) {
-      // Runs grouped by one config key: per group the mean and standard deviation over its runs
-      // (seeds) of a metric, on a common grid of steps.
-      const std::string by = request.Query("by");
-      const std::string metric = request.Query("metric", "loss");
-      if (by.empty())
-        return Error(absl::StatusCode::kInvalidArgument, "groups needs by=<config key>");
-      std::optional<int64_t> points = QueryInt(request, "points", 100, 2, 1000, &bad);
-      std::optional<int64_t> max_runs = QueryInt(request, "max_runs", 200, 1, 1000, &bad);
-      if (!points || !max_runs) return Error(bad);
-      store::RunPageRequest page;
-      page.filter.sweeps = {name};
-      page.filter.kinds = {JobKind::kTrain};
-      for (const auto& [key, value] : request.query) {
-        if (key.rfind("param.", 0) == 0 && key.size() > 6)
-          page.filter.params[key.substr(6)] = value;
-      }
-      page.sort = StrCat("param:", by);
-      page.limit = *max_runs;
-      absl::StatusOr<store::RunPage> runs = scheduler_->ListRunPage(page);
-      if (!runs.ok()) return Error(runs.status());
-      struct RunCurve {
-        std::string group;
-        std::vector<store::SeriesPoint> points;
-      };
-      std::vector<RunCurve> curves;
-      int64_t max_step = 0;
-      for (const store::RunRow& row : runs->rows) {
-        store::SeriesRequest s;
-        s.run_id = row.run.id;
-        s.metric = metric;
-        s.max_points = *points;
-        absl::StatusOr<store::Series> series = scheduler_->MetricSeries(s);
-        if (!series.ok() || series->points.empty()) continue;
-        auto it = row.run.params.find(by);
-        RunCurve c{it == row.run.params.end() ? std::string("(none)") : it->second,
-                   std::move(series->points)};
-        max_step = std::max(max_step, c.points.back().step);
-        curves.push_back(std::move(c));
-      }
-      const int64_t g = *points;
-      std::vector<std::string> order;
-      std::map<std::string, std::vector<std::vector<double>>> values;  // group -> [bin] -> runs
-      std::map<std::string, int64_t> members;
-      for (const RunCurve& c : curves) {
-        auto [it, fresh] = values.try_emplace(c.group, g);
-        if (fresh) order.push_back(c.group);
-        ++members[c.group];
-        std::vector<double> sum(g, 0), count(g, 0);
-        for (const store::SeriesPoint& p : c.points) {
-          if (!std::isfinite(p.value)) continue;
-          const int64_t bin = std::min(g - 1, p.step * g / (max_step + 1));
-          sum[bin] += p.value;
-          ++count[bin];
-        }
-        for (int64_t b = 0; b < g; ++b) {
-          if (count[b] > 0) it->second[b].push_back(sum[b] / count[b]);
-        }
-      }
-      json groups = json::array();
-      for (const std::string& group : order) {
-        json steps = json::array(), mean = json::array(), sd = json::array(), n = json::array();
-        const auto& bins = values[group];
-        for (int64_t b = 0; b < g; ++b) {
-          if (bins[b].empty()) continue;
-          double m = 0;
-          for (double v : bins[b]) m += v;
-          m /= static_cast<double>(bins[b].size());
-          double var = 0;
-          for (double v : bins[b]) var += (v - m) * (v - m);
-          const size_t k = bins[b].size();
-          steps.push_back((b + 1) * (max_step + 1) / g);
-          mean.push_back(Num(m));
-          sd.push_back(k > 1 ? Num(std::sqrt(var / static_cast<double>(k - 1))) : json(nullptr));
-          n.push_back(k);
-        }
-        groups.push_back(json{{"value", group},
-                              {"runs", members[group]},
-                              {"step", steps},
-                              {"mean", mean},
-                              {"std", sd},
-                              {"n", n}});
-      }
-      return Json(json{{"by", by},
-                       {"metric", metric},
-                       {"runs", curves.size()},
-                       {"truncated", runs->total > static_cast<int64_t>(runs->rows.size())},
-                       {"groups", groups}});
-    }
-    if (sub == "live" && get) {
-      // Server-sent events: every live_poll, the new points of the sweep's running runs.
-      std::vector<std::string> metrics = request.query.count("metrics")
-                                             ? SplitList(request.Query("metrics"))
-                                             : std::vector<std::string>{"loss", "rho_max"};
-      if (metrics.size() > 8) return Error(absl::StatusCode::kInvalidArgument, "at most 8 metrics");
-      absl::StatusOr<store::SweepRecord> sweep = scheduler_->GetSweep(name);
-      if (!sweep.ok()) return Error(sweep.status());
-      Response r;
-      r.content_type = "text/event-stream";
-      r.stream = [this, name, metrics](const StreamWriter& write) {
-        std::map<std::pair<int64_t, std::string>, int64_t> seen;  // (run, metric) -> last step
-        while (!options_.stopping() && !scheduler_->shutting_down()) {
-          store::RunPageRequest page;
-          page.filter.sweeps = {name};
-          page.filter.states = {RunState::kRunning};
-          page.metrics = kTableMetrics;
-          page.sort = "updated";
-          page.descending = true;
-          page.limit = options_.live_runs;
-          absl::StatusOr<store::RunPage> running = scheduler_->ListRunPage(page);
-          absl::StatusOr<store::SweepRecord> sweep = scheduler_->GetSweep(name);
-          if (!running.ok() || !sweep.ok()) {
-            write(SseEvent("error", json{{"error", Message(!running.ok() ? running.status()
-                                                                         : sweep.status())}}));
-            return;
-          }
-          json runs = json::array();
-          for (const store::RunRow& row : running->rows) {
-            json series = json::object();
-            for (const std::string& metric : metrics) {
-              store::SeriesRequest s;
-              s.run_id = row.run.id;
-              s.metric = metric;
-              s.max_points = 500;
-              auto key = std::make_pair(row.run.id, metric);
-              if (auto it = seen.find(key); it != seen.end()) s.from_step = it->second + 1;
-              absl::StatusOr<store::Series> got = scheduler_->MetricSeries(s);
-              if (!got.ok() || got->points.empty()) continue;
-              seen[key] = got->points.back().step;
-              series[metric] = SeriesJson(*got);
-            }
-            json entry = RunRowJson(row, nullptr);
-            entry.erase("params");
-            entry["series"] = series;
-            runs.push_back(entry);
-          }
-          if (!write(SseEvent("update",
-                              json{{"states", StateCounts(sweep->run_counts)}, {"runs", runs}}))) {
-            return;
-          }
-          const absl::Time until = absl::Now() + options_.live_poll;
-          while (absl::Now() < until && !options_.stopping()) {
-            std::this_thread::sleep_for(std::chrono::milliseconds(200));
-          }
-        }
-      };
-      return r;
-    }
-    if ((sub == "cancel" || sub == "resume") && request.method == "POST") {
+    if (get && sub.empty()) return GetSweep(name);
+    if (get && sub == "runs") return SweepRuns(request, name);
+    if (get && sub == "pivot") return SweepPivot(request, name);
+    if (get && sub == "groups") return SweepGroups(request, name);
+    if (get && sub == "live") return SweepLive(request, name);
+    if (method == "POST" && (sub == "cancel" || sub == "resume")) {
       absl::StatusOr<int64_t> changed =
           sub == "cancel" ? scheduler_->CancelSweep(name, who, "cancelled from the dashboard")
                           : scheduler_->ResumeSweep(name, who);
       if (!changed.ok()) return Error(changed.status());
       return Json(json{{"sweep", name}, {"runs_affected", *changed}});
     }
-    return not_found();
   }
-
-  // ---- /api/v1/runs/{id}[/...]
-  if (parts[0] == "runs" && parts.size() >= 2 && parts.size() <= 3) {
+  if (n >= 2 && n <= 3 && parts[0] == "runs") {
     std::optional<int64_t> id = ParseInt64(parts[1]);
     if (!id || *id <= 0) {
       return Error(absl::StatusCode::kInvalidArgument,
                    StrCat("run id '", parts[1], "' is not a positive integer"));
     }
-    const std::string sub = parts.size() == 3 ? parts[2] : "";
-    if (sub.empty() && get) {
-      absl::StatusOr<RunDetails> details = scheduler_->GetRun(*id);
-      if (!details.ok()) return Error(details.status());
-      absl::StatusOr<std::vector<store::AttemptRecord>> attempts = scheduler_->ListAttempts(*id);
-      if (!attempts.ok()) return Error(attempts.status());
-      const RunRecord& run = details->info.run;
-      store::RunRow row;
-      row.run = run;
-      row.worker_id = details->info.worker_id;
-      row.step = details->info.step;
-      json summaries = json::array();
-      for (const store::MetricSummary& s : details->summaries) {
-        row.step = std::max(row.step, s.latest_step);
-        summaries.push_back(json{{"name", s.name},
-                                 {"latest_step", s.latest_step},
-                                 {"latest", Num(s.latest_value)},
-                                 {"final", s.final_value ? Num(*s.final_value) : json(nullptr)}});
-      }
-      json out = RunRowJson(row, nullptr);
-      out["config_yaml"] = run.config_yaml;
-      out["waiting_reason"] = details->info.waiting_reason;
-      out["parent_run_id"] = run.parent_run_id ? json(*run.parent_run_id) : json(nullptr);
-      out["max_attempts"] = run.max_attempts;
-      out["memory_estimate_bytes"] = run.memory_estimate_bytes;
-      out["stored_params"] = run.stored_params;
-      out["effective_params"] = run.effective_params;
-      out["created_us"] = run.created_us;
-      out["summaries"] = summaries;
-      json events = json::array();
-      for (const store::EventRecord& e : details->events) {
-        events.push_back(json{{"at_us", e.at_us},
-                              {"from", e.from_state},
-                              {"to", e.to_state},
-                              {"who", e.who},
-                              {"why", e.why}});
-      }
-      out["events"] = events;
-      json checkpoints = json::array();
-      for (const store::CheckpointRecord& c : details->checkpoints) {
-        checkpoints.push_back(json{{"step", c.step},
-                                   {"attempt", c.attempt},
-                                   {"sha256", c.sha256},
-                                   {"size_bytes", c.size_bytes},
-                                   {"created_us", c.created_us}});
-      }
-      out["checkpoints"] = checkpoints;
-      json tries = json::array();
-      for (const store::AttemptRecord& a : *attempts) {
-        tries.push_back(
-            json{{"attempt", a.attempt},
-                 {"worker", a.worker_id},
-                 {"leased_us", a.leased_us},
-                 {"started_us", a.started_us ? json(*a.started_us) : json(nullptr)},
-                 {"ended_us", a.ended_us ? json(*a.ended_us) : json(nullptr)},
-                 {"outcome", a.outcome ? json(std::string(store::AttemptOutcomeName(*a.outcome)))
-                                       : json(nullptr)},
-                 {"reason", a.reason}});
-      }
-      out["attempts"] = tries;
-      return Json(out);
+    if (get && sub.empty()) return GetRun(*id);
+    if (get && sub == "series") return RunSeries(request, *id);
+    if (get && sub == "log") return RunLogLines(request, *id);
+    if (get && sub == "live") return RunLive(request, *id);
+    if (method == "POST" && (sub == "cancel" || sub == "resume" || sub == "extend")) {
+      return RunAction(request, *id, sub, who);
     }
-    if (sub == "series" && get) {
-      store::SeriesRequest s;
-      s.run_id = *id;
-      s.metric = request.Query("metric");
-      if (s.metric.empty()) {
-        return Error(absl::StatusCode::kInvalidArgument, "series needs metric=<name>");
-      }
-      std::optional<int64_t> points = QueryInt(request, "points", 1000, 1, 20000, &bad);
-      if (!points) return Error(bad);
-      s.max_points = *points;
-      if (!request.Query("from").empty()) {
-        s.from_step = QueryInt(request, "from", 0, 0, INT64_MAX, &bad);
-        if (!s.from_step) return Error(bad);
-      }
-      if (!request.Query("to").empty()) {
-        s.to_step = QueryInt(request, "to", 0, 0, INT64_MAX, &bad);
-        if (!s.to_step) return Error(bad);
-      }
-      absl::StatusOr<store::Series> series = scheduler_->MetricSeries(s);
-      if (!series.ok()) return Error(series.status());
-      return Json(SeriesJson(*series));
-    }
-    if (sub == "log" && get) {
-      std::optional<int64_t> after = QueryInt(request, "after", 0, 0, INT64_MAX, &bad);
-      std::optional<int64_t> limit = QueryInt(request, "limit", 1000, 1, 10000, &bad);
-      if (!after || !limit) return Error(bad);
-      absl::StatusOr<std::vector<store::LogLine>> lines = scheduler_->RunLog(*id, *after, *limit);
-      if (!lines.ok()) return Error(lines.status());
-      json out = json::array();
-      for (const store::LogLine& l : *lines) {
-        out.push_back(json{
-            {"id", l.id}, {"attempt", l.attempt}, {"at_us", l.wall_time_us}, {"text", l.text}});
-      }
-      return Json(json{{"lines", out}});
-    }
-    if (sub == "live" && get) {
-      // Server-sent events following one run: new points of every metric after `after` (a step),
-      // new log lines after `log_after` (a line id), and its state; "end" when it finishes.
-      std::optional<int64_t> after = QueryInt(request, "after", 0, 0, INT64_MAX, &bad);
-      std::optional<int64_t> log_after = QueryInt(request, "log_after", 0, 0, INT64_MAX, &bad);
-      if (!after || !log_after) return Error(bad);
-      absl::StatusOr<RunDetails> exists = scheduler_->GetRun(*id);
-      if (!exists.ok()) return Error(exists.status());
-      Response r;
-      r.content_type = "text/event-stream";
-      const int64_t run_id = *id;
-      r.stream = [this, run_id, first = *after, log_first = *log_after](const StreamWriter& write) {
-        std::map<std::string, int64_t> seen;
-        int64_t log_seen = log_first;
-        bool gone = false;
-        absl::Status followed = scheduler_->FollowRun(
-            run_id, /*follow=*/true, options_.live_poll, [this] { return options_.stopping(); },
-            [&](const RunRecord& run, bool last) -> absl::StatusOr<bool> {
-              absl::StatusOr<std::vector<store::MetricSummary>> names =
-                  scheduler_->RunSummaries(run_id);
-              if (!names.ok()) return names.status();
-              json series = json::object();
-              int64_t step = 0;
-              for (const store::MetricSummary& m : *names) {
-                step = std::max(step, m.latest_step);
-                auto it = seen.find(m.name);
-                const int64_t from = (it == seen.end() ? first : it->second) + 1;
-                if (m.latest_step < from) continue;
-                store::SeriesRequest s;
-                s.run_id = run_id;
-                s.metric = m.name;
-                s.from_step = from;
-                s.max_points = 1000;
-                absl::StatusOr<store::Series> got = scheduler_->MetricSeries(s);
-                if (!got.ok() || got->points.empty()) continue;
-                seen[m.name] = got->points.back().step;
-                series[m.name] = SeriesJson(*got);
-              }
-              json log = json::array();
-              absl::StatusOr<std::vector<store::LogLine>> lines =
-                  scheduler_->RunLog(run_id, log_seen, 1000);
-              if (lines.ok()) {
-                for (const store::LogLine& l : *lines) {
-                  log.push_back(json{{"id", l.id},
-                                     {"attempt", l.attempt},
-                                     {"at_us", l.wall_time_us},
-                                     {"text", l.text}});
-                  log_seen = l.id;
-                }
-              }
-              const bool news = !series.empty() || !log.empty();
-              json data{{"state", std::string(store::RunStateName(run.state))},
-                        {"step", step},
-                        {"attempt", run.attempt},
-                        {"series", series},
-                        {"log", log}};
-              const std::string chunk =
-                  news || last ? SseEvent(last ? "end" : "update", data) : std::string(":\n\n");
-              if (!write(chunk)) {
-                gone = true;
-                return false;
-              }
-              return true;
-            });
-        if (!followed.ok() && !gone) {
-          write(SseEvent("error", json{{"error", Message(followed)}}));
-        }
-      };
-      return r;
-    }
-    if (request.method == "POST" && (sub == "cancel" || sub == "resume" || sub == "extend")) {
-      json body = json::object();
-      if (!request.body.empty()) {
-        body = json::parse(request.body, nullptr, /*allow_exceptions=*/false);
-        if (body.is_discarded() || !body.is_object()) {
-          return Error(absl::StatusCode::kInvalidArgument, "the request body is not a JSON object");
-        }
-      }
-      absl::StatusOr<RunRecord> result;
-      if (sub == "cancel") {
-        std::string reason = "cancelled from the dashboard";
-        if (body.contains("reason")) {
-          if (!body["reason"].is_string()) {
-            return Error(absl::StatusCode::kInvalidArgument, "reason must be a string");
-          }
-          reason = body["reason"].get<std::string>();
-        }
-        result = scheduler_->CancelRun(*id, who, reason);
-      } else if (sub == "resume") {
-        result = scheduler_->ResumeRun(*id, who);
-      } else {
-        if (!body.contains("total_steps") || !body["total_steps"].is_number_integer()) {
-          return Error(absl::StatusCode::kInvalidArgument,
-                       "extend needs {\"total_steps\": <integer above the run's steps>}");
-        }
-        result = scheduler_->ExtendRun(*id, body["total_steps"].get<int64_t>(), who);
-      }
-      if (!result.ok()) return Error(result.status());
-      return Json(json{{"id", result->id},
-                       {"state", std::string(store::RunStateName(result->state))},
-                       {"steps", result->steps},
-                       {"cancel_requested", result->cancel_requested}});
-    }
-    return not_found();
   }
+  return Error(absl::StatusCode::kNotFound,
+               StrCat("no API endpoint ", method, " ", request.path, " (see docs/dashboard.md)"));
+}
 
-  // ---- GET /api/v1/workers
-  if (parts[0] == "workers" && parts.size() == 1 && get) {
-    json out = json::array();
-    for (const WorkerStatus& w : scheduler_->ListWorkers()) {
-      out.push_back(json{{"id", w.info.id},
-                         {"hostname", w.info.hostname},
-                         {"version", w.info.version},
-                         {"device_kind", w.info.device_kind},
-                         {"device_name", w.info.device_name},
-                         {"memory_bytes", w.info.memory_bytes},
-                         {"free_disk_bytes", w.info.free_disk_bytes},
-                         {"state", w.state},
-                         {"run_id", w.run_id},
-                         {"last_seen_us", w.last_seen_us}});
+Response Dashboard::ListSweeps() {
+  absl::StatusOr<std::vector<store::SweepProgress>> sweeps = scheduler_->ListSweepProgress();
+  if (!sweeps.ok()) return Error(sweeps.status());
+  json out = json::array();
+  for (const store::SweepProgress& p : *sweeps) {
+    int64_t total = 0, finished = 0;
+    for (const auto& [state, n] : p.sweep.run_counts) {
+      total += n;
+      if (store::IsTerminal(state)) finished += n;
     }
-    return Json(json{{"workers", out}});
+    json eta = nullptr;
+    const int64_t left = p.planned_tokens - p.done_tokens;
+    if (p.tokens_per_s > 0 && left > 0) eta = static_cast<double>(left) / p.tokens_per_s;
+    out.push_back(json{{"name", p.sweep.name},
+                       {"id", p.sweep.id},
+                       {"cancelled", p.sweep.cancelled},
+                       {"priority", p.sweep.priority},
+                       {"created_by", p.sweep.created_by},
+                       {"created_us", p.sweep.created_us},
+                       {"runs", total},
+                       {"finished", finished},
+                       {"states", StateCounts(p.sweep.run_counts)},
+                       {"train_runs", p.train_runs},
+                       {"planned_tokens", p.planned_tokens},
+                       {"done_tokens", p.done_tokens},
+                       {"tokens_per_s", Num(p.tokens_per_s)},
+                       {"eta_s", eta}});
   }
-  return not_found();
+  return Json(json{{"sweeps", out}});
+}
+
+Response Dashboard::GetSweep(const std::string& name) {
+  absl::Status bad;
+  absl::StatusOr<store::SweepRecord> sweep = scheduler_->GetSweep(name);
+  if (!sweep.ok()) return Error(sweep.status());
+  std::shared_ptr<const store::SweepKeys> keys = Keys(name, &bad);
+  if (!keys) return Error(bad);
+  return Json(json{{"name", sweep->name},
+                   {"id", sweep->id},
+                   {"cancelled", sweep->cancelled},
+                   {"priority", sweep->priority},
+                   {"created_by", sweep->created_by},
+                   {"created_us", sweep->created_us},
+                   {"states", StateCounts(sweep->run_counts)},
+                   {"varying", keys->varying},
+                   {"metrics", keys->metrics},
+                   {"spec", sweep->spec_text}});
+}
+
+Response Dashboard::SweepRuns(const Request& request, const std::string& name) {
+  absl::Status bad;
+  store::RunPageRequest page;
+  page.filter.sweeps = {name};
+  for (const std::string& s : SplitList(request.Query("state"))) {
+    std::optional<RunState> state = store::ParseRunState(s);
+    if (!state) {
+      return Error(absl::StatusCode::kInvalidArgument,
+                   StrCat("state '", s,
+                          "' is not one of QUEUED, BLOCKED, LEASED, RUNNING, SUCCEEDED, "
+                          "FAILED, CANCELLED"));
+    }
+    page.filter.states.push_back(*state);
+  }
+  const std::string kind = request.Query("kind", "train");
+  if (kind != "all") {
+    std::optional<JobKind> k = ParseJobKind(kind);
+    if (!k) {
+      return Error(absl::StatusCode::kInvalidArgument,
+                   StrCat("kind '", kind, "' is not one of train, eval, all"));
+    }
+    page.filter.kinds = {*k};
+  }
+  page.filter.params = ParamFilter(request);
+  page.metrics =
+      request.query.count("metrics") ? SplitList(request.Query("metrics")) : kTableMetrics;
+  if (page.metrics.size() > 32) {
+    return Error(absl::StatusCode::kInvalidArgument, "at most 32 metrics per page");
+  }
+  page.sort = request.Query("sort", "id");
+  const std::string order = request.Query("order", "asc");
+  if (order != "asc" && order != "desc") {
+    return Error(absl::StatusCode::kInvalidArgument,
+                 StrCat("order '", order, "' is not asc or desc"));
+  }
+  page.descending = order == "desc";
+  std::optional<int64_t> offset = QueryInt(request, "offset", 0, 0, INT64_MAX, &bad);
+  std::optional<int64_t> limit = QueryInt(request, "limit", 50, 1, 5000, &bad);
+  if (!offset || !limit) return Error(bad);
+  page.offset = *offset;
+  page.limit = *limit;
+  std::shared_ptr<const store::SweepKeys> keys = Keys(name, &bad);
+  if (!keys) return Error(bad);
+  absl::StatusOr<store::RunPage> result = scheduler_->ListRunPage(page);
+  if (!result.ok()) return Error(result.status());
+  const bool all_params = request.Query("params") == "all";
+  json rows = json::array();
+  for (const store::RunRow& row : result->rows) {
+    rows.push_back(RunRowJson(row, all_params ? nullptr : &keys->varying));
+  }
+  return Json(json{{"total", result->total},
+                   {"offset", page.offset},
+                   {"limit", page.limit},
+                   {"varying", keys->varying},
+                   {"metrics", page.metrics},
+                   {"runs", rows}});
+}
+
+Response Dashboard::SweepPivot(const Request& request, const std::string& name) {
+  store::PivotRequest pivot;
+  pivot.filter.sweeps = {name};
+  pivot.filter.kinds = {JobKind::kTrain};
+  pivot.metric = request.Query("metric", "rho_max");
+  pivot.row_key = request.Query("rows");
+  pivot.col_key = request.Query("cols");
+  if (pivot.row_key.empty() || pivot.col_key.empty()) {
+    return Error(absl::StatusCode::kInvalidArgument,
+                 "pivot needs rows=<config key> and cols=<config key>");
+  }
+  const std::string value = request.Query("value", "latest");
+  if (value != "final" && value != "latest") {
+    return Error(absl::StatusCode::kInvalidArgument,
+                 StrCat("value '", value, "' is not final or latest"));
+  }
+  pivot.field = value == "final" ? store::SummaryField::kFinal : store::SummaryField::kLatest;
+  absl::StatusOr<store::PivotTable> table = scheduler_->Pivot(pivot);
+  if (!table.ok()) return Error(table.status());
+  json cells = json::array();
+  for (const auto& row : table->cells) {
+    json r = json::array();
+    for (const store::CellStats& c : row) {
+      r.push_back(json{{"mean", c.n ? Num(c.mean) : json(nullptr)},
+                       {"std", c.n > 1 ? Num(c.std) : json(nullptr)},
+                       {"n", c.n}});
+    }
+    cells.push_back(r);
+  }
+  return Json(json{{"metric", table->metric},
+                   {"rows", table->row_key},
+                   {"cols", table->col_key},
+                   {"value", value},
+                   {"row_values", table->row_values},
+                   {"col_values", table->col_values},
+                   {"cells", cells}});
+}
+
+Response Dashboard::SweepGroups(const Request& request, const std::string& name) {
+  absl::Status bad;
+  // Runs grouped by one config key: per group the mean and standard deviation over its runs
+  // (seeds) of a metric, on a common grid of steps.
+  const std::string by = request.Query("by");
+  const std::string metric = request.Query("metric", "loss");
+  if (by.empty()) return Error(absl::StatusCode::kInvalidArgument, "groups needs by=<config key>");
+  std::optional<int64_t> points = QueryInt(request, "points", 100, 2, 1000, &bad);
+  std::optional<int64_t> max_runs = QueryInt(request, "max_runs", 200, 1, 1000, &bad);
+  if (!points || !max_runs) return Error(bad);
+  store::RunPageRequest page;
+  page.filter.sweeps = {name};
+  page.filter.kinds = {JobKind::kTrain};
+  page.filter.params = ParamFilter(request);
+  page.sort = StrCat("param:", by);
+  page.limit = *max_runs;
+  absl::StatusOr<store::RunPage> runs = scheduler_->ListRunPage(page);
+  if (!runs.ok()) return Error(runs.status());
+  struct RunCurve {
+    std::string group;
+    std::vector<store::SeriesPoint> points;
+  };
+  std::vector<RunCurve> curves;
+  int64_t max_step = 0;
+  for (const store::RunRow& row : runs->rows) {
+    store::SeriesRequest s;
+    s.run_id = row.run.id;
+    s.metric = metric;
+    s.max_points = *points;
+    absl::StatusOr<store::Series> series = scheduler_->MetricSeries(s);
+    if (!series.ok() || series->points.empty()) continue;
+    auto it = row.run.params.find(by);
+    RunCurve c{it == row.run.params.end() ? std::string("(none)") : it->second,
+               std::move(series->points)};
+    max_step = std::max(max_step, c.points.back().step);
+    curves.push_back(std::move(c));
+  }
+  const int64_t g = *points;
+  std::vector<std::string> order;
+  std::map<std::string, std::vector<std::vector<double>>> values;  // group -> [bin] -> runs
+  std::map<std::string, int64_t> members;
+  for (const RunCurve& c : curves) {
+    auto [it, fresh] = values.try_emplace(c.group, g);
+    if (fresh) order.push_back(c.group);
+    ++members[c.group];
+    std::vector<double> sum(g, 0), count(g, 0);
+    for (const store::SeriesPoint& p : c.points) {
+      if (!std::isfinite(p.value)) continue;
+      const int64_t bin = std::min(g - 1, p.step * g / (max_step + 1));
+      sum[bin] += p.value;
+      ++count[bin];
+    }
+    for (int64_t b = 0; b < g; ++b) {
+      if (count[b] > 0) it->second[b].push_back(sum[b] / count[b]);
+    }
+  }
+  json groups = json::array();
+  for (const std::string& group : order) {
+    json steps = json::array(), mean = json::array(), sd = json::array(), n = json::array();
+    const auto& bins = values[group];
+    for (int64_t b = 0; b < g; ++b) {
+      if (bins[b].empty()) continue;
+      double m = 0;
+      for (double v : bins[b]) m += v;
+      m /= static_cast<double>(bins[b].size());
+      double var = 0;
+      for (double v : bins[b]) var += (v - m) * (v - m);
+      const size_t k = bins[b].size();
+      steps.push_back((b + 1) * (max_step + 1) / g);
+      mean.push_back(Num(m));
+      sd.push_back(k > 1 ? Num(std::sqrt(var / static_cast<double>(k - 1))) : json(nullptr));
+      n.push_back(k);
+    }
+    groups.push_back(json{{"value", group},
+                          {"runs", members[group]},
+                          {"step", steps},
+                          {"mean", mean},
+                          {"std", sd},
+                          {"n", n}});
+  }
+  return Json(json{{"by", by},
+                   {"metric", metric},
+                   {"runs", curves.size()},
+                   {"truncated", runs->total > static_cast<int64_t>(runs->rows.size())},
+                   {"groups", groups}});
+}
+
+Response Dashboard::SweepLive(const Request& request, const std::string& name) {
+  // Server-sent events: every live_poll, the new points of the sweep's running runs.
+  std::vector<std::string> metrics = request.query.count("metrics")
+                                         ? SplitList(request.Query("metrics"))
+                                         : std::vector<std::string>{"loss", "rho_max"};
+  if (metrics.size() > 8) return Error(absl::StatusCode::kInvalidArgument, "at most 8 metrics");
+  absl::StatusOr<store::SweepRecord> sweep = scheduler_->GetSweep(name);
+  if (!sweep.ok()) return Error(sweep.status());
+  Response r;
+  r.content_type = "text/event-stream";
+  r.stream = [this, name, metrics](const StreamWriter& write) {
+    std::map<std::pair<int64_t, std::string>, int64_t> seen;  // (run, metric) -> last step
+    while (!options_.stopping() && !scheduler_->shutting_down()) {
+      store::RunPageRequest page;
+      page.filter.sweeps = {name};
+      page.filter.states = {RunState::kRunning};
+      page.metrics = kTableMetrics;
+      page.sort = "updated";
+      page.descending = true;
+      page.limit = options_.live_runs;
+      absl::StatusOr<store::RunPage> running = scheduler_->ListRunPage(page);
+      absl::StatusOr<store::SweepRecord> sweep = scheduler_->GetSweep(name);
+      if (!running.ok() || !sweep.ok()) {
+        write(SseEvent(
+            "error", json{{"error", Message(!running.ok() ? running.status() : sweep.status())}}));
+        return;
+      }
+      json runs = json::array();
+      for (const store::RunRow& row : running->rows) {
+        json series = json::object();
+        for (const std::string& metric : metrics) {
+          store::SeriesRequest s;
+          s.run_id = row.run.id;
+          s.metric = metric;
+          s.max_points = 500;
+          auto key = std::make_pair(row.run.id, metric);
+          if (auto it = seen.find(key); it != seen.end()) s.from_step = it->second + 1;
+          absl::StatusOr<store::Series> got = scheduler_->MetricSeries(s);
+          if (!got.ok() || got->points.empty()) continue;
+          seen[key] = got->points.back().step;
+          series[metric] = SeriesJson(*got);
+        }
+        json entry = RunRowJson(row, nullptr);
+        entry.erase("params");
+        entry["series"] = series;
+        runs.push_back(entry);
+      }
+      if (!write(SseEvent("update",
+                          json{{"states", StateCounts(sweep->run_counts)}, {"runs", runs}}))) {
+        return;
+      }
+      const absl::Time until = absl::Now() + options_.live_poll;
+      while (absl::Now() < until && !options_.stopping()) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      }
+    }
+  };
+  return r;
+}
+
+Response Dashboard::GetRun(int64_t id) {
+  absl::StatusOr<RunDetails> details = scheduler_->GetRun(id);
+  if (!details.ok()) return Error(details.status());
+  absl::StatusOr<std::vector<store::AttemptRecord>> attempts = scheduler_->ListAttempts(id);
+  if (!attempts.ok()) return Error(attempts.status());
+  const RunRecord& run = details->info.run;
+  store::RunRow row;
+  row.run = run;
+  row.worker_id = details->info.worker_id;
+  row.step = details->info.step;
+  json summaries = json::array();
+  for (const store::MetricSummary& s : details->summaries) {
+    row.step = std::max(row.step, s.latest_step);
+    summaries.push_back(json{{"name", s.name},
+                             {"latest_step", s.latest_step},
+                             {"latest", Num(s.latest_value)},
+                             {"final", s.final_value ? Num(*s.final_value) : json(nullptr)}});
+  }
+  json out = RunRowJson(row, nullptr);
+  out["config_yaml"] = run.config_yaml;
+  out["waiting_reason"] = details->info.waiting_reason;
+  out["parent_run_id"] = run.parent_run_id ? json(*run.parent_run_id) : json(nullptr);
+  out["max_attempts"] = run.max_attempts;
+  out["memory_estimate_bytes"] = run.memory_estimate_bytes;
+  out["stored_params"] = run.stored_params;
+  out["effective_params"] = run.effective_params;
+  out["created_us"] = run.created_us;
+  out["summaries"] = summaries;
+  json events = json::array();
+  for (const store::EventRecord& e : details->events) {
+    events.push_back(json{{"at_us", e.at_us},
+                          {"from", e.from_state},
+                          {"to", e.to_state},
+                          {"who", e.who},
+                          {"why", e.why}});
+  }
+  out["events"] = events;
+  json checkpoints = json::array();
+  for (const store::CheckpointRecord& c : details->checkpoints) {
+    checkpoints.push_back(json{{"step", c.step},
+                               {"attempt", c.attempt},
+                               {"sha256", c.sha256},
+                               {"size_bytes", c.size_bytes},
+                               {"created_us", c.created_us}});
+  }
+  out["checkpoints"] = checkpoints;
+  json tries = json::array();
+  for (const store::AttemptRecord& a : *attempts) {
+    tries.push_back(
+        json{{"attempt", a.attempt},
+             {"worker", a.worker_id},
+             {"leased_us", a.leased_us},
+             {"started_us", a.started_us ? json(*a.started_us) : json(nullptr)},
+             {"ended_us", a.ended_us ? json(*a.ended_us) : json(nullptr)},
+             {"outcome",
+              a.outcome ? json(std::string(store::AttemptOutcomeName(*a.outcome))) : json(nullptr)},
+             {"reason", a.reason}});
+  }
+  out["attempts"] = tries;
+  return Json(out);
+}
+
+Response Dashboard::RunSeries(const Request& request, int64_t id) {
+  absl::Status bad;
+  store::SeriesRequest s;
+  s.run_id = id;
+  s.metric = request.Query("metric");
+  if (s.metric.empty()) {
+    return Error(absl::StatusCode::kInvalidArgument, "series needs metric=<name>");
+  }
+  std::optional<int64_t> points = QueryInt(request, "points", 1000, 1, 20000, &bad);
+  if (!points) return Error(bad);
+  s.max_points = *points;
+  if (!request.Query("from").empty()) {
+    s.from_step = QueryInt(request, "from", 0, 0, INT64_MAX, &bad);
+    if (!s.from_step) return Error(bad);
+  }
+  if (!request.Query("to").empty()) {
+    s.to_step = QueryInt(request, "to", 0, 0, INT64_MAX, &bad);
+    if (!s.to_step) return Error(bad);
+  }
+  absl::StatusOr<store::Series> series = scheduler_->MetricSeries(s);
+  if (!series.ok()) return Error(series.status());
+  return Json(SeriesJson(*series));
+}
+
+Response Dashboard::RunLogLines(const Request& request, int64_t id) {
+  absl::Status bad;
+  std::optional<int64_t> after = QueryInt(request, "after", 0, 0, INT64_MAX, &bad);
+  std::optional<int64_t> limit = QueryInt(request, "limit", 1000, 1, 10000, &bad);
+  if (!after || !limit) return Error(bad);
+  absl::StatusOr<std::vector<store::LogLine>> lines = scheduler_->RunLog(id, *after, *limit);
+  if (!lines.ok()) return Error(lines.status());
+  json out = json::array();
+  for (const store::LogLine& l : *lines) {
+    out.push_back(
+        json{{"id", l.id}, {"attempt", l.attempt}, {"at_us", l.wall_time_us}, {"text", l.text}});
+  }
+  return Json(json{{"lines", out}});
+}
+
+Response Dashboard::RunLive(const Request& request, int64_t id) {
+  absl::Status bad;
+  // Server-sent events following one run: new points of every metric after `after` (a step),
+  // new log lines after `log_after` (a line id), and its state; "end" when it finishes.
+  std::optional<int64_t> after = QueryInt(request, "after", 0, 0, INT64_MAX, &bad);
+  std::optional<int64_t> log_after = QueryInt(request, "log_after", 0, 0, INT64_MAX, &bad);
+  if (!after || !log_after) return Error(bad);
+  absl::StatusOr<RunDetails> exists = scheduler_->GetRun(id);
+  if (!exists.ok()) return Error(exists.status());
+  Response r;
+  r.content_type = "text/event-stream";
+  r.stream = [this, run_id = id, first = *after,
+              log_first = *log_after](const StreamWriter& write) {
+    std::map<std::string, int64_t> seen;
+    int64_t log_seen = log_first;
+    bool gone = false;
+    absl::Status followed = scheduler_->FollowRun(
+        run_id, /*follow=*/true, options_.live_poll, [this] { return options_.stopping(); },
+        [&](const RunRecord& run, bool last) -> absl::StatusOr<bool> {
+          absl::StatusOr<std::vector<store::MetricSummary>> names =
+              scheduler_->RunSummaries(run_id);
+          if (!names.ok()) return names.status();
+          json series = json::object();
+          int64_t step = 0;
+          for (const store::MetricSummary& m : *names) {
+            step = std::max(step, m.latest_step);
+            auto it = seen.find(m.name);
+            const int64_t from = (it == seen.end() ? first : it->second) + 1;
+            if (m.latest_step < from) continue;
+            store::SeriesRequest s;
+            s.run_id = run_id;
+            s.metric = m.name;
+            s.from_step = from;
+            s.max_points = 1000;
+            absl::StatusOr<store::Series> got = scheduler_->MetricSeries(s);
+            if (!got.ok() || got->points.empty()) continue;
+            seen[m.name] = got->points.back().step;
+            series[m.name] = SeriesJson(*got);
+          }
+          json log = json::array();
+          absl::StatusOr<std::vector<store::LogLine>> lines =
+              scheduler_->RunLog(run_id, log_seen, 1000);
+          if (lines.ok()) {
+            for (const store::LogLine& l : *lines) {
+              log.push_back(json{{"id", l.id},
+                                 {"attempt", l.attempt},
+                                 {"at_us", l.wall_time_us},
+                                 {"text", l.text}});
+              log_seen = l.id;
+            }
+          }
+          const bool news = !series.empty() || !log.empty();
+          json data{{"state", std::string(store::RunStateName(run.state))},
+                    {"step", step},
+                    {"attempt", run.attempt},
+                    {"series", series},
+                    {"log", log}};
+          const std::string chunk =
+              news || last ? SseEvent(last ? "end" : "update", data) : std::string(":\n\n");
+          if (!write(chunk)) {
+            gone = true;
+            return false;
+          }
+          return true;
+        });
+    if (!followed.ok() && !gone) {
+      write(SseEvent("error", json{{"error", Message(followed)}}));
+    }
+  };
+  return r;
+}
+
+Response Dashboard::RunAction(const Request& request, int64_t id, const std::string& action,
+                              const std::string& who) {
+  json body = json::object();
+  if (!request.body.empty()) {
+    body = json::parse(request.body, nullptr, /*allow_exceptions=*/false);
+    if (body.is_discarded() || !body.is_object()) {
+      return Error(absl::StatusCode::kInvalidArgument, "the request body is not a JSON object");
+    }
+  }
+  absl::StatusOr<RunRecord> result;
+  if (action == "cancel") {
+    std::string reason = "cancelled from the dashboard";
+    if (body.contains("reason")) {
+      if (!body["reason"].is_string()) {
+        return Error(absl::StatusCode::kInvalidArgument, "reason must be a string");
+      }
+      reason = body["reason"].get<std::string>();
+    }
+    result = scheduler_->CancelRun(id, who, reason);
+  } else if (action == "resume") {
+    result = scheduler_->ResumeRun(id, who);
+  } else {
+    if (!body.contains("total_steps") || !body["total_steps"].is_number_integer()) {
+      return Error(absl::StatusCode::kInvalidArgument,
+                   "extend needs {\"total_steps\": <integer above the run's steps>}");
+    }
+    result = scheduler_->ExtendRun(id, body["total_steps"].get<int64_t>(), who);
+  }
+  if (!result.ok()) return Error(result.status());
+  return Json(json{{"id", result->id},
+                   {"state", std::string(store::RunStateName(result->state))},
+                   {"steps", result->steps},
+                   {"cancel_requested", result->cancel_requested}});
+}
+
+Response Dashboard::ListWorkers() {
+  json out = json::array();
+  for (const WorkerStatus& w : scheduler_->ListWorkers()) {
+    out.push_back(json{{"id", w.info.id},
+                       {"hostname", w.info.hostname},
+                       {"version", w.info.version},
+                       {"device_kind", w.info.device_kind},
+                       {"device_name", w.info.device_name},
+                       {"memory_bytes", w.info.memory_bytes},
+                       {"free_disk_bytes", w.info.free_disk_bytes},
+                       {"state", w.state},
+                       {"run_id", w.run_id},
+                       {"last_seen_us", w.last_seen_us}});
+  }
+  return Json(json{{"workers", out}});
 }
 
 }  // namespace cart::server::http

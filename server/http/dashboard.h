@@ -15,6 +15,7 @@
 //
 // Thread-safety: Handle is called concurrently from the HTTP server's connection threads.
 
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
@@ -56,8 +57,21 @@ class Dashboard {
   Response Handle(const Request& request);
 
  private:
-  struct Route;
+  // The API's routes (docs/dashboard.md); Api dispatches on the path.
   Response Api(const Request& request, const std::string& who);
+  Response ListSweeps();
+  Response GetSweep(const std::string& name);
+  Response SweepRuns(const Request& request, const std::string& name);
+  Response SweepPivot(const Request& request, const std::string& name);
+  Response SweepGroups(const Request& request, const std::string& name);
+  Response SweepLive(const Request& request, const std::string& name);
+  Response GetRun(int64_t id);
+  Response RunSeries(const Request& request, int64_t id);
+  Response RunLogLines(const Request& request, int64_t id);
+  Response RunLive(const Request& request, int64_t id);
+  Response RunAction(const Request& request, int64_t id, const std::string& action,
+                     const std::string& who);
+  Response ListWorkers();
   Response Static(const Request& request);
   Response Metrics();
   // The sweep's varying keys and metric names, cached for a few seconds: computing them reads

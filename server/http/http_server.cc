@@ -81,7 +81,7 @@ void SecurityHeaders(bhttp::fields& fields) {
 }
 
 template <class Stream>
-void WriteSimple(Stream& stream, bhttp::status status, const std::string& text, bool tls) {
+void WriteSimple(Stream& stream, bhttp::status status, const std::string& text) {
   bhttp::response<bhttp::string_body> res{status, 11};
   res.set(bhttp::field::content_type, "application/json");
   res.set(bhttp::field::connection, "close");
@@ -90,7 +90,6 @@ void WriteSimple(Stream& stream, bhttp::status status, const std::string& text, 
   res.prepare_payload();
   beast::error_code ec;
   bhttp::write(stream, res, ec);
-  (void)tls;
 }
 
 }  // namespace
@@ -152,8 +151,7 @@ void HttpServer::Impl::Serve(Stream& stream) {
     if (ec == bhttp::error::body_limit) {
       WriteSimple(stream, bhttp::status::payload_too_large,
                   StrCat("{\"error\":\"request body larger than ", options.max_body_bytes,
-                         " bytes\",\"code\":\"PAYLOAD_TOO_LARGE\"}"),
-                  ssl != nullptr);
+                         " bytes\",\"code\":\"PAYLOAD_TOO_LARGE\"}"));
       return;
     }
     if (ec) return;  // closed, timed out, or not HTTP
@@ -259,8 +257,7 @@ void HttpServer::Impl::AcceptLoop() {
       if (!ssl) {
         WriteSimple(socket, bhttp::status::service_unavailable,
                     StrCat("{\"error\":\"too many connections (limit ", options.max_connections,
-                           ")\",\"code\":\"UNAVAILABLE\"}"),
-                    false);
+                           ")\",\"code\":\"UNAVAILABLE\"}"));
       }
       socket.close(ec);
       continue;

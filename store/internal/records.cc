@@ -1,5 +1,6 @@
 #include "store/internal/records.h"
 
+#include <map>
 #include <utility>
 
 #include "common/status.h"
@@ -31,6 +32,8 @@ constexpr char kSelectSweepByName[] = CART_SWEEP_SELECT "WHERE name = ?";
 constexpr char kSelectSweepById[] = CART_SWEEP_SELECT "WHERE id = ?";
 constexpr char kSelectSweepByRequest[] = CART_SWEEP_SELECT "WHERE client_request_id = ?";
 constexpr char kSelectAllSweeps[] = CART_SWEEP_SELECT "ORDER BY id";
+constexpr char kCountRunsOfEverySweep[] =
+    "SELECT sweep_id, status, count(*) FROM runs GROUP BY sweep_id, status";
 constexpr char kCountRunsBySweep[] =
     "SELECT status, count(*) FROM runs WHERE sweep_id = ? GROUP BY status ORDER BY status";
 
@@ -111,7 +114,8 @@ absl::Status ReadParams(Database& db, const Statement& row, RunRecord* run) {
       [&](const Statement& cur) { run->params[cur.ColumnText(0)] = cur.ColumnText(1); });
 }
 
-absl::StatusOr<SweepRecord> ReadSweep(Database& db, const Statement& row) {
+// A sweep row of CART_SWEEP_SELECT, without its run counts.
+SweepRecord ReadSweepFields(const Statement& row) {
   SweepRecord sweep;
   sweep.id = row.ColumnInt64(0);
   sweep.name = row.ColumnText(1);
@@ -121,6 +125,11 @@ absl::StatusOr<SweepRecord> ReadSweep(Database& db, const Statement& row) {
   sweep.priority = row.ColumnInt64(5);
   sweep.created_by = row.ColumnText(6);
   sweep.created_us = row.ColumnInt64(7);
+  return sweep;
+}
+
+absl::StatusOr<SweepRecord> ReadSweep(Database& db, const Statement& row) {
+  SweepRecord sweep = ReadSweepFields(row);
   CART_ASSIGN_OR_RETURN(auto counts, db.Cached(kCountRunsBySweep));
   counts->BindAll(sweep.id);
   CART_RETURN_IF_ERROR(counts->ForEachRow([&](const auto& cur) -> absl::Status {
@@ -227,19 +236,25 @@ absl::StatusOr<std::optional<SweepRecord>> FindSweepByRequestId(Database& db,
 }
 
 absl::StatusOr<std::vector<SweepRecord>> LoadAllSweeps(Database& db) {
-  std::vector<int64_t> ids;
+  // Two statements however many sweeps: the rows, then every sweep's counts in one grouped read.
+  std::vector<SweepRecord> out;
+  std::map<int64_t, size_t> at;  // sweep id -> index in out
   {
     CART_ASSIGN_OR_RETURN(auto select, db.Cached(kSelectAllSweeps));
     CART_RETURN_IF_ERROR(select->ForEachRow([&](const auto& cur) -> absl::Status {
-      ids.push_back(cur.ColumnInt64(0));
+      out.push_back(ReadSweepFields(cur));
+      at[out.back().id] = out.size() - 1;
       return absl::OkStatus();
     }));
   }
-  std::vector<SweepRecord> out;
-  for (int64_t id : ids) {
-    CART_ASSIGN_OR_RETURN(SweepRecord sweep, LoadSweepById(db, id));
-    out.push_back(std::move(sweep));
-  }
+  CART_ASSIGN_OR_RETURN(auto counts, db.Cached(kCountRunsOfEverySweep));
+  CART_RETURN_IF_ERROR(counts->ForEachRow([&](const auto& cur) -> absl::Status {
+    auto it = at.find(cur.ColumnInt64(0));
+    if (it == at.end()) return absl::OkStatus();
+    CART_ASSIGN_OR_RETURN(RunState state, StateColumn(cur, 1));
+    out[it->second].run_counts[state] = cur.ColumnInt64(2);
+    return absl::OkStatus();
+  }));
   return out;
 }
 

@@ -6,7 +6,7 @@
 const fs = require('fs');
 const path = require('path');
 const { chromium } = require('playwright-core');
-const { Cluster, args, waitFor } = require('./lib');
+const { Cluster, args, waitFor, tinySweep } = require('./lib');
 
 (async () => {
   const opts = args();
@@ -21,7 +21,7 @@ const { Cluster, args, waitFor } = require('./lib');
     fs.mkdirSync(evilDir, { recursive: true });
     const data = c.file('<script>alert(1)</script>.bin');
     c.synth(data, 200000);
-    fs.writeFileSync(c.file('sweep.yaml'), require('./lib').tinySweep('browser', data, 20000));
+    fs.writeFileSync(c.file('sweep.yaml'), tinySweep('browser', data, 20000));
     c.cart(['sweep', 'submit', c.file('sweep.yaml')]);
     c.startWorker('0');
     const runs = await waitFor('the run to start', async () => {

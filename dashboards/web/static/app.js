@@ -90,6 +90,12 @@
   }
   function stateChip(state) { return h('span', { class: 'state ' + state, text: state }); }
   function onLeave(fn) { cleanup.push(fn); }
+  // Draws a view now and again every `ms` until the route changes.
+  async function drawAndRefresh(draw, ms, onError) {
+    await draw();
+    const timer = setInterval(() => draw().catch(onError || fail), ms);
+    onLeave(() => clearInterval(timer));
+  }
 
   // Server-sent events over fetch, so that the bearer header can go with them (EventSource
   // cannot send headers). Calls onEvent(name, data) per event; returns a stop function.
@@ -202,9 +208,7 @@
         h('thead', {}, h('tr', {}, ['sweep', 'runs finished', 'by state', 'tokens done / planned', 'tokens/s', 'ETA', 'created'].map((t) => h('th', { text: t })))),
         h('tbody', {}, rows.length ? rows : h('tr', {}, h('td', { colspan: 7, class: 'muted', text: 'No sweeps yet: cart sweep submit FILE' })))));
     };
-    await draw();
-    const timer = setInterval(() => draw().catch(fail), 5000);
-    onLeave(() => clearInterval(timer));
+    await drawAndRefresh(draw, 5000);
   }
 
   // ---- One sweep
@@ -304,9 +308,7 @@
         h('span', { class: 'muted', text: `${data.total ? state.offset + 1 : 0}–${last} of ${data.total}` }),
         h('button', { disabled: last >= data.total, onclick: () => { state.offset += state.limit; draw().catch(fail); } }, 'next ›'));
     }
-    await draw();
-    const timer = setInterval(() => draw().catch(() => {}), 10000);
-    onLeave(() => clearInterval(timer));
+    await drawAndRefresh(draw, 10000, () => {});
   }
 
   // Live loss and ρ of the running runs: one stream for the sweep, one line per run.
@@ -576,9 +578,7 @@
           h('td', { text: fmtTime(w.last_seen_us) }), h('td', { text: w.hostname }), h('td', { text: w.version })))
           : h('tr', {}, h('td', { colspan: 8, class: 'muted', text: 'No worker has registered.' })))));
     };
-    await draw();
-    const timer = setInterval(() => draw().catch(fail), 5000);
-    onLeave(() => clearInterval(timer));
+    await drawAndRefresh(draw, 5000);
   }
 
   // ---- Routing
