@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
-# The dashboard's read side at 10,000 runs: a real cartd with one 10,000-run sweep (queued, no
-# metrics), then, per page, the API's p50 / p99 over 20 requests and the bytes it sends, and the
-# wall time of `cart sweep show` and `cart runs ls` on the same sweep. Prints figures; asserts
-# nothing. Usage: bench/dashboard_bench.sh [BUILD_DIR]
+# The dashboard's read side, printed, not asserted:
+#   1. at 10,000 runs: a real cartd with one 10,000-run sweep (queued, no metrics); per page the
+#      API's p50 / p99 over 20 requests and the bytes it sends; `cart sweep show` and `cart runs
+#      ls` on the same sweep;
+#   2. at 10 million metric points (bench-store's stage-2 database: 36 runs x 10 metrics x 27,777
+#      steps): the API behind a run's page and a sweep's pages, and the time to first chart in a
+#      real browser (bench/dashboard_browser.js, Debian chromium).
+# Usage: bench/dashboard_bench.sh [BUILD_DIR]
 set -euo pipefail
 build=${1:-build}
 dir=$(mktemp -d)
-trap 'kill $pid 2>/dev/null || true; rm -rf "$dir"' EXIT
+pid=; pid2=
+trap 'kill $pid $pid2 2>/dev/null || true; rm -rf "$dir"' EXIT
 port=$((20000 + RANDOM % 20000)); http=$((port + 1))
 "$build/bin/cartd" --listen 127.0.0.1:$port --http 127.0.0.1:$http --data-dir "$dir/cart" \
   >"$dir/cartd.log" 2>&1 &
@@ -17,7 +22,7 @@ printf 'name: big\nbase: {d: 64, vocab: 100, P: 1, R: 2, steps: 1000}\nseeds: [%
   "$seeds" >"$dir/big.yaml"
 export CART_SERVER=127.0.0.1:$port
 "$build/bin/cart" sweep submit "$dir/big.yaml" >/dev/null
-api() {  # PATH: p50 and p99 of 20 requests, and the bytes of one answer
+api() {  # PATH: p50 and p99 of 20 requests, and the bytes of one answer (port: $http)
   local times=() bytes
   for _ in $(seq 20); do
     times+=("$(curl -s -o /dev/null -w '%{time_total}' "http://127.0.0.1:$http/api/v1/$1")")
@@ -41,3 +46,21 @@ for cmd in "sweep show big" "runs ls --sweep big"; do
   end=$(date +%s.%N)
   awk -v c="$cmd" -v s="$start" -v e="$end" 'BEGIN {printf "  cart %-22s %6.2f s\n", c, e - s}'
 done
+
+echo "dashboard at 10 million metric points (building the database with bench-store):"
+"$build/bin/bench-store" --only table --dir "$dir/store" --keep | sed 's/^/  /'
+mkdir -p "$dir/big"
+mv "$dir/store/bench.db" "$dir/big/cart.db"
+http=$((http + 2))
+"$build/bin/cartd" --listen 127.0.0.1:$((port + 2)) --http 127.0.0.1:$http --data-dir "$dir/big" \
+  >"$dir/cartd2.log" 2>&1 &
+pid2=$!
+for _ in $(seq 100); do curl -sf "http://127.0.0.1:$http/healthz" >/dev/null && break; sleep 0.1; done
+api sweeps
+api sweeps/stage2
+api 'sweeps/stage2/runs?limit=50&metrics=train/loss,rho'
+api 'sweeps/stage2/pivot?metric=rho&rows=d&cols=R'
+api 'sweeps/stage2/groups?by=R&metric=train/loss&points=120'
+api runs/1
+api 'runs/1/series?metric=train/loss&points=600'
+node "$(dirname "$0")/dashboard_browser.js" "http://127.0.0.1:$http/" stage2 1 5

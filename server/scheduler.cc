@@ -120,7 +120,7 @@ void Scheduler::Shutdown() {
     shutdown_ = true;
     for (const OpenStream& s : streams_) open.push_back(s.stream);
     pollers_cv_.SignalAll();
-    runs_cv_.SignalAll();
+    for (auto& [id, watch] : run_watches_) watch.changed.SignalAll();
   }
   for (const auto& stream : open) stream->Close();
 }
@@ -140,8 +140,13 @@ void Scheduler::WakePollers() {
 
 void Scheduler::BumpRun(int64_t run_id) {
   absl::MutexLock lock(&mu_);
-  ++run_versions_[run_id];
-  runs_cv_.SignalAll();
+  BumpRunLocked(run_id);
+}
+
+void Scheduler::BumpRunLocked(int64_t run_id) {
+  RunWatch& watch = run_watches_[run_id];
+  ++watch.version;
+  if (watch.waiters > 0) watch.changed.SignalAll();
 }
 
 WorkerTiming Scheduler::timing() const {
@@ -535,8 +540,7 @@ absl::StatusOr<int64_t> Scheduler::AppendMetrics(int64_t run_id, int64_t attempt
     absl::MutexLock lock(&mu_);
     int64_t& progress = progress_[run_id];
     progress = std::max(progress, acked);
-    ++run_versions_[run_id];
-    runs_cv_.SignalAll();
+    BumpRunLocked(run_id);
   }
   return acked;
 }
@@ -750,16 +754,19 @@ absl::StatusOr<std::vector<RunInfo>> Scheduler::ListRuns(const store::RunFilter&
 
 int64_t Scheduler::RunVersion(int64_t run_id) {
   absl::MutexLock lock(&mu_);
-  auto it = run_versions_.find(run_id);
-  return it == run_versions_.end() ? 0 : it->second;
+  auto it = run_watches_.find(run_id);
+  return it == run_watches_.end() ? 0 : it->second.version;
 }
 
 int64_t Scheduler::WaitForRunChange(int64_t run_id, int64_t seen, absl::Time deadline) {
   absl::MutexLock lock(&mu_);
-  while (!shutdown_ && run_versions_[run_id] == seen) {
-    if (runs_cv_.WaitWithDeadline(&mu_, deadline)) break;
+  RunWatch& watch = run_watches_[run_id];  // map nodes stay put while others are added
+  ++watch.waiters;
+  while (!shutdown_ && watch.version == seen) {
+    if (watch.changed.WaitWithDeadline(&mu_, deadline)) break;
   }
-  return run_versions_[run_id];
+  --watch.waiters;
+  return watch.version;
 }
 
 absl::StatusOr<std::vector<store::SweepRecord>> Scheduler::ListSweeps() {

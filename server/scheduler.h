@@ -311,6 +311,7 @@ class Scheduler {
   // Wakes long polls: something may have become claimable.
   void WakePollers();
   void BumpRun(int64_t run_id);
+  void BumpRunLocked(int64_t run_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Lowers the job's micro-batch and raises its gradient accumulation (same global batch) so that
   // its estimate fits a worker with `memory_bytes`, and notes it in the run's log.
   void FitToDevice(Job& job, const std::string& worker_id, int64_t memory_bytes);
@@ -336,13 +337,19 @@ class Scheduler {
 
   absl::Mutex mu_;
   absl::CondVar pollers_cv_;  // generation_ changed or shutting down
-  absl::CondVar runs_cv_;     // a run version changed or shutting down
   SchedulerStats stats_;
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
   int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<std::string, Worker> workers_ ABSL_GUARDED_BY(mu_);
   std::vector<OpenStream> streams_ ABSL_GUARDED_BY(mu_);
-  std::map<int64_t, int64_t> run_versions_ ABSL_GUARDED_BY(mu_);
+  // Per run: a counter bumped on every change, and the followers waiting for it. A change wakes
+  // only its own run's followers, not every follower of every run.
+  struct RunWatch {
+    int64_t version = 0;
+    int waiters = 0;
+    absl::CondVar changed;  // version changed, or shutting down
+  };
+  std::map<int64_t, RunWatch> run_watches_ ABSL_GUARDED_BY(mu_);
   std::map<int64_t, int64_t> progress_ ABSL_GUARDED_BY(mu_);  // run -> latest reported step
   int64_t request_counter_ ABSL_GUARDED_BY(mu_) = 0;
 

@@ -3,8 +3,9 @@
 //   2. creating a 10,000-run sweep, seconds (median of 3)
 //   3. the ρ-by-d×R table over ~10 million metric rows, milliseconds (median of 20)
 //   4. file size per million points
-// Usage: bench-store [--points N] [--dir DIR] [--only ingest|sweep|table]
-//   N: metric rows for figure 3, default 10,000,000.
+// Usage: bench-store [--points N] [--dir DIR] [--only ingest|sweep|table] [--keep]
+//   N: metric rows for figure 3, default 10,000,000. --keep leaves DIR/bench.db (the last
+//   database built) for other benchmarks, e.g. bench/dashboard_bench.sh's 10-million-point part.
 
 #include <algorithm>
 #include <chrono>
@@ -233,6 +234,7 @@ void PrintRate(const char* what, double points, const Timing& t, const char* not
 int main(int argc, char** argv) {
   using namespace cart::store;  // NOLINT: a benchmark's main
   int64_t table_points = 10'000'000;
+  bool keep = false;
   std::string only;
   std::string dir = (std::filesystem::temp_directory_path() / "bench-store").string();
   for (int i = 1; i < argc; ++i) {
@@ -240,11 +242,14 @@ int main(int argc, char** argv) {
       table_points = cart::ParseInt64(argv[++i]).value_or(-1);
     } else if (!std::strcmp(argv[i], "--dir") && i + 1 < argc) {
       dir = argv[++i];
+    } else if (!std::strcmp(argv[i], "--keep")) {
+      keep = true;
     } else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) {
       only = argv[++i];
     } else {
       std::fprintf(stderr,
-                   "usage: bench-store [--points N] [--dir DIR] [--only ingest|sweep|table]\n");
+                   "usage: bench-store [--points N] [--dir DIR] [--only ingest|sweep|table] "
+                   "[--keep]\n");
       return 2;
     }
   }
@@ -349,7 +354,9 @@ int main(int argc, char** argv) {
                 "file size per million metric points:", mb / (static_cast<double>(points) / 1e6),
                 mb, static_cast<long long>(points));
   }
-  for (const char* suffix : {"", "-wal", "-shm"}) std::filesystem::remove(path + suffix);
+  if (!keep) {
+    for (const char* suffix : {"", "-wal", "-shm"}) std::filesystem::remove(path + suffix);
+  }
   std::printf("load average at the end: %s\n", LoadAverage().c_str());
   return 0;
 }

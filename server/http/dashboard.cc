@@ -575,8 +575,72 @@ Response Dashboard::SweepGroups(const Request& request, const std::string& name)
                    {"groups", groups}});
 }
 
+absl::StatusOr<std::string> Dashboard::SweepUpdate(const std::string& name,
+                                                   const std::vector<std::string>& metrics,
+                                                   const StepMap* since, StepMap* last_step) {
+  store::RunPageRequest page;
+  page.filter.sweeps = {name};
+  page.filter.states = {RunState::kRunning};
+  page.metrics = kTableMetrics;
+  page.sort = "updated";
+  page.descending = true;
+  page.limit = options_.live_runs;
+  CART_ASSIGN_OR_RETURN(store::RunPage running, scheduler_->ListRunPage(page));
+  CART_ASSIGN_OR_RETURN(store::SweepRecord sweep, scheduler_->GetSweep(name));
+  json runs = json::array();
+  for (const store::RunRow& row : running.rows) {
+    json series = json::object();
+    for (const std::string& metric : metrics) {
+      store::SeriesRequest s;
+      s.run_id = row.run.id;
+      s.metric = metric;
+      s.max_points = 500;
+      const auto key = std::make_pair(row.run.id, metric);
+      if (since != nullptr) {
+        if (auto it = since->find(key); it != since->end()) s.from_step = it->second + 1;
+      }
+      absl::StatusOr<store::Series> got = scheduler_->MetricSeries(s);
+      if (!got.ok() || got->points.empty()) {
+        if (since != nullptr && last_step != nullptr && since->count(key)) {
+          (*last_step)[key] = since->at(key);
+        }
+        continue;
+      }
+      if (last_step != nullptr) (*last_step)[key] = got->points.back().step;
+      series[metric] = SeriesJson(*got);
+    }
+    json entry = RunRowJson(row, nullptr);
+    entry.erase("params");
+    entry["series"] = series;
+    runs.push_back(entry);
+  }
+  return SseEvent("update", json{{"states", StateCounts(sweep.run_counts)}, {"runs", runs}});
+}
+
+absl::StatusOr<std::shared_ptr<const Dashboard::SweepFrame>> Dashboard::Frame(
+    const std::string& name, const std::vector<std::string>& metrics) {
+  const std::string key = StrCat(name, "\n", StrJoin(metrics, ","));
+  // One follower computes a frame while the others of the same moment wait and then share it.
+  absl::MutexLock compute(&frames_mu_);
+  std::shared_ptr<const SweepFrame> previous;
+  if (auto it = frames_.find(key); it != frames_.end()) previous = it->second;
+  if (previous && absl::Now() - previous->at < options_.live_poll / 2) return previous;
+  auto frame = std::make_shared<SweepFrame>();
+  frame->generation = previous ? previous->generation + 1 : 1;
+  frame->at = absl::Now();
+  CART_ASSIGN_OR_RETURN(
+      frame->event,
+      SweepUpdate(name, metrics, previous ? &previous->last_step : nullptr, &frame->last_step));
+  if (frames_.size() > 256) frames_.clear();
+  frames_[key] = frame;
+  return std::shared_ptr<const SweepFrame>(frame);
+}
+
 Response Dashboard::SweepLive(const Request& request, const std::string& name) {
-  // Server-sent events: every live_poll, the new points of the sweep's running runs.
+  // Server-sent events: every live_poll, the new points of the sweep's running runs. The points
+  // are read once per sweep and poll (a shared frame), however many pages follow the sweep; a
+  // follower that is not in step with the frames (its first event, or it missed one) reads its
+  // own catch-up of the whole series.
   std::vector<std::string> metrics = request.query.count("metrics")
                                          ? SplitList(request.Query("metrics"))
                                          : std::vector<std::string>{"loss", "rho_max"};
@@ -586,46 +650,24 @@ Response Dashboard::SweepLive(const Request& request, const std::string& name) {
   Response r;
   r.content_type = "text/event-stream";
   r.stream = [this, name, metrics](const StreamWriter& write) {
-    std::map<std::pair<int64_t, std::string>, int64_t> seen;  // (run, metric) -> last step
+    int64_t in_step = 0;  // generation of the last frame this follower has (0: none)
     while (!options_.stopping() && !scheduler_->shutting_down()) {
-      store::RunPageRequest page;
-      page.filter.sweeps = {name};
-      page.filter.states = {RunState::kRunning};
-      page.metrics = kTableMetrics;
-      page.sort = "updated";
-      page.descending = true;
-      page.limit = options_.live_runs;
-      absl::StatusOr<store::RunPage> running = scheduler_->ListRunPage(page);
-      absl::StatusOr<store::SweepRecord> sweep = scheduler_->GetSweep(name);
-      if (!running.ok() || !sweep.ok()) {
-        write(SseEvent(
-            "error", json{{"error", Message(!running.ok() ? running.status() : sweep.status())}}));
+      absl::StatusOr<std::shared_ptr<const SweepFrame>> frame = Frame(name, metrics);
+      absl::StatusOr<std::string> event = std::string(":\n\n");  // nothing new: keep alive
+      // The first frame holds whole series, so it serves a follower's first event as well.
+      const bool first_frame = frame.ok() && in_step == 0 && (*frame)->generation == 1;
+      if (frame.ok() && (first_frame || (in_step > 0 && (*frame)->generation == in_step + 1))) {
+        event = (*frame)->event;
+      } else if (frame.ok() && (*frame)->generation != in_step) {
+        event = SweepUpdate(name, metrics, nullptr, nullptr);
+      }
+      if (!frame.ok()) event = frame.status();
+      if (!event.ok()) {
+        write(SseEvent("error", json{{"error", Message(event.status())}}));
         return;
       }
-      json runs = json::array();
-      for (const store::RunRow& row : running->rows) {
-        json series = json::object();
-        for (const std::string& metric : metrics) {
-          store::SeriesRequest s;
-          s.run_id = row.run.id;
-          s.metric = metric;
-          s.max_points = 500;
-          auto key = std::make_pair(row.run.id, metric);
-          if (auto it = seen.find(key); it != seen.end()) s.from_step = it->second + 1;
-          absl::StatusOr<store::Series> got = scheduler_->MetricSeries(s);
-          if (!got.ok() || got->points.empty()) continue;
-          seen[key] = got->points.back().step;
-          series[metric] = SeriesJson(*got);
-        }
-        json entry = RunRowJson(row, nullptr);
-        entry.erase("params");
-        entry["series"] = series;
-        runs.push_back(entry);
-      }
-      if (!write(SseEvent("update",
-                          json{{"states", StateCounts(sweep->run_counts)}, {"runs", runs}}))) {
-        return;
-      }
+      in_step = (*frame)->generation;
+      if (!write(*event)) return;
       const absl::Time until = absl::Now() + options_.live_poll;
       while (absl::Now() < until && !options_.stopping()) {
         std::this_thread::sleep_for(std::chrono::milliseconds(200));
@@ -798,6 +840,12 @@ Response Dashboard::RunLive(const Request& request, int64_t id) {
           if (!write(chunk)) {
             gone = true;
             return false;
+          }
+          // At most one event per live_min_interval: changes in between are coalesced into the
+          // next one (a run may report many batches a second; a page needs one update).
+          const absl::Time next = absl::Now() + options_.live_min_interval;
+          while (!last && absl::Now() < next && !options_.stopping()) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(50));
           }
           return true;
         });

@@ -20,7 +20,10 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "server/http/http_server.h"
@@ -48,6 +51,8 @@ struct DashboardOptions {
   absl::Duration live_poll = absl::Seconds(2);
   // Running runs a sweep's live stream follows at most (the most recently updated).
   int live_runs = 12;
+  // Least time between two events of a run's live stream. Default 1 s.
+  absl::Duration live_min_interval = absl::Seconds(1);
 };
 
 class Dashboard {
@@ -65,6 +70,21 @@ class Dashboard {
   Response SweepPivot(const Request& request, const std::string& name);
   Response SweepGroups(const Request& request, const std::string& name);
   Response SweepLive(const Request& request, const std::string& name);
+  // A sweep's live update as one SSE event: its states and running runs with the points of
+  // `metrics` after `since` (nullptr: whole series, downsampled). Fills last_step when given.
+  using StepMap = std::map<std::pair<int64_t, std::string>, int64_t>;  // (run, metric) -> step
+  absl::StatusOr<std::string> SweepUpdate(const std::string& name,
+                                          const std::vector<std::string>& metrics,
+                                          const StepMap* since, StepMap* last_step);
+  // One poll of a sweep for all its followers, and the newest one per (sweep, metrics).
+  struct SweepFrame {
+    int64_t generation = 0;
+    absl::Time at;
+    std::string event;  // the update since the previous frame
+    StepMap last_step;  // where each series stands after this frame
+  };
+  absl::StatusOr<std::shared_ptr<const SweepFrame>> Frame(const std::string& name,
+                                                          const std::vector<std::string>& metrics);
   Response GetRun(int64_t id);
   Response RunSeries(const Request& request, int64_t id);
   Response RunLogLines(const Request& request, int64_t id);
@@ -86,6 +106,8 @@ class Dashboard {
     std::shared_ptr<const store::SweepKeys> keys;
   };
   std::map<std::string, CachedKeys> keys_ ABSL_GUARDED_BY(mu_);
+  absl::Mutex frames_mu_;  // held while a frame is computed
+  std::map<std::string, std::shared_ptr<const SweepFrame>> frames_ ABSL_GUARDED_BY(frames_mu_);
 };
 
 }  // namespace cart::server::http

@@ -224,6 +224,12 @@ ALTER TABLE attempts_v7 RENAME TO attempts;
 CREATE INDEX attempts_live ON attempts(lease_expires_us) WHERE outcome IS NULL;
 )sql";
 
+// Version 8: runs by (sweep, state), so that a sweep's counts per state (its progress, every
+// dashboard view of it) read a covering index instead of every run row of the sweep.
+constexpr char kSchemaV8[] = R"sql(
+CREATE INDEX runs_by_sweep_status ON runs(sweep_id, status);
+)sql";
+
 absl::Status Apply(Database& db, const Migration& migration) {
   Transaction txn(&db);
   CART_RETURN_IF_ERROR(txn.Begin(Transaction::Mode::kImmediate));
@@ -254,6 +260,7 @@ const std::vector<Migration>& Migrations() {
       {5, "runs.min_memory_bytes: placement with a lowered micro-batch", kSchemaV5},
       {6, "runs.kind and runs.eval_loops out of params_json", kSchemaV6},
       {7, "attempts.outcome: DRAINED and OUT_OF_MEMORY", kSchemaV7},
+      {8, "runs_by_sweep_status: a sweep's counts per state from an index", kSchemaV8},
   };
   return *kAll;
 }

@@ -543,7 +543,7 @@
     for (const n of names) { const s = series[n].step; if (s.length) after = Math.max(after, s[s.length - 1]); }
     const apply = (data) => {
       stateEl.replaceChildren(stateChip(data.state));
-      stepEl.textContent = `${Math.max(data.step, 0)}/${run.steps}`;
+      stepEl.textContent = `${Math.max(data.step, run.step)}/${run.steps}`;
       for (const [n, s] of Object.entries(data.series)) {
         if (!series[n]) continue;  // a metric that appeared after the page loaded: shown on reload
         const t = series[n];

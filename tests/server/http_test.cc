@@ -1,0 +1,217 @@
+// cartd's HTTP port in-process (RunServer with http_listen 127.0.0.1:0), spoken to over real
+// loopback sockets: authentication and roles, the guard on changes, the JSON API's answers and
+// errors, the static files, /metrics and the live streams (docs/dashboard.md).
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include "common/strings.h"
+#include "tests/server/server_fixture.h"
+
+namespace cart::server::testing {
+namespace {
+
+using ::cart::testing::WriteFile;
+using nlohmann::json;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+constexpr char kUser[] = "user-token-http-0123456789";
+constexpr char kWorker[] = "worker-token-http-0123456789";
+
+struct Reply {
+  int status = 0;
+  std::string head;
+  std::string body;
+  json Json() const { return json::parse(body, nullptr, false); }
+};
+
+// One HTTP/1.1 request with "Connection: close"; reads until the server closes or, for streams,
+// until `until` appears in the body (then the socket is dropped, as a closed browser tab would).
+Reply Http(int port, const std::string& method, const std::string& target,
+           const std::vector<std::string>& headers = {}, const std::string& body = "",
+           const std::string& until = "") {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  Reply reply;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return reply;
+  }
+  timeval tv{20, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  std::string request = StrCat(method, " ", target, " HTTP/1.1\r\nHost: 127.0.0.1:", port,
+                               "\r\nConnection: close\r\nContent-Length: ", body.size(), "\r\n");
+  for (const std::string& h : headers) request += h + "\r\n";
+  request += "\r\n" + body;
+  EXPECT_EQ(write(fd, request.data(), request.size()), static_cast<ssize_t>(request.size()));
+  std::string raw;
+  char buffer[8192];
+  while (true) {
+    const ssize_t n = read(fd, buffer, sizeof(buffer));
+    if (n <= 0) break;
+    raw.append(buffer, static_cast<size_t>(n));
+    if (!until.empty() && raw.find(until, raw.find("\r\n\r\n")) != std::string::npos) break;
+  }
+  close(fd);
+  const size_t split = raw.find("\r\n\r\n");
+  if (split == std::string::npos) return reply;
+  reply.head = raw.substr(0, split);
+  reply.body = raw.substr(split + 4);
+  reply.status = static_cast<int>(ParseInt64(reply.head.substr(9, 3)).value_or(0));
+  return reply;
+}
+
+std::string Bearer(const std::string& token) { return StrCat("Authorization: Bearer ", token); }
+
+class HttpTest : public ServerFixture {
+ protected:
+  void Configure(ServerConfig& config) override {
+    WriteFile(dir_.File("tokens"), StrCat(kUser, " user alice\n", kWorker, " worker box\n"));
+    config.tokens_file = dir_.File("tokens");
+    config.http_listen = "127.0.0.1:0";
+    WriteFile(dir_.File("web/index.html"), "<!doctype html><title>CART Lab</title>");
+    config.web_dir = dir_.File("web");
+    user_token_ = kUser;
+    worker_token_ = kWorker;
+  }
+  int port() { return server_->http_port(); }
+  Reply Get(const std::string& target, const std::string& token = kUser) {
+    return Http(port(), "GET", target, {Bearer(token)});
+  }
+  Reply Post(const std::string& target, const std::string& body,
+             const std::vector<std::string>& extra = {}) {
+    std::vector<std::string> headers = {Bearer(kUser), "Content-Type: application/json"};
+    headers.insert(headers.end(), extra.begin(), extra.end());
+    return Http(port(), "POST", target, headers, body);
+  }
+};
+
+TEST_F(HttpTest, ApiNeedsAUserTokenAndMetricsAnyValidOne) {
+  EXPECT_EQ(Http(port(), "GET", "/api/v1/sweeps").status, 401);
+  const Reply worker = Get("/api/v1/sweeps", kWorker);
+  EXPECT_EQ(worker.status, 403);
+  EXPECT_EQ(worker.Json()["code"], "PERMISSION_DENIED");
+  EXPECT_EQ(Get("/api/v1/sweeps").status, 200);
+  EXPECT_EQ(Http(port(), "GET", "/metrics").status, 401);
+  EXPECT_EQ(Get("/metrics", kWorker).status, 200);
+  // Pages and health carry no data and need no token.
+  const Reply page = Http(port(), "GET", "/");
+  EXPECT_EQ(page.status, 200);
+  EXPECT_THAT(page.body, HasSubstr("CART Lab"));
+  EXPECT_THAT(page.head, HasSubstr("Content-Security-Policy"));
+  EXPECT_EQ(Http(port(), "GET", "/healthz").status, 200);
+  EXPECT_EQ(Http(port(), "GET", "/static/../tokens").status, 400);
+  EXPECT_EQ(Http(port(), "GET", "/tokens").status, 404);
+}
+
+TEST_F(HttpTest, RunsPagesSortFilterAndSayWhatIsWrong) {
+  Submit(
+      "name: grid\nbase: {d: 64, vocab: 100, P: 1, R: 2, steps: 10}\n"
+      "grid: {R: [4, 2, 8]}\nseeds: [1, 2]\n");
+  Reply page = Get("/api/v1/sweeps/grid/runs?limit=4&sort=param:R&order=desc");
+  ASSERT_EQ(page.status, 200) << page.body;
+  json j = page.Json();
+  EXPECT_EQ(j["total"], 6);
+  ASSERT_EQ(j["runs"].size(), 4u);
+  EXPECT_EQ(j["runs"][0]["params"]["R"], "8");
+  EXPECT_EQ(j["runs"][3]["params"]["R"], "4");
+  EXPECT_EQ(j["varying"], json({"R", "seed"}));
+  EXPECT_EQ(j["runs"][0]["state"], "QUEUED");
+  j = Get("/api/v1/sweeps/grid/runs?param.R=2").Json();
+  EXPECT_EQ(j["total"], 2);
+  const Reply sweep = Get("/api/v1/sweeps");
+  EXPECT_EQ(sweep.Json()["sweeps"][0]["states"]["QUEUED"], 6);
+  const Reply bad_limit = Get("/api/v1/sweeps/grid/runs?limit=0");
+  EXPECT_EQ(bad_limit.status, 400);
+  EXPECT_THAT(bad_limit.Json()["error"].get<std::string>(), HasSubstr("'limit'"));
+  EXPECT_EQ(Get("/api/v1/sweeps/grid/runs?sort=colour").status, 400);
+  EXPECT_EQ(Get("/api/v1/sweeps/nope/runs").status, 404);
+  EXPECT_EQ(Get("/api/v1/runs/x").status, 400);
+  const Reply unknown = Get("/api/v1/nothing");
+  EXPECT_EQ(unknown.status, 404);
+  EXPECT_THAT(unknown.Json()["error"].get<std::string>(), HasSubstr("docs/dashboard.md"));
+}
+
+TEST_F(HttpTest, ChangesMustBeJsonFromTheSameOrigin) {
+  const int64_t run = Submit(TinySweep("c")).at(0);
+  const std::string target = StrCat("/api/v1/runs/", run, "/cancel");
+  // A form post (what another site can send without a preflight) is refused.
+  Reply form = Http(port(), "POST", target,
+                    {Bearer(kUser), "Content-Type: application/x-www-form-urlencoded"}, "a=b");
+  EXPECT_EQ(form.status, 403);
+  Reply cross = Post(target, "{}", {"Origin: https://evil.example"});
+  EXPECT_EQ(cross.status, 403);
+  EXPECT_THAT(cross.Json()["error"].get<std::string>(), HasSubstr("cross-origin"));
+  EXPECT_EQ(Http(port(), "POST", target, {"Content-Type: application/json"}, "{}").status, 401);
+  EXPECT_EQ(GetRun(run).state(), v1::RUN_STATE_QUEUED);
+  Reply ok =
+      Post(target, R"({"reason": "from the test"})", {StrCat("Origin: http://127.0.0.1:", port())});
+  ASSERT_EQ(ok.status, 200) << ok.body;
+  EXPECT_EQ(ok.Json()["state"], "CANCELLED");
+  EXPECT_EQ(GetRun(run).state(), v1::RUN_STATE_CANCELLED);
+  // The audit trail names the token's user.
+  const json details = Get(StrCat("/api/v1/runs/", run)).Json();
+  EXPECT_EQ(details["events"].back()["who"], "user:alice");
+  const Reply extend = Post(StrCat("/api/v1/runs/", run, "/extend"), R"({"total_steps": "x"})");
+  EXPECT_EQ(extend.status, 400);
+  EXPECT_EQ(Post(StrCat("/api/v1/runs/", run, "/extend"), R"({"total_steps": 99})").status, 409);
+  EXPECT_EQ(Post(StrCat("/api/v1/runs/", run, "/cancel"), "not json").status, 400);
+}
+
+TEST_F(HttpTest, MetricsLiveStreamsAndSeriesFollowARun) {
+  const int64_t run = Submit(TinySweep("live")).at(0);
+  auto worker = MakeWorker("box-gpu0");
+  ASSERT_TRUE(worker->Register().ok());
+  std::optional<v1::Job> job;
+  ASSERT_TRUE(worker->Acquire(0, &job).ok());
+  ASSERT_TRUE(job.has_value());
+  auto stream = worker->Open(job->run_id(), job->attempt());
+  ASSERT_TRUE(stream->Metrics({{1, 4.0}, {2, 3.5}, {3, 9.0}, {4, 3.0}}));
+  v1::SchedulerControl ack;
+  ASSERT_TRUE(stream->Read(&ack));
+
+  // The series keeps the spike inside a bucket: max 9 in the bucket of steps 3..4.
+  json series = Get(StrCat("/api/v1/runs/", run, "/series?metric=loss&points=2")).Json();
+  EXPECT_EQ(series["step"], json({2, 4}));
+  EXPECT_EQ(series["max"][1], 9.0);
+  EXPECT_EQ(series["min"][1], 3.0);
+  EXPECT_EQ(series["points"], 4);
+
+  // A run's stream from step 2 on sends steps 3 and 4 only.
+  const Reply live = Http(port(), "GET", StrCat("/api/v1/runs/", run, "/live?after=2"),
+                          {Bearer(kUser)}, "", "\n\n");
+  EXPECT_EQ(live.status, 200);
+  EXPECT_THAT(live.head, HasSubstr("text/event-stream"));
+  ASSERT_THAT(live.body, HasSubstr("event: update"));
+  const json update = json::parse(live.body.substr(
+      live.body.find("data: ") + 6, live.body.find("\n\n") - live.body.find("data: ") - 6));
+  EXPECT_EQ(update["series"]["loss"]["step"], json({3, 4}));
+  EXPECT_EQ(update["state"], "RUNNING");
+
+  // A sweep's stream sends its running run with the whole series.
+  const Reply sweep_live =
+      Http(port(), "GET", "/api/v1/sweeps/live/live", {Bearer(kUser)}, "", "\n\n");
+  ASSERT_THAT(sweep_live.body, HasSubstr("event: update"));
+  EXPECT_THAT(sweep_live.body, HasSubstr(R"("name":"live/0")"));
+
+  // /metrics has the running run's latest loss and the ingested points.
+  const Reply metrics = Get("/metrics", kWorker);
+  EXPECT_THAT(metrics.body, HasSubstr(R"(cart_runs{state="RUNNING"} 1)"));
+  EXPECT_THAT(metrics.body, HasSubstr(R"(cart_run_loss{run="live/0",sweep="live"} 3)"));
+  EXPECT_THAT(metrics.body, HasSubstr("cart_metric_points_ingested_total 4"));
+  EXPECT_THAT(metrics.body, HasSubstr("cart_jobs_handed_out_total 1"));
+  EXPECT_THAT(metrics.body, Not(HasSubstr("NaN")));
+  stream->Cancel();
+}
+
+}  // namespace
+}  // namespace cart::server::testing
