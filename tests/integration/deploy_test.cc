@@ -150,6 +150,8 @@ TEST(DeployTest, EveryCartdConfigExampleIsReadByCartd) {
     absl::Status applied = server::ApplyConfigYaml(text, name, config);
     EXPECT_TRUE(applied.ok()) << name << ": " << applied;
     EXPECT_EQ(config.listen, "0.0.0.0:7070") << name;
+    EXPECT_EQ(config.http_listen, "0.0.0.0:8080") << name << ": the dashboard port";
+    EXPECT_TRUE(server::ValidateServerConfig(config).ok()) << name;
     EXPECT_FALSE(config.tokens_file.empty()) << name << ": beyond loopback it needs tokens";
   }
 }

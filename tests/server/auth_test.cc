@@ -275,6 +275,33 @@ TEST_F(TlsTest, ClientsWithoutTheCaOrWithoutTlsAreRefused) {
   EXPECT_EQ(ListSweepsOver(grpc::InsecureChannelCredentials()), grpc::StatusCode::UNAVAILABLE);
 }
 
+// The dashboard's HTTP port speaks TLS with the same certificate (docs/dashboard.md).
+class HttpsTest : public TlsTest {
+ protected:
+  void Configure(ServerConfig& config) override {
+    TlsTest::Configure(config);
+    config.http_listen = "127.0.0.1:0";
+  }
+  // One request through `openssl s_client` trusting `ca`: what came back, handshake included.
+  std::string Fetch(const std::string& ca) {
+    return ::cart::testing::RunCommand(
+               StrCat("printf 'GET /healthz HTTP/1.0\r\n\r\n' | openssl s_client -quiet "
+                      "-verify_return_error -connect 127.0.0.1:",
+                      server_->http_port(), " -CAfile ", ca, " 2>&1"))
+        .output;
+  }
+};
+
+TEST_F(HttpsTest, TheDashboardPortServesHttpsWithTheServersCertificate) {
+  EXPECT_THAT(server_->dashboard_url(), ::testing::StartsWith("https://127.0.0.1:"));
+  const std::string trusted = Fetch(pki_->ca_pem);
+  EXPECT_THAT(trusted, ::testing::HasSubstr("HTTP/1.0 200"));
+  EXPECT_THAT(trusted, ::testing::HasSubstr(R"({"ok":true})"));
+  const std::string untrusted = Fetch(pki_->other_ca_pem);
+  EXPECT_THAT(untrusted, ::testing::Not(::testing::HasSubstr("HTTP/1.0 200")));
+  EXPECT_THAT(untrusted, ::testing::HasSubstr("verify error"));
+}
+
 // ---- Where cartd may listen
 
 TEST(ListenTest, LoopbackIsRecognised) {
@@ -285,6 +312,19 @@ TEST(ListenTest, LoopbackIsRecognised) {
   EXPECT_FALSE(IsLoopbackListen("[::]:7070"));
   EXPECT_FALSE(IsLoopbackListen("10.1.2.3:7070"));
   EXPECT_FALSE(IsLoopbackListen(":7070"));
+}
+
+TEST(ListenTest, APublicDashboardAddressNeedsTlsAndTokensToo) {
+  ServerConfig config;
+  config.data_dir = "/tmp/unused";
+  config.http_listen = "0.0.0.0:8080";
+  absl::Status refused = ValidateServerConfig(config);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(refused.message()), ::testing::HasSubstr("0.0.0.0:8080"));
+  config.http_listen = "nonsense";
+  EXPECT_EQ(ValidateServerConfig(config).code(), absl::StatusCode::kInvalidArgument);
+  config.http_listen = "127.0.0.1:8080";
+  EXPECT_TRUE(ValidateServerConfig(config).ok());
 }
 
 TEST(ListenTest, NonLoopbackWithoutTlsAndTokensIsRefusedUnlessInsecure) {
@@ -338,6 +378,12 @@ TEST(ConfigFileTest, KeysApplyAndUnknownKeysAreNamedWithTheLine) {
   EXPECT_EQ(config.lease_ttl, absl::Seconds(30));
   EXPECT_TRUE(config.insecure);
   EXPECT_EQ(config.data_dir, "/srv/cart");
+  CART_ASSERT_OK(
+      ApplyConfigYaml("http_listen: 0.0.0.0:8443\nweb_dir: /srv/web\n", "c.yaml", config));
+  EXPECT_EQ(config.http_listen, "0.0.0.0:8443");
+  EXPECT_EQ(config.web_dir, "/srv/web");
+  CART_ASSERT_OK(ApplyConfigYaml("http_listen: off\n", "c.yaml", config));
+  EXPECT_EQ(config.http_listen, "");
   EXPECT_THAT(ApplyConfigYaml("listen: a:1\nlease_tll: 30\n", "cartd.yaml", config),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("cartd.yaml:2: lease_tll")));
   EXPECT_THAT(ApplyConfigYaml("lease_ttl: soon\n", "cartd.yaml", config),

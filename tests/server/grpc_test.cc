@@ -93,6 +93,34 @@ TEST_F(GrpcTest, WorkerRegistersAcquiresAndGetsMetricsAcked) {
   EXPECT_EQ(LossPoints(scheduler_.get(), job.run_id()).size(), 3u);
 }
 
+TEST_F(GrpcTest, ListRunsShowsAFinishedRunsLastStepAndLatestValuesAfterARestart) {
+  auto worker = MakeWorker("w1");
+  v1::Job job = LeaseOne(*worker);
+  auto stream = worker->Open(job.run_id(), job.attempt());
+  // log_every need not divide steps: the last record is at step 8 of 10.
+  ASSERT_TRUE(stream->Metrics({{4, 4.0}, {8, 3.25}}));
+  EXPECT_EQ(ReadAck(*stream), 8);
+  ASSERT_TRUE(stream->Finish(v1::JobResult::OUTCOME_SUCCEEDED).ok());
+  // A restarted cartd has no in-memory progress: the list reads it from the store.
+  server_.reset();
+  auto restarted = RunServer(config_);
+  ASSERT_TRUE(restarted.ok()) << restarted.status();
+  server_ = std::move(*restarted);
+  scheduler_ = v1::SchedulerService::NewStub(Channel());
+  grpc::ClientContext context;
+  Prepare(context, "");
+  v1::ListRunsRequest request;
+  request.set_sweep("s");
+  v1::ListRunsResponse response;
+  ASSERT_TRUE(scheduler_->ListRuns(&context, request, &response).ok());
+  ASSERT_EQ(response.runs_size(), 1);
+  const v1::RunView& run = response.runs(0);
+  EXPECT_EQ(run.state(), v1::RUN_STATE_SUCCEEDED);
+  EXPECT_EQ(run.step(), 10);  // was 0 before the paged read: `cart runs ls` showed 0%
+  EXPECT_EQ(run.latest().at("loss"), 3.25);
+  EXPECT_EQ(run.worker_id(), "w1");
+}
+
 TEST_F(GrpcTest, MetricsResentAfterAReconnectAreStoredOnce) {
   auto worker = MakeWorker("w1");
   v1::Job job = LeaseOne(*worker);
