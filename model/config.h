@@ -112,6 +112,8 @@ absl::StatusOr<RunConfig> LoadRunConfigFile(const std::string& path);
 absl::Status ApplyYaml(RunConfig& config, std::string_view text, std::string_view source);
 // The resolved config as YAML, every key present; ParseRunConfigYaml reads it back unchanged.
 std::string ToYaml(const RunConfig& config);
+// One scalar as YAML: plain when it reads back as the same text, else double-quoted with escapes.
+std::string YamlScalar(std::string_view text);
 
 std::string_view ToString(ModelKind v);
 std::string_view ToString(KvMode v);

@@ -90,6 +90,61 @@ TEST(ConfigTest, YamlRoundTripKeepsEveryKey) {
   EXPECT_EQ(back.data.val_data, c.data.val_data);
 }
 
+TEST(ConfigTest, YamlScalarsAreWrittenAsYamlCppWroteThemAndReadBackUnchanged) {
+  // The style yaml-cpp's emitter chose for each (configs stored before kept this text).
+  const std::vector<std::pair<std::string, std::string>> styles = {{"cart", "cart"},
+                                                                   {"3e-05", "3e-05"},
+                                                                   {"on", "on"},
+                                                                   {"", R"("")"},
+                                                                   {"var/a b.bin", "var/a b.bin"},
+                                                                   {"a: b", R"("a: b")"},
+                                                                   {"#x", R"("#x")"},
+                                                                   {"-x", "-x"},
+                                                                   {"-1", "-1"},
+                                                                   {"null", R"("null")"},
+                                                                   {"~", R"("~")"},
+                                                                   {"x,y=z", "x,y=z"},
+                                                                   {"C:\\data", "C:\\data"},
+                                                                   {"é.bin", "é.bin"},
+                                                                   {"a\"b", "a\"b"}};
+  for (const auto& [text, yaml] : styles) EXPECT_EQ(YamlScalar(text), yaml) << text;
+  // Whatever a path holds, the config reads back with the same path.
+  for (const std::string path : {"dir with: colon",
+                                 "#hash",
+                                 "tab\there",
+                                 "new\nline",
+                                 "quote\"back\\slash",
+                                 "-",
+                                 "- x",
+                                 "~",
+                                 "null",
+                                 "",
+                                 " lead",
+                                 "trail ",
+                                 "end:",
+                                 "é/ü.bin",
+                                 "[x]",
+                                 "{y}",
+                                 "*star",
+                                 "!bang",
+                                 "%pct",
+                                 "@at",
+                                 "`tick",
+                                 "|pipe",
+                                 ">gt",
+                                 "'single",
+                                 "a #b",
+                                 "\x01ctl"}) {
+    RunConfig c;
+    c.data.train_data = path;
+    c.data.val_data[path.empty() ? "empty" : "set"] = path;
+    absl::StatusOr<RunConfig> back = ParseRunConfigYaml(ToYaml(c), "round-trip");
+    ASSERT_TRUE(back.ok()) << "path '" << path << "': " << back.status() << "\n" << ToYaml(c);
+    EXPECT_EQ(back->data.train_data, path);
+    EXPECT_EQ(back->data.val_data, c.data.val_data);
+  }
+}
+
 TEST(ConfigTest, ApplyOverridesSetsKeysInOrderAndNamesTheBadOne) {
   RunConfig c;
   EXPECT_THAT(ApplyOverrides(c, {"d=512", "kv=recompute", "d=256"}), IsOk());
