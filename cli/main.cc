@@ -1,4 +1,6 @@
 #include <CLI/CLI.hpp>
+#include <cstdio>
+#include <exception>
 
 #include "cli/commands.h"
 #include "common/version.h"
@@ -18,6 +20,13 @@ int main(int argc, char** argv) {
 #endif
   cart::cli::RegisterAdminCommands(app);
   cart::cli::RegisterReportCommand(app);
-  CLI11_PARSE(app, argc, argv);
+  // CLI11 reports bad arguments itself; anything else thrown is a bug, and still ends with a
+  // message and exit status 1 rather than an abort.
+  try {
+    CLI11_PARSE(app, argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "cart: internal error: %s (please report it)\n", e.what());
+    return 1;
+  }
   return 0;
 }

@@ -32,6 +32,7 @@ void RegisterResults(CLI::App& app) {
     cart::v1::QueryTableRequest req;
     std::string table, format = "text";
     std::vector<std::string> sweeps;
+    int64_t run_id = 0;
   };
   auto a = std::make_shared<Args>();
   CLI::App* results = app.add_subcommand(
@@ -48,13 +49,14 @@ void RegisterResults(CLI::App& app) {
                       "deltas: baseline group key=value,…");
   results->add_option("--group-by", *a->req.mutable_group_by(),
                       "deltas: comma-separated config keys");
-  results->add_option(
-      "--run",
-      [a](const CLI::results_t& r) {
-        a->req.set_run_id(std::stoll(r[0]));
-        return true;
-      },
-      "series: run id");
+  results->add_option("--run", a->run_id, "series: run id")
+      ->check(CLI::Validator(
+          [](std::string& text) {
+            const std::optional<int64_t> id = ParseInt64(text);
+            return id && *id > 0 ? std::string()
+                                 : StrCat("run id '", text, "' is not a positive integer");
+          },
+          "RUN_ID"));
   results->add_flag(
       "--lower-is-better", [a](int64_t) { a->req.set_lower_is_better(true); },
       "best, ranks: smaller values win (perplexity)");
@@ -65,6 +67,7 @@ void RegisterResults(CLI::App& app) {
   AddConnFlags(results, a->conn);
   results->callback([a] {
     a->req.set_table(a->table);
+    a->req.set_run_id(a->run_id);
     for (const auto& s : a->sweeps) a->req.add_sweeps(s);
     Client client = Client::Connect(a->conn);
     auto t = client.Call<cart::v1::QueryTableRequest, cart::v1::Table>(

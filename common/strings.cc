@@ -64,36 +64,46 @@ std::string ToUpper(std::string_view text) {
   return out;
 }
 
+namespace {
+
+// Bytes of the well-formed UTF-8 sequence starting at text[i]; 0 when there is none.
+size_t Utf8SequenceLength(std::string_view text, size_t i) {
+  const auto b = static_cast<unsigned char>(text[i]);
+  size_t len = 0;
+  uint32_t min = 0;
+  if (b < 0x80) {
+    len = 1;
+  } else if ((b & 0xE0) == 0xC0) {
+    len = 2;
+    min = 0x80;
+  } else if ((b & 0xF0) == 0xE0) {
+    len = 3;
+    min = 0x800;
+  } else if ((b & 0xF8) == 0xF0) {
+    len = 4;
+    min = 0x10000;
+  }
+  bool ok = len > 0 && i + len <= text.size();
+  uint32_t cp = len == 1 ? b : (b & (0xFF >> (len + 1)));
+  for (size_t k = 1; ok && k < len; ++k) {
+    const auto c = static_cast<unsigned char>(text[i + k]);
+    ok = (c & 0xC0) == 0x80;
+    cp = (cp << 6) | (c & 0x3F);
+  }
+  // Overlong forms, UTF-16 surrogates and code points past U+10FFFF are not UTF-8 either.
+  ok = ok && cp >= min && cp <= 0x10FFFF && !(cp >= 0xD800 && cp <= 0xDFFF);
+  return ok ? len : 0;
+}
+
+}  // namespace
+
 std::string ValidUtf8(std::string_view text) {
   std::string out;
   out.reserve(text.size());
   size_t i = 0;
   while (i < text.size()) {
-    const auto b = static_cast<unsigned char>(text[i]);
-    size_t len = 0;
-    uint32_t min = 0;
-    if (b < 0x80) {
-      len = 1;
-    } else if ((b & 0xE0) == 0xC0) {
-      len = 2;
-      min = 0x80;
-    } else if ((b & 0xF0) == 0xE0) {
-      len = 3;
-      min = 0x800;
-    } else if ((b & 0xF8) == 0xF0) {
-      len = 4;
-      min = 0x10000;
-    }
-    bool ok = len > 0 && i + len <= text.size();
-    uint32_t cp = len == 1 ? b : (b & (0xFF >> (len + 1)));
-    for (size_t k = 1; ok && k < len; ++k) {
-      const auto c = static_cast<unsigned char>(text[i + k]);
-      ok = (c & 0xC0) == 0x80;
-      cp = (cp << 6) | (c & 0x3F);
-    }
-    // Overlong forms, UTF-16 surrogates and code points past U+10FFFF are not UTF-8 either.
-    ok = ok && cp >= min && cp <= 0x10FFFF && !(cp >= 0xD800 && cp <= 0xDFFF);
-    if (ok) {
+    const size_t len = Utf8SequenceLength(text, i);
+    if (len > 0) {
       out.append(text.substr(i, len));
       i += len;
     } else {
@@ -102,6 +112,15 @@ std::string ValidUtf8(std::string_view text) {
     }
   }
   return out;
+}
+
+std::optional<size_t> FirstInvalidUtf8(std::string_view text) {
+  for (size_t i = 0; i < text.size();) {
+    const size_t len = Utf8SequenceLength(text, i);
+    if (len == 0) return i;
+    i += len;
+  }
+  return std::nullopt;
 }
 
 }  // namespace cart

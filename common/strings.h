@@ -41,6 +41,9 @@ std::optional<int64_t> ParseInt64(std::string_view text);
 // `text` with every byte that is not part of a well-formed UTF-8 sequence replaced by '?'
 // (protobuf `string` fields must be UTF-8: a log line with a Latin-1 path would break a stream).
 std::string ValidUtf8(std::string_view text);
+// The offset of the first byte that is not part of a well-formed UTF-8 sequence; nullopt when the
+// whole text is UTF-8.
+std::optional<size_t> FirstInvalidUtf8(std::string_view text);
 // Whole-string finite double parse (accepts 3e-4, 0.1, -2); nullopt otherwise.
 std::optional<double> ParseDouble(std::string_view text);
 

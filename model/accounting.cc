@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <limits>
 #include <utility>
 
 namespace cart::model {
@@ -83,20 +84,33 @@ int64_t EstimateTrainingBytes(const ModelConfig& m, int64_t seq_len, int64_t mic
   // Logits in fp32 plus their gradient and the softmax output.
   const double logits = 3.0 * B * T * static_cast<double>(m.vocab) * 4.0;
   const double states = 16.0 * static_cast<double>(p.stored);
-  return static_cast<int64_t>(states + blocks * per_block + logits);
+  const double total = states + blocks * per_block + logits;
+  // Saturates rather than overflowing (a request far beyond any device).
+  return total >= 9.2e18 ? std::numeric_limits<int64_t>::max() : static_cast<int64_t>(total);
 }
 
 std::optional<MicroBatchFit> FitMicroBatch(const RunConfig& c, int64_t memory_bytes) {
   const bool bf16 = c.train.dtype != DType::kFloat32;
   const int64_t global = c.train.batch * c.train.accum;
-  for (int64_t b = std::min(c.train.batch, global); b >= 1; --b) {
-    if (global % b != 0) continue;
-    const int64_t bytes = EstimateTrainingBytes(c.model, c.train.seq_len, b, bf16);
-    if (bytes <= memory_bytes) return MicroBatchFit{b, global / b, bytes};
+  auto bytes = [&](int64_t b) { return EstimateTrainingBytes(c.model, c.train.seq_len, b, bf16); };
+  if (bytes(1) > memory_bytes) return std::nullopt;
+  // The estimate grows with the micro-batch: the largest that fits by bisection, then the largest
+  // divisor of the global batch not above it (counting down one by one took seconds for a huge
+  // batch on a small device).
+  int64_t fits = 1;
+  int64_t too_big = std::min(c.train.batch, global) + 1;
+  while (too_big - fits > 1) {
+    const int64_t mid = fits + (too_big - fits) / 2;
+    (bytes(mid) <= memory_bytes ? fits : too_big) = mid;
   }
-  return std::nullopt;
+  int64_t best = 1;
+  for (int64_t i = 1; i <= global / i; ++i) {
+    if (global % i != 0) continue;
+    if (i <= fits) best = std::max(best, i);
+    if (global / i <= fits) best = std::max(best, global / i);
+  }
+  return MicroBatchFit{best, global / best, bytes(best)};
 }
-
 int64_t MinTrainingBytes(const RunConfig& c) {
   return EstimateTrainingBytes(c.model, c.train.seq_len, 1, c.train.dtype != DType::kFloat32);
 }

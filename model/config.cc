@@ -11,6 +11,7 @@
 
 #include "common/status.h"
 #include "common/strings.h"
+#include "common/yaml.h"
 
 namespace cart::model {
 namespace {
@@ -286,8 +287,9 @@ absl::Status Validate(const RunConfig& c) {
                              "is outside 2..4294967296"));
   CART_RETURN_IF_ERROR(
       Range(m.d > 0 && m.d % 64 == 0, "d", m.d, "is not a positive multiple of 64 (head dim 64)"));
+  CART_RETURN_IF_ERROR(Range(m.d <= 65'536, "d", m.d, "is above 65536"));
   if (m.model == ModelKind::kCart) {
-    CART_RETURN_IF_ERROR(Range(m.P >= 1, "P", m.P, "must be at least 1"));
+    CART_RETURN_IF_ERROR(Range(m.P >= 1 && m.P <= 256, "P", m.P, "is outside 1..256"));
     CART_RETURN_IF_ERROR(Range(m.R >= 1 && m.R <= 16, "R", m.R,
                                "is outside 1..16 (the loop-index table has 16 rows)"));
     CART_RETURN_IF_ERROR(Range(m.R_infer >= 0 && m.R_infer <= 16, "R_infer", m.R_infer,
@@ -306,30 +308,50 @@ absl::Status Validate(const RunConfig& c) {
           "R_infer: an unshared core has exactly R blocks, so R_infer must equal R");
     }
   } else {
-    CART_RETURN_IF_ERROR(Range(m.layers >= 1, "layers", m.layers, "must be at least 1"));
+    CART_RETURN_IF_ERROR(
+        Range(m.layers >= 1 && m.layers <= 1024, "layers", m.layers, "is outside 1..1024"));
   }
-  CART_RETURN_IF_ERROR(Range(t.steps >= 1, "steps", t.steps, "must be at least 1"));
-  CART_RETURN_IF_ERROR(Range(t.seq_len >= 1, "seq_len", t.seq_len, "must be at least 1"));
-  CART_RETURN_IF_ERROR(Range(t.batch >= 1, "batch", t.batch, "must be at least 1"));
-  CART_RETURN_IF_ERROR(Range(t.accum >= 1, "accum", t.accum, "must be at least 1"));
-  if (!(t.lr > 0)) return absl::InvalidArgumentError("lr: must be positive");
+  // Upper bounds far beyond any real run keep every count the accounting multiplies (tokens,
+  // parameters, bytes) inside 64 bits.
+  constexpr int64_t kMaxSteps = 1'000'000'000;
+  CART_RETURN_IF_ERROR(
+      Range(t.steps >= 1 && t.steps <= kMaxSteps, "steps", t.steps, "is outside 1..1000000000"));
+  CART_RETURN_IF_ERROR(Range(t.seq_len >= 1 && t.seq_len <= 1'048'576, "seq_len", t.seq_len,
+                             "is outside 1..1048576"));
+  CART_RETURN_IF_ERROR(
+      Range(t.batch >= 1 && t.batch <= 1'048'576, "batch", t.batch, "is outside 1..1048576"));
+  CART_RETURN_IF_ERROR(
+      Range(t.accum >= 1 && t.accum <= 65'536, "accum", t.accum, "is outside 1..65536"));
+  const int64_t step_tokens = t.batch * t.accum * t.seq_len;  // < 2^56 within the bounds above
+  if (step_tokens > (int64_t{1} << 32)) {
+    return absl::InvalidArgumentError(StrCat("batch × accum × seq_len: ", step_tokens,
+                                             " tokens per optimizer step is above 4294967296"));
+  }
+  if (!(t.lr > 0 && t.lr <= 10)) return absl::InvalidArgumentError("lr: must be in (0, 10]");
   if (!(t.lr_min >= 0 && t.lr_min <= t.lr)) {
     return absl::InvalidArgumentError("lr_min: must be between 0 and lr");
   }
-  CART_RETURN_IF_ERROR(Range(t.warmup >= 0, "warmup", t.warmup, "must be at least 0"));
-  if (!(t.weight_decay >= 0)) return absl::InvalidArgumentError("weight_decay: must be >= 0");
-  if (!(t.clip >= 0)) return absl::InvalidArgumentError("clip: must be >= 0 (0 disables)");
-  CART_RETURN_IF_ERROR(Range(t.log_every >= 1, "log_every", t.log_every, "must be at least 1"));
-  CART_RETURN_IF_ERROR(
-      Range(t.eval_every >= 0, "eval_every", t.eval_every, "must be at least 0 (0 disables)"));
-  CART_RETURN_IF_ERROR(Range(t.checkpoint_every >= 0, "checkpoint_every", t.checkpoint_every,
-                             "must be at least 0 (0: final checkpoint only)"));
-  CART_RETURN_IF_ERROR(
-      Range(t.keep_checkpoints >= 1, "keep_checkpoints", t.keep_checkpoints, "must be at least 1"));
-  CART_RETURN_IF_ERROR(
-      Range(t.threads >= 0, "threads", t.threads, "must be at least 0 (0: all cores)"));
-  CART_RETURN_IF_ERROR(
-      Range(t.eval_sequences >= 1, "eval_sequences", t.eval_sequences, "must be at least 1"));
+  CART_RETURN_IF_ERROR(Range(t.warmup >= 0 && t.warmup <= kMaxSteps, "warmup", t.warmup,
+                             "is outside 0..1000000000"));
+  if (!(t.weight_decay >= 0 && t.weight_decay <= 100)) {
+    return absl::InvalidArgumentError("weight_decay: must be in [0, 100]");
+  }
+  if (!(t.clip >= 0 && std::isfinite(t.clip))) {
+    return absl::InvalidArgumentError("clip: must be a finite number >= 0 (0 disables)");
+  }
+  CART_RETURN_IF_ERROR(Range(t.log_every >= 1 && t.log_every <= kMaxSteps, "log_every", t.log_every,
+                             "is outside 1..1000000000"));
+  CART_RETURN_IF_ERROR(Range(t.eval_every >= 0 && t.eval_every <= kMaxSteps, "eval_every",
+                             t.eval_every, "is outside 0..1000000000 (0 disables)"));
+  CART_RETURN_IF_ERROR(Range(t.checkpoint_every >= 0 && t.checkpoint_every <= kMaxSteps,
+                             "checkpoint_every", t.checkpoint_every,
+                             "is outside 0..1000000000 (0: final checkpoint only)"));
+  CART_RETURN_IF_ERROR(Range(t.keep_checkpoints >= 1 && t.keep_checkpoints <= 10'000,
+                             "keep_checkpoints", t.keep_checkpoints, "is outside 1..10000"));
+  CART_RETURN_IF_ERROR(Range(t.threads >= 0 && t.threads <= 1024, "threads", t.threads,
+                             "is outside 0..1024 (0: all cores)"));
+  CART_RETURN_IF_ERROR(Range(t.eval_sequences >= 1 && t.eval_sequences <= 1'000'000,
+                             "eval_sequences", t.eval_sequences, "is outside 1..1000000"));
   // Set and task names become parts of metric names ("val_ppl/NAME", "task_acc/NAME").
   auto name_ok = [](const std::string& n) {
     return !n.empty() && n.size() <= 64 &&
@@ -401,13 +423,7 @@ const std::vector<std::string>& ScalarKeys() {
 }
 
 absl::Status ApplyYaml(RunConfig& config, std::string_view text, std::string_view source) {
-  YAML::Node root;
-  try {
-    root = YAML::Load(std::string(text));
-  } catch (const YAML::Exception& e) {
-    return absl::InvalidArgumentError(
-        StrCat(source, ":", e.mark.line + 1, ": YAML syntax error: ", e.msg));
-  }
+  CART_ASSIGN_OR_RETURN(YAML::Node root, LoadYaml(text, source));
   if (root.IsNull()) return absl::OkStatus();
   try {
     return ApplyNode(config, root, source, true);

@@ -7,6 +7,7 @@
 
 #include "common/status.h"
 #include "common/strings.h"
+#include "common/yaml.h"
 #include "model/accounting.h"
 
 namespace cart::model {
@@ -117,13 +118,7 @@ absl::Status ParseDerived(std::string_view file, const YAML::Node& node, Derived
 }  // namespace
 
 absl::StatusOr<SweepSpec> ParseSweepYaml(std::string_view text, std::string_view file) {
-  YAML::Node root;
-  try {
-    root = YAML::Load(std::string(text));
-  } catch (const YAML::Exception& e) {
-    return absl::InvalidArgumentError(
-        StrCat(file, ":", e.mark.line + 1, ": YAML syntax error: ", e.msg));
-  }
+  CART_ASSIGN_OR_RETURN(YAML::Node root, LoadYaml(text, file));
   if (!root.IsMap()) {
     return absl::InvalidArgumentError(StrCat(file, ": a sweep file must be a mapping"));
   }

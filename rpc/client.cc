@@ -10,6 +10,7 @@
 #include "common/file.h"
 #include "common/status.h"
 #include "common/strings.h"
+#include "common/yaml.h"
 
 namespace cart::rpc {
 
@@ -23,8 +24,9 @@ absl::StatusOr<ClientConfig> ResolveClientConfig(const ClientConfig& flags,
                                                  const std::string& path) {
   ClientConfig c;
   if (std::filesystem::exists(path)) {
+    CART_ASSIGN_OR_RETURN(std::string text, ReadWholeFile(path));
+    CART_ASSIGN_OR_RETURN(YAML::Node root, LoadYaml(text, path));
     try {
-      YAML::Node root = YAML::LoadFile(path);
       for (const auto& kv : root) {
         const std::string key = kv.first.as<std::string>();
         const std::string value = kv.second.as<std::string>();

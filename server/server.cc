@@ -12,6 +12,7 @@
 #include "common/file.h"
 #include "common/status.h"
 #include "common/strings.h"
+#include "common/yaml.h"
 #include "server/artifacts.h"
 #include "server/auth.h"
 #include "server/http/dashboard.h"
@@ -64,13 +65,7 @@ bool IsLoopbackListen(std::string_view listen) {
 }
 
 absl::Status ApplyConfigYaml(std::string_view text, std::string_view source, ServerConfig& config) {
-  YAML::Node root;
-  try {
-    root = YAML::Load(std::string(text));
-  } catch (const YAML::Exception& e) {
-    return absl::InvalidArgumentError(
-        StrCat(source, ":", e.mark.line + 1, ": YAML syntax error: ", e.msg));
-  }
+  CART_ASSIGN_OR_RETURN(YAML::Node root, LoadYaml(text, source));
   if (root.IsNull()) return absl::OkStatus();
   if (!root.IsMap()) {
     return absl::InvalidArgumentError(StrCat(source, ": a cartd config must be a mapping"));

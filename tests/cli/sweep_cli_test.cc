@@ -1,5 +1,6 @@
 // `cart sweep submit --dry-run` on the paper's sweep files: run counts, tokens and the RTX 3090
 // estimate; a derived-only sweep reads its parent sweep's file beside it.
+// Careless input to the CLI gets a message naming the problem, never an abort.
 
 #include <nlohmann/json.hpp>
 #include <string>
@@ -12,6 +13,7 @@ namespace cart::testing {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 const std::string kPaper = std::string(CART_SOURCE_DIR) + "/sweeps/paper/";
 
@@ -41,6 +43,28 @@ TEST(SweepCliTest, DryRunOfADerivedSweepWithoutItsParentFileSaysWhereItLooked) {
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_THAT(r.output, HasSubstr("sweep 'stage2'"));
   EXPECT_THAT(r.output, HasSubstr(dir.File("stage2.yaml")));
+}
+
+TEST(SweepCliTest, CarelessInputGetsAClearErrorNotAnAbort) {
+  TempDir dir;
+  // A run id that is not a number (this aborted on an uncaught exception).
+  CommandResult bad_id = RunCart("results series --run abc");
+  EXPECT_NE(bad_id.exit_code, 0);
+  EXPECT_THAT(bad_id.output, HasSubstr("run id 'abc' is not a positive integer"));
+  EXPECT_THAT(bad_id.output, Not(HasSubstr("terminate called")));
+  // A key given twice, a Latin-1 byte, and a width that would overflow the accounting.
+  WriteFile(dir.File("dup.yaml"), "name: a\nbase: {d: 64}\ngrid:\n  R: [2]\n  R: [4]\n");
+  WriteFile(dir.File("latin1.yaml"), "name: a\nbase: {train_data: caf\xe9.bin}\n");
+  WriteFile(dir.File("huge.yaml"), "name: a\nbase: {d: 9223372036854775744}\n");
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"dup.yaml", "dup.yaml:5: 'R' is given twice in one mapping (first at line 4)"},
+      {"latin1.yaml", "latin1.yaml:2: not UTF-8 (byte 0xe9 at column 23)"},
+      {"huge.yaml", "d: 9223372036854775744 is above 65536"}};
+  for (const auto& [file, message] : cases) {
+    CommandResult r = RunCart("sweep submit --dry-run " + dir.File(file));
+    EXPECT_NE(r.exit_code, 0) << file << ": " << r.output;
+    EXPECT_THAT(r.output, HasSubstr(message)) << file;
+  }
 }
 
 }  // namespace

@@ -5,6 +5,14 @@
 namespace cart {
 namespace {
 
+TEST(FirstInvalidUtf8Test, FindsTheFirstBadByteOrNone) {
+  EXPECT_EQ(FirstInvalidUtf8("ρ = 0.9 → 🙂"), std::nullopt);
+  EXPECT_EQ(FirstInvalidUtf8("caf\xe9"), 3u);       // Latin-1 é
+  EXPECT_EQ(FirstInvalidUtf8("ok\xc0\xaf"), 2u);    // overlong '/'
+  EXPECT_EQ(FirstInvalidUtf8("\xed\xa0\x80"), 0u);  // a UTF-16 surrogate
+  EXPECT_EQ(FirstInvalidUtf8("ρ\xe2\x82"), 2u);     // cut short
+}
+
 TEST(ValidUtf8Test, KeepsWellFormedTextAndReplacesEveryBadByte) {
   EXPECT_EQ(ValidUtf8("plain ascii"), "plain ascii");
   EXPECT_EQ(ValidUtf8("ρ = 0.9 → 1 · 🙂"), "ρ = 0.9 → 1 · 🙂");

@@ -213,9 +213,11 @@ TEST(ServiceTest, RunTooBigForEveryWorkerStaysQueuedAndSaysWhy) {
   Cluster c;
   c.StartCartd();
   const std::string data = c.SynthData();
-  const std::string file = c.WriteFile("big.yaml", StrCat("name: big\nbase:\n", RunBase(data, 5, 0),
-                                                          "  d: 1024\n  seq_len: 2048\n"
-                                                          "  batch: 64\nseeds: [1]\n"));
+  // The grid overrides the base's width, length and batch (a key given twice is refused).
+  const std::string file =
+      c.WriteFile("big.yaml", StrCat("name: big\nbase:\n", RunBase(data, 5, 0),
+                                     "grid: {d: [1024], seq_len: [2048], batch: [64]}\n"
+                                     "seeds: [1]\n"));
   c.Cart({"sweep", "submit", file});
   const int64_t run = RunId(c, "big", 0);
   c.StartWorker("small", /*memory_mib=*/512);

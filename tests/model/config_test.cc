@@ -2,6 +2,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "model/accounting.h"
 #include "tests/support/test_support.h"
 
 namespace cart::model {
@@ -74,6 +75,34 @@ TEST(ConfigTest, RejectsMeaninglessSwitchCombinations) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("kv: recompute needs")));
   EXPECT_THAT(ParseRunConfigYaml("core_attn: self\ncross_causal: false\n", "a.yaml"),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("cross_causal")));
+}
+
+TEST(ConfigTest, HugeValuesAreRefusedBeforeTheAccountingCanOverflow) {
+  EXPECT_THAT(ParseRunConfigYaml("d: 9223372036854775744\n", "big.yaml"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("d: 9223372036854775744"), HasSubstr("above 65536"))));
+  EXPECT_THAT(ParseRunConfigYaml("steps: 10000000000\n", "big.yaml"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("steps")));
+  EXPECT_THAT(ParseRunConfigYaml("batch: 1048576\naccum: 65536\n", "big.yaml"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("tokens per optimizer step")));
+  EXPECT_THAT(ParseRunConfigYaml("lr: 1e300\n", "big.yaml"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("lr")));
+  // At the bounds the estimates stay positive.
+  CART_ASSERT_OK_AND_ASSIGN(
+      RunConfig c,
+      ParseRunConfigYaml("d: 65536\nP: 256\nbatch: 4096\naccum: 1\nseq_len: 1048576\n", "b"));
+  EXPECT_GT(EstimateTrainingBytes(c.model, c.train.seq_len, c.train.batch, false), 0);
+  EXPECT_GT(CountParams(c.model).effective, 0);
+}
+
+TEST(ConfigTest, DuplicateKeysAndNonUtf8AreRefusedWithTheirLines) {
+  EXPECT_THAT(
+      ParseRunConfigYaml("d: 64\nR: 2\nR: 4\n", "dup.yaml"),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               HasSubstr("dup.yaml:3: 'R' is given twice in one mapping (first at line 2)")));
+  EXPECT_THAT(ParseRunConfigYaml("d: 64\ntrain_data: caf\xe9.bin\n", "latin1.yaml"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("latin1.yaml:2: not UTF-8 (byte 0xe9 at column 16)")));
 }
 
 TEST(ConfigTest, YamlRoundTripKeepsEveryKey) {

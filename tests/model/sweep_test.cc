@@ -45,6 +45,17 @@ TEST(SweepTest, Stage1ExpandsToSixtyFourRunsWithAccounting) {
   for (const auto& r : runs) EXPECT_EQ(r.kind, JobKind::kTrain);
 }
 
+TEST(SweepTest, AKeyGivenTwiceIsRefusedWithBothLines) {
+  EXPECT_THAT(ParseSweepYaml("name: a\nname: b\nbase: {d: 64}\n", "dup.yaml"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("dup.yaml:2: 'name' is given twice in one mapping (first at line "
+                                 "1)")));
+  EXPECT_THAT(ParseSweepYaml("name: a\ngrid:\n  R: [1, 2]\n  d: [64]\n  R: [3]\n", "grid.yaml"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("grid.yaml:5: 'R' is given twice in one mapping (first at line "
+                                 "3)")));
+}
+
 TEST(SweepTest, SeedsVaryFastestAndDerivedJobsFollowTheirParents) {
   constexpr char kYaml[] = R"(name: s2
 base: {d: 64, vocab: 100, P: 1, steps: 10}

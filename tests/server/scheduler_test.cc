@@ -239,6 +239,13 @@ TEST(FitMicroBatchTest, LargestDivisorOfTheGlobalBatchThatFitsNeverAboveTheConfi
   EXPECT_EQ(model::FitMicroBatch(c, bytes(1))->accum, 12);
   EXPECT_FALSE(model::FitMicroBatch(c, bytes(1) - 1).has_value());
   EXPECT_EQ(model::MinTrainingBytes(c), bytes(1));
+  // A huge batch on a small device: the largest power-of-two divisor of 2^20 that fits.
+  c.train.batch = 1 << 20;
+  c.train.accum = 1;
+  auto huge = model::FitMicroBatch(c, bytes(1000));
+  ASSERT_TRUE(huge.has_value());
+  EXPECT_EQ(huge->batch, 512);
+  EXPECT_EQ(huge->accum, 2048);
 }
 
 TEST_F(SchedulerTest, HigherPriorityFirstThenOlder) {
