@@ -64,15 +64,19 @@ struct UpArgs {
 // the user set it): OpenBLAS otherwise starts one thread per core in every worker, on top of
 // LibTorch's own threads. Measured on this 2-core machine, two workers training at once (CART d
 // 128, R 4, T 128, batch 8, one LibTorch thread each): 1,930 tokens/s each with OpenBLAS's
-// default, 3,945 with one OpenBLAS thread.
+// default, 3,945 with one OpenBLAS thread. The worker token goes in its environment (CART_TOKEN),
+// never on its command line, where `ps` would show it to every user of the box.
 absl::StatusOr<pid_t> SpawnWorker(const std::string& exe, const std::vector<std::string>& args,
-                                  int threads) {
+                                  int threads, const std::string& token) {
   std::vector<char*> argv;
   argv.push_back(const_cast<char*>(exe.c_str()));
   for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
   std::vector<std::string> env_text;
-  for (char** e = environ; *e != nullptr; ++e) env_text.emplace_back(*e);
+  for (char** e = environ; *e != nullptr; ++e) {
+    if (std::string_view(*e).rfind("CART_TOKEN=", 0) != 0) env_text.emplace_back(*e);
+  }
+  env_text.push_back(StrCat("CART_TOKEN=", token));
   if (std::getenv("OPENBLAS_NUM_THREADS") == nullptr) {
     env_text.push_back(StrCat("OPENBLAS_NUM_THREADS=", threads));
   }
@@ -143,8 +147,7 @@ absl::Status WaitForSweeps(const std::vector<std::string>& names, Call& call) {
 }
 
 absl::Status Up(const UpArgs& a) {
-  std::error_code ec;
-  fs::create_directories(a.data_dir, ec);
+  CART_RETURN_IF_ERROR(CreatePrivateDir(a.data_dir));
   // Tokens for this box: one user token (written to the client config) and one worker token.
   const std::string tokens_path = (fs::path(a.data_dir) / "tokens").string();
   // The worker token is bound to the ids its name covers (server/auth.h): the local workers are
@@ -164,10 +167,11 @@ absl::Status Up(const UpArgs& a) {
     user_token = RandomToken();
     worker_token = RandomToken();
     worker_name = "local";
-    CART_RETURN_IF_ERROR(WriteFileAtomically(
-        tokens_path, StrCat("# written by cart up\n", user_token, " user local\n", worker_token,
-                            " worker ", worker_name, "\n")));
-    chmod(tokens_path.c_str(), 0600);
+    CART_RETURN_IF_ERROR(
+        WriteFileAtomically(tokens_path,
+                            StrCat("# written by cart up\n", user_token, " user local\n",
+                                   worker_token, " worker ", worker_name, "\n"),
+                            0600));
   }
   server::ServerConfig config;
   config.listen = a.listen;
@@ -200,7 +204,6 @@ absl::Status Up(const UpArgs& a) {
   for (int i = 0; i < a.workers; ++i) {
     std::vector<std::string> args = {
         "--server",        address,
-        "--token",         worker_token,
         "--device",        "cpu",
         "--worker-id",     fmt::format("{}-{}", worker_name, i),
         "--threads",       std::to_string(a.threads),
@@ -209,7 +212,7 @@ absl::Status Up(const UpArgs& a) {
     if (i < static_cast<int>(a.worker_memory_mib.size())) {
       args.insert(args.end(), {"--memory-mib", std::to_string(a.worker_memory_mib[i])});
     }
-    CART_ASSIGN_OR_RETURN(pid_t pid, SpawnWorker(exe, args, a.threads));
+    CART_ASSIGN_OR_RETURN(pid_t pid, SpawnWorker(exe, args, a.threads, worker_token));
     workers.push_back(pid);
   }
   std::cout << fmt::format("started {} local worker(s) ({} thread(s) each)\n", workers.size(),

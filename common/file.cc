@@ -1,6 +1,7 @@
 #include "common/file.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -25,11 +26,18 @@ absl::Status ErrnoError(std::string_view what, const std::string& path) {
 
 }  // namespace
 
-absl::StatusOr<AtomicFileWriter> AtomicFileWriter::Open(const std::string& path) {
+absl::StatusOr<AtomicFileWriter> AtomicFileWriter::Open(const std::string& path, mode_t mode) {
   static std::atomic<int> counter{0};
   std::string tmp = StrCat(path, ".tmp-", getpid(), "-", counter++);
-  FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (f == nullptr) return ErrnoError("cannot create", tmp);
+  // Created with its final permissions (a secret is never readable by others, even briefly).
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
+  if (fd < 0) return ErrnoError("cannot create", tmp);
+  FILE* f = ::fdopen(fd, "wb");
+  if (f == nullptr) {
+    ::close(fd);
+    std::remove(tmp.c_str());
+    return ErrnoError("cannot open", tmp);
+  }
   return AtomicFileWriter(path, tmp, f);
 }
 
@@ -79,8 +87,8 @@ absl::Status AtomicFileWriter::Commit() {
   return absl::OkStatus();
 }
 
-absl::Status WriteFileAtomically(const std::string& path, std::string_view data) {
-  absl::StatusOr<AtomicFileWriter> w = AtomicFileWriter::Open(path);
+absl::Status WriteFileAtomically(const std::string& path, std::string_view data, mode_t mode) {
+  absl::StatusOr<AtomicFileWriter> w = AtomicFileWriter::Open(path, mode);
   if (!w.ok()) return w.status();
   absl::Status s = w->Write(data);
   if (!s.ok()) return s;
@@ -93,6 +101,15 @@ absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
   std::ostringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+absl::Status CreatePrivateDir(const std::string& path) {
+  std::error_code ec;
+  const bool fresh = !std::filesystem::exists(path, ec);
+  std::filesystem::create_directories(path, ec);
+  if (ec) return absl::InternalError(StrCat("cannot create ", path, ": ", ec.message()));
+  if (fresh && ::chmod(path.c_str(), 0700) != 0) return ErrnoError("cannot chmod", path);
+  return absl::OkStatus();
 }
 
 }  // namespace cart

@@ -4,6 +4,8 @@
 // renamed over the target and the directory is fsync'ed. A reader sees either the old file or the
 // complete new one, never a torn write, even if the process is killed or the machine loses power.
 
+#include <sys/types.h>
+
 #include <cstddef>
 #include <cstdio>
 #include <string>
@@ -16,8 +18,9 @@ namespace cart {
 
 class AtomicFileWriter {
  public:
-  // Creates "<path>.tmp-<pid>-<n>" for writing. Internal/PermissionDenied with the path on error.
-  static absl::StatusOr<AtomicFileWriter> Open(const std::string& path);
+  // Creates "<path>.tmp-<pid>-<n>" for writing, with permissions `mode` (less the umask) from
+  // the start: 0600 for secrets. Internal/PermissionDenied with the path on error.
+  static absl::StatusOr<AtomicFileWriter> Open(const std::string& path, mode_t mode = 0644);
   AtomicFileWriter(AtomicFileWriter&& other) noexcept;
   AtomicFileWriter& operator=(AtomicFileWriter&&) = delete;
   // Removes the temporary file unless Commit() succeeded.
@@ -37,7 +40,11 @@ class AtomicFileWriter {
 };
 
 // Writes the whole of `data` to `path` atomically.
-absl::Status WriteFileAtomically(const std::string& path, std::string_view data);
+absl::Status WriteFileAtomically(const std::string& path, std::string_view data,
+                                 mode_t mode = 0644);
+// Creates `path` (and missing parents); a directory it creates is its owner's only (0700), one
+// that exists keeps its permissions. Internal naming the path on error.
+absl::Status CreatePrivateDir(const std::string& path);
 // Reads a whole file. NotFound when it does not exist.
 absl::StatusOr<std::string> ReadWholeFile(const std::string& path);
 

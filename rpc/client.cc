@@ -66,8 +66,7 @@ absl::Status WriteClientConfig(const ClientConfig& config, const std::string& pa
   if (!config.token.empty()) out << YAML::Key << "token" << YAML::Value << config.token;
   if (!config.tls_ca.empty()) out << YAML::Key << "tls_ca" << YAML::Value << config.tls_ca;
   out << YAML::EndMap;
-  CART_RETURN_IF_ERROR(WriteFileAtomically(path, std::string(out.c_str()) + "\n"));
-  chmod(path.c_str(), 0600);
+  CART_RETURN_IF_ERROR(WriteFileAtomically(path, std::string(out.c_str()) + "\n", 0600));
   return absl::OkStatus();
 }
 

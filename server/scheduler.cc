@@ -14,6 +14,16 @@
 namespace cart::server {
 namespace {
 
+// A reason given by a user (cancel) goes into one event per run it touches; its length is bounded
+// so that one call cannot write hundreds of megabytes.
+constexpr size_t kMaxReasonBytes = 1000;
+
+absl::Status CheckReason(const std::string& reason) {
+  if (reason.size() <= kMaxReasonBytes) return absl::OkStatus();
+  return absl::InvalidArgumentError(StrCat("reason: ", reason.size(), " bytes is more than ",
+                                           kMaxReasonBytes, "; say it in fewer words"));
+}
+
 using store::RunRecord;
 using store::RunState;
 
@@ -257,6 +267,7 @@ absl::StatusOr<SubmitResult> Scheduler::SubmitSweep(const SubmitRequest& request
 
 absl::StatusOr<int64_t> Scheduler::CancelSweep(const std::string& name, const std::string& who,
                                                const std::string& reason) {
+  CART_RETURN_IF_ERROR(CheckReason(reason));
   CART_ASSIGN_OR_RETURN(int64_t changed,
                         store_->CancelSweep(name, store::Audit{NowMicros(), who, reason}));
   store::RunFilter filter;
@@ -282,6 +293,7 @@ absl::StatusOr<int64_t> Scheduler::ResumeSweep(const std::string& name, const st
 
 absl::StatusOr<RunRecord> Scheduler::CancelRun(int64_t run_id, const std::string& who,
                                                const std::string& reason) {
+  CART_RETURN_IF_ERROR(CheckReason(reason));
   CART_ASSIGN_OR_RETURN(RunRecord before, store_->GetRun(run_id));
   // Cancelling twice is idempotent.
   if (before.state == RunState::kCancelled) return before;
@@ -568,7 +580,14 @@ absl::StatusOr<RunRecord> Scheduler::ReportOutcome(int64_t run_id, int64_t attem
   if (absl::StatusOr<std::string> w = WorkerOfAttempt(run_id, attempt); w.ok()) worker_id = *w;
   const std::string who = StrCat("worker:", worker_id);
   std::string why = StrCat("attempt ", attempt, " reported ", store::AttemptOutcomeName(outcome));
-  if (!error.empty()) why = StrCat(why, ": ", error);
+  // A worker's error text is kept whole up to kMaxReasonBytes × 4, then cut: the report itself
+  // must never be refused for its length (the attempt would never end).
+  if (!error.empty()) {
+    constexpr size_t kMaxError = kMaxReasonBytes * 4;
+    why = StrCat(
+        why, ": ",
+        error.size() > kMaxError ? StrCat(ValidUtf8(error.substr(0, kMaxError)), "…") : error);
+  }
   absl::StatusOr<RunRecord> result;
   switch (outcome) {
     case AttemptOutcome::kSucceeded:

@@ -1,8 +1,11 @@
 #include "server/server.h"
 
+#include <arpa/inet.h>
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/resource_quota.h>
+#include <netinet/in.h>
+#include <sys/stat.h>
 #include <yaml-cpp/yaml.h>
 
 #include <cstdio>
@@ -61,7 +64,12 @@ absl::Status YamlError(std::string_view source, const YAML::Node& node, const st
 bool IsLoopbackListen(std::string_view listen) {
   std::optional<std::string> host = HostOf(listen);
   if (!host) return false;
-  return *host == "localhost" || *host == "::1" || host->rfind("127.", 0) == 0;
+  if (*host == "localhost") return true;
+  // An address, parsed: a host name such as "127.example.org" is not trusted for its prefix.
+  in_addr v4{};
+  if (inet_pton(AF_INET, host->c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+  in6_addr v6{};
+  return inet_pton(AF_INET6, host->c_str(), &v6) == 1 && IN6_IS_ADDR_LOOPBACK(&v6);
 }
 
 absl::Status ApplyConfigYaml(std::string_view text, std::string_view source, ServerConfig& config) {
@@ -240,6 +248,13 @@ absl::StatusOr<std::unique_ptr<ServerHandle>> RunServer(const ServerConfig& conf
           StrCat("tokens file ", config.tokens_file, " has no token"));
     }
     *handle->tokens_ = *std::move(tokens);
+    struct stat info {};
+    if (stat(config.tokens_file.c_str(), &info) == 0 && (info.st_mode & 077) != 0) {
+      std::fprintf(stderr,
+                   "cartd: warning: tokens file %s can be read by other users (mode %03o); "
+                   "chmod 600 %s\n",
+                   config.tokens_file.c_str(), info.st_mode & 0777, config.tokens_file.c_str());
+    }
   }
 
   std::shared_ptr<grpc::ServerCredentials> credentials;
@@ -257,11 +272,10 @@ absl::StatusOr<std::unique_ptr<ServerHandle>> RunServer(const ServerConfig& conf
     credentials = grpc::InsecureServerCredentials();
   }
 
-  std::error_code ec;
-  std::filesystem::create_directories(config.data_dir, ec);
-  if (ec) {
-    return absl::InternalError(
-        StrCat("cannot create data dir ", config.data_dir, ": ", ec.message()));
+  // The database holds every run's config and results: a data dir cartd creates is its owner's
+  // only.
+  if (absl::Status made = CreatePrivateDir(config.data_dir); !made.ok()) {
+    return absl::InternalError(StrCat("data dir: ", Message(made)));
   }
   store::StoreOptions store_options;
   store_options.path = StrCat(config.data_dir, "/cart.db");

@@ -312,6 +312,10 @@ TEST(ListenTest, LoopbackIsRecognised) {
   EXPECT_FALSE(IsLoopbackListen("[::]:7070"));
   EXPECT_FALSE(IsLoopbackListen("10.1.2.3:7070"));
   EXPECT_FALSE(IsLoopbackListen(":7070"));
+  // Trusted for the address, not for a prefix of the name.
+  EXPECT_TRUE(IsLoopbackListen("127.8.9.10:7070"));
+  EXPECT_FALSE(IsLoopbackListen("127.example.org:7070"));
+  EXPECT_FALSE(IsLoopbackListen("127.0.0.1.example.org:7070"));
 }
 
 TEST(ListenTest, APublicDashboardAddressNeedsTlsAndTokensToo) {

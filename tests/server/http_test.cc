@@ -5,6 +5,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <unistd.h>
 
@@ -111,6 +112,12 @@ TEST_F(HttpTest, ApiNeedsAUserTokenAndMetricsAnyValidOne) {
   EXPECT_EQ(Http(port(), "GET", "/healthz").status, 200);
   EXPECT_EQ(Http(port(), "GET", "/static/../tokens").status, 400);
   EXPECT_EQ(Http(port(), "GET", "/tokens").status, 404);
+}
+
+TEST_F(HttpTest, TheDataDirCartdCreatesIsItsOwnersOnly) {
+  struct stat info {};
+  ASSERT_EQ(stat(config_.data_dir.c_str(), &info), 0);
+  EXPECT_EQ(info.st_mode & 0777, 0700u);
 }
 
 TEST_F(HttpTest, RunsPagesSortFilterAndSayWhatIsWrong) {

@@ -354,6 +354,27 @@ TEST_F(SchedulerTest, FailedOutcomeRetriesUntilMaxAttemptsThenFails) {
   EXPECT_EQ(after_second.state, RunState::kFailed);
 }
 
+TEST_F(SchedulerTest, LongTextIsBoundedRefusedFromUsersAndCutFromWorkers) {
+  SubmitResult sweep = Submit(OneRunSweep("s", 0, /*max_attempts=*/2));
+  Register("w", kHuge);
+  Job first = Start("w");
+  const std::string essay(5000, 'x');
+  EXPECT_THAT(scheduler_->CancelRun(first.run.id, "user:a", essay),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("reason: 5000 bytes")));
+  EXPECT_THAT(scheduler_->CancelSweep("s", "user:a", essay),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("reason")));
+  // A worker's long error is stored cut, and the attempt still ends.
+  CART_ASSERT_OK_AND_ASSIGN(
+      store::RunRecord after,
+      scheduler_->ReportOutcome(first.run.id, first.attempt, store::AttemptOutcome::kFailed,
+                                std::string(1 << 20, 'e')));
+  EXPECT_EQ(after.state, RunState::kQueued);
+  CART_ASSERT_OK_AND_ASSIGN(RunDetails details, scheduler_->GetRun(first.run.id));
+  ASSERT_FALSE(details.events.empty());
+  EXPECT_LT(details.events.back().why.size(), 4200u);
+  EXPECT_THAT(details.events.back().why, HasSubstr("eee…"));
+}
+
 TEST_F(SchedulerTest, DrainedAttemptIsRequeuedWithoutCounting) {
   SubmitResult sweep = Submit(OneRunSweep("s", 0, /*max_attempts=*/1));
   Register("w", kHuge);
