@@ -148,7 +148,8 @@ absl::Status WaitForSweeps(const std::vector<std::string>& names, Call& call) {
 
 absl::Status Up(const UpArgs& a) {
   CART_RETURN_IF_ERROR(CreatePrivateDir(a.data_dir));
-  // Tokens for this box: one user token (written to the client config) and one worker token.
+  // Tokens for this box: one for the person who runs `cart up` (written to the client config;
+  // admin, so that they may also drain this box's workers) and one worker token.
   const std::string tokens_path = (fs::path(a.data_dir) / "tokens").string();
   // The worker token is bound to the ids its name covers (server/auth.h): the local workers are
   // "<name>-0", "<name>-1", ...
@@ -156,7 +157,9 @@ absl::Status Up(const UpArgs& a) {
   if (absl::StatusOr<std::string> text = ReadWholeFile(tokens_path); text.ok()) {
     for (const std::string& line : Split(*text, '\n')) {
       std::vector<std::string> f = Split(std::string(Trim(line)), ' ');
-      if (f.size() >= 2 && f[1] == "user" && user_token.empty()) user_token = f[0];
+      if (f.size() >= 2 && (f[1] == "admin" || f[1] == "user") && user_token.empty()) {
+        user_token = f[0];
+      }
       if (f.size() >= 3 && f[1] == "worker" && worker_token.empty()) {
         worker_token = f[0];
         worker_name = f[2];
@@ -169,7 +172,7 @@ absl::Status Up(const UpArgs& a) {
     worker_name = "local";
     CART_RETURN_IF_ERROR(
         WriteFileAtomically(tokens_path,
-                            StrCat("# written by cart up\n", user_token, " user local\n",
+                            StrCat("# written by cart up\n", user_token, " admin local\n",
                                    worker_token, " worker ", worker_name, "\n"),
                             0600));
   }

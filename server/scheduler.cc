@@ -18,6 +18,9 @@ namespace {
 // so that one call cannot write hundreds of megabytes.
 constexpr size_t kMaxReasonBytes = 1000;
 
+// Callers are named "admin:<name>" or "user:<name>" (the services build the name from the token).
+bool IsAdmin(std::string_view who) { return who.rfind("admin:", 0) == 0; }
+
 absl::Status CheckReason(const std::string& reason) {
   if (reason.size() <= kMaxReasonBytes) return absl::OkStatus();
   return absl::InvalidArgumentError(StrCat("reason: ", reason.size(), " bytes is more than ",
@@ -265,8 +268,30 @@ absl::StatusOr<SubmitResult> Scheduler::SubmitSweep(const SubmitRequest& request
   return result;
 }
 
+absl::Status Scheduler::CheckSweepOwner(const std::string& sweep, const std::string& who,
+                                        std::string_view action) {
+  if (IsAdmin(who)) return absl::OkStatus();
+  CART_ASSIGN_OR_RETURN(store::SweepRecord record, store_->GetSweep(sweep));
+  if (record.created_by == who) return absl::OkStatus();
+  return absl::PermissionDeniedError(StrCat(who, " may not ", action, " sweep '", sweep,
+                                            "': it was submitted by ", record.created_by,
+                                            "; only its owner or an admin may"));
+}
+
+absl::Status Scheduler::CheckRunOwner(int64_t run_id, const std::string& who,
+                                      std::string_view action) {
+  if (IsAdmin(who)) return absl::OkStatus();
+  CART_ASSIGN_OR_RETURN(RunRecord run, store_->GetRun(run_id));
+  CART_ASSIGN_OR_RETURN(store::SweepRecord record, store_->GetSweep(run.sweep_name));
+  if (record.created_by == who) return absl::OkStatus();
+  return absl::PermissionDeniedError(StrCat(
+      who, " may not ", action, " run ", run_id, " (", run.sweep_name, "/", run.name,
+      "): its sweep was submitted by ", record.created_by, "; only its owner or an admin may"));
+}
+
 absl::StatusOr<int64_t> Scheduler::CancelSweep(const std::string& name, const std::string& who,
                                                const std::string& reason) {
+  CART_RETURN_IF_ERROR(CheckSweepOwner(name, who, "cancel"));
   CART_RETURN_IF_ERROR(CheckReason(reason));
   CART_ASSIGN_OR_RETURN(int64_t changed,
                         store_->CancelSweep(name, store::Audit{NowMicros(), who, reason}));
@@ -283,6 +308,7 @@ absl::StatusOr<int64_t> Scheduler::CancelSweep(const std::string& name, const st
 }
 
 absl::StatusOr<int64_t> Scheduler::ResumeSweep(const std::string& name, const std::string& who) {
+  CART_RETURN_IF_ERROR(CheckSweepOwner(name, who, "resume"));
   CART_ASSIGN_OR_RETURN(int64_t changed,
                         store_->ResumeSweep(name, store::Audit{NowMicros(), who, "resumed"}));
   if (changed > 0) WakePollers();
@@ -293,6 +319,7 @@ absl::StatusOr<int64_t> Scheduler::ResumeSweep(const std::string& name, const st
 
 absl::StatusOr<RunRecord> Scheduler::CancelRun(int64_t run_id, const std::string& who,
                                                const std::string& reason) {
+  CART_RETURN_IF_ERROR(CheckRunOwner(run_id, who, "cancel"));
   CART_RETURN_IF_ERROR(CheckReason(reason));
   CART_ASSIGN_OR_RETURN(RunRecord before, store_->GetRun(run_id));
   // Cancelling twice is idempotent.
@@ -305,6 +332,7 @@ absl::StatusOr<RunRecord> Scheduler::CancelRun(int64_t run_id, const std::string
 }
 
 absl::StatusOr<RunRecord> Scheduler::ResumeRun(int64_t run_id, const std::string& who) {
+  CART_RETURN_IF_ERROR(CheckRunOwner(run_id, who, "resume"));
   CART_ASSIGN_OR_RETURN(RunRecord run,
                         store_->ResumeRun(run_id, store::Audit{NowMicros(), who, "resumed"}));
   BumpRun(run_id);
@@ -314,6 +342,7 @@ absl::StatusOr<RunRecord> Scheduler::ResumeRun(int64_t run_id, const std::string
 
 absl::StatusOr<RunRecord> Scheduler::ExtendRun(int64_t run_id, int64_t total_steps,
                                                const std::string& who) {
+  CART_RETURN_IF_ERROR(CheckRunOwner(run_id, who, "extend"));
   // The state and the step count are checked once, by the store, inside the write (a check here
   // would read outside it); this only re-resolves the config with the new steps.
   CART_ASSIGN_OR_RETURN(RunRecord run, store_->GetRun(run_id));
@@ -430,6 +459,10 @@ absl::StatusOr<std::optional<Job>> Scheduler::Acquire(const std::string& worker_
 }
 
 absl::Status Scheduler::DrainWorker(const std::string& worker_id, const std::string& who) {
+  if (!IsAdmin(who)) {
+    return absl::PermissionDeniedError(
+        StrCat(who, " may not drain worker '", worker_id, "': draining needs an admin token"));
+  }
   {
     absl::MutexLock lock(&mu_);
     auto it = workers_.find(worker_id);

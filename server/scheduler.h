@@ -26,6 +26,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -159,6 +160,10 @@ class Scheduler {
   void Shutdown();
 
   // ---- Sweeps
+  //
+  // `who` is "admin:<name>" or "user:<name>". Cancel, resume and extend of a sweep or run need
+  // the user who submitted the sweep or an admin; draining a worker needs an admin
+  // (PermissionDenied otherwise, naming who may).
 
   // Parses and expands the sweep file (model/sweep.h) and stores the sweep with all its runs in
   // one transaction; derived runs start BLOCKED until their parent's checkpoint exists.
@@ -321,6 +326,11 @@ class Scheduler {
   // Cancels pushed to streams of runs that now have a cancel request or were cancelled.
   void PushCancels(const std::vector<int64_t>& run_ids, const std::string& reason);
   absl::StatusOr<RunInfo> Describe(store::RunRecord run, std::optional<int64_t> max_memory);
+  // Changes to a sweep or its runs need its owner (the `who` that submitted it) or an admin
+  // ("admin:<name>"); PermissionDenied naming both otherwise.
+  absl::Status CheckSweepOwner(const std::string& sweep, const std::string& who,
+                               std::string_view action);
+  absl::Status CheckRunOwner(int64_t run_id, const std::string& who, std::string_view action);
   // The latest step the run's worker reported since this scheduler started; 0 when none.
   int64_t ReportedStep(int64_t run_id);
   // Why a QUEUED or BLOCKED run is not running (`max_memory`: the largest registered device);

@@ -220,7 +220,9 @@ Response Dashboard::Handle(const Request& request) {
     return Static(request);
   }
   // Who is calling (docs/design.md "Security").
-  std::string who = "user:anonymous";
+  // Named like the gRPC side: "admin:<name>" or "user:<name>" (authentication off: the admin
+  // "anonymous").
+  std::string who = "admin:anonymous";
   if (options_.tokens != nullptr && options_.tokens->enabled()) {
     const std::string header = request.Header("authorization");
     std::optional<std::string_view> auth;
@@ -230,7 +232,9 @@ Response Dashboard::Handle(const Request& request) {
     const bool metrics_by_worker = path == "/metrics" && !principal.ok() &&
                                    principal.status().code() == absl::StatusCode::kPermissionDenied;
     if (!principal.ok() && !metrics_by_worker) return Error(principal.status());
-    if (principal.ok()) who = StrCat("user:", principal->name);
+    if (principal.ok()) {
+      who = StrCat(principal->role == Role::kAdmin ? "admin:" : "user:", principal->name);
+    }
   }
   if (path == "/metrics") {
     if (request.method != "GET") {

@@ -359,9 +359,9 @@ TEST_F(SchedulerTest, LongTextIsBoundedRefusedFromUsersAndCutFromWorkers) {
   Register("w", kHuge);
   Job first = Start("w");
   const std::string essay(5000, 'x');
-  EXPECT_THAT(scheduler_->CancelRun(first.run.id, "user:a", essay),
+  EXPECT_THAT(scheduler_->CancelRun(first.run.id, "user:test", essay),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("reason: 5000 bytes")));
-  EXPECT_THAT(scheduler_->CancelSweep("s", "user:a", essay),
+  EXPECT_THAT(scheduler_->CancelSweep("s", "user:test", essay),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("reason")));
   // A worker's long error is stored cut, and the attempt still ends.
   CART_ASSERT_OK_AND_ASSIGN(
@@ -373,6 +373,30 @@ TEST_F(SchedulerTest, LongTextIsBoundedRefusedFromUsersAndCutFromWorkers) {
   ASSERT_FALSE(details.events.empty());
   EXPECT_LT(details.events.back().why.size(), 4200u);
   EXPECT_THAT(details.events.back().why, HasSubstr("eee…"));
+}
+
+TEST_F(SchedulerTest, OnlyTheOwnerOrAnAdminChangesASweepAndOnlyAnAdminDrains) {
+  SubmitResult sweep = Submit(OneRunSweep("mine", 0));  // submitted by user:test
+  const int64_t run = sweep.runs.at(0).id;
+  EXPECT_THAT(scheduler_->CancelSweep("mine", "user:mallory", ""),
+              StatusIs(absl::StatusCode::kPermissionDenied,
+                       AllOf(HasSubstr("user:mallory may not cancel sweep 'mine'"),
+                             HasSubstr("submitted by user:test"))));
+  EXPECT_THAT(scheduler_->CancelRun(run, "user:mallory", ""),
+              StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("may not cancel run")));
+  EXPECT_THAT(scheduler_->ResumeSweep("mine", "user:mallory"),
+              StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("user:mallory may not")));
+  EXPECT_THAT(scheduler_->ExtendRun(run, 99, "user:mallory"),
+              StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("user:mallory may not")));
+  CART_ASSERT_OK_AND_ASSIGN(RunDetails still, scheduler_->GetRun(run));
+  EXPECT_EQ(still.info.run.state, RunState::kQueued);
+  CART_ASSERT_OK_AND_ASSIGN(store::RunRecord by_admin,
+                            scheduler_->CancelRun(run, "admin:root", ""));
+  EXPECT_EQ(by_admin.state, RunState::kCancelled);
+  CART_ASSERT_OK(scheduler_->ResumeRun(run, "user:test").status());
+  Register("w", kHuge);
+  EXPECT_THAT(scheduler_->DrainWorker("w", "user:test"),
+              StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("needs an admin token")));
 }
 
 TEST_F(SchedulerTest, DrainedAttemptIsRequeuedWithoutCounting) {
@@ -495,17 +519,18 @@ seeds: [1, 2]
 TEST_F(SchedulerTest, CancelResumeAndExtendFollowTheRunLifecycle) {
   SubmitResult sweep = Submit(OneRunSweep("s"));
   const int64_t run = sweep.runs[0].id;
-  CART_ASSERT_OK_AND_ASSIGN(store::RunRecord cancelled, scheduler_->CancelRun(run, "user:a", ""));
+  CART_ASSERT_OK_AND_ASSIGN(store::RunRecord cancelled,
+                            scheduler_->CancelRun(run, "user:test", ""));
   EXPECT_EQ(cancelled.state, RunState::kCancelled);
   // Idempotent.
-  CART_ASSERT_OK_AND_ASSIGN(store::RunRecord again, scheduler_->CancelRun(run, "user:a", ""));
+  CART_ASSERT_OK_AND_ASSIGN(store::RunRecord again, scheduler_->CancelRun(run, "user:test", ""));
   EXPECT_EQ(again.state, RunState::kCancelled);
-  EXPECT_THAT(scheduler_->ExtendRun(run, 20, "user:a"),
+  EXPECT_THAT(scheduler_->ExtendRun(run, 20, "user:test"),
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("CANCELLED")));
 
-  CART_ASSERT_OK_AND_ASSIGN(store::RunRecord resumed, scheduler_->ResumeRun(run, "user:a"));
+  CART_ASSERT_OK_AND_ASSIGN(store::RunRecord resumed, scheduler_->ResumeRun(run, "user:test"));
   EXPECT_EQ(resumed.state, RunState::kQueued);
-  EXPECT_THAT(scheduler_->ResumeRun(run, "user:a"),
+  EXPECT_THAT(scheduler_->ResumeRun(run, "user:test"),
               StatusIs(absl::StatusCode::kFailedPrecondition, _));
 
   Register("w", kHuge);
@@ -513,12 +538,12 @@ TEST_F(SchedulerTest, CancelResumeAndExtendFollowTheRunLifecycle) {
   CART_ASSERT_OK(scheduler_->RecordCheckpoint(run, job.attempt, Checkpoint(10)).status());
   CART_ASSERT_OK(
       scheduler_->ReportOutcome(run, job.attempt, store::AttemptOutcome::kSucceeded, "").status());
-  EXPECT_THAT(scheduler_->CancelRun(run, "user:a", ""),
+  EXPECT_THAT(scheduler_->CancelRun(run, "user:test", ""),
               StatusIs(absl::StatusCode::kFailedPrecondition, _));
-  EXPECT_THAT(scheduler_->ExtendRun(run, 10, "user:a"),
+  EXPECT_THAT(scheduler_->ExtendRun(run, 10, "user:test"),
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("would add none")));
 
-  CART_ASSERT_OK_AND_ASSIGN(store::RunRecord extended, scheduler_->ExtendRun(run, 25, "user:a"));
+  CART_ASSERT_OK_AND_ASSIGN(store::RunRecord extended, scheduler_->ExtendRun(run, 25, "user:test"));
   EXPECT_EQ(extended.state, RunState::kQueued);
   EXPECT_EQ(extended.steps, 25);
   EXPECT_THAT(extended.config_yaml, HasSubstr("steps: 25"));
@@ -535,7 +560,7 @@ TEST_F(SchedulerTest, CancelOfARunningRunIsPushedToItsStream) {
   auto stream = std::make_shared<RecordingStream>();
   Job job = Start("w", stream);
   CART_ASSERT_OK_AND_ASSIGN(store::RunRecord run,
-                            scheduler_->CancelRun(job.run.id, "user:a", "wrong lr"));
+                            scheduler_->CancelRun(job.run.id, "user:test", "wrong lr"));
   EXPECT_EQ(run.state, RunState::kRunning);
   EXPECT_TRUE(run.cancel_requested);
   auto controls = stream->controls();
@@ -650,13 +675,13 @@ TEST_F(SchedulerTest, DrainingWorkerGetsADrainAndNoNewJob) {
   Register("w", kHuge);
   auto stream = std::make_shared<RecordingStream>();
   Start("w", stream);
-  CART_ASSERT_OK(scheduler_->DrainWorker("w", "user:a"));
+  CART_ASSERT_OK(scheduler_->DrainWorker("w", "admin:a"));
   auto controls = stream->controls();
   ASSERT_EQ(controls.size(), 1u);
   EXPECT_EQ(controls[0].kind, Control::Kind::kDrain);
   EXPECT_THAT(scheduler_->Acquire("w", absl::ZeroDuration()),
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("draining")));
-  EXPECT_THAT(scheduler_->DrainWorker("nobody", "user:a"),
+  EXPECT_THAT(scheduler_->DrainWorker("nobody", "admin:a"),
               StatusIs(absl::StatusCode::kNotFound, _));
   std::vector<WorkerStatus> workers = scheduler_->ListWorkers();
   ASSERT_EQ(workers.size(), 1u);
