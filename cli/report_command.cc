@@ -40,9 +40,7 @@ class ServiceStudySource : public report::StudySource {
     if (!sweep_names_->count(sweep)) return out;
     cart::v1::ListRunsRequest req;
     req.set_sweep(sweep);
-    cart::v1::ListRunsResponse runs =
-        client_.Call<cart::v1::ListRunsRequest, cart::v1::ListRunsResponse>(
-            &cart::v1::SchedulerService::Stub::ListRuns, req, 120'000);
+    cart::v1::ListRunsResponse runs = ListAllRuns(client_, req);
     for (const cart::v1::RunView& listed : runs.runs()) {
       cart::v1::GetRunRequest get;
       get.set_run_id(listed.run_id());

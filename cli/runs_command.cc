@@ -94,8 +94,7 @@ void RegisterRuns(CLI::App& app) {
       req.add_states(state);
     }
     Client client = Client::Connect(la->conn);
-    auto resp = client.Call<cart::v1::ListRunsRequest, cart::v1::ListRunsResponse>(
-        &cart::v1::SchedulerService::Stub::ListRuns, req);
+    cart::v1::ListRunsResponse resp = ListAllRuns(client, req);
     if (la->conn.json) {
       std::cout << ToJson(resp) << "\n";
       return;

@@ -191,8 +191,12 @@ void RegisterSweep(CLI::App& app) {
     Client client = Client::Connect(show->conn);
     cart::v1::GetSweepRequest req;
     req.set_name(show->name);
+    req.set_run_limit(1);  // the runs come below, in pages
     auto resp = client.Call<cart::v1::GetSweepRequest, cart::v1::GetSweepResponse>(
         &cart::v1::SchedulerService::Stub::GetSweep, req);
+    cart::v1::ListRunsRequest list;
+    list.set_sweep(show->name);
+    *resp.mutable_runs() = std::move(*ListAllRuns(client, list).mutable_runs());
     if (show->conn.json) {
       std::cout << ToJson(resp) << "\n";
       return;

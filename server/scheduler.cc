@@ -779,14 +779,17 @@ absl::StatusOr<RunDetails> Scheduler::GetRun(int64_t run_id) {
 }
 
 absl::StatusOr<std::vector<RunInfo>> Scheduler::ListRuns(const store::RunFilter& filter,
-                                                         int64_t limit) {
+                                                         int64_t limit, int64_t offset,
+                                                         int64_t* total) {
   // One paged read gives the records, workers, steps and latest values; only a blocked run costs
   // one more read (its parent's state, for the waiting reason).
   store::RunPageRequest page;
   page.filter = filter;
-  page.limit = std::max<int64_t>(limit, 0);
+  page.limit = limit;
+  page.offset = offset;
   page.metrics = {"loss", "rho_max", "tokens_per_s"};
   CART_ASSIGN_OR_RETURN(store::RunPage rows, store_->ListRunPage(page));
+  if (total != nullptr) *total = rows.total;
   const std::optional<int64_t> max_memory = MaxWorkerMemory();
   std::vector<RunInfo> out;
   out.reserve(rows.rows.size());

@@ -258,8 +258,10 @@ class Scheduler {
   absl::StatusOr<std::vector<store::AttemptRecord>> ListAttempts(int64_t run_id);
   // Counters for /metrics.
   const SchedulerStats& stats() const { return stats_; }
-  // Runs matching `filter`, by id; at most `limit` (0: all).
-  absl::StatusOr<std::vector<RunInfo>> ListRuns(const store::RunFilter& filter, int64_t limit);
+  // Runs matching `filter`, by id: at most `limit` (0: all) after skipping `offset`. `total`
+  // (when given) receives how many match. InvalidArgument for a negative limit or offset.
+  absl::StatusOr<std::vector<RunInfo>> ListRuns(const store::RunFilter& filter, int64_t limit,
+                                                int64_t offset = 0, int64_t* total = nullptr);
   // Why a QUEUED or BLOCKED run is not running; empty for other states.
   absl::StatusOr<std::string> WaitingReason(const store::RunRecord& run);
 

@@ -24,6 +24,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <thread>
 #include <vector>
 
@@ -352,6 +353,49 @@ void BenchRss(const std::string& dir, int runs) {
       submitted.ok() ? "ok" : submitted.error_message().c_str(), submit_s,
       static_cast<long long>(after_list), listed.runs_size(), list_s);
   std::printf("  peak (VmHWM) %lld KiB\n", static_cast<long long>(StatusKib(pid, "VmHWM")));
+  // The pages a screen reads: 20 of each, p50 / p99.
+  auto time_call = [&](const std::function<grpc::Status()>& call) {
+    std::vector<double> ms;
+    for (int i = 0; i < 20; ++i) {
+      const auto start = std::chrono::steady_clock::now();
+      if (!call().ok()) return std::make_pair(-1.0, -1.0);
+      ms.push_back(
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+              .count());
+    }
+    return std::make_pair(Percentile(ms, 0.5), Percentile(ms, 0.99));
+  };
+  const auto page = time_call([&] {
+    grpc::ClientContext ctx;
+    v1::ListRunsRequest req;
+    req.set_sweep("rss");
+    req.set_limit(100);
+    req.set_offset(runs / 2);
+    v1::ListRunsResponse resp;
+    return scheduler->ListRuns(&ctx, req, &resp);
+  });
+  const auto sweep = time_call([&] {
+    grpc::ClientContext ctx;
+    v1::GetSweepRequest req;
+    req.set_name("rss");
+    req.set_run_limit(100);
+    v1::GetSweepResponse resp;
+    return scheduler->GetSweep(&ctx, req, &resp);
+  });
+  for (int i = 0; i < 99; ++i) {
+    grpc::ClientContext ctx;
+    Submit(*scheduler, SweepWithSeeds(StrCat("small-", i), 2));
+  }
+  const auto sweeps = time_call([&] {
+    grpc::ClientContext ctx;
+    v1::ListSweepsResponse resp;
+    return scheduler->ListSweeps(&ctx, v1::ListSweepsRequest{}, &resp);
+  });
+  std::printf(
+      "  with %d runs: ListRuns page of 100 (offset %d) p50 %.1f ms, p99 %.1f ms; GetSweep with "
+      "100 runs p50 %.1f ms, p99 %.1f ms; ListSweeps of 100 sweeps p50 %.1f ms, p99 %.1f ms\n",
+      runs, runs / 2, page.first, page.second, sweep.first, sweep.second, sweeps.first,
+      sweeps.second);
   if (!list_status.ok())
     std::printf("  ListRuns failed: %s\n", list_status.error_message().c_str());
   kill(pid, SIGTERM);

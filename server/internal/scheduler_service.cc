@@ -91,7 +91,11 @@ grpc::Status SchedulerServiceImpl::GetSweep(grpc::ServerContext* context,
   if (!sweep.ok()) return ToGrpc(sweep.status());
   store::RunFilter filter;
   filter.sweeps = {request->name()};
-  absl::StatusOr<std::vector<RunInfo>> runs = ctx_.scheduler->ListRuns(filter, 0);
+  if (request->run_limit() < 0) {
+    return ToGrpc(absl::InvalidArgumentError("GetSweep: run_limit must not be negative"));
+  }
+  absl::StatusOr<std::vector<RunInfo>> runs =
+      ctx_.scheduler->ListRuns(filter, request->run_limit());
   if (!runs.ok()) return ToGrpc(runs.status());
   *response->mutable_sweep() = ToSweepView(*sweep);
   for (const RunInfo& info : *runs) *response->add_runs() = ToRunView(info, nullptr, false);
@@ -133,11 +137,14 @@ grpc::Status SchedulerServiceImpl::ListRuns(grpc::ServerContext* context,
     }
     filter.states.push_back(*parsed);
   }
-  if (request->limit() < 0) {
-    return ToGrpc(absl::InvalidArgumentError("ListRuns: limit must not be negative"));
+  if (request->limit() < 0 || request->offset() < 0) {
+    return ToGrpc(absl::InvalidArgumentError("ListRuns: limit and offset must not be negative"));
   }
-  absl::StatusOr<std::vector<RunInfo>> runs = ctx_.scheduler->ListRuns(filter, request->limit());
+  int64_t total = 0;
+  absl::StatusOr<std::vector<RunInfo>> runs =
+      ctx_.scheduler->ListRuns(filter, request->limit(), request->offset(), &total);
   if (!runs.ok()) return ToGrpc(runs.status());
+  response->set_total(total);
   for (const RunInfo& info : *runs) *response->add_runs() = ToRunView(info, nullptr, false);
   return grpc::Status::OK;
 }

@@ -121,6 +121,35 @@ TEST_F(GrpcTest, ListRunsShowsAFinishedRunsLastStepAndLatestValuesAfterARestart)
   EXPECT_EQ(run.worker_id(), "w1");
 }
 
+TEST_F(GrpcTest, ListRunsAndGetSweepPageABigSweep) {
+  Submit("name: p\nbase: {d: 64, vocab: 100, P: 1, R: 2, steps: 10}\nseeds: [1, 2, 3, 4, 5]\n");
+  grpc::ClientContext context;
+  Prepare(context, "");
+  v1::ListRunsRequest request;
+  request.set_sweep("p");
+  request.set_limit(2);
+  request.set_offset(2);
+  v1::ListRunsResponse response;
+  ASSERT_TRUE(scheduler_->ListRuns(&context, request, &response).ok());
+  EXPECT_EQ(response.total(), 5);
+  ASSERT_EQ(response.runs_size(), 2);
+  EXPECT_EQ(response.runs(0).name(), "p/2");
+  EXPECT_EQ(response.runs(1).name(), "p/3");
+  grpc::ClientContext get_context;
+  Prepare(get_context, "");
+  v1::GetSweepRequest get;
+  get.set_name("p");
+  get.set_run_limit(1);
+  v1::GetSweepResponse sweep;
+  ASSERT_TRUE(scheduler_->GetSweep(&get_context, get, &sweep).ok());
+  EXPECT_EQ(sweep.runs_size(), 1);
+  grpc::ClientContext bad_context;
+  Prepare(bad_context, "");
+  request.set_offset(-1);
+  EXPECT_EQ(scheduler_->ListRuns(&bad_context, request, &response).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+}
+
 TEST_F(GrpcTest, MetricsResentAfterAReconnectAreStoredOnce) {
   auto worker = MakeWorker("w1");
   v1::Job job = LeaseOne(*worker);
