@@ -221,6 +221,7 @@ void ServerHandle::Shutdown() {
   dashboard_.reset();
   scheduler_.reset();
   services_.reset();
+  followers_.reset();
   store_.reset();
   absl::MutexLock lock(&mu_);
   done_ = true;
@@ -299,6 +300,9 @@ absl::StatusOr<std::unique_ptr<ServerHandle>> RunServer(const ServerConfig& conf
   context.scheduler = handle->scheduler_.get();
   context.artifacts = handle->artifacts_.get();
   context.tokens = handle->tokens_.get();
+  handle->followers_ = std::make_unique<internal::FollowerSlots>(
+      std::max(1, config.max_follows_per_caller), std::max(1, config.max_threads / 2));
+  context.followers = handle->followers_.get();
   handle->services_ = std::make_unique<ServerHandle::Services>();
   handle->services_->scheduler = std::make_unique<internal::SchedulerServiceImpl>(context);
   handle->services_->worker = std::make_unique<internal::WorkerServiceImpl>(context);

@@ -36,6 +36,9 @@ class HttpServer;
 namespace cart::server {
 
 class ArtifactStore;
+namespace internal {
+class FollowerSlots;
+}
 class Scheduler;
 class TokenTable;
 
@@ -60,6 +63,9 @@ struct ServerConfig {
   // RunJob streams included), so this bounds how many workers and followers can be connected.
   // Default 1024; >= 16.
   int max_threads = 1024;
+  // Most follow streams (`cart runs logs -f` and the like) one caller may hold open; all callers
+  // together hold at most half of max_threads, so workers always find a thread. Default 64; >= 1.
+  int max_follows_per_caller = 64;
   // Longest AcquireJob long poll. Default 30 s.
   absl::Duration max_acquire_wait = absl::Seconds(30);
   // How long Shutdown() lets unary RPCs in flight finish before cancelling them. Default 5 s.
@@ -131,6 +137,7 @@ class ServerHandle {
   std::unique_ptr<store::RunStore> store_;
   std::unique_ptr<ArtifactStore> artifacts_;
   std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<internal::FollowerSlots> followers_;
   std::unique_ptr<Services> services_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<http::Dashboard> dashboard_;

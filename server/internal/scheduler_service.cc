@@ -27,6 +27,23 @@ void WriteStateOnly(grpc::ServerWriter<View>& writer, store::RunState state) {
 
 }  // namespace
 
+absl::StatusOr<std::shared_ptr<void>> FollowerSlots::Take(const std::string& who) {
+  absl::MutexLock lock(&mu_);
+  int& mine = held_[who];
+  if (mine >= per_caller_ || all_ >= total_) {
+    return absl::ResourceExhaustedError(
+        StrCat(who, " follows ", mine, " streams (limit ", per_caller_, " per caller, ", all_,
+               " of ", total_, " for everyone): close some, or follow without --follow"));
+  }
+  ++mine;
+  ++all_;
+  return std::shared_ptr<void>(nullptr, [this, who](void*) {
+    absl::MutexLock release(&mu_);
+    if (--held_[who] == 0) held_.erase(who);
+    --all_;
+  });
+}
+
 absl::StatusOr<std::string> SchedulerServiceImpl::Caller(grpc::ServerContext* context,
                                                          const char* method) const {
   CART_ASSIGN_OR_RETURN(Principal who,
@@ -213,6 +230,12 @@ grpc::Status SchedulerServiceImpl::StreamMetrics(grpc::ServerContext* context,
                                                  const v1::StreamMetricsRequest* request,
                                                  grpc::ServerWriter<v1::MetricBatchView>* writer) {
   CART_CALLER(who, "StreamMetrics");
+  std::shared_ptr<void> slot;  // held while the stream follows
+  if (request->follow() && ctx_.followers != nullptr) {
+    absl::StatusOr<std::shared_ptr<void>> taken = ctx_.followers->Take(who);
+    if (!taken.ok()) return ToGrpc(taken.status());
+    slot = *std::move(taken);
+  }
   const int64_t run_id = request->run_id();
   // Next step to read, per metric name.
   std::map<std::string, int64_t> next_step;
@@ -262,6 +285,12 @@ grpc::Status SchedulerServiceImpl::StreamRunLog(grpc::ServerContext* context,
                                                 const v1::StreamRunLogRequest* request,
                                                 grpc::ServerWriter<v1::RunLogView>* writer) {
   CART_CALLER(who, "StreamRunLog");
+  std::shared_ptr<void> slot;  // held while the stream follows
+  if (request->follow() && ctx_.followers != nullptr) {
+    absl::StatusOr<std::shared_ptr<void>> taken = ctx_.followers->Take(who);
+    if (!taken.ok()) return ToGrpc(taken.status());
+    slot = *std::move(taken);
+  }
   const int64_t run_id = request->run_id();
   if (request->tail() < 0 || request->after_id() < 0) {
     return ToGrpc(absl::InvalidArgumentError(StrCat("StreamRunLog: tail (", request->tail(),

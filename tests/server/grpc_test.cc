@@ -4,12 +4,14 @@
 
 #include <grpcpp/generic/generic_stub.h>
 
+#include <algorithm>
 #include <atomic>
 #include <random>
 #include <thread>
 
 #include "common/sha256.h"
 #include "common/strings.h"
+#include "server/internal/services.h"
 #include "server/scheduler.h"
 #include "store/run_store.h"
 #include "tests/server/server_fixture.h"
@@ -574,6 +576,68 @@ TEST_F(GrpcTest, ShutdownEndsLongPollsAndStreamsPromptlyAndKeepsTheLease) {
   resumed->Cancel();
   resumed->Finish();
   (*restarted)->Shutdown();
+}
+
+TEST(FollowerSlotsTest, BoundsEachCallerAndEveryone) {
+  internal::FollowerSlots slots(/*per_caller=*/2, /*total=*/3);
+  auto a1 = slots.Take("user:a");
+  auto a2 = slots.Take("user:a");
+  ASSERT_TRUE(a1.ok() && a2.ok());
+  EXPECT_THAT(slots.Take("user:a").status(),
+              ::cart::testing::StatusIs(absl::StatusCode::kResourceExhausted,
+                                        ::testing::HasSubstr("limit 2 per caller")));
+  auto b1 = slots.Take("user:b");
+  ASSERT_TRUE(b1.ok());
+  EXPECT_EQ(slots.Take("user:c").status().code(), absl::StatusCode::kResourceExhausted);
+  a1->reset();  // one of a's streams ends
+  EXPECT_TRUE(slots.Take("user:c").ok());
+}
+
+// A user opening more follow streams than allowed gets RESOURCE_EXHAUSTED for the extra one, and a
+// worker still registers (before the bound, such streams took every server thread).
+class FollowLimitTest : public GrpcTest {
+ protected:
+  void Configure(ServerConfig& config) override { config.max_follows_per_caller = 3; }
+};
+
+TEST_F(FollowLimitTest, ExtraFollowersAreRefusedAndWorkersStillGetThreads) {
+  const int64_t run = Submit(TinySweep("f")).at(0);  // QUEUED: a follower waits on it
+  constexpr int kStreams = 4;
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+  std::vector<std::thread> readers;
+  std::atomic<int> ended{0};
+  std::vector<grpc::StatusCode> codes(kStreams, grpc::StatusCode::OK);
+  absl::Mutex mu;
+  for (int i = 0; i < kStreams; ++i) {
+    contexts.push_back(std::make_unique<grpc::ClientContext>());
+    Prepare(*contexts.back(), "", 60);
+    readers.emplace_back([&, i] {
+      v1::StreamRunLogRequest request;
+      request.set_run_id(run);
+      request.set_follow(true);
+      auto reader = scheduler_->StreamRunLog(contexts[i].get(), request);
+      v1::RunLogView view;
+      while (reader->Read(&view)) {
+      }
+      const grpc::StatusCode code = reader->Finish().error_code();
+      absl::MutexLock lock(&mu);
+      codes[i] = code;
+      ++ended;
+    });
+  }
+  // Exactly one of the four is refused; the other three keep following.
+  for (int i = 0; i < 200 && ended.load() == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  {
+    absl::MutexLock lock(&mu);
+    EXPECT_EQ(ended.load(), 1);
+    EXPECT_EQ(std::count(codes.begin(), codes.end(), grpc::StatusCode::RESOURCE_EXHAUSTED), 1);
+  }
+  auto worker = MakeWorker("w1");
+  EXPECT_TRUE(worker->Register().ok());
+  for (auto& c : contexts) c->TryCancel();
+  for (auto& t : readers) t.join();
 }
 
 }  // namespace
