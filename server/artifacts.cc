@@ -1,5 +1,7 @@
 #include "server/artifacts.h"
 
+#include <sys/statvfs.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -55,7 +57,20 @@ absl::StatusOr<std::unique_ptr<ArtifactStore>> ArtifactStore::Open(ArtifactStore
     return absl::InternalError(
         StrCat("cannot create artifact directory ", options.root, ": ", ec.message()));
   }
-  return std::unique_ptr<ArtifactStore>(new ArtifactStore(std::move(options)));
+  std::unique_ptr<ArtifactStore> store(new ArtifactStore(std::move(options)));
+  // "<blob>.tmp-<pid>-<n>" files are uploads a crash interrupted (AtomicFileWriter's names).
+  std::vector<std::filesystem::path> stale;
+  for (auto it = std::filesystem::recursive_directory_iterator(store->options_.root, ec);
+       !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
+    if (it->is_regular_file(ec) &&
+        it->path().filename().string().find(".tmp-") != std::string::npos) {
+      stale.push_back(it->path());
+    }
+  }
+  for (const auto& path : stale) {
+    if (std::filesystem::remove(path, ec)) ++store->swept_temp_files_;
+  }
+  return store;
 }
 
 std::string ArtifactStore::RelativePath(const std::string& sha256) {
@@ -91,6 +106,19 @@ absl::StatusOr<std::unique_ptr<ArtifactStore::Upload>> ArtifactStore::BeginUploa
   if (size > options_.max_bytes) {
     return absl::ResourceExhaustedError(
         StrCat("artifact ", sha256, " is ", size, " bytes; the limit is ", options_.max_bytes));
+  }
+  if (options_.min_free_bytes > 0) {
+    struct statvfs fs {};
+    if (statvfs(options_.root.c_str(), &fs) == 0) {
+      const int64_t free_bytes =
+          static_cast<int64_t>(fs.f_bavail) * static_cast<int64_t>(fs.f_frsize);
+      if (free_bytes - size < options_.min_free_bytes) {
+        return absl::ResourceExhaustedError(StrCat(
+            "artifact ", sha256, " (", size, " bytes) would leave ", free_bytes - size,
+            " bytes free on ", options_.root, ", below the floor of ", options_.min_free_bytes,
+            " bytes: free disk space (or lower min_free_artifact_bytes)"));
+      }
+    }
   }
   const std::string path = FullPath(sha256);
   std::error_code ec;

@@ -33,6 +33,10 @@ struct ArtifactStoreOptions {
   std::string root;
   // Largest blob accepted, bytes. Default 64 GiB (a d=1024 checkpoint with AdamW state is ~5 GiB).
   int64_t max_bytes = int64_t{64} << 30;
+  // An upload is refused (ResourceExhausted, naming the numbers) when it would leave less than
+  // this many bytes free on the store's file system (room for the database to grow). Default
+  // 256 MiB; 0: no floor.
+  int64_t min_free_bytes = int64_t{256} << 20;
 };
 
 // Whether `name` is a blob name: 64 lowercase hex digits.
@@ -59,7 +63,11 @@ class ArtifactStore {
     Sha256 hash_;
   };
 
+  // Creates the root when missing and removes the temporary files of uploads that a crash left
+  // behind (no upload is in flight when cartd opens its store).
   static absl::StatusOr<std::unique_ptr<ArtifactStore>> Open(ArtifactStoreOptions options);
+  // Temporary files Open() removed.
+  int64_t swept_temp_files() const { return swept_temp_files_; }
 
   // "<sha256[0:2]>/<sha256>", relative to the root (what the store's artifacts table records).
   static std::string RelativePath(const std::string& sha256);
@@ -85,6 +93,7 @@ class ArtifactStore {
   absl::Status CheckName(const std::string& sha256) const;
 
   const ArtifactStoreOptions options_;
+  int64_t swept_temp_files_ = 0;
 };
 
 }  // namespace cart::server

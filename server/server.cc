@@ -119,6 +119,11 @@ absl::Status ApplyConfigYaml(std::string_view text, std::string_view source, Ser
       config.max_acquire_wait = absl::Seconds(seconds);
     } else if (key == "max_runs_per_sweep") {
       CART_ASSIGN_OR_RETURN(config.max_runs_per_sweep, integer(1));
+    } else if (key == "min_free_artifact_bytes") {
+      CART_ASSIGN_OR_RETURN(config.min_free_artifact_bytes, integer(0));
+    } else if (key == "max_follows_per_caller") {
+      CART_ASSIGN_OR_RETURN(int64_t follows, integer(1));
+      config.max_follows_per_caller = static_cast<int>(follows);
     } else if (key == "http_listen") {
       config.http_listen = text_value == "off" ? std::string() : text_value;
     } else if (key == "web_dir") {
@@ -127,7 +132,8 @@ absl::Status ApplyConfigYaml(std::string_view text, std::string_view source, Ser
       return YamlError(source, kv.first, key,
                        "unknown key (known: listen, data_dir, tokens, tls_cert, tls_key, "
                        "lease_ttl, insecure, max_artifact_bytes, max_threads, max_acquire_wait, "
-                       "max_runs_per_sweep, http_listen, web_dir)");
+                       "max_runs_per_sweep, http_listen, web_dir, min_free_artifact_bytes, "
+                       "max_follows_per_caller)");
     }
   }
   return absl::OkStatus();
@@ -287,7 +293,12 @@ absl::StatusOr<std::unique_ptr<ServerHandle>> RunServer(const ServerConfig& conf
   ArtifactStoreOptions artifact_options;
   artifact_options.root = StrCat(config.data_dir, "/artifacts");
   artifact_options.max_bytes = config.max_artifact_bytes;
+  artifact_options.min_free_bytes = config.min_free_artifact_bytes;
   CART_ASSIGN_OR_RETURN(handle->artifacts_, ArtifactStore::Open(artifact_options));
+  if (handle->artifacts_->swept_temp_files() > 0) {
+    std::fprintf(stderr, "cartd: removed %lld temporary file(s) of interrupted uploads\n",
+                 static_cast<long long>(handle->artifacts_->swept_temp_files()));
+  }
 
   SchedulerOptions scheduler_options;
   scheduler_options.lease_ttl = config.lease_ttl;

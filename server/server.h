@@ -59,6 +59,8 @@ struct ServerConfig {
   bool insecure = false;
   // Largest artifact accepted, bytes. Default 64 GiB.
   int64_t max_artifact_bytes = int64_t{64} << 30;
+  // Uploads that would leave less free disk than this are refused. Default 256 MiB; 0: no floor.
+  int64_t min_free_artifact_bytes = int64_t{256} << 20;
   // Most threads the gRPC sync server may use: every in-flight RPC holds one (long polls and
   // RunJob streams included), so this bounds how many workers and followers can be connected.
   // Default 1024; >= 16.
@@ -87,7 +89,8 @@ struct ServerConfig {
 
 // Applies a YAML config file's keys onto `config` (keys absent keep their value): listen,
 // data_dir, tokens, tls_cert, tls_key, lease_ttl (seconds), insecure, max_artifact_bytes,
-// max_threads, max_acquire_wait (seconds), max_runs_per_sweep, http_listen, web_dir.
+// max_threads, max_acquire_wait (seconds), max_runs_per_sweep, http_listen, web_dir,
+// min_free_artifact_bytes, max_follows_per_caller.
 // InvalidArgument "<source>:<line>: <key>: <reason>" for unknown keys and bad values.
 absl::Status ApplyConfigYaml(std::string_view text, std::string_view source, ServerConfig& config);
 

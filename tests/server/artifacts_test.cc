@@ -13,6 +13,8 @@ namespace {
 
 using ::cart::testing::StatusIs;
 using ::cart::testing::TempDir;
+using ::cart::testing::WriteFile;
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 std::string Sha256Hex(std::string_view bytes) {
@@ -63,6 +65,33 @@ TEST_F(ArtifactStoreTest, VerifiedUploadIsStoredUnderItsHash) {
   absl::Status status;
   EXPECT_EQ(ReadBack(sha, &status), data);
   CART_EXPECT_OK(status);
+}
+
+TEST_F(ArtifactStoreTest, UploadsBelowTheFreeSpaceFloorAreRefusedNamingTheNumbers) {
+  ArtifactStoreOptions options;
+  options.root = dir_.File("full");
+  options.min_free_bytes = int64_t{1} << 62;  // more than any disk has
+  CART_ASSERT_OK_AND_ASSIGN(auto store, ArtifactStore::Open(options));
+  const std::string data = "bytes";
+  EXPECT_THAT(store->BeginUpload(Sha256Hex(data), data.size()).status(),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       AllOf(HasSubstr("bytes free on"), HasSubstr("below the floor"))));
+}
+
+TEST_F(ArtifactStoreTest, TemporaryFilesOfInterruptedUploadsAreRemovedAtOpen) {
+  const std::string data = "kept";
+  const std::string sha = Sha256Hex(data);
+  CART_ASSERT_OK(PutInTwoPieces(data, sha, data.size()));
+  // What a crash mid-upload leaves: AtomicFileWriter's temporary beside its target.
+  WriteFile(store_->FullPath(sha) + ".tmp-999-0", "half an upload");
+  std::filesystem::create_directories(dir_.File("artifacts/ab"));
+  WriteFile(dir_.File("artifacts/ab/") + std::string(64, 'a') + ".tmp-1-2", "another");
+  ArtifactStoreOptions options;
+  options.root = dir_.File("artifacts");
+  CART_ASSERT_OK_AND_ASSIGN(auto reopened, ArtifactStore::Open(options));
+  EXPECT_EQ(reopened->swept_temp_files(), 2);
+  EXPECT_FALSE(std::filesystem::exists(store_->FullPath(sha) + ".tmp-999-0"));
+  EXPECT_TRUE(std::filesystem::exists(store_->FullPath(sha)));
 }
 
 TEST_F(ArtifactStoreTest, HashOrSizeMismatchStoresNothing) {
