@@ -3,6 +3,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/strings.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "model/accounting.h"
@@ -54,6 +55,24 @@ TEST(SweepTest, AKeyGivenTwiceIsRefusedWithBothLines) {
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("grid.yaml:5: 'R' is given twice in one mapping (first at line "
                                  "3)")));
+}
+
+TEST(SweepTest, DerivedJobsPastMaxRunsAreCountedAndRefusedBeforeAnyIsBuilt) {
+  // 1,000 trained runs and 40 derived aliases of every one of them: 41,000 runs.
+  std::string yaml =
+      "name: many\nbase: {d: 64, vocab: 100, P: 1, R: 2, steps: 10}\n"
+      "grid: {lr: [0.001, 0.002, 0.003, 0.004, 0.005, 0.006, 0.007, 0.008, "
+      "0.009, 0.01]}\nseeds: [";
+  for (int i = 0; i < 100; ++i) yaml += StrCat(i == 0 ? "" : ", ", i);
+  yaml += "]\nmax_runs: 1000\nderived:\n";
+  for (int i = 0; i < 40; ++i) {
+    yaml += StrCat("  - {name: alias", i, ", kind: eval, from: {match: {R: 2}}}\n");
+  }
+  CART_ASSERT_OK_AND_ASSIGN(SweepSpec spec, ParseSweepYaml(yaml, "many.yaml"));
+  EXPECT_THAT(ExpandSweep(spec, "many.yaml"),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       HasSubstr("expands to 41000 runs with its derived jobs, more than "
+                                 "max_runs = 1000")));
 }
 
 TEST(SweepTest, SeedsVaryFastestAndDerivedJobsFollowTheirParents) {
