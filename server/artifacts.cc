@@ -3,6 +3,7 @@
 #include <sys/statvfs.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <system_error>
@@ -42,7 +43,11 @@ absl::Status ArtifactStore::Upload::Commit() {
     return absl::DataLossError(
         StrCat("artifact ", sha256_, ": the bytes received hash to ", actual, "; not stored"));
   }
-  return writer_.Commit();
+  std::error_code ec;
+  const bool existed = std::filesystem::exists(store_->FullPath(sha256_), ec);
+  CART_RETURN_IF_ERROR(writer_.Commit());
+  if (!existed) store_->stored_bytes_ += size_;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::unique_ptr<ArtifactStore>> ArtifactStore::Open(ArtifactStoreOptions options) {
@@ -70,6 +75,14 @@ absl::StatusOr<std::unique_ptr<ArtifactStore>> ArtifactStore::Open(ArtifactStore
   for (const auto& path : stale) {
     if (std::filesystem::remove(path, ec)) ++store->swept_temp_files_;
   }
+  int64_t bytes = 0;
+  for (auto it = std::filesystem::recursive_directory_iterator(store->options_.root, ec);
+       !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
+    if (it->is_regular_file(ec) && IsArtifactName(it->path().filename().string())) {
+      bytes += static_cast<int64_t>(it->file_size(ec));
+    }
+  }
+  store->stored_bytes_ = bytes;
   return store;
 }
 
@@ -97,8 +110,38 @@ absl::StatusOr<std::optional<int64_t>> ArtifactStore::Size(const std::string& sh
   return std::optional<int64_t>(static_cast<int64_t>(size));
 }
 
+absl::Status ArtifactStore::Remove(const std::string& sha256) {
+  CART_RETURN_IF_ERROR(CheckName(sha256));
+  const std::string path = FullPath(sha256);
+  std::error_code ec;
+  const uintmax_t size = std::filesystem::file_size(path, ec);
+  if (ec) return absl::OkStatus();  // already gone
+  if (!std::filesystem::remove(path, ec) || ec) {
+    return absl::InternalError(StrCat("cannot remove ", path, ": ", ec.message()));
+  }
+  stored_bytes_ -= static_cast<int64_t>(size);
+  return absl::OkStatus();
+}
+
+int64_t ArtifactStore::RemoveUnknown(const std::function<bool(const std::string&)>& known,
+                                     int64_t min_age_s) {
+  const auto cutoff =
+      std::filesystem::file_time_type::clock::now() - std::chrono::seconds(min_age_s);
+  std::vector<std::string> unknown;
+  std::error_code ec;
+  for (auto it = std::filesystem::recursive_directory_iterator(options_.root, ec);
+       !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (!it->is_regular_file(ec) || !IsArtifactName(name) || known(name)) continue;
+    if (it->last_write_time(ec) < cutoff && !ec) unknown.push_back(name);
+  }
+  int64_t removed = 0;
+  for (const std::string& name : unknown) removed += Remove(name).ok() ? 1 : 0;
+  return removed;
+}
+
 absl::StatusOr<std::unique_ptr<ArtifactStore::Upload>> ArtifactStore::BeginUpload(
-    const std::string& sha256, int64_t size) const {
+    const std::string& sha256, int64_t size) {
   CART_RETURN_IF_ERROR(CheckName(sha256));
   if (size < 0) {
     return absl::InvalidArgumentError(StrCat("artifact ", sha256, ": negative size ", size));
@@ -120,13 +163,22 @@ absl::StatusOr<std::unique_ptr<ArtifactStore::Upload>> ArtifactStore::BeginUploa
       }
     }
   }
+  std::error_code exists_ec;
+  const bool stored = std::filesystem::exists(FullPath(sha256), exists_ec);
+  if (options_.quota_bytes > 0 && !stored && stored_bytes_ + size > options_.quota_bytes) {
+    return absl::ResourceExhaustedError(
+        StrCat("artifact ", sha256, " (", size, " bytes) would bring the artifact store to ",
+               stored_bytes_ + size, " bytes, past its quota of ", options_.quota_bytes,
+               " bytes: keep fewer checkpoints per run (keep_checkpoints_per_run) or raise "
+               "max_artifact_store_bytes"));
+  }
   const std::string path = FullPath(sha256);
   std::error_code ec;
   std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
   if (ec)
     return absl::InternalError(StrCat("cannot create directory for ", path, ": ", ec.message()));
   CART_ASSIGN_OR_RETURN(AtomicFileWriter writer, AtomicFileWriter::Open(path));
-  return std::unique_ptr<Upload>(new Upload(sha256, size, std::move(writer)));
+  return std::unique_ptr<Upload>(new Upload(this, sha256, size, std::move(writer)));
 }
 
 absl::Status ArtifactStore::Read(const std::string& sha256, size_t chunk_bytes,

@@ -14,6 +14,7 @@
 // Thread-safety: all methods are thread-safe; an Upload belongs to one thread. Concurrent uploads
 // of the same blob are safe (each renames identical bytes onto the target).
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -37,6 +38,9 @@ struct ArtifactStoreOptions {
   // this many bytes free on the store's file system (room for the database to grow). Default
   // 256 MiB; 0: no floor.
   int64_t min_free_bytes = int64_t{256} << 20;
+  // The blobs together may hold at most this many bytes; an upload past it is refused
+  // (ResourceExhausted, naming the numbers). 0: no quota.
+  int64_t quota_bytes = 0;
 };
 
 // Whether `name` is a blob name: 64 lowercase hex digits.
@@ -54,8 +58,9 @@ class ArtifactStore {
 
    private:
     friend class ArtifactStore;
-    Upload(std::string sha256, int64_t size, AtomicFileWriter writer)
-        : sha256_(std::move(sha256)), size_(size), writer_(std::move(writer)) {}
+    Upload(ArtifactStore* store, std::string sha256, int64_t size, AtomicFileWriter writer)
+        : store_(store), sha256_(std::move(sha256)), size_(size), writer_(std::move(writer)) {}
+    ArtifactStore* store_;
     std::string sha256_;
     int64_t size_;
     int64_t received_ = 0;
@@ -68,6 +73,16 @@ class ArtifactStore {
   static absl::StatusOr<std::unique_ptr<ArtifactStore>> Open(ArtifactStoreOptions options);
   // Temporary files Open() removed.
   int64_t swept_temp_files() const { return swept_temp_files_; }
+  // Bytes of the blobs on disk (counted at Open, kept up to date by uploads and removals).
+  int64_t stored_bytes() const { return stored_bytes_; }
+
+  // Deletes a blob (checkpoint retention released it). OK when it is already gone.
+  absl::Status Remove(const std::string& sha256);
+  // Deletes the blobs older than `min_age_s` seconds for which `known` is false: blobs whose
+  // checkpoint a crash kept from being recorded, or whose removal a crash interrupted. Younger
+  // ones may be uploads whose checkpoint notice is still on its way. Returns how many went.
+  int64_t RemoveUnknown(const std::function<bool(const std::string& sha256)>& known,
+                        int64_t min_age_s);
 
   // "<sha256[0:2]>/<sha256>", relative to the root (what the store's artifacts table records).
   static std::string RelativePath(const std::string& sha256);
@@ -77,8 +92,7 @@ class ArtifactStore {
   absl::StatusOr<std::optional<int64_t>> Size(const std::string& sha256) const;
 
   // Starts an upload of `size` bytes hashing to `sha256`.
-  absl::StatusOr<std::unique_ptr<Upload>> BeginUpload(const std::string& sha256,
-                                                      int64_t size) const;
+  absl::StatusOr<std::unique_ptr<Upload>> BeginUpload(const std::string& sha256, int64_t size);
 
   // Streams a stored blob to `sink` in chunks of at most chunk_bytes, hashing as it goes; `sink`
   // returns false to stop early (the result is then OK). DataLoss when the bytes on disk no longer
@@ -94,6 +108,7 @@ class ArtifactStore {
 
   const ArtifactStoreOptions options_;
   int64_t swept_temp_files_ = 0;
+  std::atomic<int64_t> stored_bytes_{0};
 };
 
 }  // namespace cart::server

@@ -242,6 +242,7 @@ absl::StatusOr<SubmitResult> Scheduler::SubmitSweep(const SubmitRequest& request
     sweep.runs.push_back(ToNewRun(std::move(run), spec.max_attempts));
   }
   expanded = {};
+  CART_RETURN_IF_ERROR(CheckParentSteps(sweep));
 
   SubmitResult result;
   if (request.dry_run) {
@@ -594,6 +595,18 @@ absl::StatusOr<store::CheckpointRecord> Scheduler::RecordCheckpoint(
     int64_t run_id, int64_t attempt, const store::NewCheckpoint& checkpoint) {
   CART_ASSIGN_OR_RETURN(store::CheckpointRecord record,
                         store_->RecordCheckpoint(run_id, attempt, checkpoint, NowMicros()));
+  if (options_.keep_checkpoints > 0) {
+    // The checkpoint is recorded whatever happens here; an artifact whose removal fails now is
+    // removed as unknown when cartd next starts.
+    absl::StatusOr<std::vector<std::string>> released =
+        store_->PruneCheckpoints(run_id, options_.keep_checkpoints);
+    if (!released.ok()) {
+      std::fprintf(stderr, "cartd: checkpoint retention of run %lld: %s\n",
+                   static_cast<long long>(run_id), Message(released.status()).c_str());
+    } else if (options_.release_artifact) {
+      for (const std::string& sha : *released) options_.release_artifact(sha);
+    }
+  }
   BumpRun(run_id);
   // Derived runs waiting for this step may have become QUEUED.
   WakePollers();
@@ -705,6 +718,40 @@ std::optional<int64_t> Scheduler::MaxWorkerMemory() {
 
 absl::StatusOr<std::string> Scheduler::WaitingReason(const RunRecord& run) {
   return Explain(run, MaxWorkerMemory());
+}
+
+absl::Status Scheduler::CheckParentSteps(const store::NewSweep& sweep) {
+  // Runs only move forward, so a run whose checkpoints already pass step S will never write S
+  // again: a derived run naming a step that retention removed (or that was never saved) would
+  // wait for ever. Refuse it at submit instead.
+  std::map<int64_t, std::vector<store::CheckpointRecord>> checkpoints;  // by parent run
+  for (const store::NewRun& run : sweep.runs) {
+    if (!run.parent_run_id || run.parent_checkpoint == "final") continue;
+    const std::optional<int64_t> step = ParseInt64(run.parent_checkpoint);
+    if (!step) continue;
+    auto it = checkpoints.find(*run.parent_run_id);
+    if (it == checkpoints.end()) {
+      CART_ASSIGN_OR_RETURN(std::vector<store::CheckpointRecord> list,
+                            store_->ListCheckpoints(*run.parent_run_id));
+      it = checkpoints.emplace(*run.parent_run_id, std::move(list)).first;
+    }
+    const std::vector<store::CheckpointRecord>& have = it->second;
+    if (have.empty() || have.back().step < *step) continue;  // it may still get there
+    bool found = false;
+    std::vector<std::string> steps;
+    for (const store::CheckpointRecord& c : have) {
+      found |= c.step == *step;
+      steps.push_back(StrCat(c.step));
+    }
+    if (found) continue;
+    return absl::FailedPreconditionError(
+        StrCat("sweep '", sweep.name, "': run ", run.name, " starts from run ", *run.parent_run_id,
+               "'s checkpoint at step ", *step, ", which that run does not have (it has steps ",
+               StrJoin(steps, ", "),
+               "; cartd keeps the newest keep_checkpoints_per_run of each run and "
+               "those derived runs name when submitted): name one of those steps or final"));
+  }
+  return absl::OkStatus();
 }
 
 int64_t Scheduler::ReportedStep(int64_t run_id) {

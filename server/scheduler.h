@@ -57,6 +57,11 @@ struct SchedulerOptions {
   // The most runs one sweep may expand to, whatever its own max_runs says. Default 100,000 (the
   // store's limit).
   int64_t max_runs_per_sweep = 100'000;
+  // Checkpoint retention: each run keeps its newest `keep_checkpoints` checkpoints (and any a
+  // derived run starts from); 0 keeps every one. After a checkpoint is recorded, the artifacts no
+  // checkpoint names any more go to `release_artifact` (cartd deletes the blob).
+  int64_t keep_checkpoints = 0;
+  std::function<void(const std::string& sha256)> release_artifact;
 };
 
 // A worker as it registers (RegisterWorker). Memory in bytes.
@@ -333,6 +338,9 @@ class Scheduler {
   absl::Status CheckSweepOwner(const std::string& sweep, const std::string& who,
                                std::string_view action);
   absl::Status CheckRunOwner(int64_t run_id, const std::string& who, std::string_view action);
+  // FailedPrecondition when a derived run names a step of a run from another sweep that the run
+  // has passed without keeping a checkpoint there (retention removed it, or it was never saved).
+  absl::Status CheckParentSteps(const store::NewSweep& sweep);
   // The latest step the run's worker reported since this scheduler started; 0 when none.
   int64_t ReportedStep(int64_t run_id);
   // Why a QUEUED or BLOCKED run is not running (`max_memory`: the largest registered device);

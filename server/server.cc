@@ -10,6 +10,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <set>
 #include <system_error>
 
 #include "common/file.h"
@@ -57,6 +58,35 @@ absl::Status YamlError(std::string_view source, const YAML::Node& node, const st
                        const std::string& what) {
   return absl::InvalidArgumentError(
       StrCat(source, ":", node.Mark().line + 1, ": ", key, ": ", what));
+}
+
+// Applies checkpoint retention to every run (the policy may have changed since the last start),
+// then deletes blobs no checkpoint names that are older than an hour: a crash between recording
+// and deleting, or between uploading and recording. Younger ones may be uploads whose checkpoint
+// notice a worker is about to resend.
+absl::Status CollectArtifacts(const ServerConfig& config, store::RunStore& store,
+                              ArtifactStore& artifacts) {
+  int64_t released = 0;
+  if (config.keep_checkpoints_per_run > 0) {
+    CART_ASSIGN_OR_RETURN(std::vector<std::string> shas,
+                          store.PruneCheckpoints(std::nullopt, config.keep_checkpoints_per_run));
+    for (const std::string& sha : shas) {
+      CART_RETURN_IF_ERROR(artifacts.Remove(sha));
+      ++released;
+    }
+  }
+  CART_ASSIGN_OR_RETURN(std::vector<std::string> names, store.ArtifactNames());
+  const std::set<std::string> known(names.begin(), names.end());
+  const int64_t unknown = artifacts.RemoveUnknown(
+      [&](const std::string& sha) { return known.count(sha) > 0; }, /*min_age_s=*/3600);
+  if (released + unknown > 0) {
+    std::fprintf(stderr,
+                 "cartd: removed %lld checkpoint artifact(s) past keep_checkpoints_per_run and "
+                 "%lld that no checkpoint names; the store holds %lld bytes\n",
+                 static_cast<long long>(released), static_cast<long long>(unknown),
+                 static_cast<long long>(artifacts.stored_bytes()));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -121,6 +151,12 @@ absl::Status ApplyConfigYaml(std::string_view text, std::string_view source, Ser
       CART_ASSIGN_OR_RETURN(config.max_runs_per_sweep, integer(1));
     } else if (key == "min_free_artifact_bytes") {
       CART_ASSIGN_OR_RETURN(config.min_free_artifact_bytes, integer(0));
+    } else if (key == "max_artifact_store_bytes") {
+      CART_ASSIGN_OR_RETURN(config.max_artifact_store_bytes, integer(0));
+    } else if (key == "keep_checkpoints_per_run") {
+      CART_ASSIGN_OR_RETURN(config.keep_checkpoints_per_run, integer(0));
+    } else if (key == "max_log_lines_per_attempt") {
+      CART_ASSIGN_OR_RETURN(config.max_log_lines_per_attempt, integer(1));
     } else if (key == "max_follows_per_caller") {
       CART_ASSIGN_OR_RETURN(int64_t follows, integer(1));
       config.max_follows_per_caller = static_cast<int>(follows);
@@ -133,7 +169,8 @@ absl::Status ApplyConfigYaml(std::string_view text, std::string_view source, Ser
                        "unknown key (known: listen, data_dir, tokens, tls_cert, tls_key, "
                        "lease_ttl, insecure, max_artifact_bytes, max_threads, max_acquire_wait, "
                        "max_runs_per_sweep, http_listen, web_dir, min_free_artifact_bytes, "
-                       "max_follows_per_caller)");
+                       "max_artifact_store_bytes, keep_checkpoints_per_run, "
+                       "max_follows_per_caller, max_log_lines_per_attempt)");
     }
   }
   return absl::OkStatus();
@@ -288,22 +325,32 @@ absl::StatusOr<std::unique_ptr<ServerHandle>> RunServer(const ServerConfig& conf
   store_options.path = StrCat(config.data_dir, "/cart.db");
   store_options.lease_ttl_us = absl::ToInt64Microseconds(config.lease_ttl);
   store_options.max_runs_per_sweep = std::max<int64_t>(config.max_runs_per_sweep, 1);
+  store_options.max_log_lines_per_attempt = std::max<int64_t>(config.max_log_lines_per_attempt, 1);
   CART_ASSIGN_OR_RETURN(handle->store_, store::RunStore::Open(store_options));
 
   ArtifactStoreOptions artifact_options;
   artifact_options.root = StrCat(config.data_dir, "/artifacts");
   artifact_options.max_bytes = config.max_artifact_bytes;
   artifact_options.min_free_bytes = config.min_free_artifact_bytes;
+  artifact_options.quota_bytes = config.max_artifact_store_bytes;
   CART_ASSIGN_OR_RETURN(handle->artifacts_, ArtifactStore::Open(artifact_options));
   if (handle->artifacts_->swept_temp_files() > 0) {
     std::fprintf(stderr, "cartd: removed %lld temporary file(s) of interrupted uploads\n",
                  static_cast<long long>(handle->artifacts_->swept_temp_files()));
   }
+  CART_RETURN_IF_ERROR(CollectArtifacts(config, *handle->store_, *handle->artifacts_));
 
   SchedulerOptions scheduler_options;
   scheduler_options.lease_ttl = config.lease_ttl;
   scheduler_options.max_acquire_wait = config.max_acquire_wait;
   scheduler_options.max_runs_per_sweep = config.max_runs_per_sweep;
+  scheduler_options.keep_checkpoints = config.keep_checkpoints_per_run;
+  scheduler_options.release_artifact = [artifacts =
+                                            handle->artifacts_.get()](const std::string& sha256) {
+    if (absl::Status removed = artifacts->Remove(sha256); !removed.ok()) {
+      std::fprintf(stderr, "cartd: %s\n", Message(removed).c_str());
+    }
+  };
   handle->scheduler_ =
       std::make_unique<Scheduler>(handle->store_.get(), config.clock, scheduler_options);
 

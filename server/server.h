@@ -61,6 +61,12 @@ struct ServerConfig {
   int64_t max_artifact_bytes = int64_t{64} << 30;
   // Uploads that would leave less free disk than this are refused. Default 256 MiB; 0: no floor.
   int64_t min_free_artifact_bytes = int64_t{256} << 20;
+  // The artifact store may hold at most this many bytes; uploads past it are refused. 0: no quota.
+  int64_t max_artifact_store_bytes = 0;
+  // Checkpoints each run keeps in the artifact store (the newest; also any a derived run starts
+  // from); older ones are deleted as new ones arrive and when cartd starts. 0: keep every one.
+  // Default 3.
+  int64_t keep_checkpoints_per_run = 3;
   // Most threads the gRPC sync server may use: every in-flight RPC holds one (long polls and
   // RunJob streams included), so this bounds how many workers and followers can be connected.
   // Default 1024; >= 16.
@@ -74,6 +80,9 @@ struct ServerConfig {
   absl::Duration shutdown_grace = absl::Seconds(5);
   // Most runs a sweep may expand to. Default 100,000.
   int64_t max_runs_per_sweep = 100'000;
+  // Log lines stored per attempt of a run; later ones are dropped (one line says so). Default
+  // 20,000 (at most 4 KiB each).
+  int64_t max_log_lines_per_attempt = 20'000;
   // host:port of the dashboard, JSON API and /metrics (docs/dashboard.md); empty: no HTTP. The
   // same address rules as `listen` apply, and TLS uses the same certificate. cartd's default is
   // 127.0.0.1:8080; this struct's is off, so that tests and embedders opt in.
@@ -90,7 +99,8 @@ struct ServerConfig {
 // Applies a YAML config file's keys onto `config` (keys absent keep their value): listen,
 // data_dir, tokens, tls_cert, tls_key, lease_ttl (seconds), insecure, max_artifact_bytes,
 // max_threads, max_acquire_wait (seconds), max_runs_per_sweep, http_listen, web_dir,
-// min_free_artifact_bytes, max_follows_per_caller.
+// min_free_artifact_bytes, max_artifact_store_bytes, keep_checkpoints_per_run,
+// max_follows_per_caller, max_log_lines_per_attempt.
 // InvalidArgument "<source>:<line>: <key>: <reason>" for unknown keys and bad values.
 absl::Status ApplyConfigYaml(std::string_view text, std::string_view source, ServerConfig& config);
 

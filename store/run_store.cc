@@ -749,9 +749,15 @@ absl::StatusOr<int64_t> RunStore::AppendLog(int64_t run_id, int64_t attempt,
     Database& db = ctx.db();
     CART_RETURN_IF_ERROR(CheckFence(db, run_id, attempt, "log line").status());
     int64_t added = 0;
+    const int64_t limit = options_.max_log_lines_per_attempt;
     for (const LogLine& line : lines) {
+      if (line.seq > limit + 1) continue;  // past the limit: acknowledged, not stored
       CART_ASSIGN_OR_RETURN(auto insert, db.Cached(kInsertLogLine));
-      if (line.seq > 0) {
+      if (line.seq == limit + 1) {
+        insert->BindAll(run_id, attempt, line.seq, line.wall_time_us,
+                        StrCat("[cartd] this attempt logged more than ", limit,
+                               " lines; later lines are not stored (max_log_lines_per_attempt)"));
+      } else if (line.seq > 0) {
         insert->BindAll(run_id, attempt, line.seq, line.wall_time_us,
                         CutLine(line.text, kMaxLogLineBytes));
       } else {

@@ -61,6 +61,9 @@ struct StoreOptions {
   // Limits on input (docs/design.md "Security").
   int64_t max_runs_per_sweep = 100'000;
   int64_t max_points_per_batch = 100'000;
+  // Log lines stored per attempt (worker lines, numbered from seq 1). The next one is replaced by
+  // a line saying that later lines are not stored; the rest are acknowledged and dropped.
+  int64_t max_log_lines_per_attempt = 20'000;
 };
 
 // What ClaimNextRun hands to a worker.
@@ -181,7 +184,8 @@ class RunStore {
                                                           std::vector<MetricPoint> points);
   // Appends lines a worker logged for the attempt it holds (fenced like metrics). Idempotent on
   // (run, attempt, seq) for seq > 0: a resent line is stored once. Lines longer than
-  // kMaxLogLineBytes are cut. Returns how many lines were new.
+  // kMaxLogLineBytes are cut; lines past max_log_lines_per_attempt are dropped (one line says so).
+  // Returns how many lines were new.
   absl::StatusOr<int64_t> AppendLog(int64_t run_id, int64_t attempt,
                                     const std::vector<LogLine>& lines);
   // Records a checkpoint (and its artifact, content-addressed by sha256). The same step again
@@ -191,6 +195,12 @@ class RunStore {
   absl::StatusOr<CheckpointRecord> RecordCheckpoint(int64_t run_id, int64_t attempt,
                                                     const NewCheckpoint& checkpoint,
                                                     int64_t now_us);
+  // Checkpoint retention (store/retention.cc): forgets the checkpoints of `run_id` (every run
+  // when nullopt) that have `keep` (>= 1) newer ones, except those a derived run starts from, and
+  // returns the artifacts no checkpoint names any more (their rows are gone; the caller deletes
+  // the blobs). The latest checkpoint, which resume and "final" children use, is always kept.
+  absl::StatusOr<std::vector<std::string>> PruneCheckpoints(std::optional<int64_t> run_id,
+                                                            int64_t keep);
 
   // ---- User actions on runs
 
@@ -224,6 +234,8 @@ class RunStore {
   absl::StatusOr<std::vector<MetricSummary>> RunSummaries(int64_t run_id);        // by name
   absl::StatusOr<std::vector<CheckpointRecord>> ListCheckpoints(int64_t run_id);  // by step
   absl::StatusOr<std::optional<CheckpointRecord>> LatestCheckpoint(int64_t run_id);
+  // The sha256 of every artifact a checkpoint names.
+  absl::StatusOr<std::vector<std::string>> ArtifactNames();
 
   // Paged reads (store/pages.h). RunPage: InvalidArgument for an unknown sort or a negative
   // offset or limit. SweepKeys: NotFound for an unknown sweep.

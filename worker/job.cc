@@ -64,6 +64,8 @@ class Session {
   bool Connect();
   void Disconnect();
   bool Write(const WorkerReport& report);
+  // True once shutdown_ has been set for longer than the grace period (remembers the first sight).
+  bool PastShutdownGrace();
   WorkerReport Report() const {
     WorkerReport r;
     r.set_run_id(job_.run_id());
@@ -79,11 +81,14 @@ class Session {
   std::atomic<bool> cancel_requested_{false};
   std::atomic<bool> drain_requested_{false};
   std::atomic<bool> fenced_{false};
+  std::atomic<bool> gave_up_{false};  // the shutdown grace ran out
+  std::optional<std::chrono::steady_clock::time_point> shutdown_seen_;  // sender thread only
   std::atomic<int64_t> step_{0};
   std::string run_dir_;
 
   std::mutex mu_;
-  std::string refused_;  // why cartd refused our token, if it did (guarded by mu_)
+  std::string refused_;   // why cartd refused our token, if it did (guarded by mu_)
+  std::string rejected_;  // why cartd refused a report as invalid, if it did (guarded by mu_)
   std::condition_variable cv_;
   std::optional<cart::v1::CheckpointNotice> checkpoint_;  // newest notice, resent on reconnect
   bool checkpoint_sent_ = false;
@@ -170,15 +175,36 @@ void Session::Disconnect() {
     refused_ = status.error_message();
     fenced_ = true;
     stop_training_ = true;
+  } else if (status.error_code() == grpc::StatusCode::INVALID_ARGUMENT) {
+    // cartd refused something we sent as invalid (say, a metric name an older cartd does not
+    // accept). The same report would be refused again after a reconnect, so stop training, drop
+    // the undelivered metrics and end the attempt FAILED with cartd's reason.
+    std::lock_guard<std::mutex> lock(mu_);
+    if (rejected_.empty()) rejected_ = status.error_message();
+    stop_training_ = true;
+    buffer_.Close();
   }
   stream_.reset();
   context_.reset();
 }
 
+bool Session::PastShutdownGrace() {
+  if (!shutdown_) return false;
+  stop_training_ = true;  // also when the trainer is blocked in a full outbox
+  const auto now = std::chrono::steady_clock::now();
+  if (!shutdown_seen_) shutdown_seen_ = now;
+  if (now - *shutdown_seen_ < std::chrono::milliseconds(env_.shutdown_grace_ms)) return false;
+  if (!gave_up_.exchange(true)) {
+    buffer_.Close();  // wakes a trainer waiting for room
+    cv_.notify_all();
+  }
+  return true;
+}
+
 void Session::SenderLoop() {
   int64_t backoff_ms = 200;
   auto next_heartbeat = std::chrono::steady_clock::now();
-  while (!fenced_) {
+  while (!fenced_ && !PastShutdownGrace()) {
     if (stream_ == nullptr) {
       if (!Connect()) {
         std::this_thread::sleep_for(std::chrono::milliseconds(backoff_ms));
@@ -199,8 +225,13 @@ void Session::SenderLoop() {
           std::chrono::steady_clock::now() + std::chrono::milliseconds(env_.heartbeat_interval_ms);
       if (!Write(r)) continue;
     }
-    // Metrics next, in step order.
-    std::vector<Point> batch = buffer_.NextBatch(kBatchPoints);
+    bool rejected;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      rejected = !rejected_.empty();
+    }
+    // Metrics next, in step order (none once cartd refused a report: only the result goes).
+    std::vector<Point> batch = rejected ? std::vector<Point>() : buffer_.NextBatch(kBatchPoints);
     if (!batch.empty()) {
       WorkerReport r = Report();
       for (const Point& p : batch) {
@@ -217,16 +248,23 @@ void Session::SenderLoop() {
     std::vector<cart::v1::LogLine> logs;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (checkpoint_ && !checkpoint_sent_) {
+      if (checkpoint_ && !checkpoint_sent_ && !rejected) {
         checkpoint = Report();
         *checkpoint->mutable_checkpoint() = *checkpoint_;
       }
       // Lines wait while a checkpoint notice goes first (it `continue`s below).
-      if (!checkpoint) logs.swap(logs_);
-      // The result goes last, once every metric is acknowledged and the newest checkpoint sent.
-      if (result_ && buffer_.unacked() == 0 && (!checkpoint_ || checkpoint_sent_) && !checkpoint) {
+      if (!checkpoint && !rejected) logs.swap(logs_);
+      // The result goes last, once every metric is acknowledged and the newest checkpoint sent;
+      // after a refusal, at once, as a failure that carries cartd's reason.
+      if (result_ && (rejected || (buffer_.unacked() == 0 && (!checkpoint_ || checkpoint_sent_) &&
+                                   !checkpoint))) {
         result = Report();
         *result->mutable_result() = *result_;
+        if (rejected) {
+          result->mutable_result()->set_outcome(JobResult::OUTCOME_FAILED);
+          result->mutable_result()->set_error(
+              StrCat("cartd refused a report from this worker: ", rejected_));
+        }
       }
     }
     if (checkpoint) {
@@ -259,7 +297,9 @@ void Session::SenderLoop() {
       grpc::Status status = stream_->Finish();
       stream_.reset();
       context_.reset();
-      if (status.ok() || status.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
+      if (status.ok() || status.error_code() == grpc::StatusCode::FAILED_PRECONDITION ||
+          status.error_code() == grpc::StatusCode::INVALID_ARGUMENT) {
+        // Recorded, or fenced, or refused as invalid (resending cannot help: the lease lapses).
         std::lock_guard<std::mutex> l(mu_);
         finished_ = true;
         return;
@@ -287,8 +327,8 @@ void Session::OnMetrics(const train::MetricRecord& r) {
   const int64_t now = WallMicros();
   std::vector<Point> points;
   for (const auto& [name, value] : r.values) points.push_back({r.step, name, value, now});
-  if (r.values.count("loss") && env_.system != nullptr) {
-    for (const auto& [name, value] : env_.system->Sample(env_.gpu_index)) {
+  if (r.values.count("loss") && env_.sample_system) {
+    for (const auto& [name, value] : env_.sample_system()) {
       points.push_back({r.step, name, value, now});
     }
   }
@@ -302,7 +342,7 @@ void Session::OnCheckpoint(const train::CheckpointManifest& m, int64_t total) {
   // one will be), a final one is retried until cartd takes it or fences us.
   const bool final = stop_training_ || m.step >= total;
   int64_t backoff_ms = 200;
-  for (int attempt = 0; !fenced_; ++attempt) {
+  for (int attempt = 0; !fenced_ && !gave_up_; ++attempt) {
     absl::StatusOr<std::string> sha = UploadArtifact(*env_.stub, env_.client, m.path);
     if (sha.ok()) {
       cart::v1::CheckpointNotice notice;
@@ -496,10 +536,15 @@ JobEnd Session::Run() {
   sender.join();
   buffer_.Close();
   end.fenced = fenced_;
+  end.gave_up = gave_up_;
   end.drain_requested = drain_requested_;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!refused_.empty()) end.error = "cartd refused this worker's token: " + refused_;
+    if (!rejected_.empty()) {
+      end.outcome = JobResult::OUTCOME_FAILED;
+      end.error = "cartd refused a report from this worker: " + rejected_;
+    }
   }
   return end;
 }

@@ -4,6 +4,8 @@
 // checkpoint upload, heartbeats and controls.
 
 #include <atomic>
+#include <functional>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -21,21 +23,30 @@ struct JobEnvironment {
   int64_t heartbeat_interval_ms = 5000;
   int64_t threads = 0;
   size_t metric_buffer_points = 1'000'000;
-  int gpu_index = -1;  // NVML index for system metrics; -1: CPU only
   // The LibTorch device runs train on (train/device.h): "cpu" or "cuda:N". cart-worker sets
   // CUDA_DEVICE_ORDER=PCI_BUS_ID so that N is the NVML index too.
   std::string torch_device = "cpu";
-  SystemMetrics* system = nullptr;
+  // Machine metrics logged next to each training loss ("sys/..."); empty: none. cart-worker
+  // samples SystemMetrics; tests give their own.
+  std::function<std::map<std::string, double>()> sample_system;
+  // After `shutdown` turns true the job has this long to hand its run back (stop after a
+  // checkpoint, upload it, deliver metrics and the result). Past it the worker gives up on
+  // whatever is still undelivered and returns: cartd's lease lapses and the run resumes from its
+  // last acknowledged checkpoint elsewhere, so nothing acknowledged is lost.
+  int64_t shutdown_grace_ms = 120'000;
 };
 
 struct JobEnd {
   cart::v1::JobResult::Outcome outcome = cart::v1::JobResult::OUTCOME_UNSPECIFIED;
-  bool fenced = false;  // cartd rejected our attempt number: someone else owns the run
+  bool fenced = false;   // cartd rejected our attempt number: someone else owns the run
+  bool gave_up = false;  // the shutdown grace ran out before the result was delivered
   bool drain_requested = false;
   std::string error;
 };
 
-// Runs `job` to its end. `shutdown` (SIGTERM) stops training after a checkpoint (DRAINED).
+// Runs `job` to its end. `shutdown` (SIGTERM) stops training after a checkpoint (DRAINED), within
+// env.shutdown_grace_ms. A report cartd refuses as invalid (INVALID_ARGUMENT: sending it again
+// cannot help) ends the attempt FAILED with cartd's reason instead of being resent for ever.
 JobEnd RunJob(const JobEnvironment& env, const cart::v1::Job& job,
               const std::atomic<bool>& shutdown);
 

@@ -110,9 +110,9 @@ absl::Status RunWorker(const WorkerConfig& config, const std::atomic<bool>& shut
       timing.heartbeat_interval_ms() > 0 ? timing.heartbeat_interval_ms() : 5000;
   env.threads = config.threads;
   env.metric_buffer_points = config.metric_buffer_points;
-  env.gpu_index = gpu_index;
   env.torch_device = gpu_index >= 0 ? StrCat("cuda:", gpu_index) : "cpu";
-  env.system = &system;
+  env.sample_system = [&system, gpu_index] { return system.Sample(gpu_index); };
+  env.shutdown_grace_ms = config.shutdown_grace_s * 1000;
 
   int64_t jobs = 0;
   backoff_ms = 200;
@@ -155,7 +155,10 @@ absl::Status RunWorker(const WorkerConfig& config, const std::atomic<bool>& shut
     JobEnd end = RunJob(env, job, shutdown);
     ++jobs;
     Say(worker_id,
-        StrCat("run ", job.run_name(), ": ", end.fenced ? "FENCED" : OutcomeName(end.outcome),
+        StrCat("run ", job.run_name(), ": ",
+               end.fenced    ? "FENCED"
+               : end.gave_up ? "not handed back within the shutdown grace (cartd will resume it)"
+                             : OutcomeName(end.outcome),
                end.error.empty() ? "" : ": " + end.error));
     if (end.drain_requested) {
       Say(worker_id, "drain requested; exiting");

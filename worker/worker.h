@@ -23,6 +23,7 @@ struct WorkerConfig {
   bool exit_when_idle = false;       // exit when an acquire returns no job (scripts, tests)
   int64_t acquire_wait_ms = 10'000;  // long-poll length
   size_t metric_buffer_points = 1'000'000;  // unacknowledged points held before training waits
+  int64_t shutdown_grace_s = 120;           // after SIGTERM, time to hand the current run back
 };
 
 // Runs until `shutdown` becomes true (SIGTERM: the current job stops after a checkpoint and is

@@ -288,6 +288,12 @@ grpc::Status WorkerServiceImpl::RunJob(
         break;
       }
       case v1::WorkerReport::kLog: {
+        // Worker lines are numbered from 1: the number makes a resent line count once and
+        // bounds how many an attempt stores (max_log_lines_per_attempt).
+        if (report.log().seq() < 1) {
+          return ToGrpc(absl::InvalidArgumentError(
+              StrCat("RunJob: log line with seq ", report.log().seq(), "; seq starts at 1")));
+        }
         store::LogLine line;
         line.seq = report.log().seq();
         line.wall_time_us = report.log().wall_time_us();

@@ -230,6 +230,12 @@ constexpr char kSchemaV8[] = R"sql(
 CREATE INDEX runs_by_sweep_status ON runs(sweep_id, status);
 )sql";
 
+// Version 9: checkpoints by artifact, so that retention finds whether an artifact is still named
+// without reading every checkpoint row.
+constexpr char kSchemaV9[] = R"sql(
+CREATE INDEX checkpoints_by_sha256 ON checkpoints(sha256);
+)sql";
+
 absl::Status Apply(Database& db, const Migration& migration) {
   Transaction txn(&db);
   CART_RETURN_IF_ERROR(txn.Begin(Transaction::Mode::kImmediate));
@@ -261,6 +267,7 @@ const std::vector<Migration>& Migrations() {
       {6, "runs.kind and runs.eval_loops out of params_json", kSchemaV6},
       {7, "attempts.outcome: DRAINED and OUT_OF_MEMORY", kSchemaV7},
       {8, "runs_by_sweep_status: a sweep's counts per state from an index", kSchemaV8},
+      {9, "checkpoints_by_sha256: checkpoint retention releases unnamed artifacts", kSchemaV9},
   };
   return *kAll;
 }

@@ -2,6 +2,7 @@
 
 #include "server/artifacts.h"
 
+#include <chrono>
 #include <filesystem>
 
 #include "common/sha256.h"
@@ -92,6 +93,48 @@ TEST_F(ArtifactStoreTest, TemporaryFilesOfInterruptedUploadsAreRemovedAtOpen) {
   EXPECT_EQ(reopened->swept_temp_files(), 2);
   EXPECT_FALSE(std::filesystem::exists(store_->FullPath(sha) + ".tmp-999-0"));
   EXPECT_TRUE(std::filesystem::exists(store_->FullPath(sha)));
+}
+
+TEST_F(ArtifactStoreTest, TheQuotaRefusesUploadsPastItAndRemovalsMakeRoom) {
+  ArtifactStoreOptions options;
+  options.root = dir_.File("quota");
+  options.quota_bytes = 10;
+  CART_ASSERT_OK_AND_ASSIGN(auto store, ArtifactStore::Open(options));
+  auto put = [&](const std::string& data) -> absl::Status {
+    CART_ASSIGN_OR_RETURN(auto upload, store->BeginUpload(Sha256Hex(data), data.size()));
+    CART_RETURN_IF_ERROR(upload->Append(data));
+    return upload->Commit();
+  };
+  CART_ASSERT_OK(put("123456"));
+  EXPECT_EQ(store->stored_bytes(), 6);
+  EXPECT_THAT(put("abcdef"), StatusIs(absl::StatusCode::kResourceExhausted,
+                                      AllOf(HasSubstr("to 12 bytes, past its quota of 10"),
+                                            HasSubstr("keep_checkpoints_per_run"))));
+  CART_ASSERT_OK(put("123456"));  // the same blob again takes no room
+  CART_ASSERT_OK(store->Remove(Sha256Hex("123456")));
+  EXPECT_EQ(store->stored_bytes(), 0);
+  CART_ASSERT_OK(store->Remove(Sha256Hex("123456")));  // already gone: fine
+  CART_ASSERT_OK(put("abcdef"));
+  // Reopened, the store counts what is on disk.
+  CART_ASSERT_OK_AND_ASSIGN(auto reopened, ArtifactStore::Open(options));
+  EXPECT_EQ(reopened->stored_bytes(), 6);
+}
+
+TEST_F(ArtifactStoreTest, UnknownBlobsOlderThanTheGraceAreRemoved) {
+  const std::string known = "named by a checkpoint", old = "left by a crash", young = "in flight";
+  for (const std::string* data : {&known, &old, &young}) {
+    CART_ASSERT_OK(PutInTwoPieces(*data, Sha256Hex(*data), data->size()));
+  }
+  const auto two_hours_ago = std::filesystem::file_time_type::clock::now() - std::chrono::hours(2);
+  std::filesystem::last_write_time(store_->FullPath(Sha256Hex(known)), two_hours_ago);
+  std::filesystem::last_write_time(store_->FullPath(Sha256Hex(old)), two_hours_ago);
+  const int64_t removed =
+      store_->RemoveUnknown([&](const std::string& sha) { return sha == Sha256Hex(known); }, 3600);
+  EXPECT_EQ(removed, 1);
+  EXPECT_TRUE(std::filesystem::exists(store_->FullPath(Sha256Hex(known))));
+  EXPECT_FALSE(std::filesystem::exists(store_->FullPath(Sha256Hex(old))));
+  EXPECT_TRUE(std::filesystem::exists(store_->FullPath(Sha256Hex(young))));
+  EXPECT_EQ(store_->stored_bytes(), static_cast<int64_t>(known.size() + young.size()));
 }
 
 TEST_F(ArtifactStoreTest, HashOrSizeMismatchStoresNothing) {

@@ -388,6 +388,10 @@ TEST(ConfigFileTest, KeysApplyAndUnknownKeysAreNamedWithTheLine) {
   EXPECT_EQ(config.web_dir, "/srv/web");
   CART_ASSERT_OK(ApplyConfigYaml("http_listen: off\n", "c.yaml", config));
   EXPECT_EQ(config.http_listen, "");
+  CART_ASSERT_OK(ApplyConfigYaml("max_log_lines_per_attempt: 500\n", "c.yaml", config));
+  EXPECT_EQ(config.max_log_lines_per_attempt, 500);
+  EXPECT_THAT(ApplyConfigYaml("max_log_lines_per_attempt: 0\n", "c.yaml", config),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("max_log_lines_per_attempt")));
   EXPECT_THAT(ApplyConfigYaml("listen: a:1\nlease_tll: 30\n", "cartd.yaml", config),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("cartd.yaml:2: lease_tll")));
   EXPECT_THAT(ApplyConfigYaml("lease_ttl: soon\n", "cartd.yaml", config),

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <filesystem>
 #include <random>
 #include <thread>
 
@@ -18,6 +19,8 @@
 
 namespace cart::server::testing {
 namespace {
+
+using ::testing::ElementsAre;
 
 std::string Sha256Hex(std::string_view bytes) {
   Sha256 hash;
@@ -261,17 +264,41 @@ TEST_F(GrpcTest, CheckpointUploadAndDownloadAreHashVerified) {
   ASSERT_TRUE(stream->Checkpoint(5, sha, data.size()));
   ASSERT_TRUE(stream->Finish(v1::JobResult::OUTCOME_SUCCEEDED).ok());
 
-  grpc::ClientContext context;
-  Prepare(context, user_token_);
-  v1::GetRunRequest request;
-  request.set_run_id(job.run_id());
-  v1::GetRunResponse run;
-  ASSERT_TRUE(scheduler_->GetRun(&context, request, &run).ok());
+  const v1::GetRunResponse run = GetRunResponse(job.run_id());
   EXPECT_EQ(run.run().state(), v1::RUN_STATE_SUCCEEDED);
   ASSERT_EQ(run.checkpoints_size(), 1);
   EXPECT_EQ(run.checkpoints(0).sha256(), sha);
   EXPECT_TRUE(run.checkpoints(0).final());
   EXPECT_GE(run.events_size(), 4);  // QUEUED, LEASED, RUNNING, SUCCEEDED
+}
+
+// Retention (keep_checkpoints_per_run, 3 by default): as checkpoints arrive, a run's older ones
+// are forgotten and their blobs deleted from disk; the newest three stay downloadable.
+TEST_F(GrpcTest, CheckpointsPastTheRetentionAreDeletedFromDisk) {
+  auto worker = MakeWorker("w1");
+  v1::Job job = LeaseOne(*worker);
+  auto stream = worker->Open(job.run_id(), job.attempt());
+  std::vector<std::string> shas;
+  for (int step = 1; step <= 5; ++step) {
+    const std::string data = RandomBytes(1000, step);
+    shas.push_back(Sha256Hex(data));
+    ASSERT_TRUE(worker->Put(data, shas.back(), data.size()).ok());
+    ASSERT_TRUE(stream->Checkpoint(step, shas.back(), data.size()));
+  }
+  ASSERT_TRUE(stream->Finish(v1::JobResult::OUTCOME_SUCCEEDED).ok());
+
+  const v1::GetRunResponse run = GetRunResponse(job.run_id());
+  std::vector<int64_t> steps;
+  for (const v1::CheckpointView& c : run.checkpoints()) steps.push_back(c.step());
+  EXPECT_THAT(steps, ElementsAre(3, 4, 5));
+  const std::string root = config_.data_dir + "/artifacts/";
+  for (int i = 0; i < 5; ++i) {
+    const std::string path = root + shas[i].substr(0, 2) + "/" + shas[i];
+    EXPECT_EQ(std::filesystem::exists(path), i >= 2) << "checkpoint at step " << i + 1;
+  }
+  std::string back;
+  EXPECT_TRUE(worker->Get(shas[4], &back).ok());
+  EXPECT_EQ(worker->Get(shas[0], &back).error_code(), grpc::StatusCode::NOT_FOUND);
 }
 
 TEST_F(GrpcTest, CorruptOrMisdeclaredUploadsAreRejected) {

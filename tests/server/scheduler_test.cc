@@ -516,6 +516,34 @@ seeds: [1, 2]
   }
 }
 
+// A derived run naming a step its parent has passed without a checkpoint there (never saved, or
+// removed by retention) would wait for ever: it is refused at submit, naming the steps there are.
+TEST_F(SchedulerTest, ADerivedRunNamingAStepItsParentPassedIsRefusedAtSubmit) {
+  SubmitResult first = Submit("name: first\nbase: {d: 64, vocab: 100, P: 1, R: 2, steps: 100}\n");
+  ASSERT_EQ(first.runs.size(), 1u);
+  const int64_t parent = first.runs[0].id;
+  Register("w", kHuge);
+  Job job = Start("w");
+  CART_ASSERT_OK(scheduler_->RecordCheckpoint(parent, job.attempt, Checkpoint(10, 'a')).status());
+  CART_ASSERT_OK(scheduler_->RecordCheckpoint(parent, job.attempt, Checkpoint(30, 'b')).status());
+  auto later = [](const std::string& name, const std::string& step) {
+    return StrCat("name: ", name,
+                  "\nderived:\n  - name: ft\n    from: {sweep: first, match: {R: 2}, checkpoint: ",
+                  step, "}\n    set: {lr: 1e-4}\n");
+  };
+  SubmitRequest refused;
+  refused.spec_yaml = later("from20", "20");
+  EXPECT_THAT(scheduler_->SubmitSweep(refused),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       AllOf(HasSubstr("checkpoint at step 20"), HasSubstr("has steps 10, 30"))));
+  refused.dry_run = true;
+  EXPECT_THAT(scheduler_->SubmitSweep(refused).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("step 20")));
+  // A kept step, and a step the parent has not reached yet, are accepted.
+  EXPECT_EQ(Submit(later("from30", "30")).runs.size(), 1u);
+  EXPECT_EQ(Submit(later("from50", "50")).runs.size(), 1u);
+}
+
 TEST_F(SchedulerTest, CancelResumeAndExtendFollowTheRunLifecycle) {
   SubmitResult sweep = Submit(OneRunSweep("s"));
   const int64_t run = sweep.runs[0].id;

@@ -180,7 +180,9 @@ std::vector<int64_t> ServerFixture::Submit(const std::string& yaml) {
   return ids;
 }
 
-v1::RunView ServerFixture::GetRun(int64_t run_id) {
+v1::RunView ServerFixture::GetRun(int64_t run_id) { return GetRunResponse(run_id).run(); }
+
+v1::GetRunResponse ServerFixture::GetRunResponse(int64_t run_id) {
   grpc::ClientContext context;
   Prepare(context, user_token_);
   v1::GetRunRequest request;
@@ -188,7 +190,7 @@ v1::RunView ServerFixture::GetRun(int64_t run_id) {
   v1::GetRunResponse response;
   grpc::Status status = scheduler_->GetRun(&context, request, &response);
   EXPECT_TRUE(status.ok()) << status.error_message();
-  return response.run();
+  return response;
 }
 
 }  // namespace cart::server::testing

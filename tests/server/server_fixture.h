@@ -91,6 +91,8 @@ class ServerFixture : public ::testing::Test {
   // Submits a sweep as the user; returns its run ids.
   std::vector<int64_t> Submit(const std::string& yaml);
   v1::RunView GetRun(int64_t run_id);
+  // GetRun's whole answer: the run, its events and its checkpoints.
+  v1::GetRunResponse GetRunResponse(int64_t run_id);
 
   ::cart::testing::TempDir dir_;
   FakeClock clock_;  // the server's clock: leases move only when a test advances it

@@ -25,7 +25,9 @@ using ::cart::testing::StatusIs;
 using ::cart::testing::TempDir;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::IsEmpty;
 using ::testing::Pair;
+using ::testing::UnorderedElementsAre;
 
 constexpr int64_t kSecond = 1'000'000;
 const std::string kSha1(64, 'a');
@@ -425,6 +427,39 @@ TEST_F(RunStoreTest, LogLinesAreIdempotentOnSeqFencedAndPagedById) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("negative seq")));
 }
 
+// A worker that logs without end fills no disk: past max_log_lines_per_attempt its lines are
+// acknowledged and dropped, and one stored line says so. The next attempt has its own budget.
+TEST_F(RunStoreTest, LogLinesPastThePerAttemptLimitAreDroppedWithOneLineSayingSo) {
+  StoreOptions options;
+  options.path = dir_.File("limited.db");
+  options.max_log_lines_per_attempt = 5;
+  CART_ASSERT_OK_AND_ASSIGN(std::unique_ptr<RunStore> store, RunStore::Open(options));
+  CART_ASSERT_OK(store->RegisterWorker("w1", "RTX 3050", 8 * kGiB, kT0));
+  CART_ASSERT_OK_AND_ASSIGN(
+      CreatedSweep created,
+      store->CreateSweep(MakeSweep("s", {MakeRun("a", {})}, 3), By("user:a", kT0)));
+  const int64_t id = created.run_ids.at(0);
+  CART_ASSERT_OK_AND_ASSIGN(std::optional<Claim> claim, store->ClaimNextRun("w1", 8 * kGiB, kT0));
+  ASSERT_TRUE(claim.has_value());
+  CART_ASSERT_OK(store->MarkRunning(id, claim->attempt, kT0));
+  std::vector<LogLine> lines;
+  for (int64_t seq = 1; seq <= 1000; ++seq) lines.push_back({0, 0, seq, kT0 + seq, "chatty"});
+  CART_ASSERT_OK_AND_ASSIGN(int64_t added, store->AppendLog(id, claim->attempt, lines));
+  EXPECT_EQ(added, 6);  // 5 lines and the notice
+  CART_ASSERT_OK_AND_ASSIGN(added, store->AppendLog(id, claim->attempt, {{0, 0, 5000, kT0, "x"}}));
+  EXPECT_EQ(added, 0);
+  // cartd's own lines (no seq) are not counted against the worker's budget.
+  CART_ASSERT_OK_AND_ASSIGN(added, store->AppendLog(id, claim->attempt, {{0, 0, 0, kT0, "cartd"}}));
+  EXPECT_EQ(added, 1);
+
+  CART_ASSERT_OK_AND_ASSIGN(std::vector<LogLine> log, store->RunLog(id, 0, 0));
+  ASSERT_EQ(log.size(), 7u);
+  EXPECT_EQ(log[4].text, "chatty");
+  EXPECT_EQ(log[5].seq, 6);
+  EXPECT_THAT(log[5].text, HasSubstr("logged more than 5 lines; later lines are not stored"));
+  EXPECT_EQ(log[6].text, "cartd");
+}
+
 TEST_F(RunStoreTest, MalformedMetricBatchesAndCheckpointsAreRejected) {
   const int64_t id = CreateOne("s", MakeRun("a", {}));
   Claim claim = ClaimExpecting(id, kT0);
@@ -443,6 +478,44 @@ TEST_F(RunStoreTest, MalformedMetricBatchesAndCheckpointsAreRejected) {
   CART_ASSERT_OK(store_->RecordCheckpoint(id, claim.attempt, {1, kSha1, 100, "a/1"}, kT0));
   EXPECT_THAT(store_->RecordCheckpoint(id, claim.attempt, {2, kSha1, 999, "a/1"}, kT0),
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("size 100")));
+}
+
+// Retention keeps a run's newest checkpoints and the ones a derived run starts from, and releases
+// exactly the artifacts no checkpoint names any more (an artifact two checkpoints share stays).
+TEST_F(RunStoreTest, CheckpointRetentionKeepsTheNewestAndWhatDerivedRunsNeed) {
+  NewRun base = MakeRun("base", {});
+  NewRun eval_20 = MakeRun("eval-20", {{"R_infer", "2"}});
+  eval_20.parent_name = "base";
+  eval_20.parent_checkpoint = "20";
+  CART_ASSERT_OK_AND_ASSIGN(auto created,
+                            store_->CreateSweep(MakeSweep("s", {base, eval_20}), By("u", kT0)));
+  const int64_t parent = created.run_ids[0];
+  Claim claim = ClaimExpecting(parent, kT0);
+  CART_ASSERT_OK(store_->MarkRunning(parent, claim.attempt, kT0));
+  auto sha = [](int step) { return std::string(62, 'c') + StrCat(step); };
+  for (int step = 10; step <= 60; step += 10) {
+    // Steps 40 and 60 hold the same bytes (one artifact named twice).
+    const std::string name = step == 60 ? sha(40) : sha(step);
+    CART_ASSERT_OK(store_->RecordCheckpoint(parent, claim.attempt,
+                                            {step, name, 100, StrCat("c/", name)}, kT0 + step));
+  }
+  CART_ASSERT_OK_AND_ASSIGN(std::vector<std::string> released, store_->PruneCheckpoints(parent, 2));
+  // Kept: 50 and 60 (the newest two) and 20 (eval-20 starts from it). Forgotten: 10, 30, 40;
+  // 40's artifact is still named by 60.
+  EXPECT_THAT(released, UnorderedElementsAre(sha(10), sha(30)));
+  CART_ASSERT_OK_AND_ASSIGN(std::vector<CheckpointRecord> kept, store_->ListCheckpoints(parent));
+  std::vector<int64_t> steps;
+  for (const CheckpointRecord& c : kept) steps.push_back(c.step);
+  EXPECT_THAT(steps, ElementsAre(20, 50, 60));
+  CART_ASSERT_OK_AND_ASSIGN(std::vector<std::string> names, store_->ArtifactNames());
+  EXPECT_THAT(names, UnorderedElementsAre(sha(20), sha(40), sha(50)));
+  // Again: nothing more to do. Every run at once gives the same answer.
+  CART_ASSERT_OK_AND_ASSIGN(released, store_->PruneCheckpoints(std::nullopt, 2));
+  EXPECT_THAT(released, IsEmpty());
+  CART_ASSERT_OK_AND_ASSIGN(released, store_->PruneCheckpoints(std::nullopt, 1));
+  EXPECT_THAT(released, UnorderedElementsAre(sha(50)));
+  EXPECT_THAT(store_->PruneCheckpoints(parent, 0),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(">= 1")));
 }
 
 TEST_F(RunStoreTest, DerivedRunsStayBlockedUntilTheParentCheckpointExists) {

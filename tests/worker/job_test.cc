@@ -1,0 +1,127 @@
+// One attempt run by the worker's job code (worker::RunJob, real LibTorch training on CPU) against
+// an in-process cartd: what happens when cartd refuses a report for good, and when SIGTERM comes
+// while nothing can be delivered.
+
+#include "worker/job.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <future>
+#include <thread>
+
+#include "common/strings.h"
+#include "data/synth.h"
+#include "tests/server/server_fixture.h"
+
+namespace cart::worker {
+namespace {
+
+using server::testing::FakeWorker;
+using server::testing::ServerFixture;
+using Clock = std::chrono::steady_clock;
+
+class JobTest : public ServerFixture {
+ protected:
+  // A sweep of one tiny run that would train for a long time on synthetic tokens.
+  std::string LongSweep(const std::string& name) {
+    data::SynthOptions o;
+    o.chain.vocab = 32;
+    o.tokens = 20'000;
+    o.val_tokens = 2'000;
+    o.out = dir_.File("synth.bin");
+    EXPECT_TRUE(data::WriteSynthetic(o).ok());
+    return StrCat("name: ", name,
+                  "\nbase: {d: 64, vocab: 32, P: 1, R: 2, seq_len: 32, batch: 4, steps: 100000, "
+                  "log_every: 1, eval_every: 0, threads: 1, train_data: ",
+                  o.out, "}\n");
+  }
+
+  // Registers a (fake) worker and leases the only queued run to it.
+  v1::Job Lease() {
+    worker_ = MakeWorker("w1");
+    EXPECT_TRUE(worker_->Register().ok());
+    std::optional<v1::Job> job;
+    EXPECT_TRUE(worker_->Acquire(1000, &job).ok());
+    EXPECT_TRUE(job.has_value());
+    return job.value_or(v1::Job());
+  }
+
+  JobEnvironment Environment() {
+    JobEnvironment env;
+    env.stub = worker_->stub();
+    env.worker_id = worker_->id();
+    env.cache_dir = dir_.File("worker");
+    env.heartbeat_interval_ms = 200;
+    env.threads = 1;
+    return env;
+  }
+
+  std::unique_ptr<FakeWorker> worker_;
+};
+
+// A newer worker's metric name that this cartd refuses stands for every report that cartd turns
+// down as invalid: resending it after a reconnect would be refused again. Before, the worker
+// resent it for ever, the run stayed RUNNING and SIGTERM could not end the worker.
+TEST_F(JobTest, AReportCartdRefusesEndsTheAttemptWithCartdsReason) {
+  const std::vector<int64_t> ids = Submit(LongSweep("refused"));
+  ASSERT_EQ(ids.size(), 1u);
+  const v1::Job job = Lease();
+  JobEnvironment env = Environment();
+  env.sample_system = [] { return std::map<std::string, double>{{"sys/gpu temp", 41.0}}; };
+  std::atomic<bool> shutdown{false};
+  auto done = std::async(std::launch::async, [&] { return RunJob(env, job, shutdown); });
+  ASSERT_EQ(done.wait_for(std::chrono::seconds(120)), std::future_status::ready)
+      << "the attempt did not end after cartd refused its metrics";
+  const JobEnd end = done.get();
+  EXPECT_EQ(end.outcome, v1::JobResult::OUTCOME_FAILED);
+  EXPECT_NE(end.error.find("bad metric name 'sys/gpu temp'"), std::string::npos) << end.error;
+  EXPECT_FALSE(end.fenced);
+
+  // cartd recorded the failure with its own reason; the run is queued for its next attempt.
+  const v1::RunView run = GetRun(ids[0]);
+  EXPECT_EQ(run.state(), v1::RUN_STATE_QUEUED);
+  bool recorded = false;
+  const v1::GetRunResponse response = GetRunResponse(ids[0]);
+  for (const v1::RunEvent& e : response.events()) {
+    recorded |= e.from_state() == "RUNNING" &&
+                e.why().find("bad metric name 'sys/gpu temp'") != std::string::npos;
+  }
+  EXPECT_TRUE(recorded) << "no RUNNING -> QUEUED event carries cartd's refusal";
+}
+
+// SIGTERM while cartd cannot be reached and the outbox is full (the trainer is blocked waiting for
+// acknowledgements that cannot come): the job still ends within the shutdown grace.
+TEST_F(JobTest, ShutdownEndsTheJobWithinTheGraceWhenNothingCanBeDelivered) {
+  const std::vector<int64_t> ids = Submit(LongSweep("stuck"));
+  ASSERT_EQ(ids.size(), 1u);
+  const v1::Job job = Lease();
+  JobEnvironment env = Environment();
+  env.metric_buffer_points = 64;  // fills within a few steps once nothing is acknowledged
+  env.shutdown_grace_ms = 2000;
+  std::atomic<bool> shutdown{false};
+  auto done = std::async(std::launch::async, [&] { return RunJob(env, job, shutdown); });
+
+  // Training is under way (metrics reached cartd), then cartd goes away.
+  const auto started = Clock::now();
+  while (GetRun(ids[0]).step() < 3 && Clock::now() - started < std::chrono::seconds(60)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_GE(GetRun(ids[0]).step(), 3);
+  server_->Shutdown();
+  server_.reset();
+  std::this_thread::sleep_for(std::chrono::seconds(1));  // the outbox fills; the trainer waits
+
+  const auto term = Clock::now();
+  shutdown = true;
+  ASSERT_EQ(done.wait_for(std::chrono::seconds(60)), std::future_status::ready)
+      << "SIGTERM did not end the job";
+  const double seconds = std::chrono::duration<double>(Clock::now() - term).count();
+  const JobEnd end = done.get();
+  EXPECT_TRUE(end.gave_up);
+  // The grace (2 s) plus at most one upload backoff (5 s) and the stream's close (2 s).
+  EXPECT_LT(seconds, 12.0) << "the job took " << seconds << " s to end after SIGTERM";
+}
+
+}  // namespace
+}  // namespace cart::worker
