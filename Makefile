@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CTEST_ARGS ?=
 
-.PHONY: all deps test-deps configure build apps test demo study proof format format-check bench clean
+.PHONY: all deps test-deps configure build apps test demo study proof format format-check bench fuzz clean
 
 # What `make demo`, `make study` and `make proof` run: the three programs (and the SentencePiece
 # plugin cart_data loads), not the tests and benchmarks.
@@ -43,6 +43,14 @@ proof: apps
 
 bench: build
 	./deploy/bench.sh $(BUILD)
+
+# libFuzzer on every parser a stranger can reach (tests/fuzz), FUZZ_SECONDS each, in its own clang
+# build; prints executions and findings per target and fails when any target found something.
+FUZZ_BUILD ?= build-fuzz
+FUZZ_SECONDS ?= 60
+fuzz: deps
+	@./deploy/install-deps.sh --fuzz
+	./tests/fuzz/run.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
 
 format-check: configure
 	cmake --build $(BUILD) --target format-check

@@ -118,7 +118,14 @@ absl::StatusOr<TokenFileInfo> ReadTokenFileInfo(const std::string& json_path) {
     }
     return absl::PermissionDeniedError(StrCat("cannot read ", json_path));
   }
-  nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  std::stringstream text;
+  text << in.rdbuf();
+  return ParseTokenFileInfo(text.str(), json_path);
+}
+
+absl::StatusOr<TokenFileInfo> ParseTokenFileInfo(std::string_view text,
+                                                 const std::string& json_path) {
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) {
     return absl::InvalidArgumentError(StrCat(json_path, ": not a JSON object"));
   }

@@ -14,6 +14,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -46,6 +47,9 @@ std::string MetadataPath(const std::string& bin_path);
 // Reads NAME.json. NotFound when missing; InvalidArgument naming the path and the field for bad
 // JSON, a missing or mistyped field, or an unknown dtype.
 absl::StatusOr<TokenFileInfo> ReadTokenFileInfo(const std::string& json_path);
+// The same for the text of a NAME.json; errors name `json_path`.
+absl::StatusOr<TokenFileInfo> ParseTokenFileInfo(std::string_view text,
+                                                 const std::string& json_path);
 // The JSON text of `info` (what TokenFileWriter writes).
 std::string TokenFileInfoToJson(const TokenFileInfo& info);
 

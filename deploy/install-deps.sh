@@ -2,7 +2,7 @@
 # Installs the Debian packages CART Lab's build and programs need, and the dashboard's charting
 # library from npm (`npm ci` in dashboards/web, pinned by its package-lock.json); with --test also
 # what only the tests use: Slurm and munge (tests/integration/deploy_test), Chromium and Prometheus
-# and npm playwright-core (tests/dashboard). Idempotent: packages already present are skipped, so a
+# and npm playwright-core (tests/dashboard); with --fuzz clang and libFuzzer (`make fuzz`). Idempotent: packages already present are skipped, so a
 # second run costs one dpkg query.
 #
 # Debian 12 (bookworm) only. Elsewhere it prints the list and exits 1: install the equivalents
@@ -21,6 +21,10 @@ packages=(
 )
 if [ "${1:-}" = "--test" ]; then
   packages+=(slurm-wlm munge chromium prometheus)
+fi
+# `make fuzz`: clang with libFuzzer and the sanitizers' runtimes.
+if [ "${1:-}" = "--fuzz" ]; then
+  packages+=(clang libclang-rt-dev)
 fi
 # Node.js and npm install the dashboard's pinned npm packages; a machine that has them already
 # (from Debian or elsewhere) keeps its own.

@@ -7,6 +7,7 @@
 #include "common/file.h"
 #include "common/status.h"
 #include "common/strings.h"
+#include "model/safetensors_header.h"
 
 namespace cart::model {
 namespace {
@@ -33,10 +34,6 @@ const DtypeName* ByName(const std::string& n) {
     if (n == e.name) return &e;
   }
   return nullptr;
-}
-
-absl::Status Bad(const std::string& path, const std::string& why) {
-  return absl::InvalidArgumentError(StrCat(path, ": not a valid safetensors file: ", why));
 }
 
 }  // namespace
@@ -83,67 +80,15 @@ absl::Status WriteSafetensors(const std::string& path,
 
 absl::StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path) {
   CART_ASSIGN_OR_RETURN(std::string bytes, ReadWholeFile(path));
-  if (bytes.size() < 8) return Bad(path, StrCat("file has ", bytes.size(), " bytes, < 8"));
-  uint64_t n = 0;
-  for (int i = 0; i < 8; ++i) n |= uint64_t{static_cast<unsigned char>(bytes[i])} << (8 * i);
-  if (n > bytes.size() - 8) {
-    return Bad(path, StrCat("header length ", n, " exceeds the file (", bytes.size(), " bytes)"));
-  }
-  nlohmann::json header;
-  try {
-    header = nlohmann::json::parse(bytes.substr(8, n));
-  } catch (const nlohmann::json::exception& e) {
-    return Bad(path, StrCat("header is not JSON: ", e.what()));
-  }
-  if (!header.is_object()) return Bad(path, "header is not a JSON object");
-  const uint64_t data_size = bytes.size() - 8 - n;
-  const char* base = bytes.data() + 8 + n;
+  CART_ASSIGN_OR_RETURN(SafetensorsHeader header, ParseSafetensorsHeader(bytes, path));
+  const char* base = bytes.data() + header.data_offset;
   SafetensorsFile file;
-  std::vector<std::pair<int64_t, int64_t>> ranges;
-  for (auto it = header.begin(); it != header.end(); ++it) {
-    const std::string& name = it.key();
-    const nlohmann::json& e = it.value();
-    if (name == "__metadata__") {
-      if (!e.is_object()) return Bad(path, "__metadata__ is not an object");
-      for (auto m = e.begin(); m != e.end(); ++m) {
-        if (!m.value().is_string())
-          return Bad(path, "__metadata__." + m.key() + " is not a string");
-        file.metadata[m.key()] = m.value().get<std::string>();
-      }
-      continue;
-    }
-    try {
-      const DtypeName* dn = ByName(e.at("dtype").get<std::string>());
-      if (dn == nullptr) {
-        return Bad(path, StrCat(name, ": unknown dtype '", e.at("dtype").get<std::string>(), "'"));
-      }
-      std::vector<int64_t> shape = e.at("shape").get<std::vector<int64_t>>();
-      std::vector<int64_t> off = e.at("data_offsets").get<std::vector<int64_t>>();
-      int64_t numel = 1;
-      for (int64_t s : shape) {
-        if (s < 0) return Bad(path, StrCat(name, ": negative dimension"));
-        numel *= s;
-      }
-      if (off.size() != 2 || off[0] < 0 || off[1] < off[0] ||
-          static_cast<uint64_t>(off[1]) > data_size) {
-        return Bad(path,
-                   StrCat(name, ": data_offsets outside the data section (", data_size, " bytes)"));
-      }
-      if (off[1] - off[0] != numel * dn->bytes) {
-        return Bad(path, StrCat(name, ": ", off[1] - off[0], " bytes for a shape needing ",
-                                numel * dn->bytes));
-      }
-      ranges.push_back({off[0], off[1]});
-      torch::Tensor t = torch::empty(shape, torch::TensorOptions().dtype(dn->dtype));
-      if (numel > 0) std::memcpy(t.data_ptr(), base + off[0], off[1] - off[0]);
-      file.tensors[name] = t;
-    } catch (const nlohmann::json::exception& ex) {
-      return Bad(path, StrCat(name, ": ", ex.what()));
-    }
-  }
-  std::sort(ranges.begin(), ranges.end());
-  for (size_t i = 1; i < ranges.size(); ++i) {
-    if (ranges[i].first < ranges[i - 1].second) return Bad(path, "tensor data ranges overlap");
+  file.metadata = std::move(header.metadata);
+  for (const SafetensorsEntry& e : header.entries) {
+    const DtypeName* dn = ByName(e.dtype);  // known: the header parser checked it
+    torch::Tensor t = torch::empty(e.shape, torch::TensorOptions().dtype(dn->dtype));
+    if (e.end > e.begin) std::memcpy(t.data_ptr(), base + e.begin, e.end - e.begin);
+    file.tensors[e.name] = t;
   }
   return file;
 }

@@ -11,26 +11,9 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "rpc/client_config.h"
 
 namespace cart::rpc {
-
-struct ClientConfig {
-  std::string server = "127.0.0.1:7070";  // host:port of cartd
-  std::string token;                      // bearer token; empty: none (insecure loopback)
-  std::string tls_ca;           // PEM file of the CA that signed cartd's cert; empty: plaintext
-  std::string tls_server_name;  // override for the certificate's host name (tests)
-};
-
-// Path of the client config file: $CART_CONFIG, else $HOME/.config/cart/client.yaml.
-std::string DefaultConfigPath();
-
-// Layers `flags` (fields set non-empty win) over the environment over the file at `path` (a
-// missing file is fine; a malformed one is InvalidArgument naming it).
-absl::StatusOr<ClientConfig> ResolveClientConfig(const ClientConfig& flags,
-                                                 const std::string& path);
-
-// Writes a client config file (mode 0600: it holds a token).
-absl::Status WriteClientConfig(const ClientConfig& config, const std::string& path);
 
 // A channel to config.server with TLS when tls_ca is set. InvalidArgument when the CA file cannot
 // be read.
