@@ -219,6 +219,17 @@ absl::Status Prefix(std::string_view source, const YAML::Mark& mark, const absl:
   return absl::Status(s.code(), StrCat(source, ":", mark.line + 1, ": ", Message(s)));
 }
 
+// A value a config holds as text (a path, a task spec, a name) must be UTF-8: the run-config
+// fuzzer found inputs where yaml-cpp hands back other bytes, which could be neither stored as
+// YAML nor read back. (Control characters are fine: ToYaml escapes them.)
+absl::Status CheckText(const std::string& key, const std::string& text) {
+  if (std::optional<size_t> bad = FirstInvalidUtf8(text)) {
+    return absl::InvalidArgumentError(
+        StrCat(key, ": the value is not UTF-8 (at byte ", *bad + 1, " of the value)"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ApplyNode(RunConfig& config, const YAML::Node& root, std::string_view source,
                        bool allow_groups) {
   if (!root.IsMap()) {
@@ -253,7 +264,10 @@ absl::Status ApplyNode(RunConfig& config, const YAML::Node& root, std::string_vi
                             StrCat(key, ".", v.first.as<std::string>(),
                                    tasks ? ": must be KIND=FILE" : ": must be a file path")));
         }
-        out[v.first.as<std::string>()] = v.second.as<std::string>();
+        const std::string name = v.first.as<std::string>();
+        CART_RETURN_IF_ERROR(
+            Prefix(source, v.second.Mark(), CheckText(StrCat(key, ".", name), v.second.Scalar())));
+        out[name] = v.second.as<std::string>();
       }
       continue;
     }
@@ -268,6 +282,7 @@ absl::Status ApplyNode(RunConfig& config, const YAML::Node& root, std::string_vi
       return Prefix(source, value.Mark(),
                     absl::InvalidArgumentError(StrCat(key, ": must be a single value")));
     }
+    CART_RETURN_IF_ERROR(Prefix(source, value.Mark(), CheckText(key, value.Scalar())));
     CART_RETURN_IF_ERROR(Prefix(source, value.Mark(), def->set(config, value.Scalar())));
   }
   return absl::OkStatus();
