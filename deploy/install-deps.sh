@@ -20,7 +20,7 @@ packages=(
   zlib1g-dev openssl fortunes gnuplot-nox
 )
 if [ "${1:-}" = "--test" ]; then
-  packages+=(slurm-wlm munge chromium prometheus)
+  packages+=(slurm-wlm munge chromium prometheus iproute2)
 fi
 # `make fuzz`: clang with libFuzzer and the sanitizers' runtimes.
 if [ "${1:-}" = "--fuzz" ]; then

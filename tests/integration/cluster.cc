@@ -6,12 +6,17 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
 #include <thread>
 
 #include "common/strings.h"
 #include "data/synth.h"
 #include "gtest/gtest.h"
+#include "model/config.h"
+#include "train/trainer.h"
 
 extern char** environ;
 
@@ -36,12 +41,79 @@ Cluster::~Cluster() {
     kill(cartd_, SIGKILL);
     waitpid(cartd_, nullptr, 0);
   }
+  // Deleting a namespace deletes its end of the veth pair, and with it this side's end.
+  for (const auto& [id, host] : hosts_) RunCommand(StrCat("ip netns del ", host.netns, " 2>&1"));
+}
+
+namespace {
+
+// Namespaces "cartt<pid><id>" whose test process is gone (killed by a timeout before its
+// destructor ran): deleted, so that their addresses do not shadow a new test's.
+void DeleteStaleNamespaces() {
+  const CommandResult list = RunCommand("ip netns list 2>/dev/null");
+  std::istringstream lines(list.output);
+  std::string line;
+  while (std::getline(lines, line)) {
+    const std::string name = line.substr(0, line.find(' '));
+    if (name.rfind("cartt", 0) != 0) continue;
+    size_t end = 5;
+    while (end < name.size() && std::isdigit(static_cast<unsigned char>(name[end]))) ++end;
+    const std::string pid = name.substr(5, end - 5);
+    if (!pid.empty() && kill(std::stoi(pid), 0) != 0) {
+      RunCommand(StrCat("ip netns del ", name, " 2>&1"));
+    }
+  }
+}
+
+}  // namespace
+
+bool Cluster::AddHost(const std::string& id, std::string* why) {
+  if (geteuid() != 0) {
+    *why = "network namespaces need root";
+    return false;
+  }
+  if (hosts_.empty()) DeleteStaleNamespaces();
+  const int index = static_cast<int>(hosts_.size());
+  Host host;
+  host.netns = StrCat("cartt", getpid(), id);
+  host.link = StrCat("cv", getpid() % 10'000'000, index, "r");
+  const std::string inner = StrCat("cv", getpid() % 10'000'000, index, "n");
+  // A /24 per host, chosen by pid so that tests in parallel processes do not share one.
+  const int subnet = (getpid() % 100) * 2 + index + 1;
+  host.cartd_ip = StrCat("10.200.", subnet, ".1");
+  const std::string commands[] = {
+      StrCat("ip netns add ", host.netns),
+      StrCat("ip link add ", host.link, " type veth peer name ", inner, " netns ", host.netns),
+      StrCat("ip addr add ", host.cartd_ip, "/24 dev ", host.link),
+      StrCat("ip link set ", host.link, " up"),
+      StrCat("ip -n ", host.netns, " addr add 10.200.", subnet, ".2/24 dev ", inner),
+      StrCat("ip -n ", host.netns, " link set ", inner, " up"),
+      StrCat("ip -n ", host.netns, " link set lo up")};
+  hosts_[id] = host;  // the destructor deletes what was made, even after a failure below
+  for (const std::string& command : commands) {
+    const CommandResult r = RunCommand(command + " 2>&1");
+    if (r.exit_code != 0) {
+      *why = StrCat("'", command, "' failed: ", r.output);
+      return false;
+    }
+  }
+  return true;
+}
+
+void Cluster::SetLink(const std::string& id, bool up) {
+  const CommandResult r =
+      RunCommand(StrCat("ip link set ", hosts_.at(id).link, up ? " up" : " down", " 2>&1"));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
 }
 
 pid_t Cluster::Spawn(const std::string& exe, const std::vector<std::string>& args,
-                     const std::string& log) {
+                     const std::string& log, const std::string& netns) {
+  std::vector<std::string> prefix;
+  if (!netns.empty()) prefix = {"netns", "exec", netns, exe};
+  const std::string program = netns.empty() ? exe : "/usr/sbin/ip";
   std::vector<char*> argv;
-  argv.push_back(const_cast<char*>(exe.c_str()));
+  argv.push_back(const_cast<char*>(program.c_str()));
+  for (const std::string& a : prefix) argv.push_back(const_cast<char*>(a.c_str()));
   for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
   const std::string path = dir_.File(log);
@@ -55,7 +127,7 @@ pid_t Cluster::Spawn(const std::string& exe, const std::vector<std::string>& arg
     const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
     dup2(fd, 1);
     dup2(fd, 2);
-    execv(exe.c_str(), argv.data());
+    execv(program.c_str(), argv.data());
     _exit(127);
   }
   EXPECT_GT(pid, 0) << "cannot start " << exe;
@@ -63,11 +135,16 @@ pid_t Cluster::Spawn(const std::string& exe, const std::vector<std::string>& arg
 }
 
 void Cluster::StartCartd() {
-  cartd_ =
-      Spawn(BinDir() + "/cartd",
-            {"--listen", address(), "--data-dir", dir_.File("cartd"), "--tokens",
-             dir_.File("tokens"), "--lease-ttl", StrCat(lease_ttl_s_), "--http", "127.0.0.1:0"},
-            "cartd.log");
+  std::vector<std::string> args = {
+      "--listen",          address(),     "--data-dir",         dir_.File("cartd"), "--tokens",
+      dir_.File("tokens"), "--lease-ttl", StrCat(lease_ttl_s_), "--http",           "127.0.0.1:0"};
+  if (!hosts_.empty()) {
+    // Workers on other hosts dial this side's veth addresses: listen on all of them. The test
+    // network is private to this machine, hence plaintext (--insecure) with tokens.
+    args[1] = StrCat("0.0.0.0:", port_);
+    args.push_back("--insecure");
+  }
+  cartd_ = Spawn(BinDir() + "/cartd", args, "cartd.log");
   Connect();
   // Ready when it answers.
   const bool up = WaitFor(
@@ -89,14 +166,18 @@ void Cluster::KillCartd(int signal) {
 
 pid_t Cluster::StartWorker(const std::string& id, int64_t memory_mib,
                            const std::vector<std::string>& extra) {
+  auto host = hosts_.find(id);
+  const std::string server =
+      host == hosts_.end() ? address() : StrCat(host->second.cartd_ip, ":", port_);
   std::vector<std::string> args = {
-      "--server",          address(), "--token",         worker_token_,
-      "--device",          "cpu",     "--worker-id",     WorkerId(id),
-      "--threads",         "1",       "--cache-dir",     dir_.File("worker-" + id),
-      "--acquire-wait-ms", "1000",    "--client-config", "/dev/null"};
+      "--server",          server, "--token",         worker_token_,
+      "--device",          "cpu",  "--worker-id",     WorkerId(id),
+      "--threads",         "1",    "--cache-dir",     dir_.File("worker-" + id),
+      "--acquire-wait-ms", "1000", "--client-config", "/dev/null"};
   if (memory_mib > 0) args.insert(args.end(), {"--memory-mib", StrCat(memory_mib)});
   args.insert(args.end(), extra.begin(), extra.end());
-  pid_t pid = Spawn(BinDir() + "/cart-worker", args, "worker-" + id + ".log");
+  pid_t pid = Spawn(BinDir() + "/cart-worker", args, "worker-" + id + ".log",
+                    host == hosts_.end() ? "" : host->second.netns);
   workers_.push_back(pid);
   return pid;
 }
@@ -217,6 +298,25 @@ std::string RunBase(const std::string& data, int steps, int checkpoint_every) {
   steps: )",
                 steps, "\n  checkpoint_every: ", checkpoint_every, "\n  train_data: ", data,
                 "\n  val_data:\n    synth: ", data.substr(0, data.size() - 4), ".val.bin\n");
+}
+
+std::map<int64_t, double> StraightLosses(const std::string& config_yaml,
+                                         const std::string& out_dir) {
+  absl::StatusOr<model::RunConfig> config = model::ParseRunConfigYaml(config_yaml, "run");
+  EXPECT_TRUE(config.ok()) << config.status();
+  if (!config.ok()) return {};
+  train::TrainOptions o;
+  o.out_dir = out_dir;
+  absl::StatusOr<train::TrainResult> trained = train::Train(*config, o);
+  EXPECT_TRUE(trained.ok()) << trained.status();
+  std::map<int64_t, double> losses;
+  std::ifstream in(o.out_dir + "/metrics.jsonl");
+  std::string line;
+  while (std::getline(in, line)) {
+    auto j = nlohmann::json::parse(line);
+    if (j.contains("loss")) losses[j["step"].get<int64_t>()] = j["loss"].get<double>();
+  }
+  return losses;
 }
 
 std::string StateOf(Cluster& c, int64_t run) {

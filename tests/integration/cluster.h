@@ -24,6 +24,14 @@ class Cluster {
   explicit Cluster(double lease_ttl_s = 3.0);
   ~Cluster();  // kills every process it started
 
+  // Puts the worker that will be started as `id` on a host of its own: a network namespace joined
+  // to this one (where cartd runs) by a veth link, with its own address; the worker dials cartd at
+  // this side's address. Call before StartCartd, which then listens on every address. Returns
+  // false with the reason when namespaces cannot be made (not root, no `ip`).
+  bool AddHost(const std::string& id, std::string* why);
+  // Takes the link to host `id` down (a real split: packets are dropped, nothing is reset) or up.
+  void SetLink(const std::string& id, bool up);
+
   void StartCartd();
   void KillCartd(int signal);  // and waits for it
   // The full worker id of the worker started as `id`: the worker token (named "testbox") is bound
@@ -58,7 +66,8 @@ class Cluster {
   std::string Log(const std::string& name) const;  // a process's captured stderr
 
  private:
-  pid_t Spawn(const std::string& exe, const std::vector<std::string>& args, const std::string& log);
+  pid_t Spawn(const std::string& exe, const std::vector<std::string>& args, const std::string& log,
+              const std::string& netns = "");
   void Connect();
 
   TempDir dir_;
@@ -67,12 +76,23 @@ class Cluster {
   std::string user_token_, worker_token_;
   pid_t cartd_ = -1;
   std::vector<pid_t> workers_;
+  struct Host {
+    std::string netns;     // the namespace
+    std::string link;      // this side's end of the veth pair
+    std::string cartd_ip;  // this side's address, which the host's worker dials
+  };
+  std::map<std::string, Host> hosts_;  // by worker id
   std::unique_ptr<cart::v1::SchedulerService::Stub> stub_;
   rpc::ClientConfig client_;
 };
 
 // The `base:` block of a sweep file for a tiny CPU run (vocab 32, d 64, P 1, R 2) on `data`.
 std::string RunBase(const std::string& data, int steps, int checkpoint_every = 10);
+// The loss at each step of the run `config_yaml` trained straight through in this process (no
+// cartd, no interruption), its directory under `out_dir`: what a run moved between workers must
+// match bit for bit.
+std::map<int64_t, double> StraightLosses(const std::string& config_yaml,
+                                         const std::string& out_dir);
 // A run's state name without the RUN_STATE_ prefix ("RUNNING").
 std::string StateOf(Cluster& c, int64_t run);
 // The id of run `index` of `sweep`.

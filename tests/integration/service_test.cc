@@ -89,17 +89,8 @@ TEST(ServiceTest, KilledWorkersRunResumesElsewhereFromItsCheckpointWithIdentical
   EXPECT_THAT(c.Cart({"runs", "logs", StrCat(run), "--metrics"}), HasSubstr("loss="));
 
   // The same run trained straight through in this process.
-  model::RunConfig config = model::ParseRunConfigYaml(resp.run().config_yaml(), "run").value();
-  train::TrainOptions o;
-  o.out_dir = c.dir() + "/straight";
-  CART_ASSERT_OK(train::Train(config, o).status());
-  std::map<int64_t, double> want;
-  std::ifstream in(o.out_dir + "/metrics.jsonl");
-  std::string line;
-  while (std::getline(in, line)) {
-    auto j = nlohmann::json::parse(line);
-    if (j.contains("loss")) want[j["step"].get<int64_t>()] = j["loss"].get<double>();
-  }
+  const std::map<int64_t, double> want =
+      StraightLosses(resp.run().config_yaml(), c.dir() + "/straight");
   std::map<int64_t, double> got = c.Series(run, "loss");
   ASSERT_EQ(got.size(), 60u);
   ASSERT_EQ(want.size(), 60u);
