@@ -22,7 +22,7 @@ void RegisterAdminCommands(CLI::App& app) {
       admin->add_subcommand("backup", "Copy a live database consistently (SQLite backup API)");
   backup->add_option("--db", *backup_db, "the database file, e.g. var/cart/cart.db")->required();
   backup->add_option("--out", *backup_out, "the copy to create; must not exist")->required();
-  backup->callback([backup_db, backup_out] {
+  OnRun(backup, [backup_db, backup_out] {
     const absl::Status status = store::BackupDatabase(*backup_db, *backup_out);
     if (!status.ok()) ExitWith(status);
     std::cout << "backed up " << *backup_db << " to " << *backup_out << "\n";
@@ -32,7 +32,7 @@ void RegisterAdminCommands(CLI::App& app) {
   CLI::App* check = admin->add_subcommand(
       "check", "Run PRAGMA integrity_check and foreign_key_check on a database");
   check->add_option("--db", *check_db, "the database file")->required();
-  check->callback([check_db] {
+  OnRun(check, [check_db] {
     const absl::StatusOr<store::IntegrityReport> report = store::CheckDatabase(*check_db);
     if (!report.ok()) ExitWith(report.status());
     if (report->ok) {

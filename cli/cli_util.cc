@@ -5,6 +5,17 @@
 
 namespace cart::cli {
 
+void OnRun(CLI::App* command, std::function<void()> body) {
+  command->callback([body = std::move(body)] {
+    if (!ParseOnly()) body();
+  });
+}
+
+bool& ParseOnly() {
+  static bool parse_only = false;
+  return parse_only;
+}
+
 void ExitWith(const absl::Status& status) {
   std::cerr << "cart: " << Message(status) << "\n";
   const bool bad_input = status.code() == absl::StatusCode::kInvalidArgument ||

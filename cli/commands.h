@@ -6,6 +6,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 
@@ -46,6 +47,13 @@ struct ExportResult {
   int64_t parameters = 0;
 };
 absl::StatusOr<ExportResult> ExportModel(const ExportRequest& request);
+
+// Sets what a command does once its arguments are parsed. Every command registers its body here
+// rather than with CLI::App::callback, so that the arguments fuzzer (tests/fuzz/cli_args_fuzz.cc)
+// can parse and validate any argument list without running anything (ParseOnly).
+void OnRun(CLI::App* command, std::function<void()> body);
+// While true, OnRun bodies are skipped. Off in `cart` itself.
+bool& ParseOnly();
 
 // Prints "cart: <message>" to stderr and throws CLI::RuntimeError with an exit code chosen from
 // the status code: 2 for InvalidArgument/NotFound (bad input), 1 otherwise. Never returns.

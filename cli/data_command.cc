@@ -255,7 +255,7 @@ void RegisterDataCommands(CLI::App& app) {
                    "Lines sampled for training (0 = all)")
       ->capture_default_str();
   train_cmd->add_option("--threads", train->options.threads, "Trainer threads (0 = all cores)");
-  train_cmd->callback([train] { RunTokenizerTrain(*train); });
+  OnRun(train_cmd, [train] { RunTokenizerTrain(*train); });
 
   auto encode = std::make_shared<EncodeArgs>();
   CLI::App* encode_cmd = tok->add_subcommand("encode", "Print the ids of TEXT");
@@ -263,7 +263,7 @@ void RegisterDataCommands(CLI::App& app) {
       ->add_option("--tokenizer", encode->tokenizer, "bytes | PATH.model | gpt2:DIR | synth:VOCAB")
       ->capture_default_str();
   encode_cmd->add_option("text", encode->text, "Text to encode")->required();
-  encode_cmd->callback([encode] { RunTokenizerEncode(*encode); });
+  OnRun(encode_cmd, [encode] { RunTokenizerEncode(*encode); });
 
   auto prep = std::make_shared<PrepareArgs>();
   CLI::App* prep_cmd = data_cmd->add_subcommand(
@@ -295,7 +295,7 @@ void RegisterDataCommands(CLI::App& app) {
                        "Mixture chunk size in tokens (default 512, the chunk size of the "
                        "paper's reference loader)");
   prep_cmd->add_option("--tokens", prep->tokens, "Mixture length limit (0 = until a source ends)");
-  prep_cmd->callback([prep] { RunPrepare(*prep); });
+  OnRun(prep_cmd, [prep] { RunPrepare(*prep); });
 
   auto synth = std::make_shared<SynthArgs>();
   synth->options.out = "";
@@ -319,7 +319,7 @@ void RegisterDataCommands(CLI::App& app) {
       ->capture_default_str();
   synth_cmd->add_option("--out", so.out, "Token file to write, NAME.bin")->required();
   synth_cmd->add_option("--val-out", so.val_out, "Validation file (default NAME.val.bin)");
-  synth_cmd->callback([synth] { RunSynth(*synth); });
+  OnRun(synth_cmd, [synth] { RunSynth(*synth); });
 
   auto info = std::make_shared<InfoArgs>();
   CLI::App* info_cmd = data_cmd->add_subcommand("info", "Show a token file's metadata");
@@ -327,7 +327,7 @@ void RegisterDataCommands(CLI::App& app) {
   info_cmd->add_flag("--verify", info->verify, "Recompute the sha256 of the tokens");
   info_cmd->add_flag("--json", info->json, "Print the metadata as JSON");
   info_cmd->add_option("--head", info->head, "Print and decode the first N tokens");
-  info_cmd->callback([info] { RunInfo(*info); });
+  OnRun(info_cmd, [info] { RunInfo(*info); });
 }
 
 }  // namespace cart::cli

@@ -84,7 +84,7 @@ void RegisterExport(CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--dtype", a->dtype, "Weights as fp32 or bf16")->capture_default_str();
   AddConnFlags(cmd, a->conn);
-  cmd->callback([a] {
+  OnRun(cmd, [a] {
     ExportRequest req;
     req.out = a->out;
     req.dtype = a->dtype;

@@ -177,7 +177,7 @@ void RegisterModelCommands(CLI::App& app) {
   params->add_option("config", opts->config, "Run-config YAML (defaults if omitted)");
   params->add_option("--set", opts->sets, "Override a config key: key=value (repeatable)");
   params->add_flag("--json", opts->json, "Print JSON");
-  params->callback([opts] {
+  OnRun(params, [opts] {
     absl::StatusOr<RunConfig> c = LoadConfig(opts->config, opts->sets);
     if (!c.ok()) ExitWith(c.status());
     PrintParams(*c, opts->json);
@@ -190,7 +190,7 @@ void RegisterModelCommands(CLI::App& app) {
   init->add_option("--seed", opts->seed, "Initialisation seed")->capture_default_str();
   init->add_option("--out", opts->out, "Output .safetensors file")->required();
   init->add_option("--dtype", opts->dtype, "fp32 or bf16")->capture_default_str();
-  init->callback([opts] {
+  OnRun(init, [opts] {
     absl::StatusOr<RunConfig> c = LoadConfig(opts->config, opts->sets);
     if (!c.ok()) ExitWith(c.status());
     absl::Status s = Init(*c, opts->seed, opts->out, opts->dtype);
@@ -205,7 +205,7 @@ void RegisterModelCommands(CLI::App& app) {
   logits->add_option("--set", opts->sets, "Override a config key: key=value (repeatable)");
   logits->add_option("--ids", opts->ids, "Comma-separated token ids")->required();
   logits->add_option("--R-infer", opts->R_infer, "Loops at inference, 1..16");
-  logits->callback([opts] {
+  OnRun(logits, [opts] {
     absl::Status s = Logits(opts->file, opts->config, opts->sets, opts->ids, opts->R_infer);
     if (!s.ok()) ExitWith(s);
   });

@@ -201,7 +201,7 @@ void RegisterReportCommand(CLI::App& app) {
         ->capture_default_str();
   }
   AddConnFlags(cmd, a->conn);
-  cmd->callback([a] { RunReport(*a); });
+  OnRun(cmd, [a] { RunReport(*a); });
 }
 
 }  // namespace cart::cli

@@ -65,7 +65,7 @@ void RegisterResults(CLI::App& app) {
       ->check(CLI::IsMember({"text", "csv", "markdown", "json"}))
       ->capture_default_str();
   AddConnFlags(results, a->conn);
-  results->callback([a] {
+  OnRun(results, [a] {
     a->req.set_table(a->table);
     a->req.set_run_id(a->run_id);
     for (const auto& s : a->sweeps) a->req.add_sweeps(s);

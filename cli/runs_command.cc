@@ -81,7 +81,7 @@ void RegisterRuns(CLI::App& app) {
   ls->add_option("--sweep", la->sweep, "Only this sweep");
   ls->add_option("--state", la->states, "Only these states (QUEUED, RUNNING, …; repeatable)");
   AddConnFlags(ls, la->conn);
-  ls->callback([la] {
+  OnRun(ls, [la] {
     cart::v1::ListRunsRequest req;
     req.set_sweep(la->sweep);
     for (const std::string& s : la->states) {
@@ -113,7 +113,7 @@ void RegisterRuns(CLI::App& app) {
       runs->add_subcommand("show", "One run: config, state, why it waits, events, checkpoints");
   show->add_option("id", sh->id, "Run id")->required();
   AddConnFlags(show, sh->conn);
-  show->callback([sh] {
+  OnRun(show, [sh] {
     Client client = Client::Connect(sh->conn);
     cart::v1::GetRunRequest req;
     req.set_run_id(sh->id);
@@ -172,7 +172,7 @@ void RegisterRuns(CLI::App& app) {
   logs->add_option("--tail", lg->tail, "Only the last N lines already stored (0: all)")
       ->check(CLI::NonNegativeNumber);
   AddConnFlags(logs, lg->conn);
-  logs->callback([lg] {
+  OnRun(logs, [lg] {
     if (lg->metrics) {
       PrintMetricLog(lg->id, lg->follow, lg->conn);
       return;
@@ -213,7 +213,7 @@ void RegisterRuns(CLI::App& app) {
       cmd->add_option("--steps", a->steps, "New total steps (larger than the current)")->required();
     }
     AddConnFlags(cmd, a->conn);
-    cmd->callback([a, call] {
+    OnRun(cmd, [a, call] {
       Client client = Client::Connect(a->conn);
       cart::v1::RunResponse resp = call(client, *a);
       if (a->conn.json) {

@@ -116,7 +116,7 @@ void RegisterSweep(CLI::App& app) {
   submit->add_option("--request-id", sa->request_id,
                      "Idempotency key; the same key never creates a second sweep");
   AddConnFlags(submit, sa->conn);
-  submit->callback([sa] {
+  OnRun(submit, [sa] {
     absl::StatusOr<std::string> text = ReadWholeFile(sa->file);
     if (!text.ok()) ExitWith(text.status());
     // Validate locally first: errors name file and line without a round trip.
@@ -158,7 +158,7 @@ void RegisterSweep(CLI::App& app) {
   auto ls_conn = std::make_shared<Conn>();
   CLI::App* ls = sweep->add_subcommand("ls", "List sweeps with run counts by state");
   AddConnFlags(ls, *ls_conn);
-  ls->callback([ls_conn] {
+  OnRun(ls, [ls_conn] {
     Client client = Client::Connect(*ls_conn);
     auto resp = client.Call<cart::v1::ListSweepsRequest, cart::v1::ListSweepsResponse>(
         &cart::v1::SchedulerService::Stub::ListSweeps, {});
@@ -187,7 +187,7 @@ void RegisterSweep(CLI::App& app) {
   CLI::App* show_cmd = sweep->add_subcommand("show", "A sweep and its runs");
   show_cmd->add_option("name", show->name, "Sweep name")->required();
   AddConnFlags(show_cmd, show->conn);
-  show_cmd->callback([show] {
+  OnRun(show_cmd, [show] {
     Client client = Client::Connect(show->conn);
     cart::v1::GetSweepRequest req;
     req.set_name(show->name);
@@ -210,7 +210,7 @@ void RegisterSweep(CLI::App& app) {
   CLI::App* cancel_cmd = sweep->add_subcommand("cancel", "Cancel every unfinished run of a sweep");
   cancel_cmd->add_option("name", cancel->name, "Sweep name")->required();
   AddConnFlags(cancel_cmd, cancel->conn);
-  cancel_cmd->callback([cancel] {
+  OnRun(cancel_cmd, [cancel] {
     Client client = Client::Connect(cancel->conn);
     cart::v1::CancelSweepRequest req;
     req.set_name(cancel->name);
@@ -226,7 +226,7 @@ void RegisterSweep(CLI::App& app) {
       sweep->add_subcommand("resume", "Requeue the cancelled and failed runs of a sweep");
   resume_cmd->add_option("name", resume->name, "Sweep name")->required();
   AddConnFlags(resume_cmd, resume->conn);
-  resume_cmd->callback([resume] {
+  OnRun(resume_cmd, [resume] {
     Client client = Client::Connect(resume->conn);
     cart::v1::ResumeSweepRequest req;
     req.set_name(resume->name);

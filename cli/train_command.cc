@@ -270,7 +270,7 @@ void RegisterTrainCommands(CLI::App& app) {
   train->add_option("--set", targs->sets, "Override a config key: key=value (repeatable)");
   train->add_flag("--quiet", targs->quiet, "Print only the summary");
   train->add_option("--device", targs->device, "auto | cpu | cuda | cuda:N")->capture_default_str();
-  train->callback([targs] {
+  OnRun(train, [targs] {
     absl::Status s = RunTrain(*targs);
     if (!s.ok()) ExitWith(s);
   });
@@ -300,7 +300,7 @@ void RegisterTrainCommands(CLI::App& app) {
                  "lm-evaluation-harness scores causal models); each result records which");
   eval->add_flag("--json", eargs->json, "Print JSON");
   eval->add_option("--device", eargs->device, "auto | cpu | cuda | cuda:N")->capture_default_str();
-  eval->callback([eargs] {
+  OnRun(eval, [eargs] {
     absl::Status s = RunEval(*eargs);
     if (!s.ok()) ExitWith(s);
   });

@@ -328,7 +328,7 @@ void RegisterUpCommand(CLI::App& app) {
                  "stage2, baselines, ablations, faithfulness, leak, variable_r)");
   up->add_option("--client-config", a->client_config, "Where to write the client config")
       ->capture_default_str();
-  up->callback([a] {
+  OnRun(up, [a] {
     absl::Status s = Up(*a);
     if (!s.ok()) ExitWith(s);
   });

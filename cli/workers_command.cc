@@ -32,7 +32,7 @@ void RegisterWorkers(CLI::App& app) {
   auto lc = std::make_shared<Conn>();
   CLI::App* ls = workers->add_subcommand("ls", "Registered workers");
   AddConnFlags(ls, *lc);
-  ls->callback([lc] {
+  OnRun(ls, [lc] {
     Client client = Client::Connect(*lc);
     auto resp = client.Call<cart::v1::ListWorkersRequest, cart::v1::ListWorkersResponse>(
         &cart::v1::SchedulerService::Stub::ListWorkers, {});
@@ -57,7 +57,7 @@ void RegisterWorkers(CLI::App& app) {
   CLI::App* drain = workers->add_subcommand("drain", "Let a worker finish its job, then exit");
   drain->add_option("worker", da->id, "Worker id")->required();
   AddConnFlags(drain, da->conn);
-  drain->callback([da] {
+  OnRun(drain, [da] {
     Client client = Client::Connect(da->conn);
     cart::v1::DrainWorkerRequest req;
     req.set_worker_id(da->id);

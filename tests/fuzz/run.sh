@@ -18,7 +18,7 @@ if [ ! -f "$build/build.ninja" ]; then
 fi
 cmake --build "$build" --target fuzz_all
 
-targets=(sweep_yaml run_config safetensors client_config tokens_file token_file_info)
+targets=(sweep_yaml run_config safetensors client_config tokens_file token_file_info cli_args)
 status=0
 printf '%-16s %12s %10s %9s\n' target executions exec/s findings
 for t in "${targets[@]}"; do
