@@ -1,3 +1,4 @@
+#include <cstdio>
 #include <iostream>
 
 #include "cli/commands.h"
@@ -9,6 +10,16 @@ void OnRun(CLI::App* command, std::function<void()> body) {
   command->callback([body = std::move(body)] {
     if (!ParseOnly()) body();
   });
+}
+
+int ParseAndRun(CLI::App& app, int argc, char** argv) {
+  try {
+    CLI11_PARSE(app, argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "cart: internal error: %s (please report it)\n", e.what());
+    return 1;
+  }
+  return 0;
 }
 
 bool& ParseOnly() {

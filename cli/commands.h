@@ -19,7 +19,7 @@ void RegisterDataCommands(CLI::App& app);   // cart data ...      (data/)
 void RegisterModelCommands(CLI::App& app);  // cart model ...     (model/, needs LibTorch)
 void RegisterTrainCommands(CLI::App& app);  // cart train, eval   (train/, needs LibTorch)
 void RegisterAdminCommands(CLI::App& app);  // cart admin ...     (store/)
-// cart sweep | runs | results | workers | export — clients of cartd (rpc/)
+// cart sweep | runs | results | workers — clients of cartd (rpc/)
 void RegisterServiceCommands(CLI::App& app);
 void RegisterSweepCommands(CLI::App& app);    // sweep_command.cc
 void RegisterRunsCommands(CLI::App& app);     // runs_command.cc
@@ -54,6 +54,11 @@ absl::StatusOr<ExportResult> ExportModel(const ExportRequest& request);
 void OnRun(CLI::App* command, std::function<void()> body);
 // While true, OnRun bodies are skipped. Off in `cart` itself.
 bool& ParseOnly();
+
+// Parses the command line and runs the chosen command: CLI11 reports bad arguments itself;
+// anything else thrown is a bug, and still ends with a message and exit status 1 rather than an
+// abort. Returns the exit status (main's return value).
+int ParseAndRun(CLI::App& app, int argc, char** argv);
 
 // Prints "cart: <message>" to stderr and throws CLI::RuntimeError with an exit code chosen from
 // the status code: 2 for InvalidArgument/NotFound (bad input), 1 otherwise. Never returns.

@@ -1,7 +1,7 @@
-// cart sweep | runs | results | workers | export: the commands that talk to cartd, one file per
-// command group (sweep_command.cc, runs_command.cc, results_command.cc, workers_command.cc,
-// export_client.cc); the shared connection flags and client are in client.h, the run table and
-// formatting in format.h.
+// cart sweep | runs | results | workers: the commands that talk to cartd, one file per command
+// group (sweep_command.cc, runs_command.cc, results_command.cc, workers_command.cc). `cart export`
+// talks to cartd too but needs LibTorch, so it is in cart-torch (export_client.cc). The shared
+// connection flags and client are in client.h, the run table and formatting in format.h.
 
 #include "cli/commands.h"
 
@@ -12,9 +12,6 @@ void RegisterServiceCommands(CLI::App& app) {
   RegisterRunsCommands(app);
   RegisterResultsCommands(app);
   RegisterWorkersCommands(app);
-#ifdef CART_CLI_WITH_TORCH
-  RegisterExportCommand(app);
-#endif
 }
 
 }  // namespace cart::cli
