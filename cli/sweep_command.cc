@@ -47,15 +47,19 @@ void RunSubmit(const SubmitArgs& sa, const std::string& text) {
   req.set_spec_yaml(text);
   req.set_file_name(sa.file);
   req.set_request_id(sa.request_id.empty() ? NewRequestId() : sa.request_id);
+  // The summary needs only the counts; --json prints every run.
+  if (!sa.conn.json) req.set_run_limit(1);
   auto resp = client.Call<cart::v1::SubmitSweepRequest, cart::v1::SubmitSweepResponse>(
       &cart::v1::SchedulerService::Stub::SubmitSweep, req);
   if (sa.conn.json) {
     std::cout << ToJson(resp) << "\n";
     return;
   }
+  int64_t runs = 0;
+  for (const auto& [state, count] : resp.sweep().runs_by_state()) runs += count;
   std::cout << fmt::format("{} sweep {} with {} runs\n",
                            resp.existing() ? "already submitted:" : "submitted",
-                           resp.sweep().name(), resp.runs_size());
+                           resp.sweep().name(), runs);
   std::cout << fmt::format("watch it: cart sweep show {}\n", resp.sweep().name());
 }
 

@@ -251,8 +251,11 @@ absl::StatusOr<SubmitResult> Scheduler::SubmitSweep(const SubmitRequest& request
     result.sweep.priority = spec.priority;
     result.sweep.created_us = now_us;
     for (const store::NewRun& run : sweep.runs) {
-      result.runs.push_back(PreviewRun(spec, run, now_us));
-      ++result.sweep.run_counts[result.runs.back().state];
+      RunRecord preview = PreviewRun(spec, run, now_us);
+      ++result.sweep.run_counts[preview.state];
+      if (request.run_limit <= 0 || static_cast<int64_t>(result.runs.size()) < request.run_limit) {
+        result.runs.push_back(std::move(preview));
+      }
     }
     return result;
   }
@@ -262,9 +265,12 @@ absl::StatusOr<SubmitResult> Scheduler::SubmitSweep(const SubmitRequest& request
   sweep = {};  // the runs are read back below; do not hold both copies
   result.sweep = created.sweep;
   result.existing = !created.created;
-  store::RunFilter filter;
-  filter.sweeps = {created.sweep.name};
-  CART_ASSIGN_OR_RETURN(result.runs, store_->ListRuns(filter));
+  store::RunPageRequest page;
+  page.filter.sweeps = {created.sweep.name};
+  page.limit = std::max<int64_t>(request.run_limit, 0);
+  CART_ASSIGN_OR_RETURN(store::RunPage read, store_->ListRunPage(page));
+  result.runs.reserve(read.rows.size());
+  for (store::RunRow& row : read.rows) result.runs.push_back(std::move(row.run));
   if (created.created) WakePollers();
   return result;
 }

@@ -124,7 +124,8 @@ struct SubmitRequest {
   std::string file_name;   // for error messages
   std::string request_id;  // idempotency key; empty: a fresh one (not idempotent)
   bool dry_run = false;
-  std::string who;  // "user:<name>"
+  std::string who;        // "user:<name>"
+  int64_t run_limit = 0;  // at most this many runs in SubmitResult::runs; 0: all
 };
 
 struct SubmitResult {

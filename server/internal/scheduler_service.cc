@@ -73,6 +73,10 @@ grpc::Status SchedulerServiceImpl::SubmitSweep(grpc::ServerContext* context,
   submit.request_id = request->request_id();
   submit.dry_run = request->dry_run();
   submit.who = who;
+  if (request->run_limit() < 0) {
+    return ToGrpc(absl::InvalidArgumentError("SubmitSweep: run_limit must not be negative"));
+  }
+  submit.run_limit = request->run_limit();
   absl::StatusOr<SubmitResult> result = ctx_.scheduler->SubmitSweep(submit);
   if (!result.ok()) return ToGrpc(result.status());
   *response->mutable_sweep() = ToSweepView(result->sweep);

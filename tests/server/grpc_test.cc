@@ -148,6 +148,21 @@ TEST_F(GrpcTest, ListRunsAndGetSweepPageABigSweep) {
   v1::GetSweepResponse sweep;
   ASSERT_TRUE(scheduler_->GetSweep(&get_context, get, &sweep).ok());
   EXPECT_EQ(sweep.runs_size(), 1);
+  // A submit may ask for only the first runs back; its counts still cover every run.
+  for (bool dry_run : {true, false}) {
+    grpc::ClientContext submit_context;
+    Prepare(submit_context, "");
+    v1::SubmitSweepRequest submit;
+    submit.set_spec_yaml(
+        "name: q\nbase: {d: 64, vocab: 100, P: 1, R: 2, steps: 10}\nseeds: [1, 2, 3]\n");
+    submit.set_dry_run(dry_run);
+    submit.set_run_limit(1);
+    v1::SubmitSweepResponse submitted;
+    ASSERT_TRUE(scheduler_->SubmitSweep(&submit_context, submit, &submitted).ok());
+    ASSERT_EQ(submitted.runs_size(), 1) << "dry run " << dry_run;
+    EXPECT_EQ(submitted.runs(0).name(), "q/0");
+    EXPECT_EQ(submitted.sweep().runs_by_state().at("QUEUED"), 3);
+  }
   grpc::ClientContext bad_context;
   Prepare(bad_context, "");
   request.set_offset(-1);
