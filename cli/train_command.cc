@@ -216,7 +216,7 @@ absl::Status RunEval(const EvalArgs& args) {
     return absl::InvalidArgumentError(
         "nothing to evaluate: give --data name=FILE.bin or --task KIND=FILE.jsonl");
   }
-  torch::set_num_threads(train::ThreadsFor(config.train));
+  train::UseThreads(train::ThreadsFor(config.train));
   CART_ASSIGN_OR_RETURN(auto m, model::BuildModel(config.model, config.train.seed));
   CART_RETURN_IF_ERROR(train::LoadCheckpoint(ckpt, *m, nullptr));
   CART_ASSIGN_OR_RETURN(c10::Device device, train::ResolveDevice(args.device));

@@ -1,11 +1,13 @@
 #include "train/trainer.h"
 
 #include <ATen/autocast_mode.h>
+#include <dlfcn.h>
 #include <torch/torch.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -182,7 +184,7 @@ absl::StatusOr<TrainResult> Trainer::Run() {
     return absl::InvalidArgumentError("train_data: no training token file given");
   }
 
-  torch::set_num_threads(ThreadsFor(config_.train));
+  UseThreads(ThreadsFor(config_.train));
   CART_ASSIGN_OR_RETURN(device_, ResolveDevice(options_.device));
   const bool autocast = device_.is_cuda() && config_.train.dtype != model::DType::kFloat32;
 
@@ -356,6 +358,19 @@ absl::StatusOr<TrainResult> Trainer::Run() {
 }
 
 }  // namespace
+
+void UseThreads(int threads) {
+  // Looked up at run time: the BLAS behind libblas.so.3 is chosen by the system, not by the build.
+  using SetThreads = void (*)(int);
+  static const SetThreads openblas =
+      reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
+  if (openblas == nullptr || std::getenv("OPENBLAS_NUM_THREADS") != nullptr) {
+    torch::set_num_threads(threads);
+    return;
+  }
+  openblas(threads);
+  torch::set_num_threads(1);
+}
 
 int ThreadsFor(const model::TrainConfig& config) {
   if (config.threads > 0) return static_cast<int>(config.threads);

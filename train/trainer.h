@@ -59,5 +59,14 @@ absl::StatusOr<TrainResult> Train(const model::RunConfig& config, const TrainOpt
 
 // The number of intra-op threads a config asks for (threads, or the cores present).
 int ThreadsFor(const model::TrainConfig& config);
+// Makes `threads` govern every pool that runs a training step. When the BLAS is OpenBLAS (Debian's
+// libblas.so.3 with libopenblas0-pthread) it has a pool of its own beside LibTorch's intra-op
+// pool, and the two together oversubscribe the cores: then OpenBLAS gets `threads` (the matrix
+// multiplies, most of a step) and LibTorch's pool one thread. Measured on 2 cores
+// (bench/threads_bench.sh): LibTorch 1 + OpenBLAS 2 is 1.8x LibTorch 2 + OpenBLAS 2 and 1.2x
+// LibTorch 2 + OpenBLAS 1. Other BLAS builds (MKL in pytorch.org's LibTorch) share LibTorch's
+// pool, which gets `threads`. An OPENBLAS_NUM_THREADS set in the environment is left alone, and
+// LibTorch's pool then gets `threads`.
+void UseThreads(int threads);
 
 }  // namespace cart::train

@@ -457,8 +457,8 @@ JobEnd Session::Evaluate() {
   absl::Status fetched = FetchArtifact(*env_.stub, env_.client, job_.init_from().sha256(), file);
   if (!fetched.ok()) return fail(fetched);
   try {
-    torch::set_num_threads(env_.threads > 0 ? static_cast<int>(env_.threads)
-                                            : train::ThreadsFor(config->train));
+    train::UseThreads(env_.threads > 0 ? static_cast<int>(env_.threads)
+                                       : train::ThreadsFor(config->train));
     absl::StatusOr<std::shared_ptr<model::LanguageModel>> m =
         model::BuildModel(config->model, config->train.seed);
     if (!m.ok()) return fail(m.status());

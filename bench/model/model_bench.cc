@@ -14,6 +14,7 @@
 
 #include "model/accounting.h"
 #include "model/language_model.h"
+#include "train/trainer.h"
 
 namespace {
 
@@ -45,7 +46,7 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--threads")) threads = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--reps")) reps = std::atoi(argv[i + 1]);
   }
-  torch::set_num_threads(threads);
+  cart::train::UseThreads(threads);  // as training sets the pools (OpenBLAS and LibTorch)
   const int64_t B = 8, T = 256;
   ModelConfig base;
   base.vocab = 4096;
