@@ -18,13 +18,12 @@ namespace cart::cli {
 
 // Flags shared by every command that talks to cartd.
 struct Conn {
-  rpc::ClientConfig flags;
+  rpc::ClientConfig flags = rpc::ClientFlags();
   std::string config_file = rpc::DefaultConfigPath();
   bool json = false;
 };
 
 inline void AddConnFlags(CLI::App* cmd, Conn& c) {
-  c.flags.server.clear();
   cmd->add_option("--server", c.flags.server, "cartd address host:port (env CART_SERVER)");
   cmd->add_option("--token", c.flags.token, "Bearer token with the user role (env CART_TOKEN)");
   cmd->add_option("--tls-ca", c.flags.tls_ca,

@@ -53,6 +53,12 @@ absl::StatusOr<ClientConfig> ParseClientConfig(std::string_view text, const std:
   return c;
 }
 
+ClientConfig ClientFlags() {
+  ClientConfig flags;
+  flags.server.clear();
+  return flags;
+}
+
 absl::StatusOr<ClientConfig> ResolveClientConfig(const ClientConfig& flags,
                                                  const std::string& path) {
   ClientConfig c;
@@ -63,7 +69,7 @@ absl::StatusOr<ClientConfig> ResolveClientConfig(const ClientConfig& flags,
   if (const char* v = std::getenv("CART_SERVER"); v && *v) c.server = v;
   if (const char* v = std::getenv("CART_TOKEN"); v && *v) c.token = v;
   if (const char* v = std::getenv("CART_TLS_CA"); v && *v) c.tls_ca = v;
-  if (!flags.server.empty() && flags.server != ClientConfig{}.server) c.server = flags.server;
+  if (!flags.server.empty()) c.server = flags.server;
   if (!flags.token.empty()) c.token = flags.token;
   if (!flags.tls_ca.empty()) c.tls_ca = flags.tls_ca;
   if (!flags.tls_server_name.empty()) c.tls_server_name = flags.tls_server_name;

@@ -23,11 +23,14 @@ struct ClientConfig {
 // Path of the client config file: $CART_CONFIG, else $HOME/.config/cart/client.yaml.
 std::string DefaultConfigPath();
 
-// Layers `flags` (fields set non-empty win) over the environment over the file at `path` (a
-// missing file is fine; a malformed one is InvalidArgument naming it).
+// Layers `flags` over the environment over the file at `path` (a missing file is fine; a
+// malformed one is InvalidArgument naming it). A field of `flags` given (non-empty) wins, even
+// when it equals the default; so `flags` must start empty (ClientFlags()), not from ClientConfig's
+// defaults, or the default address would always win.
 absl::StatusOr<ClientConfig> ResolveClientConfig(const ClientConfig& flags,
                                                  const std::string& path);
-
+// A ClientConfig with every field empty: the start for command-line flags.
+ClientConfig ClientFlags();
 // Parses a client config file's text; InvalidArgument "<path>:<line>: ..." naming the problem.
 absl::StatusOr<ClientConfig> ParseClientConfig(std::string_view text, const std::string& path);
 

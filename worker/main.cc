@@ -28,8 +28,7 @@ int main(int argc, char** argv) {
                "cart-worker"};
   app.set_version_flag("--version", std::string("cart-worker ") + cart::kVersion);
   cart::worker::WorkerConfig config;
-  cart::rpc::ClientConfig flags;
-  flags.server.clear();
+  cart::rpc::ClientConfig flags = cart::rpc::ClientFlags();
   std::string config_file = cart::rpc::DefaultConfigPath();
   app.add_option("--server", flags.server, "cartd address host:port (env CART_SERVER)");
   app.add_option("--token", flags.token, "Bearer token with the worker role (env CART_TOKEN)");

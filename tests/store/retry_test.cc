@@ -1,7 +1,6 @@
 // The two store additions the scheduler needs: RetryAttempt (a worker-reported failure requeues the
 // run until max_attempts) and the OOM placement floor (a run that ran out of memory on a device is
-// never placed on a device that small again). They live in store/; the tests sit here beside the
-// scheduler that relies on them.
+// never placed on a device that small again).
 
 #include <optional>
 
