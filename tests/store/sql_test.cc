@@ -122,7 +122,9 @@ TEST(SqliteWrapperTest, SavepointUndoesOnlyItsOwnWrites) {
     CART_ASSERT_OK_AND_ASSIGN(auto insert, db->Cached(kInsertT));
     insert->BindAll(i, 0.0, "x");
     CART_ASSERT_OK(insert->Run());
-    if (i != 1) CART_ASSERT_OK(savepoint.Release());  // i == 1 rolls back in the destructor
+    if (i != 1) {  // i == 1 rolls back in the destructor
+      CART_ASSERT_OK(savepoint.Release());
+    }
   }
   CART_ASSERT_OK(txn.Commit());
   EXPECT_EQ(CountRows(*db), 2);
