@@ -60,7 +60,18 @@ class Session {
   void Log(const std::string& text);
 
   // --- the stream side (runs on the sender thread) ---
+  // What is waiting to go after the metrics: the newest checkpoint notice, log lines, the result.
+  struct Pending {
+    std::optional<WorkerReport> checkpoint;
+    std::vector<cart::v1::LogLine> logs;
+    std::optional<WorkerReport> result;
+  };
   void SenderLoop();
+  bool SendMetrics();  // one batch of unsent points; false when there were none
+  Pending TakePending(bool rejected);
+  void SendLogs(std::vector<cart::v1::LogLine> logs);
+  // Writes the result and waits for cartd to close the stream; true when the attempt is over.
+  bool DeliverResult(const WorkerReport& result);
   bool Connect();
   void Disconnect();
   bool Write(const WorkerReport& report);
@@ -230,86 +241,100 @@ void Session::SenderLoop() {
       std::lock_guard<std::mutex> lock(mu_);
       rejected = !rejected_.empty();
     }
-    // Metrics next, in step order (none once cartd refused a report: only the result goes).
-    std::vector<Point> batch = rejected ? std::vector<Point>() : buffer_.NextBatch(kBatchPoints);
-    if (!batch.empty()) {
-      WorkerReport r = Report();
-      for (const Point& p : batch) {
-        auto* m = r.mutable_metrics()->add_points();
-        m->set_step(p.step);
-        m->set_name(p.name);
-        m->set_value(p.value);
-        m->set_wall_time_us(p.wall_time_us);
-      }
-      Write(r);
-      continue;
-    }
-    std::optional<WorkerReport> checkpoint, result;
-    std::vector<cart::v1::LogLine> logs;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (checkpoint_ && !checkpoint_sent_ && !rejected) {
-        checkpoint = Report();
-        *checkpoint->mutable_checkpoint() = *checkpoint_;
-      }
-      // Lines wait while a checkpoint notice goes first (it `continue`s below).
-      if (!checkpoint && !rejected) logs.swap(logs_);
-      // The result goes last, once every metric is acknowledged and the newest checkpoint sent;
-      // after a refusal, at once, as a failure that carries cartd's reason.
-      if (result_ && (rejected || (buffer_.unacked() == 0 && (!checkpoint_ || checkpoint_sent_) &&
-                                   !checkpoint))) {
-        result = Report();
-        *result->mutable_result() = *result_;
-        if (rejected) {
-          result->mutable_result()->set_outcome(JobResult::OUTCOME_FAILED);
-          result->mutable_result()->set_error(
-              StrCat("cartd refused a report from this worker: ", rejected_));
-        }
-      }
-    }
-    if (checkpoint) {
-      if (Write(*checkpoint)) {
+    // Metrics first, in step order (none once cartd refused a report: only the result goes).
+    if (!rejected && SendMetrics()) continue;
+    Pending pending = TakePending(rejected);
+    if (pending.checkpoint) {
+      if (Write(*pending.checkpoint)) {
         std::lock_guard<std::mutex> lock(mu_);
         checkpoint_sent_ = true;
       }
       continue;
     }
-    for (size_t i = 0; i < logs.size(); ++i) {
-      WorkerReport r = Report();
-      *r.mutable_log() = logs[i];
-      const bool written = Write(r);  // (Write may disconnect, which takes mu_)
-      std::lock_guard<std::mutex> lock(mu_);
-      if (!written) {  // not written: first in line for the next stream
-        logs_.insert(logs_.begin(), logs.begin() + static_cast<std::ptrdiff_t>(i), logs.end());
-        break;
-      }
-      logs_written_.push_back(logs[i]);
-      if (logs_written_.size() > kMaxResentLogLines) logs_written_.pop_front();
-    }
-    if (result) {
-      if (!Write(*result)) continue;
-      stream_->WritesDone();
-      // cartd closes the stream once the result is recorded.
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait_for(lock, std::chrono::seconds(30), [&] { return reader_done_.load(); });
-      lock.unlock();
-      if (reader_.joinable()) reader_.join();
-      grpc::Status status = stream_->Finish();
-      stream_.reset();
-      context_.reset();
-      if (status.ok() || status.error_code() == grpc::StatusCode::FAILED_PRECONDITION ||
-          status.error_code() == grpc::StatusCode::INVALID_ARGUMENT) {
-        // Recorded, or fenced, or refused as invalid (resending cannot help: the lease lapses).
-        std::lock_guard<std::mutex> l(mu_);
-        finished_ = true;
-        return;
-      }
+    SendLogs(std::move(pending.logs));
+    if (pending.result) {
+      if (DeliverResult(*pending.result)) return;
       continue;  // not confirmed: reconnect and send it again
     }
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait_for(lock, std::chrono::milliseconds(50));
   }
   Disconnect();
+}
+
+bool Session::SendMetrics() {
+  std::vector<Point> batch = buffer_.NextBatch(kBatchPoints);
+  if (batch.empty()) return false;
+  WorkerReport r = Report();
+  for (const Point& p : batch) {
+    auto* m = r.mutable_metrics()->add_points();
+    m->set_step(p.step);
+    m->set_name(p.name);
+    m->set_value(p.value);
+    m->set_wall_time_us(p.wall_time_us);
+  }
+  Write(r);
+  return true;
+}
+
+Session::Pending Session::TakePending(bool rejected) {
+  Pending pending;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (checkpoint_ && !checkpoint_sent_ && !rejected) {
+    pending.checkpoint = Report();
+    *pending.checkpoint->mutable_checkpoint() = *checkpoint_;
+  }
+  // Lines wait while a checkpoint notice goes first.
+  if (!pending.checkpoint && !rejected) pending.logs.swap(logs_);
+  // The result goes last, once every metric is acknowledged and the newest checkpoint sent;
+  // after a refusal, at once, as a failure that carries cartd's reason.
+  if (result_ && (rejected || (buffer_.unacked() == 0 && (!checkpoint_ || checkpoint_sent_) &&
+                               !pending.checkpoint))) {
+    pending.result = Report();
+    *pending.result->mutable_result() = *result_;
+    if (rejected) {
+      pending.result->mutable_result()->set_outcome(JobResult::OUTCOME_FAILED);
+      pending.result->mutable_result()->set_error(
+          StrCat("cartd refused a report from this worker: ", rejected_));
+    }
+  }
+  return pending;
+}
+
+void Session::SendLogs(std::vector<cart::v1::LogLine> logs) {
+  for (size_t i = 0; i < logs.size(); ++i) {
+    WorkerReport r = Report();
+    *r.mutable_log() = logs[i];
+    const bool written = Write(r);  // (Write may disconnect, which takes mu_)
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!written) {  // not written: first in line for the next stream
+      logs_.insert(logs_.begin(), logs.begin() + static_cast<std::ptrdiff_t>(i), logs.end());
+      return;
+    }
+    logs_written_.push_back(logs[i]);
+    if (logs_written_.size() > kMaxResentLogLines) logs_written_.pop_front();
+  }
+}
+
+bool Session::DeliverResult(const WorkerReport& result) {
+  if (!Write(result)) return false;
+  stream_->WritesDone();
+  // cartd closes the stream once the result is recorded.
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait_for(lock, std::chrono::seconds(30), [&] { return reader_done_.load(); });
+  lock.unlock();
+  if (reader_.joinable()) reader_.join();
+  grpc::Status status = stream_->Finish();
+  stream_.reset();
+  context_.reset();
+  if (status.ok() || status.error_code() == grpc::StatusCode::FAILED_PRECONDITION ||
+      status.error_code() == grpc::StatusCode::INVALID_ARGUMENT) {
+    // Recorded, or fenced, or refused as invalid (resending cannot help: the lease lapses).
+    std::lock_guard<std::mutex> l(mu_);
+    finished_ = true;
+    return true;
+  }
+  return false;
 }
 
 void Session::Log(const std::string& text) {
