@@ -63,24 +63,24 @@ absl::StatusOr<std::unique_ptr<ArtifactStore>> ArtifactStore::Open(ArtifactStore
         StrCat("cannot create artifact directory ", options.root, ": ", ec.message()));
   }
   std::unique_ptr<ArtifactStore> store(new ArtifactStore(std::move(options)));
-  // "<blob>.tmp-<pid>-<n>" files are uploads a crash interrupted (AtomicFileWriter's names).
+  // One walk: "<blob>.tmp-<pid>-<n>" files are uploads a crash interrupted (AtomicFileWriter's
+  // names) and go; blobs are counted towards stored_bytes.
   std::vector<std::filesystem::path> stale;
+  int64_t bytes = 0;
   for (auto it = std::filesystem::recursive_directory_iterator(store->options_.root, ec);
        !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
-    if (it->is_regular_file(ec) &&
-        it->path().filename().string().find(".tmp-") != std::string::npos) {
+    std::error_code entry_ec;  // a file that vanished mid-walk is skipped, not fatal
+    if (!it->is_regular_file(entry_ec)) continue;
+    const std::string name = it->path().filename().string();
+    if (name.find(".tmp-") != std::string::npos) {
       stale.push_back(it->path());
+    } else if (IsArtifactName(name)) {
+      const uintmax_t size = it->file_size(entry_ec);
+      if (!entry_ec) bytes += static_cast<int64_t>(size);
     }
   }
   for (const auto& path : stale) {
     if (std::filesystem::remove(path, ec)) ++store->swept_temp_files_;
-  }
-  int64_t bytes = 0;
-  for (auto it = std::filesystem::recursive_directory_iterator(store->options_.root, ec);
-       !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
-    if (it->is_regular_file(ec) && IsArtifactName(it->path().filename().string())) {
-      bytes += static_cast<int64_t>(it->file_size(ec));
-    }
   }
   store->stored_bytes_ = bytes;
   return store;
@@ -163,17 +163,17 @@ absl::StatusOr<std::unique_ptr<ArtifactStore::Upload>> ArtifactStore::BeginUploa
       }
     }
   }
-  std::error_code exists_ec;
-  const bool stored = std::filesystem::exists(FullPath(sha256), exists_ec);
-  if (options_.quota_bytes > 0 && !stored && stored_bytes_ + size > options_.quota_bytes) {
+  const std::string path = FullPath(sha256);
+  std::error_code ec;
+  // A blob already stored takes no more room when uploaded again.
+  if (options_.quota_bytes > 0 && stored_bytes_ + size > options_.quota_bytes &&
+      !std::filesystem::exists(path, ec)) {
     return absl::ResourceExhaustedError(
         StrCat("artifact ", sha256, " (", size, " bytes) would bring the artifact store to ",
                stored_bytes_ + size, " bytes, past its quota of ", options_.quota_bytes,
                " bytes: keep fewer checkpoints per run (keep_checkpoints_per_run) or raise "
                "max_artifact_store_bytes"));
   }
-  const std::string path = FullPath(sha256);
-  std::error_code ec;
   std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
   if (ec)
     return absl::InternalError(StrCat("cannot create directory for ", path, ": ", ec.message()));

@@ -34,6 +34,8 @@ constexpr size_t kChunkBytes = 1 << 20;
 constexpr size_t kBatchPoints = 2000;
 // Log lines a new stream resends at most (the newest; cartd drops the ones it has).
 constexpr size_t kMaxResentLogLines = 1000;
+// How the attempt's error begins when cartd refused one of its reports as invalid.
+constexpr char kRejected[] = "cartd refused a report from this worker: ";
 
 int64_t WallMicros() {
   return std::chrono::duration_cast<std::chrono::microseconds>(
@@ -294,8 +296,7 @@ Session::Pending Session::TakePending(bool rejected) {
     *pending.result->mutable_result() = *result_;
     if (rejected) {
       pending.result->mutable_result()->set_outcome(JobResult::OUTCOME_FAILED);
-      pending.result->mutable_result()->set_error(
-          StrCat("cartd refused a report from this worker: ", rejected_));
+      pending.result->mutable_result()->set_error(StrCat(kRejected, rejected_));
     }
   }
   return pending;
@@ -568,7 +569,7 @@ JobEnd Session::Run() {
     if (!refused_.empty()) end.error = "cartd refused this worker's token: " + refused_;
     if (!rejected_.empty()) {
       end.outcome = JobResult::OUTCOME_FAILED;
-      end.error = "cartd refused a report from this worker: " + rejected_;
+      end.error = StrCat(kRejected, rejected_);
     }
   }
   return end;
