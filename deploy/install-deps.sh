@@ -2,8 +2,10 @@
 # Installs the Debian packages CART Lab's build and programs need, and the dashboard's charting
 # library from npm (`npm ci` in dashboards/web, pinned by its package-lock.json); with --test also
 # what only the tests use: Slurm and munge (tests/integration/deploy_test), Chromium and Prometheus
-# and npm playwright-core (tests/dashboard); with --fuzz clang and libFuzzer (`make fuzz`). Idempotent: packages already present are skipped, so a
-# second run costs one dpkg query.
+# and npm playwright-core (tests/dashboard), Debian's PyTorch (the eager reference of
+# tests/cli/eager_reference_test and bench/train_vs_eager.sh); with --fuzz clang and libFuzzer
+# (`make fuzz`). Idempotent: packages already present are skipped, so a second run costs one dpkg
+# query.
 #
 # Debian 12 (bookworm) only. Elsewhere it prints the list and exits 1: install the equivalents
 # yourself (a CUDA LibTorch 2.x from pytorch.org goes in through -DCMAKE_PREFIX_PATH).
@@ -20,7 +22,7 @@ packages=(
   zlib1g-dev openssl fortunes gnuplot-nox
 )
 if [ "${1:-}" = "--test" ]; then
-  packages+=(slurm-wlm munge chromium prometheus iproute2)
+  packages+=(slurm-wlm munge chromium prometheus iproute2 python3-torch)
 fi
 # `make fuzz`: clang with libFuzzer and the sanitizers' runtimes.
 if [ "${1:-}" = "--fuzz" ]; then

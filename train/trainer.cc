@@ -2,12 +2,14 @@
 
 #include <ATen/autocast_mode.h>
 #include <dlfcn.h>
+#include <malloc.h>
 #include <torch/torch.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -93,16 +95,32 @@ class Trainer {
   absl::StatusOr<TrainResult> Run();
 
  private:
+  // What one optimizer step measured.
+  struct StepResult {
+    double loss = 0;  // mean over the accumulated micro-batches
+    double grad_norm = 0;
+    model::Diagnostics diag;  // filled on logging steps only
+  };
+
   void Log(const std::string& msg) {
     if (options_.on_log) options_.on_log(msg);
   }
+  // Reads (on resume) and validates the config, sets threads and device, opens the data.
+  absl::Status Prepare();
+  void BuildOptimizer();
+  // Resume: loads the newest valid checkpoint and returns its step. Otherwise: initialises from
+  // options_.init_from or the seed and returns 0. Either way leaves config.yaml and
+  // metrics.jsonl consistent with the returned step.
+  absl::StatusOr<int64_t> RestoreOrInit();
+  absl::StatusOr<StepResult> Step(double lr, bool log_step);
+  MetricRecord StepMetrics(int64_t step, double lr, const StepResult& s, double tokens_per_s);
   absl::Status Emit(const MetricRecord& record);
   absl::Status Evaluate(int64_t step);
   absl::Status Checkpoint(int64_t step);
 
   RunConfig config_;
   const TrainOptions& options_;
-  std::string checkpoint_dir_;
+  std::string checkpoint_dir_, config_path_, metrics_path_;
   std::ofstream metrics_;
   std::shared_ptr<model::LanguageModel> model_;
   std::unique_ptr<torch::optim::AdamW> optimizer_;
@@ -110,6 +128,7 @@ class Trainer {
   std::optional<WindowReader> reader_;
   std::vector<ValSet> val_sets_;
   torch::Device device_ = torch::kCPU;
+  bool autocast_ = false;
   TrainResult result_;
 };
 
@@ -167,26 +186,27 @@ absl::Status Trainer::Checkpoint(int64_t step) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<TrainResult> Trainer::Run() {
+absl::Status Trainer::Prepare() {
   const fs::path out(options_.out_dir);
   checkpoint_dir_ = (out / "checkpoints").string();
+  config_path_ = (out / "config.yaml").string();
+  metrics_path_ = (out / "metrics.jsonl").string();
   std::error_code ec;
   fs::create_directories(checkpoint_dir_, ec);
   if (ec) return absl::InternalError(StrCat("cannot create ", checkpoint_dir_, ": ", ec.message()));
-  const std::string config_path = (out / "config.yaml").string();
   if (options_.resume) {
-    CART_ASSIGN_OR_RETURN(config_, model::LoadRunConfigFile(config_path));
+    CART_ASSIGN_OR_RETURN(config_, model::LoadRunConfigFile(config_path_));
     if (options_.extend_to > 0) config_.train.steps = options_.extend_to;
   }
-  absl::Status valid = model::Validate(config_);
-  if (!valid.ok()) return valid;
+  CART_RETURN_IF_ERROR(model::Validate(config_));
   if (config_.data.train_data.empty()) {
     return absl::InvalidArgumentError("train_data: no training token file given");
   }
 
   UseThreads(ThreadsFor(config_.train));
+  RetainFreedMemory();
   CART_ASSIGN_OR_RETURN(device_, ResolveDevice(options_.device));
-  const bool autocast = device_.is_cuda() && config_.train.dtype != model::DType::kFloat32;
+  autocast_ = device_.is_cuda() && config_.train.dtype != model::DType::kFloat32;
 
   CART_ASSIGN_OR_RETURN(data::TokenFile train_file, data::TokenFile::Open(config_.data.train_data));
   train_file_.emplace(std::move(train_file));
@@ -203,11 +223,10 @@ absl::StatusOr<TrainResult> Trainer::Run() {
                           data::ReadTokenFileInfo(data::MetadataPath(path)));
     val_sets_.push_back({name, path, info.entropy_rate_nats});
   }
+  return absl::OkStatus();
+}
 
-  CART_ASSIGN_OR_RETURN(model_, model::BuildModel(config_.model, config_.train.seed));
-  model_->to(device_);
-  model_->train();
-
+void Trainer::BuildOptimizer() {
   // Faithfulness note 2: `all` decays every parameter (the reference code), `matrices` exempts
   // 1-D parameters (norm weights, lti.a, hyper.weights).
   std::vector<torch::Tensor> decay, no_decay;
@@ -225,9 +244,9 @@ absl::StatusOr<TrainResult> Trainer::Run() {
   if (!no_decay.empty()) groups.emplace_back(no_decay, options(0.0));
   optimizer_ =
       std::make_unique<torch::optim::AdamW>(groups, torch::optim::AdamWOptions(config_.train.lr));
+}
 
-  int64_t step = 0;
-  const std::string metrics_path = (out / "metrics.jsonl").string();
+absl::StatusOr<int64_t> Trainer::RestoreOrInit() {
   if (options_.resume) {
     std::vector<std::string> problems;
     absl::StatusOr<CheckpointManifest> latest = LatestValidCheckpoint(checkpoint_dir_, &problems);
@@ -238,74 +257,116 @@ absl::StatusOr<TrainResult> Trainer::Run() {
                  problems.empty() ? "" : " (" + StrJoin(problems, "; ") + ")"));
     }
     CART_RETURN_IF_ERROR(LoadCheckpoint(*latest, *model_, optimizer_.get()));
-    step = latest->step;
     reader_->set_cursor(latest->cursor);
-    CART_RETURN_IF_ERROR(TruncateMetrics(metrics_path, step));
-    CART_RETURN_IF_ERROR(WriteFileAtomically(config_path, model::ToYaml(config_)));
-    Log(StrCat("resumed from ", latest->path, " at step ", step));
-  } else {
-    if (!options_.init_from.empty()) {
-      CART_ASSIGN_OR_RETURN(
-          CheckpointManifest parent,
-          ImportCheckpoint(options_.init_from, (out / "parent").string(), model::ToYaml(config_)));
-      CART_RETURN_IF_ERROR(LoadCheckpoint(parent, *model_, nullptr));
-      Log(StrCat("initialised from ", options_.init_from, " (parent step ", parent.step, ")"));
-    }
-    CART_RETURN_IF_ERROR(WriteFileAtomically(config_path, model::ToYaml(config_)));
-    CART_RETURN_IF_ERROR(WriteFileAtomically(metrics_path, ""));
+    CART_RETURN_IF_ERROR(TruncateMetrics(metrics_path_, latest->step));
+    CART_RETURN_IF_ERROR(WriteFileAtomically(config_path_, model::ToYaml(config_)));
+    Log(StrCat("resumed from ", latest->path, " at step ", latest->step));
+    return latest->step;
   }
-  metrics_.open(metrics_path, std::ios::app);
+  if (!options_.init_from.empty()) {
+    CART_ASSIGN_OR_RETURN(
+        CheckpointManifest parent,
+        ImportCheckpoint(options_.init_from, (fs::path(options_.out_dir) / "parent").string(),
+                         model::ToYaml(config_)));
+    CART_RETURN_IF_ERROR(LoadCheckpoint(parent, *model_, nullptr));
+    Log(StrCat("initialised from ", options_.init_from, " (parent step ", parent.step, ")"));
+  }
+  CART_RETURN_IF_ERROR(WriteFileAtomically(config_path_, model::ToYaml(config_)));
+  CART_RETURN_IF_ERROR(WriteFileAtomically(metrics_path_, ""));
+  return 0;
+}
+
+absl::StatusOr<Trainer::StepResult> Trainer::Step(double lr, bool log_step) {
+  for (auto& group : optimizer_->param_groups()) {
+    static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
+  }
+  // Gradients set to none, not zero-filled: the first backward then takes its gradient buffers
+  // as they come instead of filling and adding to zeros (the same values, bit for bit).
+  model_->zero_grad(/*set_to_none=*/true);
+  StepResult s;
+  double loss_sum = 0;
+  for (int64_t a = 0; a < config_.train.accum; ++a) {
+    CART_ASSIGN_OR_RETURN(Batch batch, reader_->Next(config_.train.batch));
+    model::ForwardOptions fo;
+    fo.loops = config_.model.R;  // training always runs R loops; R_infer is for evaluation
+    fo.diagnostics = log_step && a + 1 == config_.train.accum;
+    torch::Tensor loss;
+    {
+      AutocastScope scope(autocast_);
+      torch::Tensor logits = model_->Forward(batch.x.to(device_), fo, &s.diag);
+      loss = torch::nn::functional::cross_entropy(
+          logits.view({-1, logits.size(-1)}).to(torch::kFloat32), batch.y.to(device_).view({-1}));
+    }
+    (loss / static_cast<double>(config_.train.accum)).backward();
+    loss_sum += loss.item<double>();
+  }
+  if (config_.train.clip > 0) {
+    s.grad_norm = torch::nn::utils::clip_grad_norm_(model_->parameters(), config_.train.clip);
+  } else {
+    for (const auto& p : model_->parameters()) {
+      if (p.grad().defined()) s.grad_norm += p.grad().pow(2).sum().item<double>();
+    }
+    s.grad_norm = std::sqrt(s.grad_norm);
+  }
+  optimizer_->step();
+  s.loss = loss_sum / static_cast<double>(config_.train.accum);
+  return s;
+}
+
+MetricRecord Trainer::StepMetrics(int64_t step, double lr, const StepResult& s,
+                                  double tokens_per_s) {
+  const int64_t tokens_per_step = config_.train.batch * config_.train.accum * config_.train.seq_len;
+  MetricRecord r;
+  r.step = step;
+  r.values = {{"loss", s.loss},
+              {"lr", lr},
+              {"grad_norm", s.grad_norm},
+              {"tokens_per_s", tokens_per_s},
+              {"tokens", static_cast<double>(step * tokens_per_step)},
+              {"epoch", static_cast<double>(reader_->epoch())},
+              {"rss_mib", ResidentMiB()}};
+  if (config_.model.model == model::ModelKind::kCart) {
+    // ρ belongs to the weights the record's step names: read σ(a) after the optimizer step,
+    // not the value the forward pass saw before it (the per-loop norms are of that pass).
+    const model::Diagnostics rho = model_->Rho();
+    r.values["rho_max"] = rho.rho_max;
+    r.values["rho_mean"] = rho.rho_mean;
+    r.values["rho_min"] = rho.rho_min;
+    for (size_t i = 0; i < s.diag.h_norm.size(); ++i) {
+      r.values[StrCat("h_norm/", i)] = s.diag.h_norm[i];
+      r.values[StrCat("rel_update/", i)] = s.diag.rel_update[i];
+    }
+  }
+  return r;
+}
+
+absl::StatusOr<TrainResult> Trainer::Run() {
+  CART_RETURN_IF_ERROR(Prepare());
+  CART_ASSIGN_OR_RETURN(model_, model::BuildModel(config_.model, config_.train.seed));
+  model_->to(device_);
+  model_->train();
+  BuildOptimizer();
+  CART_ASSIGN_OR_RETURN(int64_t step, RestoreOrInit());
+  metrics_.open(metrics_path_, std::ios::app);
 
   const int64_t total = config_.train.steps;
   const int64_t tokens_per_step = config_.train.batch * config_.train.accum * config_.train.seq_len;
   const int64_t start_step = step;
   auto since = std::chrono::steady_clock::now();
   int64_t steps_since = 0;
-  bool stopped = false;
   int64_t last_epoch = reader_->epoch();
   while (step < total) {
     const double lr =
         LearningRate(step, total, config_.train.warmup, config_.train.lr, config_.train.lr_min);
-    for (auto& group : optimizer_->param_groups()) {
-      static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
-    }
     const bool log_step = (step + 1) % config_.train.log_every == 0 || step + 1 == total;
-    optimizer_->zero_grad();
-    double loss_sum = 0;
-    model::Diagnostics diag;
-    for (int64_t a = 0; a < config_.train.accum; ++a) {
-      CART_ASSIGN_OR_RETURN(Batch batch, reader_->Next(config_.train.batch));
-      model::ForwardOptions fo;
-      fo.loops = config_.model.R;  // training always runs R loops; R_infer is for evaluation
-      fo.diagnostics = log_step && a + 1 == config_.train.accum;
-      torch::Tensor loss;
-      {
-        AutocastScope scope(autocast);
-        torch::Tensor logits = model_->Forward(batch.x.to(device_), fo, &diag);
-        loss = torch::nn::functional::cross_entropy(
-            logits.view({-1, logits.size(-1)}).to(torch::kFloat32), batch.y.to(device_).view({-1}));
-      }
-      (loss / static_cast<double>(config_.train.accum)).backward();
-      loss_sum += loss.item<double>();
-    }
-    double grad_norm = 0;
-    if (config_.train.clip > 0) {
-      grad_norm = torch::nn::utils::clip_grad_norm_(model_->parameters(), config_.train.clip);
-    } else {
-      for (const auto& p : model_->parameters()) {
-        if (p.grad().defined()) grad_norm += p.grad().pow(2).sum().item<double>();
-      }
-      grad_norm = std::sqrt(grad_norm);
-    }
-    optimizer_->step();
+    CART_ASSIGN_OR_RETURN(StepResult s, Step(lr, log_step));
     ++step;
     ++steps_since;
-    const double loss = loss_sum / static_cast<double>(config_.train.accum);
-    result_.final_loss = loss;
-    if (options_.on_step) options_.on_step(step, loss);
-    if (!std::isfinite(loss)) {
-      CART_RETURN_IF_ERROR(Emit({step, {{"loss", loss}, {"lr", lr}}}));
-      return absl::InternalError(StrCat("loss became ", loss, " at step ", step,
+    result_.final_loss = s.loss;
+    if (options_.on_step) options_.on_step(step, s.loss);
+    if (!std::isfinite(s.loss)) {
+      CART_RETURN_IF_ERROR(Emit({step, {{"loss", s.loss}, {"lr", lr}}}));
+      return absl::InternalError(StrCat("loss became ", s.loss, " at step ", step,
                                         " (diverged; lower lr or check the data)"));
     }
     if (reader_->epoch() != last_epoch) {
@@ -316,36 +377,16 @@ absl::StatusOr<TrainResult> Trainer::Run() {
     if (log_step) {
       const double seconds =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
-      MetricRecord r;
-      r.step = step;
-      r.values = {{"loss", loss},
-                  {"lr", lr},
-                  {"grad_norm", grad_norm},
-                  {"tokens_per_s", steps_since * tokens_per_step / std::max(seconds, 1e-9)},
-                  {"tokens", static_cast<double>(step * tokens_per_step)},
-                  {"epoch", static_cast<double>(reader_->epoch())},
-                  {"rss_mib", ResidentMiB()}};
-      if (config_.model.model == model::ModelKind::kCart) {
-        // ρ belongs to the weights the record's step names: read σ(a) after the optimizer step,
-        // not the value the forward pass saw before it (the per-loop norms are of that pass).
-        const model::Diagnostics rho = model_->Rho();
-        r.values["rho_max"] = rho.rho_max;
-        r.values["rho_mean"] = rho.rho_mean;
-        r.values["rho_min"] = rho.rho_min;
-        for (size_t i = 0; i < diag.h_norm.size(); ++i) {
-          r.values[StrCat("h_norm/", i)] = diag.h_norm[i];
-          r.values[StrCat("rel_update/", i)] = diag.rel_update[i];
-        }
-      }
-      CART_RETURN_IF_ERROR(Emit(r));
+      CART_RETURN_IF_ERROR(
+          Emit(StepMetrics(step, lr, s, steps_since * tokens_per_step / std::max(seconds, 1e-9))));
       since = std::chrono::steady_clock::now();
       steps_since = 0;
     }
     if (config_.train.eval_every > 0 && (step % config_.train.eval_every == 0 || step == total)) {
       CART_RETURN_IF_ERROR(Evaluate(step));
     }
-    stopped = (options_.stop != nullptr && options_.stop->load()) ||
-              (options_.stop_after > 0 && step - start_step >= options_.stop_after);
+    const bool stopped = (options_.stop != nullptr && options_.stop->load()) ||
+                         (options_.stop_after > 0 && step - start_step >= options_.stop_after);
     const bool periodic =
         config_.train.checkpoint_every > 0 && step % config_.train.checkpoint_every == 0;
     if (periodic || stopped || step == total) CART_RETURN_IF_ERROR(Checkpoint(step));
@@ -370,6 +411,15 @@ void UseThreads(int threads) {
   }
   openblas(threads);
   torch::set_num_threads(1);
+}
+
+void RetainFreedMemory() {
+#if defined(__GLIBC__)
+  const char* tunables = std::getenv("GLIBC_TUNABLES");
+  if (tunables != nullptr && std::strstr(tunables, "malloc") != nullptr) return;
+  mallopt(M_MMAP_MAX, 0);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+#endif
 }
 
 int ThreadsFor(const model::TrainConfig& config) {

@@ -47,6 +47,7 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--reps")) reps = std::atoi(argv[i + 1]);
   }
   cart::train::UseThreads(threads);  // as training sets the pools (OpenBLAS and LibTorch)
+  cart::train::RetainFreedMemory();  // and the allocator
   const int64_t B = 8, T = 256;
   ModelConfig base;
   base.vocab = 4096;
