@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CTEST_ARGS ?=
 
-.PHONY: all deps test-deps configure build apps test demo study proof format format-check bench fuzz clean
+.PHONY: all deps test-deps configure build apps test demo study proof format format-check bench fuzz thread-safety clean
 
 # What `make demo`, `make study` and `make proof` run: the three programs (and the SentencePiece
 # plugin cart_data loads), not the tests and benchmarks.
@@ -51,6 +51,12 @@ FUZZ_SECONDS ?= 60
 fuzz: deps
 	@./deploy/install-deps.sh --fuzz
 	./tests/fuzz/run.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
+
+# Clang's thread-safety analysis (ABSL_GUARDED_BY) over every source with an absl::Mutex; GCC,
+# which builds the project, ignores the annotations.
+thread-safety: configure
+	@./deploy/install-deps.sh --fuzz
+	./tests/thread_safety/run.py $(BUILD)
 
 format-check: configure
 	cmake --build $(BUILD) --target format-check

@@ -2,14 +2,14 @@
 
 #include <algorithm>
 #include <chrono>
-#include <condition_variable>
 #include <deque>
 #include <filesystem>
 #include <fstream>
-#include <mutex>
 #include <optional>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "common/file.h"
 #include "common/sha256.h"
 #include "common/status.h"
@@ -76,6 +76,8 @@ class Session {
   bool DeliverResult(const WorkerReport& result);
   bool Connect();
   void Disconnect();
+  // Waits until the reader thread has seen the stream end, or `timeout` passes.
+  void WaitForReaderEnd(absl::Duration timeout);
   bool Write(const WorkerReport& report);
   // True once shutdown_ has been set for longer than the grace period (remembers the first sight).
   bool PastShutdownGrace();
@@ -99,20 +101,24 @@ class Session {
   std::atomic<int64_t> step_{0};
   std::string run_dir_;
 
-  std::mutex mu_;
-  std::string refused_;   // why cartd refused our token, if it did (guarded by mu_)
-  std::string rejected_;  // why cartd refused a report as invalid, if it did (guarded by mu_)
-  std::condition_variable cv_;
-  std::optional<cart::v1::CheckpointNotice> checkpoint_;  // newest notice, resent on reconnect
-  bool checkpoint_sent_ = false;
+  // mu_ guards what the trainer, sender and reader threads share beyond the atomics above; cv_
+  // wakes the sender (new work, a control message, the reader's end).
+  absl::Mutex mu_;
+  absl::CondVar cv_;
+  std::string refused_ ABSL_GUARDED_BY(mu_);   // why cartd refused our token, if it did
+  std::string rejected_ ABSL_GUARDED_BY(mu_);  // why cartd refused a report as invalid, if it did
+  // The newest checkpoint notice, resent on reconnect.
+  std::optional<cart::v1::CheckpointNotice> checkpoint_ ABSL_GUARDED_BY(mu_);
+  bool checkpoint_sent_ ABSL_GUARDED_BY(mu_) = false;
   // Log lines: waiting to be written on the current stream, and written on an earlier one. A
   // stream can break before cartd read what was written on it, so each new stream resends the
   // lines written before; cartd stores a line once per (attempt, seq).
-  std::vector<cart::v1::LogLine> logs_;
-  std::deque<cart::v1::LogLine> logs_written_;  // the newest kMaxResentLogLines
-  int64_t next_log_seq_ = 1;
-  std::optional<JobResult> result_;  // set when the work is over
-  bool finished_ = false;            // the result was delivered (or we were fenced)
+  std::vector<cart::v1::LogLine> logs_ ABSL_GUARDED_BY(mu_);
+  std::deque<cart::v1::LogLine> logs_written_
+      ABSL_GUARDED_BY(mu_);  // the newest kMaxResentLogLines
+  int64_t next_log_seq_ ABSL_GUARDED_BY(mu_) = 1;
+  std::optional<JobResult> result_ ABSL_GUARDED_BY(mu_);  // set when the work is over
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;  // the result was delivered (or we were fenced)
 
   std::unique_ptr<grpc::ClientContext> context_;
   std::unique_ptr<Stream> stream_;
@@ -127,6 +133,13 @@ bool Session::Write(const WorkerReport& report) {
     return false;
   }
   return true;
+}
+
+void Session::WaitForReaderEnd(absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  absl::MutexLock lock(&mu_);
+  while (!reader_done_ && !cv_.WaitWithDeadline(&mu_, deadline)) {
+  }
 }
 
 bool Session::Connect() {
@@ -151,13 +164,14 @@ bool Session::Connect() {
       } else if (control.has_drain()) {
         drain_requested_ = true;
       }
-      cv_.notify_all();
+      cv_.SignalAll();
     }
+    absl::MutexLock lock(&mu_);  // under mu_, so that WaitForReaderEnd cannot miss the signal
     reader_done_ = true;
-    cv_.notify_all();
+    cv_.SignalAll();
   });
   buffer_.Rewind();
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   checkpoint_sent_ = false;
   logs_.insert(logs_.begin(), logs_written_.begin(), logs_written_.end());
   logs_written_.clear();
@@ -168,10 +182,7 @@ void Session::Disconnect() {
   if (stream_ == nullptr) return;
   // When cartd ended the stream, its status says why (FAILED_PRECONDITION: fenced); give the
   // reader a moment to see that end before cancelling, which would hide it behind CANCELLED.
-  {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait_for(lock, std::chrono::seconds(2), [&] { return reader_done_.load(); });
-  }
+  WaitForReaderEnd(absl::Seconds(2));
   if (!reader_done_) context_->TryCancel();
   if (reader_.joinable()) reader_.join();
   grpc::Status status = stream_->Finish();
@@ -184,7 +195,7 @@ void Session::Disconnect() {
              status.error_code() == grpc::StatusCode::UNAUTHENTICATED) {
     // This token may not report on the attempt (e.g. a worker token whose name does not cover
     // this worker id): reconnecting cannot help, and the lease will lapse. Stop.
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     refused_ = status.error_message();
     fenced_ = true;
     stop_training_ = true;
@@ -192,7 +203,7 @@ void Session::Disconnect() {
     // cartd refused something we sent as invalid (say, a metric name an older cartd does not
     // accept). The same report would be refused again after a reconnect, so stop training, drop
     // the undelivered metrics and end the attempt FAILED with cartd's reason.
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (rejected_.empty()) rejected_ = status.error_message();
     stop_training_ = true;
     buffer_.Close();
@@ -209,7 +220,7 @@ bool Session::PastShutdownGrace() {
   if (now - *shutdown_seen_ < std::chrono::milliseconds(env_.shutdown_grace_ms)) return false;
   if (!gave_up_.exchange(true)) {
     buffer_.Close();  // wakes a trainer waiting for room
-    cv_.notify_all();
+    cv_.SignalAll();
   }
   return true;
 }
@@ -240,7 +251,7 @@ void Session::SenderLoop() {
     }
     bool rejected;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       rejected = !rejected_.empty();
     }
     // Metrics first, in step order (none once cartd refused a report: only the result goes).
@@ -248,7 +259,7 @@ void Session::SenderLoop() {
     Pending pending = TakePending(rejected);
     if (pending.checkpoint) {
       if (Write(*pending.checkpoint)) {
-        std::lock_guard<std::mutex> lock(mu_);
+        absl::MutexLock lock(&mu_);
         checkpoint_sent_ = true;
       }
       continue;
@@ -258,8 +269,8 @@ void Session::SenderLoop() {
       if (DeliverResult(*pending.result)) return;
       continue;  // not confirmed: reconnect and send it again
     }
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait_for(lock, std::chrono::milliseconds(50));
+    absl::MutexLock lock(&mu_);
+    cv_.WaitWithTimeout(&mu_, absl::Milliseconds(50));
   }
   Disconnect();
 }
@@ -281,7 +292,7 @@ bool Session::SendMetrics() {
 
 Session::Pending Session::TakePending(bool rejected) {
   Pending pending;
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (checkpoint_ && !checkpoint_sent_ && !rejected) {
     pending.checkpoint = Report();
     *pending.checkpoint->mutable_checkpoint() = *checkpoint_;
@@ -307,7 +318,7 @@ void Session::SendLogs(std::vector<cart::v1::LogLine> logs) {
     WorkerReport r = Report();
     *r.mutable_log() = logs[i];
     const bool written = Write(r);  // (Write may disconnect, which takes mu_)
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (!written) {  // not written: first in line for the next stream
       logs_.insert(logs_.begin(), logs.begin() + static_cast<std::ptrdiff_t>(i), logs.end());
       return;
@@ -321,9 +332,7 @@ bool Session::DeliverResult(const WorkerReport& result) {
   if (!Write(result)) return false;
   stream_->WritesDone();
   // cartd closes the stream once the result is recorded.
-  std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait_for(lock, std::chrono::seconds(30), [&] { return reader_done_.load(); });
-  lock.unlock();
+  WaitForReaderEnd(absl::Seconds(30));
   if (reader_.joinable()) reader_.join();
   grpc::Status status = stream_->Finish();
   stream_.reset();
@@ -331,7 +340,7 @@ bool Session::DeliverResult(const WorkerReport& result) {
   if (status.ok() || status.error_code() == grpc::StatusCode::FAILED_PRECONDITION ||
       status.error_code() == grpc::StatusCode::INVALID_ARGUMENT) {
     // Recorded, or fenced, or refused as invalid (resending cannot help: the lease lapses).
-    std::lock_guard<std::mutex> l(mu_);
+    absl::MutexLock l(&mu_);
     finished_ = true;
     return true;
   }
@@ -342,10 +351,10 @@ void Session::Log(const std::string& text) {
   cart::v1::LogLine line;
   line.set_text(ValidUtf8(text));  // a proto string must be UTF-8, or the stream breaks
   line.set_wall_time_us(WallMicros());
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   line.set_seq(next_log_seq_++);
   logs_.push_back(line);
-  cv_.notify_all();
+  cv_.SignalAll();
 }
 
 void Session::OnMetrics(const train::MetricRecord& r) {
@@ -359,7 +368,7 @@ void Session::OnMetrics(const train::MetricRecord& r) {
     }
   }
   buffer_.Add(std::move(points));
-  cv_.notify_all();
+  cv_.SignalAll();
   if (shutdown_) stop_training_ = true;
 }
 
@@ -377,10 +386,10 @@ void Session::OnCheckpoint(const train::CheckpointManifest& m, int64_t total) {
       notice.mutable_checkpoint()->set_size_bytes(m.bytes);
       notice.set_cursor(m.cursor);
       notice.set_final(final);
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       checkpoint_ = notice;
       checkpoint_sent_ = false;
-      cv_.notify_all();
+      cv_.SignalAll();
       return;
     }
     if (!final && attempt >= 3) {
@@ -551,13 +560,13 @@ JobEnd Session::Run() {
   JobEnd end = job_.kind() == cart::v1::JOB_KIND_EVAL ? Evaluate() : Train();
   if (!end.error.empty()) Log("error: " + end.error);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     JobResult result;
     result.set_outcome(end.outcome);
     result.set_error(end.error);
     result.set_steps_done(step_);
     result_ = result;
-    cv_.notify_all();
+    cv_.SignalAll();
   }
   sender.join();
   buffer_.Close();
@@ -565,7 +574,7 @@ JobEnd Session::Run() {
   end.gave_up = gave_up_;
   end.drain_requested = drain_requested_;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (!refused_.empty()) end.error = "cartd refused this worker's token: " + refused_;
     if (!rejected_.empty()) {
       end.outcome = JobResult::OUTCOME_FAILED;

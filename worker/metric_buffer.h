@@ -5,12 +5,13 @@
 // twice in vain and nothing unacknowledged is lost (cartd's ingest is idempotent on
 // (run, step, name), so a point sent twice is stored once). Thread-safe.
 
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
-#include <mutex>
 #include <string>
 #include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 
 namespace cart::worker {
 
@@ -45,11 +46,11 @@ class MetricBuffer {
 
  private:
   const size_t capacity_;
-  mutable std::mutex mu_;
-  std::condition_variable changed_;
-  std::deque<Point> points_;  // unacknowledged, step order
-  size_t sent_ = 0;           // points_[0, sent_) were sent on the current connection
-  bool closed_ = false;
+  mutable absl::Mutex mu_;
+  std::deque<Point> points_ ABSL_GUARDED_BY(mu_);  // unacknowledged, step order
+  // points_[0, sent_) were sent on the current connection.
+  size_t sent_ ABSL_GUARDED_BY(mu_) = 0;
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace cart::worker

@@ -16,9 +16,10 @@
 #include <cctype>
 #include <cstdio>
 #include <list>
-#include <mutex>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "common/strings.h"
 
 namespace cart::server::http {
@@ -128,12 +129,12 @@ struct HttpServer::Impl {
     int fd = -1;
     std::atomic<bool> done{false};
   };
-  std::mutex mu;  // guards connections and shut_down
-  std::list<Connection> connections;
-  bool shut_down = false;
+  absl::Mutex mu;
+  std::list<Connection> connections ABSL_GUARDED_BY(mu);
+  bool shut_down ABSL_GUARDED_BY(mu) = false;
 
   void AcceptLoop();
-  void Reap();  // joins finished connection threads; mu held
+  void Reap() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);  // joins finished connection threads
   template <class Stream>
   void Serve(Stream& stream);
   void Run(tcp::socket socket, Connection* self);
@@ -209,7 +210,7 @@ void HttpServer::Impl::Run(tcp::socket socket, Connection* self) {
   // that may already belong to another connection.
   auto finish = [&](tcp::socket& s) {
     {
-      std::lock_guard<std::mutex> lock(mu);
+      absl::MutexLock lock(&mu);
       self->done.store(true);
     }
     beast::error_code ec;
@@ -249,7 +250,7 @@ void HttpServer::Impl::AcceptLoop() {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));  // e.g. EMFILE: back off
       continue;
     }
-    std::lock_guard<std::mutex> lock(mu);
+    absl::MutexLock lock(&mu);
     Reap();
     if (shut_down) return;
     if (static_cast<int>(connections.size()) >= options.max_connections) {
@@ -338,7 +339,7 @@ bool HttpServer::stopping() const { return impl_->stopping.load(); }
 void HttpServer::Shutdown() {
   impl_->stopping.store(true);
   {
-    std::lock_guard<std::mutex> lock(impl_->mu);
+    absl::MutexLock lock(&impl_->mu);
     if (impl_->shut_down) return;
     impl_->shut_down = true;
     // Wakes the blocking accept() and every blocked read or write.
@@ -354,7 +355,7 @@ void HttpServer::Shutdown() {
   // move without being copied, so the threads' pointers to them stay valid.
   std::list<Impl::Connection> connections;
   {
-    std::lock_guard<std::mutex> lock(impl_->mu);
+    absl::MutexLock lock(&impl_->mu);
     connections.splice(connections.begin(), impl_->connections);
   }
   for (Impl::Connection& c : connections) {
