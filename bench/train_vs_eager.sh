@@ -7,9 +7,11 @@
 # training FLOPs per token (`cart model params`, attention counted in full) x tokens/s / peak.
 # tests/cli/eager_reference_test checks that the two trainers' losses agree step by step.
 #
-# Eager runs in two pool settings: OpenBLAS at N threads with torch's intra-op pool at 1 (the
-# setting cart uses, and eager's best) and, at 2 threads, torch.set_num_threads(2) with OpenBLAS
-# at 2 (both pools, as a script that only calls set_num_threads gets).
+# Eager runs in three settings: OpenBLAS at N threads with torch's intra-op pool at 1 (the pools
+# cart uses; the ratio is against this one); the same with glibc's malloc set as cart sets it
+# (train::RetainFreedMemory, through GLIBC_TUNABLES: what a Python user could do too); and, at 2
+# threads, torch.set_num_threads(2) with OpenBLAS at 2 (both pools, as a script that only calls
+# set_num_threads gets).
 #
 # Prints medians of per-step tokens/s (steps after the first WARMUP, ROUNDS alternating rounds
 # pooled); asserts nothing.
@@ -44,8 +46,9 @@ cart_run() {  # THREADS FILE
   grep -o '"tokens_per_s":[0-9.e+]*' "$dir/out/metrics.jsonl" | cut -d: -f2 |
     tail -n +$((warmup + 1)) >>"$2"
 }
-eager_run() {  # OPENBLAS_THREADS TORCH_THREADS FILE
-  OPENBLAS_NUM_THREADS=$1 "$python" "$here/reference/cart_eager.py" --tokens "$dir/synth.bin" \
+malloc_like_cart=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=1073741824
+eager_run() {  # OPENBLAS_THREADS TORCH_THREADS FILE [GLIBC_TUNABLES]
+  GLIBC_TUNABLES=${4:-} OPENBLAS_NUM_THREADS=$1 "$python" "$here/reference/cart_eager.py" --tokens "$dir/synth.bin" \
     --init "$dir/init.safetensors" --steps "$steps" --threads "$2" |
     "$python" -c 'import json,sys
 for line in sys.stdin: print(2048 / json.loads(line)["seconds"])' |
@@ -60,12 +63,14 @@ print(f"{2 * n ** 3 / sorted(t)[3] / 1e9:.1f}")'
 }
 
 for threads in 1 2; do
-  : >"$dir/cart.$threads" && : >"$dir/eager.$threads" && : >"$dir/both.$threads"
+  : >"$dir/cart.$threads" && : >"$dir/eager.$threads" && : >"$dir/heap.$threads"
+  : >"$dir/both.$threads"
 done
 for ((round = 0; round < rounds; ++round)); do
   for threads in 1 2; do
     cart_run "$threads" "$dir/cart.$threads"
     eager_run "$threads" 1 "$dir/eager.$threads"
+    eager_run "$threads" 1 "$dir/heap.$threads" "$malloc_like_cart"
   done
   eager_run 2 2 "$dir/both.2"
 done
@@ -83,6 +88,9 @@ for threads in 1 2; do
   printf '%-9s %-44s %10s %9s %8s\n' "$threads" "cart train" "$c" "$(ratio "$c")" "$(mfu "$c")"
   printf '%-9s %-44s %10s %9s %8s\n' "$threads" "eager, OpenBLAS $threads + torch 1" "$e" "1.00x" \
     "$(mfu "$e")"
+  h=$(median <"$dir/heap.$threads")
+  printf '%-9s %-44s %10s %9s %8s\n' "$threads" "eager, same + malloc as cart sets it" "$h" \
+    "$(ratio "$h")" "$(mfu "$h")"
   if [ "$threads" = 2 ]; then
     b=$(median <"$dir/both.2")
     printf '%-9s %-44s %10s %9s %8s\n' 2 "eager, OpenBLAS 2 + torch.set_num_threads(2)" "$b" \

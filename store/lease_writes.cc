@@ -1,0 +1,302 @@
+// RunStore's writes: workers, leases and how attempts end. Each public method validates its input
+// on the calling thread, then hands a closure to the writer thread (internal/writer.h); the closure
+// reads what it needs, checks the state, and writes, all inside its savepoint.
+#include <algorithm>
+#include <set>
+#include <unordered_map>
+#include <utility>
+
+#include "common/status.h"
+#include "common/strings.h"
+#include "store/internal/records.h"
+#include "store/internal/sql.h"
+#include "store/internal/validate.h"
+#include "store/internal/writer.h"
+#include "store/internal/writes.h"
+#include "store/run_store.h"
+
+namespace cart::store {
+
+using internal::ChangeState;
+using internal::CheckFence;
+using internal::Database;
+using internal::EndAttempt;
+using internal::Exec;
+using internal::Fence;
+using internal::kSetAttemptFloor;
+using internal::kSetCancelRequested;
+using internal::LoadFence;
+using internal::UnblockChildren;
+using internal::WriteContext;
+
+namespace {
+
+constexpr char kSetAttempt[] = "UPDATE runs SET attempt = ? WHERE id = ?";
+constexpr char kUpsertWorker[] =
+    "INSERT INTO workers(id, device, memory_bytes, registered_us, last_seen_us) "
+    "VALUES(?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET device = excluded.device, "
+    "memory_bytes = excluded.memory_bytes, last_seen_us = excluded.last_seen_us";
+constexpr char kTouchWorker[] = "UPDATE workers SET last_seen_us = ? WHERE id = ?";
+constexpr char kTouchWorkerOfAttempt[] =
+    "UPDATE workers SET last_seen_us = ? "
+    "WHERE id = (SELECT worker_id FROM attempts WHERE run_id = ? AND attempt = ?)";
+constexpr char kSelectNextQueued[] =
+    "SELECT id FROM runs WHERE status = 'QUEUED' AND min_memory_bytes <= ? "
+    "AND oom_memory_bytes < ? ORDER BY priority DESC, created_us, id LIMIT 1";
+constexpr char kRaiseOomFloor[] =
+    "UPDATE runs SET oom_memory_bytes = max(oom_memory_bytes, ?) WHERE id = ?";
+constexpr char kSelectAttemptFloor[] = "SELECT attempt_floor, max_attempts FROM runs WHERE id = ?";
+constexpr char kInsertAttempt[] =
+    "INSERT INTO attempts(run_id, attempt, worker_id, leased_us, lease_expires_us) "
+    "VALUES(?, ?, ?, ?, ?)";
+constexpr char kExtendLease[] =
+    "UPDATE attempts SET lease_expires_us = ? WHERE run_id = ? AND attempt = ?";
+constexpr char kStartAttempt[] =
+    "UPDATE attempts SET started_us = ? WHERE run_id = ? AND attempt = ? AND started_us IS NULL";
+constexpr char kSelectExpired[] =
+    "SELECT a.run_id, a.attempt, a.worker_id, a.lease_expires_us, r.attempt_floor, "
+    "r.max_attempts FROM attempts AS a JOIN runs AS r ON r.id = a.run_id AND r.attempt = a.attempt "
+    "WHERE a.outcome IS NULL AND a.lease_expires_us <= ? AND r.status IN ('LEASED', 'RUNNING') "
+    "ORDER BY a.run_id";
+constexpr char kFinalizeSummaries[] =
+    "UPDATE run_summaries SET final_step = latest_step, final_value = latest_value "
+    "WHERE run_id = ?";
+
+}  // namespace
+
+absl::Status RunStore::RegisterWorker(const std::string& worker_id, const std::string& device,
+                                      int64_t memory_bytes, int64_t now_us) {
+  CART_RETURN_IF_ERROR(internal::ValidateWorkerId(worker_id));
+  if (memory_bytes < 0) {
+    return absl::InvalidArgumentError(
+        StrCat("worker '", worker_id, "' reports negative memory ", memory_bytes));
+  }
+  return writer_
+      ->Run<bool>([&](WriteContext& ctx) -> absl::StatusOr<bool> {
+        CART_RETURN_IF_ERROR(
+            Exec(ctx.db(), kUpsertWorker, worker_id, device, memory_bytes, now_us, now_us));
+        return true;
+      })
+      .status();
+}
+
+absl::StatusOr<std::optional<Claim>> RunStore::ClaimNextRun(const std::string& worker_id,
+                                                            int64_t device_memory_bytes,
+                                                            int64_t now_us) {
+  CART_RETURN_IF_ERROR(internal::ValidateWorkerId(worker_id));
+  const int64_t ttl = options_.lease_ttl_us;
+  return writer_->Run<std::optional<Claim>>([&](WriteContext& ctx)
+                                                -> absl::StatusOr<std::optional<Claim>> {
+    Database& db = ctx.db();
+    CART_RETURN_IF_ERROR(Exec(db, kTouchWorker, now_us, worker_id));
+    if (db.Changes() == 0) {
+      return absl::NotFoundError(StrCat("worker '", worker_id, "' is not registered"));
+    }
+    int64_t run_id = 0;
+    {
+      CART_ASSIGN_OR_RETURN(auto next, db.Cached(kSelectNextQueued));
+      next->BindAll(device_memory_bytes, device_memory_bytes);
+      CART_ASSIGN_OR_RETURN(bool row, next->Step());
+      if (!row) return std::optional<Claim>();
+      run_id = next->ColumnInt64(0);
+    }
+    CART_ASSIGN_OR_RETURN(Fence fence, LoadFence(db, run_id));
+    const int64_t attempt = fence.attempt + 1;
+    CART_RETURN_IF_ERROR(Exec(db, kSetAttempt, attempt, run_id));
+    CART_RETURN_IF_ERROR(
+        Exec(db, kInsertAttempt, run_id, attempt, worker_id, now_us, now_us + ttl));
+    const Audit audit{now_us, StrCat("worker:", worker_id), StrCat("attempt ", attempt, " leased")};
+    CART_RETURN_IF_ERROR(ChangeState(db, run_id, RunState::kQueued, RunState::kLeased, audit));
+    Claim claim;
+    CART_ASSIGN_OR_RETURN(claim.run, internal::LoadRun(db, run_id));
+    claim.attempt = attempt;
+    claim.lease_expires_us = now_us + ttl;
+    CART_ASSIGN_OR_RETURN(claim.resume_from, internal::LatestCheckpoint(db, run_id));
+    CART_ASSIGN_OR_RETURN(
+        claim.parent_checkpoint,
+        internal::ParentCheckpoint(db, claim.run.parent_run_id, claim.run.parent_checkpoint));
+    return std::optional<Claim>(std::move(claim));
+  });
+}
+
+absl::Status RunStore::MarkRunning(int64_t run_id, int64_t attempt, int64_t now_us) {
+  return writer_
+      ->Run<bool>([&](WriteContext& ctx) -> absl::StatusOr<bool> {
+        Database& db = ctx.db();
+        CART_ASSIGN_OR_RETURN(Fence fence, CheckFence(db, run_id, attempt, "start"));
+        if (fence.state == RunState::kRunning) return true;
+        CART_RETURN_IF_ERROR(Exec(db, kStartAttempt, now_us, run_id, attempt));
+        const Audit audit{now_us, "scheduler", StrCat("attempt ", attempt, " started")};
+        CART_RETURN_IF_ERROR(ChangeState(db, run_id, fence.state, RunState::kRunning, audit));
+        return true;
+      })
+      .status();
+}
+
+absl::StatusOr<HeartbeatReply> RunStore::Heartbeat(int64_t run_id, int64_t attempt,
+                                                   int64_t now_us) {
+  const int64_t expires = now_us + options_.lease_ttl_us;
+  return writer_->Run<HeartbeatReply>([&](WriteContext& ctx) -> absl::StatusOr<HeartbeatReply> {
+    Database& db = ctx.db();
+    CART_ASSIGN_OR_RETURN(Fence fence, CheckFence(db, run_id, attempt, "heartbeat"));
+    CART_RETURN_IF_ERROR(Exec(db, kExtendLease, expires, run_id, attempt));
+    CART_RETURN_IF_ERROR(Exec(db, kTouchWorkerOfAttempt, now_us, run_id, attempt));
+    return HeartbeatReply{expires, fence.cancel_requested};
+  });
+}
+
+absl::StatusOr<std::vector<ExpiredLease>> RunStore::ExpireLeases(int64_t now_us) {
+  using Out = std::vector<ExpiredLease>;
+  return writer_->Run<Out>([&](WriteContext& ctx) -> absl::StatusOr<Out> {
+    Database& db = ctx.db();
+    struct Row {
+      ExpiredLease lease;
+      int64_t expired_us;
+      int64_t counted;
+      int64_t max_attempts;
+    };
+    std::vector<Row> rows;
+    {
+      CART_ASSIGN_OR_RETURN(auto select, db.Cached(kSelectExpired));
+      select->BindAll(now_us);
+      CART_RETURN_IF_ERROR(select->ForEachRow([&](const auto& cur) -> absl::Status {
+        Row row;
+        row.lease.run_id = cur.ColumnInt64(0);
+        row.lease.attempt = cur.ColumnInt64(1);
+        row.lease.worker_id = cur.ColumnText(2);
+        row.expired_us = cur.ColumnInt64(3);
+        row.counted = row.lease.attempt - cur.ColumnInt64(4);
+        row.max_attempts = cur.ColumnInt64(5);
+        rows.push_back(std::move(row));
+        return absl::OkStatus();
+      }));
+    }
+    Out out;
+    for (Row& row : rows) {
+      CART_ASSIGN_OR_RETURN(Fence fence, LoadFence(db, row.lease.run_id));
+      const bool spent = row.counted >= row.max_attempts;
+      row.lease.new_state = spent ? RunState::kFailed : RunState::kQueued;
+      const std::string why =
+          StrCat("lease of attempt ", row.lease.attempt, " (worker ", row.lease.worker_id,
+                 ") expired at ", row.expired_us,
+                 spent ? StrCat("; ", row.counted, " of ", row.max_attempts, " attempts spent")
+                       : std::string("; requeued"));
+      CART_RETURN_IF_ERROR(
+          EndAttempt(db, row.lease.run_id, row.lease.attempt, AttemptOutcome::kLost, now_us, why));
+      CART_RETURN_IF_ERROR(ChangeState(db, row.lease.run_id, fence.state, row.lease.new_state,
+                                       Audit{now_us, "scheduler", why}));
+      out.push_back(std::move(row.lease));
+    }
+    return out;
+  });
+}
+
+absl::StatusOr<RunRecord> RunStore::RecordAttemptOutcome(int64_t run_id, int64_t attempt,
+                                                         AttemptOutcome outcome,
+                                                         const Audit& audit) {
+  CART_RETURN_IF_ERROR(internal::ValidateAudit(audit));
+  if (outcome == AttemptOutcome::kLost || outcome == AttemptOutcome::kOutOfMemory) {
+    return absl::InvalidArgumentError(
+        StrCat("run ", run_id, ": outcome ", AttemptOutcomeName(outcome),
+               outcome == AttemptOutcome::kLost ? " is set by lease expiry, not reported"
+                                                : " is recorded by RetryAttempt"));
+  }
+  return writer_->Run<RunRecord>([&](WriteContext& ctx) -> absl::StatusOr<RunRecord> {
+    Database& db = ctx.db();
+    const std::string action = StrCat("outcome ", AttemptOutcomeName(outcome));
+    CART_ASSIGN_OR_RETURN(Fence fence, CheckFence(db, run_id, attempt, action));
+    RunState to = RunState::kQueued;
+    switch (outcome) {
+      case AttemptOutcome::kSucceeded:
+        if (fence.state != RunState::kRunning) {
+          return absl::FailedPreconditionError(StrCat("run ", run_id, " is ",
+                                                      RunStateName(fence.state),
+                                                      "; it can only succeed once RUNNING"));
+        }
+        to = RunState::kSucceeded;
+        break;
+      case AttemptOutcome::kFailed:
+        to = RunState::kFailed;
+        break;
+      case AttemptOutcome::kCancelled:
+        to = RunState::kCancelled;
+        break;
+      case AttemptOutcome::kDrained:
+        // A handed-back lease does not count against max_attempts.
+        CART_RETURN_IF_ERROR(Exec(db, kSetAttemptFloor, fence.attempt, run_id));
+        to = RunState::kQueued;
+        break;
+      case AttemptOutcome::kOutOfMemory:
+      case AttemptOutcome::kLost:
+        return absl::InternalError("unreachable: refused above");
+    }
+    CART_RETURN_IF_ERROR(EndAttempt(db, run_id, attempt, outcome, audit.at_us, audit.why));
+    CART_RETURN_IF_ERROR(Exec(db, kSetCancelRequested, 0, run_id));
+    CART_RETURN_IF_ERROR(ChangeState(db, run_id, fence.state, to, audit));
+    if (to == RunState::kSucceeded) {
+      CART_RETURN_IF_ERROR(Exec(db, kFinalizeSummaries, run_id));
+      CART_ASSIGN_OR_RETURN(auto checkpoint, internal::LatestCheckpoint(db, run_id));
+      if (checkpoint) {
+        CART_RETURN_IF_ERROR(UnblockChildren(
+            db, run_id, [](const std::string& selector) { return selector == "final"; },
+            StrCat("parent run ", run_id, " succeeded with a final checkpoint at step ",
+                   checkpoint->step),
+            audit.at_us));
+      }
+    }
+    return internal::LoadRun(db, run_id);
+  });
+}
+
+absl::StatusOr<RunRecord> RunStore::RetryAttempt(int64_t run_id, int64_t attempt,
+                                                 const RetryRequest& retry, const Audit& audit) {
+  CART_RETURN_IF_ERROR(internal::ValidateAudit(audit));
+  if (retry.oom_memory_bytes < 0) {
+    return absl::InvalidArgumentError(
+        StrCat("run ", run_id, ": negative OOM memory ", retry.oom_memory_bytes));
+  }
+  return writer_->Run<RunRecord>([&](WriteContext& ctx) -> absl::StatusOr<RunRecord> {
+    Database& db = ctx.db();
+    CART_ASSIGN_OR_RETURN(Fence fence, CheckFence(db, run_id, attempt, "outcome FAILED"));
+    int64_t floor = 0;
+    int64_t max_attempts = 0;
+    {
+      CART_ASSIGN_OR_RETURN(auto select, db.Cached(kSelectAttemptFloor));
+      select->BindAll(run_id);
+      CART_ASSIGN_OR_RETURN(bool row, select->Step());
+      if (!row) return absl::NotFoundError(StrCat("run ", run_id, " does not exist"));
+      floor = select->ColumnInt64(0);
+      max_attempts = select->ColumnInt64(1);
+    }
+    // Raising the floor by one forgives exactly this attempt, keeping earlier ones counted.
+    if (!retry.counted) {
+      floor += 1;
+      CART_RETURN_IF_ERROR(Exec(db, kSetAttemptFloor, floor, run_id));
+    }
+    if (retry.oom_memory_bytes > 0) {
+      CART_RETURN_IF_ERROR(Exec(db, kRaiseOomFloor, retry.oom_memory_bytes, run_id));
+    }
+    const int64_t counted = fence.attempt - floor;
+    RunState to = RunState::kQueued;
+    std::string why = audit.why;
+    if (fence.cancel_requested) {
+      to = RunState::kCancelled;
+      why = StrCat(why, "; cancel was requested, not retried");
+    } else if (counted >= max_attempts) {
+      to = RunState::kFailed;
+      why = StrCat(why, "; ", counted, " of ", max_attempts, " attempts spent");
+    } else {
+      why = StrCat(why, "; requeued (", counted, " of ", max_attempts, " attempts spent)");
+    }
+    CART_RETURN_IF_ERROR(EndAttempt(
+        db, run_id, attempt,
+        retry.oom_memory_bytes > 0 ? AttemptOutcome::kOutOfMemory : AttemptOutcome::kFailed,
+        audit.at_us, audit.why));
+    CART_RETURN_IF_ERROR(Exec(db, kSetCancelRequested, 0, run_id));
+    CART_RETURN_IF_ERROR(
+        ChangeState(db, run_id, fence.state, to, Audit{audit.at_us, audit.who, why}));
+    return internal::LoadRun(db, run_id);
+  });
+}
+
+}  // namespace cart::store
