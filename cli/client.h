@@ -61,6 +61,10 @@ class Client {
   cart::v1::SchedulerService::Stub& stub() { return *stub_; }
   const rpc::ClientConfig& config() const { return config_; }
 
+  // The same for a status converted from gRPC's (rpc::FromGrpc keeps the code).
+  [[noreturn]] void Fail(const absl::Status& s) {
+    Fail(grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message())));
+  }
   [[noreturn]] void Fail(const grpc::Status& s) {
     std::string hint;
     if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {

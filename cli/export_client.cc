@@ -21,6 +21,7 @@
 #include "common/sha256.h"
 #include "common/status.h"
 #include "common/strings.h"
+#include "rpc/artifacts.h"
 #include "rpc/client.h"
 
 namespace cart::cli {
@@ -38,32 +39,10 @@ std::string DownloadCheckpoint(Client& client, int64_t run_id, int64_t step,
   grpc::ClientContext ctx;
   rpc::PrepareContext(ctx, client.config(), 0);
   auto reader = client.stub().GetCheckpoint(&ctx, req);
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) ExitWith(absl::InternalError(StrCat("cannot write ", path)));
-  cart::v1::ArtifactChunk chunk;
-  std::string sha256;
-  int64_t size = -1, received = 0;
-  Sha256 digest;
-  while (reader->Read(&chunk)) {
-    if (size < 0) {
-      sha256 = chunk.sha256();
-      size = chunk.size_bytes();
-    }
-    digest.Update(chunk.data());
-    out.write(chunk.data().data(), static_cast<std::streamsize>(chunk.data().size()));
-    received += static_cast<int64_t>(chunk.data().size());
-  }
-  grpc::Status s = reader->Finish();
-  out.close();
-  if (!s.ok()) client.Fail(s);
-  if (!out) ExitWith(absl::InternalError(StrCat("cannot write ", path, " (disk full?)")));
-  const std::string got = digest.HexDigest();
-  if (received != size || got != sha256) {
-    ExitWith(absl::DataLossError(StrCat("checkpoint of run ", run_id, " arrived as ", received,
-                                        " bytes with sha256 ", got, "; cartd announced ", size,
-                                        " bytes, ", sha256)));
-  }
-  return sha256;
+  absl::StatusOr<std::string> sha256 =
+      rpc::ReceiveArtifact(*reader, path, "", StrCat("checkpoint of run ", run_id));
+  if (!sha256.ok()) client.Fail(sha256.status());  // with the hints for connection errors
+  return *sha256;
 }
 
 void RegisterExport(CLI::App& app) {

@@ -3,7 +3,6 @@
 
 #include <fmt/format.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -21,12 +20,11 @@
 #include "cli/report_command.h"
 #include "cli/table.h"
 #include "common/file.h"
+#include "common/process.h"
 #include "common/status.h"
 #include "common/strings.h"
 #include "rpc/client.h"
 #include "server/server.h"
-
-extern char** environ;
 
 namespace cart::cli {
 namespace {
@@ -68,25 +66,12 @@ struct UpArgs {
 // never on its command line, where `ps` would show it to every user of the box.
 absl::StatusOr<pid_t> SpawnWorker(const std::string& exe, const std::vector<std::string>& args,
                                   int threads, const std::string& token) {
-  std::vector<char*> argv;
-  argv.push_back(const_cast<char*>(exe.c_str()));
-  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  std::vector<std::string> env_text;
-  for (char** e = environ; *e != nullptr; ++e) {
-    if (std::string_view(*e).rfind("CART_TOKEN=", 0) != 0) env_text.emplace_back(*e);
-  }
-  env_text.push_back(StrCat("CART_TOKEN=", token));
+  SpawnOptions options;
+  options.env.push_back(StrCat("CART_TOKEN=", token));
   if (std::getenv("OPENBLAS_NUM_THREADS") == nullptr) {
-    env_text.push_back(StrCat("OPENBLAS_NUM_THREADS=", threads));
+    options.env.push_back(StrCat("OPENBLAS_NUM_THREADS=", threads));
   }
-  std::vector<char*> envp;
-  for (std::string& e : env_text) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  pid_t pid = 0;
-  int rc = posix_spawn(&pid, exe.c_str(), nullptr, nullptr, argv.data(), envp.data());
-  if (rc != 0) return absl::InternalError(StrCat("cannot start ", exe, ": ", std::strerror(rc)));
-  return pid;
+  return Spawn(exe, args, options);
 }
 
 // Waits until no run of the sweeps can still make progress: none is QUEUED, LEASED or RUNNING

@@ -16,6 +16,7 @@
 #include "common/strings.h"
 #include "model/config.h"
 #include "model/language_model.h"
+#include "rpc/artifacts.h"
 #include "train/checkpoint.h"
 #include "train/eval.h"
 #include "train/trainer.h"
@@ -30,7 +31,6 @@ using cart::v1::JobResult;
 using cart::v1::SchedulerControl;
 using cart::v1::WorkerReport;
 
-constexpr size_t kChunkBytes = 1 << 20;
 constexpr size_t kBatchPoints = 2000;
 // Log lines a new stream resends at most (the newest; cartd drops the ones it has).
 constexpr size_t kMaxResentLogLines = 1000;
@@ -595,56 +595,25 @@ JobEnd RunJob(const JobEnvironment& env, const cart::v1::Job& job,
 absl::Status FetchArtifact(cart::v1::WorkerService::Stub& stub, const rpc::ClientConfig& client,
                            const std::string& sha256, const std::string& path) {
   if (fs::exists(path) && Sha256File(path) == sha256) return absl::OkStatus();
-  std::error_code ec;
-  fs::create_directories(fs::path(path).parent_path(), ec);
   grpc::ClientContext context;
   rpc::PrepareContext(context, client, 0);
   cart::v1::GetArtifactRequest request;
   request.set_sha256(sha256);
   auto reader = stub.GetArtifact(&context, request);
-  CART_ASSIGN_OR_RETURN(AtomicFileWriter out, AtomicFileWriter::Open(path));
-  Sha256 hash;
-  cart::v1::ArtifactChunk chunk;
-  while (reader->Read(&chunk)) {
-    hash.Update(chunk.data());
-    CART_RETURN_IF_ERROR(out.Write(chunk.data()));
-  }
-  CART_RETURN_IF_ERROR(rpc::FromGrpc(reader->Finish()));
-  if (hash.HexDigest() != sha256) {
-    return absl::DataLossError(StrCat("artifact ", sha256, " arrived with another hash"));
-  }
-  return out.Commit();
+  return rpc::ReceiveArtifact(*reader, path, sha256, StrCat("artifact ", sha256)).status();
 }
 
 absl::StatusOr<std::string> UploadArtifact(cart::v1::WorkerService::Stub& stub,
                                            const rpc::ClientConfig& client,
                                            const std::string& path) {
-  const std::string sha = Sha256File(path);
-  if (sha.empty()) return absl::NotFoundError(StrCat("cannot read ", path));
-  std::error_code ec;
-  const int64_t size = static_cast<int64_t>(fs::file_size(path, ec));
   grpc::ClientContext context;
   rpc::PrepareContext(context, client, 0);
   cart::v1::PutArtifactResponse response;
   auto writer = stub.PutArtifact(&context, &response);
-  std::ifstream in(path, std::ios::binary);
-  std::string buf(kChunkBytes, '\0');
-  bool first = true;
-  while (in) {
-    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
-    const std::streamsize n = in.gcount();
-    if (n <= 0 && !first) break;
-    cart::v1::ArtifactChunk chunk;
-    if (first) {
-      chunk.set_sha256(sha);
-      chunk.set_size_bytes(size);
-      first = false;
-    }
-    chunk.set_data(buf.data(), static_cast<size_t>(n));
-    if (!writer->Write(chunk)) break;
-  }
-  writer->WritesDone();
-  CART_RETURN_IF_ERROR(rpc::FromGrpc(writer->Finish()));
+  absl::StatusOr<std::string> sha = rpc::SendArtifact(*writer, path);
+  const grpc::Status finished = writer->Finish();
+  CART_RETURN_IF_ERROR(sha.status());
+  CART_RETURN_IF_ERROR(rpc::FromGrpc(finished));
   return sha;
 }
 

@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -12,13 +11,12 @@
 #include <sstream>
 #include <thread>
 
+#include "common/process.h"
 #include "common/strings.h"
 #include "data/synth.h"
 #include "gtest/gtest.h"
 #include "model/config.h"
 #include "train/trainer.h"
-
-extern char** environ;
 
 namespace cart::testing {
 
@@ -108,30 +106,17 @@ void Cluster::SetLink(const std::string& id, bool up) {
 
 pid_t Cluster::Spawn(const std::string& exe, const std::vector<std::string>& args,
                      const std::string& log, const std::string& netns) {
-  std::vector<std::string> prefix;
-  if (!netns.empty()) prefix = {"netns", "exec", netns, exe};
-  const std::string program = netns.empty() ? exe : "/usr/sbin/ip";
-  std::vector<char*> argv;
-  argv.push_back(const_cast<char*>(program.c_str()));
-  for (const std::string& a : prefix) argv.push_back(const_cast<char*>(a.c_str()));
-  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  const std::string path = dir_.File(log);
-  const pid_t parent = getpid();
-  const pid_t pid = fork();
-  if (pid == 0) {
-    // Die with the test process, even when it is killed (a timeout), so nothing is left behind.
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(1);
-    setpgid(0, 0);  // out of the test's process group: signals sent to the test stay there
-    const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-    dup2(fd, 1);
-    dup2(fd, 2);
-    execv(program.c_str(), argv.data());
-    _exit(127);
-  }
-  EXPECT_GT(pid, 0) << "cannot start " << exe;
-  return pid;
+  std::vector<std::string> full = args;
+  if (!netns.empty()) full.insert(full.begin(), {"netns", "exec", netns, exe});
+  SpawnOptions options;
+  options.output_path = dir_.File(log);
+  // Die with the test process, even when it is killed (a timeout), so nothing is left behind;
+  // out of the test's process group, so that signals sent to the test stay there.
+  options.die_with_parent = true;
+  options.own_process_group = true;
+  absl::StatusOr<pid_t> pid = cart::Spawn(netns.empty() ? exe : "/usr/sbin/ip", full, options);
+  EXPECT_TRUE(pid.ok()) << pid.status();
+  return pid.ok() ? *pid : -1;
 }
 
 void Cluster::StartCartd() {

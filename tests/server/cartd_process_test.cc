@@ -7,6 +7,7 @@
 
 #include <chrono>
 
+#include "common/process.h"
 #include "common/strings.h"
 #include "store/run_store.h"
 #include "tests/server/server_fixture.h"
@@ -20,20 +21,14 @@ using ::cart::testing::ReadFile;
 using ::cart::testing::TempDir;
 using ::cart::testing::WriteFile;
 
-// Starts `cartd args...` with stderr to `log`; returns the pid.
+// Starts `cartd args...` with its output to `log`; returns the pid.
 pid_t StartCartd(const std::vector<std::string>& args, const std::string& log) {
-  const std::string binary = BinDir() + "/cartd";
-  pid_t pid = fork();
-  if (pid == 0) {
-    freopen(log.c_str(), "w", stderr);
-    std::vector<char*> argv;
-    argv.push_back(const_cast<char*>(binary.c_str()));
-    for (const std::string& arg : args) argv.push_back(const_cast<char*>(arg.c_str()));
-    argv.push_back(nullptr);
-    execv(binary.c_str(), argv.data());
-    _exit(127);
-  }
-  return pid;
+  SpawnOptions options;
+  options.output_path = log;
+  options.die_with_parent = true;
+  absl::StatusOr<pid_t> pid = Spawn(BinDir() + "/cartd", args, options);
+  EXPECT_TRUE(pid.ok()) << pid.status();
+  return pid.ok() ? *pid : -1;
 }
 
 // Waits for the process to exit; its exit status, or -1 on timeout (the process is then killed).

@@ -1,0 +1,71 @@
+#include "common/process.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <string_view>
+
+#include "common/strings.h"
+
+extern char** environ;
+
+namespace cart {
+namespace {
+
+std::string_view NameOf(std::string_view entry) { return entry.substr(0, entry.find('=')); }
+
+bool Listed(std::string_view name, const std::vector<std::string>& entries, bool names_only) {
+  for (const std::string& e : entries) {
+    if ((names_only ? std::string_view(e) : NameOf(e)) == name) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+absl::StatusOr<pid_t> Spawn(const std::string& exe, const std::vector<std::string>& args,
+                            const SpawnOptions& options) {
+  // Everything the child needs is built before fork: after it, only async-signal-safe calls.
+  std::vector<char*> argv;
+  argv.push_back(const_cast<char*>(exe.c_str()));
+  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  std::vector<std::string> env_text;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string_view name = NameOf(*e);
+    if (Listed(name, options.unset_env, true) || Listed(name, options.env, false)) continue;
+    env_text.emplace_back(*e);
+  }
+  env_text.insert(env_text.end(), options.env.begin(), options.env.end());
+  std::vector<char*> envp;
+  for (std::string& e : env_text) envp.push_back(e.data());
+  envp.push_back(nullptr);
+
+  const pid_t parent = getpid();
+  const pid_t pid = fork();
+  if (pid < 0) return absl::InternalError(StrCat("cannot start ", exe, ": ", std::strerror(errno)));
+  if (pid == 0) {
+    if (options.die_with_parent) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != parent) _exit(1);  // the parent died before prctl took effect
+    }
+    if (options.own_process_group) setpgid(0, 0);
+    if (!options.output_path.empty()) {
+      const int fd = open(options.output_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+      if (fd >= 0) {
+        dup2(fd, 1);
+        dup2(fd, 2);
+        if (fd > 2) close(fd);
+      }
+    }
+    execve(exe.c_str(), argv.data(), envp.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+}  // namespace cart

@@ -1,0 +1,35 @@
+#pragma once
+
+// Starting another program: the one place the project forks and execs (`cart up`'s workers, the
+// tests' cartd and cart-worker processes, the benchmarks' cartd). `cart` handing a command to
+// cart-torch replaces itself with execv instead (cli/main.cc) and is not a child process.
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace cart {
+
+struct SpawnOptions {
+  // Environment entries "NAME=VALUE" set in the child on top of this process's environment (an
+  // entry replaces the inherited variable of that name).
+  std::vector<std::string> env;
+  // Names removed from the inherited environment (before `env` is applied).
+  std::vector<std::string> unset_env;
+  // Where the child's stdout and stderr go, appended; empty: inherited. "/dev/null" discards.
+  std::string output_path;
+  // The child is killed (SIGKILL) when this process dies, even by SIGKILL: test processes.
+  bool die_with_parent = false;
+  // The child leads a process group of its own, so signals sent to ours do not reach it.
+  bool own_process_group = false;
+};
+
+// Starts `exe` with `args` (argv[0] is `exe`) and returns its pid; the caller waits for it.
+// Internal naming `exe` when it cannot be started (an exec failure shows as exit status 127).
+absl::StatusOr<pid_t> Spawn(const std::string& exe, const std::vector<std::string>& args,
+                            const SpawnOptions& options = {});
+
+}  // namespace cart

@@ -1,0 +1,58 @@
+// common/process: Spawn starts the program with the asked environment and output.
+
+#include "common/process.h"
+
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/support/test_support.h"
+
+namespace cart {
+namespace {
+
+using ::cart::testing::ReadFile;
+using ::cart::testing::TempDir;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+int ExitStatus(pid_t pid) {
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+TEST(ProcessTest, TheChildGetsTheArgumentsEnvironmentAndOutputAsked) {
+  TempDir dir;
+  setenv("CART_PROCESS_TEST_KEEP", "kept", 1);
+  setenv("CART_PROCESS_TEST_DROP", "dropped", 1);
+  setenv("CART_PROCESS_TEST_SET", "old", 1);
+  SpawnOptions options;
+  options.env = {"CART_PROCESS_TEST_SET=new"};
+  options.unset_env = {"CART_PROCESS_TEST_DROP"};
+  options.output_path = dir.File("out.log");
+  absl::StatusOr<pid_t> pid = Spawn("/bin/sh",
+                                    {"-c",
+                                     "echo \"$0 $CART_PROCESS_TEST_KEEP $CART_PROCESS_TEST_SET "
+                                     "[$CART_PROCESS_TEST_DROP]\"; echo err >&2; exit 3",
+                                     "arg0"},
+                                    options);
+  ASSERT_TRUE(pid.ok()) << pid.status();
+  EXPECT_EQ(ExitStatus(*pid), 3);
+  const std::string out = ReadFile(dir.File("out.log"));
+  EXPECT_THAT(out, HasSubstr("arg0 kept new []"));
+  EXPECT_THAT(out, HasSubstr("err"));
+  EXPECT_THAT(out, Not(HasSubstr("old")));
+}
+
+TEST(ProcessTest, AProgramThatCannotBeExecutedExitsWith127) {
+  absl::StatusOr<pid_t> pid = Spawn("/nonexistent/program", {});
+  ASSERT_TRUE(pid.ok()) << pid.status();
+  EXPECT_EQ(ExitStatus(*pid), 127);
+}
+
+}  // namespace
+}  // namespace cart
