@@ -48,8 +48,8 @@ cart_run() {  # THREADS FILE
 }
 malloc_like_cart=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=1073741824
 eager_run() {  # OPENBLAS_THREADS TORCH_THREADS FILE [GLIBC_TUNABLES]
-  GLIBC_TUNABLES=${4:-} OPENBLAS_NUM_THREADS=$1 "$python" "$here/reference/cart_eager.py" --tokens "$dir/synth.bin" \
-    --init "$dir/init.safetensors" --steps "$steps" --threads "$2" |
+  GLIBC_TUNABLES=${4:-} OPENBLAS_NUM_THREADS=$1 "$python" "$here/reference/cart_eager.py" \
+    --tokens "$dir/synth.bin" --init "$dir/init.safetensors" --steps "$steps" --threads "$2" |
     "$python" -c 'import json,sys
 for line in sys.stdin: print(2048 / json.loads(line)["seconds"])' |
     tail -n +$((warmup + 1)) >>"$3"
