@@ -10,7 +10,7 @@
 #include "common/file.h"
 #include "common/status.h"
 #include "common/strings.h"
-#include "model/config.h"
+#include "config/config.h"
 #include "model/language_model.h"
 #include "model/safetensors.h"
 #include "train/checkpoint.h"

@@ -8,8 +8,8 @@
 #include "cli/commands.h"
 #include "common/status.h"
 #include "common/strings.h"
-#include "model/accounting.h"
-#include "model/config.h"
+#include "config/accounting.h"
+#include "config/config.h"
 #include "model/language_model.h"
 #include "model/safetensors.h"
 

@@ -20,8 +20,8 @@
 #include "common/file.h"
 #include "common/status.h"
 #include "common/strings.h"
-#include "model/accounting.h"
-#include "model/sweep.h"
+#include "config/accounting.h"
+#include "config/sweep.h"
 #include "rpc/client.h"
 
 namespace cart::cli {

@@ -7,9 +7,9 @@
 
 #include "common/status.h"
 #include "common/strings.h"
-#include "model/accounting.h"
-#include "model/config.h"
-#include "model/sweep.h"
+#include "config/accounting.h"
+#include "config/config.h"
+#include "config/sweep.h"
 
 namespace cart::server {
 namespace {

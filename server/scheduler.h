@@ -171,7 +171,7 @@ class Scheduler {
   // the user who submitted the sweep or an admin; draining a worker needs an admin
   // (PermissionDenied otherwise, naming who may).
 
-  // Parses and expands the sweep file (model/sweep.h) and stores the sweep with all its runs in
+  // Parses and expands the sweep file (config/sweep.h) and stores the sweep with all its runs in
   // one transaction; derived runs start BLOCKED until their parent's checkpoint exists.
   // Idempotent on request_id (existing = true, nothing written). InvalidArgument with file, line
   // and reason; ResourceExhausted for a grid past the limit (with the count); AlreadyExists for a

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "model/config.h"
+#include "config/config.h"
 #include "train/checkpoint.h"
 
 namespace cart::train {

@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "config/config.h"
 #include "data/tasks.h"
 #include "data/tokenizer.h"
-#include "model/config.h"
 #include "model/language_model.h"
 
 namespace cart::train {

@@ -14,7 +14,7 @@
 #include "common/sha256.h"
 #include "common/status.h"
 #include "common/strings.h"
-#include "model/config.h"
+#include "config/config.h"
 #include "model/language_model.h"
 #include "rpc/artifacts.h"
 #include "train/checkpoint.h"

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "model/accounting.h"
+#include "config/accounting.h"
 #include "model/language_model.h"
 #include "train/trainer.h"
 

@@ -10,7 +10,7 @@
 #include <string_view>
 
 #include "common/strings.h"
-#include "model/config.h"
+#include "config/config.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);

@@ -13,9 +13,9 @@
 
 #include "common/process.h"
 #include "common/strings.h"
+#include "config/config.h"
 #include "data/synth.h"
 #include "gtest/gtest.h"
-#include "model/config.h"
 #include "train/trainer.h"
 
 namespace cart::testing {

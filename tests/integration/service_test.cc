@@ -8,9 +8,9 @@
 #include <thread>
 
 #include "common/strings.h"
+#include "config/config.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "model/config.h"
 #include "model/safetensors.h"
 #include "tests/integration/cluster.h"
 #include "train/trainer.h"

@@ -5,8 +5,8 @@
 #include <cmath>
 
 #include "common/strings.h"
+#include "config/accounting.h"
 #include "gtest/gtest.h"
-#include "model/accounting.h"
 #include "model/cart.h"
 #include "model/dense.h"
 #include "model/language_model.h"

@@ -8,8 +8,8 @@
 
 #include "common/clock.h"
 #include "common/strings.h"
-#include "model/accounting.h"
-#include "model/config.h"
+#include "config/accounting.h"
+#include "config/config.h"
 #include "store/run_store.h"
 #include "tests/support/test_support.h"
 

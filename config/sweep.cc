@@ -1,4 +1,4 @@
-#include "model/sweep.h"
+#include "config/sweep.h"
 
 #include <yaml-cpp/yaml.h>
 
@@ -8,7 +8,7 @@
 #include "common/status.h"
 #include "common/strings.h"
 #include "common/yaml.h"
-#include "model/accounting.h"
+#include "config/accounting.h"
 
 namespace cart::model {
 namespace {

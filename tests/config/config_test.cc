@@ -1,8 +1,8 @@
-#include "model/config.h"
+#include "config/config.h"
 
+#include "config/accounting.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "model/accounting.h"
 #include "tests/support/test_support.h"
 
 namespace cart::model {

@@ -1,4 +1,4 @@
-#include "model/config.h"
+#include "config/config.h"
 
 #include <yaml-cpp/yaml.h>
 

@@ -33,7 +33,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/job_kind.h"
-#include "model/config.h"
+#include "config/config.h"
 
 namespace cart::model {
 

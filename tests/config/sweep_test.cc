@@ -1,12 +1,12 @@
-#include "model/sweep.h"
+#include "config/sweep.h"
 
 #include <fstream>
 #include <sstream>
 
 #include "common/strings.h"
+#include "config/accounting.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "model/accounting.h"
 #include "tests/support/test_support.h"
 
 namespace cart::model {

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "model/config.h"
+#include "config/config.h"
 
 namespace cart::model {
 

@@ -1,4 +1,4 @@
-#include "model/accounting.h"
+#include "config/accounting.h"
 
 #include <cmath>
 
