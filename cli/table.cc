@@ -4,17 +4,19 @@
 
 #include <algorithm>
 
+#include "common/strings.h"
+
 namespace cart::cli {
 namespace {
 
 size_t VisibleWidth(const std::string& s) {
-  size_t n = 0;
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '\033') {
-      while (i < s.size() && s[i] != 'm') ++i;
-      continue;
-    }
-    if ((static_cast<unsigned char>(s[i]) & 0xC0) != 0x80) ++n;  // count UTF-8 code points
+  size_t n = 0, start = 0;
+  while (start < s.size()) {
+    const size_t escape = s.find('\033', start);  // colour codes take no width
+    n += Utf8Length(std::string_view(s).substr(start, escape - start));
+    if (escape == std::string::npos) break;
+    const size_t m = s.find('m', escape);
+    start = m == std::string::npos ? s.size() : m + 1;
   }
   return n;
 }

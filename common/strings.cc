@@ -114,6 +114,24 @@ std::string ValidUtf8(std::string_view text) {
   return out;
 }
 
+size_t Utf8Length(std::string_view text) {
+  size_t n = 0;
+  for (unsigned char c : text) n += (c & 0xC0) != 0x80 ? 1 : 0;
+  return n;
+}
+
+size_t Utf8Boundary(std::string_view text, size_t max_bytes) {
+  if (text.size() <= max_bytes) return text.size();
+  size_t end = max_bytes;
+  while (end > 0 && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80) --end;
+  return end;
+}
+
+std::string Utf8Cut(std::string_view text, size_t max_bytes) {
+  if (text.size() <= max_bytes) return std::string(text);
+  return StrCat(text.substr(0, Utf8Boundary(text, max_bytes - 3)), "…");  // "…" is 3 bytes
+}
+
 std::optional<size_t> FirstInvalidUtf8(std::string_view text) {
   for (size_t i = 0; i < text.size();) {
     const size_t len = Utf8SequenceLength(text, i);

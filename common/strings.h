@@ -44,6 +44,14 @@ std::string ValidUtf8(std::string_view text);
 // The offset of the first byte that is not part of a well-formed UTF-8 sequence; nullopt when the
 // whole text is UTF-8.
 std::optional<size_t> FirstInvalidUtf8(std::string_view text);
+// Unicode code points in UTF-8 `text` (what Python's len() counts; continuation bytes skipped).
+size_t Utf8Length(std::string_view text);
+// The largest `end` <= max(`max_bytes`, 0) that does not split a UTF-8 sequence of `text` (the
+// whole size when it fits): text.substr(0, end) is a prefix that ends on a character boundary.
+size_t Utf8Boundary(std::string_view text, size_t max_bytes);
+// `text` cut to at most `max_bytes` on a character boundary, ending with "…" when cut
+// (`max_bytes` >= 3).
+std::string Utf8Cut(std::string_view text, size_t max_bytes);
 // Whole-string finite double parse (accepts 3e-4, 0.1, -2); nullopt otherwise.
 std::optional<double> ParseDouble(std::string_view text);
 

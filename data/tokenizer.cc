@@ -198,8 +198,7 @@ absl::Status TrainSentencePiece(const std::vector<CorpusInput>& inputs,
     }
     size_t cut = line.rfind(' ', kMaxTrainSentenceBytes);
     if (cut == std::string::npos || cut == 0) {
-      cut = kMaxTrainSentenceBytes;
-      while (cut > 0 && (static_cast<unsigned char>(line[cut]) & 0xC0) == 0x80) --cut;
+      cut = Utf8Boundary(line, kMaxTrainSentenceBytes);
     }
     *out = line.substr(0, cut);
     line.erase(0, cut);

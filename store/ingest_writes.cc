@@ -114,14 +114,6 @@ absl::StatusOr<int64_t> WriteMetrics(WriteContext& ctx, int64_t run_id, int64_t 
   return max_step;
 }
 
-// `text` cut to at most `max_bytes` on a UTF-8 character boundary, with "…" when cut.
-std::string CutLine(const std::string& text, size_t max_bytes) {
-  if (text.size() <= max_bytes) return text;
-  size_t end = max_bytes - 3;  // room for "…" (3 bytes)
-  while (end > 0 && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80) --end;
-  return text.substr(0, end) + "…";
-}
-
 }  // namespace
 
 absl::StatusOr<int64_t> RunStore::AppendMetrics(int64_t run_id, int64_t attempt,
@@ -165,10 +157,10 @@ absl::StatusOr<int64_t> RunStore::AppendLog(int64_t run_id, int64_t attempt,
                                " lines; later lines are not stored (max_log_lines_per_attempt)"));
       } else if (line.seq > 0) {
         insert->BindAll(run_id, attempt, line.seq, line.wall_time_us,
-                        CutLine(line.text, kMaxLogLineBytes));
+                        Utf8Cut(line.text, kMaxLogLineBytes));
       } else {
         insert->BindAll(run_id, attempt, std::nullopt, line.wall_time_us,
-                        CutLine(line.text, kMaxLogLineBytes));
+                        Utf8Cut(line.text, kMaxLogLineBytes));
       }
       CART_RETURN_IF_ERROR(insert->Run());
       added += db.Changes();

@@ -12,11 +12,7 @@ namespace cart::train {
 namespace {
 
 // Characters (Unicode code points) of UTF-8 text, as Python's len() counts them for acc_norm.
-double CharLength(const std::string& text) {
-  int64_t n = 0;
-  for (unsigned char c : text) n += (c & 0xC0) != 0x80 ? 1 : 0;
-  return static_cast<double>(n);
-}
+double CharLength(const std::string& text) { return static_cast<double>(Utf8Length(text)); }
 
 // Mean and its standard error (sample standard deviation / √n), lm-eval's mean_stderr.
 std::pair<double, double> MeanAndStderr(const std::vector<double>& xs) {

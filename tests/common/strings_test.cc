@@ -27,3 +27,27 @@ TEST(ValidUtf8Test, KeepsWellFormedTextAndReplacesEveryBadByte) {
 
 }  // namespace
 }  // namespace cart
+
+namespace cart {
+namespace {
+
+TEST(Utf8LengthTest, CountsCodePointsNotBytes) {
+  EXPECT_EQ(Utf8Length(""), 0u);
+  EXPECT_EQ(Utf8Length("abc"), 3u);
+  EXPECT_EQ(Utf8Length("ρ ≈ 0.9"), 7u);  // ρ is 2 bytes, ≈ 3
+  EXPECT_EQ(Utf8Length("😀"), 1u);        // 4 bytes
+}
+
+TEST(Utf8CutTest, CutsOnACharacterBoundaryAndMarksTheCut) {
+  const std::string text = "aρρρ";  // 1 + 3 × 2 bytes
+  EXPECT_EQ(Utf8Boundary(text, 100), text.size());
+  EXPECT_EQ(Utf8Boundary(text, 4), 3u);  // byte 4 is inside the second ρ
+  EXPECT_EQ(Utf8Boundary(text, 5), 5u);
+  EXPECT_EQ(Utf8Cut(text, 7), text);
+  EXPECT_EQ(Utf8Cut(text, 6), "aρ…");  // 6 - 3 bytes for "…" leaves 3, one whole ρ after a
+  EXPECT_EQ(Utf8Cut("ρρρρ", 6), "ρ…");
+  EXPECT_EQ(Utf8Cut("ρρρρ", 4), "…");  // 1 byte left would split a ρ
+}
+
+}  // namespace
+}  // namespace cart
