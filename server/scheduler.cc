@@ -458,11 +458,18 @@ absl::StatusOr<std::optional<Job>> Scheduler::Acquire(const std::string& worker_
       return std::optional<Job>(std::move(job));
     }
     absl::MutexLock lock(&mu_);
+    ++waiting_acquires_;
     while (!shutdown_ && generation_ == generation) {
       if (pollers_cv_.WaitWithDeadline(&mu_, deadline)) break;
     }
+    --waiting_acquires_;
     if (shutdown_ || absl::Now() >= deadline) return std::optional<Job>();
   }
+}
+
+int Scheduler::waiting_acquires() {
+  absl::MutexLock lock(&mu_);
+  return waiting_acquires_;
 }
 
 absl::Status Scheduler::DrainWorker(const std::string& worker_id, const std::string& who) {

@@ -303,6 +303,9 @@ class Scheduler {
   // Whether Shutdown() was called: long-running calls (metric followers) end.
   bool shutting_down();
 
+  // Acquire long polls waiting for a run right now (tests wait on it instead of sleeping).
+  int waiting_acquires();
+
   // The worker an attempt was leased to. NotFound for an unknown run; FailedPrecondition for an
   // attempt the run never had.
   absl::StatusOr<std::string> WorkerOfAttempt(int64_t run_id, int64_t attempt);
@@ -361,6 +364,7 @@ class Scheduler {
   SchedulerStats stats_;
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
   int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
+  int waiting_acquires_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<std::string, Worker> workers_ ABSL_GUARDED_BY(mu_);
   std::vector<OpenStream> streams_ ABSL_GUARDED_BY(mu_);
   // Per run: a counter bumped on every change, and the followers waiting for it. A change wakes

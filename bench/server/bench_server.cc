@@ -30,6 +30,7 @@
 
 #include "cart/v1/scheduler.grpc.pb.h"
 #include "cart/v1/worker.grpc.pb.h"
+#include "common/process.h"
 #include "common/strings.h"
 #include "server/server.h"
 #include "store/run_store.h"
@@ -315,13 +316,15 @@ void BenchRss(const std::string& dir, int runs) {
   const std::string cartd =
       (std::filesystem::read_symlink("/proc/self/exe").parent_path() / "cartd").string();
   const std::string address = StrCat("127.0.0.1:", FreePort());
-  pid_t pid = fork();
-  if (pid == 0) {
-    freopen("/dev/null", "w", stderr);
-    execl(cartd.c_str(), cartd.c_str(), "--listen", address.c_str(), "--data-dir", dir.c_str(),
-          static_cast<char*>(nullptr));
-    _exit(127);
+  cart::SpawnOptions quiet;
+  quiet.output_path = "/dev/null";
+  quiet.die_with_parent = true;
+  absl::StatusOr<pid_t> started = Spawn(cartd, {"--listen", address, "--data-dir", dir}, quiet);
+  if (!started.ok()) {
+    std::fprintf(stderr, "bench-server: %s\n", std::string(started.status().message()).c_str());
+    return;
   }
+  const pid_t pid = *started;
   // 10,000 RunViews (every config key of every run) are about 6 MB: above gRPC's default 4 MiB.
   grpc::ChannelArguments arguments;
   arguments.SetMaxReceiveMessageSize(64 << 20);

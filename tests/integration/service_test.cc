@@ -212,7 +212,12 @@ TEST(ServiceTest, RunTooBigForEveryWorkerStaysQueuedAndSaysWhy) {
   c.Cart({"sweep", "submit", file});
   const int64_t run = RunId(c, "big", 0);
   c.StartWorker("small", /*memory_mib=*/512);
-  std::this_thread::sleep_for(std::chrono::seconds(3));
+  // The claim is about a registered worker that is too small, so wait for it to register.
+  ASSERT_TRUE(c.WaitFor(
+      [&] {
+        return c.Cart({"workers", "ls"}).find("small") != std::string::npos;
+      },
+      std::chrono::seconds(30)));
   cart::v1::GetRunResponse r = c.GetRun(run);
   EXPECT_EQ(StateOf(c, run), "QUEUED");
   EXPECT_THAT(r.run().waiting_reason(), HasSubstr("memory"));

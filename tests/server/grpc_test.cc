@@ -359,7 +359,8 @@ TEST_F(GrpcTest, LongPollsDoNotStarveOtherCalls) {
       ++finished;
     });
   }
-  absl::SleepFor(absl::Milliseconds(300));
+  ASSERT_TRUE(::cart::testing::WaitUntil(
+      [&] { return server_->scheduler().waiting_acquires() == kPollers; }));
   const absl::Time start = absl::Now();
   grpc::ClientContext context;
   Prepare(context, user_token_, 5);
@@ -381,6 +382,7 @@ TEST_F(GrpcTest, StreamMetricsFollowSeesNewPointsUntilTheRunEnds) {
   ASSERT_EQ(ReadAck(*stream), 0);
 
   std::vector<int64_t> steps;
+  std::atomic<int> seen{0};
   v1::RunState last_state = v1::RUN_STATE_UNSPECIFIED;
   std::thread follower([&] {
     grpc::ClientContext context;
@@ -392,11 +394,13 @@ TEST_F(GrpcTest, StreamMetricsFollowSeesNewPointsUntilTheRunEnds) {
     v1::MetricBatchView view;
     while (reader->Read(&view)) {
       for (const auto& p : view.points()) steps.push_back(p.step());
+      seen = static_cast<int>(steps.size());
       last_state = view.state();
     }
     EXPECT_TRUE(reader->Finish().ok());
   });
-  absl::SleepFor(absl::Milliseconds(200));
+  // The new points go once the follower has read the old one: it must see them by following.
+  ASSERT_TRUE(::cart::testing::WaitUntil([&] { return seen.load() >= 1; }));
   ASSERT_TRUE(stream->Metrics({{1, 4.0}, {2, 3.0}}));
   ASSERT_EQ(ReadAck(*stream), 2);
   ASSERT_TRUE(stream->Finish(v1::JobResult::OUTCOME_SUCCEEDED).ok());
@@ -594,7 +598,8 @@ TEST_F(GrpcTest, ShutdownEndsLongPollsAndStreamsPromptlyAndKeepsTheLease) {
     idle->Acquire(8000, &none);
     EXPECT_FALSE(none.has_value());
   });
-  absl::SleepFor(absl::Milliseconds(200));
+  ASSERT_TRUE(
+      ::cart::testing::WaitUntil([&] { return server_->scheduler().waiting_acquires() == 1; }));
   const absl::Time start = absl::Now();
   server_->Shutdown();
   EXPECT_LT(absl::Now() - start, absl::Seconds(3));

@@ -665,7 +665,8 @@ TEST_F(SchedulerTest, LongPollWakesWhenARunIsSubmitted) {
     auto job = scheduler_->Acquire("w", absl::Seconds(20));
     got = job.ok() && job->has_value() ? (*job)->run.id : 0;
   });
-  absl::SleepFor(absl::Milliseconds(100));
+  // Submitted while the poll waits, not before it starts: then only a wake-up can deliver it.
+  ASSERT_TRUE(::cart::testing::WaitUntil([&] { return scheduler_->waiting_acquires() == 1; }));
   SubmitResult sweep = Submit(OneRunSweep("s"));
   poller.join();
   EXPECT_EQ(got.load(), sweep.runs[0].id);
@@ -689,7 +690,7 @@ TEST_F(SchedulerTest, ShutdownEndsLongPollsAndClosesStreams) {
     auto job = scheduler_->Acquire("w", absl::Seconds(20));
     EXPECT_TRUE(!job.ok() || !job->has_value());
   });
-  absl::SleepFor(absl::Milliseconds(100));
+  ASSERT_TRUE(::cart::testing::WaitUntil([&] { return scheduler_->waiting_acquires() == 1; }));
   const absl::Time start = absl::Now();
   scheduler_->Shutdown();
   poller.join();

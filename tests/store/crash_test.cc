@@ -31,6 +31,7 @@ using ::cart::store::testing::MakeSweep;
 using ::cart::store::testing::OpenStore;
 using ::cart::testing::StatusIs;
 using ::cart::testing::TempDir;
+using ::cart::testing::WaitUntil;
 using ::testing::HasSubstr;
 
 const std::vector<std::string> kNames = {"grad_norm", "lr", "tokens_per_s", "train/loss"};
@@ -221,12 +222,15 @@ TEST(StoreAdminTest, OnlineBackupIsAConsistentCopyTakenWhileWriting) {
   ASSERT_NE(store, nullptr);
   auto [run_id, attempt] = StartOneRun(*store);
   std::atomic<bool> stop{false};
+  std::atomic<int64_t> written{0};
   std::thread writer([&, run_id = run_id, attempt = attempt] {
     for (int64_t b = 0; !stop && b < 2000; ++b) {
       if (!store->AppendMetrics(run_id, attempt, Batch(b)).ok()) break;
+      written = b + 1;
     }
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  // The backup starts while batches are being written, not before the first one.
+  ASSERT_TRUE(WaitUntil([&] { return written.load() >= 10; }));
   const std::string copy = dir.File("backup.db");
   CART_ASSERT_OK(store->Backup(copy));
   stop = true;

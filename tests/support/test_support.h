@@ -3,10 +3,13 @@
 // Shared helpers for CART Lab tests: Status matchers, temporary directories, free ports.
 
 #include <filesystem>
+#include <functional>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -60,6 +63,11 @@ class TempDir {
  private:
   std::filesystem::path path_;
 };
+
+// A latch on a condition another thread makes true: polls `done` every millisecond until it holds
+// (true) or `timeout` passes (false). Tests wait on the state they need instead of sleeping for a
+// guess, so a test cannot pass before the state it claims to test has come about.
+bool WaitUntil(const std::function<bool()>& done, absl::Duration timeout = absl::Seconds(20));
 
 // A TCP port on 127.0.0.1 that was free when asked (bound to port 0, then released).
 int FreePort();
