@@ -4,9 +4,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -18,7 +16,6 @@
 #include "cli/format.h"
 #include "cli/table.h"
 #include "common/file.h"
-#include "common/sha256.h"
 #include "common/status.h"
 #include "common/strings.h"
 #include "rpc/artifacts.h"

@@ -105,6 +105,9 @@ class Trainer {
   void Log(const std::string& msg) {
     if (options_.on_log) options_.on_log(msg);
   }
+  int64_t TokensPerStep() const {
+    return config_.train.batch * config_.train.accum * config_.train.seq_len;
+  }
   // Reads (on resume) and validates the config, sets threads and device, opens the data.
   absl::Status Prepare();
   void BuildOptimizer();
@@ -315,14 +318,13 @@ absl::StatusOr<Trainer::StepResult> Trainer::Step(double lr, bool log_step) {
 
 MetricRecord Trainer::StepMetrics(int64_t step, double lr, const StepResult& s,
                                   double tokens_per_s) {
-  const int64_t tokens_per_step = config_.train.batch * config_.train.accum * config_.train.seq_len;
   MetricRecord r;
   r.step = step;
   r.values = {{"loss", s.loss},
               {"lr", lr},
               {"grad_norm", s.grad_norm},
               {"tokens_per_s", tokens_per_s},
-              {"tokens", static_cast<double>(step * tokens_per_step)},
+              {"tokens", static_cast<double>(step * TokensPerStep())},
               {"epoch", static_cast<double>(reader_->epoch())},
               {"rss_mib", ResidentMiB()}};
   if (config_.model.model == model::ModelKind::kCart) {
@@ -350,7 +352,6 @@ absl::StatusOr<TrainResult> Trainer::Run() {
   metrics_.open(metrics_path_, std::ios::app);
 
   const int64_t total = config_.train.steps;
-  const int64_t tokens_per_step = config_.train.batch * config_.train.accum * config_.train.seq_len;
   const int64_t start_step = step;
   auto since = std::chrono::steady_clock::now();
   int64_t steps_since = 0;
@@ -378,7 +379,7 @@ absl::StatusOr<TrainResult> Trainer::Run() {
       const double seconds =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
       CART_RETURN_IF_ERROR(
-          Emit(StepMetrics(step, lr, s, steps_since * tokens_per_step / std::max(seconds, 1e-9))));
+          Emit(StepMetrics(step, lr, s, steps_since * TokensPerStep() / std::max(seconds, 1e-9))));
       since = std::chrono::steady_clock::now();
       steps_since = 0;
     }

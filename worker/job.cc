@@ -4,7 +4,6 @@
 #include <chrono>
 #include <deque>
 #include <filesystem>
-#include <fstream>
 #include <optional>
 #include <thread>
 
