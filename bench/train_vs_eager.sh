@@ -5,6 +5,9 @@
 # at 1 and 2 threads, in one sitting. Also measures the fp32 matrix-multiply peak of this machine
 # (OpenBLAS sgemm, 2048^3, through torch.mm) and prints each trainer's MFU against it: the model's
 # training FLOPs per token (`cart model params`, attention counted in full) x tokens/s / peak.
+# On x86-64 it also measures the core clock under load (bench/reference/clock.c) and prints the
+# fp32 peak it implies, clock x FMA_FLOPS_PER_CYCLE (default 32: two 256-bit FMA pipes, as on the
+# AVX2 cores of AMD Zen 2/3 and Intel Skylake; set it for other CPUs), as a second bound.
 # tests/cli/eager_reference_test checks that the two trainers' losses agree step by step.
 #
 # Eager runs in three settings: OpenBLAS at N threads with torch's intra-op pool at 1 (the pools
@@ -36,6 +39,12 @@ bench_run_yaml "$steps" 1 "$dir/synth.bin" >"$dir/run.yaml"
 "$build/bin/cart" model init "$dir/run.yaml" --seed 42 --out "$dir/init.safetensors" >/dev/null
 flops_per_token=$("$build/bin/cart" model params "$dir/run.yaml" --json |
   "$python" -c 'import json,sys; print(json.load(sys.stdin)["train_flops_per_token"])')
+
+clock_ghz=""
+if [ "$(uname -m)" = x86_64 ] && cc -O2 -o "$dir/clock" "$here/reference/clock.c" 2>/dev/null; then
+  clock_ghz=$("$dir/clock")
+fi
+fma_flops=${FMA_FLOPS_PER_CYCLE:-32}
 
 median() { sort -n | awk '{t[NR]=$1} END {printf "%.0f", t[int((NR+1)/2)]}'; }
 # Per-step tokens/s after the warm-up, appended to FILE.
@@ -99,4 +108,11 @@ for threads in 1 2; do
   awk -v e="$e" -v f="$flops_per_token" -v p="$p" 'BEGIN {
     printf "          1.5x eager = %.0f tokens/s = %.1f%% of the sgemm peak\n", 1.5 * e,
       150 * e * f / (p * 1e9) }'
+  if [ -n "$clock_ghz" ]; then
+    awk -v e="$e" -v f="$flops_per_token" -v g="$clock_ghz" -v c="$fma_flops" -v n="$threads" '
+      BEGIN { peak = g * c * n
+        printf "          clock %.2f GHz x %d FLOP/cycle x %d cores = %.1f GFLOP/s fp32 peak;", g, c,
+          n, peak
+        printf " 1.5x eager = %.1f%% of it\n", 150 * e * f / (peak * 1e9) }'
+  fi
 done

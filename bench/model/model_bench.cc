@@ -6,12 +6,10 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
-#include <algorithm>
-#include <chrono>
-#include <cstring>
 #include <string>
 #include <vector>
 
+#include "bench/model/issue_run.h"
 #include "config/accounting.h"
 #include "model/language_model.h"
 #include "train/trainer.h"
@@ -21,39 +19,23 @@ namespace {
 using cart::model::ModelConfig;
 
 double MedianSecondsPerStep(cart::model::LanguageModel& model, const torch::Tensor& ids, int reps) {
-  auto step = [&] {
-    model.zero_grad();
-    torch::Tensor logits = model.Forward(ids);
-    torch::nn::functional::cross_entropy(logits.view({-1, logits.size(-1)}), ids.view({-1}))
-        .backward();
-  };
-  step();  // warm-up
-  std::vector<double> times;
-  for (int i = 0; i < reps; ++i) {
-    auto t0 = std::chrono::steady_clock::now();
-    step();
-    times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  }
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
+  return cart::bench::MedianSeconds(
+      [&] {
+        model.zero_grad();
+        torch::Tensor logits = model.Forward(ids);
+        torch::nn::functional::cross_entropy(logits.view({-1, logits.size(-1)}), ids.view({-1}))
+            .backward();
+      },
+      reps);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  int threads = 2, reps = 7;
-  for (int i = 1; i + 1 < argc; ++i) {
-    if (!std::strcmp(argv[i], "--threads")) threads = std::atoi(argv[i + 1]);
-    if (!std::strcmp(argv[i], "--reps")) reps = std::atoi(argv[i + 1]);
-  }
-  cart::train::UseThreads(threads);  // as training sets the pools (OpenBLAS and LibTorch)
-  cart::train::RetainFreedMemory();  // and the allocator
-  const int64_t B = 8, T = 256;
-  ModelConfig base;
-  base.vocab = 4096;
-  base.d = 256;
-  base.P = 2;
-  base.R = 4;
+  const cart::bench::BenchFlags flags = cart::bench::ParseFlagsAndSetUp(argc, argv, {2, 7});
+  const int threads = flags.threads, reps = flags.reps;
+  const int64_t B = cart::bench::kBatch, T = cart::bench::kSeqLen;
+  const ModelConfig base = cart::bench::IssueRunModel();
   struct Variant {
     const char* name;
     ModelConfig config;
