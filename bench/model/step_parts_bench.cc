@@ -10,7 +10,7 @@
 //    softmax - one-hot), which is not bit-identical to LibTorch's;
 //  - AdamW: torch::optim::AdamW, which steps parameter by parameter, against the same update run
 //    over one flat buffer (multi-tensor, gradients gathered with one cat; and the update alone,
-//    its floor), and whether the two agree bit for bit after three steps.
+//    whole and a slice at a time), and whether the two agree bit for bit after three steps.
 //
 // Prints medians of timed repetitions and each part as a share of the full step; asserts nothing.
 //

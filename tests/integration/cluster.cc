@@ -233,12 +233,7 @@ std::vector<cart::v1::RunView> Cluster::Runs(const std::string& sweep) {
 }
 
 bool Cluster::WaitFor(const std::function<bool()>& done, std::chrono::seconds timeout) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (done()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  return done();
+  return testing::WaitUntil(done, absl::FromChrono(timeout), absl::Milliseconds(100));
 }
 
 std::map<int64_t, double> Cluster::Series(int64_t run_id, const std::string& name) {

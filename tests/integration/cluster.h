@@ -55,7 +55,7 @@ class Cluster {
   cart::v1::SchedulerService::Stub& stub() { return *stub_; }
   cart::v1::GetRunResponse GetRun(int64_t run_id);
   std::vector<cart::v1::RunView> Runs(const std::string& sweep);
-  // Polls every 100 ms until `done` holds or `timeout` passes; false on timeout.
+  // testing::WaitUntil polling every 100 ms (each poll is a gRPC call); false on timeout.
   bool WaitFor(const std::function<bool()>& done, std::chrono::seconds timeout);
   // All points of `name` for a run, by step.
   std::map<int64_t, double> Series(int64_t run_id, const std::string& name);

@@ -27,11 +27,11 @@ TempDir::~TempDir() {
   std::filesystem::remove_all(path_, ec);
 }
 
-bool WaitUntil(const std::function<bool()>& done, absl::Duration timeout) {
+bool WaitUntil(const std::function<bool()>& done, absl::Duration timeout, absl::Duration poll) {
   const absl::Time deadline = absl::Now() + timeout;
   while (!done()) {
-    if (absl::Now() >= deadline) return false;
-    absl::SleepFor(absl::Milliseconds(1));
+    if (absl::Now() >= deadline) return done();
+    absl::SleepFor(poll);
   }
   return true;
 }

@@ -64,10 +64,12 @@ class TempDir {
   std::filesystem::path path_;
 };
 
-// A latch on a condition another thread makes true: polls `done` every millisecond until it holds
-// (true) or `timeout` passes (false). Tests wait on the state they need instead of sleeping for a
-// guess, so a test cannot pass before the state it claims to test has come about.
-bool WaitUntil(const std::function<bool()>& done, absl::Duration timeout = absl::Seconds(20));
+// A latch on a condition another thread or process makes true: polls `done` every `poll` until it
+// holds (true) or `timeout` passes (false; `done` is asked once more at the deadline). Tests wait
+// on the state they need instead of sleeping for a guess, so a test cannot pass before the state
+// it claims to test has come about. Conditions that cost a gRPC call poll less often.
+bool WaitUntil(const std::function<bool()>& done, absl::Duration timeout = absl::Seconds(20),
+               absl::Duration poll = absl::Milliseconds(1));
 
 // A TCP port on 127.0.0.1 that was free when asked (bound to port 0, then released).
 int FreePort();
