@@ -38,18 +38,15 @@ constexpr char kRowsWhereLatest[] = " WHERE 1 = 1";
 constexpr char kRowsOrder[] = " ORDER BY r.id";
 constexpr char kSelectKeyExists[] =
     "SELECT 1 FROM runs WHERE json_type(params_json, ?) IS NOT NULL LIMIT 1";
-constexpr char kSelectSeriesRange[] =
-    "SELECT count(*), min(step), max(step) FROM metrics "
-    "WHERE run_id = ? AND name_id = ? AND step BETWEEN ? AND ?";
+// One aggregate each, so that SQLite answers both from the primary key with one seek instead of
+// reading every point of the range (as `count(*), min(step), max(step)` together would).
+constexpr char kSelectSeriesFirst[] =
+    "SELECT min(step) FROM metrics WHERE run_id = ? AND name_id = ? AND step BETWEEN ? AND ?";
+constexpr char kSelectSeriesLast[] =
+    "SELECT max(step) FROM metrics WHERE run_id = ? AND name_id = ? AND step BETWEEN ? AND ?";
 constexpr char kSelectSeriesAll[] =
     "SELECT step, value, wall_time_us FROM metrics "
     "WHERE run_id = ? AND name_id = ? AND step BETWEEN ? AND ? ORDER BY step";
-// Buckets of equal step width: bucket = (step - first) * max_points / span.
-constexpr char kSelectSeriesBuckets[] =
-    "SELECT (step - ?1) * ?2 / ?3 AS bucket, max(step), avg(value), min(value), max(value), "
-    "count(*), max(wall_time_us) FROM metrics "
-    "WHERE run_id = ?4 AND name_id = ?5 AND step BETWEEN ?6 AND ?7 "
-    "GROUP BY bucket ORDER BY bucket";
 
 struct MetricRow {
   int64_t run_id;
@@ -315,35 +312,72 @@ absl::StatusOr<Series> RunStore::MetricSeries(const SeriesRequest& request) {
     series.metric = request.metric;
     CART_ASSIGN_OR_RETURN(series.summary,
                           internal::LoadSummary(db, request.run_id, name_id, request.metric));
-    int64_t first = 0, last = 0;
-    {
-      CART_ASSIGN_OR_RETURN(auto range, db.Cached(kSelectSeriesRange));
-      range->BindAll(request.run_id, name_id, from, to);
-      CART_ASSIGN_OR_RETURN(bool row, range->Step());
-      if (!row) return absl::InternalError("count(*) returned no row");
-      series.total_points = range->ColumnInt64(0);
-      first = range->ColumnInt64(1);
-      last = range->ColumnInt64(2);
-    }
-    if (series.total_points == 0) return series;
-    if (request.max_points == 0 || series.total_points <= request.max_points) {
-      CART_ASSIGN_OR_RETURN(auto select, db.Cached(kSelectSeriesAll));
-      select->BindAll(request.run_id, name_id, from, to);
-      CART_RETURN_IF_ERROR(select->ForEachRow([&](const auto& cur) -> absl::Status {
-        const double v = cur.ColumnDouble(1);
-        series.points.push_back(SeriesPoint{cur.ColumnInt64(0), v, v, v, 1, cur.ColumnInt64(2)});
-        return absl::OkStatus();
-      }));
-      return series;
-    }
-    CART_ASSIGN_OR_RETURN(auto select, db.Cached(kSelectSeriesBuckets));
-    select->BindAll(first, request.max_points, last - first + 1, request.run_id, name_id, from, to);
+    // The range's ends by two index seeks; its points are then read once, in step order, and
+    // averaged into buckets here: SQLite would sort them to group by a computed bucket (a
+    // GROUP BY over an expression), which costs several times the read itself.
+    auto end_step = [&](const char* sql) -> absl::StatusOr<std::optional<int64_t>> {
+      CART_ASSIGN_OR_RETURN(auto query, db.Cached(sql));
+      query->BindAll(request.run_id, name_id, from, to);
+      CART_ASSIGN_OR_RETURN(bool row, query->Step());
+      if (!row) return absl::InternalError("min/max returned no row");
+      if (query->ColumnIsNull(0)) return std::optional<int64_t>();
+      return std::optional<int64_t>(query->ColumnInt64(0));
+    };
+    CART_ASSIGN_OR_RETURN(std::optional<int64_t> first, end_step(kSelectSeriesFirst));
+    if (!first) return series;  // no point in the range
+    CART_ASSIGN_OR_RETURN(std::optional<int64_t> last, end_step(kSelectSeriesLast));
+    const int64_t span = *last - *first + 1;
+    const int64_t buckets = request.max_points;
+    // Every point, as long as there are no more than max_points of them (0: no limit). A sparse
+    // series (evaluations every 500 steps and one at step 1) can span more steps than max_points
+    // and still have fewer points: those come back one by one, even where two share a bucket.
+    std::vector<SeriesPoint> points;
+    // Buckets of equal step width: bucket = (step - first) * max_points / span. `sums` adds the
+    // values that are not NULL (as SQL's avg does), `present` counts them.
+    std::vector<SeriesPoint> bucketed;  // a bucket with no value that is not NULL stays NaN
+    std::vector<double> sums;
+    std::vector<int64_t> present;
+    int64_t bucket = -1;
+    CART_ASSIGN_OR_RETURN(auto select, db.Cached(kSelectSeriesAll));
+    select->BindAll(request.run_id, name_id, from, to);
     CART_RETURN_IF_ERROR(select->ForEachRow([&](const auto& cur) -> absl::Status {
-      series.points.push_back(SeriesPoint{cur.ColumnInt64(1), cur.ColumnDouble(2),
-                                          cur.ColumnDouble(3), cur.ColumnDouble(4),
-                                          cur.ColumnInt64(5), cur.ColumnInt64(6)});
+      const int64_t step = cur.ColumnInt64(0);
+      // SQLite stores a NaN (a diverged loss) as NULL: it comes back as NaN, a gap in a chart.
+      const bool null = cur.ColumnIsNull(1);
+      const double v = null ? kNaN : cur.ColumnDouble(1);
+      const int64_t wall = cur.ColumnInt64(2);
+      ++series.total_points;
+      if (buckets == 0 || series.total_points <= buckets) {
+        points.push_back(SeriesPoint{step, v, v, v, 1, wall});
+      }
+      if (buckets == 0 || span <= buckets) return absl::OkStatus();
+      const int64_t b = (step - *first) * buckets / span;
+      if (b != bucket) {
+        bucket = b;
+        bucketed.push_back(SeriesPoint{step, kNaN, kNaN, kNaN, 0, wall});
+        sums.push_back(0);
+        present.push_back(0);
+      }
+      SeriesPoint& p = bucketed.back();
+      p.step = step;
+      p.wall_time_us = std::max(p.wall_time_us, wall);
+      ++p.count;
+      if (!null) {
+        p.min = present.back() == 0 ? v : std::min(p.min, v);
+        p.max = present.back() == 0 ? v : std::max(p.max, v);
+        sums.back() += v;
+        ++present.back();
+      }
       return absl::OkStatus();
     }));
+    if (buckets == 0 || series.total_points <= buckets) {
+      series.points = std::move(points);
+      return series;
+    }
+    for (size_t i = 0; i < bucketed.size(); ++i) {
+      if (present[i] > 0) bucketed[i].value = sums[i] / static_cast<double>(present[i]);
+    }
+    series.points = std::move(bucketed);
     return series;
   });
 }

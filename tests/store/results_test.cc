@@ -116,6 +116,12 @@ class ResultsTest : public ::testing::Test {
             std::vector<MetricPoint> points;
             for (int64_t step = 0; step < 1000; ++step) {
               points.push_back({step, "train/loss", static_cast<double>(step), kT0 + step});
+              // A loss that diverges at step 500 (NaN is stored as NULL).
+              points.push_back({step, "diverged/loss", step < 500 ? 1.0 : std::nan(""), kT0});
+              // A sparse series: an evaluation every 100 steps, and one at step 1.
+              if (step % 100 == 0 || step == 1) {
+                points.push_back({step, "val/loss", static_cast<double>(step), kT0 + step});
+              }
             }
             return points;
           }
@@ -331,6 +337,50 @@ TEST_F(ResultsTest, SeriesIsDownsampledIntoEqualStepBuckets) {
   for (const SeriesPoint& p : uneven.points) total += p.count;
   EXPECT_EQ(total, 1000);
   EXPECT_EQ(uneven.points.back().step, 999);
+
+  CART_ASSERT_OK_AND_ASSIGN(Series empty, store_->MetricSeries({id, "train/loss", 10, 2000, {}}));
+  EXPECT_EQ(empty.total_points, 0);
+  EXPECT_TRUE(empty.points.empty());
+
+  // 11 points over 901 steps (0, 1, 100, ..., 900): fewer points than asked for come back one by
+  // one, however wide their span and although steps 0 and 1 share a bucket of 45 steps; more are
+  // averaged into buckets.
+  const std::vector<int64_t> val_steps = {0, 1, 100, 200, 300, 400, 500, 600, 700, 800, 900};
+  CART_ASSERT_OK_AND_ASSIGN(Series sparse, store_->MetricSeries({id, "val/loss", 20, {}, {}}));
+  EXPECT_EQ(sparse.total_points, 11);
+  ASSERT_EQ(sparse.points.size(), val_steps.size());
+  for (size_t i = 0; i < val_steps.size(); ++i) {
+    EXPECT_EQ(sparse.points[i].step, val_steps[i]);
+    EXPECT_EQ(sparse.points[i].value, static_cast<double>(val_steps[i]));
+    EXPECT_EQ(sparse.points[i].count, 1);
+  }
+  CART_ASSERT_OK_AND_ASSIGN(Series sparse4, store_->MetricSeries({id, "val/loss", 4, {}, {}}));
+  EXPECT_EQ(sparse4.total_points, 11);
+  ASSERT_EQ(sparse4.points.size(), 4u);
+  int64_t sparse_total = 0;
+  for (const SeriesPoint& p : sparse4.points) sparse_total += p.count;
+  EXPECT_EQ(sparse_total, 11);
+  EXPECT_EQ(sparse4.points.front().count, 4);  // steps 0, 1, 100 and 200 of 0..225
+  EXPECT_EQ(sparse4.points.back().step, 900);
+
+  // NaN comes back as NaN, point by point and in buckets with nothing else, never as 0.
+  CART_ASSERT_OK_AND_ASSIGN(Series diverged,
+                            store_->MetricSeries({id, "diverged/loss", 10, {}, {}}));
+  ASSERT_EQ(diverged.points.size(), 10u);
+  for (int64_t b = 0; b < 10; ++b) {
+    EXPECT_EQ(diverged.points[b].count, 100);
+    if (b < 5) {
+      EXPECT_EQ(diverged.points[b].value, 1.0);
+      EXPECT_EQ(diverged.points[b].max, 1.0);
+    } else {
+      EXPECT_TRUE(std::isnan(diverged.points[b].value)) << "bucket " << b;
+      EXPECT_TRUE(std::isnan(diverged.points[b].min)) << "bucket " << b;
+    }
+  }
+  CART_ASSERT_OK_AND_ASSIGN(Series raw, store_->MetricSeries({id, "diverged/loss", 0, 499, 500}));
+  ASSERT_EQ(raw.points.size(), 2u);
+  EXPECT_EQ(raw.points[0].value, 1.0);
+  EXPECT_TRUE(std::isnan(raw.points[1].value));
 
   EXPECT_THAT(store_->MetricSeries({id, "nope", 10, {}, {}}),
               StatusIs(absl::StatusCode::kNotFound, HasSubstr("'nope'")));
