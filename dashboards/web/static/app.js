@@ -141,6 +141,18 @@
     box.style.width = (width + 14) + 'px';
     return box;
   }
+  // Y-axis labels: on an axis that reaches 10,000 all in compact form (5K, 15K, 1.2M), else with
+  // at most six significant digits; the axis as wide as its longest label, so none is cut off.
+  const compact = new Intl.NumberFormat('en', { notation: 'compact', maximumFractionDigits: 1 });
+  function yLabels(self, splits) {
+    const big = splits.some((v) => v != null && Math.abs(v) >= 1e4);
+    return splits.map((v) => (v == null ? '' : big ? compact.format(v)
+      : Number(v.toPrecision(6)).toLocaleString('en', { maximumFractionDigits: 6 })));
+  }
+  function yAxisSize(self, values) {
+    const longest = Math.max(1, ...(values || []).map((v) => String(v).length));
+    return 22 + 7 * longest;
+  }
   // A line chart of several series sharing one x axis: data = [xs, ys1, ys2, ...].
   function lineChart(el, title, names, data, opts) {
     opts = opts || {};
@@ -157,7 +169,7 @@
       width, height, series, bands: opts.bands || [],
       scales: { x: { time: false }, y: opts.log ? { distr: 3 } : {} },
       legend: { show: names.length <= 12 },
-      axes: [{ label: opts.xlabel || 'step' }, {}],
+      axes: [{ label: opts.xlabel || 'step' }, { values: yLabels, size: yAxisSize }],
     }, data, box);
     return plot;
   }
