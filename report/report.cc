@@ -181,33 +181,6 @@ void PivotTables(Section& s, const Runs& runs, const std::string& metric, const 
   }
 }
 
-// Mean (and min/max band) over runs of a metric's series, aligned on step.
-PlotSeries MeanCurve(StudySource& source, const Runs& runs, const std::string& metric,
-                     const std::string& label, absl::Status* error) {
-  std::map<int64_t, std::vector<double>> at;
-  for (const StudyRun* r : runs) {
-    absl::StatusOr<std::vector<StudyPoint>> pts = source.Series(r->id, metric, kCurvePoints);
-    if (!pts.ok()) {
-      *error = pts.status();
-      return {};
-    }
-    for (const StudyPoint& p : *pts) at[p.step].push_back(p.value);
-  }
-  PlotSeries s;
-  s.label = label;
-  const bool band = runs.size() > 1;
-  for (const auto& [step, values] : at) {
-    const store::CellStats st = store::Summarize(values);
-    s.x.push_back(static_cast<double>(step));
-    s.y.push_back(st.mean);
-    if (band) {
-      s.low.push_back(*std::min_element(values.begin(), values.end()));
-      s.high.push_back(*std::max_element(values.begin(), values.end()));
-    }
-  }
-  return s;
-}
-
 std::string ValSetOf(const std::vector<StudyRun>& all, const std::string& wanted) {
   if (!wanted.empty()) return wanted;
   std::set<std::string> sets;
@@ -786,6 +759,35 @@ class Builder {
 };
 
 }  // namespace
+
+PlotSeries MeanCurve(StudySource& source, const std::vector<const StudyRun*>& runs,
+                     const std::string& metric, const std::string& label, absl::Status* error) {
+  std::map<int64_t, std::vector<double>> at;
+  for (const StudyRun* r : runs) {
+    absl::StatusOr<std::vector<StudyPoint>> pts = source.Series(r->id, metric, kCurvePoints);
+    if (!pts.ok()) {
+      *error = pts.status();
+      return {};
+    }
+    for (const StudyPoint& p : *pts) at[p.step].push_back(p.value);
+  }
+  PlotSeries s;
+  s.label = label;
+  const bool band = runs.size() > 1;
+  for (const auto& [step, values] : at) {
+    const store::CellStats st = store::Summarize(values);
+    s.x.push_back(static_cast<double>(step));
+    s.y.push_back(st.mean);
+    if (band) {
+      // A NaN (a diverged seed) makes the mean NaN, and the band with it: min_element and
+      // max_element over a NaN would depend on where it sits.
+      const bool diverged = std::isnan(st.mean);
+      s.low.push_back(diverged ? kNaN : *std::min_element(values.begin(), values.end()));
+      s.high.push_back(diverged ? kNaN : *std::max_element(values.begin(), values.end()));
+    }
+  }
+  return s;
+}
 
 std::string FormatStats(double mean, double std, int64_t n, int precision) {
   if (n == 0) return kNone;

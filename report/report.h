@@ -98,6 +98,12 @@ struct PlotSeries {
   std::vector<double> x, y;
   std::vector<double> low, high;  // a band around y (min and max over seeds); empty: none
 };
+// The mean of a metric's series over runs, aligned on step (at most the report's curve points per
+// run), with the min-max band when there is more than one run. A step where a run's value is NaN
+// (a diverged seed) has a NaN mean and band. A failed read sets *error and returns no series.
+PlotSeries MeanCurve(StudySource& source, const std::vector<const StudyRun*>& runs,
+                     const std::string& metric, const std::string& label, absl::Status* error);
+
 struct Plot {
   enum class Kind { kLines, kHeatmap };
   std::string id;  // file stem: plots/ID.svg, plots/ID.png

@@ -342,16 +342,17 @@ absl::StatusOr<Series> RunStore::MetricSeries(const SeriesRequest& request) {
     select->BindAll(request.run_id, name_id, from, to);
     CART_RETURN_IF_ERROR(select->ForEachRow([&](const auto& cur) -> absl::Status {
       const int64_t step = cur.ColumnInt64(0);
-      // SQLite stores a NaN (a diverged loss) as NULL: it comes back as NaN, a gap in a chart.
+      // SQLite stores a NaN (a diverged loss) as NULL; ColumnDouble reads it back as NaN.
       const bool null = cur.ColumnIsNull(1);
-      const double v = null ? kNaN : cur.ColumnDouble(1);
+      const double v = cur.ColumnDouble(1);
       const int64_t wall = cur.ColumnInt64(2);
       ++series.total_points;
       if (buckets == 0 || series.total_points <= buckets) {
         points.push_back(SeriesPoint{step, v, v, v, 1, wall});
       }
       if (buckets == 0 || span <= buckets) return absl::OkStatus();
-      const int64_t b = (step - *first) * buckets / span;
+      // In 128 bits: a span of 10^15 steps times 20,000 buckets overflows 64.
+      const auto b = static_cast<int64_t>(static_cast<__int128>(step - *first) * buckets / span);
       if (b != bucket) {
         bucket = b;
         bucketed.push_back(SeriesPoint{step, kNaN, kNaN, kNaN, 0, wall});

@@ -261,6 +261,47 @@ TEST(VariableRTest, EvalJobsOfSeveralWidthsShowTheWidest) {
   EXPECT_EQ(t.rows[1][1], "30.00");  // d = 512 only
 }
 
+// Series from memory, by run id.
+class SeriesSource : public StudySource {
+ public:
+  explicit SeriesSource(std::map<int64_t, std::vector<StudyPoint>> series)
+      : series_(std::move(series)) {}
+  absl::StatusOr<std::vector<StudyRun>> Runs(const std::string&) override {
+    return std::vector<StudyRun>{};
+  }
+  absl::StatusOr<std::vector<StudyPoint>> Series(int64_t run_id, const std::string&,
+                                                 int64_t) override {
+    return series_.at(run_id);
+  }
+
+ private:
+  std::map<int64_t, std::vector<StudyPoint>> series_;
+};
+
+TEST(MeanCurveTest, ADivergedSeedMakesTheMeanAndTheBandNaNAtItsSteps) {
+  const double nan = std::nan("");
+  // The NaN comes second at step 1 and first at step 2: min_element and max_element alone
+  // would give a finite band at one of them.
+  SeriesSource source({{1, {{0, 1.0}, {1, 2.0}, {2, nan}}}, {2, {{0, 3.0}, {1, nan}, {2, 5.0}}}});
+  StudyRun a, b;
+  a.id = 1;
+  b.id = 2;
+  absl::Status error;
+  const PlotSeries s = MeanCurve(source, {&a, &b}, "loss", "two seeds", &error);
+  CART_ASSERT_OK(error);
+  ASSERT_EQ(s.x, (std::vector<double>{0, 1, 2}));
+  ASSERT_EQ(s.low.size(), 3u);
+  ASSERT_EQ(s.high.size(), 3u);
+  EXPECT_EQ(s.y[0], 2.0);
+  EXPECT_EQ(s.low[0], 1.0);
+  EXPECT_EQ(s.high[0], 3.0);
+  for (size_t i : {1, 2}) {
+    EXPECT_TRUE(std::isnan(s.y[i])) << "step " << i;
+    EXPECT_TRUE(std::isnan(s.low[i])) << "step " << i;
+    EXPECT_TRUE(std::isnan(s.high[i])) << "step " << i;
+  }
+}
+
 TEST(PaperFiguresTest, EveryPublishedFigureNamesItsSection) {
   const auto& figures = PaperFigures();
   EXPECT_EQ(figures.size(), 7u);

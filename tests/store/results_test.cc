@@ -116,8 +116,10 @@ class ResultsTest : public ::testing::Test {
             std::vector<MetricPoint> points;
             for (int64_t step = 0; step < 1000; ++step) {
               points.push_back({step, "train/loss", static_cast<double>(step), kT0 + step});
-              // A loss that diverges at step 500 (NaN is stored as NULL).
-              points.push_back({step, "diverged/loss", step < 500 ? 1.0 : std::nan(""), kT0});
+              // A loss that diverges at step 550, in the middle of a bucket of 100 (NaN is stored
+              // as NULL).
+              points.push_back(
+                  {step, "diverged/loss", step < 550 ? 1.0 + step % 2 : std::nan(""), kT0 + step});
               // A sparse series: an evaluation every 100 steps, and one at step 1.
               if (step % 100 == 0 || step == 1) {
                 points.push_back({step, "val/loss", static_cast<double>(step), kT0 + step});
@@ -363,23 +365,29 @@ TEST_F(ResultsTest, SeriesIsDownsampledIntoEqualStepBuckets) {
   EXPECT_EQ(sparse4.points.front().count, 4);  // steps 0, 1, 100 and 200 of 0..225
   EXPECT_EQ(sparse4.points.back().step, 900);
 
-  // NaN comes back as NaN, point by point and in buckets with nothing else, never as 0.
+  // NaN comes back as NaN, point by point and in buckets with nothing else, never as 0; a bucket
+  // that mixes values and NaN averages its values only (as SQL's avg does) and counts every point.
   CART_ASSERT_OK_AND_ASSIGN(Series diverged,
                             store_->MetricSeries({id, "diverged/loss", 10, {}, {}}));
   ASSERT_EQ(diverged.points.size(), 10u);
   for (int64_t b = 0; b < 10; ++b) {
-    EXPECT_EQ(diverged.points[b].count, 100);
-    if (b < 5) {
-      EXPECT_EQ(diverged.points[b].value, 1.0);
-      EXPECT_EQ(diverged.points[b].max, 1.0);
+    const SeriesPoint& p = diverged.points[b];
+    EXPECT_EQ(p.count, 100);
+    EXPECT_EQ(p.step, 100 * b + 99);
+    EXPECT_EQ(p.wall_time_us, kT0 + 100 * b + 99);
+    if (b <= 5) {  // values 1 and 2 alternating; bucket 5 holds 50 of them and 50 NaN
+      EXPECT_EQ(p.value, 1.5) << "bucket " << b;
+      EXPECT_EQ(p.min, 1.0) << "bucket " << b;
+      EXPECT_EQ(p.max, 2.0) << "bucket " << b;
     } else {
-      EXPECT_TRUE(std::isnan(diverged.points[b].value)) << "bucket " << b;
-      EXPECT_TRUE(std::isnan(diverged.points[b].min)) << "bucket " << b;
+      EXPECT_TRUE(std::isnan(p.value)) << "bucket " << b;
+      EXPECT_TRUE(std::isnan(p.min)) << "bucket " << b;
+      EXPECT_TRUE(std::isnan(p.max)) << "bucket " << b;
     }
   }
-  CART_ASSERT_OK_AND_ASSIGN(Series raw, store_->MetricSeries({id, "diverged/loss", 0, 499, 500}));
+  CART_ASSERT_OK_AND_ASSIGN(Series raw, store_->MetricSeries({id, "diverged/loss", 0, 549, 550}));
   ASSERT_EQ(raw.points.size(), 2u);
-  EXPECT_EQ(raw.points[0].value, 1.0);
+  EXPECT_EQ(raw.points[0].value, 2.0);
   EXPECT_TRUE(std::isnan(raw.points[1].value));
 
   EXPECT_THAT(store_->MetricSeries({id, "nope", 10, {}, {}}),

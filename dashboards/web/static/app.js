@@ -141,12 +141,25 @@
     box.style.width = (width + 14) + 'px';
     return box;
   }
-  // Y-axis labels: on an axis that reaches 10,000 all in compact form (5K, 15K, 1.2M), else with
-  // at most six significant digits; the axis as wide as its longest label, so none is cut off.
-  const compact = new Intl.NumberFormat('en', { notation: 'compact', maximumFractionDigits: 1 });
-  function yLabels(self, splits) {
-    const big = splits.some((v) => v != null && Math.abs(v) >= 1e4);
-    return splits.map((v) => (v == null ? '' : big ? compact.format(v)
+  // Y-axis labels: on an axis that reaches 10,000, compact (5K, 12.5K, 1.25M) with as many
+  // decimals as the tick step needs (up to two; beyond that, in full: 10,020 and 10,040 must not
+  // both read 10K); else with at most six significant digits. The axis is as wide as its longest
+  // label, so none is cut off.
+  function compactFormat(splits, incr) {
+    const top = Math.max(0, ...splits.filter((v) => v != null && isFinite(v)).map(Math.abs));
+    if (top < 1e4 || !(incr > 0)) return null;
+    const step = incr / Math.pow(1000, Math.floor(Math.log10(top) / 3));  // in K, M, B units
+    for (let digits = 0; digits <= 2; ++digits) {
+      const scaled = step * Math.pow(10, digits);
+      if (Math.abs(scaled - Math.round(scaled)) < 1e-6 * Math.max(1, scaled)) {
+        return new Intl.NumberFormat('en', { notation: 'compact', maximumFractionDigits: digits });
+      }
+    }
+    return null;
+  }
+  function yLabels(self, splits, axisIdx, space, incr) {
+    const compact = compactFormat(splits, incr);
+    return splits.map((v) => (v == null ? '' : compact ? compact.format(v)
       : Number(v.toPrecision(6)).toLocaleString('en', { maximumFractionDigits: 6 })));
   }
   function yAxisSize(self, values) {
