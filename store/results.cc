@@ -332,12 +332,16 @@ absl::StatusOr<Series> RunStore::MetricSeries(const SeriesRequest& request) {
     // series (evaluations every 500 steps and one at step 1) can span more steps than max_points
     // and still have fewer points: those come back one by one, even where two share a bucket.
     std::vector<SeriesPoint> points;
-    // Buckets of equal step width: bucket = (step - first) * max_points / span. `sums` adds the
-    // values that are not NULL (as SQL's avg does), `present` counts them.
-    std::vector<SeriesPoint> bucketed;  // a bucket with no value that is not NULL stays NaN
-    std::vector<double> sums;
-    std::vector<int64_t> present;
-    int64_t bucket = -1;
+    // Buckets of equal step width: bucket = (step - first) * max_points / span. `sum` adds the
+    // values that are not NULL (as SQL's avg does) and `present` counts them; a bucket with none
+    // stays NaN.
+    struct Bucket {
+      int64_t index;
+      SeriesPoint point;
+      double sum = 0;
+      int64_t present = 0;
+    };
+    std::vector<Bucket> bucketed;
     CART_ASSIGN_OR_RETURN(auto select, db.Cached(kSelectSeriesAll));
     select->BindAll(request.run_id, name_id, from, to);
     CART_RETURN_IF_ERROR(select->ForEachRow([&](const auto& cur) -> absl::Status {
@@ -352,22 +356,20 @@ absl::StatusOr<Series> RunStore::MetricSeries(const SeriesRequest& request) {
       }
       if (buckets == 0 || span <= buckets) return absl::OkStatus();
       // In 128 bits: a span of 10^15 steps times 20,000 buckets overflows 64.
-      const auto b = static_cast<int64_t>(static_cast<__int128>(step - *first) * buckets / span);
-      if (b != bucket) {
-        bucket = b;
-        bucketed.push_back(SeriesPoint{step, kNaN, kNaN, kNaN, 0, wall});
-        sums.push_back(0);
-        present.push_back(0);
+      const auto index =
+          static_cast<int64_t>(static_cast<__int128>(step - *first) * buckets / span);
+      if (bucketed.empty() || bucketed.back().index != index) {
+        bucketed.push_back(Bucket{index, SeriesPoint{step, kNaN, kNaN, kNaN, 0, wall}});
       }
-      SeriesPoint& p = bucketed.back();
-      p.step = step;
-      p.wall_time_us = std::max(p.wall_time_us, wall);
-      ++p.count;
+      Bucket& b = bucketed.back();
+      b.point.step = step;
+      b.point.wall_time_us = std::max(b.point.wall_time_us, wall);
+      ++b.point.count;
       if (!null) {
-        p.min = present.back() == 0 ? v : std::min(p.min, v);
-        p.max = present.back() == 0 ? v : std::max(p.max, v);
-        sums.back() += v;
-        ++present.back();
+        b.point.min = b.present == 0 ? v : std::min(b.point.min, v);
+        b.point.max = b.present == 0 ? v : std::max(b.point.max, v);
+        b.sum += v;
+        ++b.present;
       }
       return absl::OkStatus();
     }));
@@ -375,10 +377,10 @@ absl::StatusOr<Series> RunStore::MetricSeries(const SeriesRequest& request) {
       series.points = std::move(points);
       return series;
     }
-    for (size_t i = 0; i < bucketed.size(); ++i) {
-      if (present[i] > 0) bucketed[i].value = sums[i] / static_cast<double>(present[i]);
+    for (Bucket& b : bucketed) {
+      if (b.present > 0) b.point.value = b.sum / static_cast<double>(b.present);
+      series.points.push_back(b.point);
     }
-    series.points = std::move(bucketed);
     return series;
   });
 }
