@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CTEST_ARGS ?=
 
-.PHONY: all deps test-deps configure build apps test demo study proof format format-check bench fuzz thread-safety clean
+.PHONY: all deps test-deps configure build apps test test-default demo study proof format format-check bench fuzz thread-safety clean torch2-deps build-torch2 test-torch2 gpu-check gpu-bundle
 
 # What `make demo`, `make study` and `make proof` run: the three programs (and the SentencePiece
 # plugin cart_data loads), not the tests and benchmarks.
@@ -29,8 +29,41 @@ build: deps configure
 apps: deps configure
 	cmake --build $(BUILD) -j $(JOBS) --target $(APPS)
 
-test: test-deps build
+# Both builds' tests: Debian's LibTorch 1.13 (CPU), then LibTorch 2.x from PyPI's PyTorch wheel
+# with its CUDA paths compiled and linked (docs/gpu.md).
+test: test-default test-torch2
+
+test-default: test-deps build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) $(CTEST_ARGS)
+
+# The second build: PyTorch 2.x and NVIDIA's CUDA wheels from PyPI, pinned by
+# deploy/torch2-requirements.txt, in .cache/torch2 (deploy/install-torch2.sh); every target but
+# the benchmarks, and every test.
+TORCH2_BUILD ?= build-torch2
+torch2-deps: test-deps
+	@./deploy/install-torch2.sh
+
+$(TORCH2_BUILD)/build.ninja: | torch2-deps
+	cmake --preset torch2 -B $(TORCH2_BUILD) -DCMAKE_PREFIX_PATH=$$(cat .cache/torch2/prefix)
+
+build-torch2: torch2-deps $(TORCH2_BUILD)/build.ninja
+	cmake --build $(TORCH2_BUILD) -j $(JOBS)
+
+test-torch2: build-torch2
+	cd $(TORCH2_BUILD) && ctest --output-on-failure -j $(JOBS) $(CTEST_ARGS)
+
+# On a CUDA box with PyTorch: build against its LibTorch, run the GPU tests, measure tokens/s,
+# MFU and peak memory at the paper's shapes (deploy/gpu-check.sh; docs/gpu.md). PYTHON names the
+# interpreter whose torch to use; GPU_CHECK_ARGS passes more (--peak-tflops X, --device cuda:1).
+PYTHON ?= python3
+GPU_CHECK_ARGS ?=
+gpu-check:
+	./deploy/gpu-check.sh --python $(PYTHON) $(GPU_CHECK_ARGS)
+
+# On Debian 12 with its mirrors: the C++ libraries besides LibTorch as one tarball for a GPU node
+# without internet (gpu-bundle/cart-gpu-bundle.tar.xz, at most 50 MiB; deploy/gpu-bundle.sh).
+gpu-bundle:
+	./deploy/gpu-bundle.sh
 
 demo: apps
 	./deploy/demo.sh $(BUILD)
@@ -65,4 +98,4 @@ format: configure
 	cmake --build $(BUILD) --target format
 
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) $(TORCH2_BUILD)

@@ -16,19 +16,32 @@
 # threads, torch.set_num_threads(2) with OpenBLAS at 2 (both pools, as a script that only calls
 # set_num_threads gets).
 #
+# LibTorch 2.x: PYTHON=.cache/torch2/venv/bin/python bench/train_vs_eager.sh build-torch2 compares
+# the torch2 build's `cart train` with eager PyTorch 2.x of the same wheel. Its BLAS is MKL inside
+# libtorch_cpu, whose threads are LibTorch's own (train::UseThreads sets them, finding no
+# OpenBLAS): eager then runs with torch.set_num_threads(N), the same pool, and the OpenBLAS-only
+# rows are left out.
+#
 # Prints medians of per-step tokens/s (steps after the first WARMUP, ROUNDS alternating rounds
 # pooled); asserts nothing.
-# Usage: bench/train_vs_eager.sh [BUILD_DIR] [STEPS] [WARMUP] [ROUNDS]
+# Usage: [PYTHON=...] bench/train_vs_eager.sh [BUILD_DIR] [STEPS] [WARMUP] [ROUNDS]
 set -euo pipefail
 build=${1:-build}
 steps=${2:-15}
 warmup=${3:-3}
 rounds=${4:-2}
-python=/usr/bin/python3
+python=${PYTHON:-/usr/bin/python3}
 here=$(cd "$(dirname "$0")" && pwd)
 if ! "$python" -c 'import torch' 2>/dev/null; then
   echo "train_vs_eager: $python cannot import torch; install Debian's python3-torch" >&2
   exit 1
+fi
+torch_version=$("$python" -c 'import torch; print(torch.__version__)' 2>/dev/null)
+if "$python" -c 'import sys, torch; sys.exit("openblas" not in torch.__config__.show().lower())' \
+    2>/dev/null; then
+  blas=OpenBLAS
+else
+  blas=MKL
 fi
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
@@ -64,7 +77,8 @@ for line in sys.stdin: print(2048 / json.loads(line)["seconds"])' |
     tail -n +$((warmup + 1)) >>"$3"
 }
 peak() {  # THREADS -> sgemm GFLOP/s, median of 7
-  OPENBLAS_NUM_THREADS=$1 "$python" -c 'import time, torch
+  OPENBLAS_NUM_THREADS=$1 TORCH_THREADS=$1 BLAS=$blas "$python" -c 'import os, time, torch
+if os.environ["BLAS"] != "OpenBLAS": torch.set_num_threads(int(os.environ["TORCH_THREADS"]))
 n = 2048; a, b = torch.randn(n, n), torch.randn(n, n); torch.mm(a, b); t = []
 for _ in range(7):
     s = time.perf_counter(); torch.mm(a, b); t.append(time.perf_counter() - s)
@@ -78,13 +92,16 @@ done
 for ((round = 0; round < rounds; ++round)); do
   for threads in 1 2; do
     cart_run "$threads" "$dir/cart.$threads"
-    eager_run "$threads" 1 "$dir/eager.$threads"
-    eager_run "$threads" 1 "$dir/heap.$threads" "$malloc_like_cart"
+    torch_threads=1
+    [ "$blas" = OpenBLAS ] || torch_threads=$threads
+    eager_run "$threads" "$torch_threads" "$dir/eager.$threads"
+    eager_run "$threads" "$torch_threads" "$dir/heap.$threads" "$malloc_like_cart"
   done
-  eager_run 2 2 "$dir/both.2"
+  [ "$blas" = OpenBLAS ] && eager_run 2 2 "$dir/both.2"
 done
 
 echo "CART d 256 P 2 R 4, T 256 x batch 8, vocab 4096: training FLOPs/token $flops_per_token"
+echo "cart train from $build; eager PyTorch $torch_version ($python), BLAS $blas"
 echo "median tokens/s over steps $((warmup + 1))..$steps of $rounds rounds; MFU against sgemm peak"
 printf '%-9s %-44s %10s %9s %8s\n' threads trainer tokens/s "vs eager" MFU
 for threads in 1 2; do
@@ -93,14 +110,15 @@ for threads in 1 2; do
   e=$(median <"$dir/eager.$threads")
   mfu() { awk -v t="$1" -v f="$flops_per_token" -v p="$p" 'BEGIN {printf "%.1f%%", 100 * t * f / (p * 1e9)}'; }
   ratio() { awk -v a="$1" -v b="$e" 'BEGIN {printf "%.2fx", a / b}'; }
-  echo "$threads         sgemm peak (OpenBLAS, 2048^3): $p GFLOP/s"
+  echo "$threads         sgemm peak ($blas, 2048^3): $p GFLOP/s"
   printf '%-9s %-44s %10s %9s %8s\n' "$threads" "cart train" "$c" "$(ratio "$c")" "$(mfu "$c")"
-  printf '%-9s %-44s %10s %9s %8s\n' "$threads" "eager, OpenBLAS $threads + torch 1" "$e" "1.00x" \
-    "$(mfu "$e")"
+  if [ "$blas" = OpenBLAS ]; then eager_label="eager, OpenBLAS $threads + torch 1"; else
+    eager_label="eager, torch.set_num_threads($threads) ($blas)"; fi
+  printf '%-9s %-44s %10s %9s %8s\n' "$threads" "$eager_label" "$e" "1.00x" "$(mfu "$e")"
   h=$(median <"$dir/heap.$threads")
   printf '%-9s %-44s %10s %9s %8s\n' "$threads" "eager, same + malloc as cart sets it" "$h" \
     "$(ratio "$h")" "$(mfu "$h")"
-  if [ "$threads" = 2 ]; then
+  if [ "$threads" = 2 ] && [ "$blas" = OpenBLAS ]; then
     b=$(median <"$dir/both.2")
     printf '%-9s %-44s %10s %9s %8s\n' 2 "eager, OpenBLAS 2 + torch.set_num_threads(2)" "$b" \
       "$(ratio "$b")" "$(mfu "$b")"

@@ -15,10 +15,11 @@
 
 namespace cart::cli {
 
-void RegisterDataCommands(CLI::App& app);   // cart data ...      (data/)
-void RegisterModelCommands(CLI::App& app);  // cart model ...     (model/, needs LibTorch)
-void RegisterTrainCommands(CLI::App& app);  // cart train, eval   (train/, needs LibTorch)
-void RegisterAdminCommands(CLI::App& app);  // cart admin ...     (store/)
+void RegisterDataCommands(CLI::App& app);             // cart data ...      (data/)
+void RegisterModelCommands(CLI::App& app);            // cart model ...     (model/, needs LibTorch)
+void RegisterModelBenchCommand(CLI::App& model_cmd);  // cart model bench (bench_command.cc)
+void RegisterTrainCommands(CLI::App& app);            // cart train, eval   (train/, needs LibTorch)
+void RegisterAdminCommands(CLI::App& app);            // cart admin ...     (store/)
 // cart sweep | runs | results | workers — clients of cartd (rpc/)
 void RegisterServiceCommands(CLI::App& app);
 void RegisterSweepCommands(CLI::App& app);    // sweep_command.cc

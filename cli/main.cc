@@ -19,7 +19,7 @@ namespace {
 
 // The LibTorch commands, with the help line `cart --help` shows for each.
 constexpr std::pair<const char*, const char*> kTorchCommands[] = {
-    {"model", "Model accounting and checks: params, init, logits (LibTorch)"},
+    {"model", "Model accounting and checks: params, init, logits, bench (LibTorch)"},
     {"train", "Train one run in this process, without cartd (LibTorch)"},
     {"eval", "Evaluate a trained run: perplexity by R_infer, zero-shot tasks (LibTorch)"},
     {"export", "Write a run's checkpoint as safetensors, from cartd or a run directory (LibTorch)"},

@@ -135,10 +135,11 @@ absl::Status Logits(const std::string& file, const std::string& config_path,
   m->eval();
   model::ForwardOptions options;
   options.diagnostics = true;
-  model::Diagnostics diag;
+  model::DiagnosticTensors diag_tensors;
   torch::Tensor logits =
-      m->Forward(torch::tensor(ids, torch::kInt64).unsqueeze(0), options, &diag)[0].to(
+      m->Forward(torch::tensor(ids, torch::kInt64).unsqueeze(0), options, &diag_tensors)[0].to(
           torch::kFloat64);
+  const model::Diagnostics diag = model::Read(diag_tensors);
   nlohmann::json out;
   out["ids"] = ids;
   out["R_infer"] = config.model.effective_R_infer();
@@ -160,7 +161,8 @@ absl::Status Logits(const std::string& file, const std::string& config_path,
 }  // namespace
 
 void RegisterModelCommands(CLI::App& app) {
-  CLI::App* model_cmd = app.add_subcommand("model", "Parameter accounting, init and logits");
+  CLI::App* model_cmd =
+      app.add_subcommand("model", "Parameter accounting, init, logits and the training benchmark");
   model_cmd->require_subcommand(1);
 
   struct Opts {
@@ -209,6 +211,8 @@ void RegisterModelCommands(CLI::App& app) {
     absl::Status s = Logits(opts->file, opts->config, opts->sets, opts->ids, opts->R_infer);
     if (!s.ok()) ExitWith(s);
   });
+
+  RegisterModelBenchCommand(*model_cmd);
 }
 
 }  // namespace cart::cli

@@ -141,57 +141,33 @@ absl::StatusOr<std::unique_ptr<data::Tokenizer>> RunTokenizer(const model::RunCo
   return train::RunTokenizer(config);
 }
 
-// Zero-shot multiple choice (and LAMBADA) for each --task, at each R_infer.
-absl::Status RunTasks(const EvalArgs& args, const model::RunConfig& config, model::LanguageModel& m,
-                      const std::vector<int>& loops, int64_t seq_len, int64_t step,
-                      nlohmann::json* out) {
-  std::vector<data::Task> tasks;
-  for (const std::string& spec : args.tasks) {
-    CART_ASSIGN_OR_RETURN(data::TaskSource source, data::ParseTaskSource(spec));
-    CART_ASSIGN_OR_RETURN(data::Task task, data::LoadTask(source));
-    tasks.push_back(std::move(task));
-  }
-  CART_ASSIGN_OR_RETURN(auto tokenizer, RunTokenizer(config, args.tokenizer));
-  if (tokenizer->vocab_size() > m.config().vocab) {
-    return absl::InvalidArgumentError(StrCat("tokenizer ", tokenizer->spec(), " has ",
-                                             tokenizer->vocab_size(), " ids; the model has ",
-                                             m.config().vocab));
-  }
-  if (!args.json) {
+// Prints one zero-shot result row (a header first when `header`).
+void PrintTaskRow(const train::TaskResult& t, int r, bool header) {
+  if (header) {
     std::cout << fmt::format("{:<14}{:>8}{:>7}{:>17}{:>17}{:>11}\n", "task", "R_infer", "items",
                              "acc", "acc_norm", "ppl");
   }
-  for (const data::Task& task : tasks) {
-    for (int r : loops) {
-      train::ZeroShotOptions options;
-      options.loops = r;
-      options.max_len = seq_len;
-      options.batch = args.batch;
-      options.prepend_bos = args.bos;
-      CART_ASSIGN_OR_RETURN(train::TaskResult t, train::EvaluateTask(m, *tokenizer, task, options));
-      const bool lambada = task.kind == data::TaskKind::kLambada;
-      nlohmann::json row = {{"task", t.name}, {"kind", data::TaskKindName(t.kind)},
-                            {"R_infer", r},   {"items", t.items},
-                            {"acc", t.acc},   {"acc_stderr", t.acc_stderr},
-                            {"step", step},   {"bos", t.prepend_bos}};
-      if (lambada) {
-        row["perplexity"] = t.perplexity;
-      } else {
-        row["acc_norm"] = t.acc_norm;
-        row["acc_norm_stderr"] = t.acc_norm_stderr;
-        if (t.chance_choices > 0) row["chance"] = 1.0 / static_cast<double>(t.chance_choices);
-      }
-      out->push_back(row);
-      if (!args.json) {
-        std::cout << fmt::format(
-            "{:<14}{:>8}{:>7}{:>17}{:>17}{:>11}\n", t.name, r, t.items,
-            fmt::format("{:.4f} ± {:.4f}", t.acc, t.acc_stderr),
-            lambada ? "-" : fmt::format("{:.4f} ± {:.4f}", t.acc_norm, t.acc_norm_stderr),
-            lambada ? fmt::format("{:.2f}", t.perplexity) : "-");
-      }
-    }
+  const bool lambada = t.kind == data::TaskKind::kLambada;
+  std::cout << fmt::format(
+      "{:<14}{:>8}{:>7}{:>17}{:>17}{:>11}\n", t.name, r, t.items,
+      fmt::format("{:.4f} ± {:.4f}", t.acc, t.acc_stderr),
+      lambada ? "-" : fmt::format("{:.4f} ± {:.4f}", t.acc_norm, t.acc_norm_stderr),
+      lambada ? fmt::format("{:.2f}", t.perplexity) : "-");
+}
+
+nlohmann::json TaskJson(const train::TaskResult& t, int r, int64_t step) {
+  nlohmann::json row = {{"task", t.name}, {"kind", data::TaskKindName(t.kind)},
+                        {"R_infer", r},   {"items", t.items},
+                        {"acc", t.acc},   {"acc_stderr", t.acc_stderr},
+                        {"step", step},   {"bos", t.prepend_bos}};
+  if (t.kind == data::TaskKind::kLambada) {
+    row["perplexity"] = t.perplexity;
+  } else {
+    row["acc_norm"] = t.acc_norm;
+    row["acc_norm_stderr"] = t.acc_norm_stderr;
+    if (t.chance_choices > 0) row["chance"] = 1.0 / static_cast<double>(t.chance_choices);
   }
-  return absl::OkStatus();
+  return row;
 }
 
 absl::Status RunEval(const EvalArgs& args) {
@@ -201,56 +177,69 @@ absl::Status RunEval(const EvalArgs& args) {
   CART_ASSIGN_OR_RETURN(train::CheckpointManifest ckpt,
                         train::LatestValidCheckpoint(args.run + "/checkpoints", &problems));
   for (const std::string& p : problems) std::cerr << "cart: checkpoint skipped: " << p << "\n";
-  std::map<std::string, std::string> sets = config.data.val_data;
+  train::CheckpointEvalOptions options;
+  options.val_sets = config.data.val_data;
   if (!args.data.empty()) {
-    sets.clear();
+    options.val_sets.clear();
     for (const std::string& kv : args.data) {
       size_t eq = kv.find('=');
       if (eq == std::string::npos)
         return absl::InvalidArgumentError("--data " + kv + ": expected name=FILE.bin");
-      sets[kv.substr(0, eq)] = kv.substr(eq + 1);
+      options.val_sets[kv.substr(0, eq)] = kv.substr(eq + 1);
     }
   }
-  if (!args.tasks.empty() && args.data.empty()) sets.clear();  // --task alone: only the tasks
-  if (sets.empty() && args.tasks.empty()) {
+  if (!args.tasks.empty() && args.data.empty()) options.val_sets.clear();  // --task alone
+  if (options.val_sets.empty() && args.tasks.empty()) {
     return absl::InvalidArgumentError(
         "nothing to evaluate: give --data name=FILE.bin or --task KIND=FILE.jsonl");
   }
-  train::UseThreads(train::ThreadsFor(config.train));
-  CART_ASSIGN_OR_RETURN(auto m, model::BuildModel(config.model, config.train.seed));
-  CART_RETURN_IF_ERROR(train::LoadCheckpoint(ckpt, *m, nullptr));
-  CART_ASSIGN_OR_RETURN(c10::Device device, train::ResolveDevice(args.device));
-  m->to(device);
-  std::vector<int> loops = args.loops;
-  if (loops.empty()) loops.push_back(config.model.effective_R_infer());
-  const int64_t seq_len = args.seq_len > 0 ? args.seq_len : config.train.seq_len;
-  const int64_t sequences = args.sequences > 0 ? args.sequences : config.train.eval_sequences;
-  nlohmann::json out = nlohmann::json::array();
-  if (!args.json && !sets.empty()) {
-    std::cout << fmt::format("checkpoint {} (step {})\n{:<12}{:>8}{:>12}{:>12}{:>8}\n", ckpt.path,
-                             ckpt.step, "set", "R_infer", "loss", "ppl", "seqs");
+  for (const std::string& spec : args.tasks) {
+    CART_ASSIGN_OR_RETURN(data::TaskSource source, data::ParseTaskSource(spec));
+    CART_ASSIGN_OR_RETURN(data::Task task, data::LoadTask(source));
+    options.tasks.push_back(std::move(task));
   }
-  for (const auto& [name, path] : sets) {
-    for (int r : loops) {
-      CART_ASSIGN_OR_RETURN(train::PerplexityResult p,
-                            train::EvaluatePerplexity(*m, path, seq_len, sequences, r));
+  std::unique_ptr<data::Tokenizer> tokenizer;
+  if (!options.tasks.empty()) {
+    CART_ASSIGN_OR_RETURN(tokenizer, RunTokenizer(config, args.tokenizer));
+    options.tokenizer = tokenizer.get();
+  }
+  options.device = args.device;
+  options.loops = args.loops;
+  options.seq_len = args.seq_len;
+  options.sequences = args.sequences;
+  options.task_batch = args.batch;
+  options.prepend_bos = args.bos;
+  std::vector<train::LoopEvaluation> results;
+  CART_RETURN_IF_ERROR(train::EvaluateCheckpoint(
+      config, ckpt, options, [&](const train::LoopEvaluation& e) { results.push_back(e); }));
+
+  // Printed set by set, then task by task, each over the loop counts.
+  nlohmann::json out = nlohmann::json::array();
+  if (!args.json) std::cout << fmt::format("checkpoint {} (step {})\n", ckpt.path, ckpt.step);
+  if (!args.json && !options.val_sets.empty()) {
+    std::cout << fmt::format("{:<12}{:>8}{:>12}{:>12}{:>8}\n", "set", "R_infer", "loss", "ppl",
+                             "seqs");
+  }
+  for (const auto& [name, path] : options.val_sets) {
+    for (const train::LoopEvaluation& e : results) {
+      const train::PerplexityResult& p = e.sets.at(name);
       out.push_back({{"set", name},
-                     {"R_infer", r},
+                     {"R_infer", e.loops},
                      {"loss", p.mean_loss},
                      {"ppl", p.perplexity},
                      {"sequences", p.sequences},
                      {"step", ckpt.step}});
       if (!args.json) {
-        std::cout << fmt::format("{:<12}{:>8}{:>12.4f}{:>12.3f}{:>8}\n", name, r, p.mean_loss,
+        std::cout << fmt::format("{:<12}{:>8}{:>12.4f}{:>12.3f}{:>8}\n", name, e.loops, p.mean_loss,
                                  p.perplexity, p.sequences);
       }
     }
   }
-  if (!args.tasks.empty()) {
-    if (!args.json && sets.empty()) {
-      std::cout << fmt::format("checkpoint {} (step {})\n", ckpt.path, ckpt.step);
+  for (size_t i = 0; i < options.tasks.size(); ++i) {
+    for (const train::LoopEvaluation& e : results) {
+      out.push_back(TaskJson(e.tasks[i], e.loops, ckpt.step));
+      if (!args.json) PrintTaskRow(e.tasks[i], e.loops, /*header=*/i == 0 && &e == &results[0]);
     }
-    CART_RETURN_IF_ERROR(RunTasks(args, config, *m, loops, seq_len, ckpt.step, &out));
   }
   if (args.json) std::cout << out.dump(2) << "\n";
   return absl::OkStatus();

@@ -174,4 +174,15 @@ RunCost EstimateRunCost(const RunConfig& c, bool eval, const std::vector<int>& e
   return cost;
 }
 
+int64_t DefaultMemoryReserveBytes(int64_t device_bytes) {
+  constexpr int64_t kGiB = int64_t{1} << 30;
+  return std::max(kGiB, device_bytes / 10);
+}
+
+int64_t UsableMemoryBytes(int64_t device_bytes, int64_t reserve_bytes) {
+  const int64_t reserve =
+      reserve_bytes < 0 ? DefaultMemoryReserveBytes(device_bytes) : reserve_bytes;
+  return std::max<int64_t>(0, device_bytes - reserve);
+}
+
 }  // namespace cart::model

@@ -58,6 +58,15 @@ std::optional<MicroBatchFit> FitMicroBatch(const RunConfig& c, int64_t memory_by
 // The estimate at a micro-batch of 1: the least memory the run can train in.
 int64_t MinTrainingBytes(const RunConfig& c);
 
+// Memory a worker's device keeps back from training: the CUDA context (300-500 MiB), cuBLAS's
+// workspace, the caching allocator's fragmentation, and on a workstation the desktop and other
+// processes. The estimates above count only the run's own tensors, so cartd fits runs into the
+// device memory minus this reserve. Default: max(1 GiB, 10 % of the device), for a GPU and for
+// the CPU's RAM alike; a worker may set its own (cart-worker --memory-reserve-mib, 0 for none).
+int64_t DefaultMemoryReserveBytes(int64_t device_bytes);
+// device_bytes minus the reserve (reserve_bytes, or the default when it is negative), at least 0.
+int64_t UsableMemoryBytes(int64_t device_bytes, int64_t reserve_bytes);
+
 // Which parameter count a dense baseline should match, and how to round.
 enum class MatchTarget {
   kStored,     // largest depth with params <= CART's stored params (no more memory than CART)

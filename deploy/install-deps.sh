@@ -3,7 +3,8 @@
 # library from npm (`npm ci` in dashboards/web, pinned by its package-lock.json); with --test also
 # what only the tests use: Slurm and munge (tests/integration/deploy_test), Chromium and Prometheus
 # and npm playwright-core (tests/dashboard), Debian's PyTorch (the eager reference of
-# tests/cli/eager_reference_test and bench/train_vs_eager.sh); with --fuzz clang and libFuzzer
+# tests/cli/eager_reference_test and bench/train_vs_eager.sh), python3-venv (the torch2 build's
+# virtual environment, deploy/install-torch2.sh); with --fuzz clang and libFuzzer
 # (`make fuzz`). Idempotent: packages already present are skipped, so a second run costs one dpkg
 # query.
 #
@@ -22,7 +23,7 @@ packages=(
   zlib1g-dev openssl fortunes gnuplot-nox
 )
 if [ "${1:-}" = "--test" ]; then
-  packages+=(slurm-wlm munge chromium prometheus iproute2 python3-torch)
+  packages+=(slurm-wlm munge chromium prometheus iproute2 python3-torch python3-venv)
 fi
 # `make fuzz`: clang with libFuzzer and the sanitizers' runtimes.
 if [ "${1:-}" = "--fuzz" ]; then

@@ -65,22 +65,15 @@ CoreBlockImpl& CartImpl::CoreFor(int r) {
   return *cores->ptr<CoreBlockImpl>(r);
 }
 
-Diagnostics CartImpl::Rho() const {
-  Diagnostics d;
-  if (!lti_a.defined()) {
-    d.rho_max = d.rho_mean = d.rho_min = 1.0;
-    return d;
-  }
+torch::Tensor CartImpl::RhoTensor() const {
+  if (!lti_a.defined()) return {};
   torch::NoGradGuard no_grad;
-  torch::Tensor s = torch::sigmoid(lti_a.to(torch::kFloat32));
-  d.rho_max = s.max().item<double>();
-  d.rho_mean = s.mean().item<double>();
-  d.rho_min = s.min().item<double>();
-  return d;
+  torch::Tensor s = torch::sigmoid(lti_a.to(torch::kFloat32));  // (d)
+  return torch::stack({s.max(), s.mean(), s.min()});            // (3)
 }
 
 torch::Tensor CartImpl::Forward(const torch::Tensor& ids, const ForwardOptions& options,
-                                Diagnostics* diag) {
+                                DiagnosticTensors* diag) {
   const int loops = options.loops > 0 ? options.loops : config_.effective_R_infer();
   TORCH_CHECK(loops >= 1 && loops <= 16, "loops must be in 1..16, got ", loops);
   TORCH_CHECK(config_.core == CoreSharing::kShared || loops == config_.R,
@@ -122,18 +115,15 @@ torch::Tensor CartImpl::Forward(const torch::Tensor& ids, const ForwardOptions& 
     if (want_diag) {
       torch::NoGradGuard no_grad;
       torch::Tensor hf = h.to(torch::kFloat32);
-      diag->h_norm.push_back(hf.norm(2, -1).mean().item<double>());
-      diag->rel_update.push_back(
-          ((hf - h_prev.to(torch::kFloat32)).norm() / hf.norm().clamp_min(1e-30)).item<double>());
+      diag->h_norm.push_back(hf.norm(2, -1).mean());
+      diag->rel_update.push_back((hf - h_prev.to(torch::kFloat32)).norm() /
+                                 hf.norm().clamp_min(1e-30));
     }
   }
   h = coda(h, rope);
   torch::Tensor logits = torch::matmul(final_norm(h), embed->weight.t().to(h.scalar_type()));
   if (want_diag) {
-    Diagnostics rho = Rho();
-    diag->rho_max = rho.rho_max;
-    diag->rho_mean = rho.rho_mean;
-    diag->rho_min = rho.rho_min;
+    diag->rho = RhoTensor();
     diag->anchor_calls = anchor ? anchor->calls - anchor_calls_before : 0;
   }
   return logits;  // (B, T, vocab)

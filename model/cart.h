@@ -16,9 +16,9 @@ class CartImpl : public LanguageModel {
  public:
   explicit CartImpl(const ModelConfig& config);
   torch::Tensor Forward(const torch::Tensor& ids, const ForwardOptions& options = {},
-                        Diagnostics* diag = nullptr) override;
+                        DiagnosticTensors* diag = nullptr) override;
   const ModelConfig& config() const override { return config_; }
-  Diagnostics Rho() const override;
+  torch::Tensor RhoTensor() const override;
 
   // Submodules, named as the checkpoint tensors of §8.
   torch::nn::Embedding embed{nullptr};

@@ -16,7 +16,7 @@ DenseImpl::DenseImpl(const ModelConfig& config) : config_(config) {
 }
 
 torch::Tensor DenseImpl::Forward(const torch::Tensor& ids, const ForwardOptions& options,
-                                 Diagnostics* diag) {
+                                 DiagnosticTensors* diag) {
   TORCH_CHECK(ids.dim() == 2, "ids must be (B, T), got ", ids.sizes());
   torch::Tensor x = embed(ids);  // (B, T, d)
   const RopeTables rope = MakeRope(ids.size(1), x);

@@ -14,7 +14,7 @@ class DenseImpl : public LanguageModel {
  public:
   explicit DenseImpl(const ModelConfig& config);
   torch::Tensor Forward(const torch::Tensor& ids, const ForwardOptions& options = {},
-                        Diagnostics* diag = nullptr) override;
+                        DiagnosticTensors* diag = nullptr) override;
   const ModelConfig& config() const override { return config_; }
 
   torch::nn::Embedding embed{nullptr};

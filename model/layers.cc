@@ -48,11 +48,18 @@ torch::Tensor ApplyRope(const torch::Tensor& x, const RopeTables& rope) {
   torch::Tensor x1 = x.narrow(-1, 0, half);
   torch::Tensor x2 = x.narrow(-1, half, half);
   torch::Tensor rotated = torch::cat({-x2, x1}, -1);  // rotate_half, (B, H, T, 64)
-  return x * rope.cos + rotated * rope.sin;
+  // The tables take x's dtype: under bf16 autocast q and k leave their projections in bf16 while
+  // the tables (made from the fp32 embedding) are fp32, and the product would promote q and k to
+  // fp32 beside a bf16 v (twice the activation memory, and mixed dtypes at attention).
+  const torch::ScalarType dtype = x.scalar_type();
+  return x * rope.cos.to(dtype) + rotated * rope.sin.to(dtype);
 }
 
 torch::Tensor Attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                         bool causal) {
+  TORCH_CHECK(q.scalar_type() == k.scalar_type() && k.scalar_type() == v.scalar_type(),
+              "attention inputs must share one dtype; got q ", q.scalar_type(), ", k ",
+              k.scalar_type(), ", v ", v.scalar_type());
 #if TORCH_VERSION_MAJOR >= 2
   // SDPA's default scale is 1/sqrt(64) = 1/8, the spec's.
   return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, causal);

@@ -377,11 +377,17 @@ absl::StatusOr<WorkerTiming> Scheduler::RegisterWorker(const WorkerInfo& worker)
   }
   const int64_t now_us = NowMicros();
   const std::string device = worker.device_name.empty() ? worker.device_kind : worker.device_name;
-  CART_RETURN_IF_ERROR(store_->RegisterWorker(worker.id, device, worker.memory_bytes, now_us));
+  // Runs are placed and fitted into what the reserve leaves (the CUDA context, cuBLAS's
+  // workspace, a desktop: model::DefaultMemoryReserveBytes); the store keeps that figure, so a
+  // restarted cartd places by it too.
+  WorkerInfo usable = worker;
+  usable.memory_bytes = model::UsableMemoryBytes(worker.memory_bytes, worker.memory_reserve_bytes);
+  usable.memory_reserve_bytes = 0;
+  CART_RETURN_IF_ERROR(store_->RegisterWorker(worker.id, device, usable.memory_bytes, now_us));
   {
     absl::MutexLock lock(&mu_);
     Worker& w = workers_[worker.id];
-    w.info = worker;
+    w.info = usable;
     w.draining = false;
     w.last_seen_us = now_us;
   }
@@ -396,11 +402,12 @@ void Scheduler::FitToDevice(Job& job, const std::string& worker_id, int64_t memo
   if (!config.ok()) return;  // stored configs parse; if not, the worker reports the error
   const std::optional<model::MicroBatchFit> fit = model::FitMicroBatch(*config, memory_bytes);
   if (!fit || fit->batch == config->train.batch) return;
-  const std::string note = StrCat(
-      "cartd: micro-batch ", config->train.batch, " -> ", fit->batch, ", gradient accumulation ",
-      config->train.accum, " -> ", fit->accum, " (global batch ", fit->batch * fit->accum,
-      " kept) to fit worker '", worker_id, "' (", FormatGiB(memory_bytes), "; estimate ",
-      FormatGiB(job.run.memory_estimate_bytes), " -> ", FormatGiB(fit->bytes), ")");
+  const std::string note =
+      StrCat("cartd: micro-batch ", config->train.batch, " -> ", fit->batch,
+             ", gradient accumulation ", config->train.accum, " -> ", fit->accum, " (global batch ",
+             fit->batch * fit->accum, " kept) to fit worker '", worker_id, "' (",
+             FormatGiB(memory_bytes), " usable after its reserve; estimate ",
+             FormatGiB(job.run.memory_estimate_bytes), " -> ", FormatGiB(fit->bytes), ")");
   config->train.batch = fit->batch;
   config->train.accum = fit->accum;
   job.run.config_yaml = model::ToYaml(*config);

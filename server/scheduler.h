@@ -68,10 +68,14 @@ struct SchedulerOptions {
 struct WorkerInfo {
   std::string id;  // stable per box and device, e.g. "labbox3-gpu0"
   std::string hostname;
-  std::string version;      // cart-worker version
-  std::string device_kind;  // "cuda" or "cpu"
-  std::string device_name;  // e.g. "NVIDIA GeForce RTX 3090"
-  int64_t memory_bytes = 0;
+  std::string version;       // cart-worker version
+  std::string device_kind;   // "cuda" or "cpu"
+  std::string device_name;   // e.g. "NVIDIA GeForce RTX 3090"
+  int64_t memory_bytes = 0;  // the device's
+  // Kept back from memory_bytes (model::UsableMemoryBytes); negative: the default reserve. Runs
+  // are placed and fitted into memory_bytes minus the reserve, which is also what the store
+  // records as the worker's memory.
+  int64_t memory_reserve_bytes = -1;
   int64_t free_disk_bytes = 0;
 };
 

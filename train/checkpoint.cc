@@ -10,6 +10,7 @@
 #include "common/file.h"
 #include "common/status.h"
 #include "common/strings.h"
+#include "train/torch_error.h"
 
 namespace cart::train {
 namespace {
@@ -74,8 +75,8 @@ absl::StatusOr<CheckpointManifest> WriteCheckpoint(const std::string& dir,
     std::ostringstream os;
     archive.save_to(os);
     bytes = os.str();
-  } catch (const c10::Error& e) {
-    return absl::InternalError(StrCat("cannot serialize checkpoint: ", e.what_without_backtrace()));
+  } catch (const std::exception& e) {
+    return FromTorchError(e, "cannot serialize checkpoint");
   }
   const std::string name = StepName(state.step);
   const fs::path pt = fs::path(dir) / (name + ".pt");
@@ -133,9 +134,9 @@ absl::StatusOr<CheckpointManifest> ImportCheckpoint(const std::string& file, con
     archive.read("cursor", cursor);
     m.step = step.item<int64_t>();
     m.cursor = cursor.item<int64_t>();
-  } catch (const c10::Error& e) {
-    return absl::DataLossError(
-        StrCat(file, ": not a readable checkpoint: ", e.what_without_backtrace()));
+  } catch (const std::exception& e) {
+    return FromTorchError(e, StrCat(file, ": not a readable checkpoint"),
+                          absl::StatusCode::kDataLoss);
   }
   std::error_code ec;
   fs::create_directories(dir, ec);
@@ -193,9 +194,9 @@ absl::Status LoadCheckpoint(const CheckpointManifest& m, torch::nn::Module& mode
     archive.read("rng_cpu", rng);
     at::Generator generator = at::detail::getDefaultCPUGenerator();
     generator.set_state(rng.to(torch::kCPU));  // the CPU generator takes a CPU byte tensor
-  } catch (const c10::Error& e) {
-    return absl::DataLossError(
-        StrCat(m.path, ": cannot restore checkpoint: ", e.what_without_backtrace()));
+  } catch (const std::exception& e) {
+    return FromTorchError(e, StrCat(m.path, ": cannot restore checkpoint"),
+                          absl::StatusCode::kDataLoss);
   }
   return absl::OkStatus();
 }

@@ -1,13 +1,35 @@
 #include "train/device.h"
 
+#include <dlfcn.h>
 #include <torch/cuda.h>
+
+#if CART_TORCH_CUDA
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#endif
 
 #include "common/strings.h"
 
 namespace cart::train {
 
+int64_t CudaDeviceCount() {
+  return torch::cuda::is_available() ? static_cast<int64_t>(torch::cuda::device_count()) : 0;
+}
+
+std::optional<std::string> CudaPciBusId(int index) {
+  // Resolved at run time from the process: a CUDA LibTorch brings libcudart in, a CPU one does
+  // not, and the project compiles no CUDA code of its own.
+  using GetBusId = int (*)(char*, int, int);
+  static const GetBusId get_bus_id =
+      reinterpret_cast<GetBusId>(dlsym(RTLD_DEFAULT, "cudaDeviceGetPCIBusId"));
+  if (get_bus_id == nullptr || index < 0 || index >= CudaDeviceCount()) return std::nullopt;
+  char bus_id[32] = {0};
+  if (get_bus_id(bus_id, sizeof bus_id, index) != 0) return std::nullopt;  // cudaSuccess == 0
+  return std::string(bus_id);
+}
+
 absl::StatusOr<c10::Device> ResolveDevice(std::string_view spec) {
-  const int64_t cuda_devices = torch::cuda::is_available() ? torch::cuda::device_count() : 0;
+  const int64_t cuda_devices = CudaDeviceCount();
   if (spec == "auto") return cuda_devices > 0 ? c10::Device(c10::kCUDA, 0) : c10::Device(c10::kCPU);
   if (spec == "cpu") return c10::Device(c10::kCPU);
   std::optional<int64_t> index;
@@ -26,6 +48,44 @@ absl::StatusOr<c10::Device> ResolveDevice(std::string_view spec) {
                cuda_devices == 0 ? " (a CPU-only LibTorch, or no driver)" : ""));
   }
   return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(*index));
+}
+
+bool BuiltWithCuda() { return CART_TORCH_CUDA != 0; }
+
+std::optional<int64_t> PeakDeviceMemoryBytes(c10::Device device) {
+#if CART_TORCH_CUDA
+  if (device.is_cuda() && device.index() < CudaDeviceCount()) {
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
+    // allocated_bytes[0]: the aggregate over the small and large pools.
+    return static_cast<int64_t>(stats.allocated_bytes[0].peak);
+  }
+#endif
+  return std::nullopt;
+}
+
+void ResetPeakDeviceMemory(c10::Device device) {
+#if CART_TORCH_CUDA
+  if (device.is_cuda() && device.index() < CudaDeviceCount()) {
+    c10::cuda::CUDACachingAllocator::resetPeakStats(device.index());
+  }
+#endif
+}
+
+std::optional<std::string> CudaDeviceName(c10::Device device) {
+#if CART_TORCH_CUDA
+  if (device.is_cuda() && device.index() < CudaDeviceCount()) {
+    return std::string(at::cuda::getDeviceProperties(device.index())->name);
+  }
+#endif
+  return std::nullopt;
+}
+
+at::Tensor ToDevice(const at::Tensor& t, c10::Device device) {
+  if (t.device() == device) return t;
+  if (device.is_cuda() && t.device().is_cpu()) {
+    return t.pin_memory().to(device, /*non_blocking=*/true);
+  }
+  return t.to(device);
 }
 
 }  // namespace cart::train

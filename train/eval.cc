@@ -1,13 +1,37 @@
 #include "train/eval.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "common/status.h"
 #include "common/strings.h"
 #include "data/token_file.h"
+#include "model/readout.h"
+#include "train/device.h"
+#include "train/torch_error.h"
+#include "train/trainer.h"
 #include "train/windows.h"
 
 namespace cart::train {
+namespace {
+
+// The per-sequence losses, read to the host once at the end.
+absl::StatusOr<std::vector<double>> SequenceLosses(model::LanguageModel& model,
+                                                   WindowReader& reader, int64_t n, int loops) {
+  const torch::Device device = model.parameters().front().device();
+  model::ForwardOptions options;
+  options.loops = loops;
+  std::vector<torch::Tensor> losses;
+  for (int64_t i = 0; i < n; ++i) {
+    CART_ASSIGN_OR_RETURN(Batch b, reader.At(i));
+    torch::Tensor logits = model.Forward(ToDevice(b.x, device), options);
+    losses.push_back(torch::nn::functional::cross_entropy(
+        logits.view({-1, logits.size(-1)}).to(torch::kFloat32), ToDevice(b.y, device).view({-1})));
+  }
+  return model::ReadToHost(losses);
+}
+
+}  // namespace
 
 absl::StatusOr<PerplexityResult> EvaluatePerplexity(model::LanguageModel& model,
                                                     const std::string& path, int64_t seq_len,
@@ -17,33 +41,104 @@ absl::StatusOr<PerplexityResult> EvaluatePerplexity(model::LanguageModel& model,
     return absl::InvalidArgumentError(StrCat(path, ": vocabulary ", file.info().vocab,
                                              " is larger than the model's ", model.config().vocab));
   }
+  const model::ModelConfig& mc = model.config();
+  if (mc.model == model::ModelKind::kCart && mc.core == model::CoreSharing::kUnshared &&
+      loops > 0 && loops != mc.R) {
+    return absl::InvalidArgumentError(
+        StrCat("R_infer ", loops, ": a model with core: unshared runs ", "exactly R = ", mc.R,
+               " loops (its cores are per loop)"));
+  }
   CART_ASSIGN_OR_RETURN(WindowReader reader, WindowReader::Create(&file, seq_len));
   const int64_t n = std::min(max_sequences, reader.windows());
   const bool was_training = model.is_training();
   model.eval();
-  torch::NoGradGuard no_grad;
-  const torch::Device device = model.parameters().front().device();
-  model::ForwardOptions options;
-  options.loops = loops;
-  std::vector<double> losses;
-  for (int64_t i = 0; i < n; ++i) {
-    CART_ASSIGN_OR_RETURN(Batch b, reader.At(i));
-    torch::Tensor logits = model.Forward(b.x.to(device), options);
-    torch::Tensor ce = torch::nn::functional::cross_entropy(
-        logits.view({-1, logits.size(-1)}).to(torch::kFloat32), b.y.to(device).view({-1}));
-    losses.push_back(ce.item<double>());
+  absl::StatusOr<std::vector<double>> losses;
+  try {
+    torch::NoGradGuard no_grad;
+    losses = SequenceLosses(model, reader, n, loops);
+  } catch (const std::exception& e) {
+    losses = FromTorchError(e, StrCat("evaluating ", path));
   }
   model.train(was_training);
+  CART_RETURN_IF_ERROR(losses.status());
   PerplexityResult r;
   r.sequences = n;
   double sum = 0;
-  for (double l : losses) sum += l;
+  for (double l : *losses) sum += l;
   r.mean_loss = sum / static_cast<double>(n);
   double var = 0;
-  for (double l : losses) var += (l - r.mean_loss) * (l - r.mean_loss);
+  for (double l : *losses) var += (l - r.mean_loss) * (l - r.mean_loss);
   r.stderr_loss = n > 1 ? std::sqrt(var / static_cast<double>(n - 1) / static_cast<double>(n)) : 0;
   r.perplexity = std::exp(r.mean_loss);
   return r;
+}
+
+absl::Status EvaluateCheckpoint(const model::RunConfig& config,
+                                const CheckpointManifest& checkpoint,
+                                const CheckpointEvalOptions& options,
+                                const std::function<void(const LoopEvaluation&)>& on_result) {
+  if (!options.tasks.empty() && options.tokenizer == nullptr) {
+    return absl::InvalidArgumentError("zero-shot tasks need a tokenizer");
+  }
+  CART_ASSIGN_OR_RETURN(c10::Device device, ResolveDevice(options.device));
+  try {
+    UseThreads(options.threads > 0 ? options.threads : ThreadsFor(config.train));
+    const RunOnDevice on_device(device);
+    CART_ASSIGN_OR_RETURN(std::shared_ptr<model::LanguageModel> m,
+                          model::BuildModel(config.model, config.train.seed));
+    CART_RETURN_IF_ERROR(LoadCheckpoint(checkpoint, *m, nullptr));
+    m->to(device);
+    if (options.tokenizer != nullptr && options.tokenizer->vocab_size() > config.model.vocab) {
+      return absl::InvalidArgumentError(StrCat("tokenizer ", options.tokenizer->spec(), " has ",
+                                               options.tokenizer->vocab_size(),
+                                               " ids; the model has ", config.model.vocab));
+    }
+    std::vector<int> loops = options.loops;
+    if (loops.empty()) loops.push_back(config.model.effective_R_infer());
+    std::sort(loops.begin(), loops.end());
+    loops.erase(std::unique(loops.begin(), loops.end()), loops.end());
+    const int64_t seq_len = options.seq_len > 0 ? options.seq_len : config.train.seq_len;
+    const int64_t sequences =
+        options.sequences > 0 ? options.sequences : config.train.eval_sequences;
+    for (int r : loops) {
+      if (options.stop != nullptr && options.stop->load()) break;
+      LoopEvaluation e;
+      e.loops = r;
+      for (const auto& [name, path] : options.val_sets) {
+        CART_ASSIGN_OR_RETURN(e.sets[name], EvaluatePerplexity(*m, path, seq_len, sequences, r));
+      }
+      for (const data::Task& task : options.tasks) {
+        ZeroShotOptions zo;
+        zo.loops = r;
+        zo.max_len = seq_len;
+        zo.batch = options.task_batch;
+        zo.prepend_bos = options.prepend_bos;
+        CART_ASSIGN_OR_RETURN(TaskResult t, EvaluateTask(*m, *options.tokenizer, task, zo));
+        e.tasks.push_back(std::move(t));
+      }
+      on_result(e);
+    }
+  } catch (const std::exception& e) {
+    return FromTorchError(e, StrCat("evaluating ", checkpoint.path));
+  }
+  return absl::OkStatus();
+}
+
+std::map<std::string, double> EvalMetrics(const LoopEvaluation& e) {
+  std::map<std::string, double> values;
+  for (const TaskResult& t : e.tasks) {
+    values[StrCat("task_acc/", t.name)] = t.acc;
+    if (t.kind == data::TaskKind::kLambada) {
+      values[StrCat("task_ppl/", t.name)] = t.perplexity;
+    } else {
+      values[StrCat("task_acc_norm/", t.name)] = t.acc_norm;
+    }
+  }
+  for (const auto& [name, p] : e.sets) {
+    values[StrCat("val_loss/", name)] = p.mean_loss;
+    values[StrCat("val_ppl/", name)] = p.perplexity;
+  }
+  return values;
 }
 
 }  // namespace cart::train

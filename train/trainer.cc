@@ -1,6 +1,5 @@
 #include "train/trainer.h"
 
-#include <ATen/autocast_mode.h>
 #include <dlfcn.h>
 #include <malloc.h>
 #include <torch/torch.h>
@@ -20,9 +19,12 @@
 #include "common/strings.h"
 #include "data/token_file.h"
 #include "model/language_model.h"
+#include "model/readout.h"
 #include "train/device.h"
 #include "train/eval.h"
+#include "train/precision.h"
 #include "train/schedule.h"
+#include "train/torch_error.h"
 #include "train/windows.h"
 
 namespace cart::train {
@@ -38,33 +40,6 @@ double ResidentMiB() {
   return static_cast<double>(pages_resident) * static_cast<double>(sysconf(_SC_PAGESIZE)) /
          (1024.0 * 1024.0);
 }
-
-// bf16 autocast for the forward pass on CUDA (docs/model.md §6); fp32 everywhere else.
-class AutocastScope {
- public:
-  explicit AutocastScope(bool enable) : enabled_(enable) {
-    if (!enabled_) return;
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
-    at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
-    at::autocast::set_autocast_enabled(at::kCUDA, true);
-#else
-    at::autocast::set_autocast_gpu_dtype(at::kBFloat16);
-    at::autocast::set_enabled(true);
-#endif
-  }
-  ~AutocastScope() {
-    if (!enabled_) return;
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
-    at::autocast::set_autocast_enabled(at::kCUDA, false);
-#else
-    at::autocast::set_enabled(false);
-#endif
-    at::autocast::clear_cache();
-  }
-
- private:
-  bool enabled_;
-};
 
 // Keeps only the metric lines with step <= `step` (what a resumed run will not recompute).
 absl::Status TruncateMetrics(const std::string& path, int64_t step) {
@@ -99,7 +74,7 @@ class Trainer {
   struct StepResult {
     double loss = 0;  // mean over the accumulated micro-batches
     double grad_norm = 0;
-    model::Diagnostics diag;  // filled on logging steps only
+    model::Diagnostics diag;  // filled on logging steps only (ρ after the optimizer step)
   };
 
   void Log(const std::string& msg) {
@@ -131,7 +106,7 @@ class Trainer {
   std::optional<WindowReader> reader_;
   std::vector<ValSet> val_sets_;
   torch::Device device_ = torch::kCPU;
-  bool autocast_ = false;
+  bool mixed_precision_ = false;
   TrainResult result_;
 };
 
@@ -209,7 +184,7 @@ absl::Status Trainer::Prepare() {
   UseThreads(ThreadsFor(config_.train));
   RetainFreedMemory();
   CART_ASSIGN_OR_RETURN(device_, ResolveDevice(options_.device));
-  autocast_ = device_.is_cuda() && config_.train.dtype != model::DType::kFloat32;
+  mixed_precision_ = UsesMixedPrecision(config_.train.dtype, device_);
 
   CART_ASSIGN_OR_RETURN(data::TokenFile train_file, data::TokenFile::Open(config_.data.train_data));
   train_file_.emplace(std::move(train_file));
@@ -286,8 +261,11 @@ absl::StatusOr<Trainer::StepResult> Trainer::Step(double lr, bool log_step) {
   // Gradients set to none, not zero-filled: the first backward then takes its gradient buffers
   // as they come instead of filling and adding to zeros (the same values, bit for bit).
   model_->zero_grad(/*set_to_none=*/true);
-  StepResult s;
-  double loss_sum = 0;
+  // Nothing is read to the host until the step ends: the micro-batch losses, the gradient norm
+  // and (on logging steps) ρ and the per-loop norms stay on the device and are read together,
+  // once, so that a GPU step waits for the device once (model/readout.h).
+  std::vector<torch::Tensor> losses;
+  model::DiagnosticTensors diag;
   for (int64_t a = 0; a < config_.train.accum; ++a) {
     CART_ASSIGN_OR_RETURN(Batch batch, reader_->Next(config_.train.batch));
     model::ForwardOptions fo;
@@ -295,24 +273,40 @@ absl::StatusOr<Trainer::StepResult> Trainer::Step(double lr, bool log_step) {
     fo.diagnostics = log_step && a + 1 == config_.train.accum;
     torch::Tensor loss;
     {
-      AutocastScope scope(autocast_);
-      torch::Tensor logits = model_->Forward(batch.x.to(device_), fo, &s.diag);
+      MixedPrecisionScope scope(mixed_precision_, device_);
+      torch::Tensor logits = model_->Forward(ToDevice(batch.x, device_), fo, &diag);
       loss = torch::nn::functional::cross_entropy(
-          logits.view({-1, logits.size(-1)}).to(torch::kFloat32), batch.y.to(device_).view({-1}));
+          logits.view({-1, logits.size(-1)}).to(torch::kFloat32),
+          ToDevice(batch.y, device_).view({-1}));
     }
     (loss / static_cast<double>(config_.train.accum)).backward();
-    loss_sum += loss.item<double>();
+    losses.push_back(loss.detach());
   }
-  if (config_.train.clip > 0) {
-    s.grad_norm = torch::nn::utils::clip_grad_norm_(model_->parameters(), config_.train.clip);
-  } else {
-    for (const auto& p : model_->parameters()) {
-      if (p.grad().defined()) s.grad_norm += p.grad().pow(2).sum().item<double>();
-    }
-    s.grad_norm = std::sqrt(s.grad_norm);
-  }
+  torch::Tensor grad_norm = ClipGradNorm(model_->parameters(), config_.train.clip);
   optimizer_->step();
+  // ρ belongs to the weights the record's step names: σ(a) after the optimizer step, not the value
+  // the forward pass saw before it (the per-loop norms are of that pass).
+  if (log_step) diag.rho = model_->RhoTensor();
+  std::vector<torch::Tensor> read = losses;
+  read.push_back(grad_norm);
+  read.push_back(diag.rho);
+  read.insert(read.end(), diag.h_norm.begin(), diag.h_norm.end());
+  read.insert(read.end(), diag.rel_update.begin(), diag.rel_update.end());
+  const std::vector<double> host = model::ReadToHost(read);
+
+  StepResult s;
+  size_t i = 0;
+  double loss_sum = 0;
+  for (; i < losses.size(); ++i) loss_sum += host[i];
   s.loss = loss_sum / static_cast<double>(config_.train.accum);
+  s.grad_norm = host[i++];
+  if (diag.rho.defined()) {
+    s.diag.rho_max = host[i++];
+    s.diag.rho_mean = host[i++];
+    s.diag.rho_min = host[i++];
+  }
+  for (size_t r = 0; r < diag.h_norm.size(); ++r) s.diag.h_norm.push_back(host[i++]);
+  for (size_t r = 0; r < diag.rel_update.size(); ++r) s.diag.rel_update.push_back(host[i++]);
   return s;
 }
 
@@ -328,12 +322,10 @@ MetricRecord Trainer::StepMetrics(int64_t step, double lr, const StepResult& s,
               {"epoch", static_cast<double>(reader_->epoch())},
               {"rss_mib", ResidentMiB()}};
   if (config_.model.model == model::ModelKind::kCart) {
-    // ρ belongs to the weights the record's step names: read σ(a) after the optimizer step,
-    // not the value the forward pass saw before it (the per-loop norms are of that pass).
-    const model::Diagnostics rho = model_->Rho();
-    r.values["rho_max"] = rho.rho_max;
-    r.values["rho_mean"] = rho.rho_mean;
-    r.values["rho_min"] = rho.rho_min;
+    const bool has_rho = config_.model.lti;  // without σ(a) the carry is 1
+    r.values["rho_max"] = has_rho ? s.diag.rho_max : 1.0;
+    r.values["rho_mean"] = has_rho ? s.diag.rho_mean : 1.0;
+    r.values["rho_min"] = has_rho ? s.diag.rho_min : 1.0;
     for (size_t i = 0; i < s.diag.h_norm.size(); ++i) {
       r.values[StrCat("h_norm/", i)] = s.diag.h_norm[i];
       r.values[StrCat("rel_update/", i)] = s.diag.rel_update[i];
@@ -344,6 +336,9 @@ MetricRecord Trainer::StepMetrics(int64_t step, double lr, const StepResult& s,
 
 absl::StatusOr<TrainResult> Trainer::Run() {
   CART_RETURN_IF_ERROR(Prepare());
+  // cuda:N is the current device for the whole run: kernels, the caching allocator and any
+  // context LibTorch opens stay on N (without it a context opens on GPU 0 as well).
+  const RunOnDevice on_device(device_);
   CART_ASSIGN_OR_RETURN(model_, model::BuildModel(config_.model, config_.train.seed));
   model_->to(device_);
   model_->train();
@@ -390,7 +385,9 @@ absl::StatusOr<TrainResult> Trainer::Run() {
                          (options_.stop_after > 0 && step - start_step >= options_.stop_after);
     const bool periodic =
         config_.train.checkpoint_every > 0 && step % config_.train.checkpoint_every == 0;
-    if (periodic || stopped || step == total) CART_RETURN_IF_ERROR(Checkpoint(step));
+    if (options_.write_checkpoints && (periodic || stopped || step == total)) {
+      CART_RETURN_IF_ERROR(Checkpoint(step));
+    }
     if (stopped) break;
   }
   if (step == start_step && step == total) Log(StrCat("nothing to do: already at step ", step));
@@ -432,14 +429,8 @@ absl::StatusOr<TrainResult> Train(const RunConfig& config, const TrainOptions& o
   try {
     Trainer trainer(config, options);
     return trainer.Run();
-  } catch (const c10::Error& e) {
-    const std::string what = e.what_without_backtrace();
-    if (what.find("out of memory") != std::string::npos) {
-      return absl::ResourceExhaustedError("out of memory: " + what);
-    }
-    return absl::InternalError("LibTorch error: " + what);
   } catch (const std::exception& e) {
-    return absl::InternalError(StrCat("training failed: ", e.what()));
+    return FromTorchError(e);
   }
 }
 

@@ -42,6 +42,9 @@ struct TrainOptions {
   const std::atomic<bool>* stop = nullptr;
   // Where to train (train/device.h): "auto" (cuda:0 when present, else cpu), "cpu" or "cuda:N".
   std::string device = "auto";
+  // False: no checkpoint is written, not even the last (benchmarks: `cart model bench`). A run
+  // trained so cannot be resumed.
+  bool write_checkpoints = true;
 };
 
 struct TrainResult {

@@ -7,6 +7,7 @@
 #include "common/status.h"
 #include "common/strings.h"
 #include "data/token_file.h"
+#include "train/torch_error.h"
 
 namespace cart::train {
 namespace {
@@ -117,8 +118,8 @@ absl::StatusOr<std::vector<ContinuationScore>> ScoreContinuations(
       const size_t end = std::min(order.size(), begin + static_cast<size_t>(options.batch));
       status = ScoreBatch(model, requests, order, begin, end, options, &out);
     }
-  } catch (const c10::Error& e) {
-    status = absl::InternalError(StrCat("forward pass failed: ", e.what_without_backtrace()));
+  } catch (const std::exception& e) {
+    status = FromTorchError(e, "forward pass failed");
   }
   model.train(was_training);
   CART_RETURN_IF_ERROR(status);

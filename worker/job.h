@@ -1,7 +1,8 @@
 #pragma once
 
-// One attempt of one run on this worker: the RunJob stream, the trainer thread, metric and
-// checkpoint upload, heartbeats and controls.
+// One attempt of one run on this worker: the trainer or the evaluation, run on the calling
+// thread, their metrics, log lines and checkpoints (uploaded here) posted to the attempt's
+// channel (worker/attempt_channel.h), which holds the RunJob stream, heartbeats and controls.
 
 #include <atomic>
 #include <functional>

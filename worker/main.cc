@@ -38,12 +38,18 @@ int main(int argc, char** argv) {
                  "Expected name in cartd's certificate");
   app.add_option("--client-config", config_file, "Client config file (written by `cart up`)");
   app.add_option("--worker-id", config.worker_id, "Stable id of this worker (default host-device)");
-  app.add_option("--device", config.device, "auto | cpu | cuda:N")->capture_default_str();
+  app.add_option("--device", config.device,
+                 "auto | cpu | cuda | cuda:N (auto: cuda:0 when LibTorch can use CUDA, else cpu)")
+      ->capture_default_str();
   app.add_option("--cache-dir", config.cache_dir, "Run directories and downloaded checkpoints")
       ->capture_default_str();
   app.add_option("--threads", config.threads, "CPU threads for training (0: the run's setting)");
   app.add_option("--memory-mib", config.memory_mib,
                  "Report this much device memory (MiB) instead of the real amount");
+  app.add_option("--memory-reserve-mib", config.memory_reserve_mib,
+                 "Device memory (MiB) cartd keeps free of runs: CUDA context, cuBLAS workspace, a "
+                 "desktop (default: cartd's, max(1 GiB, 10 %); 0: none)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
   app.add_option("--max-jobs", config.max_jobs, "Exit after this many jobs (0: no limit)");
   app.add_flag("--exit-when-idle", config.exit_when_idle, "Exit when no job is waiting");
   app.add_option("--acquire-wait-ms", config.acquire_wait_ms, "Long-poll length, ms")

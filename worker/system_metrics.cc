@@ -27,6 +27,10 @@ struct SystemMetrics::Nvml {
   int (*get_memory)(Device, Memory*) = nullptr;
   int (*get_temp)(Device, int, unsigned int*) = nullptr;
   int (*get_power)(Device, unsigned int*) = nullptr;
+  // Optional (device lookup by bus id): null when the driver's NVML lacks them.
+  int (*get_count)(unsigned int*) = nullptr;
+  int (*get_handle_by_bus)(const char*, Device*) = nullptr;
+  int (*get_index)(Device, unsigned int*) = nullptr;
 };
 
 namespace {
@@ -79,6 +83,9 @@ SystemMetrics::SystemMetrics() {
     delete n;
     return;
   }
+  Resolve(handle, "nvmlDeviceGetCount_v2", n->get_count);
+  Resolve(handle, "nvmlDeviceGetHandleByPciBusId_v2", n->get_handle_by_bus);
+  Resolve(handle, "nvmlDeviceGetIndex", n->get_index);
   nvml_ = n;
 }
 
@@ -133,6 +140,23 @@ std::optional<DeviceDescription> SystemMetrics::Gpu(int index) {
   Nvml::Memory mem{};
   if (nvml_->get_memory(dev, &mem) == 0) d.memory_mib = static_cast<int64_t>(mem.total >> 20);
   return d;
+}
+
+int SystemMetrics::GpuCount() {
+  unsigned int count = 0;
+  if (nvml_ == nullptr || nvml_->get_count == nullptr || nvml_->get_count(&count) != 0) return 0;
+  return static_cast<int>(count);
+}
+
+std::optional<int> SystemMetrics::IndexOfPciBusId(const std::string& bus_id) {
+  if (nvml_ == nullptr || nvml_->get_handle_by_bus == nullptr || nvml_->get_index == nullptr) {
+    return std::nullopt;
+  }
+  Nvml::Device dev = nullptr;
+  unsigned int index = 0;
+  if (nvml_->get_handle_by_bus(bus_id.c_str(), &dev) != 0) return std::nullopt;
+  if (nvml_->get_index(dev, &index) != 0) return std::nullopt;
+  return static_cast<int>(index);
 }
 
 DeviceDescription SystemMetrics::Cpu() {

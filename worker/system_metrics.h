@@ -35,6 +35,10 @@ class SystemMetrics {
 
   // The GPU `index` through NVML, if any.
   std::optional<DeviceDescription> Gpu(int index);
+  // GPUs NVML sees (all of the machine's: NVML ignores CUDA_VISIBLE_DEVICES); 0 without NVML.
+  int GpuCount();
+  // NVML's index of the GPU at PCI bus id `bus_id` ("0000:41:00.0"), if NVML knows it.
+  std::optional<int> IndexOfPciBusId(const std::string& bus_id);
   // This machine's CPU (model name from /proc/cpuinfo) and RAM.
   static DeviceDescription Cpu();
   // Free space of the file system holding `path`, MiB.

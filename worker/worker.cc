@@ -11,6 +11,7 @@
 #include "common/status.h"
 #include "common/strings.h"
 #include "common/version.h"
+#include "worker/device_choice.h"
 #include "worker/job.h"
 #include "worker/system_metrics.h"
 
@@ -35,37 +36,15 @@ const char* OutcomeName(cart::v1::JobResult::Outcome o) {
 
 absl::Status RunWorker(const WorkerConfig& config, const std::atomic<bool>& shutdown) {
   SystemMetrics system;
-  DeviceDescription device;
-  int gpu_index = -1;
-  if (config.device == "cpu") {
-    device = SystemMetrics::Cpu();
-  } else if (config.device == "auto" || config.device.rfind("cuda", 0) == 0) {
-    int index = 0;
-    if (config.device.rfind("cuda:", 0) == 0) {
-      std::optional<int64_t> v = ParseInt64(config.device.substr(5));
-      if (!v) return absl::InvalidArgumentError("--device: '" + config.device + "' is not cuda:N");
-      index = static_cast<int>(*v);
-    }
-    std::optional<DeviceDescription> gpu = system.Gpu(index);
-    if (gpu) {
-      device = *gpu;
-      gpu_index = index;
-    } else if (config.device == "auto") {
-      device = SystemMetrics::Cpu();
-    } else {
-      return absl::FailedPreconditionError(StrCat(
-          "--device ", config.device, ": no such NVIDIA GPU (NVML ",
-          system.nvml_available() ? "sees no device at that index" : "is not available", ")"));
-    }
-  } else {
-    return absl::InvalidArgumentError("--device: '" + config.device +
-                                      "' is not one of auto, cpu, cuda:N");
-  }
+  CART_ASSIGN_OR_RETURN(DeviceChoice choice, ChooseDevice(config.device, ProbeMachine(system)));
+  DeviceDescription device = choice.description;
+  const int gpu_index = choice.nvml_index;
   if (config.memory_mib > 0) device.memory_mib = config.memory_mib;
   const std::string worker_id =
       config.worker_id.empty() ? StrCat(Hostname(), "-", device.kind,
                                         device.kind == "cuda" ? std::to_string(device.index) : "")
                                : config.worker_id;
+  if (!choice.note.empty()) Say(worker_id, choice.note);
   std::error_code ec;
   std::filesystem::create_directories(config.cache_dir, ec);
 
@@ -79,6 +58,9 @@ absl::Status RunWorker(const WorkerConfig& config, const std::atomic<bool>& shut
   reg.mutable_device()->set_name(device.name);
   reg.mutable_device()->set_index(device.index);
   reg.mutable_device()->set_memory_mib(device.memory_mib);
+  if (config.memory_reserve_mib >= 0) {
+    reg.mutable_device()->set_memory_reserve_mib(config.memory_reserve_mib);
+  }
   reg.set_version(kVersion);
   cart::v1::RegisterWorkerResponse timing;
   int64_t backoff_ms = 200;
@@ -99,7 +81,10 @@ absl::Status RunWorker(const WorkerConfig& config, const std::atomic<bool>& shut
     backoff_ms = std::min<int64_t>(backoff_ms * 2, 5000);
   }
   Say(worker_id, StrCat("registered ", device.kind, " '", device.name, "' with ", device.memory_mib,
-                        " MiB at ", config.client.server));
+                        " MiB (reserve ",
+                        config.memory_reserve_mib >= 0 ? StrCat(config.memory_reserve_mib, " MiB")
+                                                       : std::string("cartd's default"),
+                        ") at ", config.client.server));
 
   JobEnvironment env;
   env.client = config.client;
@@ -110,7 +95,7 @@ absl::Status RunWorker(const WorkerConfig& config, const std::atomic<bool>& shut
       timing.heartbeat_interval_ms() > 0 ? timing.heartbeat_interval_ms() : 5000;
   env.threads = config.threads;
   env.metric_buffer_points = config.metric_buffer_points;
-  env.torch_device = gpu_index >= 0 ? StrCat("cuda:", gpu_index) : "cpu";
+  env.torch_device = choice.torch_device;
   env.sample_system = [&system, gpu_index] { return system.Sample(gpu_index); };
   env.shutdown_grace_ms = config.shutdown_grace_s * 1000;
 

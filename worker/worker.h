@@ -17,11 +17,14 @@ struct WorkerConfig {
   std::string worker_id;                 // default "<hostname>-<device>", e.g. "labbox3-cuda0"
   std::string device = "auto";           // auto | cpu | cuda:N
   std::string cache_dir = "var/worker";  // run directories and downloaded checkpoints
-  int64_t threads = 0;               // CPU threads for training; 0: the run config's / all cores
-  int64_t memory_mib = 0;            // report this much device memory instead of the real amount
-  int64_t max_jobs = 0;              // exit after this many jobs; 0: no limit
-  bool exit_when_idle = false;       // exit when an acquire returns no job (scripts, tests)
-  int64_t acquire_wait_ms = 10'000;  // long-poll length
+  int64_t threads = 0;     // CPU threads for training; 0: the run config's / all cores
+  int64_t memory_mib = 0;  // report this much device memory instead of the real amount
+  // Memory cartd keeps free of runs on this device (model::DefaultMemoryReserveBytes); negative:
+  // cartd's default, max(1 GiB, 10 %).
+  int64_t memory_reserve_mib = -1;
+  int64_t max_jobs = 0;                     // exit after this many jobs; 0: no limit
+  bool exit_when_idle = false;              // exit when an acquire returns no job (scripts, tests)
+  int64_t acquire_wait_ms = 10'000;         // long-poll length
   size_t metric_buffer_points = 1'000'000;  // unacknowledged points held before training waits
   int64_t shutdown_grace_s = 120;           // after SIGTERM, time to hand the current run back
 };
@@ -29,7 +32,8 @@ struct WorkerConfig {
 // Runs until `shutdown` becomes true (SIGTERM: the current job stops after a checkpoint and is
 // requeued as DRAINED), a drain request is served, max_jobs is reached or (exit_when_idle) no job
 // comes. Connection failures are retried with backoff; they are not errors. Returns an error only
-// for bad configuration (unreadable TLS CA, unknown device) or a registration refused by cartd.
+// for bad configuration (unreadable TLS CA, a device spec or a device LibTorch, the CUDA runtime
+// and NVML do not agree on: worker/device_choice.h) or a registration refused by cartd.
 absl::Status RunWorker(const WorkerConfig& config, const std::atomic<bool>& shutdown);
 
 }  // namespace cart::worker

@@ -154,6 +154,15 @@ grpc::Status WorkerServiceImpl::RegisterWorker(grpc::ServerContext* context,
   worker.device_kind = request->device().kind();
   worker.device_name = request->device().name();
   worker.memory_bytes = request->device().memory_mib() * kMiB;
+  if (request->device().has_memory_reserve_mib()) {
+    if (request->device().memory_reserve_mib() < 0) {
+      return ToGrpc(
+          absl::InvalidArgumentError(StrCat("RegisterWorker: worker '", request->worker_id(),
+                                            "': device.memory_reserve_mib must be >= 0, got ",
+                                            request->device().memory_reserve_mib())));
+    }
+    worker.memory_reserve_bytes = request->device().memory_reserve_mib() * kMiB;
+  }
   worker.free_disk_bytes = request->free_disk_mib() * kMiB;
   absl::StatusOr<WorkerTiming> timing = ctx_.scheduler->RegisterWorker(worker);
   if (!timing.ok()) return ToGrpc(timing.status());

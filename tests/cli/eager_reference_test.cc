@@ -16,7 +16,9 @@
 namespace cart::testing {
 namespace {
 
-constexpr char kPython[] = "/usr/bin/python3";
+// The interpreter whose PyTorch is the reference: Debian's (LibTorch 1.13) for the default build,
+// the torch2 build's virtual environment (PyTorch 2.x) for that build (tests/cli/CMakeLists.txt).
+constexpr char kPython[] = CART_TEST_PYTHON;
 
 std::string Reference() { return std::string(CART_SOURCE_DIR) + "/bench/reference/cart_eager.py"; }
 
@@ -38,7 +40,8 @@ class EagerReferenceTest : public ::testing::TestWithParam<std::string> {
   void SetUp() override {
     if (RunCommand(std::string(kPython) + " -c 'import torch' 2>&1").exit_code != 0) {
       GTEST_SKIP() << kPython << " cannot import torch: install Debian's python3-torch "
-                   << "(deploy/install-deps.sh --test does)";
+                   << "(deploy/install-deps.sh --test does) or, for the torch2 build, run "
+                   << "deploy/install-torch2.sh";
     }
   }
 };

@@ -1,5 +1,6 @@
 // `cart model params | init | logits` run as a user would, through the built binary.
 
+#include <cmath>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -31,6 +32,50 @@ TEST(ModelCliTest, ParamsPrintsTheSpecCountsAsJson) {
   EXPECT_THAT(text, HasSubstr("125.09M"));
   EXPECT_THAT(text, HasSubstr("7 layers"));
   EXPECT_THAT(text, HasSubstr("12 layers"));
+}
+
+// `cart model bench` (what deploy/gpu-check.sh runs on a GPU box) on the CPU at a small shape:
+// one row per width, its FLOPs those of `cart model params`, MFU against the given peak, and
+// the process's peak memory beside the fp32 estimate.
+TEST(ModelCliTest, BenchMeasuresTheTrainingStepOfEachWidth) {
+  const std::string shape = " --set P=1 --set R=2 --set seq_len=32 --set batch=2 --set vocab=256";
+  auto [code, out] = Cart("model bench --device cpu --d 64,128 --steps 2 --warmup 1" + shape +
+                          " --peak-tflops 0.5 --json");
+  ASSERT_EQ(code, 0) << out;
+  nlohmann::json j = nlohmann::json::parse(out);
+  EXPECT_EQ(j["device"], "cpu");
+  EXPECT_FALSE(j["mixed_precision_bf16"].get<bool>());  // dtype auto: fp32 on the CPU
+  ASSERT_EQ(j["rows"].size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    const nlohmann::json& row = j["rows"][i];
+    const int64_t d = i == 0 ? 64 : 128;
+    EXPECT_EQ(row["d"].get<int64_t>(), d);
+    EXPECT_EQ(row["tokens_per_step"].get<int64_t>(), 2 * 32);
+    const double tokens_per_s = row["tokens_per_s"].get<double>();
+    EXPECT_GT(tokens_per_s, 0);
+    EXPECT_NEAR(tokens_per_s * row["seconds_per_step"].get<double>(), 64, 1e-6);
+    auto [pcode, params] = Cart("model params --json" + shape + " --set d=" + std::to_string(d));
+    ASSERT_EQ(pcode, 0) << params;
+    nlohmann::json p = nlohmann::json::parse(params);
+    EXPECT_DOUBLE_EQ(row["train_flops_per_token"].get<double>(),
+                     p["train_flops_per_token"].get<double>());
+    EXPECT_NEAR(row["mfu"].get<double>(),
+                tokens_per_s * p["train_flops_per_token"].get<double>() / 0.5e12, 1e-12);
+    EXPECT_DOUBLE_EQ(row["six_n_flops_per_token"].get<double>(),
+                     6.0 * p["effective"].get<double>());
+    EXPECT_NEAR(row["mfu_6n"].get<double>(),
+                tokens_per_s * 6.0 * p["effective"].get<double>() / 0.5e12, 1e-12);
+    EXPECT_EQ(row["peak_kind"], "RSS growth");
+    // fp32 activations: more than the bf16 figure `model params` prints.
+    EXPECT_GT(row["estimate_bytes"].get<int64_t>(), p["train_memory_bytes_bf16"].get<int64_t>());
+    EXPECT_TRUE(std::isfinite(row["final_loss"].get<double>()));
+    EXPECT_FALSE(row.contains("paper_rtx3090_tokens_per_s"));  // not the paper's shape
+  }
+  // The first row raises the process's peak resident set: its growth is known.
+  EXPECT_GT(j["rows"][0]["peak_bytes"].get<int64_t>(), 0);
+  auto [bad, why] = Cart("model bench --device cpu --d 100" + shape);
+  EXPECT_EQ(bad, 2) << why;
+  EXPECT_THAT(why, HasSubstr("--d: '100' is not a width"));
 }
 
 TEST(ModelCliTest, InitThenLogitsIsSeededAndHonoursRInfer) {

@@ -226,7 +226,7 @@ TEST(CartModelTest, AnchorIsComputedOncePerForwardWhenFrozenAndEveryLoopWhenReco
   torch::Tensor ids = Ids(1, 5, 50);
   ForwardOptions o;
   o.diagnostics = true;
-  Diagnostics diag;
+  DiagnosticTensors diag;
   Build(Tiny())->Forward(ids, o, &diag);
   EXPECT_EQ(diag.anchor_calls, 1);
   ModelConfig recompute = Tiny();
@@ -360,8 +360,9 @@ TEST(CartModelTest, DiagnosticsReportRhoAndPerLoopNorms) {
   ForwardOptions o;
   o.diagnostics = true;
   o.loops = 5;
-  Diagnostics diag;
-  model->Forward(Ids(1, 5, 50), o, &diag);
+  DiagnosticTensors tensors;
+  model->Forward(Ids(1, 5, 50), o, &tensors);
+  const Diagnostics diag = Read(tensors);
   ASSERT_EQ(diag.h_norm.size(), 5u);
   ASSERT_EQ(diag.rel_update.size(), 5u);
   EXPECT_NEAR(diag.rho_max, 0.9, 1e-6);

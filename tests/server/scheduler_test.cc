@@ -105,12 +105,15 @@ class SchedulerTest : public ::testing::Test {
     return result.ok() ? *result : SubmitResult{};
   }
 
-  void Register(const std::string& id, int64_t memory) {
+  // The placement tests give the memory a run may use: no reserve unless they ask for one
+  // (negative: cartd's default).
+  void Register(const std::string& id, int64_t memory, int64_t reserve = 0) {
     WorkerInfo worker;
     worker.id = id;
     worker.device_kind = "cuda";
     worker.device_name = StrCat("gpu-", memory / kGiB, "g");
     worker.memory_bytes = memory;
+    worker.memory_reserve_bytes = reserve;
     CART_ASSERT_OK(scheduler_->RegisterWorker(worker).status());
   }
 
@@ -219,6 +222,48 @@ seeds: [1]
   ASSERT_EQ(log.size(), 1u);
   EXPECT_THAT(log[0].text, HasSubstr("micro-batch 8 -> 2, gradient accumulation 1 -> 4"));
   EXPECT_THAT(log[0].text, HasSubstr("global batch 8 kept"));
+}
+
+// A card's whole memory is not the run's: the CUDA context, cuBLAS's workspace and a desktop take
+// their share. By default cartd keeps max(1 GiB, 10 %) free; a worker can set its own reserve.
+TEST_F(SchedulerTest, RunsAreFittedIntoTheMemoryTheReserveLeaves) {
+  EXPECT_EQ(model::DefaultMemoryReserveBytes(8 * kGiB), kGiB);
+  EXPECT_EQ(model::DefaultMemoryReserveBytes(24 * kGiB), 24 * kGiB / 10);
+  EXPECT_EQ(model::UsableMemoryBytes(24 * kGiB, -1), 24 * kGiB - 24 * kGiB / 10);
+  EXPECT_EQ(model::UsableMemoryBytes(24 * kGiB, 0), 24 * kGiB);
+  EXPECT_EQ(model::UsableMemoryBytes(kGiB / 2, -1), 0);
+
+  SubmitResult sweep = Submit(R"(name: reserve
+base: {vocab: 32000, d: 512, P: 2, R: 2, steps: 10, seq_len: 2048, batch: 16, accum: 1}
+seeds: [1, 2]
+)");
+  ASSERT_EQ(sweep.runs.size(), 2u);
+  const int64_t estimate = sweep.runs[0].memory_estimate_bytes;
+  ASSERT_GT(estimate, 10 * kGiB);  // so that the default reserve is the 10 %
+
+  // A card 5 % larger than the estimate: the whole card would take the run as configured, but
+  // the default reserve (10 %) leaves less, so the micro-batch shrinks, the global batch stays.
+  const int64_t card = estimate + estimate / 20;
+  Register("gpu", card, /*reserve=*/-1);
+  std::optional<Job> job = AcquireNow("gpu");
+  ASSERT_TRUE(job.has_value());
+  CART_ASSERT_OK_AND_ASSIGN(model::RunConfig sent,
+                            model::ParseRunConfigYaml(job->run.config_yaml, "job"));
+  EXPECT_LT(sent.train.batch, 16);
+  EXPECT_EQ(sent.train.batch * sent.train.accum, 16);
+  EXPECT_LE(model::EstimateTrainingBytes(sent.model, 2048, sent.train.batch, /*bf16=*/true),
+            model::UsableMemoryBytes(card, -1));
+  CART_ASSERT_OK_AND_ASSIGN(std::vector<store::WorkerRecord> workers, store_->ListWorkers());
+  ASSERT_EQ(workers.size(), 1u);
+  EXPECT_EQ(workers[0].memory_bytes, card - card / 10);  // what placement uses, after a restart too
+
+  // The same card registered with no reserve (--memory-reserve-mib 0) takes the run unchanged.
+  Register("gpu", card, /*reserve=*/0);
+  std::optional<Job> second = AcquireNow("gpu");
+  ASSERT_TRUE(second.has_value());
+  CART_ASSERT_OK_AND_ASSIGN(model::RunConfig whole,
+                            model::ParseRunConfigYaml(second->run.config_yaml, "job"));
+  EXPECT_EQ(whole.train.batch, 16);
 }
 
 TEST(FitMicroBatchTest, LargestDivisorOfTheGlobalBatchThatFitsNeverAboveTheConfigured) {

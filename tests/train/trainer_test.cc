@@ -12,6 +12,7 @@
 #include "gtest/gtest.h"
 #include "model/language_model.h"
 #include "tests/support/test_support.h"
+#include "tests/train/train_fixtures.h"
 #include "train/checkpoint.h"
 #include "train/eval.h"
 
@@ -22,58 +23,10 @@ using ::cart::testing::StatusIs;
 using ::cart::testing::TempDir;
 using ::testing::HasSubstr;
 
-// A first-order Markov chain over 32 tokens; the entropy rate is written into the metadata.
-data::SynthResult MakeData(const TempDir& dir, int64_t tokens = 60'000) {
-  data::SynthOptions o;
-  o.chain.vocab = 32;
-  o.chain.order = 1;
-  o.chain.seed = 3;
-  o.chain.concentration = 0.05;
-  o.tokens = tokens;
-  o.val_tokens = 8'000;
-  o.out = dir.File("synth.bin");
-  auto r = data::WriteSynthetic(o);
-  EXPECT_TRUE(r.ok()) << r.status();
-  return *r;
-}
-
-model::RunConfig TinyRun() {
-  model::RunConfig c;
-  c.model.vocab = 32;
-  c.model.d = 64;
-  c.model.P = 1;
-  c.model.R = 2;
-  c.train.steps = 12;
-  c.train.seq_len = 32;
-  c.train.batch = 4;
-  c.train.accum = 2;
-  c.train.lr = 3e-3;
-  c.train.lr_min = 3e-4;
-  c.train.warmup = 2;
-  c.train.log_every = 1;
-  c.train.eval_every = 6;
-  c.train.checkpoint_every = 4;
-  c.train.keep_checkpoints = 2;
-  c.train.eval_sequences = 8;
-  c.train.threads = 1;
-  return c;
-}
-
-std::vector<nlohmann::json> ReadMetrics(const std::string& path) {
-  std::vector<nlohmann::json> out;
-  std::ifstream in(path);
-  std::string line;
-  while (std::getline(in, line)) out.push_back(nlohmann::json::parse(line));
-  return out;
-}
-
-std::vector<double> Losses(const std::vector<nlohmann::json>& metrics) {
-  std::vector<double> out;
-  for (const auto& m : metrics) {
-    if (m.contains("loss")) out.push_back(m["loss"].get<double>());
-  }
-  return out;
-}
+using testing::Losses;
+using testing::MakeData;
+using testing::ReadMetrics;
+using testing::TinyRun;
 
 class TrainerTest : public ::testing::Test {
  protected:

@@ -1,6 +1,6 @@
 // One attempt run by the worker's job code (worker::RunJob, real LibTorch training on CPU) against
-// an in-process cartd: what happens when cartd refuses a report for good, and when SIGTERM comes
-// while nothing can be delivered.
+// an in-process cartd: what happens when cartd refuses a report for good, when SIGTERM comes
+// while nothing can be delivered, and on which device an evaluation job runs.
 
 #include "worker/job.h"
 
@@ -13,6 +13,7 @@
 #include "common/strings.h"
 #include "data/synth.h"
 #include "tests/server/server_fixture.h"
+#include "train/device.h"
 
 namespace cart::worker {
 namespace {
@@ -37,10 +38,12 @@ class JobTest : public ServerFixture {
                   o.out, "}\n");
   }
 
-  // Registers a (fake) worker and leases the only queued run to it.
+  // Registers a (fake) worker, once, and leases the next queued run to it.
   v1::Job Lease() {
-    worker_ = MakeWorker("w1");
-    EXPECT_TRUE(worker_->Register().ok());
+    if (worker_ == nullptr) {
+      worker_ = MakeWorker("w1");
+      EXPECT_TRUE(worker_->Register().ok());
+    }
     std::optional<v1::Job> job;
     EXPECT_TRUE(worker_->Acquire(1000, &job).ok());
     EXPECT_TRUE(job.has_value());
@@ -121,6 +124,37 @@ TEST_F(JobTest, ShutdownEndsTheJobWithinTheGraceWhenNothingCanBeDelivered) {
   EXPECT_TRUE(end.gave_up);
   // The grace (2 s) plus at most one upload backoff (5 s) and the stream's close (2 s).
   EXPECT_LT(seconds, 12.0) << "the job took " << seconds << " s to end after SIGTERM";
+}
+
+// An evaluation job runs where the worker trains. It used to build and load its model on the CPU
+// whatever the worker's device, so a GPU worker evaluated on its CPU. Asked for a CUDA device on a
+// machine without one, it now fails naming what LibTorch sees; on the CPU it succeeds.
+TEST_F(JobTest, EvaluationJobRunsOnTheWorkersDevice) {
+  if (train::CudaDeviceCount() > 0) GTEST_SKIP() << "this machine has a CUDA device";
+  std::string sweep = LongSweep("evaldev");
+  sweep.replace(sweep.find("steps: 100000"), 13, "steps: 4");
+  sweep +=
+      "derived:\n  - name: varR\n    from: {run: 0, checkpoint: final}\n"
+      "    eval_loops: [1, 2]\n";
+  const std::vector<int64_t> ids = Submit(sweep);
+  ASSERT_EQ(ids.size(), 2u);
+  std::atomic<bool> shutdown{false};
+  const v1::Job parent = Lease();
+  ASSERT_NE(parent.kind(), v1::JOB_KIND_EVAL);
+  JobEnvironment env = Environment();
+  EXPECT_EQ(RunJob(env, parent, shutdown).outcome, v1::JobResult::OUTCOME_SUCCEEDED);
+
+  const v1::Job eval = Lease();
+  ASSERT_EQ(eval.kind(), v1::JOB_KIND_EVAL);
+  env.torch_device = "cuda:0";
+  const JobEnd on_gpu = RunJob(env, eval, shutdown);
+  EXPECT_EQ(on_gpu.outcome, v1::JobResult::OUTCOME_FAILED);
+  EXPECT_NE(on_gpu.error.find("LibTorch sees 0 CUDA device(s)"), std::string::npos) << on_gpu.error;
+
+  const v1::Job again = Lease();
+  ASSERT_EQ(again.run_id(), eval.run_id());
+  env.torch_device = "cpu";
+  EXPECT_EQ(RunJob(env, again, shutdown).outcome, v1::JobResult::OUTCOME_SUCCEEDED);
 }
 
 }  // namespace

@@ -1,0 +1,365 @@
+// cart model bench — training throughput, MFU and peak memory of the real training step on this
+// machine's device, at the paper's shapes by default, beside the paper's RTX 3090 figures
+// (docs/gpu.md). `make gpu-check` runs it on a GPU box.
+
+#include <fmt/format.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "cli/commands.h"
+#include "common/status.h"
+#include "common/strings.h"
+#include "config/accounting.h"
+#include "config/config.h"
+#include "data/token_file.h"
+#include "train/device.h"
+#include "train/precision.h"
+#include "train/trainer.h"
+
+namespace cart::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+// bf16 dense tensor-core peak with fp32 accumulation (what autocast's matmuls run at), TFLOP/s,
+// from the vendors' datasheets. Matched against the CUDA runtime's device name, longest key
+// first, so that "RTX 3090 Ti" is not taken for "RTX 3090". GeForce cards accumulate in fp32 at
+// half their fp16-accumulate rate; the datacenter parts at the full rate.
+struct CardPeak {
+  const char* name;
+  double bf16_tflops;
+};
+constexpr CardPeak kCardPeaks[] = {
+    {"RTX 3050", 18.2},   {"RTX 3060", 25.5},    {"RTX 3070", 40.6},   {"RTX 3080 Ti", 68.2},
+    {"RTX 3080", 59.5},   {"RTX 3090 Ti", 80.0}, {"RTX 3090", 71.0},   {"RTX 4090", 165.2},
+    {"RTX A6000", 154.8}, {"A100", 312.0},       {"H100 PCIe", 756.0}, {"H100", 989.4},
+    {"H200", 989.4},      {"L40S", 362.1},       {"A10", 125.0},
+};
+
+std::optional<CardPeak> PeakOf(const std::string& device_name) {
+  std::optional<CardPeak> best;
+  for (const CardPeak& c : kCardPeaks) {
+    const std::string key = c.name;
+    if (device_name.find(key) == std::string::npos) continue;
+    if (!best || key.size() > std::string(best->name).size()) best = c;
+  }
+  return best;
+}
+
+// The paper's measured training throughput on one RTX 3090 (CART, P 6, R 6, T 1024, bf16) and
+// the MFU it states, by d.
+struct PaperFigure {
+  double tokens_per_s;
+  double mfu;
+};
+const std::map<int64_t, PaperFigure>& PaperFigures() {
+  static const auto* figures = new std::map<int64_t, PaperFigure>{
+      {256, {134'985, 0.20}}, {512, {71'244, 0.33}}, {768, {45'556, 0.40}}, {1024, {32'393, 0.49}}};
+  return *figures;
+}
+
+bool IsPaperShape(const model::RunConfig& c) {
+  return c.model.model == model::ModelKind::kCart && c.model.P == 6 && c.model.R == 6 &&
+         c.train.seq_len == 1024 && PaperFigures().count(c.model.d) > 0;
+}
+
+struct BenchArgs {
+  std::string config, device = "auto", d_list = "256,512,768,1024";
+  std::vector<std::string> sets;
+  int64_t steps = 10, warmup = 3;
+  double peak_tflops = 0;
+  bool json = false;
+};
+
+struct BenchRow {
+  int64_t d = 0;
+  int64_t batch = 0, seq_len = 0;
+  double seconds_per_step = 0, tokens_per_s = 0, train_flops_per_token = 0;
+  std::optional<double> mfu;
+  // The paper's convention: 6 × effective parameters per token (no attention products), which
+  // reproduces its stated MFU from its tokens/s with the RTX 3090's 71 TFLOP/s.
+  double six_n_flops_per_token = 0;
+  std::optional<double> mfu_6n;
+  std::optional<int64_t> peak_bytes;  // the caching allocator's (CUDA) or the process's RSS (CPU)
+  std::string peak_kind;
+  int64_t estimate_bytes = 0;
+  double final_loss = 0;
+};
+
+// Peak resident set of this process, bytes (Linux reports ru_maxrss in KiB).
+int64_t PeakRssBytes() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<int64_t>(u.ru_maxrss) * 1024;
+}
+
+// Resident set now, bytes (/proc/self/statm's second field, in pages).
+int64_t RssBytes() {
+  std::ifstream statm("/proc/self/statm");
+  int64_t size = 0, resident = 0;
+  statm >> size >> resident;
+  return resident * static_cast<int64_t>(sysconf(_SC_PAGESIZE));
+}
+
+// A token file of uniform random ids, enough for `steps` steps of `c`.
+absl::StatusOr<std::string> WriteRandomTokens(const fs::path& dir, const model::RunConfig& c,
+                                              int64_t steps) {
+  data::TokenFileInfo meta;
+  meta.tokenizer = StrCat("synth:", c.model.vocab);
+  meta.vocab = c.model.vocab;
+  meta.sources = {"cart model bench: uniform random ids"};
+  const std::string path = (dir / "bench.bin").string();
+  CART_ASSIGN_OR_RETURN(data::TokenFileWriter writer, data::TokenFileWriter::Create(path, meta));
+  const int64_t n = (steps + 1) * c.train.batch * c.train.accum * (c.train.seq_len + 1);
+  std::mt19937_64 rng(7);
+  std::uniform_int_distribution<int64_t> id(0, c.model.vocab - 1);
+  std::vector<int64_t> chunk;
+  for (int64_t done = 0; done < n;) {
+    chunk.clear();
+    for (int64_t i = 0; i < 65536 && done < n; ++i, ++done) chunk.push_back(id(rng));
+    CART_RETURN_IF_ERROR(writer.Append(chunk));
+  }
+  CART_RETURN_IF_ERROR(writer.Finish().status());
+  return path;
+}
+
+absl::StatusOr<BenchRow> BenchOne(const model::RunConfig& config, const BenchArgs& args,
+                                  const fs::path& dir, std::optional<double> peak_tflops) {
+  model::RunConfig c = config;
+  const int64_t total = args.warmup + args.steps;
+  c.train.steps = total;
+  c.train.log_every = total;
+  c.train.eval_every = 0;
+  c.train.checkpoint_every = 0;
+  c.train.warmup = std::min<int64_t>(c.train.warmup, total);
+  c.data.val_data.clear();
+  CART_ASSIGN_OR_RETURN(c.data.train_data, WriteRandomTokens(dir, c, total));
+  CART_RETURN_IF_ERROR(model::Validate(c));
+
+  CART_ASSIGN_OR_RETURN(c10::Device device, train::ResolveDevice(args.device));
+  train::ResetPeakDeviceMemory(device);
+  const int64_t rss_start = RssBytes(), max_rss_start = PeakRssBytes();
+  std::vector<std::chrono::steady_clock::time_point> ends;
+  train::TrainOptions options;
+  options.out_dir = (dir / StrCat("run-d", c.model.d)).string();
+  options.device = args.device;
+  options.write_checkpoints = false;
+  const auto start = std::chrono::steady_clock::now();
+  options.on_step = [&](int64_t, double) { ends.push_back(std::chrono::steady_clock::now()); };
+  CART_ASSIGN_OR_RETURN(train::TrainResult result, train::Train(c, options));
+  fs::remove(c.data.train_data);
+
+  // The steps after the warm-up, each timed from the end of the one before (a step ends when
+  // its values reach the host, so the device has finished it).
+  std::vector<double> step_seconds;
+  for (size_t i = static_cast<size_t>(std::max<int64_t>(args.warmup, 1)); i < ends.size(); ++i) {
+    step_seconds.push_back(std::chrono::duration<double>(ends[i] - ends[i - 1]).count());
+  }
+  if (step_seconds.empty()) {
+    step_seconds.push_back(std::chrono::duration<double>(ends.back() - start).count());
+  }
+  std::sort(step_seconds.begin(), step_seconds.end());
+  BenchRow row;
+  row.d = c.model.d;
+  row.batch = c.train.batch * c.train.accum;
+  row.seq_len = c.train.seq_len;
+  row.seconds_per_step = step_seconds[step_seconds.size() / 2];
+  row.tokens_per_s = static_cast<double>(row.batch * row.seq_len) / row.seconds_per_step;
+  row.train_flops_per_token = model::CountFlops(c.model, c.train.seq_len).train_per_token;
+  row.six_n_flops_per_token = 6.0 * static_cast<double>(model::CountParams(c.model).effective);
+  if (peak_tflops) {
+    row.mfu = row.tokens_per_s * row.train_flops_per_token / (*peak_tflops * 1e12);
+    row.mfu_6n = row.tokens_per_s * row.six_n_flops_per_token / (*peak_tflops * 1e12);
+  }
+  row.peak_bytes = train::PeakDeviceMemoryBytes(device);
+  row.peak_kind = "allocated";
+  if (!row.peak_bytes && device.is_cpu()) {
+    // The CPU allocator keeps no statistics: how far the process's high-water mark rose above
+    // its resident set when the row began. Known only when the row raised the mark (an earlier,
+    // larger row may have set it higher).
+    row.peak_kind = "RSS growth";
+    const int64_t max_rss = PeakRssBytes();
+    if (max_rss > max_rss_start) row.peak_bytes = max_rss - rss_start;
+  }
+  const bool bf16 = train::UsesMixedPrecision(c.train.dtype, device);
+  row.estimate_bytes = model::EstimateTrainingBytes(c.model, c.train.seq_len, c.train.batch, bf16);
+  row.final_loss = result.final_loss;
+  return row;
+}
+
+std::string Mib(std::optional<int64_t> bytes) {
+  return bytes ? fmt::format("{:.0f}", static_cast<double>(*bytes) / (1 << 20)) : "-";
+}
+std::string Percent(std::optional<double> v) { return v ? fmt::format("{:.1f} %", *v * 100) : "-"; }
+
+absl::Status RunBench(const BenchArgs& args) {
+  model::RunConfig base;
+  // The paper's stage-2 shape (docs/model.md §6) with one micro-batch per step: tokens/s does
+  // not depend on accumulation.
+  base.model.P = 6;
+  base.model.R = 6;
+  base.train.seq_len = 1024;
+  base.train.batch = 8;
+  base.train.accum = 1;
+  if (!args.config.empty()) {
+    CART_ASSIGN_OR_RETURN(base, model::LoadRunConfigFile(args.config));
+  }
+  CART_RETURN_IF_ERROR(model::ApplyOverrides(base, args.sets));
+  if (args.steps < 1 || args.warmup < 0) {
+    return absl::InvalidArgumentError("--steps must be >= 1 and --warmup >= 0");
+  }
+  std::vector<int64_t> widths;
+  for (const std::string& part : Split(args.d_list, ',')) {
+    std::optional<int64_t> d = ParseInt64(Trim(part));
+    if (!d || *d < 64 || *d % 64 != 0) {
+      return absl::InvalidArgumentError(
+          StrCat("--d: '", part, "' is not a width (a positive multiple of 64)"));
+    }
+    widths.push_back(*d);
+  }
+  CART_ASSIGN_OR_RETURN(c10::Device device, train::ResolveDevice(args.device));
+  const std::string device_name =
+      train::CudaDeviceName(device).value_or(device.is_cpu() ? "CPU" : device.str());
+  std::optional<double> peak;
+  std::string peak_source;
+  if (args.peak_tflops > 0) {
+    peak = args.peak_tflops;
+    peak_source = "--peak-tflops";
+  } else if (std::optional<CardPeak> card = PeakOf(device_name); card && device.is_cuda()) {
+    peak = card->bf16_tflops;
+    peak_source = StrCat("bf16 peak of ", card->name);
+  }
+
+  const char* tmp = std::getenv("TMPDIR");
+  std::string pattern = StrCat(tmp != nullptr && *tmp != 0 ? tmp : "/tmp", "/cart-bench-XXXXXX");
+  if (mkdtemp(pattern.data()) == nullptr) {
+    return absl::InternalError(StrCat("cannot make a temporary directory from ", pattern));
+  }
+  const fs::path dir = pattern;
+  std::vector<BenchRow> rows;
+  absl::Status status;
+  for (int64_t d : widths) {
+    model::RunConfig c = base;
+    c.model.d = d;
+    absl::StatusOr<BenchRow> row = BenchOne(c, args, dir, peak);
+    if (!row.ok()) {
+      status = absl::Status(row.status().code(), StrCat("d = ", d, ": ", Message(row.status())));
+      break;
+    }
+    rows.push_back(*row);
+    if (!args.json) std::cerr << fmt::format("cart model bench: d = {} done\n", d);
+  }
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  CART_RETURN_IF_ERROR(status);
+
+  const bool bf16 = train::UsesMixedPrecision(base.train.dtype, device);
+  if (args.json) {
+    nlohmann::json out = {{"device", device.str()},
+                          {"device_name", device_name},
+                          {"built_with_cuda", train::BuiltWithCuda()},
+                          {"mixed_precision_bf16", bf16},
+                          {"peak_tflops", peak ? nlohmann::json(*peak) : nlohmann::json()},
+                          {"rows", nlohmann::json::array()}};
+    for (const BenchRow& r : rows) {
+      nlohmann::json j = {
+          {"d", r.d},
+          {"tokens_per_step", r.batch * r.seq_len},
+          {"seconds_per_step", r.seconds_per_step},
+          {"tokens_per_s", r.tokens_per_s},
+          {"train_flops_per_token", r.train_flops_per_token},
+          {"mfu", r.mfu ? nlohmann::json(*r.mfu) : nlohmann::json()},
+          {"six_n_flops_per_token", r.six_n_flops_per_token},
+          {"mfu_6n", r.mfu_6n ? nlohmann::json(*r.mfu_6n) : nlohmann::json()},
+          {"peak_bytes", r.peak_bytes ? nlohmann::json(*r.peak_bytes) : nlohmann::json()},
+          {"peak_kind", r.peak_kind},
+          {"estimate_bytes", r.estimate_bytes},
+          {"final_loss", r.final_loss}};
+      model::RunConfig c = base;
+      c.model.d = r.d;
+      if (IsPaperShape(c)) {
+        const PaperFigure& p = PaperFigures().at(r.d);
+        j["paper_rtx3090_tokens_per_s"] = p.tokens_per_s;
+        j["paper_rtx3090_mfu"] = p.mfu;
+      }
+      out["rows"].push_back(j);
+    }
+    std::cout << out.dump(2) << "\n";
+    return absl::OkStatus();
+  }
+  std::cout << fmt::format(
+      "{} ({}), {}, P {} R {} T {}, {} tokens/step, median of {} steps after {} warm-up\n"
+      "MFU: model::CountFlops (attention included); MFU 6N: 6 x effective parameters, the "
+      "paper's count\n",
+      device.str(), device_name, bf16 ? "bf16 autocast" : "fp32", base.model.P, base.model.R,
+      base.train.seq_len, base.train.batch * base.train.accum * base.train.seq_len, args.steps,
+      args.warmup);
+  std::cout << "MFU against "
+            << (peak ? fmt::format("{:.1f} TFLOP/s ({})", *peak, peak_source)
+                     : std::string("no known peak (give --peak-tflops)"))
+            << "\n";
+  std::cout << fmt::format("{:>6}{:>11}{:>12}{:>9}{:>9}{:>9}{:>11}{:>10}{:>14}{:>8}\n", "d",
+                           "tokens/s", "3090 paper", "TFLOP/s", "MFU", "MFU 6N", "paper MFU",
+                           "peak MiB", "estimate MiB", "est/pk");
+  for (const BenchRow& r : rows) {
+    model::RunConfig c = base;
+    c.model.d = r.d;
+    const bool paper = IsPaperShape(c);
+    const PaperFigure* p = paper ? &PaperFigures().at(r.d) : nullptr;
+    std::cout << fmt::format(
+        "{:>6}{:>11.0f}{:>12}{:>9.2f}{:>9}{:>9}{:>11}{:>10}{:>14}{:>8}\n", r.d, r.tokens_per_s,
+        p ? fmt::format("{:.0f}", p->tokens_per_s) : "-",
+        r.tokens_per_s * r.train_flops_per_token / 1e12, Percent(r.mfu), Percent(r.mfu_6n),
+        p ? Percent(p->mfu) : "-", Mib(r.peak_bytes), Mib(r.estimate_bytes),
+        r.peak_bytes ? fmt::format("{:.2f}", static_cast<double>(r.estimate_bytes) /
+                                                 static_cast<double>(*r.peak_bytes))
+                     : "-");
+  }
+  if (!rows.empty()) {
+    std::cout << "peak: "
+              << (rows.front().peak_kind == "RSS growth"
+                      ? "growth of the process's peak resident set over its size when the row "
+                        "began (\"-\": an earlier row had set the peak higher; measure one width "
+                        "per call)"
+                      : "bytes allocated for tensors at most, by the CUDA caching allocator")
+              << "; estimate: EstimateTrainingBytes (docs/model.md)\n";
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+void RegisterModelBenchCommand(CLI::App& model_cmd) {
+  auto args = std::make_shared<BenchArgs>();
+  CLI::App* bench = model_cmd.add_subcommand(
+      "bench",
+      "Training tokens/s, MFU and peak memory of the real training step on a device, at the "
+      "paper's shapes (P 6, R 6, T 1024, batch 8) unless told otherwise (docs/gpu.md)");
+  bench->add_option("config", args->config, "Run-config YAML (default: the paper's shape)");
+  bench->add_option("--set", args->sets, "Override a config key: key=value (repeatable)");
+  bench->add_option("--d", args->d_list, "Widths to measure, comma-separated")
+      ->capture_default_str();
+  bench->add_option("--device", args->device, "auto | cpu | cuda | cuda:N")->capture_default_str();
+  bench->add_option("--steps", args->steps, "Timed steps per width")->capture_default_str();
+  bench->add_option("--warmup", args->warmup, "Untimed steps first")->capture_default_str();
+  bench->add_option("--peak-tflops", args->peak_tflops,
+                    "The device's peak in TFLOP/s for MFU (default: the card's bf16 peak from "
+                    "the built-in table)");
+  bench->add_flag("--json", args->json, "Print JSON");
+  OnRun(bench, [args] {
+    absl::Status s = RunBench(*args);
+    if (!s.ok()) ExitWith(s);
+  });
+}
+
+}  // namespace cart::cli
