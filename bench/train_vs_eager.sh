@@ -37,7 +37,8 @@ if ! "$python" -c 'import torch' 2>/dev/null; then
   exit 1
 fi
 torch_version=$("$python" -c 'import torch; print(torch.__version__)' 2>/dev/null)
-if "$python" -c 'import sys, torch; sys.exit("openblas" not in torch.__config__.show().lower())' \
+# PyPI's wheels say BLAS_INFO=mkl; Debian's says generic (the system's libblas.so.3: OpenBLAS).
+if "$python" -c 'import sys, torch; sys.exit("blas_info=mkl" in torch.__config__.show().lower())' \
     2>/dev/null; then
   blas=OpenBLAS
 else

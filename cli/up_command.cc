@@ -178,12 +178,16 @@ absl::Status Up(const UpArgs& a) {
   client.server = address;
   client.token = user_token;
   CART_RETURN_IF_ERROR(rpc::WriteClientConfig(client, a.client_config));
+  // Every line a user waits for is flushed: under a supervisor, nohup or `| tee` stdout is a
+  // file or a pipe, fully buffered, and the addresses would appear only at exit.
   std::cout << fmt::format("cartd listening on {} (data in {}); client config {}\n", address,
-                           a.data_dir, a.client_config);
+                           a.data_dir, a.client_config)
+            << std::flush;
   if (!server->dashboard_url().empty()) {
     // The token rides in the URL's fragment, which the browser never sends to a server; the page
     // keeps it and drops it from the address bar (docs/dashboard.md).
-    std::cout << fmt::format("dashboard: {}#token={}\n", server->dashboard_url(), user_token);
+    std::cout << fmt::format("dashboard: {}#token={}\n", server->dashboard_url(), user_token)
+              << std::flush;
   }
 
   const std::string exe =
@@ -204,7 +208,8 @@ absl::Status Up(const UpArgs& a) {
     workers.push_back(pid);
   }
   std::cout << fmt::format("started {} local worker(s) ({} thread(s) each)\n", workers.size(),
-                           a.threads);
+                           a.threads)
+            << std::flush;
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
 
@@ -234,7 +239,8 @@ absl::Status Up(const UpArgs& a) {
       names.push_back(resp.sweep().name());
       std::cout << fmt::format("{} sweep {} ({} runs)\n",
                                resp.existing() ? "resuming" : "submitted", names.back(),
-                               resp.runs_size());
+                               resp.runs_size())
+                << std::flush;
     }
     if (result.ok()) result = WaitForSweeps(names, call);
     if (result.ok() && !g_interrupted) {
@@ -261,7 +267,7 @@ absl::Status Up(const UpArgs& a) {
     }
     g_interrupted = true;
   } else {
-    std::cout << "press Ctrl-C to stop; in another shell: cart sweep submit FILE\n";
+    std::cout << "press Ctrl-C to stop; in another shell: cart sweep submit FILE\n" << std::flush;
   }
   while (!g_interrupted) std::this_thread::sleep_for(std::chrono::milliseconds(200));
 

@@ -47,7 +47,7 @@ int main(int argc, char** argv) {
   app.add_option("--config", config_file,
                  "YAML config file (keys: listen, data_dir, tokens, tls_cert, tls_key, lease_ttl, "
                  "insecure, max_artifact_bytes, max_threads, max_acquire_wait, "
-                 "max_runs_per_sweep, http_listen, web_dir); flags override it");
+                 "max_runs_per_sweep, http_listen, http_hosts, web_dir); flags override it");
   app.add_option("--listen", listen, "host:port to serve on (default 127.0.0.1:7070)");
   app.add_option("--http", http_listen,
                  "host:port of the dashboard, JSON API and /metrics, or 'off' (default "

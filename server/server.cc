@@ -164,11 +164,25 @@ absl::Status ApplyConfigYaml(std::string_view text, std::string_view source, Ser
       config.http_listen = text_value == "off" ? std::string() : text_value;
     } else if (key == "web_dir") {
       config.web_dir = text_value;
+    } else if (key == "http_hosts") {
+      config.http_hosts.clear();
+      for (const std::string& part : Split(text_value, ',')) {
+        const std::string name = ToLower(Trim(part));
+        if (name.empty()) continue;
+        if (name.find_first_of(" :/[]") != std::string::npos || name.size() > 253) {
+          return YamlError(source, value, key,
+                           StrCat("'", name,
+                                  "' is not a host name (give names without ports, "
+                                  "comma-separated)"));
+        }
+        config.http_hosts.push_back(name);
+      }
     } else {
       return YamlError(source, kv.first, key,
                        "unknown key (known: listen, data_dir, tokens, tls_cert, tls_key, "
                        "lease_ttl, insecure, max_artifact_bytes, max_threads, max_acquire_wait, "
-                       "max_runs_per_sweep, http_listen, web_dir, min_free_artifact_bytes, "
+                       "max_runs_per_sweep, http_listen, http_hosts, web_dir, "
+                       "min_free_artifact_bytes, "
                        "max_artifact_store_bytes, keep_checkpoints_per_run, "
                        "max_follows_per_caller, max_log_lines_per_attempt)");
     }
@@ -383,6 +397,10 @@ absl::StatusOr<std::unique_ptr<ServerHandle>> RunServer(const ServerConfig& conf
   if (!config.http_listen.empty()) {
     http::DashboardOptions dashboard;
     dashboard.web_dir = config.web_dir;
+    dashboard.allowed_hosts = config.http_hosts;
+    if (std::optional<std::string> host = HostOf(config.http_listen); host && !host->empty()) {
+      dashboard.allowed_hosts.push_back(ToLower(*host));  // the name it listens by, if a name
+    }
     dashboard.tokens = handle->tokens_.get();
     ServerHandle* raw = handle.get();
     dashboard.stopping = [raw] { return raw->stopping_.load(); };

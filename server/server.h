@@ -12,6 +12,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -92,13 +93,17 @@ struct ServerConfig {
   bool http_any_port_if_busy = false;
   // The dashboard's static files (dashboards/web); empty: the API and /metrics only.
   std::string web_dir;
+  // Host names the HTTP port answers to besides IP addresses, localhost and this machine's host
+  // name (a request whose Host is another name is refused: DNS rebinding; docs/dashboard.md).
+  // The config file takes them comma-separated (`http_hosts: cart.lab.example, labbox3.lan`).
+  std::vector<std::string> http_hosts;
   // Time source for timestamps and leases; not owned. Default: the real clock.
   Clock* clock = Clock::Real();
 };
 
 // Applies a YAML config file's keys onto `config` (keys absent keep their value): listen,
 // data_dir, tokens, tls_cert, tls_key, lease_ttl (seconds), insecure, max_artifact_bytes,
-// max_threads, max_acquire_wait (seconds), max_runs_per_sweep, http_listen, web_dir,
+// max_threads, max_acquire_wait (seconds), max_runs_per_sweep, http_listen, http_hosts, web_dir,
 // min_free_artifact_bytes, max_artifact_store_bytes, keep_checkpoints_per_run,
 // max_follows_per_caller, max_log_lines_per_attempt.
 // InvalidArgument "<source>:<line>: <key>: <reason>" for unknown keys and bad values.

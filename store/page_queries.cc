@@ -3,6 +3,7 @@
 // their records and latest metric values from one query each.
 
 #include <algorithm>
+#include <limits>
 
 #include "common/status.h"
 #include "common/strings.h"
@@ -29,6 +30,14 @@ constexpr char kPlannedTokens[] =
     "r.steps * CAST(coalesce(json_extract(r.params_json, '$.batch'), 0) AS INTEGER) * "
     "CAST(coalesce(json_extract(r.params_json, '$.accum'), 1) AS INTEGER) * "
     "CAST(coalesce(json_extract(r.params_json, '$.seq_len'), 0) AS INTEGER)";
+
+// A token count from a floating-point total, clamped to [0, INT64_MAX].
+int64_t SaturatingTokens(double v) {
+  constexpr double kMax = 9223372036854775807.0;  // rounds to 2^63
+  if (!(v > 0)) return 0;                         // also NaN
+  if (v >= kMax) return std::numeric_limits<int64_t>::max();
+  return static_cast<int64_t>(v);
+}
 
 std::string Placeholders(size_t n) {
   std::string text;
@@ -187,11 +196,14 @@ absl::StatusOr<std::vector<SweepProgress>> LoadSweepProgress(Database& db) {
     // Planned and done tokens of the train jobs, in one pass over the runs.
     CART_ASSIGN_OR_RETURN(
         auto select,
-        db.Prepare(StrCat("SELECT r.sweep_id, count(*), sum(", kPlannedTokens,
-                          "), sum(CASE WHEN r.status = "
+        // total(), not sum(): a sum of integers past 2^63 is an "integer overflow" error in
+        // SQLite, and one sweep inside every validated bound (a billion steps of a million
+        // sequences) gets there; total() adds in floating point and never fails.
+        db.Prepare(StrCat("SELECT r.sweep_id, count(*), total(", kPlannedTokens,
+                          "), total(CASE WHEN r.status = "
                           "'SUCCEEDED' THEN ",
                           kPlannedTokens, " ELSE min(coalesce(t.latest_value, 0), ", kPlannedTokens,
-                          ") END), sum(CASE WHEN r.status = 'RUNNING' THEN "
+                          ") END), total(CASE WHEN r.status = 'RUNNING' THEN "
                           "coalesce(v.latest_value, 0) ELSE 0 END) FROM runs AS r "
                           "LEFT JOIN run_summaries AS t ON t.run_id = r.id AND t.name_id = "
                           "(SELECT id FROM metric_names WHERE name = 'tokens') "
@@ -203,8 +215,8 @@ absl::StatusOr<std::vector<SweepProgress>> LoadSweepProgress(Database& db) {
       if (it == at.end()) return absl::OkStatus();
       SweepProgress& p = out[it->second];
       p.train_runs = cur.ColumnInt64(1);
-      p.planned_tokens = cur.ColumnInt64(2);
-      p.done_tokens = cur.ColumnInt64(3);
+      p.planned_tokens = SaturatingTokens(cur.ColumnDouble(2));
+      p.done_tokens = SaturatingTokens(cur.ColumnDouble(3));
       const double rate = cur.ColumnDouble(4);
       p.tokens_per_s = rate == rate ? rate : 0;  // NaN (a NULL) counts as nothing
       return absl::OkStatus();

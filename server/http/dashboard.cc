@@ -1,7 +1,11 @@
 #include "server/http/dashboard.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <boost/asio/ip/address.hpp>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -62,7 +66,16 @@ Response Json(const json& body, int status = 200) {
 }
 
 Response Error(const absl::Status& status) {
-  return Json(json{{"error", std::string(status.message())},
+  // A failure of cartd itself says so without its details (they can hold SQL text or paths):
+  // the details go to cartd's log, which the answer points at.
+  const bool internal = status.code() == absl::StatusCode::kInternal ||
+                        status.code() == absl::StatusCode::kUnknown ||
+                        status.code() == absl::StatusCode::kDataLoss;
+  if (internal) {
+    std::fprintf(stderr, "cartd: HTTP request failed: %s\n", status.ToString().c_str());
+  }
+  return Json(json{{"error", internal ? std::string("internal error in cartd (details in its log)")
+                                      : std::string(status.message())},
                    {"code", absl::StatusCodeToString(status.code())}},
               HttpStatusOf(status.code()));
 }
@@ -101,11 +114,17 @@ json StateCounts(const std::map<RunState, int64_t>& counts) {
   return out;
 }
 
-// Config filters of a runs query: every `param.KEY=VALUE` parameter.
-std::map<std::string, std::string> ParamFilter(const Request& request) {
+// Config filters of a runs query: every `param.KEY=VALUE` parameter, at most kMaxParamFilters
+// (a sweep varies a handful of keys; a thousand filters made SQLite refuse the query).
+constexpr size_t kMaxParamFilters = 32;
+absl::StatusOr<std::map<std::string, std::string>> ParamFilter(const Request& request) {
   std::map<std::string, std::string> out;
   for (const auto& [key, value] : request.query) {
     if (key.rfind("param.", 0) == 0 && key.size() > 6) out[key.substr(6)] = value;
+  }
+  if (out.size() > kMaxParamFilters) {
+    return absl::InvalidArgumentError(
+        StrCat(out.size(), " param.KEY filters; at most ", kMaxParamFilters, " per request"));
   }
   return out;
 }
@@ -184,6 +203,8 @@ std::string SseEvent(const std::string& event, const json& data) {
 Dashboard::Dashboard(Scheduler* scheduler, DashboardOptions options)
     : scheduler_(scheduler), options_(std::move(options)) {
   if (!options_.stopping) options_.stopping = [] { return false; };
+  char name[256] = {0};
+  if (gethostname(name, sizeof name - 1) == 0) machine_name_ = ToLower(name);
 }
 
 Dashboard::~Dashboard() = default;
@@ -208,9 +229,48 @@ std::shared_ptr<const store::SweepKeys> Dashboard::Keys(const std::string& sweep
   return shared;
 }
 
+bool AllowedHost(std::string_view host_header, const std::vector<std::string>& allowed,
+                 std::string_view machine_name) {
+  std::string host = ToLower(Trim(host_header));
+  if (host.empty()) return true;
+  if (host.front() == '[') {  // [v6]:port
+    const size_t close = host.find(']');
+    if (close == std::string::npos) return false;
+    boost::system::error_code ec;
+    boost::asio::ip::make_address_v6(host.substr(1, close - 1), ec);
+    return !ec;
+  }
+  if (const size_t colon = host.rfind(':'); colon != std::string::npos) {
+    host = host.substr(0, colon);
+  }
+  if (!host.empty() && host.back() == '.') host.pop_back();  // "localhost." is localhost
+  boost::system::error_code ec;
+  boost::asio::ip::make_address_v4(host, ec);
+  if (!ec) return true;  // a rebinding page needs a name of its own: an address is never one
+  constexpr std::string_view kLocal = ".localhost";
+  if (host == "localhost" ||
+      (host.size() > kLocal.size() &&
+       host.compare(host.size() - kLocal.size(), kLocal.size(), kLocal) == 0)) {
+    return true;
+  }
+  if (!machine_name.empty() && host == ToLower(machine_name)) return true;
+  for (const std::string& name : allowed) {
+    if (host == ToLower(name)) return true;
+  }
+  return false;
+}
+
 Response Dashboard::Handle(const Request& request) {
   const std::string& path = request.path;
   const bool api = path.rfind(kApiPrefix, 0) == 0;
+  // Before anything else, pages included: a DNS-rebinding page would read them as its own.
+  if (!AllowedHost(request.Header("host"), options_.allowed_hosts, machine_name_)) {
+    return Error(absl::StatusCode::kPermissionDenied,
+                 StrCat("Host '", ValidUtf8(request.Header("host")),
+                        "' is not a name of this cartd (allowed: IP addresses, localhost, ",
+                        machine_name_.empty() ? "" : StrCat(machine_name_, ", "),
+                        "and the names in cartd's http_hosts)"));
+  }
   if (path == "/healthz") return Json(json{{"ok", true}});
   if (!api && path != "/metrics") {
     if (request.method != "GET" && request.method != "HEAD") {
@@ -249,12 +309,24 @@ Response Dashboard::Handle(const Request& request) {
       return Error(absl::StatusCode::kPermissionDenied,
                    "changes must be sent as Content-Type: application/json");
     }
+    // The Origin must be this server under a name of its own (the Host check's list), and
+    // the one the request was sent to.
     const std::string origin = request.Header("origin");
     const std::string host = request.Header("host");
-    if (!origin.empty() && origin != StrCat("http://", host) &&
-        origin != StrCat("https://", host)) {
-      return Error(absl::StatusCode::kPermissionDenied,
-                   StrCat("cross-origin request from ", origin, " refused"));
+    if (!origin.empty()) {
+      std::string_view origin_host = origin;
+      if (origin_host.rfind("http://", 0) == 0) {
+        origin_host.remove_prefix(7);
+      } else if (origin_host.rfind("https://", 0) == 0) {
+        origin_host.remove_prefix(8);
+      } else {
+        origin_host = {};
+      }
+      if (origin_host.empty() || ToLower(origin_host) != ToLower(host) ||
+          !AllowedHost(origin_host, options_.allowed_hosts, machine_name_)) {
+        return Error(absl::StatusCode::kPermissionDenied,
+                     StrCat("cross-origin request from ", ValidUtf8(origin), " refused"));
+      }
     }
   } else if (request.method != "GET") {
     return Error(absl::StatusCode::kInvalidArgument,
@@ -419,7 +491,9 @@ Response Dashboard::SweepRuns(const Request& request, const std::string& name) {
     }
     page.filter.kinds = {*k};
   }
-  page.filter.params = ParamFilter(request);
+  absl::StatusOr<std::map<std::string, std::string>> params = ParamFilter(request);
+  if (!params.ok()) return Error(params.status());
+  page.filter.params = std::move(*params);
   page.metrics =
       request.query.count("metrics") ? SplitList(request.Query("metrics")) : kTableMetrics;
   if (page.metrics.size() > 32) {
@@ -505,7 +579,9 @@ Response Dashboard::SweepGroups(const Request& request, const std::string& name)
   store::RunPageRequest page;
   page.filter.sweeps = {name};
   page.filter.kinds = {JobKind::kTrain};
-  page.filter.params = ParamFilter(request);
+  absl::StatusOr<std::map<std::string, std::string>> params = ParamFilter(request);
+  if (!params.ok()) return Error(params.status());
+  page.filter.params = std::move(*params);
   page.sort = StrCat("param:", by);
   page.limit = *max_runs;
   absl::StatusOr<store::RunPage> runs = scheduler_->ListRunPage(page);

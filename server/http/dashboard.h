@@ -12,6 +12,10 @@
 // make the browser use it. Changes (POST) must also come as JSON from the dashboard's own origin:
 // a cross-site form cannot send that content type without a CORS preflight, which cartd never
 // grants, so even with authentication off (loopback only) no web page can cancel a run.
+// DNS rebinding (a page of the attacker's name whose name then resolves to 127.0.0.1, so that
+// its requests are same-origin) is refused by the Host check: a request's Host must be an IP
+// address, a loopback name, this machine's host name or a name configured with `http_hosts`, and
+// a POST's Origin must name one of those too (AllowedHost).
 //
 // Thread-safety: Handle is called concurrently from the HTTP server's connection threads.
 
@@ -20,6 +24,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -49,11 +54,21 @@ struct DashboardOptions {
   std::function<bool()> stopping;
   // How often a live stream looks for new points when nothing woke it. Default 2 s.
   absl::Duration live_poll = absl::Seconds(2);
+  // Host names (no port, lower case) accepted in a request's Host and a POST's Origin besides IP
+  // addresses, "localhost" and this machine's host name: the names users browse cartd by (cartd's
+  // `http_hosts`).
+  std::vector<std::string> allowed_hosts;
   // Running runs a sweep's live stream follows at most (the most recently updated).
   int live_runs = 12;
   // Least time between two events of a run's live stream. Default 1 s.
   absl::Duration live_min_interval = absl::Seconds(1);
 };
+
+// True when `host_header` (a Host header's value: name or address, optionally ":port") names this
+// server in a way no other site can: an IP address (v4, or v6 in brackets), a name under
+// "localhost", `machine_name`, or one of `allowed`. An empty value is allowed (HTTP/1.0).
+bool AllowedHost(std::string_view host_header, const std::vector<std::string>& allowed,
+                 std::string_view machine_name);
 
 class Dashboard {
  public:
@@ -100,6 +115,7 @@ class Dashboard {
 
   Scheduler* scheduler_;
   DashboardOptions options_;
+  std::string machine_name_;  // gethostname(), lower case: a name users browse this box by
   absl::Mutex mu_;
   struct CachedKeys {
     absl::Time at;

@@ -93,6 +93,17 @@ void WriteSimple(Stream& stream, bhttp::status status, const std::string& text) 
   bhttp::write(stream, res, ec);
 }
 
+int64_t SteadyMicros() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// Sets the connection's deadline `d` from now (it holds until the next call or Clear).
+void Arm(std::atomic<int64_t>& deadline_us, absl::Duration d) {
+  deadline_us.store(SteadyMicros() + absl::ToInt64Microseconds(d));
+}
+
 }  // namespace
 
 std::string PercentDecode(std::string_view text, bool plus_is_space) {
@@ -123,32 +134,56 @@ struct HttpServer::Impl {
   int port = 0;
   std::atomic<bool> stopping{false};
   std::thread accept_thread;
+  std::thread watchdog_thread;
 
   struct Connection {
     std::thread thread;
     int fd = -1;
+    std::string client;  // the peer's address, for the per-client bound
     std::atomic<bool> done{false};
+    // When the current read or write must be over (microseconds of the steady clock; 0: none
+    // pending). The watchdog shuts the socket down past it, which ends the blocking call: a
+    // socket timeout (SO_RCVTIMEO) does not, as Asio retries a read that timed out.
+    std::atomic<int64_t> deadline_us{0};
+    bool cut = false;  // the watchdog shut it down (guarded by mu)
   };
   absl::Mutex mu;
   std::list<Connection> connections ABSL_GUARDED_BY(mu);
   bool shut_down ABSL_GUARDED_BY(mu) = false;
 
   void AcceptLoop();
+  void Watchdog();
   void Reap() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);  // joins finished connection threads
   template <class Stream>
-  void Serve(Stream& stream);
+  void Serve(Stream& stream, Connection& self);
   void Run(tcp::socket socket, Connection* self);
 };
 
 template <class Stream>
-void HttpServer::Impl::Serve(Stream& stream) {
+void HttpServer::Impl::Serve(Stream& stream, Connection& self) {
   beast::flat_buffer buffer;
   while (!stopping.load()) {
     bhttp::request_parser<bhttp::string_body> parser;
     parser.body_limit(static_cast<uint64_t>(options.max_body_bytes));
-    parser.header_limit(16 * 1024);
+    parser.header_limit(static_cast<uint32_t>(options.max_header_bytes));
     beast::error_code ec;
+    Arm(self.deadline_us, options.idle_timeout);  // the whole request, not each byte
     bhttp::read(stream, buffer, parser, ec);
+    Arm(self.deadline_us, options.send_timeout);
+    if (ec == bhttp::error::header_limit) {
+      // The request line alone past the limit is a URI too long (414); else the headers (431).
+      const std::string_view seen(static_cast<const char*>(buffer.data().data()),
+                                  buffer.data().size());
+      const bool line_too_long = seen.find("\r\n") == std::string_view::npos;
+      WriteSimple(
+          stream,
+          line_too_long ? bhttp::status::uri_too_long
+                        : bhttp::status::request_header_fields_too_large,
+          StrCat("{\"error\":\"", line_too_long ? "request line" : "request line and headers",
+                 " longer than ", options.max_header_bytes, " bytes\",\"code\":\"",
+                 line_too_long ? "URI_TOO_LONG" : "HEADERS_TOO_LARGE", "\"}"));
+      return;
+    }
     if (ec == bhttp::error::body_limit) {
       WriteSimple(stream, bhttp::status::payload_too_large,
                   StrCat("{\"error\":\"request body larger than ", options.max_body_bytes,
@@ -158,6 +193,7 @@ void HttpServer::Impl::Serve(Stream& stream) {
     if (ec) return;  // closed, timed out, or not HTTP
     const bhttp::request<bhttp::string_body>& in = parser.get();
     Response response;
+    self.deadline_us.store(0);  // the handler's time is not the client's
     try {
       response = handler(ToRequest(in));
     } catch (const std::exception& e) {
@@ -174,12 +210,16 @@ void HttpServer::Impl::Serve(Stream& stream) {
       SecurityHeaders(head.base());
       for (const auto& [name, value] : response.headers) head.set(name, value);
       bhttp::response_serializer<bhttp::empty_body> serializer{head};
+      Arm(self.deadline_us, options.send_timeout);
       bhttp::write_header(stream, serializer, ec);
       if (ec) return;
+      self.deadline_us.store(0);  // a stream waits for news as long as it likes
       response.stream([&](std::string_view chunk) {
         if (stopping.load()) return false;
         beast::error_code write_ec;
+        Arm(self.deadline_us, options.send_timeout);
         asio::write(stream, asio::buffer(chunk.data(), chunk.size()), write_ec);
+        self.deadline_us.store(0);
         return !write_ec;
       });
       return;
@@ -192,6 +232,7 @@ void HttpServer::Impl::Serve(Stream& stream) {
     out.keep_alive(in.keep_alive());
     out.body() = std::move(response.body);
     out.prepare_payload();
+    Arm(self.deadline_us, options.send_timeout);
     bhttp::write(stream, out, ec);
     if (ec || !out.keep_alive()) return;
   }
@@ -203,9 +244,8 @@ void HttpServer::Impl::Run(tcp::socket socket, Connection* self) {
   if (options.thread_nice > 0) {
     setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), options.thread_nice);
   }
-  const int fd = socket.native_handle();
-  SetTimeout(fd, SO_RCVTIMEO, options.idle_timeout);
-  SetTimeout(fd, SO_SNDTIMEO, options.send_timeout);
+  // Deadlines are the watchdog's (Connection::deadline_us): the TLS handshake gets the idle one.
+  Arm(self->deadline_us, options.idle_timeout);
   // Marked done before the socket closes, so that Shutdown never touches a descriptor number
   // that may already belong to another connection.
   auto finish = [&](tcp::socket& s) {
@@ -221,10 +261,10 @@ void HttpServer::Impl::Run(tcp::socket socket, Connection* self) {
     asio::ssl::stream<tcp::socket> stream(std::move(socket), *ssl);
     beast::error_code ec;
     stream.handshake(asio::ssl::stream_base::server, ec);
-    if (!ec) Serve(stream);
+    if (!ec) Serve(stream, *self);
     finish(stream.next_layer());
   } else {
-    Serve(socket);
+    Serve(socket, *self);
     finish(socket);
   }
 }
@@ -250,9 +290,30 @@ void HttpServer::Impl::AcceptLoop() {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));  // e.g. EMFILE: back off
       continue;
     }
+    std::string client;
+    {
+      beast::error_code peer_ec;
+      const tcp::endpoint peer = socket.remote_endpoint(peer_ec);
+      if (!peer_ec) client = peer.address().to_string();
+    }
     absl::MutexLock lock(&mu);
     Reap();
     if (shut_down) return;
+    int from_client = 0;
+    for (const Connection& c : connections) {
+      if (!c.done.load() && c.client == client) ++from_client;
+    }
+    if (from_client >= options.max_connections_per_client) {
+      SetTimeout(socket.native_handle(), SO_SNDTIMEO, absl::Seconds(1));
+      if (!ssl) {
+        WriteSimple(socket, bhttp::status::too_many_requests,
+                    StrCat("{\"error\":\"too many connections from ", client, " (limit ",
+                           options.max_connections_per_client,
+                           " per client address)\",\"code\":\"RESOURCE_EXHAUSTED\"}"));
+      }
+      socket.close(ec);
+      continue;
+    }
     if (static_cast<int>(connections.size()) >= options.max_connections) {
       SetTimeout(socket.native_handle(), SO_SNDTIMEO, absl::Seconds(1));
       if (!ssl) {
@@ -266,8 +327,30 @@ void HttpServer::Impl::AcceptLoop() {
     connections.emplace_back();
     Connection* connection = &connections.back();
     connection->fd = socket.native_handle();
+    connection->client = std::move(client);
     connection->thread = std::thread(
         [this, connection, s = std::move(socket)]() mutable { Run(std::move(s), connection); });
+  }
+}
+
+void HttpServer::Impl::Watchdog() {
+  // Looks four times per shortest timeout (at least every 5 ms, at most every 250 ms).
+  const int64_t shortest_us =
+      absl::ToInt64Microseconds(std::min(options.idle_timeout, options.send_timeout));
+  const auto tick = std::chrono::microseconds(std::clamp<int64_t>(shortest_us / 4, 5'000, 250'000));
+  absl::MutexLock lock(&mu);
+  while (!shut_down) {
+    const int64_t now = SteadyMicros();
+    for (Connection& c : connections) {
+      const int64_t deadline = c.deadline_us.load();
+      if (!c.done.load() && !c.cut && deadline != 0 && now > deadline) {
+        ::shutdown(c.fd, SHUT_RDWR);  // ends the blocked read or write; the thread then exits
+        c.cut = true;
+      }
+    }
+    mu.AwaitWithTimeout(
+        absl::Condition(&shut_down),
+        absl::Microseconds(std::chrono::duration_cast<std::chrono::microseconds>(tick).count()));
   }
 }
 
@@ -329,6 +412,7 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpServerOp
   impl->port = impl->acceptor.local_endpoint().port();
   Impl* raw = impl.get();
   impl->accept_thread = std::thread([raw] { raw->AcceptLoop(); });
+  impl->watchdog_thread = std::thread([raw] { raw->Watchdog(); });
   return std::unique_ptr<HttpServer>(new HttpServer(std::move(impl)));
 }
 
@@ -349,6 +433,7 @@ void HttpServer::Shutdown() {
     }
   }
   if (impl_->accept_thread.joinable()) impl_->accept_thread.join();
+  if (impl_->watchdog_thread.joinable()) impl_->watchdog_thread.join();
   beast::error_code ec;
   impl_->acceptor.close(ec);
   // Joined outside the lock: a finishing connection takes it to mark itself done. The nodes

@@ -63,10 +63,19 @@ struct HttpServerOptions {
   std::string listen = "127.0.0.1:8080";  // host:port; port 0 picks a free one
   std::string tls_cert_file;              // PEM chain and key: HTTPS when both are given
   std::string tls_key_file;
-  int max_connections = 256;                        // more are answered 503 and closed
-  absl::Duration idle_timeout = absl::Seconds(60);  // a silent client is dropped after this
-  absl::Duration send_timeout = absl::Seconds(30);  // a client that reads nothing, likewise
-  int64_t max_body_bytes = 1 << 20;                 // larger requests get 413
+  int max_connections = 256;  // more are answered 503 and closed
+  // Connections one client address may hold at once; more are answered 429 and closed, so that
+  // one client (a stream flood, a crowd of half-sent requests) cannot take the capacity of all.
+  int max_connections_per_client = 64;
+  // A request (its line, headers and body) must arrive within this after the connection is idle
+  // (keep-alive) or opened, or the connection is closed: a silent or trickling client cannot hold
+  // a connection thread. Enforced by a watchdog that shuts the socket down.
+  absl::Duration idle_timeout = absl::Seconds(60);
+  // Each write of an answer (and each chunk of a stream) must complete within this.
+  absl::Duration send_timeout = absl::Seconds(30);
+  int64_t max_body_bytes = 1 << 20;  // larger requests get 413
+  // The request line and headers together; more gets 414 (the line alone is too long) or 431.
+  int64_t max_header_bytes = 16 << 10;
   // Nice value of the connection threads (Linux: per thread), so that on a saturated box the
   // dashboard waits and the workers' gRPC calls do not. 0: same priority as the rest.
   int thread_nice = 10;

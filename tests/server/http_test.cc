@@ -10,8 +10,11 @@
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "common/strings.h"
+#include "server/http/dashboard.h"
+#include "server/http/http_server.h"
 #include "tests/server/server_fixture.h"
 
 namespace cart::server::testing {
@@ -32,23 +35,49 @@ struct Reply {
   json Json() const { return json::parse(body, nullptr, false); }
 };
 
+// An answer as read from the socket: status line and headers, then the body.
+Reply Parse(const std::string& raw) {
+  Reply reply;
+  const size_t split = raw.find("\r\n\r\n");
+  if (split == std::string::npos || split < 12) return reply;
+  reply.head = raw.substr(0, split);
+  reply.body = raw.substr(split + 4);
+  reply.status = static_cast<int>(ParseInt64(reply.head.substr(9, 3)).value_or(0));
+  return reply;
+}
+
+// A TCP connection to 127.0.0.1:port from `from` (another loopback address is another client);
+// -1 when it cannot connect.
+int Connect(int port, const char* from = "127.0.0.1") {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in local{};
+  local.sin_family = AF_INET;
+  inet_pton(AF_INET, from, &local.sin_addr);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&local), sizeof(local)) != 0) {
+    close(fd);
+    return -1;
+  }
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return -1;
+  }
+  timeval tv{20, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  return fd;
+}
+
 // One HTTP/1.1 request with "Connection: close"; reads until the server closes or, for streams,
 // until `until` appears in the body (then the socket is dropped, as a closed browser tab would).
 Reply Http(int port, const std::string& method, const std::string& target,
            const std::vector<std::string>& headers = {}, const std::string& body = "",
            const std::string& until = "") {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   Reply reply;
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    close(fd);
-    return reply;
-  }
-  timeval tv{20, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  const int fd = Connect(port);
+  if (fd < 0) return reply;
   std::string request = StrCat(method, " ", target, " HTTP/1.1\r\nHost: 127.0.0.1:", port,
                                "\r\nConnection: close\r\nContent-Length: ", body.size(), "\r\n");
   for (const std::string& h : headers) request += h + "\r\n";
@@ -63,12 +92,25 @@ Reply Http(int port, const std::string& method, const std::string& target,
     if (!until.empty() && raw.find(until, raw.find("\r\n\r\n")) != std::string::npos) break;
   }
   close(fd);
-  const size_t split = raw.find("\r\n\r\n");
-  if (split == std::string::npos) return reply;
-  reply.head = raw.substr(0, split);
-  reply.body = raw.substr(split + 4);
-  reply.status = static_cast<int>(ParseInt64(reply.head.substr(9, 3)).value_or(0));
-  return reply;
+  return Parse(raw);
+}
+
+// Sends `request` as it is on a new connection and reads the answer until the server closes.
+Reply Raw(int port, const std::string& request, const char* from = "127.0.0.1") {
+  Reply reply;
+  const int fd = Connect(port, from);
+  if (fd < 0) return reply;
+  if (write(fd, request.data(), request.size()) < 0) {
+    close(fd);
+    return reply;
+  }
+  std::string raw;
+  char buffer[8192];
+  for (ssize_t n; (n = read(fd, buffer, sizeof(buffer))) > 0;) {
+    raw.append(buffer, static_cast<size_t>(n));
+  }
+  close(fd);
+  return Parse(raw);
 }
 
 std::string Bearer(const std::string& token) { return StrCat("Authorization: Bearer ", token); }
@@ -81,6 +123,7 @@ class HttpTest : public ServerFixture {
     config.http_listen = "127.0.0.1:0";
     WriteFile(dir_.File("web/index.html"), "<!doctype html><title>CART Lab</title>");
     config.web_dir = dir_.File("web");
+    config.http_hosts = {"cart.lab.example"};
     user_token_ = kUser;
     worker_token_ = kWorker;
   }
@@ -172,6 +215,130 @@ TEST_F(HttpTest, ChangesMustBeJsonFromTheSameOrigin) {
   EXPECT_EQ(extend.status, 400);
   EXPECT_EQ(Post(StrCat("/api/v1/runs/", run, "/extend"), R"({"total_steps": 99})").status, 409);
   EXPECT_EQ(Post(StrCat("/api/v1/runs/", run, "/cancel"), "not json").status, 400);
+}
+
+// DNS rebinding: a page at the attacker's name, whose name then resolves to 127.0.0.1, sends
+// same-origin requests (Origin and Host both its name). Without the Host check it read every run
+// and, with authentication off, cancelled them.
+TEST_F(HttpTest, RequestsUnderAnotherSitesNameAreRefused) {
+  const int64_t run = Submit(TinySweep("rebind")).at(0);
+  auto request = [&](const std::string& method, const std::string& target, const std::string& host,
+                     const std::string& extra = "") {
+    return Raw(port(), StrCat(method, " ", target, " HTTP/1.1\r\nHost: ", host, "\r\n",
+                              Bearer(kUser), "\r\nConnection: close\r\n", extra, "Content-Length: ",
+                              method == "POST" ? 2 : 0, "\r\n\r\n", method == "POST" ? "{}" : ""));
+  };
+  const std::string evil = StrCat("evil.example:", port());
+  const Reply read = request("GET", "/api/v1/sweeps", evil);
+  EXPECT_EQ(read.status, 403);
+  EXPECT_THAT(read.Json()["error"].get<std::string>(), HasSubstr("not a name of this cartd"));
+  EXPECT_EQ(request("GET", "/", evil).status, 403);  // the pages too
+  const Reply cancel =
+      request("POST", StrCat("/api/v1/runs/", run, "/cancel"), evil,
+              StrCat("Content-Type: application/json\r\nOrigin: http://", evil, "\r\n"));
+  EXPECT_EQ(cancel.status, 403);
+  EXPECT_EQ(GetRun(run).state(), v1::RUN_STATE_QUEUED);
+  // The names of this server: addresses, localhost, and the configured http_hosts.
+  for (const std::string& host :
+       {StrCat("127.0.0.1:", port()), StrCat("localhost:", port()), StrCat("[::1]:", port()),
+        StrCat("cart.lab.example:", port()), StrCat("CART.lab.example.:", port())}) {
+    EXPECT_EQ(request("GET", "/api/v1/sweeps", host).status, 200) << host;
+  }
+  // An Origin that is a name of ours but not the one the request went to is another site's.
+  const Reply mixed =
+      request("POST", StrCat("/api/v1/runs/", run, "/cancel"), StrCat("127.0.0.1:", port()),
+              "Content-Type: application/json\r\nOrigin: http://localhost:1\r\n");
+  EXPECT_EQ(mixed.status, 403);
+  EXPECT_EQ(GetRun(run).state(), v1::RUN_STATE_QUEUED);
+}
+
+TEST(AllowedHostTest, AcceptsAddressesLoopbackNamesAndConfiguredNamesOnly) {
+  const std::vector<std::string> names = {"cart.lab.example"};
+  EXPECT_TRUE(http::AllowedHost("", names, "labbox3"));
+  EXPECT_TRUE(http::AllowedHost("10.0.0.7:8080", names, "labbox3"));
+  EXPECT_TRUE(http::AllowedHost("[fe80::1]:8080", names, "labbox3"));
+  EXPECT_TRUE(http::AllowedHost("app.localhost:8080", names, "labbox3"));
+  EXPECT_TRUE(http::AllowedHost("LabBox3:8080", names, "labbox3"));
+  EXPECT_TRUE(http::AllowedHost("cart.lab.example", names, "labbox3"));
+  EXPECT_FALSE(http::AllowedHost("evil.example:8080", names, "labbox3"));
+  EXPECT_FALSE(http::AllowedHost("localhost.evil.example", names, "labbox3"));
+  EXPECT_FALSE(http::AllowedHost("127.0.0.1.evil.example", names, "labbox3"));
+  EXPECT_FALSE(http::AllowedHost("[not-an-address]:1", names, "labbox3"));
+  EXPECT_FALSE(http::AllowedHost("labbox3.evil.example", names, "labbox3"));
+}
+
+// A thousand param.KEY filters made SQLite refuse the query and the answer a 500 carrying its SQL.
+TEST_F(HttpTest, TooManyFiltersAreRefusedAndNoErrorShowsSql) {
+  Submit(TinySweep("filters"));
+  std::string target = "/api/v1/sweeps/filters/runs?";
+  for (int i = 0; i < 100; ++i) target += StrCat("param.k", i, "=", i, "&");
+  const Reply many = Get(target);
+  EXPECT_EQ(many.status, 400) << many.body;
+  EXPECT_THAT(many.Json()["error"].get<std::string>(), HasSubstr("at most 32 per request"));
+  for (const Reply& r : {many, Get("/api/v1/sweeps/filters/runs?sort=param:d&param.d=64")}) {
+    EXPECT_THAT(r.body, Not(HasSubstr("SELECT"))) << r.body;
+  }
+}
+
+// A request line or headers past the limit got no answer at all (the connection just closed).
+TEST_F(HttpTest, OversizedRequestLinesAndHeadersGet414And431) {
+  const Reply long_url = Raw(port(), StrCat("GET /api/v1/sweeps?x=", std::string(20'000, 'a'),
+                                            " HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"));
+  EXPECT_EQ(long_url.status, 414) << long_url.head;
+  EXPECT_EQ(long_url.Json()["code"], "URI_TOO_LONG");
+  const Reply big_header =
+      Raw(port(), StrCat("GET /api/v1/sweeps HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: ",
+                         std::string(20'000, 'b'), "\r\n\r\n"));
+  EXPECT_EQ(big_header.status, 431) << big_header.head;
+  EXPECT_EQ(big_header.Json()["code"], "HEADERS_TOO_LARGE");
+}
+
+// Idle and trickling connections used to hold connection threads for ever (SO_RCVTIMEO never
+// fired under Asio's blocking reads), and one client could take all of them. Now each request
+// has a deadline the watchdog enforces, and one client address gets a bounded share.
+TEST(HttpServerLimitsTest, IdleClientsAreCutAndOneClientCannotTakeEveryConnection) {
+  http::HttpServerOptions options;
+  options.listen = "127.0.0.1:0";
+  options.max_connections = 16;
+  options.max_connections_per_client = 4;
+  options.idle_timeout = absl::Milliseconds(600);
+  options.thread_nice = 0;
+  auto server = http::HttpServer::Start(options, [](const http::Request&) {
+    http::Response r;
+    r.body = R"({"ok":true})";
+    return r;
+  });
+  ASSERT_TRUE(server.ok()) << server.status();
+  const int port = (*server)->port();
+  // Four connections from 127.0.0.1 that send half a request line and then nothing.
+  std::vector<int> idle;
+  for (int i = 0; i < 4; ++i) {
+    const int fd = Connect(port);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(write(fd, "GET /api/v1/swe", 15), 15);
+    idle.push_back(fd);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // let the server take them
+  const std::string get = "GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+  // A fifth from the same address is refused at once, with a reason.
+  const Reply fifth = Raw(port, get);
+  EXPECT_EQ(fifth.status, 429);
+  EXPECT_THAT(fifth.body, HasSubstr("per client address"));
+  // Another client (127.0.0.2 is loopback too) is served meanwhile.
+  const Reply other = Raw(port, get, "127.0.0.2");
+  EXPECT_EQ(other.status, 200) << "another client was locked out";
+  // The idle connections are closed by the server within its deadline (plus the watchdog's tick).
+  const auto start = std::chrono::steady_clock::now();
+  for (int fd : idle) {
+    char c;
+    EXPECT_EQ(read(fd, &c, 1), 0) << "an idle connection was not closed";  // EOF, not a timeout
+    close(fd);
+  }
+  const double waited =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(waited, 5.0);
+  // With them gone, the first client is served again.
+  EXPECT_EQ(Raw(port, get).status, 200);
 }
 
 TEST_F(HttpTest, MetricsLiveStreamsAndSeriesFollowARun) {

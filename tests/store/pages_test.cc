@@ -3,6 +3,8 @@
 
 #include "store/pages.h"
 
+#include <limits>
+
 #include "store/run_store.h"
 #include "tests/store/store_fixture.h"
 #include "tests/support/test_support.h"
@@ -143,6 +145,33 @@ TEST_F(PagesTest, SweepProgressCountsStatesTokensAndThroughput) {
   EXPECT_EQ(p.planned_tokens, 1920);
   EXPECT_EQ(p.done_tokens, 4 * 320 + 2 * 256);
   EXPECT_DOUBLE_EQ(p.tokens_per_s, 200);  // the running runs only
+}
+
+// One user's sweep inside every validated bound must not break everyone's sweeps page: three runs
+// of a billion steps × 1,048,576 sequences × 4,096 micro-batches plan 1.3e19 tokens, past 2^63,
+// which SQLite's sum() refused as "integer overflow" (the page answered 500 for good).
+TEST_F(PagesTest, SweepProgressSaturatesInsteadOfOverflowing) {
+  std::vector<NewRun> runs;
+  for (int i = 0; i < 3; ++i) {
+    runs.push_back(MakeRun(std::to_string(i), {{"seed", std::to_string(i)},
+                                               {"batch", "1048576"},
+                                               {"accum", "4096"},
+                                               {"seq_len", "1"},
+                                               {"steps", "1000000000"}}));
+  }
+  ASSERT_TRUE(store_->CreateSweep(MakeSweep("huge", runs), By("user:t", kT0)).ok());
+  absl::StatusOr<std::vector<SweepProgress>> sweeps = store_->ListSweepProgress();
+  ASSERT_TRUE(sweeps.ok()) << sweeps.status();
+  ASSERT_EQ(sweeps->size(), 2u);
+  for (const SweepProgress& p : *sweeps) {
+    if (p.sweep.name == "grid") {
+      EXPECT_EQ(p.planned_tokens, 1920);  // the other user's figures are untouched
+    } else {
+      EXPECT_EQ(p.sweep.name, "huge");
+      EXPECT_EQ(p.planned_tokens, std::numeric_limits<int64_t>::max());
+      EXPECT_EQ(p.done_tokens, 0);
+    }
+  }
 }
 
 TEST_F(PagesTest, SweepKeysNameTheVaryingKeysAndLoggedMetrics) {
