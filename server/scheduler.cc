@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <utility>
 
+#include "absl/strings/cord.h"
 #include "common/status.h"
 #include "common/strings.h"
 #include "config/accounting.h"
@@ -434,8 +435,10 @@ absl::StatusOr<std::optional<Job>> Scheduler::Acquire(const std::string& worker_
             StrCat("worker '", worker_id, "' is not registered; call RegisterWorker first"));
       }
       if (it->second.draining) {
-        return absl::FailedPreconditionError(
+        absl::Status draining = absl::FailedPreconditionError(
             StrCat("worker '", worker_id, "' is draining: take no new job and exit"));
+        draining.SetPayload(kDrainingPayload, absl::Cord("1"));
+        return draining;
       }
       memory = it->second.info.memory_bytes;
       generation = generation_;

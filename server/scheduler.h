@@ -65,6 +65,13 @@ struct SchedulerOptions {
 };
 
 // A worker as it registers (RegisterWorker). Memory in bytes.
+// The typed mark on Acquire's FailedPrecondition for a draining worker (a status payload under
+// this URL), so that the gRPC side answers `drain: true` without reading the message's words.
+inline constexpr char kDrainingPayload[] = "type.cart-lab/worker-draining";
+inline bool IsDraining(const absl::Status& status) {
+  return status.GetPayload(kDrainingPayload).has_value();
+}
+
 struct WorkerInfo {
   std::string id;  // stable per box and device, e.g. "labbox3-gpu0"
   std::string hostname;

@@ -110,12 +110,11 @@ absl::Status RunWorker(const WorkerConfig& config, const std::atomic<bool>& shut
     grpc::ClientContext ctx;
     rpc::PrepareContext(ctx, config.client, config.acquire_wait_ms + 10'000);
     grpc::Status s = stub->AcquireJob(&ctx, req, &resp);
+    if (s.ok() && resp.drain()) {
+      Say(worker_id, "drained; exiting");
+      return absl::OkStatus();
+    }
     if (!s.ok()) {
-      if (s.error_code() == grpc::StatusCode::FAILED_PRECONDITION &&
-          s.error_message().find("drain") != std::string::npos) {
-        Say(worker_id, "drained; exiting");
-        return absl::OkStatus();
-      }
       if (s.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
         // cartd forgot us (a fresh database): register again.
         grpc::ClientContext rctx;

@@ -188,6 +188,10 @@ grpc::Status WorkerServiceImpl::AcquireJob(grpc::ServerContext* context,
     wait = std::min(wait, absl::FromChrono(deadline) - absl::Now() - absl::Milliseconds(50));
   }
   absl::StatusOr<std::optional<Job>> job = ctx_.scheduler->Acquire(request->worker_id(), wait);
+  if (!job.ok() && IsDraining(job.status())) {
+    response->set_drain(true);  // an answer, not an error: the worker exits
+    return grpc::Status::OK;
+  }
   if (!job.ok()) return ToGrpc(job.status());
   if (job->has_value()) {
     *response->mutable_job() = ToJob(**job, ctx_.scheduler->timing().lease_ttl);

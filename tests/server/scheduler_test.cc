@@ -753,8 +753,12 @@ TEST_F(SchedulerTest, DrainingWorkerGetsADrainAndNoNewJob) {
   auto controls = stream->controls();
   ASSERT_EQ(controls.size(), 1u);
   EXPECT_EQ(controls[0].kind, Control::Kind::kDrain);
-  EXPECT_THAT(scheduler_->Acquire("w", absl::ZeroDuration()),
-              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("draining")));
+  const absl::StatusOr<std::optional<Job>> acquired =
+      scheduler_->Acquire("w", absl::ZeroDuration());
+  EXPECT_THAT(acquired, StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("draining")));
+  EXPECT_TRUE(IsDraining(acquired.status()));
+  // Unregistered, also a FailedPrecondition, is not a drain.
+  EXPECT_FALSE(IsDraining(scheduler_->Acquire("nobody", absl::ZeroDuration()).status()));
   EXPECT_THAT(scheduler_->DrainWorker("nobody", "admin:a"),
               StatusIs(absl::StatusCode::kNotFound, _));
   std::vector<WorkerStatus> workers = scheduler_->ListWorkers();

@@ -37,7 +37,7 @@ grpc::Status FakeWorker::Register() {
   return stub_->RegisterWorker(&context, request, &response);
 }
 
-grpc::Status FakeWorker::Acquire(int64_t wait_ms, std::optional<v1::Job>* job) {
+grpc::Status FakeWorker::Acquire(int64_t wait_ms, std::optional<v1::Job>* job, bool* drain) {
   grpc::ClientContext context;
   Prepare(context, token_, static_cast<int>(wait_ms / 1000) + 30);
   v1::AcquireJobRequest request;
@@ -47,6 +47,7 @@ grpc::Status FakeWorker::Acquire(int64_t wait_ms, std::optional<v1::Job>* job) {
   grpc::Status status = stub_->AcquireJob(&context, request, &response);
   job->reset();
   if (status.ok() && response.has_job()) *job = response.job();
+  if (drain != nullptr) *drain = response.drain();
   return status;
 }
 

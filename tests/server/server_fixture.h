@@ -33,8 +33,9 @@ class FakeWorker {
              std::string token = "");
 
   grpc::Status Register();
-  // AcquireJob with wait_ms; nullopt (and ok status) when no job came.
-  grpc::Status Acquire(int64_t wait_ms, std::optional<v1::Job>* job);
+  // AcquireJob with wait_ms; nullopt (and ok status) when no job came. `drain`, when given, is
+  // set to the answer's drain mark.
+  grpc::Status Acquire(int64_t wait_ms, std::optional<v1::Job>* job, bool* drain = nullptr);
 
   // One RunJob stream: opened with a hello for (run, attempt).
   class Stream {

@@ -14,6 +14,7 @@
 #include "data/synth.h"
 #include "tests/server/server_fixture.h"
 #include "train/device.h"
+#include "worker/worker.h"
 
 namespace cart::worker {
 namespace {
@@ -155,6 +156,41 @@ TEST_F(JobTest, EvaluationJobRunsOnTheWorkersDevice) {
   ASSERT_EQ(again.run_id(), eval.run_id());
   env.torch_device = "cpu";
   EXPECT_EQ(RunJob(env, again, shutdown).outcome, v1::JobResult::OUTCOME_SUCCEEDED);
+}
+
+// A drained cart-worker exits when AcquireJob answers with the drain mark (a field of the answer;
+// it used to look for the word "drain" in an error message).
+TEST_F(JobTest, ADrainedWorkerExitsWhenAcquireSaysSo) {
+  WorkerConfig config;
+  config.client.server = server_->dial_address();
+  config.worker_id = "w-drain";
+  config.device = "cpu";
+  config.cache_dir = dir_.File("drain-worker");
+  config.acquire_wait_ms = 200;
+  std::atomic<bool> shutdown{false};
+  auto done = std::async(std::launch::async, [&] { return RunWorker(config, shutdown); });
+  const bool registered = ::cart::testing::WaitUntil([&] {
+    grpc::ClientContext context;
+    server::testing::Prepare(context, user_token_);
+    v1::ListWorkersRequest request;
+    v1::ListWorkersResponse response;
+    if (!scheduler_->ListWorkers(&context, request, &response).ok()) return false;
+    for (const auto& w : response.workers()) {
+      if (w.worker_id() == "w-drain") return true;
+    }
+    return false;
+  });
+  ASSERT_TRUE(registered);
+  grpc::ClientContext context;
+  server::testing::Prepare(context, user_token_);
+  v1::DrainWorkerRequest drain;
+  drain.set_worker_id("w-drain");
+  v1::DrainWorkerResponse response;
+  ASSERT_TRUE(scheduler_->DrainWorker(&context, drain, &response).ok());
+  ASSERT_EQ(done.wait_for(std::chrono::seconds(20)), std::future_status::ready)
+      << "the drained worker kept polling";
+  EXPECT_TRUE(done.get().ok());
+  shutdown = true;
 }
 
 }  // namespace
