@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# Checks that a bundle from `make gpu-bundle` is enough on its own: configures the project with
-# CMake told to ignore /usr (CMAKE_IGNORE_PREFIX_PATH) so that every package, pkg-config module
-# and program comes from the bundle, builds cartd, then fails if any header of a bundled library
-# was read from /usr/include (ninja's dependency log) or cartd loads a bundled library from
-# outside the bundle (ldd). Not part of ctest: making a bundle needs Debian's mirrors.
+# Checks that a bundle from `make gpu-bundle` is enough on its own, on a machine that also has the
+# packages installed (as this one does): configures the project with the bundle first on every
+# search path, as gpu-check.sh does, builds cartd, then fails if CMake found a bundled package,
+# library or program outside the bundle (CMakeCache), if any header of a bundled library was read
+# from /usr/include (ninja's dependency log), or if cartd loads a bundled library from elsewhere
+# (ldd). A package missing from the bundle would be found in /usr here and fail one of the three.
+# (The toolchain's own headers and libraries, libc's, stay in /usr.) Not part of ctest: making a
+# bundle needs Debian's mirrors.
 #
 #   tests/cmake/gpu_bundle_test.sh [BUNDLE] [BUILD]   defaults: gpu-bundle/, build-bundle-test/
 set -euo pipefail
@@ -17,7 +20,7 @@ lib=$bp/lib/x86_64-linux-gnu
 export LD_LIBRARY_PATH=$lib PKG_CONFIG_PATH=$lib/pkgconfig:$bp/share/pkgconfig PATH=$bp/bin:$PATH
 rm -rf "$build"
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCART_WITH_TORCH=OFF \
-  -DCART_BUILD_TESTS=OFF -DCART_BUILD_BENCH=OFF -DCMAKE_IGNORE_PREFIX_PATH=/usr \
+  -DCART_BUILD_TESTS=OFF -DCART_BUILD_BENCH=OFF \
   "-DCMAKE_PREFIX_PATH=$bp" "-DPKG_CONFIG_EXECUTABLE=$bp/bin/pkgconf" \
   "-DCMAKE_PROGRAM_PATH=$bp/bin" "-DCMAKE_CXX_COMPILER_LAUNCHER=" >"$build.log" 2>&1 ||
   { tail -30 "$build.log"; echo "gpu_bundle_test: FAILED: configure"; exit 1; }
@@ -25,6 +28,14 @@ cmake --build "$build" --target cartd >>"$build.log" 2>&1 ||
   { tail -30 "$build.log"; echo "gpu_bundle_test: FAILED: build"; exit 1; }
 
 bad=0
+bundled='(grpc|gRPC|protobuf|Protobuf|protoc|absl|yaml|fmt|CLI11|nlohmann|prometheus|civetweb|Boost|boost|sentencepiece|SQLite|sqlite|OPENSSL|OpenSSL|ssl|crypto|ZLIB|libz|c-ares|cares|re2|upb|GTest|PKG_CONFIG|curl)'
+found=$(grep -E "^[A-Za-z0-9_.-]*${bundled}[A-Za-z0-9_.-]*(_DIR|_LIBRARY[A-Z_]*|_INCLUDE_DIR[A-Z_]*|_EXECUTABLE|_PROGRAM):[A-Z]*=/usr/" \
+  "$build/CMakeCache.txt" || true)
+if [ -n "$found" ]; then
+  echo "gpu_bundle_test: CMake found these outside the bundle:"
+  echo "$found"
+  bad=1
+fi
 leaked=$(ninja -C "$build" -t deps | grep -E '^ +/usr/include/(grpc|grpcpp|google/protobuf|absl|yaml-cpp|fmt|CLI|nlohmann|prometheus|boost|sentencepiece|sqlite3|openssl|zlib|gtest)' | sort -u || true)
 if [ -n "$leaked" ]; then
   echo "gpu_bundle_test: headers read from /usr/include instead of the bundle:"
@@ -37,7 +48,8 @@ if [ -n "$outside" ]; then
   echo "$outside"
   bad=1
 fi
-headers=$(ninja -C "$build" -t deps | grep -c "^ *$bundle" || true)
+# ninja records headers under the source tree relative to the build directory (../gpu-bundle/...).
+headers=$(ninja -C "$build" -t deps | grep -c "$(basename "$bundle")/prefix/" || true)
 libs=$(ldd "$build/bin/cartd" | grep -c "$bundle" || true)
 echo "gpu_bundle_test: cartd built from the bundle: $headers header reads and $libs shared libraries from $bundle"
 [ "$bad" = 0 ] || { echo "gpu_bundle_test: FAILED"; exit 1; }
