@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
@@ -127,6 +128,23 @@ absl::StatusOr<std::map<std::string, std::string>> ParamFilter(const Request& re
         StrCat(out.size(), " param.KEY filters; at most ", kMaxParamFilters, " per request"));
   }
   return out;
+}
+
+// The body of a cancel, resume or extend: empty, or a JSON object.
+absl::StatusOr<json> ActionBody(const Request& request) {
+  if (request.body.empty()) return json::object();
+  json body = json::parse(request.body, nullptr, /*allow_exceptions=*/false);
+  if (body.is_discarded() || !body.is_object()) {
+    return absl::InvalidArgumentError("the request body is not a JSON object");
+  }
+  return body;
+}
+
+// A cancel's "reason" (a string), or the dashboard's default.
+absl::StatusOr<std::string> Reason(const json& body) {
+  if (!body.contains("reason")) return std::string("cancelled from the dashboard");
+  if (!body["reason"].is_string()) return absl::InvalidArgumentError("reason must be a string");
+  return body["reason"].get<std::string>();
 }
 
 json RunRowJson(const store::RunRow& row, const std::vector<std::string>* keys) {
@@ -353,6 +371,10 @@ Response Dashboard::Static(const Request& request) {
                        rel.rfind("/node_modules/uplot/dist/", 0) == 0;
   if (!allowed) return Error(absl::StatusCode::kNotFound, StrCat("no page ", request.path));
   const fs::path file = fs::path(options_.web_dir) / rel.substr(1);
+  std::error_code ec;
+  if (rel.back() == '/' || !fs::is_regular_file(file, ec)) {  // a folder is not a page
+    return Error(absl::StatusCode::kNotFound, StrCat("no page ", request.path));
+  }
   absl::StatusOr<std::string> text = ReadWholeFile(file.string());
   if (!text.ok()) {
     if (rel.rfind("/node_modules/", 0) == 0) {
@@ -394,9 +416,14 @@ Response Dashboard::Api(const Request& request, const std::string& who) {
     if (get && sub == "groups") return SweepGroups(request, name);
     if (get && sub == "live") return SweepLive(request, name);
     if (method == "POST" && (sub == "cancel" || sub == "resume")) {
-      absl::StatusOr<int64_t> changed =
-          sub == "cancel" ? scheduler_->CancelSweep(name, who, "cancelled from the dashboard")
-                          : scheduler_->ResumeSweep(name, who);
+      // The same body as a run's: a JSON object, with an optional "reason" for cancel.
+      absl::StatusOr<json> body = ActionBody(request);
+      if (!body.ok()) return Error(body.status());
+      absl::StatusOr<std::string> reason = Reason(*body);
+      if (!reason.ok()) return Error(reason.status());
+      absl::StatusOr<int64_t> changed = sub == "cancel"
+                                            ? scheduler_->CancelSweep(name, who, *reason)
+                                            : scheduler_->ResumeSweep(name, who);
       if (!changed.ok()) return Error(changed.status());
       return Json(json{{"sweep", name}, {"runs_affected", *changed}});
     }
@@ -938,29 +965,28 @@ Response Dashboard::RunLive(const Request& request, int64_t id) {
 
 Response Dashboard::RunAction(const Request& request, int64_t id, const std::string& action,
                               const std::string& who) {
-  json body = json::object();
-  if (!request.body.empty()) {
-    body = json::parse(request.body, nullptr, /*allow_exceptions=*/false);
-    if (body.is_discarded() || !body.is_object()) {
-      return Error(absl::StatusCode::kInvalidArgument, "the request body is not a JSON object");
-    }
-  }
+  absl::StatusOr<json> parsed = ActionBody(request);
+  if (!parsed.ok()) return Error(parsed.status());
+  const json& body = *parsed;
   absl::StatusOr<RunRecord> result;
   if (action == "cancel") {
-    std::string reason = "cancelled from the dashboard";
-    if (body.contains("reason")) {
-      if (!body["reason"].is_string()) {
-        return Error(absl::StatusCode::kInvalidArgument, "reason must be a string");
-      }
-      reason = body["reason"].get<std::string>();
-    }
-    result = scheduler_->CancelRun(id, who, reason);
+    absl::StatusOr<std::string> reason = Reason(body);
+    if (!reason.ok()) return Error(reason.status());
+    result = scheduler_->CancelRun(id, who, *reason);
   } else if (action == "resume") {
     result = scheduler_->ResumeRun(id, who);
   } else {
+    const char* usage = "extend needs {\"total_steps\": <integer above the run's steps>}";
     if (!body.contains("total_steps") || !body["total_steps"].is_number_integer()) {
-      return Error(absl::StatusCode::kInvalidArgument,
-                   "extend needs {\"total_steps\": <integer above the run's steps>}");
+      return Error(absl::StatusCode::kInvalidArgument, usage);
+    }
+    // nlohmann keeps a number above 2^63 - 1 as unsigned; read as int64 it would wrap negative.
+    if (body["total_steps"].is_number_unsigned() &&
+        body["total_steps"].get<uint64_t>() > uint64_t{std::numeric_limits<int64_t>::max()}) {
+      return Error(
+          absl::StatusCode::kInvalidArgument,
+          StrCat("total_steps ", body["total_steps"].get<uint64_t>(),
+                 " is past the largest step count, ", std::numeric_limits<int64_t>::max()));
     }
     result = scheduler_->ExtendRun(id, body["total_steps"].get<int64_t>(), who);
   }

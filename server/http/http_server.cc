@@ -233,7 +233,15 @@ void HttpServer::Impl::Serve(Stream& stream, Connection& self) {
     out.body() = std::move(response.body);
     out.prepare_payload();
     Arm(self.deadline_us, options.send_timeout);
-    bhttp::write(stream, out, ec);
+    if (in.method() == bhttp::verb::head) {
+      // HEAD: the headers a GET would carry, Content-Length included, and no body.
+      bhttp::response<bhttp::empty_body> head{out.result(), out.version()};
+      for (const auto& field : out) head.set(field.name_string(), field.value());
+      bhttp::response_serializer<bhttp::empty_body> serializer{head};
+      bhttp::write_header(stream, serializer, ec);
+    } else {
+      bhttp::write(stream, out, ec);
+    }
     if (ec || !out.keep_alive()) return;
   }
 }

@@ -280,6 +280,31 @@ TEST_F(HttpTest, TooManyFiltersAreRefusedAndNoErrorShowsSql) {
   }
 }
 
+TEST_F(HttpTest, SmallerCarelessRequestsGetTheirProperAnswers) {
+  // HEAD: a GET's headers, no body.
+  const Reply head = Raw(port(), "HEAD / HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+  EXPECT_EQ(head.status, 200);
+  EXPECT_THAT(head.head, HasSubstr("Content-Length: 38"));  // index.html's length
+  EXPECT_EQ(head.body, "");
+  // A folder is not a page.
+  EXPECT_EQ(Get("/static/").status, 404);
+  // total_steps past 2^63 - 1 is refused with the number as sent, not a wrapped one.
+  const int64_t run = Submit(TinySweep("careless")).at(0);
+  const Reply huge =
+      Post(StrCat("/api/v1/runs/", run, "/extend"), R"({"total_steps": 9223372036854775808})");
+  EXPECT_EQ(huge.status, 400);
+  EXPECT_THAT(huge.body, HasSubstr("9223372036854775808 is past the largest step count"));
+  EXPECT_THAT(huge.body, Not(HasSubstr("-9223372036854775808")));
+  // A sweep's cancel reads its body like a run's: a JSON object with an optional reason.
+  EXPECT_EQ(Post("/api/v1/sweeps/careless/cancel", "not json").status, 400);
+  EXPECT_EQ(Post("/api/v1/sweeps/careless/cancel", R"({"reason": 5})").status, 400);
+  EXPECT_EQ(GetRun(run).state(), v1::RUN_STATE_QUEUED);
+  const Reply cancel = Post("/api/v1/sweeps/careless/cancel", R"({"reason": "typo in the grid"})");
+  ASSERT_EQ(cancel.status, 200) << cancel.body;
+  EXPECT_EQ(GetRun(run).state(), v1::RUN_STATE_CANCELLED);
+  EXPECT_THAT(Get(StrCat("/api/v1/runs/", run)).body, HasSubstr("typo in the grid"));
+}
+
 // A request line or headers past the limit got no answer at all (the connection just closed).
 TEST_F(HttpTest, OversizedRequestLinesAndHeadersGet414And431) {
   const Reply long_url = Raw(port(), StrCat("GET /api/v1/sweeps?x=", std::string(20'000, 'a'),
