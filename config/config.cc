@@ -387,6 +387,29 @@ absl::Status Validate(const RunConfig& c) {
       }
     }
   }
+  // Paths are short; a long string is copied into every run's stored config and params, so one
+  // careless 20 KB path over a big grid became gigabytes of database.
+  constexpr size_t kMaxPath = 4096;  // Linux's PATH_MAX
+  constexpr size_t kMaxSets = 64;
+  if (c.data.train_data.size() > kMaxPath) {
+    return absl::InvalidArgumentError(
+        StrCat("train_data: ", c.data.train_data.size(), " bytes; a path is at most ", kMaxPath));
+  }
+  for (const auto& [group, names] :
+       {std::pair<const char*, const std::map<std::string, std::string>*>{"val_data",
+                                                                          &c.data.val_data},
+        {"tasks", &c.data.tasks}}) {
+    if (names->size() > kMaxSets) {
+      return absl::InvalidArgumentError(
+          StrCat(group, ": ", names->size(), " entries; at most ", kMaxSets));
+    }
+    for (const auto& [name, value] : *names) {
+      if (value.size() > kMaxPath + 64) {  // tasks: KIND=FILE,limit=N around the path
+        return absl::InvalidArgumentError(
+            StrCat(group, ".", name, ": ", value.size(), " bytes; a path is at most ", kMaxPath));
+      }
+    }
+  }
   for (const auto& [name, spec] : c.data.tasks) {
     const size_t eq = spec.find('=');
     const std::string kind = spec.substr(0, eq == std::string::npos ? 0 : eq);

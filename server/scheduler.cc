@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <utility>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/cord.h"
 #include "common/status.h"
 #include "common/strings.h"
@@ -194,6 +195,19 @@ void Scheduler::PushCancels(const std::vector<int64_t>& run_ids, const std::stri
 // ---- Sweeps
 
 absl::StatusOr<SubmitResult> Scheduler::SubmitSweep(const SubmitRequest& request) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (submits_in_flight_ >= options_.max_concurrent_submits) {
+      return absl::ResourceExhaustedError(
+          StrCat(submits_in_flight_, " sweep submissions are being expanded now (cartd takes ",
+                 options_.max_concurrent_submits, " at a time); retry in a moment"));
+    }
+    ++submits_in_flight_;
+  }
+  absl::Cleanup done = [this] {
+    absl::MutexLock lock(&mu_);
+    --submits_in_flight_;
+  };
   const std::string file = request.file_name.empty() ? "sweep" : request.file_name;
   CART_ASSIGN_OR_RETURN(model::SweepSpec spec, model::ParseSweepYaml(request.spec_yaml, file));
   if (spec.name.empty()) {
@@ -480,6 +494,11 @@ absl::StatusOr<std::optional<Job>> Scheduler::Acquire(const std::string& worker_
 int Scheduler::waiting_acquires() {
   absl::MutexLock lock(&mu_);
   return waiting_acquires_;
+}
+
+int Scheduler::submits_in_flight() {
+  absl::MutexLock lock(&mu_);
+  return submits_in_flight_;
 }
 
 absl::Status Scheduler::DrainWorker(const std::string& worker_id, const std::string& who) {

@@ -57,6 +57,10 @@ struct SchedulerOptions {
   // The most runs one sweep may expand to, whatever its own max_runs says. Default 100,000 (the
   // store's limit).
   int64_t max_runs_per_sweep = 100'000;
+  // Sweep submissions (and dry runs) expanded at once; more get RESOURCE_EXHAUSTED. Expanding a
+  // big grid costs up to ~100 MB and a core for a second, so 32 careless parallel submits took
+  // cartd to 3 GB; a few at a time keep it bounded and still serve a lab.
+  int max_concurrent_submits = 4;
   // Checkpoint retention: each run keeps its newest `keep_checkpoints` checkpoints (and any a
   // derived run starts from); 0 keeps every one. After a checkpoint is recorded, the artifacts no
   // checkpoint names any more go to `release_artifact` (cartd deletes the blob).
@@ -316,6 +320,8 @@ class Scheduler {
 
   // Acquire long polls waiting for a run right now (tests wait on it instead of sleeping).
   int waiting_acquires();
+  // Sweep submissions being expanded right now (likewise).
+  int submits_in_flight();
 
   // The worker an attempt was leased to. NotFound for an unknown run; FailedPrecondition for an
   // attempt the run never had.
@@ -376,6 +382,7 @@ class Scheduler {
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
   int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
   int waiting_acquires_ ABSL_GUARDED_BY(mu_) = 0;
+  int submits_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<std::string, Worker> workers_ ABSL_GUARDED_BY(mu_);
   std::vector<OpenStream> streams_ ABSL_GUARDED_BY(mu_);
   // Per run: a counter bumped on every change, and the followers waiting for it. A change wakes

@@ -1,5 +1,6 @@
 #include "config/config.h"
 
+#include "common/strings.h"
 #include "config/accounting.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -93,6 +94,25 @@ TEST(ConfigTest, HugeValuesAreRefusedBeforeTheAccountingCanOverflow) {
       ParseRunConfigYaml("d: 65536\nP: 256\nbatch: 4096\naccum: 1\nseq_len: 1048576\n", "b"));
   EXPECT_GT(EstimateTrainingBytes(c.model, c.train.seq_len, c.train.batch, false), 0);
   EXPECT_GT(CountParams(c.model).effective, 0);
+}
+
+// A 20 KB train_data path over a 100 x 100 grid became 814 MB of database: the path is copied
+// into every run's config and params. Paths are capped at PATH_MAX.
+TEST(ConfigTest, PathsLongerThanPathMaxAreRefusedNamingTheKey) {
+  const std::string path = "/data/" + std::string(20'000, 'x') + ".bin";
+  EXPECT_THAT(ParseRunConfigYaml("train_data: " + path + "\n", "long.yaml"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("train_data: 20010 bytes; a path is at most 4096")));
+  EXPECT_THAT(ParseRunConfigYaml("val_data: {wiki: " + path + "}\n", "long.yaml"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("val_data.wiki: 20010 bytes; a path is at most 4096")));
+  std::string many = "val_data:\n";
+  for (int i = 0; i < 65; ++i) many += StrCat("  v", i, ": /d/v", i, ".bin\n");
+  EXPECT_THAT(
+      ParseRunConfigYaml(many, "many.yaml"),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("val_data: 65 entries; at most 64")));
+  // A path of ordinary length is fine.
+  CART_EXPECT_OK(ParseRunConfigYaml("train_data: /data/" + std::string(200, 'y') + ".bin\n", "ok"));
 }
 
 TEST(ConfigTest, DuplicateKeysAndNonUtf8AreRefusedWithTheirLines) {

@@ -766,6 +766,42 @@ TEST_F(SchedulerTest, DrainingWorkerGetsADrainAndNoNewJob) {
   EXPECT_EQ(workers[0].state, "draining");
 }
 
+// 32 careless parallel submits of a big grid took cartd to 3 GB: expansions are taken a few at a
+// time (max_concurrent_submits), and the others are told to retry.
+TEST_F(SchedulerTest, ConcurrentSubmissionsPastTheLimitAreToldToRetry) {
+  SchedulerOptions options;
+  options.lease_ttl = kTtl;
+  options.expiry_interval = absl::ZeroDuration();
+  options.startup_grace = absl::ZeroDuration();
+  options.max_concurrent_submits = 1;
+  scheduler_ = std::make_unique<Scheduler>(store_.get(), &clock_, options);
+  // A 20,000-run grid: expanding and storing it takes a while.
+  std::string big = "name: big\nbase: {d: 64, vocab: 100, P: 1, R: 2, steps: 10}\ngrid:\n  lr: [";
+  for (int i = 0; i < 200; ++i) big += StrCat(i == 0 ? "" : ", ", 0.0001 * (i + 1));
+  big += "]\nseeds: [";
+  for (int i = 0; i < 100; ++i) big += StrCat(i == 0 ? "" : ", ", i);
+  big += "]\nmax_runs: 20000\n";
+  SubmitRequest first;
+  first.spec_yaml = big;
+  first.who = "user:a";
+  std::thread in_flight([&] {
+    absl::StatusOr<SubmitResult> r = scheduler_->SubmitSweep(first);
+    EXPECT_TRUE(r.ok()) << r.status();
+  });
+  SubmitRequest second;
+  second.spec_yaml = OneRunSweep("small");
+  second.who = "user:b";
+  if (::cart::testing::WaitUntil([&] { return scheduler_->submits_in_flight() == 1; })) {
+    EXPECT_THAT(scheduler_->SubmitSweep(second),
+                StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("retry in a moment")));
+  } else {
+    ADD_FAILURE() << "the first submission was never seen in flight";
+  }
+  in_flight.join();
+  EXPECT_EQ(scheduler_->submits_in_flight(), 0);
+  EXPECT_TRUE(scheduler_->SubmitSweep(second).ok());  // the slot is free again
+}
+
 TEST_F(SchedulerTest, UnregisteredWorkerCannotAcquire) {
   EXPECT_THAT(scheduler_->Acquire("ghost", absl::ZeroDuration()),
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("not registered")));
