@@ -6,7 +6,10 @@
 //
 // Why threads, not Asio's async model: the long-lived responses (server-sent events following a
 // run) block on the scheduler's change counter, which is a blocking wait; a thread per connection
-// keeps them simple, and max_connections bounds how many there can be. The gRPC side has its own
+// keeps them simple, and max_connections bounds how many there can be (max_connections_per_client
+// how many one address may hold). Blocking calls have no timeout of their own that Asio honours,
+// so a watchdog thread shuts down any socket whose read or write outlives its deadline
+// (idle_timeout for a whole request, send_timeout for each write). The gRPC side has its own
 // threads, so a crowd of dashboard clients never delays AcquireJob or metric ingest (measured in
 // bench/dashboard_bench.cc).
 //
