@@ -20,6 +20,7 @@
 #include "server/auth.h"
 #include "server/http/prometheus.h"
 #include "server/scheduler.h"
+#include "store/results.h"
 
 namespace cart::server::http {
 namespace {
@@ -640,9 +641,11 @@ Response Dashboard::SweepGroups(const Request& request, const std::string& name)
     auto [it, fresh] = values.try_emplace(c.group, g);
     if (fresh) order.push_back(c.group);
     ++members[c.group];
+    // A run's points in one bin are averaged; a NaN among them (a diverged run) makes the
+    // bin NaN, the rule of store::Summarize, so that this view and `cart report` draw the same
+    // curve for the same sweep.
     std::vector<double> sum(g, 0), count(g, 0);
     for (const store::SeriesPoint& p : c.points) {
-      if (!std::isfinite(p.value)) continue;
       const int64_t bin = std::min(g - 1, p.step * g / (max_step + 1));
       sum[bin] += p.value;
       ++count[bin];
@@ -657,16 +660,13 @@ Response Dashboard::SweepGroups(const Request& request, const std::string& name)
     const auto& bins = values[group];
     for (int64_t b = 0; b < g; ++b) {
       if (bins[b].empty()) continue;
-      double m = 0;
-      for (double v : bins[b]) m += v;
-      m /= static_cast<double>(bins[b].size());
-      double var = 0;
-      for (double v : bins[b]) var += (v - m) * (v - m);
-      const size_t k = bins[b].size();
+      // Mean and sample std over the group's runs: the results queries' one helper and rule
+      // (a NaN run makes both NaN, sent as null).
+      const store::CellStats st = store::Summarize(bins[b]);
       steps.push_back((b + 1) * (max_step + 1) / g);
-      mean.push_back(Num(m));
-      sd.push_back(k > 1 ? Num(std::sqrt(var / static_cast<double>(k - 1))) : json(nullptr));
-      n.push_back(k);
+      mean.push_back(Num(st.mean));
+      sd.push_back(st.n > 1 ? Num(st.std) : json(nullptr));
+      n.push_back(st.n);
     }
     groups.push_back(json{{"value", group},
                           {"runs", members[group]},

@@ -9,6 +9,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -303,6 +304,44 @@ TEST_F(HttpTest, SmallerCarelessRequestsGetTheirProperAnswers) {
   ASSERT_EQ(cancel.status, 200) << cancel.body;
   EXPECT_EQ(GetRun(run).state(), v1::RUN_STATE_CANCELLED);
   EXPECT_THAT(Get(StrCat("/api/v1/runs/", run)).body, HasSubstr("typo in the grid"));
+}
+
+// The groups view and `cart report` used opposite NaN rules (the view skipped a diverged seed's
+// NaN, the report propagated it), so they drew different curves for one sweep. Both now use
+// store::Summarize: a NaN run makes the group's mean NaN there (null in JSON).
+TEST_F(HttpTest, GroupsMeanFollowsTheResultsRuleForADivergedSeed) {
+  const std::vector<int64_t> runs =
+      Submit("name: g\nbase: {d: 64, vocab: 100, P: 1, R: 2, steps: 10}\nseeds: [1, 2]\n");
+  ASSERT_EQ(runs.size(), 2u);
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  std::vector<std::unique_ptr<FakeWorker>> workers;
+  std::vector<std::unique_ptr<FakeWorker::Stream>> streams;
+  for (int i = 0; i < 2; ++i) {
+    workers.push_back(MakeWorker(StrCat("box-", i)));  // the worker token covers box-*
+    FakeWorker* worker = workers.back().get();
+    ASSERT_TRUE(worker->Register().ok());
+    std::optional<v1::Job> job;
+    ASSERT_TRUE(worker->Acquire(1000, &job).ok());
+    ASSERT_TRUE(job.has_value());
+    streams.push_back(worker->Open(job->run_id(), job->attempt()));
+    // One seed learns (4, 3, 2, 1); the other diverges at step 3.
+    ASSERT_TRUE(streams.back()->Metrics(
+        i == 0 ? std::vector<std::pair<int64_t, double>>{{1, 4}, {2, 3}, {3, 2}, {4, 1}}
+               : std::vector<std::pair<int64_t, double>>{{1, 4}, {2, 3}, {3, nan}, {4, nan}}));
+  }
+  for (int64_t run : runs) {
+    ASSERT_TRUE(::cart::testing::WaitUntil([&] { return GetRun(run).step() == 4; }));
+  }
+  const Reply r = Get("/api/v1/sweeps/g/groups?by=d&metric=loss&points=4");
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json group = r.Json()["groups"].at(0);
+  ASSERT_EQ(group["mean"].size(), 4u) << r.body;
+  EXPECT_DOUBLE_EQ(group["mean"][0].get<double>(), 4);
+  EXPECT_DOUBLE_EQ(group["mean"][1].get<double>(), 3);
+  EXPECT_TRUE(group["mean"][2].is_null()) << "a diverged seed must not vanish from the mean";
+  EXPECT_TRUE(group["mean"][3].is_null());
+  EXPECT_TRUE(group["std"][3].is_null());
+  EXPECT_EQ(group["n"][3], 2);
 }
 
 // A request line or headers past the limit got no answer at all (the connection just closed).
