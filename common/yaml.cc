@@ -1,5 +1,7 @@
 #include "common/yaml.h"
 
+#include <yaml-cpp/depthguard.h>
+
 #include <algorithm>
 #include <map>
 #include <optional>
@@ -49,6 +51,11 @@ absl::StatusOr<YAML::Node> LoadYaml(std::string_view text, std::string_view sour
   YAML::Node root;
   try {
     root = YAML::Load(std::string(text));
+  } catch (const YAML::DeepRecursion& e) {
+    // yaml-cpp stops at 2,000 levels and says only "bad file".
+    return absl::InvalidArgumentError(
+        StrCat(source, ":", e.mark.line + 1, ":", e.mark.column + 1, ": nested ", e.depth(),
+               " levels deep ([ or { inside one another); a sweep or config file needs a few"));
   } catch (const YAML::Exception& e) {
     return absl::InvalidArgumentError(
         StrCat(source, ":", e.mark.line + 1, ": YAML syntax error: ", e.msg));

@@ -115,6 +115,17 @@ TEST(ConfigTest, PathsLongerThanPathMaxAreRefusedNamingTheKey) {
   CART_EXPECT_OK(ParseRunConfigYaml("train_data: /data/" + std::string(200, 'y') + ".bin\n", "ok"));
 }
 
+// yaml-cpp refuses nesting past 2,000 levels with the words "bad file"; the error now says what.
+TEST(ConfigTest, DeeplyNestedYamlIsRefusedSayingSo) {
+  std::string deep = "d: ";
+  for (int i = 0; i < 3000; ++i) deep += "[";
+  for (int i = 0; i < 3000; ++i) deep += "]";
+  EXPECT_THAT(ParseRunConfigYaml(deep + "\n", "deep.yaml"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("deep.yaml:1:"), HasSubstr("levels deep"),
+                             Not(HasSubstr("bad file")))));
+}
+
 TEST(ConfigTest, DuplicateKeysAndNonUtf8AreRefusedWithTheirLines) {
   EXPECT_THAT(
       ParseRunConfigYaml("d: 64\nR: 2\nR: 4\n", "dup.yaml"),
