@@ -94,6 +94,7 @@ struct BenchRow {
   std::string peak_kind;
   int64_t estimate_bytes = 0;
   double final_loss = 0;
+  std::optional<PaperFigure> paper;  // the paper's RTX 3090 figures at this shape, if it is its
 };
 
 // Peak resident set of this process, bytes (Linux reports ru_maxrss in KiB).
@@ -134,7 +135,8 @@ absl::StatusOr<std::string> WriteRandomTokens(const fs::path& dir, const model::
 }
 
 absl::StatusOr<BenchRow> BenchOne(const model::RunConfig& config, const BenchArgs& args,
-                                  const fs::path& dir, std::optional<double> peak_tflops) {
+                                  c10::Device device, const fs::path& dir,
+                                  std::optional<double> peak_tflops) {
   model::RunConfig c = config;
   const int64_t total = args.warmup + args.steps;
   c.train.steps = total;
@@ -146,7 +148,6 @@ absl::StatusOr<BenchRow> BenchOne(const model::RunConfig& config, const BenchArg
   CART_ASSIGN_OR_RETURN(c.data.train_data, WriteRandomTokens(dir, c, total));
   CART_RETURN_IF_ERROR(model::Validate(c));
 
-  CART_ASSIGN_OR_RETURN(c10::Device device, train::ResolveDevice(args.device));
   train::ResetPeakDeviceMemory(device);
   const int64_t rss_start = RssBytes(), max_rss_start = PeakRssBytes();
   std::vector<std::chrono::steady_clock::time_point> ends;
@@ -194,6 +195,7 @@ absl::StatusOr<BenchRow> BenchOne(const model::RunConfig& config, const BenchArg
   const bool bf16 = train::UsesMixedPrecision(c.train.dtype, device);
   row.estimate_bytes = model::EstimateTrainingBytes(c.model, c.train.seq_len, c.train.batch, bf16);
   row.final_loss = result.final_loss;
+  if (IsPaperShape(c)) row.paper = PaperFigures().at(c.model.d);
   return row;
 }
 
@@ -251,7 +253,7 @@ absl::Status RunBench(const BenchArgs& args) {
   for (int64_t d : widths) {
     model::RunConfig c = base;
     c.model.d = d;
-    absl::StatusOr<BenchRow> row = BenchOne(c, args, dir, peak);
+    absl::StatusOr<BenchRow> row = BenchOne(c, args, device, dir, peak);
     if (!row.ok()) {
       status = absl::Status(row.status().code(), StrCat("d = ", d, ": ", Message(row.status())));
       break;
@@ -285,12 +287,9 @@ absl::Status RunBench(const BenchArgs& args) {
           {"peak_kind", r.peak_kind},
           {"estimate_bytes", r.estimate_bytes},
           {"final_loss", r.final_loss}};
-      model::RunConfig c = base;
-      c.model.d = r.d;
-      if (IsPaperShape(c)) {
-        const PaperFigure& p = PaperFigures().at(r.d);
-        j["paper_rtx3090_tokens_per_s"] = p.tokens_per_s;
-        j["paper_rtx3090_mfu"] = p.mfu;
+      if (r.paper) {
+        j["paper_rtx3090_tokens_per_s"] = r.paper->tokens_per_s;
+        j["paper_rtx3090_mfu"] = r.paper->mfu;
       }
       out["rows"].push_back(j);
     }
@@ -312,10 +311,7 @@ absl::Status RunBench(const BenchArgs& args) {
                            "tokens/s", "3090 paper", "TFLOP/s", "MFU", "MFU 6N", "paper MFU",
                            "peak MiB", "estimate MiB", "est/pk");
   for (const BenchRow& r : rows) {
-    model::RunConfig c = base;
-    c.model.d = r.d;
-    const bool paper = IsPaperShape(c);
-    const PaperFigure* p = paper ? &PaperFigures().at(r.d) : nullptr;
+    const std::optional<PaperFigure>& p = r.paper;
     std::cout << fmt::format(
         "{:>6}{:>11.0f}{:>12}{:>9.2f}{:>9}{:>9}{:>11}{:>10}{:>14}{:>8}\n", r.d, r.tokens_per_s,
         p ? fmt::format("{:.0f}", p->tokens_per_s) : "-",

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "common/strings.h"
 
 namespace cart::worker {
@@ -14,12 +16,6 @@ using cart::v1::WorkerReport;
 constexpr size_t kBatchPoints = 2000;
 // Log lines a new stream resends at most (the newest; cartd drops the ones it has).
 constexpr size_t kMaxResentLogLines = 1000;
-
-int64_t WallMicros() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 }  // namespace
 
@@ -67,7 +63,7 @@ void AttemptChannel::PostCheckpoint(const cart::v1::CheckpointNotice& notice) {
 void AttemptChannel::PostLog(const std::string& text) {
   cart::v1::LogLine line;
   line.set_text(ValidUtf8(text));  // a proto string must be UTF-8, or the stream breaks
-  line.set_wall_time_us(WallMicros());
+  line.set_wall_time_us(absl::ToUnixMicros(absl::Now()));
   absl::MutexLock lock(&mu_);
   line.set_seq(next_log_seq_++);
   logs_.push_back(line);

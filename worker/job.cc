@@ -6,6 +6,8 @@
 #include <optional>
 #include <thread>
 
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "common/file.h"
 #include "common/sha256.h"
 #include "common/status.h"
@@ -34,12 +36,6 @@ JobEnd Failed(const absl::Status& s) {
                                                                  : JobResult::OUTCOME_FAILED;
   end.error = Message(s);
   return end;
-}
-
-int64_t WallMicros() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
 }
 
 ChannelOptions ChannelOptionsFor(const JobEnvironment& env) {
@@ -77,7 +73,7 @@ class Session {
 };
 
 void Session::OnMetrics(const train::MetricRecord& r) {
-  const int64_t now = WallMicros();
+  const int64_t now = absl::ToUnixMicros(absl::Now());
   std::vector<Point> points;
   for (const auto& [name, value] : r.values) points.push_back({r.step, name, value, now});
   if (r.values.count("loss") && env_.sample_system) {
