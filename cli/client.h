@@ -85,21 +85,23 @@ class Client {
   std::unique_ptr<cart::v1::SchedulerService::Stub> stub_;
 };
 
-// Every run matching `request` (its limit is ignored), read with ListRuns in pages of
-// `page_size`, so that no single answer nears gRPC's message size limit however big the sweep.
-// `total` of the answer is the count cartd reported.
+// Every run matching `request` (its limit is ignored), read with ListRuns in pages of at most
+// `page_size`: cartd answers at most one page's worth (1,000 runs, fewer when their views pass
+// 8 MiB), so the next page starts where this one ended, until the offset reaches the total.
+// `total` of the answer is the count cartd reported last.
 inline cart::v1::ListRunsResponse ListAllRuns(Client& client, cart::v1::ListRunsRequest request,
                                               int32_t page_size = 1000) {
   cart::v1::ListRunsResponse all;
   request.set_limit(page_size);
-  for (int64_t offset = 0;; offset += page_size) {
+  for (int64_t offset = 0;;) {
     request.set_offset(offset);
     cart::v1::ListRunsResponse page =
         client.Call<cart::v1::ListRunsRequest, cart::v1::ListRunsResponse>(
             &cart::v1::SchedulerService::Stub::ListRuns, request, 120'000);
     all.set_total(page.total());
+    offset += page.runs_size();
     for (auto& run : *page.mutable_runs()) *all.add_runs() = std::move(run);
-    if (page.runs_size() < page_size) return all;
+    if (page.runs_size() == 0 || offset >= page.total()) return all;
   }
 }
 

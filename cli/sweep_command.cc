@@ -239,6 +239,57 @@ void RegisterSweep(CLI::App& app) {
     std::cout << fmt::format("requeued {} runs of {} from their latest checkpoints\n",
                              resp.runs_affected(), resume->name);
   });
+
+  struct DeleteArgs {
+    std::string name;
+    bool yes = false;
+    Conn conn;
+  };
+  auto del = std::make_shared<DeleteArgs>();
+  CLI::App* delete_cmd = sweep->add_subcommand(
+      "delete",
+      "Delete a sweep with its runs, metrics, logs and checkpoints (its owner or an admin; "
+      "refused while runs are running or other sweeps start from its checkpoints)");
+  delete_cmd->add_option("name", del->name, "Sweep name")->required();
+  delete_cmd->add_flag("--yes", del->yes,
+                       "Delete without asking (needed when stdin is no terminal)");
+  AddConnFlags(delete_cmd, del->conn);
+  OnRun(delete_cmd, [del] {
+    Client client = Client::Connect(del->conn);
+    if (!del->yes) {
+      cart::v1::GetSweepRequest get;
+      get.set_name(del->name);
+      get.set_run_limit(1);
+      auto sweep = client.Call<cart::v1::GetSweepRequest, cart::v1::GetSweepResponse>(
+          &cart::v1::SchedulerService::Stub::GetSweep, get);
+      const std::string question =
+          fmt::format("delete sweep {} with its {} runs, their metrics and checkpoints?", del->name,
+                      sweep.run_total());
+      if (::isatty(STDIN_FILENO) != 1) {
+        ExitWith(
+            absl::FailedPreconditionError(StrCat("not deleting without --yes (", question, ")")));
+      }
+      std::cout << question << " [y/N] " << std::flush;
+      std::string answer;
+      std::getline(std::cin, answer);
+      if (answer != "y" && answer != "yes") {
+        std::cout << "not deleted\n";
+        return;
+      }
+    }
+    cart::v1::DeleteSweepRequest req;
+    req.set_name(del->name);
+    auto resp = client.Call<cart::v1::DeleteSweepRequest, cart::v1::DeleteSweepResponse>(
+        &cart::v1::SchedulerService::Stub::DeleteSweep, req);
+    if (del->conn.json) {
+      std::cout << ToJson(resp) << "\n";
+      return;
+    }
+    std::cout << fmt::format(
+        "deleted sweep {}: {} runs, {} metric points, {} checkpoints ({} files removed)\n",
+        del->name, resp.runs_deleted(), resp.metric_points_deleted(), resp.checkpoints_deleted(),
+        resp.artifacts_removed());
+  });
 }
 
 }  // namespace

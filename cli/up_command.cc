@@ -83,35 +83,38 @@ absl::Status WaitForSweeps(const std::vector<std::string>& names, Call& call) {
   const auto start = std::chrono::steady_clock::now();
   while (!g_interrupted) {
     bool active = false;
-    int done = 0, total = 0;
+    int64_t done = 0, total = 0;
     std::vector<std::string> per_sweep, running;
     for (const std::string& name : names) {
+      // The counts by state cover every run; only the running ones are listed (one answer holds
+      // at most 1,000 runs, and a line names a handful).
       cart::v1::GetSweepRequest g;
       g.set_name(name);
+      g.set_run_limit(1);
       cart::v1::GetSweepResponse s;
       CART_RETURN_IF_ERROR(call(&cart::v1::SchedulerService::Stub::GetSweep, g, s));
-      int finished = 0;
-      for (const auto& r : s.runs()) {
-        switch (r.state()) {
-          case cart::v1::RUN_STATE_SUCCEEDED:
-            ++finished;
-            break;
-          case cart::v1::RUN_STATE_RUNNING:
-            running.push_back(fmt::format("{}@{}/{}", r.name(), r.step(), r.total_steps()));
-            active = true;
-            break;
-          case cart::v1::RUN_STATE_QUEUED:
-          case cart::v1::RUN_STATE_LEASED:
-            active = true;
-            break;
-          default:
-            break;
+      auto count = [&](const char* state) {
+        auto it = s.sweep().runs_by_state().find(state);
+        return it == s.sweep().runs_by_state().end() ? int64_t{0} : it->second;
+      };
+      const int64_t finished = count("SUCCEEDED");
+      const int64_t running_here = count("RUNNING");
+      if (running_here + count("QUEUED") + count("LEASED") > 0) active = true;
+      if (running_here > 0) {
+        cart::v1::ListRunsRequest l;
+        l.set_sweep(name);
+        l.add_states(cart::v1::RUN_STATE_RUNNING);
+        l.set_limit(16);
+        cart::v1::ListRunsResponse r;
+        CART_RETURN_IF_ERROR(call(&cart::v1::SchedulerService::Stub::ListRuns, l, r));
+        for (const auto& run : r.runs()) {
+          running.push_back(fmt::format("{}@{}/{}", run.name(), run.step(), run.total_steps()));
         }
       }
       done += finished;
-      total += s.runs_size();
+      total += s.run_total();
       if (names.size() > 1)
-        per_sweep.push_back(fmt::format("{} {}/{}", name, finished, s.runs_size()));
+        per_sweep.push_back(fmt::format("{} {}/{}", name, finished, s.run_total()));
     }
     if (!active || std::chrono::steady_clock::now() - last_print > std::chrono::seconds(10)) {
       const auto minutes =

@@ -44,10 +44,10 @@ int main(int argc, char** argv) {
   bool insecure = false;
   std::string http_listen;
   std::string web_dir;
-  app.add_option("--config", config_file,
-                 "YAML config file (keys: listen, data_dir, tokens, tls_cert, tls_key, lease_ttl, "
-                 "insecure, max_artifact_bytes, max_threads, max_acquire_wait, "
-                 "max_runs_per_sweep, http_listen, http_hosts, web_dir); flags override it");
+  app.add_option(
+      "--config", config_file,
+      cart::StrCat("YAML config file (keys: ", cart::StrJoin(cart::server::ConfigKeys(), ", "),
+                   "; docs/architecture.md, cartd config); flags override it"));
   app.add_option("--listen", listen, "host:port to serve on (default 127.0.0.1:7070)");
   app.add_option("--http", http_listen,
                  "host:port of the dashboard, JSON API and /metrics, or 'off' (default "

@@ -337,6 +337,24 @@ absl::StatusOr<int64_t> Scheduler::ResumeSweep(const std::string& name, const st
   return changed;
 }
 
+absl::StatusOr<store::DeletedSweep> Scheduler::DeleteSweep(const std::string& name,
+                                                           const std::string& who) {
+  CART_RETURN_IF_ERROR(CheckSweepOwner(name, who, "delete"));
+  store::RunFilter filter;
+  filter.sweeps = {name};
+  CART_ASSIGN_OR_RETURN(std::vector<RunRecord> runs, store_->ListRuns(filter));
+  CART_ASSIGN_OR_RETURN(store::DeletedSweep deleted, store_->DeleteSweep(name));
+  if (options_.release_artifact) {
+    for (const std::string& sha : deleted.released_artifacts) options_.release_artifact(sha);
+  }
+  // Followers of the deleted runs wake up, find them gone and end their streams.
+  for (const RunRecord& run : runs) BumpRun(run.id);
+  std::fprintf(stderr, "cartd: %s deleted sweep '%s' (%lld runs, %lld metric points, %zu blobs)\n",
+               who.c_str(), name.c_str(), static_cast<long long>(deleted.runs),
+               static_cast<long long>(deleted.metric_points), deleted.released_artifacts.size());
+  return deleted;
+}
+
 // ---- Runs
 
 absl::StatusOr<RunRecord> Scheduler::CancelRun(int64_t run_id, const std::string& who,

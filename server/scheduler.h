@@ -198,6 +198,10 @@ class Scheduler {
                                       const std::string& reason);
   // Requeues every CANCELLED or FAILED run of the sweep; returns how many.
   absl::StatusOr<int64_t> ResumeSweep(const std::string& name, const std::string& who);
+  // Deletes the sweep, its runs, metrics and checkpoints (store::RunStore::DeleteSweep: refused
+  // while a run is leased or running, or while another sweep's runs derive from it) and hands
+  // the artifacts left unnamed to release_artifact. Its owner or an admin only.
+  absl::StatusOr<store::DeletedSweep> DeleteSweep(const std::string& name, const std::string& who);
 
   // ---- Runs
 

@@ -37,9 +37,7 @@ class HttpServer;
 namespace cart::server {
 
 class ArtifactStore;
-namespace internal {
-class FollowerSlots;
-}
+class CallerSlots;
 class Scheduler;
 class TokenTable;
 
@@ -75,6 +73,21 @@ struct ServerConfig {
   // Most follow streams (`cart runs logs -f` and the like) one caller may hold open; all callers
   // together hold at most half of max_threads, so workers always find a thread. Default 64; >= 1.
   int max_follows_per_caller = 64;
+  // Large reads (ListRuns, GetSweep, QueryTable; the dashboard's run pages, pivots and groups)
+  // in progress at once: per caller, and for everyone together, gRPC and HTTP sharing
+  // one bound. More get RESOURCE_EXHAUSTED (HTTP 429). Each holds up to one answer (8 MiB of
+  // runs) in memory. Defaults 4 and 16.
+  int max_big_reads_per_caller = 4;
+  int max_big_reads = 16;
+  // The most bytes of run views one answer carries (ListRuns, GetSweep, SubmitSweep and the
+  // dashboard's run pages, besides their 1,000- and 5,000-run limits); a longer page is cut
+  // short and the caller continues at offset + runs received. Default 8 MiB.
+  int64_t max_answer_bytes = 8 << 20;
+  // The HTTP port: a request must arrive within http_idle_timeout of the connection opening or
+  // going idle, and one client address may hold http_max_connections_per_client connections
+  // (server/http/http_server.h). Defaults 60 s and 64.
+  absl::Duration http_idle_timeout = absl::Seconds(60);
+  int http_max_connections_per_client = 64;
   // Longest AcquireJob long poll. Default 30 s.
   absl::Duration max_acquire_wait = absl::Seconds(30);
   // How long Shutdown() lets unary RPCs in flight finish before cancelling them. Default 5 s.
@@ -101,13 +114,14 @@ struct ServerConfig {
   Clock* clock = Clock::Real();
 };
 
-// Applies a YAML config file's keys onto `config` (keys absent keep their value): listen,
-// data_dir, tokens, tls_cert, tls_key, lease_ttl (seconds), insecure, max_artifact_bytes,
-// max_threads, max_acquire_wait (seconds), max_runs_per_sweep, http_listen, http_hosts, web_dir,
-// min_free_artifact_bytes, max_artifact_store_bytes, keep_checkpoints_per_run,
-// max_follows_per_caller, max_log_lines_per_attempt.
+// Applies a YAML config file's keys onto `config` (keys absent keep their value): the keys are
+// ConfigKeys(), each the ServerConfig field of that name (durations in seconds).
 // InvalidArgument "<source>:<line>: <key>: <reason>" for unknown keys and bad values.
 absl::Status ApplyConfigYaml(std::string_view text, std::string_view source, ServerConfig& config);
+
+// The keys a cartd config file may set, in the order `cartd --help` lists them (one table, which
+// the parser, its error message and the help read).
+const std::vector<std::string_view>& ConfigKeys();
 
 // Whether the host part of "host:port" is a loopback address (127.0.0.0/8, localhost, ::1).
 bool IsLoopbackListen(std::string_view listen);
@@ -130,6 +144,8 @@ class ServerHandle {
   std::string dial_address() const;
   // The HTTP port bound; 0 when HTTP is off.
   int http_port() const;
+  // The bound on large reads that the gRPC side and the dashboard share (tests hold its slots).
+  CallerSlots* big_reads() const { return big_reads_.get(); }
   // "http://127.0.0.1:<port>/" (https with TLS) for a browser on this machine; empty when off.
   std::string dashboard_url() const;
 
@@ -155,7 +171,8 @@ class ServerHandle {
   std::unique_ptr<store::RunStore> store_;
   std::unique_ptr<ArtifactStore> artifacts_;
   std::unique_ptr<Scheduler> scheduler_;
-  std::unique_ptr<internal::FollowerSlots> followers_;
+  std::unique_ptr<CallerSlots> followers_;
+  std::unique_ptr<CallerSlots> big_reads_;  // the gRPC side's and the dashboard's
   std::unique_ptr<Services> services_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<http::Dashboard> dashboard_;

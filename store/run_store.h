@@ -130,6 +130,13 @@ class RunStore {
   absl::StatusOr<int64_t> CancelSweep(const std::string& name, const Audit& audit);
   // Resumes every CANCELLED or FAILED run of the sweep; returns how many.
   absl::StatusOr<int64_t> ResumeSweep(const std::string& name, const Audit& audit);
+  // Deletes the sweep with its runs, their metrics, summaries, logs, attempts, events and
+  // checkpoints, in one transaction, and returns the artifacts left unnamed. Refused
+  // (FailedPrecondition, nothing deleted) while one of its runs is LEASED or RUNNING (a worker
+  // still writes to it), and while runs of another sweep derive from its runs: their start
+  // checkpoints are kept as long as they exist (the message names those sweeps). NotFound for an
+  // unknown sweep.
+  absl::StatusOr<DeletedSweep> DeleteSweep(const std::string& name);
 
   // ---- Workers and leases
 

@@ -36,6 +36,34 @@ constexpr char kInsertRun[] =
     "created_us, updated_us, kind, eval_loops) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
     "0, ?, 0, 0, ?, ?, ?, ?, ?, ?)";
 
+// DeleteSweep's reads: what still works on the sweep, what depends on it, what it holds.
+constexpr char kActiveRunsOfSweep[] =
+    "SELECT count(*), min(id) FROM runs WHERE sweep_id = ? AND status IN ('LEASED', 'RUNNING')";
+constexpr char kDerivedFromSweep[] =
+    "SELECT s.name, count(*) FROM runs AS child JOIN runs AS parent ON child.parent_run_id = "
+    "parent.id JOIN sweeps AS s ON s.id = child.sweep_id WHERE parent.sweep_id = ?1 AND "
+    "child.sweep_id != ?1 GROUP BY s.name ORDER BY s.name";
+constexpr char kArtifactsOfSweep[] =
+    "SELECT DISTINCT c.sha256 FROM checkpoints AS c JOIN runs AS r ON r.id = c.run_id "
+    "WHERE r.sweep_id = ?";
+constexpr char kCountRunsOfSweep[] = "SELECT count(*) FROM runs WHERE sweep_id = ?";
+// Child rows before their runs, runs before the sweep (foreign keys are on). Each uses an index
+// that starts with run_id, except events by sweep (a sweep's own events are few).
+constexpr const char* kDeleteSweepRows[] = {
+    "DELETE FROM metrics WHERE run_id IN (SELECT id FROM runs WHERE sweep_id = ?1)",
+    "DELETE FROM run_summaries WHERE run_id IN (SELECT id FROM runs WHERE sweep_id = ?1)",
+    "DELETE FROM run_logs WHERE run_id IN (SELECT id FROM runs WHERE sweep_id = ?1)",
+    "DELETE FROM checkpoints WHERE run_id IN (SELECT id FROM runs WHERE sweep_id = ?1)",
+    "DELETE FROM attempts WHERE run_id IN (SELECT id FROM runs WHERE sweep_id = ?1)",
+    "DELETE FROM events WHERE run_id IN (SELECT id FROM runs WHERE sweep_id = ?1)",
+    "DELETE FROM events WHERE sweep_id = ?1",
+    "DELETE FROM runs WHERE sweep_id = ?1",
+    "DELETE FROM sweeps WHERE id = ?1",
+};
+constexpr char kDeleteUnnamedArtifact[] =
+    "DELETE FROM artifacts WHERE sha256 = ?1 "
+    "AND NOT EXISTS (SELECT 1 FROM checkpoints WHERE sha256 = ?1)";
+
 }  // namespace
 
 absl::StatusOr<CreatedSweep> RunStore::CreateSweep(const NewSweep& sweep, const Audit& audit) {
@@ -129,6 +157,68 @@ absl::StatusOr<int64_t> RunStore::ResumeSweep(const std::string& name, const Aud
   CART_RETURN_IF_ERROR(internal::ValidateAudit(audit));
   return writer_->Run<int64_t>(
       [&](WriteContext& ctx) { return ApplyToSweep(ctx.db(), name, /*cancel=*/false, audit); });
+}
+
+absl::StatusOr<DeletedSweep> RunStore::DeleteSweep(const std::string& name) {
+  return writer_->Run<DeletedSweep>([&](WriteContext& ctx) -> absl::StatusOr<DeletedSweep> {
+    Database& db = ctx.db();
+    CART_ASSIGN_OR_RETURN(SweepRecord sweep, internal::LoadSweepByName(db, name));
+    {
+      CART_ASSIGN_OR_RETURN(auto active, db.Cached(kActiveRunsOfSweep));
+      active->BindAll(sweep.id);
+      int64_t count = 0, example = 0;
+      CART_RETURN_IF_ERROR(active->ForEachRow([&](const auto& row) {
+        count = row.ColumnInt64(0);
+        example = row.ColumnOptionalInt64(1).value_or(0);
+      }));
+      if (count > 0) {
+        return absl::FailedPreconditionError(
+            StrCat("sweep '", name, "' has ", count, count == 1 ? " run" : " runs",
+                   " leased or running (run ", example, "): cancel it first (cart sweep cancel ",
+                   name, ") and delete it once they have stopped"));
+      }
+    }
+    {
+      CART_ASSIGN_OR_RETURN(auto derived, db.Cached(kDerivedFromSweep));
+      derived->BindAll(sweep.id);
+      std::vector<std::string> users;
+      CART_RETURN_IF_ERROR(derived->ForEachRow([&](const auto& row) {
+        users.push_back(StrCat("'", row.ColumnText(0), "' (", row.ColumnInt64(1), " runs)"));
+      }));
+      if (!users.empty()) {
+        return absl::FailedPreconditionError(
+            StrCat("runs of sweep ", StrJoin(users, ", "), " start from checkpoints of sweep '",
+                   name, "', which are kept while those runs exist: delete ",
+                   users.size() == 1 ? "that sweep" : "those sweeps", " first"));
+      }
+    }
+    DeletedSweep out;
+    std::vector<std::string> named;
+    {
+      CART_ASSIGN_OR_RETURN(auto select, db.Cached(kArtifactsOfSweep));
+      select->BindAll(sweep.id);
+      CART_RETURN_IF_ERROR(
+          select->ForEachRow([&](const auto& row) { named.push_back(row.ColumnText(0)); }));
+      CART_ASSIGN_OR_RETURN(auto count, db.Cached(kCountRunsOfSweep));
+      count->BindAll(sweep.id);
+      CART_RETURN_IF_ERROR(
+          count->ForEachRow([&](const auto& row) { out.runs = row.ColumnInt64(0); }));
+    }
+    for (size_t i = 0; i < std::size(kDeleteSweepRows); ++i) {
+      CART_ASSIGN_OR_RETURN(auto del, db.Cached(kDeleteSweepRows[i]));
+      del->BindAll(sweep.id);
+      CART_RETURN_IF_ERROR(del->Run());
+      if (i == 0) out.metric_points = db.Changes();
+      if (i == 3) out.checkpoints = db.Changes();
+    }
+    for (const std::string& sha : named) {
+      CART_ASSIGN_OR_RETURN(auto del, db.Cached(kDeleteUnnamedArtifact));
+      del->BindAll(sha);
+      CART_RETURN_IF_ERROR(del->Run());
+      if (db.Changes() > 0) out.released_artifacts.push_back(sha);
+    }
+    return out;
+  });
 }
 
 }  // namespace cart::store

@@ -110,6 +110,15 @@ struct CreatedSweep {
   bool created = false;          // false: the request id was seen before, nothing was written
 };
 
+// What RunStore::DeleteSweep removed.
+struct DeletedSweep {
+  int64_t runs = 0;
+  int64_t metric_points = 0;
+  int64_t checkpoints = 0;
+  // Artifacts no checkpoint names any more: their rows are gone, the caller deletes the blobs.
+  std::vector<std::string> released_artifacts;
+};
+
 struct RunRecord {
   int64_t id = 0;
   int64_t sweep_id = 0;

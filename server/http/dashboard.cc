@@ -17,7 +17,9 @@
 #include "common/file.h"
 #include "common/status.h"
 #include "common/strings.h"
+#include "config/config.h"
 #include "server/auth.h"
+#include "server/caller_slots.h"
 #include "server/http/prometheus.h"
 #include "server/scheduler.h"
 #include "store/results.h"
@@ -131,14 +133,46 @@ absl::StatusOr<std::map<std::string, std::string>> ParamFilter(const Request& re
   return out;
 }
 
-// The body of a cancel, resume or extend: empty, or a JSON object.
-absl::StatusOr<json> ActionBody(const Request& request) {
+// The body of a change (cancel, resume, extend, delete): empty, or a JSON object with no keys but
+// `allowed` (a misspelt key is refused, not ignored).
+absl::StatusOr<json> ActionBody(const Request& request, std::vector<std::string_view> allowed) {
   if (request.body.empty()) return json::object();
   json body = json::parse(request.body, nullptr, /*allow_exceptions=*/false);
   if (body.is_discarded() || !body.is_object()) {
     return absl::InvalidArgumentError("the request body is not a JSON object");
   }
+  for (const auto& [key, value] : body.items()) {
+    if (std::find(allowed.begin(), allowed.end(), key) == allowed.end()) {
+      return absl::InvalidArgumentError(
+          StrCat("the request body has the key '", ValidUtf8(key.substr(0, 64)), "'; ",
+                 allowed.empty() ? std::string("this change takes none")
+                                 : StrCat("allowed: ", StrJoin(allowed, ", "))));
+    }
+  }
   return body;
+}
+
+// A runs page's sort: a known config key after "param:", a metric name of at most 128 printable
+// characters after "metric:" (the store's rule for names); the rest the store checks.
+absl::Status CheckSort(const std::string& sort) {
+  if (sort.rfind("param:", 0) == 0) {
+    const std::string key = sort.substr(6);
+    const std::vector<std::string>& keys = model::ScalarKeys();
+    if (std::find(keys.begin(), keys.end(), key) == keys.end()) {
+      return absl::InvalidArgumentError(StrCat("sort param:", ValidUtf8(key.substr(0, 64)),
+                                               ": not a config key (docs/model.md lists them)"));
+    }
+  } else if (sort.rfind("metric:", 0) == 0) {
+    const std::string name = sort.substr(7);
+    const bool printable = std::all_of(name.begin(), name.end(), [](char c) {
+      return static_cast<unsigned char>(c) >= 0x20 && c != 0x7f;
+    });
+    if (name.empty() || name.size() > 128 || !printable) {
+      return absl::InvalidArgumentError(
+          "sort metric:<name> needs a metric name of 1 to 128 printable characters");
+    }
+  }
+  return absl::OkStatus();
 }
 
 // A cancel's "reason" (a string), or the dashboard's default.
@@ -409,6 +443,19 @@ Response Dashboard::Api(const Request& request, const std::string& who) {
   const std::string sub = n >= 3 ? parts[2] : "";
   if (n == 1 && get && parts[0] == "sweeps") return ListSweeps();
   if (n == 1 && get && parts[0] == "workers") return ListWorkers();
+  // Large reads hold a slot while they run (DashboardOptions::big_reads): 429 past the bound.
+  // One run's series is not one (at most a few thousand points, and a run page asks for every
+  // metric's at once).
+  const bool big =
+      get && n == 3 && parts[0] == "sweeps" && (sub == "runs" || sub == "pivot" || sub == "groups");
+  std::shared_ptr<void> slot;
+  if (big && options_.big_reads != nullptr) {
+    const bool tokens = options_.tokens != nullptr && options_.tokens->enabled();
+    absl::StatusOr<std::shared_ptr<void>> taken =
+        options_.big_reads->Take(tokens ? who : StrCat("address:", request.peer));
+    if (!taken.ok()) return Error(taken.status());
+    slot = *std::move(taken);
+  }
   if (n >= 2 && n <= 3 && parts[0] == "sweeps") {
     const std::string& name = parts[1];
     if (get && sub.empty()) return GetSweep(name);
@@ -418,7 +465,7 @@ Response Dashboard::Api(const Request& request, const std::string& who) {
     if (get && sub == "live") return SweepLive(request, name);
     if (method == "POST" && (sub == "cancel" || sub == "resume")) {
       // The same body as a run's: a JSON object, with an optional "reason" for cancel.
-      absl::StatusOr<json> body = ActionBody(request);
+      absl::StatusOr<json> body = ActionBody(request, {"reason"});
       if (!body.ok()) return Error(body.status());
       absl::StatusOr<std::string> reason = Reason(*body);
       if (!reason.ok()) return Error(reason.status());
@@ -427,6 +474,21 @@ Response Dashboard::Api(const Request& request, const std::string& who) {
                                             : scheduler_->ResumeSweep(name, who);
       if (!changed.ok()) return Error(changed.status());
       return Json(json{{"sweep", name}, {"runs_affected", *changed}});
+    }
+    if (method == "POST" && sub == "delete") {
+      absl::StatusOr<json> body = ActionBody(request, {});
+      if (!body.ok()) return Error(body.status());
+      absl::StatusOr<store::DeletedSweep> deleted = scheduler_->DeleteSweep(name, who);
+      if (!deleted.ok()) return Error(deleted.status());
+      {
+        absl::MutexLock lock(&mu_);  // a sweep of the same name may come back
+        keys_.erase(name);
+      }
+      return Json(json{{"sweep", name},
+                       {"runs_deleted", deleted->runs},
+                       {"metric_points_deleted", deleted->metric_points},
+                       {"checkpoints_deleted", deleted->checkpoints},
+                       {"artifacts_removed", deleted->released_artifacts.size()}});
     }
   }
   if (n >= 2 && n <= 3 && parts[0] == "runs") {
@@ -528,6 +590,7 @@ Response Dashboard::SweepRuns(const Request& request, const std::string& name) {
     return Error(absl::StatusCode::kInvalidArgument, "at most 32 metrics per page");
   }
   page.sort = request.Query("sort", "id");
+  if (absl::Status sort = CheckSort(page.sort); !sort.ok()) return Error(sort);
   const std::string order = request.Query("order", "asc");
   if (order != "asc" && order != "desc") {
     return Error(absl::StatusCode::kInvalidArgument,
@@ -545,12 +608,27 @@ Response Dashboard::SweepRuns(const Request& request, const std::string& name) {
   if (!result.ok()) return Error(result.status());
   const bool all_params = request.Query("params") == "all";
   json rows = json::array();
+  // One answer holds at most max_answer_bytes of rows (estimated from their params, which
+  // dominate; the first always goes in): past it the page is cut short, "truncated" says so, and
+  // the next page starts at offset + runs.length (docs/architecture.md, "Bounded answers").
+  size_t bytes = 0;
+  bool truncated = false;
   for (const store::RunRow& row : result->rows) {
-    rows.push_back(RunRowJson(row, all_params ? nullptr : &keys->varying));
+    json r = RunRowJson(row, all_params ? nullptr : &keys->varying);
+    bytes += 256;
+    for (const auto& [k, v] : r["params"].items()) {
+      bytes += k.size() + v.get_ref<const std::string&>().size() + 6;
+    }
+    if (!rows.empty() && bytes > options_.max_answer_bytes) {
+      truncated = true;
+      break;
+    }
+    rows.push_back(std::move(r));
   }
   return Json(json{{"total", result->total},
                    {"offset", page.offset},
                    {"limit", page.limit},
+                   {"truncated", truncated},
                    {"varying", keys->varying},
                    {"metrics", page.metrics},
                    {"runs", rows}});
@@ -965,7 +1043,8 @@ Response Dashboard::RunLive(const Request& request, int64_t id) {
 
 Response Dashboard::RunAction(const Request& request, int64_t id, const std::string& action,
                               const std::string& who) {
-  absl::StatusOr<json> parsed = ActionBody(request);
+  absl::StatusOr<json> parsed =
+      action == "extend" ? ActionBody(request, {"total_steps"}) : ActionBody(request, {"reason"});
   if (!parsed.ok()) return Error(parsed.status());
   const json& body = *parsed;
   absl::StatusOr<RunRecord> result;

@@ -38,6 +38,7 @@ struct SweepKeys;
 }
 
 namespace cart::server {
+class CallerSlots;
 class Scheduler;
 class TokenTable;
 }  // namespace cart::server
@@ -58,6 +59,12 @@ struct DashboardOptions {
   // addresses, "localhost" and this machine's host name: the names users browse cartd by (cartd's
   // `http_hosts`).
   std::vector<std::string> allowed_hosts;
+  // Bounds the large reads in progress (run pages, pivots, groups) per caller and for
+  // everyone, shared with the gRPC side (server/caller_slots.h); more get 429. Not owned;
+  // nullptr: unbounded. The caller is the token's user, or the client address without tokens.
+  CallerSlots* big_reads = nullptr;
+  // About the most bytes of run rows one runs page carries; past it the page is cut short.
+  size_t max_answer_bytes = 8 << 20;
   // Running runs a sweep's live stream follows at most (the most recently updated).
   int live_runs = 12;
   // Least time between two events of a run's live stream. Default 1 s.

@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <list>
 #include <thread>
+#include <type_traits>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
@@ -93,6 +94,35 @@ void WriteSimple(Stream& stream, bhttp::status status, const std::string& text) 
   bhttp::write(stream, res, ec);
 }
 
+// The parser every request is read with: the connection's header and body limits.
+void Limit(bhttp::request_parser<bhttp::string_body>& parser, const HttpServerOptions& options) {
+  parser.body_limit(static_cast<uint64_t>(options.max_body_bytes));
+  parser.header_limit(static_cast<uint32_t>(options.max_header_bytes));
+}
+
+// The answer to a request the parser refused for a limit (414, 431 or 413); nullopt for other
+// errors, which close the connection without an answer (nothing usable was sent).
+std::optional<Response> LimitRefusal(const beast::error_code& ec, std::string_view seen,
+                                     const HttpServerOptions& options) {
+  Response r;
+  if (ec == bhttp::error::header_limit) {
+    // The request line alone past the limit is a URI too long (414); else the headers (431).
+    const bool line_too_long = seen.find("\r\n") == std::string_view::npos;
+    r.status = line_too_long ? 414 : 431;
+    r.body = StrCat("{\"error\":\"", line_too_long ? "request line" : "request line and headers",
+                    " longer than ", options.max_header_bytes, " bytes\",\"code\":\"",
+                    line_too_long ? "URI_TOO_LONG" : "HEADERS_TOO_LARGE", "\"}");
+    return r;
+  }
+  if (ec == bhttp::error::body_limit) {
+    r.status = 413;
+    r.body = StrCat("{\"error\":\"request body larger than ", options.max_body_bytes,
+                    " bytes\",\"code\":\"PAYLOAD_TOO_LARGE\"}");
+    return r;
+  }
+  return std::nullopt;
+}
+
 int64_t SteadyMicros() {
   return std::chrono::duration_cast<std::chrono::microseconds>(
              std::chrono::steady_clock::now().time_since_epoch())
@@ -121,6 +151,40 @@ std::string PercentDecode(std::string_view text, bool plus_is_space) {
       }
     }
     out += (plus_is_space && c == '+') ? ' ' : c;
+  }
+  return out;
+}
+
+Parsed ParseRequest(std::string_view bytes, const HttpServerOptions& options) {
+  Parsed out;
+  bhttp::request_parser<bhttp::string_body> parser;
+  Limit(parser, options);
+  parser.eager(true);
+  beast::error_code ec;
+  size_t used = 0;
+  // Fed as a socket would deliver it: the parser consumes what it can, the rest follows.
+  while (!ec && used < bytes.size() && !parser.is_done()) {
+    const size_t n = parser.put(asio::buffer(bytes.data() + used, bytes.size() - used), ec);
+    if (ec == bhttp::error::need_more) {
+      ec = {};
+      break;
+    }
+    if (n == 0 && !ec) break;
+    used += n;
+  }
+  if (!ec && !parser.is_done()) {
+    parser.put_eof(ec);  // the client closed: a request without length ends here, or is partial
+  }
+  if (!ec && parser.is_done()) {
+    out.request = ToRequest(parser.get());
+    return out;
+  }
+  const std::string_view seen = bytes.substr(0, static_cast<size_t>(options.max_header_bytes));
+  if (std::optional<Response> refusal = LimitRefusal(ec, seen, options)) {
+    out.refusal = *std::move(refusal);
+  } else {
+    out.refusal.status = 400;
+    out.refusal.body = R"({"error":"not an HTTP/1.1 request","code":"INVALID_ARGUMENT"})";
   }
   return out;
 }
@@ -156,38 +220,44 @@ struct HttpServer::Impl {
   void Reap() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);  // joins finished connection threads
   template <class Stream>
   void Serve(Stream& stream, Connection& self);
+  template <class Stream>
+  void LingeringClose(Stream& stream, Connection& self);
   void Run(tcp::socket socket, Connection* self);
 };
+
+// After a refusal sent while the client may still be sending (a body past the limit): stop
+// sending, then read and drop what still comes for a moment (at most 2 s and 8 MiB) before the
+// socket closes. Closing with unread bytes makes the kernel reset the connection, and a reset
+// can discard the answer before the client reads it (RFC 9112 §9.6).
+template <class Stream>
+void HttpServer::Impl::LingeringClose(Stream& stream, Connection& self) {
+  if constexpr (std::is_same_v<Stream, tcp::socket>) {
+    beast::error_code ec;
+    stream.shutdown(tcp::socket::shutdown_send, ec);
+    Arm(self.deadline_us, std::min(options.idle_timeout, absl::Seconds(2)));
+    char sink[16384];
+    for (size_t drained = 0; !ec && drained < (8u << 20);) {
+      drained += stream.read_some(asio::buffer(sink), ec);
+    }
+    self.deadline_us.store(0);
+  }
+}
 
 template <class Stream>
 void HttpServer::Impl::Serve(Stream& stream, Connection& self) {
   beast::flat_buffer buffer;
   while (!stopping.load()) {
     bhttp::request_parser<bhttp::string_body> parser;
-    parser.body_limit(static_cast<uint64_t>(options.max_body_bytes));
-    parser.header_limit(static_cast<uint32_t>(options.max_header_bytes));
+    Limit(parser, options);
     beast::error_code ec;
     Arm(self.deadline_us, options.idle_timeout);  // the whole request, not each byte
     bhttp::read(stream, buffer, parser, ec);
     Arm(self.deadline_us, options.send_timeout);
-    if (ec == bhttp::error::header_limit) {
-      // The request line alone past the limit is a URI too long (414); else the headers (431).
-      const std::string_view seen(static_cast<const char*>(buffer.data().data()),
-                                  buffer.data().size());
-      const bool line_too_long = seen.find("\r\n") == std::string_view::npos;
-      WriteSimple(
-          stream,
-          line_too_long ? bhttp::status::uri_too_long
-                        : bhttp::status::request_header_fields_too_large,
-          StrCat("{\"error\":\"", line_too_long ? "request line" : "request line and headers",
-                 " longer than ", options.max_header_bytes, " bytes\",\"code\":\"",
-                 line_too_long ? "URI_TOO_LONG" : "HEADERS_TOO_LARGE", "\"}"));
-      return;
-    }
-    if (ec == bhttp::error::body_limit) {
-      WriteSimple(stream, bhttp::status::payload_too_large,
-                  StrCat("{\"error\":\"request body larger than ", options.max_body_bytes,
-                         " bytes\",\"code\":\"PAYLOAD_TOO_LARGE\"}"));
+    const std::string_view seen(static_cast<const char*>(buffer.data().data()),
+                                buffer.data().size());
+    if (std::optional<Response> refusal = LimitRefusal(ec, seen, options)) {
+      WriteSimple(stream, static_cast<bhttp::status>(refusal->status), refusal->body);
+      LingeringClose(stream, self);
       return;
     }
     if (ec) return;  // closed, timed out, or not HTTP
@@ -195,7 +265,9 @@ void HttpServer::Impl::Serve(Stream& stream, Connection& self) {
     Response response;
     self.deadline_us.store(0);  // the handler's time is not the client's
     try {
-      response = handler(ToRequest(in));
+      Request request = ToRequest(in);
+      request.peer = self.client;
+      response = handler(request);
     } catch (const std::exception& e) {
       response.status = 500;
       response.body = R"({"error":"internal error","code":"INTERNAL"})";

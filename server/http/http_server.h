@@ -20,6 +20,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -36,6 +37,7 @@ struct Request {
   std::map<std::string, std::string> query;    // percent-decoded; a repeated key keeps the last
   std::map<std::string, std::string> headers;  // names in lower case
   std::string body;
+  std::string peer;  // the client's IP address ("127.0.0.1"); empty when unknown
 
   std::string Header(const std::string& lower_name) const {
     auto it = headers.find(lower_name);
@@ -110,5 +112,15 @@ class HttpServer {
 
 // "%XX" and '+' decoding of one URL component; nullopt-free: malformed escapes stay as they are.
 std::string PercentDecode(std::string_view text, bool plus_is_space);
+
+// One request parsed from `bytes` (everything the client sent) with the connection's parser and
+// limits, as a connection reads it: the Request, or the answer the connection gives instead
+// (400 for what is not HTTP, 414/431/413 past max_header_bytes or max_body_bytes) and closes.
+// The fuzz target tests/fuzz/http_request_fuzz.cc feeds it bytes and routes what it returns.
+struct Parsed {
+  std::optional<Request> request;  // set when a whole request was read
+  Response refusal;                // otherwise
+};
+Parsed ParseRequest(std::string_view bytes, const HttpServerOptions& options);
 
 }  // namespace cart::server::http

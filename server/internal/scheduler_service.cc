@@ -17,6 +17,30 @@ constexpr size_t kPointsPerView = 10'000;
 // A follower re-reads at least this often even when nothing signals a change.
 constexpr absl::Duration kFollowPoll = absl::Seconds(1);
 
+// The most runs one answer carries (ListRuns, GetSweep, SubmitSweep): a limit of 0 ("every run")
+// or a larger one gets this many, fewer when their views pass ServiceContext::max_answer_bytes,
+// and the caller pages with offset (docs/architecture.md, "Bounded answers"). Before, one
+// ListRuns of a 10,000-run sweep with 20 KB paths answered 211 MB.
+constexpr int64_t kMaxRunsPerAnswer = 1000;
+
+int64_t AnswerLimit(int64_t asked) {
+  return asked <= 0 || asked > kMaxRunsPerAnswer ? kMaxRunsPerAnswer : asked;
+}
+
+// Adds the views of `runs` to `out` in order until the next would pass `max_bytes` (the first
+// always goes in).
+template <typename Runs, typename ToView>
+void AddRunViews(const Runs& runs, size_t max_bytes,
+                 google::protobuf::RepeatedPtrField<v1::RunView>* out, ToView to_view) {
+  size_t bytes = 0;
+  for (const auto& run : runs) {
+    v1::RunView view = to_view(run);
+    bytes += view.ByteSizeLong();
+    if (!out->empty() && bytes > max_bytes) return;
+    *out->Add() = std::move(view);
+  }
+}
+
 // A view with only the run's state, ending a stream that had nothing new to send.
 template <typename View>
 void WriteStateOnly(grpc::ServerWriter<View>& writer, store::RunState state) {
@@ -27,23 +51,6 @@ void WriteStateOnly(grpc::ServerWriter<View>& writer, store::RunState state) {
 
 }  // namespace
 
-absl::StatusOr<std::shared_ptr<void>> FollowerSlots::Take(const std::string& who) {
-  absl::MutexLock lock(&mu_);
-  int& mine = held_[who];
-  if (mine >= per_caller_ || all_ >= total_) {
-    return absl::ResourceExhaustedError(
-        StrCat(who, " follows ", mine, " streams (limit ", per_caller_, " per caller, ", all_,
-               " of ", total_, " for everyone): close some, or follow without --follow"));
-  }
-  ++mine;
-  ++all_;
-  return std::shared_ptr<void>(nullptr, [this, who](void*) {
-    absl::MutexLock release(&mu_);
-    if (--held_[who] == 0) held_.erase(who);
-    --all_;
-  });
-}
-
 absl::StatusOr<std::string> SchedulerServiceImpl::Caller(grpc::ServerContext* context,
                                                          const char* method) const {
   CART_ASSIGN_OR_RETURN(Principal who,
@@ -51,6 +58,16 @@ absl::StatusOr<std::string> SchedulerServiceImpl::Caller(grpc::ServerContext* co
                                            StrCat("SchedulerService.", method)));
   return StrCat(RoleName(who.role) == "admin" ? "admin:" : "user:", who.name);
 }
+
+// A large-read slot for `who`, held until the handler returns; the macro returns
+// RESOURCE_EXHAUSTED when `who` or everyone holds the most allowed.
+#define CART_BIG_READ(who)                                                    \
+  std::shared_ptr<void> big_read_slot_;                                       \
+  if (ctx_.big_reads != nullptr) {                                            \
+    absl::StatusOr<std::shared_ptr<void>> taken_ = ctx_.big_reads->Take(who); \
+    if (!taken_.ok()) return ToGrpc(taken_.status());                         \
+    big_read_slot_ = *std::move(taken_);                                      \
+  }
 
 #define CART_CALLER(var, method)                                   \
   std::string var;                                                 \
@@ -76,15 +93,16 @@ grpc::Status SchedulerServiceImpl::SubmitSweep(grpc::ServerContext* context,
   if (request->run_limit() < 0) {
     return ToGrpc(absl::InvalidArgumentError("SubmitSweep: run_limit must not be negative"));
   }
-  submit.run_limit = request->run_limit();
+  submit.run_limit = AnswerLimit(request->run_limit());
   absl::StatusOr<SubmitResult> result = ctx_.scheduler->SubmitSweep(submit);
   if (!result.ok()) return ToGrpc(result.status());
   *response->mutable_sweep() = ToSweepView(result->sweep);
-  for (const store::RunRecord& run : result->runs) {
-    RunInfo info;
-    info.run = run;
-    *response->add_runs() = ToRunView(info, nullptr, /*with_config=*/false);
-  }
+  AddRunViews(result->runs, ctx_.max_answer_bytes, response->mutable_runs(),
+              [](const store::RunRecord& run) {
+                RunInfo info;
+                info.run = run;
+                return ToRunView(info, nullptr, /*with_config=*/false);
+              });
   response->set_existing(result->existing);
   return grpc::Status::OK;
 }
@@ -108,6 +126,7 @@ grpc::Status SchedulerServiceImpl::GetSweep(grpc::ServerContext* context,
                                             const v1::GetSweepRequest* request,
                                             v1::GetSweepResponse* response) {
   CART_CALLER(who, "GetSweep");
+  CART_BIG_READ(who);
   absl::StatusOr<store::SweepRecord> sweep = ctx_.scheduler->GetSweep(request->name());
   if (!sweep.ok()) return ToGrpc(sweep.status());
   store::RunFilter filter;
@@ -115,11 +134,14 @@ grpc::Status SchedulerServiceImpl::GetSweep(grpc::ServerContext* context,
   if (request->run_limit() < 0) {
     return ToGrpc(absl::InvalidArgumentError("GetSweep: run_limit must not be negative"));
   }
+  int64_t total = 0;
   absl::StatusOr<std::vector<RunInfo>> runs =
-      ctx_.scheduler->ListRuns(filter, request->run_limit());
+      ctx_.scheduler->ListRuns(filter, AnswerLimit(request->run_limit()), 0, &total);
   if (!runs.ok()) return ToGrpc(runs.status());
   *response->mutable_sweep() = ToSweepView(*sweep);
-  for (const RunInfo& info : *runs) *response->add_runs() = ToRunView(info, nullptr, false);
+  response->set_run_total(total);
+  AddRunViews(*runs, ctx_.max_answer_bytes, response->mutable_runs(),
+              [](const RunInfo& info) { return ToRunView(info, nullptr, false); });
   return grpc::Status::OK;
 }
 
@@ -144,10 +166,24 @@ grpc::Status SchedulerServiceImpl::ResumeSweep(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
+grpc::Status SchedulerServiceImpl::DeleteSweep(grpc::ServerContext* context,
+                                               const v1::DeleteSweepRequest* request,
+                                               v1::DeleteSweepResponse* response) {
+  CART_CALLER(who, "DeleteSweep");
+  absl::StatusOr<store::DeletedSweep> deleted = ctx_.scheduler->DeleteSweep(request->name(), who);
+  if (!deleted.ok()) return ToGrpc(deleted.status());
+  response->set_runs_deleted(deleted->runs);
+  response->set_metric_points_deleted(deleted->metric_points);
+  response->set_checkpoints_deleted(deleted->checkpoints);
+  response->set_artifacts_removed(static_cast<int64_t>(deleted->released_artifacts.size()));
+  return grpc::Status::OK;
+}
+
 grpc::Status SchedulerServiceImpl::ListRuns(grpc::ServerContext* context,
                                             const v1::ListRunsRequest* request,
                                             v1::ListRunsResponse* response) {
   CART_CALLER(who, "ListRuns");
+  CART_BIG_READ(who);
   store::RunFilter filter;
   if (!request->sweep().empty()) filter.sweeps = {request->sweep()};
   for (int state : request->states()) {
@@ -163,10 +199,11 @@ grpc::Status SchedulerServiceImpl::ListRuns(grpc::ServerContext* context,
   }
   int64_t total = 0;
   absl::StatusOr<std::vector<RunInfo>> runs =
-      ctx_.scheduler->ListRuns(filter, request->limit(), request->offset(), &total);
+      ctx_.scheduler->ListRuns(filter, AnswerLimit(request->limit()), request->offset(), &total);
   if (!runs.ok()) return ToGrpc(runs.status());
   response->set_total(total);
-  for (const RunInfo& info : *runs) *response->add_runs() = ToRunView(info, nullptr, false);
+  AddRunViews(*runs, ctx_.max_answer_bytes, response->mutable_runs(),
+              [](const RunInfo& info) { return ToRunView(info, nullptr, false); });
   return grpc::Status::OK;
 }
 
@@ -346,6 +383,7 @@ grpc::Status SchedulerServiceImpl::QueryTable(grpc::ServerContext* context,
                                               const v1::QueryTableRequest* request,
                                               v1::Table* response) {
   CART_CALLER(who, "QueryTable");
+  CART_BIG_READ(who);
   absl::StatusOr<v1::Table> table = internal::QueryTable(*ctx_.scheduler, *request);
   if (!table.ok()) return ToGrpc(table.status());
   *response = *std::move(table);

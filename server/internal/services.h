@@ -17,35 +17,19 @@
 #include "cart/v1/worker.grpc.pb.h"
 #include "server/artifacts.h"
 #include "server/auth.h"
+#include "server/caller_slots.h"
 #include "server/scheduler.h"
 
 namespace cart::server::internal {
 
 // What both services share; not owned, all outlive the services.
-// Bounds the follow streams (StreamMetrics and StreamRunLog with follow) that one caller, and all
-// callers together, may hold open. Each holds a server thread for as long as it follows, and the
-// workers' calls need threads too: without a bound, a few thousand followers from one user left
-// RegisterWorker without a thread (RESOURCE_EXHAUSTED). Thread-safe.
-class FollowerSlots {
- public:
-  FollowerSlots(int per_caller, int total) : per_caller_(per_caller), total_(total) {}
-  // A slot for `who`, given back when the returned handle is destroyed. ResourceExhausted naming
-  // the limit when `who` (or everyone together) holds the most allowed.
-  absl::StatusOr<std::shared_ptr<void>> Take(const std::string& who);
-
- private:
-  const int per_caller_;
-  const int total_;
-  absl::Mutex mu_;
-  std::map<std::string, int> held_ ABSL_GUARDED_BY(mu_);
-  int all_ ABSL_GUARDED_BY(mu_) = 0;
-};
-
 struct ServiceContext {
   Scheduler* scheduler = nullptr;
   ArtifactStore* artifacts = nullptr;
   const TokenTable* tokens = nullptr;
-  FollowerSlots* followers = nullptr;  // nullptr: unbounded
+  CallerSlots* followers = nullptr;   // follow streams; nullptr: unbounded
+  CallerSlots* big_reads = nullptr;   // ListRuns, GetSweep, QueryTable; nullptr: unbounded
+  size_t max_answer_bytes = 8 << 20;  // of run views in one answer (ServerConfig)
 };
 
 // Sends the artifact `sha256` in 1 MiB chunks, the first carrying its hash and size (GetArtifact,
@@ -67,6 +51,8 @@ class SchedulerServiceImpl final : public v1::SchedulerService::Service {
                            v1::CancelSweepResponse* response) override;
   grpc::Status ResumeSweep(grpc::ServerContext* context, const v1::ResumeSweepRequest* request,
                            v1::ResumeSweepResponse* response) override;
+  grpc::Status DeleteSweep(grpc::ServerContext* context, const v1::DeleteSweepRequest* request,
+                           v1::DeleteSweepResponse* response) override;
   grpc::Status ListRuns(grpc::ServerContext* context, const v1::ListRunsRequest* request,
                         v1::ListRunsResponse* response) override;
   grpc::Status GetRun(grpc::ServerContext* context, const v1::GetRunRequest* request,

@@ -52,13 +52,20 @@ class Cluster {
     this.procs.push(p);
     return p;
   }
-  async start() {
+  // opts.config: the text of a cartd config file to start with (its keys: cartd --help).
+  async start(opts) {
     this.grpcPort = await freePort();
     this.httpPort = await freePort();
     fs.writeFileSync(this.file('tokens'), `${this.userToken} user browser\n${this.workerToken} worker testbox\n`);
+    fs.chmodSync(this.file('tokens'), 0o600);
     fs.writeFileSync(this.file('client.yaml'), `server: 127.0.0.1:${this.grpcPort}\ntoken: ${this.userToken}\n`);
+    const extra = [];
+    if (opts && opts.config) {
+      fs.writeFileSync(this.file('cartd.yaml'), opts.config);
+      extra.push('--config', this.file('cartd.yaml'));
+    }
     this.cartd = this.spawn('cartd', ['--listen', `127.0.0.1:${this.grpcPort}`, '--http', `127.0.0.1:${this.httpPort}`,
-      '--data-dir', this.file('cartd'), '--tokens', this.file('tokens'), '--web-dir', this.web, '--lease-ttl', '20'], 'cartd.log');
+      '--data-dir', this.file('cartd'), '--tokens', this.file('tokens'), '--web-dir', this.web, '--lease-ttl', '20', ...extra], 'cartd.log');
     this.url = `http://127.0.0.1:${this.httpPort}/`;
     await waitFor('cartd HTTP', async () => (await fetch(this.url + 'healthz')).ok, 30000);
   }

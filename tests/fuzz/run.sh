@@ -18,7 +18,8 @@ if [ ! -f "$build/build.ninja" ]; then
 fi
 cmake --build "$build" --target fuzz_all
 
-targets=(sweep_yaml run_config safetensors client_config tokens_file token_file_info cli_args)
+targets=(sweep_yaml run_config safetensors client_config tokens_file token_file_info cli_args
+  http_request)
 status=0
 printf '%-16s %12s %10s %9s\n' target executions exec/s findings
 for t in "${targets[@]}"; do

@@ -175,7 +175,7 @@ std::string Cluster::Cart(const std::vector<std::string>& args, bool allow_failu
                           int* exit_code) {
   std::string cmd = "CART_CONFIG=" + dir_.File("client.yaml") + " " + BinDir() + "/cart";
   for (const std::string& a : args) cmd += " '" + a + "'";
-  cmd += " 2>" + dir_.File("cart.stderr");
+  cmd += " 2>" + dir_.File("cart.stderr") + " </dev/null";  // never a terminal: no prompts
   const CommandResult run = RunCommand(cmd);
   const std::string& out = run.output;
   const int code = run.exit_code;

@@ -2,6 +2,7 @@
 
 #include <signal.h>
 
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -59,6 +60,27 @@ TEST(ServiceTest, SweepOfTwoByTwoByTwoSeedsCompletesOnTwoWorkersAndShowsTheRhoTa
       EXPECT_LT(*rho, 1.0);
     }
   }
+  // Deleting the finished sweep: asked first (and refused without a terminal or --yes), then its
+  // runs, metrics and checkpoint files are gone from cartd.
+  int code = 0;
+  const std::string asked = c.Cart({"sweep", "delete", "grid"}, /*allow_failure=*/true, &code);
+  EXPECT_NE(code, 0);
+  EXPECT_THAT(asked, HasSubstr("not deleting without --yes (delete sweep grid with its 8 runs"));
+  auto blobs = [&] {
+    int n = 0;
+    for (const auto& e :
+         std::filesystem::recursive_directory_iterator(c.dir() + "/cartd/artifacts")) {
+      n += e.is_regular_file() ? 1 : 0;
+    }
+    return n;
+  };
+  const int before = blobs();
+  EXPECT_GT(before, 0);
+  EXPECT_THAT(c.Cart({"sweep", "delete", "grid", "--yes"}),
+              HasSubstr(StrCat("deleted sweep grid: 8 runs")));
+  EXPECT_EQ(blobs(), 0);
+  EXPECT_THAT(c.Cart({"sweep", "show", "grid"}, /*allow_failure=*/true), HasSubstr("grid"));
+  EXPECT_TRUE(c.Runs("grid").empty());
 }
 
 TEST(ServiceTest, KilledWorkersRunResumesElsewhereFromItsCheckpointWithIdenticalLosses) {

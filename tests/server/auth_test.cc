@@ -398,5 +398,30 @@ TEST(ConfigFileTest, KeysApplyAndUnknownKeysAreNamedWithTheLine) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not an integer")));
 }
 
+// The key table is the parser's: every key it lists is parsed (a valid value applies, an invalid
+// one is refused naming the key), and the unknown-key message lists the table.
+TEST(ConfigFileTest, EveryKeyOfTheTableIsParsed) {
+  for (std::string_view key : ConfigKeys()) {
+    ServerConfig config;
+    const std::string value =
+        key == "insecure" ? "false"
+                          : (key.find("listen") != std::string_view::npos ? "127.0.0.1:1" : "7");
+    const absl::Status applied = ApplyConfigYaml(StrCat(key, ": ", value, "\n"), "c.yaml", config);
+    EXPECT_NE(applied.code(), absl::StatusCode::kInternal) << key << ": " << applied;
+    EXPECT_TRUE(applied.ok() || absl::IsInvalidArgument(applied)) << key << ": " << applied;
+    const absl::Status listed = ApplyConfigYaml("no_such_key: 1\n", "c.yaml", config);
+    EXPECT_THAT(listed, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(std::string(key))));
+  }
+  ServerConfig config;
+  CART_ASSERT_OK(
+      ApplyConfigYaml("max_big_reads: 3\nmax_big_reads_per_caller: 2\nhttp_idle_timeout: 5\n"
+                      "http_max_connections_per_client: 9\n",
+                      "c.yaml", config));
+  EXPECT_EQ(config.max_big_reads, 3);
+  EXPECT_EQ(config.max_big_reads_per_caller, 2);
+  EXPECT_EQ(config.http_idle_timeout, absl::Seconds(5));
+  EXPECT_EQ(config.http_max_connections_per_client, 9);
+}
+
 }  // namespace
 }  // namespace cart::server::testing

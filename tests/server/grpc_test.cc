@@ -629,8 +629,8 @@ TEST_F(GrpcTest, ShutdownEndsLongPollsAndStreamsPromptlyAndKeepsTheLease) {
   (*restarted)->Shutdown();
 }
 
-TEST(FollowerSlotsTest, BoundsEachCallerAndEveryone) {
-  internal::FollowerSlots slots(/*per_caller=*/2, /*total=*/3);
+TEST(CallerSlotsTest, BoundsEachCallerAndEveryone) {
+  CallerSlots slots(/*per_caller=*/2, /*total=*/3, "follow streams", "close some");
   auto a1 = slots.Take("user:a");
   auto a2 = slots.Take("user:a");
   ASSERT_TRUE(a1.ok() && a2.ok());

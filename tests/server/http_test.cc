@@ -11,9 +11,11 @@
 
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <thread>
 
 #include "common/strings.h"
+#include "server/caller_slots.h"
 #include "server/http/dashboard.h"
 #include "server/http/http_server.h"
 #include "tests/server/server_fixture.h"
@@ -28,6 +30,7 @@ using ::testing::Not;
 
 constexpr char kUser[] = "user-token-http-0123456789";
 constexpr char kWorker[] = "worker-token-http-0123456789";
+constexpr char kBob[] = "user-token-bob-http-0123456789";
 
 struct Reply {
   int status = 0;
@@ -119,7 +122,8 @@ std::string Bearer(const std::string& token) { return StrCat("Authorization: Bea
 class HttpTest : public ServerFixture {
  protected:
   void Configure(ServerConfig& config) override {
-    WriteFile(dir_.File("tokens"), StrCat(kUser, " user alice\n", kWorker, " worker box\n"));
+    WriteFile(dir_.File("tokens"),
+              StrCat(kUser, " user alice\n", kWorker, " worker box\n", kBob, " user bob\n"));
     config.tokens_file = dir_.File("tokens");
     config.http_listen = "127.0.0.1:0";
     WriteFile(dir_.File("web/index.html"), "<!doctype html><title>CART Lab</title>");
@@ -133,12 +137,167 @@ class HttpTest : public ServerFixture {
     return Http(port(), "GET", target, {Bearer(token)});
   }
   Reply Post(const std::string& target, const std::string& body,
-             const std::vector<std::string>& extra = {}) {
-    std::vector<std::string> headers = {Bearer(kUser), "Content-Type: application/json"};
+             const std::vector<std::string>& extra = {}, const std::string& token = kUser) {
+    std::vector<std::string> headers = {Bearer(token), "Content-Type: application/json"};
     headers.insert(headers.end(), extra.begin(), extra.end());
     return Http(port(), "POST", target, headers, body);
   }
 };
+
+// A sweep's owner (or an admin) deletes it over HTTP and gRPC; another user may not; afterwards
+// it is gone from every view and its name is free.
+TEST_F(HttpTest, ASweepIsDeletedByItsOwnerOnly) {
+  const std::vector<int64_t> runs =
+      Submit("name: d\nbase: {d: 64, vocab: 100, P: 1, R: 2, steps: 10}\nseeds: [1, 2, 3]\n");
+  const Reply bob = Post("/api/v1/sweeps/d/delete", "{}", {}, kBob);
+  EXPECT_EQ(bob.status, 403) << bob.body;
+  EXPECT_THAT(bob.Json()["error"].get<std::string>(), HasSubstr("only its owner or an admin"));
+  const Reply done = Post("/api/v1/sweeps/d/delete", "{}");
+  ASSERT_EQ(done.status, 200) << done.body;
+  EXPECT_EQ(done.Json()["runs_deleted"], 3);
+  EXPECT_EQ(Get("/api/v1/sweeps/d").status, 404);
+  EXPECT_EQ(Get(StrCat("/api/v1/runs/", runs[0])).status, 404);
+  EXPECT_EQ(Get("/api/v1/sweeps").Json()["sweeps"].size(), 0u);
+  EXPECT_EQ(Post("/api/v1/sweeps/d/delete", "{}").status, 404);
+
+  Submit(TinySweep("d"));  // the name is free again
+  v1::DeleteSweepRequest request;
+  request.set_name("d");
+  v1::DeleteSweepResponse response;
+  {
+    grpc::ClientContext context;
+    Prepare(context, kBob);
+    EXPECT_EQ(scheduler_->DeleteSweep(&context, request, &response).error_code(),
+              grpc::StatusCode::PERMISSION_DENIED);
+  }
+  grpc::ClientContext context;
+  Prepare(context, kUser);
+  const grpc::Status status = scheduler_->DeleteSweep(&context, request, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(response.runs_deleted(), 1);
+}
+
+// Large reads (run pages, pivots, groups, series; ListRuns, GetSweep, QueryTable) share one bound
+// per caller across HTTP and gRPC: past it the extra read gets 429 / RESOURCE_EXHAUSTED naming the
+// limit, small reads still answer, and the slot comes back when a read ends.
+class BigReadLimitTest : public HttpTest {
+ protected:
+  void Configure(ServerConfig& config) override {
+    HttpTest::Configure(config);
+    config.max_big_reads_per_caller = 1;
+  }
+};
+
+TEST_F(BigReadLimitTest, ExtraLargeReadsAreRefusedAcrossBothPorts) {
+  Submit(TinySweep("b"));
+  absl::StatusOr<std::shared_ptr<void>> held = server_->big_reads()->Take("user:alice");
+  ASSERT_TRUE(held.ok());
+  const Reply refused = Get("/api/v1/sweeps/b/runs");
+  EXPECT_EQ(refused.status, 429) << refused.body;
+  EXPECT_THAT(refused.Json()["error"].get<std::string>(),
+              HasSubstr("large reads (run lists, sweeps, tables) in progress (limit 1 per caller"));
+  EXPECT_EQ(Get("/api/v1/sweeps").status, 200);
+  EXPECT_EQ(Get("/api/v1/sweeps/b/runs", kBob).status, 200)
+      << "another user has slots of their own";
+  v1::ListRunsRequest list;
+  v1::ListRunsResponse listed;
+  {
+    grpc::ClientContext context;
+    Prepare(context, kUser);
+    EXPECT_EQ(scheduler_->ListRuns(&context, list, &listed).error_code(),
+              grpc::StatusCode::RESOURCE_EXHAUSTED);
+  }
+  held->reset();
+  EXPECT_EQ(Get("/api/v1/sweeps/b/runs").status, 200);
+  grpc::ClientContext context;
+  Prepare(context, kUser);
+  EXPECT_TRUE(scheduler_->ListRuns(&context, list, &listed).ok());
+}
+
+// No answer carries more than 1,000 runs or max_answer_bytes of them, whatever the limit asked
+// ("0: every run" included); the total says how many there are, and paging by offset + runs
+// received reads each run exactly once.
+class AnswerBytesTest : public HttpTest {
+ protected:
+  void Configure(ServerConfig& config) override {
+    HttpTest::Configure(config);
+    config.max_answer_bytes = 2000;
+  }
+};
+
+TEST_F(AnswerBytesTest, PagesAreCutAtTheByteBoundAndStillCoverEveryRun) {
+  std::string seeds;
+  for (int s = 1; s <= 40; ++s) seeds += StrCat(s == 1 ? "" : ", ", s);
+  Submit(
+      StrCat("name: p\nbase: {d: 64, vocab: 100, P: 1, R: 2, steps: 10}\nseeds: [", seeds, "]\n"));
+  std::set<int64_t> seen;
+  int64_t offset = 0;
+  int pages = 0;
+  while (true) {
+    v1::ListRunsRequest list;
+    list.set_sweep("p");
+    list.set_offset(offset);  // limit 0: "every run"
+    v1::ListRunsResponse page;
+    grpc::ClientContext context;
+    Prepare(context, kUser);
+    ASSERT_TRUE(scheduler_->ListRuns(&context, list, &page).ok());
+    EXPECT_EQ(page.total(), 40);
+    ASSERT_GT(page.runs_size(), 0);
+    EXPECT_LE(page.ByteSizeLong(), 2000u + 300u);  // the views, and the total's few bytes
+    for (const v1::RunView& run : page.runs()) EXPECT_TRUE(seen.insert(run.run_id()).second);
+    offset += page.runs_size();
+    ++pages;
+    if (offset >= page.total()) break;
+  }
+  EXPECT_EQ(seen.size(), 40u);
+  EXPECT_GT(pages, 2);
+  v1::GetSweepRequest get;
+  get.set_name("p");
+  v1::GetSweepResponse sweep;
+  grpc::ClientContext context;
+  Prepare(context, kUser);
+  ASSERT_TRUE(scheduler_->GetSweep(&context, get, &sweep).ok());
+  EXPECT_EQ(sweep.run_total(), 40);
+  EXPECT_LT(sweep.runs_size(), 40);
+  // The dashboard's pages: cut short, flagged, and complete when paged by what came.
+  std::set<int64_t> http_seen;
+  for (int64_t at = 0; at < 40;) {
+    const Reply page = Get(StrCat("/api/v1/sweeps/p/runs?limit=5000&params=all&offset=", at));
+    ASSERT_EQ(page.status, 200) << page.body;
+    const json j = page.Json();
+    ASSERT_FALSE(j["runs"].empty());
+    EXPECT_EQ(j["truncated"], at + static_cast<int64_t>(j["runs"].size()) < 40);
+    for (const json& run : j["runs"])
+      EXPECT_TRUE(http_seen.insert(run["id"].get<int64_t>()).second);
+    at += static_cast<int64_t>(j["runs"].size());
+  }
+  EXPECT_EQ(http_seen.size(), 40u);
+}
+
+TEST_F(HttpTest, NoAnswerCarriesMoreThanAThousandRuns) {
+  std::string seeds;
+  for (int s = 1; s <= 1001; ++s) seeds += StrCat(s == 1 ? "" : ", ", s);
+  Submit(
+      StrCat("name: k\nbase: {d: 64, vocab: 100, P: 1, R: 2, steps: 10}\nseeds: [", seeds, "]\n"));
+  for (int32_t limit : {0, 5000}) {
+    v1::ListRunsRequest list;
+    list.set_limit(limit);
+    v1::ListRunsResponse page;
+    grpc::ClientContext context;
+    Prepare(context, kUser);
+    ASSERT_TRUE(scheduler_->ListRuns(&context, list, &page).ok());
+    EXPECT_EQ(page.runs_size(), 1000) << "limit " << limit;
+    EXPECT_EQ(page.total(), 1001);
+  }
+  v1::GetSweepRequest get;
+  get.set_name("k");
+  v1::GetSweepResponse sweep;
+  grpc::ClientContext context;
+  Prepare(context, kUser);
+  ASSERT_TRUE(scheduler_->GetSweep(&context, get, &sweep).ok());
+  EXPECT_EQ(sweep.runs_size(), 1000);
+  EXPECT_EQ(sweep.run_total(), 1001);
+}
 
 TEST_F(HttpTest, ApiNeedsAUserTokenAndMetricsAnyValidOne) {
   EXPECT_EQ(Http(port(), "GET", "/api/v1/sweeps").status, 401);

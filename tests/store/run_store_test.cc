@@ -23,6 +23,7 @@ using ::cart::store::testing::PointsAt;
 using ::cart::testing::IsOk;
 using ::cart::testing::StatusIs;
 using ::cart::testing::TempDir;
+using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
@@ -660,6 +661,78 @@ TEST_F(RunStoreTest, WorkersAreListedAndMaxMemoryIsEmptyWithoutWorkers) {
   ASSERT_NE(empty, nullptr);
   CART_ASSERT_OK_AND_ASSIGN(auto none, empty->MaxWorkerMemory());
   EXPECT_EQ(none, std::nullopt);
+}
+
+// Deleting a sweep removes its runs with everything stored for them in one transaction, releases
+// the artifacts no other checkpoint names, and refuses (deleting nothing) while a run is running
+// or while another sweep's runs start from its checkpoints.
+TEST_F(RunStoreTest, DeleteSweepRemovesEverythingOfItsRunsUnlessSomethingStillNeedsThem) {
+  NewRun base = MakeRun("base", {});
+  NewRun eval = MakeRun("eval", {{"R_infer", "2"}});
+  eval.parent_name = "base";  // derived within the sweep: deleted with it
+  eval.parent_checkpoint = "final";
+  CART_ASSERT_OK_AND_ASSIGN(auto created,
+                            store_->CreateSweep(MakeSweep("s", {base, eval}), By("u", kT0)));
+  const int64_t parent = created.run_ids[0];
+  Claim claim = ClaimExpecting(parent, kT0);
+  CART_ASSERT_OK(store_->MarkRunning(parent, claim.attempt, kT0));
+  CART_ASSERT_OK_AND_ASSIGN(
+      int64_t acked, store_->AppendMetrics(
+                         parent, claim.attempt,
+                         {{1, "loss", 2.5, kT0}, {2, "loss", 2.0, kT0}, {2, "rho_max", 0.9, kT0}}));
+  EXPECT_EQ(acked, 2);
+  LogLine line;
+  line.attempt = claim.attempt;
+  line.seq = 1;
+  line.wall_time_us = kT0;
+  line.text = "hello";
+  CART_ASSERT_OK(store_->AppendLog(parent, claim.attempt, {line}).status());
+  CART_ASSERT_OK(store_->RecordCheckpoint(parent, claim.attempt, {1, kSha1, 10, "a/1"}, kT0));
+  // Running: refused, nothing deleted.
+  EXPECT_THAT(store_->DeleteSweep("s"), StatusIs(absl::StatusCode::kFailedPrecondition,
+                                                 AllOf(HasSubstr("1 run leased or running"),
+                                                       HasSubstr("cart sweep cancel s"))));
+  CART_ASSERT_OK(store_->RecordCheckpoint(parent, claim.attempt, {2, kSha2, 10, "b/2"}, kT0));
+  CART_ASSERT_OK(store_->RecordAttemptOutcome(parent, claim.attempt, AttemptOutcome::kSucceeded,
+                                              By("worker:w1", kT0)));
+  // Another sweep starts from the final checkpoint: refused, naming it.
+  NewRun later = MakeRun("later", {});
+  later.parent_run_id = parent;
+  later.parent_checkpoint = "final";
+  CART_ASSERT_OK_AND_ASSIGN(auto second,
+                            store_->CreateSweep(MakeSweep("s2", {later}), By("u", kT0)));
+  EXPECT_THAT(store_->DeleteSweep("s"),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       AllOf(HasSubstr("'s2' (1 runs)"), HasSubstr("delete that sweep first"))));
+  CART_ASSERT_OK_AND_ASSIGN(RunRecord still, store_->GetRun(parent));
+  EXPECT_EQ(still.state, RunState::kSucceeded);
+
+  // A third sweep's checkpoint shares kSha2's bytes: that artifact stays.
+  // (Its priority puts it before the queued eval run.)
+  CART_ASSERT_OK_AND_ASSIGN(
+      auto third,
+      store_->CreateSweep(MakeSweep("s3", {MakeRun("x", {})}, /*priority=*/10), By("u", kT0)));
+  Claim other = ClaimExpecting(third.run_ids[0], kT0);
+  CART_ASSERT_OK(store_->MarkRunning(other.run.id, other.attempt, kT0));
+  CART_ASSERT_OK(store_->RecordCheckpoint(other.run.id, other.attempt, {5, kSha2, 10, "b/2"}, kT0));
+
+  CART_ASSERT_OK_AND_ASSIGN(DeletedSweep gone, store_->DeleteSweep("s2"));
+  EXPECT_EQ(gone.runs, 1);
+  CART_ASSERT_OK_AND_ASSIGN(gone, store_->DeleteSweep("s"));
+  EXPECT_EQ(gone.runs, 2);
+  EXPECT_EQ(gone.metric_points, 3);
+  EXPECT_EQ(gone.checkpoints, 2);
+  EXPECT_THAT(gone.released_artifacts, ElementsAre(kSha1));
+  EXPECT_THAT(store_->GetSweep("s"), StatusIs(absl::StatusCode::kNotFound, HasSubstr("sweep 's'")));
+  EXPECT_THAT(store_->GetRun(parent), StatusIs(absl::StatusCode::kNotFound, HasSubstr("s")));
+  EXPECT_THAT(store_->DeleteSweep("s"), StatusIs(absl::StatusCode::kNotFound, HasSubstr("s")));
+  CART_ASSERT_OK_AND_ASSIGN(std::vector<std::string> names, store_->ArtifactNames());
+  EXPECT_THAT(names, ElementsAre(kSha2));
+  // The other sweep is untouched, and the name can be used again.
+  CART_ASSERT_OK_AND_ASSIGN(RunRecord x, store_->GetRun(other.run.id));
+  EXPECT_EQ(x.state, RunState::kRunning);
+  CART_ASSERT_OK(
+      store_->CreateSweep(MakeSweep("s", {MakeRun("again", {})}, 0), By("u", kT0 + 1)).status());
 }
 
 }  // namespace

@@ -331,7 +331,7 @@
       pager.replaceChildren(
         h('button', { disabled: state.offset === 0, onclick: () => { state.offset = Math.max(0, state.offset - state.limit); draw().catch(fail); } }, '‹ prev'),
         h('span', { class: 'muted', text: `${data.total ? state.offset + 1 : 0}–${last} of ${data.total}` }),
-        h('button', { disabled: last >= data.total, onclick: () => { state.offset += state.limit; draw().catch(fail); } }, 'next ›'));
+        h('button', { disabled: last >= data.total, onclick: () => { state.offset += data.runs.length; draw().catch(fail); } }, 'next ›'));
     }
     await drawAndRefresh(draw, 10000, () => {});
   }
