@@ -21,6 +21,7 @@
 #include "common/strings.h"
 #include "config/accounting.h"
 #include "config/config.h"
+#include "config/devices.h"
 #include "data/token_file.h"
 #include "train/device.h"
 #include "train/precision.h"
@@ -31,30 +32,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// bf16 dense tensor-core peak with fp32 accumulation (what autocast's matmuls run at), TFLOP/s,
-// from the vendors' datasheets. Matched against the CUDA runtime's device name, longest key
-// first, so that "RTX 3090 Ti" is not taken for "RTX 3090". GeForce cards accumulate in fp32 at
-// half their fp16-accumulate rate; the datacenter parts at the full rate.
-struct CardPeak {
-  const char* name;
-  double bf16_tflops;
-};
-constexpr CardPeak kCardPeaks[] = {
-    {"RTX 3050", 18.2},   {"RTX 3060", 25.5},    {"RTX 3070", 40.6},   {"RTX 3080 Ti", 68.2},
-    {"RTX 3080", 59.5},   {"RTX 3090 Ti", 80.0}, {"RTX 3090", 71.0},   {"RTX 4090", 165.2},
-    {"RTX A6000", 154.8}, {"A100", 312.0},       {"H100 PCIe", 756.0}, {"H100", 989.4},
-    {"H200", 989.4},      {"L40S", 362.1},       {"A10", 125.0},
-};
-
-std::optional<CardPeak> PeakOf(const std::string& device_name) {
-  std::optional<CardPeak> best;
-  for (const CardPeak& c : kCardPeaks) {
-    const std::string key = c.name;
-    if (device_name.find(key) == std::string::npos) continue;
-    if (!best || key.size() > std::string(best->name).size()) best = c;
-  }
-  return best;
-}
+using model::CardPeak;
+using model::PeakOf;
 
 // The paper's measured training throughput on one RTX 3090 (CART, P 6, R 6, T 1024, bf16) and
 // the MFU it states, by d.

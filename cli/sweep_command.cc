@@ -240,6 +240,32 @@ void RegisterSweep(CLI::App& app) {
                              resp.runs_affected(), resume->name);
   });
 
+  struct PriorityArgs {
+    std::string name;
+    int64_t priority = 0;
+    Conn conn;
+  };
+  auto pri = std::make_shared<PriorityArgs>();
+  CLI::App* priority_cmd =
+      sweep->add_subcommand("priority",
+                            "Set a sweep's priority and its unfinished runs' (an admin's command; "
+                            "placement serves higher priorities first, docs/design.md)");
+  priority_cmd->add_option("name", pri->name, "Sweep name")->required();
+  priority_cmd->add_option("priority", pri->priority, "The new priority")
+      ->required()
+      ->check(CLI::Range(int64_t{-1'000'000}, int64_t{1'000'000}));
+  AddConnFlags(priority_cmd, pri->conn);
+  OnRun(priority_cmd, [pri] {
+    Client client = Client::Connect(pri->conn);
+    cart::v1::SetSweepPriorityRequest req;
+    req.set_name(pri->name);
+    req.set_priority(pri->priority);
+    auto resp = client.Call<cart::v1::SetSweepPriorityRequest, cart::v1::SetSweepPriorityResponse>(
+        &cart::v1::SchedulerService::Stub::SetSweepPriority, req);
+    std::cout << fmt::format("sweep {} now has priority {} ({} unfinished runs changed)\n",
+                             pri->name, pri->priority, resp.runs_affected());
+  });
+
   struct DeleteArgs {
     std::string name;
     bool yes = false;

@@ -41,11 +41,12 @@ void RegisterWorkers(CLI::App& app) {
       return;
     }
     Table t;
-    t.Header({"worker", "host", "device", "memory", "state", "run", "last seen"});
+    t.Header({"worker", "host", "device", "memory", "speed", "state", "run", "last seen"});
     for (const auto& w : resp.workers()) {
+      // Speed is a multiple of an RTX 3090, with where placement got it (docs/design.md).
       t.Row({w.worker_id(), w.hostname(), w.device().kind() + " " + w.device().name(),
-             Mib(w.device().memory_mib()), w.state(), w.run_id() ? std::to_string(w.run_id()) : "-",
-             When(w.last_seen_us())});
+             Mib(w.device().memory_mib()), fmt::format("{:.2f}x ({})", w.speed(), w.speed_source()),
+             w.state(), w.run_id() ? std::to_string(w.run_id()) : "-", When(w.last_seen_us())});
     }
     t.Print(std::cout);
   });

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <tuple>
 #include <utility>
 
 #include "absl/cleanup/cleanup.h"
@@ -11,7 +12,9 @@
 #include "common/strings.h"
 #include "config/accounting.h"
 #include "config/config.h"
+#include "config/devices.h"
 #include "config/sweep.h"
+#include "server/placement.h"
 
 namespace cart::server {
 namespace {
@@ -45,6 +48,9 @@ store::NewRun ToNewRun(model::ExpandedRun&& expanded, int64_t max_attempts) {
   run.effective_params = expanded.effective_params;
   run.memory_estimate_bytes = expanded.memory_estimate_bytes;
   run.min_memory_bytes = expanded.min_memory_bytes;
+  run.work_hours =
+      model::EstimateRunCost(expanded.config, expanded.kind == JobKind::kEval, expanded.eval_loops)
+          .rtx3090_hours;
   run.max_attempts = static_cast<int>(max_attempts);
   if (expanded.parent_index >= 0 || expanded.parent_run_id > 0) {
     if (expanded.parent_run_id > 0) {
@@ -115,6 +121,7 @@ Scheduler::Scheduler(store::RunStore* store, Clock* clock, SchedulerOptions opti
       worker.info.device_name = record.device;
       worker.info.memory_bytes = record.memory_bytes;
       worker.last_seen_us = record.last_seen_us;
+      std::tie(worker.speed, worker.speed_source) = SpeedFor(worker.info, nullptr);
     }
   }
   if (options_.expiry_interval > absl::ZeroDuration()) {
@@ -212,6 +219,12 @@ absl::StatusOr<SubmitResult> Scheduler::SubmitSweep(const SubmitRequest& request
   CART_ASSIGN_OR_RETURN(model::SweepSpec spec, model::ParseSweepYaml(request.spec_yaml, file));
   if (spec.name.empty()) {
     return absl::InvalidArgumentError(StrCat(file, ": name: a sweep needs a name"));
+  }
+  if (!IsAdmin(request.who) && spec.priority > options_.max_user_priority && !request.dry_run) {
+    return absl::PermissionDeniedError(
+        StrCat(file, ": priority: ", spec.priority, " is above the highest a user may set (",
+               options_.max_user_priority,
+               "); an admin may raise a sweep's priority (cart sweep priority NAME N)"));
   }
   // The file's own max_runs may only lower the server's limit.
   spec.max_runs = std::min(spec.max_runs, options_.max_runs_per_sweep);
@@ -355,6 +368,24 @@ absl::StatusOr<store::DeletedSweep> Scheduler::DeleteSweep(const std::string& na
   return deleted;
 }
 
+absl::StatusOr<int64_t> Scheduler::SetSweepPriority(const std::string& name, int64_t priority,
+                                                    const std::string& who) {
+  if (!IsAdmin(who)) {
+    return absl::PermissionDeniedError(
+        StrCat(who, " may not set the priority of sweep '", name, "': that needs an admin token"));
+  }
+  if (priority < -1'000'000 || priority > 1'000'000) {
+    return absl::InvalidArgumentError(
+        StrCat("priority ", priority, " is outside -1000000..1000000"));
+  }
+  CART_ASSIGN_OR_RETURN(
+      int64_t changed,
+      store_->SetSweepPriority(
+          name, priority, store::Audit{NowMicros(), who, StrCat("priority set to ", priority)}));
+  WakePollers();
+  return changed;
+}
+
 // ---- Runs
 
 absl::StatusOr<RunRecord> Scheduler::CancelRun(int64_t run_id, const std::string& who,
@@ -419,14 +450,173 @@ absl::StatusOr<WorkerTiming> Scheduler::RegisterWorker(const WorkerInfo& worker)
   CART_RETURN_IF_ERROR(store_->RegisterWorker(worker.id, device, usable.memory_bytes, now_us));
   {
     absl::MutexLock lock(&mu_);
+    auto known = workers_.find(worker.id);
+    auto [speed, source] = SpeedFor(usable, known == workers_.end() ? nullptr : &known->second);
     Worker& w = workers_[worker.id];
     w.info = usable;
     w.draining = false;
     w.last_seen_us = now_us;
+    w.speed = speed;
+    w.speed_source = std::move(source);
   }
   // A bigger device may fit runs nobody could take; a re-registered one is no longer draining.
   WakePollers();
   return timing();
+}
+
+std::pair<double, std::string> Scheduler::SpeedFor(const WorkerInfo& info, const Worker* known) {
+  if (info.speed_factor > 0) return {info.speed_factor, "reported"};
+  if (known != nullptr && known->measured) return {known->speed, known->speed_source};
+  const std::string device = info.device_name.empty() ? info.device_kind : info.device_name;
+  if (auto it = device_speed_.find(device); it != device_speed_.end()) {
+    return {it->second, StrCat("measured on ", device)};
+  }
+  if (std::optional<double> peak = model::PeakSpeedRelativeTo3090(info.device_name);
+      peak && info.device_kind != "cpu") {
+    return {*peak, "card peak"};
+  }
+  // No figure for this device (a CPU, an unlisted card): its first run's tokens/s replaces this.
+  return {info.device_kind == "cpu" ? 0.01 : 0.5, "guess"};
+}
+
+void Scheduler::NoteClaim(const Job& job, const std::string& worker_id) {
+  Running r;
+  r.worker_id = worker_id;
+  r.work_hours = job.run.work_hours;
+  r.steps = job.run.steps;
+  r.claimed_us = NowMicros();
+  const int64_t done = job.resume_from ? job.resume_from->step : 0;
+  r.done_steps_at_claim = done;
+  r.remaining_hours_at_claim =
+      r.steps > 0 ? r.work_hours * static_cast<double>(std::max<int64_t>(r.steps - done, 0)) /
+                        static_cast<double>(r.steps)
+                  : r.work_hours;
+  if (absl::StatusOr<model::RunConfig> config =
+          model::ParseRunConfigYaml(job.run.config_yaml, StrCat("run ", job.run.id));
+      config.ok()) {
+    r.tokens =
+        config->train.steps * config->train.batch * config->train.accum * config->train.seq_len;
+  }
+  absl::MutexLock lock(&mu_);
+  progress_.erase(job.run.id);  // this attempt's pace is measured from its own reports
+  running_[job.run.id] = std::move(r);
+  not_placed_.erase(job.run.id);
+}
+
+void Scheduler::MeasureSpeed(int64_t run_id, double tokens_per_s) {
+  auto run = running_.find(run_id);
+  if (run == running_.end() || run->second.tokens <= 0 || run->second.work_hours <= 0 ||
+      !(tokens_per_s > 0)) {
+    return;
+  }
+  auto w = workers_.find(run->second.worker_id);
+  if (w == workers_.end() || w->second.info.speed_factor > 0) return;  // reported speeds win
+  // What an RTX 3090 would reach on this run (its work estimate), against what this device did.
+  const double rtx3090_tokens_per_s =
+      static_cast<double>(run->second.tokens) / (run->second.work_hours * 3600.0);
+  const double measured = tokens_per_s / rtx3090_tokens_per_s;
+  // A moving average: the first report of a run is often a warm-up one.
+  Worker& worker = w->second;
+  worker.speed = worker.measured ? 0.8 * worker.speed + 0.2 * measured : measured;
+  worker.measured = true;
+  worker.speed_source = "measured";
+  const std::string device =
+      worker.info.device_name.empty() ? worker.info.device_kind : worker.info.device_name;
+  auto [it, fresh] = device_speed_.try_emplace(device, measured);
+  if (!fresh) it->second = 0.8 * it->second + 0.2 * measured;
+}
+
+absl::StatusOr<std::optional<store::Claim>> Scheduler::Place(const std::string& worker_id,
+                                                             int64_t memory) {
+  const int64_t now_us = NowMicros();
+  if (options_.placement == SchedulerOptions::Placement::kFirstFit) {
+    return store_->ClaimNextRun(worker_id, memory, now_us);
+  }
+  // The plan weighs the first runs by priority and work; a bigger queue is placed as it shrinks.
+  constexpr int64_t kMostWeighed = 4000;
+  CART_ASSIGN_OR_RETURN(std::vector<store::PlaceableRun> queued,
+                        store_->ListQueuedWork(kMostWeighed));
+  if (queued.empty()) return std::optional<store::Claim>();
+  PlacementWorker asker;
+  std::vector<PlacementWorker> others;
+  {
+    const int64_t lost_after_us =
+        absl::ToInt64Microseconds(options_.lease_ttl + options_.max_acquire_wait);
+    absl::MutexLock lock(&mu_);
+    std::map<std::string, double> busy_hours;  // worker -> hours its current run has left
+    for (const auto& [run_id, r] : running_) {
+      auto w = workers_.find(r.worker_id);
+      if (w == workers_.end() || w->second.speed <= 0) continue;
+      // Hours of wall time left: at the pace its steps have gone so far once it has reported
+      // progress (the estimate may be far off: a CPU, a throttled card), else the estimate less
+      // the time it has run (the whole estimate again once it has overrun).
+      const double elapsed = static_cast<double>(now_us - r.claimed_us) / 3.6e9;
+      const auto p = progress_.find(run_id);
+      const int64_t done = p == progress_.end() ? 0 : p->second - r.done_steps_at_claim;
+      double left;
+      if (done > 0 && elapsed > 0 && r.steps > 0) {
+        left = elapsed / static_cast<double>(done) *
+               static_cast<double>(std::max<int64_t>(r.steps - p->second, 0));
+      } else {
+        const double estimate = r.remaining_hours_at_claim / w->second.speed;
+        left = estimate > elapsed ? estimate - elapsed : estimate;
+      }
+      busy_hours[r.worker_id] = left;
+    }
+    for (const auto& [id, w] : workers_) {
+      PlacementWorker p;
+      p.id = id;
+      p.device = w.info.device_name.empty() ? w.info.device_kind : w.info.device_name;
+      p.memory_bytes = w.info.memory_bytes;
+      p.speed = w.speed;
+      if (id == worker_id) {
+        asker = p;
+        continue;
+      }
+      const auto busy = busy_hours.find(id);
+      // Idle workers count while they poll; draining or silent ones take nothing.
+      if (w.draining || (busy == busy_hours.end() && now_us - w.last_seen_us > lost_after_us)) {
+        continue;
+      }
+      p.free_in_hours = busy == busy_hours.end() ? 0 : busy->second;
+      others.push_back(std::move(p));
+    }
+  }
+  std::map<std::string, double> usage;
+  if (options_.fair_share_half_life > absl::ZeroDuration()) {
+    CART_ASSIGN_OR_RETURN(usage, Usage(now_us));
+    for (const store::PlaceableRun& r : queued) usage.try_emplace(r.owner, 0.0);
+  }
+  PlacementDecision decision = PlaceEarliestFinish(asker, others, std::move(queued), usage);
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& [run_id, why] : decision.declined) {
+      if (not_placed_.size() < 10'000 || not_placed_.count(run_id)) not_placed_[run_id] = why;
+    }
+  }
+  if (!decision.run_id) return std::optional<store::Claim>();
+  CART_ASSIGN_OR_RETURN(std::optional<store::Claim> claim,
+                        store_->ClaimRun(worker_id, *decision.run_id, memory, now_us));
+  if (!claim) WakePollers();  // taken meanwhile: plan again at once
+  return claim;
+}
+
+absl::StatusOr<std::map<std::string, double>> Scheduler::Usage(int64_t now_us) {
+  {
+    absl::MutexLock lock(&mu_);
+    // Read again at most once a minute of clock time: it scans the recent attempts.
+    if (usage_at_us_ != 0 && now_us - usage_at_us_ < 60'000'000 && now_us >= usage_at_us_) {
+      return usage_;
+    }
+  }
+  using Usage = std::map<std::string, double>;
+  CART_ASSIGN_OR_RETURN(
+      Usage usage,
+      store_->DecayedUsage(now_us, absl::ToInt64Microseconds(options_.fair_share_half_life)));
+  absl::MutexLock lock(&mu_);
+  usage_ = usage;
+  usage_at_us_ = now_us;
+  return usage;
 }
 
 void Scheduler::FitToDevice(Job& job, const std::string& worker_id, int64_t memory_bytes) {
@@ -475,9 +665,13 @@ absl::StatusOr<std::optional<Job>> Scheduler::Acquire(const std::string& worker_
       memory = it->second.info.memory_bytes;
       generation = generation_;
       it->second.last_seen_us = NowMicros();
+      // A worker asking for a job holds none: whatever it ran has ended (or was cancelled
+      // before it started).
+      for (auto r = running_.begin(); r != running_.end();) {
+        r = r->second.worker_id == worker_id ? running_.erase(r) : std::next(r);
+      }
     }
-    absl::StatusOr<std::optional<store::Claim>> claim =
-        store_->ClaimNextRun(worker_id, memory, NowMicros());
+    absl::StatusOr<std::optional<store::Claim>> claim = Place(worker_id, memory);
     if (!claim.ok()) {
       if (claim.status().code() == absl::StatusCode::kNotFound) {
         return absl::FailedPreconditionError(Message(claim.status()));
@@ -495,6 +689,9 @@ absl::StatusOr<std::optional<Job>> Scheduler::Acquire(const std::string& worker_
       job.init_from = std::move(c.parent_checkpoint);
       job.run = std::move(c.run);
       if (job.run.memory_estimate_bytes > memory) FitToDevice(job, worker_id, memory);
+      NoteClaim(job, worker_id);
+      // Workers that waited planned with this one free: they plan again.
+      if (options_.placement == SchedulerOptions::Placement::kEarliestFinish) WakePollers();
       BumpRun(job.run.id);
       stats_.AddJobHandedOut();
       return std::optional<Job>(std::move(job));
@@ -563,6 +760,8 @@ std::vector<WorkerStatus> Scheduler::ListWorkers() {
   for (const auto& [id, worker] : workers_) {
     WorkerStatus status;
     status.info = worker.info;
+    status.speed = worker.speed;
+    status.speed_source = worker.speed_source;
     status.last_seen_us = std::max(worker.last_seen_us, store_seen[id]);
     auto it = busy.find(id);
     status.run_id = it == busy.end() ? 0 : it->second;
@@ -639,6 +838,15 @@ absl::StatusOr<int64_t> Scheduler::AppendMetrics(int64_t run_id, int64_t attempt
                                                  std::vector<store::MetricPoint> points) {
   const auto start = std::chrono::steady_clock::now();
   const int64_t count = static_cast<int64_t>(points.size());
+  // The batch's latest tokens/s measures the worker's speed (placement).
+  std::optional<double> tokens_per_s;
+  int64_t tokens_step = -1;
+  for (const store::MetricPoint& p : points) {
+    if (p.name == "tokens_per_s" && p.step > tokens_step) {
+      tokens_per_s = p.value;
+      tokens_step = p.step;
+    }
+  }
   CART_ASSIGN_OR_RETURN(int64_t acked, store_->AppendMetrics(run_id, attempt, std::move(points)));
   stats_.AddIngest(count,
                    std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
@@ -646,6 +854,7 @@ absl::StatusOr<int64_t> Scheduler::AppendMetrics(int64_t run_id, int64_t attempt
     absl::MutexLock lock(&mu_);
     int64_t& progress = progress_[run_id];
     progress = std::max(progress, acked);
+    if (tokens_per_s) MeasureSpeed(run_id, *tokens_per_s);
     BumpRunLocked(run_id);
   }
   return acked;
@@ -733,6 +942,10 @@ absl::StatusOr<RunRecord> Scheduler::ReportOutcome(int64_t run_id, int64_t attem
   if (outcome == AttemptOutcome::kFailed || outcome == AttemptOutcome::kOutOfMemory) {
     stats_.AddRetry();
   }
+  {
+    absl::MutexLock lock(&mu_);
+    running_.erase(run_id);
+  }
   BumpRun(run_id);
   // A requeued run, or derived runs unblocked by a success, may now be claimable.
   WakePollers();
@@ -745,6 +958,10 @@ absl::StatusOr<std::vector<store::ExpiredLease>> Scheduler::ExpireLeases() {
   CART_ASSIGN_OR_RETURN(std::vector<store::ExpiredLease> expired, store_->ExpireLeases(now_us));
   if (!expired.empty()) {
     stats_.AddLeaseExpiries(static_cast<int64_t>(expired.size()));
+    {
+      absl::MutexLock lock(&mu_);
+      for (const store::ExpiredLease& lease : expired) running_.erase(lease.run_id);
+    }
     for (const store::ExpiredLease& lease : expired) BumpRun(lease.run_id);
     WakePollers();
   }
@@ -854,6 +1071,10 @@ std::string Scheduler::Explain(const RunRecord& run, std::optional<int64_t> max_
                       " (ran out of memory on one that size)");
     } else {
       reason = StrCat("waiting for a free worker with at least ", FormatGiB(need), " of memory");
+    }
+    absl::MutexLock lock(&mu_);
+    if (auto it = not_placed_.find(run.id); it != not_placed_.end()) {
+      reason = StrCat(reason, "; last ", it->second);
     }
   }
   return reason;

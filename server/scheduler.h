@@ -66,6 +66,19 @@ struct SchedulerOptions {
   // checkpoint names any more go to `release_artifact` (cartd deletes the blob).
   int64_t keep_checkpoints = 0;
   std::function<void(const std::string& sha256)> release_artifact;
+  // How a free worker's run is chosen (docs/design.md "Placement"). kEarliestFinish: longest
+  // first, each run where it would finish soonest given every worker's speed (server/placement.h);
+  // a slow worker may wait rather than take a run a faster one would finish sooner. kFirstFit:
+  // the oldest run that fits, whatever the speeds (the policy before; `bench-schedule` compares).
+  enum class Placement { kEarliestFinish, kFirstFit };
+  Placement placement = Placement::kEarliestFinish;
+  // The highest `priority:` a user (not an admin) may give a sweep; more is refused naming this.
+  // Admins may set any, and re-prioritise a sweep later (SetSweepPriority). Default 10.
+  int64_t max_user_priority = 10;
+  // Fair share: within a priority level, placement serves first the owner whose GPU-hours, each
+  // weighed down by half every `fair_share_half_life` since it was used, are fewest (plus what the
+  // plan already gives them). Zero: off (one queue, longest first). Default 24 h.
+  absl::Duration fair_share_half_life = absl::Hours(24);
 };
 
 // A worker as it registers (RegisterWorker). Memory in bytes.
@@ -88,6 +101,9 @@ struct WorkerInfo {
   // records as the worker's memory.
   int64_t memory_reserve_bytes = -1;
   int64_t free_disk_bytes = 0;
+  // Training speed as a multiple of an RTX 3090, as the worker reports it (cart-worker
+  // --speed-factor: tests and replays); 0: not reported, cartd measures it.
+  double speed_factor = 0;
 };
 
 // What a worker is told at registration.
@@ -102,6 +118,8 @@ struct WorkerStatus {
   std::string state;   // "idle", "busy", "draining", "lost" (not seen for a lease TTL + long poll)
   int64_t run_id = 0;  // the run it holds a lease on; 0 when none
   int64_t last_seen_us = 0;
+  double speed = 0;          // × an RTX 3090, what placement uses
+  std::string speed_source;  // "reported", "measured", "measured on <device>", "card peak", "guess"
 };
 
 // One leased attempt of one run, as AcquireJob hands it out.
@@ -198,6 +216,10 @@ class Scheduler {
                                       const std::string& reason);
   // Requeues every CANCELLED or FAILED run of the sweep; returns how many.
   absl::StatusOr<int64_t> ResumeSweep(const std::string& name, const std::string& who);
+  // Sets the priority of the sweep and of its unfinished runs; admins only (PermissionDenied
+  // naming who may). Returns how many runs changed.
+  absl::StatusOr<int64_t> SetSweepPriority(const std::string& name, int64_t priority,
+                                           const std::string& who);
   // Deletes the sweep, its runs, metrics and checkpoints (store::RunStore::DeleteSweep: refused
   // while a run is leased or running, or while another sweep's runs derive from it) and hands
   // the artifacts left unnamed to release_artifact. Its owner or an admin only.
@@ -336,6 +358,19 @@ class Scheduler {
     WorkerInfo info;
     bool draining = false;
     int64_t last_seen_us = 0;
+    double speed = 0;  // × an RTX 3090 (SpeedFor)
+    std::string speed_source;
+    bool measured = false;  // speed comes from its own runs' tokens/s
+  };
+  // A leased run as placement sees it: whose, how much work, how far.
+  struct Running {
+    std::string worker_id;
+    double work_hours = 0;  // the whole run's, RTX 3090 hours; 0: unknown
+    int64_t steps = 0;
+    int64_t tokens = 0;  // the whole run's training tokens (speed measurement)
+    int64_t claimed_us = 0;
+    int64_t done_steps_at_claim = 0;  // its checkpoint's step when this attempt began
+    double remaining_hours_at_claim = 0;
   };
   struct OpenStream {
     int64_t run_id;
@@ -349,6 +384,19 @@ class Scheduler {
   void WakePollers();
   void BumpRun(int64_t run_id);
   void BumpRunLocked(int64_t run_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The worker's speed and where it comes from: reported, measured, its device's measured speed,
+  // its card's peak relative to an RTX 3090, or a guess.
+  std::pair<double, std::string> SpeedFor(const WorkerInfo& info, const Worker* known)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Chooses and claims a run for the worker (SchedulerOptions::placement); nullopt when it should
+  // wait.
+  absl::StatusOr<std::optional<store::Claim>> Place(const std::string& worker_id, int64_t memory);
+  // Fair share's usage per owner (store::RunStore::DecayedUsage), cached for a minute.
+  absl::StatusOr<std::map<std::string, double>> Usage(int64_t now_us);
+  // Records a claimed run for placement's plan and speed measurement.
+  void NoteClaim(const Job& job, const std::string& worker_id);
+  // Folds a reported tokens/s into the worker's and its device's measured speed.
+  void MeasureSpeed(int64_t run_id, double tokens_per_s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Lowers the job's micro-batch and raises its gradient accumulation (same global batch) so that
   // its estimate fits a worker with `memory_bytes`, and notes it in the run's log.
   void FitToDevice(Job& job, const std::string& worker_id, int64_t memory_bytes);
@@ -398,6 +446,13 @@ class Scheduler {
   };
   std::map<int64_t, RunWatch> run_watches_ ABSL_GUARDED_BY(mu_);
   std::map<int64_t, int64_t> progress_ ABSL_GUARDED_BY(mu_);  // run -> latest reported step
+  std::map<int64_t, Running> running_ ABSL_GUARDED_BY(mu_);   // leased runs, by id
+  // Measured speed (× an RTX 3090) per device name: a new worker of a known kind starts there.
+  std::map<std::string, double> device_speed_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, double> usage_ ABSL_GUARDED_BY(mu_);  // Usage()'s cache
+  int64_t usage_at_us_ ABSL_GUARDED_BY(mu_) = 0;
+  // Runs placement did not give to a worker that asked, and why (Explain shows it).
+  std::map<int64_t, std::string> not_placed_ ABSL_GUARDED_BY(mu_);
   int64_t request_counter_ ABSL_GUARDED_BY(mu_) = 0;
 
   std::thread expiry_thread_;

@@ -121,6 +121,9 @@ const std::vector<std::string_view>& ConfigKeys() {
                                                      "max_follows_per_caller",
                                                      "max_big_reads_per_caller",
                                                      "max_big_reads",
+                                                     "placement",
+                                                     "max_user_priority",
+                                                     "fair_share_half_life",
                                                      "http_listen",
                                                      "http_hosts",
                                                      "web_dir",
@@ -205,6 +208,18 @@ absl::Status ApplyConfigYaml(std::string_view text, std::string_view source, Ser
       CART_ASSIGN_OR_RETURN(int64_t connections, integer(1));
       config.http_max_connections_per_client =
           static_cast<int>(std::min<int64_t>(connections, 1 << 20));
+    } else if (key == "max_user_priority") {
+      CART_ASSIGN_OR_RETURN(config.max_user_priority, integer(-1'000'000));
+      config.max_user_priority = std::min<int64_t>(config.max_user_priority, 1'000'000);
+    } else if (key == "fair_share_half_life") {
+      CART_ASSIGN_OR_RETURN(int64_t hours, integer(0));
+      config.fair_share_half_life = absl::Hours(std::min<int64_t>(hours, 100'000));
+    } else if (key == "placement") {
+      if (text_value != "earliest_finish" && text_value != "first_fit") {
+        return YamlError(source, value, key,
+                         StrCat("'", text_value, "' is not earliest_finish or first_fit"));
+      }
+      config.placement = text_value;
     } else if (key == "http_listen") {
       config.http_listen = text_value == "off" ? std::string() : text_value;
     } else if (key == "web_dir") {
@@ -400,6 +415,11 @@ absl::StatusOr<std::unique_ptr<ServerHandle>> RunServer(const ServerConfig& conf
   scheduler_options.max_acquire_wait = config.max_acquire_wait;
   scheduler_options.max_runs_per_sweep = config.max_runs_per_sweep;
   scheduler_options.keep_checkpoints = config.keep_checkpoints_per_run;
+  scheduler_options.max_user_priority = config.max_user_priority;
+  scheduler_options.fair_share_half_life = config.fair_share_half_life;
+  scheduler_options.placement = config.placement == "first_fit"
+                                    ? SchedulerOptions::Placement::kFirstFit
+                                    : SchedulerOptions::Placement::kEarliestFinish;
   scheduler_options.release_artifact = [artifacts =
                                             handle->artifacts_.get()](const std::string& sha256) {
     if (absl::Status removed = artifacts->Remove(sha256); !removed.ok()) {

@@ -83,6 +83,14 @@ struct ServerConfig {
   // dashboard's run pages, besides their 1,000- and 5,000-run limits); a longer page is cut
   // short and the caller continues at offset + runs received. Default 8 MiB.
   int64_t max_answer_bytes = 8 << 20;
+  // How free workers are given runs: "earliest_finish" (speeds and lengths weighed; default) or
+  // "first_fit" (the oldest run that fits). docs/design.md "Placement".
+  std::string placement = "earliest_finish";
+  // The highest sweep priority a user may set (admins: any). Default 10.
+  int64_t max_user_priority = 10;
+  // Fair share's half-life (placement orders owners within a priority level by their decayed
+  // GPU-hours); zero: off. Default 24 h; the config key is in hours.
+  absl::Duration fair_share_half_life = absl::Hours(24);
   // The HTTP port: a request must arrive within http_idle_timeout of the connection opening or
   // going idle, and one client address may hold http_max_connections_per_client connections
   // (server/http/http_server.h). Defaults 60 s and 64.

@@ -2,6 +2,7 @@
 // on the calling thread, then hands a closure to the writer thread (internal/writer.h); the closure
 // reads what it needs, checks the state, and writes, all inside its savepoint.
 #include <algorithm>
+#include <cmath>
 #include <set>
 #include <unordered_map>
 #include <utility>
@@ -26,6 +27,7 @@ using internal::Fence;
 using internal::kSetAttemptFloor;
 using internal::kSetCancelRequested;
 using internal::LoadFence;
+using internal::Statement;
 using internal::UnblockChildren;
 using internal::WriteContext;
 
@@ -43,6 +45,21 @@ constexpr char kTouchWorkerOfAttempt[] =
 constexpr char kSelectNextQueued[] =
     "SELECT id FROM runs WHERE status = 'QUEUED' AND min_memory_bytes <= ? "
     "AND oom_memory_bytes < ? ORDER BY priority DESC, created_us, id LIMIT 1";
+// Placement's view of queued runs: the remaining work needs the latest checkpoint's step.
+#define CART_PLACEABLE_SELECT                                                                \
+  "SELECT r.id, r.priority, r.min_memory_bytes, r.oom_memory_bytes, r.work_hours, r.steps, " \
+  "coalesce((SELECT max(c.step) FROM checkpoints AS c WHERE c.run_id = r.id), 0), "          \
+  "r.created_us, s.created_by FROM runs AS r JOIN sweeps AS s ON s.id = r.sweep_id "         \
+  "WHERE r.status = 'QUEUED' "
+constexpr char kSelectQueuedWork[] = CART_PLACEABLE_SELECT
+    "ORDER BY r.priority DESC, r.work_hours = 0, r.work_hours DESC, r.created_us, r.id LIMIT ?1";
+constexpr char kSelectUsage[] =
+    "SELECT s.created_by, a.started_us, coalesce(a.ended_us, ?1) FROM attempts AS a "
+    "JOIN runs AS r ON r.id = a.run_id JOIN sweeps AS s ON s.id = r.sweep_id "
+    "WHERE a.started_us IS NOT NULL AND coalesce(a.ended_us, ?1) >= ?2";
+constexpr char kSelectQueuedFit[] =
+    "SELECT 1 FROM runs WHERE id = ? AND status = 'QUEUED' AND min_memory_bytes <= ? "
+    "AND oom_memory_bytes < ?";
 constexpr char kRaiseOomFloor[] =
     "UPDATE runs SET oom_memory_bytes = max(oom_memory_bytes, ?) WHERE id = ?";
 constexpr char kSelectAttemptFloor[] = "SELECT attempt_floor, max_attempts FROM runs WHERE id = ?";
@@ -80,42 +97,128 @@ absl::Status RunStore::RegisterWorker(const std::string& worker_id, const std::s
       .status();
 }
 
+namespace {
+
+// Leases `run_id` (QUEUED) to `worker_id` under a new attempt: the claim both ClaimNextRun and
+// ClaimRun hand out.
+absl::StatusOr<Claim> LeaseRun(Database& db, const std::string& worker_id, int64_t run_id,
+                               int64_t now_us, int64_t ttl) {
+  CART_ASSIGN_OR_RETURN(Fence fence, LoadFence(db, run_id));
+  const int64_t attempt = fence.attempt + 1;
+  CART_RETURN_IF_ERROR(Exec(db, kSetAttempt, attempt, run_id));
+  CART_RETURN_IF_ERROR(Exec(db, kInsertAttempt, run_id, attempt, worker_id, now_us, now_us + ttl));
+  const Audit audit{now_us, StrCat("worker:", worker_id), StrCat("attempt ", attempt, " leased")};
+  CART_RETURN_IF_ERROR(ChangeState(db, run_id, RunState::kQueued, RunState::kLeased, audit));
+  Claim claim;
+  CART_ASSIGN_OR_RETURN(claim.run, internal::LoadRun(db, run_id));
+  claim.attempt = attempt;
+  claim.lease_expires_us = now_us + ttl;
+  CART_ASSIGN_OR_RETURN(claim.resume_from, internal::LatestCheckpoint(db, run_id));
+  CART_ASSIGN_OR_RETURN(
+      claim.parent_checkpoint,
+      internal::ParentCheckpoint(db, claim.run.parent_run_id, claim.run.parent_checkpoint));
+  return claim;
+}
+
+// Marks the worker seen; NotFound when it never registered.
+absl::Status TouchRegistered(Database& db, const std::string& worker_id, int64_t now_us) {
+  CART_RETURN_IF_ERROR(Exec(db, kTouchWorker, now_us, worker_id));
+  if (db.Changes() == 0) {
+    return absl::NotFoundError(StrCat("worker '", worker_id, "' is not registered"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<PlaceableRun>> ReadPlaceable(Statement& select) {
+  std::vector<PlaceableRun> out;
+  CART_RETURN_IF_ERROR(select.ForEachRow([&](const Statement& row) {
+    PlaceableRun r;
+    r.id = row.ColumnInt64(0);
+    r.priority = row.ColumnInt64(1);
+    r.min_memory_bytes = row.ColumnInt64(2);
+    r.oom_memory_bytes = row.ColumnInt64(3);
+    r.work_hours = row.ColumnDouble(4);
+    r.steps = row.ColumnInt64(5);
+    r.done_steps = row.ColumnInt64(6);
+    r.created_us = row.ColumnInt64(7);
+    r.owner = row.ColumnText(8);
+    out.push_back(std::move(r));
+  }));
+  return out;
+}
+
+}  // namespace
+
 absl::StatusOr<std::optional<Claim>> RunStore::ClaimNextRun(const std::string& worker_id,
                                                             int64_t device_memory_bytes,
                                                             int64_t now_us) {
   CART_RETURN_IF_ERROR(internal::ValidateWorkerId(worker_id));
   const int64_t ttl = options_.lease_ttl_us;
-  return writer_->Run<std::optional<Claim>>([&](WriteContext& ctx)
-                                                -> absl::StatusOr<std::optional<Claim>> {
-    Database& db = ctx.db();
-    CART_RETURN_IF_ERROR(Exec(db, kTouchWorker, now_us, worker_id));
-    if (db.Changes() == 0) {
-      return absl::NotFoundError(StrCat("worker '", worker_id, "' is not registered"));
-    }
-    int64_t run_id = 0;
-    {
-      CART_ASSIGN_OR_RETURN(auto next, db.Cached(kSelectNextQueued));
-      next->BindAll(device_memory_bytes, device_memory_bytes);
-      CART_ASSIGN_OR_RETURN(bool row, next->Step());
-      if (!row) return std::optional<Claim>();
-      run_id = next->ColumnInt64(0);
-    }
-    CART_ASSIGN_OR_RETURN(Fence fence, LoadFence(db, run_id));
-    const int64_t attempt = fence.attempt + 1;
-    CART_RETURN_IF_ERROR(Exec(db, kSetAttempt, attempt, run_id));
-    CART_RETURN_IF_ERROR(
-        Exec(db, kInsertAttempt, run_id, attempt, worker_id, now_us, now_us + ttl));
-    const Audit audit{now_us, StrCat("worker:", worker_id), StrCat("attempt ", attempt, " leased")};
-    CART_RETURN_IF_ERROR(ChangeState(db, run_id, RunState::kQueued, RunState::kLeased, audit));
-    Claim claim;
-    CART_ASSIGN_OR_RETURN(claim.run, internal::LoadRun(db, run_id));
-    claim.attempt = attempt;
-    claim.lease_expires_us = now_us + ttl;
-    CART_ASSIGN_OR_RETURN(claim.resume_from, internal::LatestCheckpoint(db, run_id));
-    CART_ASSIGN_OR_RETURN(
-        claim.parent_checkpoint,
-        internal::ParentCheckpoint(db, claim.run.parent_run_id, claim.run.parent_checkpoint));
-    return std::optional<Claim>(std::move(claim));
+  return writer_->Run<std::optional<Claim>>(
+      [&](WriteContext& ctx) -> absl::StatusOr<std::optional<Claim>> {
+        Database& db = ctx.db();
+        CART_RETURN_IF_ERROR(TouchRegistered(db, worker_id, now_us));
+        int64_t run_id = 0;
+        {
+          CART_ASSIGN_OR_RETURN(auto next, db.Cached(kSelectNextQueued));
+          next->BindAll(device_memory_bytes, device_memory_bytes);
+          CART_ASSIGN_OR_RETURN(bool row, next->Step());
+          if (!row) return std::optional<Claim>();
+          run_id = next->ColumnInt64(0);
+        }
+        CART_ASSIGN_OR_RETURN(Claim claim, LeaseRun(db, worker_id, run_id, now_us, ttl));
+        return std::optional<Claim>(std::move(claim));
+      });
+}
+
+absl::StatusOr<std::optional<Claim>> RunStore::ClaimRun(const std::string& worker_id,
+                                                        int64_t run_id, int64_t device_memory_bytes,
+                                                        int64_t now_us) {
+  CART_RETURN_IF_ERROR(internal::ValidateWorkerId(worker_id));
+  const int64_t ttl = options_.lease_ttl_us;
+  return writer_->Run<std::optional<Claim>>(
+      [&](WriteContext& ctx) -> absl::StatusOr<std::optional<Claim>> {
+        Database& db = ctx.db();
+        CART_RETURN_IF_ERROR(TouchRegistered(db, worker_id, now_us));
+        {
+          CART_ASSIGN_OR_RETURN(auto fits, db.Cached(kSelectQueuedFit));
+          fits->BindAll(run_id, device_memory_bytes, device_memory_bytes);
+          CART_ASSIGN_OR_RETURN(bool row, fits->Step());
+          if (!row) return std::optional<Claim>();
+        }
+        CART_ASSIGN_OR_RETURN(Claim claim, LeaseRun(db, worker_id, run_id, now_us, ttl));
+        return std::optional<Claim>(std::move(claim));
+      });
+}
+
+absl::StatusOr<std::map<std::string, double>> RunStore::DecayedUsage(int64_t now_us,
+                                                                     int64_t half_life_us) {
+  using Out = std::map<std::string, double>;
+  if (half_life_us <= 0) return Out();
+  return internal::ReadSnapshot<Out>(*readers_, [&](Database& db) -> absl::StatusOr<Out> {
+    CART_ASSIGN_OR_RETURN(auto select, db.Cached(kSelectUsage));
+    select->BindAll(now_us, now_us - 10 * half_life_us);
+    Out usage;
+    // An hour used at age a weighs 2^(-a / h); over an attempt from age a1 (its end) to a0 (its
+    // start) that integrates to h / ln 2 * (2^(-a1 / h) - 2^(-a0 / h)).
+    const double h = static_cast<double>(half_life_us);
+    CART_RETURN_IF_ERROR(select->ForEachRow([&](const Statement& row) {
+      const double start_age = static_cast<double>(now_us - row.ColumnInt64(1));
+      const double end_age = std::max(0.0, static_cast<double>(now_us - row.ColumnInt64(2)));
+      if (start_age <= end_age) return;
+      const double us = h / std::log(2.0) * (std::exp2(-end_age / h) - std::exp2(-start_age / h));
+      usage[row.ColumnText(0)] += us / 3.6e9;
+    }));
+    return usage;
+  });
+}
+
+absl::StatusOr<std::vector<PlaceableRun>> RunStore::ListQueuedWork(int64_t limit) {
+  using Out = std::vector<PlaceableRun>;
+  return internal::ReadSnapshot<Out>(*readers_, [&](Database& db) -> absl::StatusOr<Out> {
+    CART_ASSIGN_OR_RETURN(auto select, db.Cached(kSelectQueuedWork));
+    select->BindAll(limit);
+    return ReadPlaceable(*select);
   });
 }
 

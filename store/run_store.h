@@ -137,6 +137,15 @@ class RunStore {
   // checkpoints are kept as long as they exist (the message names those sweeps). NotFound for an
   // unknown sweep.
   absl::StatusOr<DeletedSweep> DeleteSweep(const std::string& name);
+  // Sets the sweep's priority and that of its runs not yet finished (QUEUED, BLOCKED, LEASED,
+  // RUNNING), with an event on the sweep. Returns how many runs changed. NotFound for an unknown
+  // sweep.
+  absl::StatusOr<int64_t> SetSweepPriority(const std::string& name, int64_t priority,
+                                           const Audit& audit);
+  // GPU-hours used per sweep owner (sweeps.created_by), each hour of an attempt weighed by
+  // 2^(-age / half_life), age measured back from now_us; attempts that ended more than ten
+  // half-lives ago are left out. A running attempt counts up to now.
+  absl::StatusOr<std::map<std::string, double>> DecayedUsage(int64_t now_us, int64_t half_life_us);
 
   // ---- Workers and leases
 
@@ -149,6 +158,14 @@ class RunStore {
   // when nothing fits. NotFound for an unregistered worker.
   absl::StatusOr<std::optional<Claim>> ClaimNextRun(const std::string& worker_id,
                                                     int64_t device_memory_bytes, int64_t now_us);
+  // Leases run `run_id` to the worker as ClaimNextRun does, if it is still QUEUED and fits
+  // device_memory_bytes (placement chose it from ListQueuedWork); nullopt when it no longer is
+  // (another worker took it meanwhile). NotFound for an unregistered worker.
+  absl::StatusOr<std::optional<Claim>> ClaimRun(const std::string& worker_id, int64_t run_id,
+                                                int64_t device_memory_bytes, int64_t now_us);
+  // The QUEUED runs as placement weighs them (server/placement.h), at most `limit`: highest
+  // priority first, then longest whole-run work (unknown work last), then oldest.
+  absl::StatusOr<std::vector<PlaceableRun>> ListQueuedWork(int64_t limit);
   // LEASED -> RUNNING for the current attempt (the worker started training). Repeating it for a
   // RUNNING attempt is a no-op. FailedPrecondition for a stale attempt or another state.
   absl::Status MarkRunning(int64_t run_id, int64_t attempt, int64_t now_us);

@@ -33,8 +33,13 @@ constexpr char kInsertRun[] =
     "INSERT INTO runs(sweep_id, name, config_yaml, params_json, d, r, p, seed, steps, "
     "stored_params, effective_params, memory_estimate_bytes, min_memory_bytes, status, priority, "
     "attempt, max_attempts, attempt_floor, cancel_requested, parent_run_id, parent_checkpoint, "
-    "created_us, updated_us, kind, eval_loops) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
-    "0, ?, 0, 0, ?, ?, ?, ?, ?, ?)";
+    "created_us, updated_us, kind, eval_loops, work_hours) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
+    "?, ?, ?, ?, 0, ?, 0, 0, ?, ?, ?, ?, ?, ?, ?)";
+
+constexpr char kSetSweepPriority[] = "UPDATE sweeps SET priority = ? WHERE id = ?";
+constexpr char kSetRunsPriority[] =
+    "UPDATE runs SET priority = ?1 WHERE sweep_id = ?2 AND priority != ?1 AND status IN "
+    "('QUEUED', 'BLOCKED', 'LEASED', 'RUNNING')";
 
 // DeleteSweep's reads: what still works on the sweep, what depends on it, what it holds.
 constexpr char kActiveRunsOfSweep[] =
@@ -132,7 +137,8 @@ absl::StatusOr<CreatedSweep> RunStore::CreateSweep(const NewSweep& sweep, const 
           run.min_memory_bytes > 0 ? run.min_memory_bytes : run.memory_estimate_bytes,
           RunStateName(state), run.priority.value_or(sweep.priority), run.max_attempts, parent_id,
           parent_id ? std::optional<std::string>(run.parent_checkpoint) : std::nullopt, audit.at_us,
-          audit.at_us, std::string(JobKindName(run.kind)), StrJoin(run.eval_loops, ","));
+          audit.at_us, std::string(JobKindName(run.kind)), StrJoin(run.eval_loops, ","),
+          run.work_hours);
       CART_RETURN_IF_ERROR(insert_run->Run());
       insert_run->Reset();
       const int64_t run_id = db.LastInsertRowId();
@@ -157,6 +163,21 @@ absl::StatusOr<int64_t> RunStore::ResumeSweep(const std::string& name, const Aud
   CART_RETURN_IF_ERROR(internal::ValidateAudit(audit));
   return writer_->Run<int64_t>(
       [&](WriteContext& ctx) { return ApplyToSweep(ctx.db(), name, /*cancel=*/false, audit); });
+}
+
+absl::StatusOr<int64_t> RunStore::SetSweepPriority(const std::string& name, int64_t priority,
+                                                   const Audit& audit) {
+  CART_RETURN_IF_ERROR(internal::ValidateAudit(audit));
+  return writer_->Run<int64_t>([&](WriteContext& ctx) -> absl::StatusOr<int64_t> {
+    Database& db = ctx.db();
+    CART_ASSIGN_OR_RETURN(SweepRecord sweep, internal::LoadSweepByName(db, name));
+    CART_RETURN_IF_ERROR(Exec(db, kSetRunsPriority, priority, sweep.id));
+    const int64_t changed = db.Changes();
+    CART_RETURN_IF_ERROR(Exec(db, kSetSweepPriority, priority, sweep.id));
+    const std::string state = sweep.cancelled ? "CANCELLED" : "ACTIVE";
+    CART_RETURN_IF_ERROR(InsertEvent(db, std::nullopt, sweep.id, state, state, audit));
+    return changed;
+  });
 }
 
 absl::StatusOr<DeletedSweep> RunStore::DeleteSweep(const std::string& name) {

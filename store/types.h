@@ -3,6 +3,7 @@
 // Plain records that go in and out of the store. Timestamps are Unix time in microseconds
 // (int64), memory in bytes, steps are optimizer steps counted from 0.
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -82,6 +83,8 @@ struct NewRun {
   std::string parent_checkpoint;
   JobKind kind = JobKind::kTrain;
   std::vector<int> eval_loops;  // eval jobs: the loop counts (R_infer) to evaluate at
+  // The whole run's work in hours of one RTX 3090 (model::EstimateRunCost); >= 0, 0: unknown.
+  double work_hours = 0;
 };
 
 struct NewSweep {
@@ -152,6 +155,26 @@ struct RunRecord {
   // The largest device memory the run ran out of memory on (RetryAttempt); it is only placed on
   // devices with more. 0: never ran out of memory.
   int64_t oom_memory_bytes = 0;
+  double work_hours = 0;  // the whole run's work in RTX 3090 hours; 0: unknown
+};
+
+// A QUEUED run as placement weighs it (RunStore::ListQueuedWork).
+struct PlaceableRun {
+  int64_t id = 0;
+  int64_t priority = 0;
+  int64_t min_memory_bytes = 0;
+  int64_t oom_memory_bytes = 0;
+  double work_hours = 0;   // the whole run's; 0: unknown
+  int64_t steps = 0;       // total steps
+  int64_t done_steps = 0;  // its latest checkpoint's step: a resumed run has only the rest to do
+  int64_t created_us = 0;
+  std::string owner;  // who submitted its sweep (sweeps.created_by): fair share's unit
+  // Work left in RTX 3090 hours.
+  double RemainingHours() const {
+    if (steps <= 0 || done_steps <= 0) return work_hours;
+    return work_hours * static_cast<double>(std::max<int64_t>(steps - done_steps, 0)) /
+           static_cast<double>(steps);
+  }
 };
 
 struct AttemptRecord {

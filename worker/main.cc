@@ -50,6 +50,10 @@ int main(int argc, char** argv) {
                  "Device memory (MiB) cartd keeps free of runs: CUDA context, cuBLAS workspace, a "
                  "desktop (default: cartd's, max(1 GiB, 10 %); 0: none)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
+  app.add_option("--speed-factor", config.speed_factor,
+                 "Report this training speed (a multiple of an RTX 3090) to cartd's placement "
+                 "instead of letting it measure the runs (0: measure; for tests and replays)")
+      ->check(CLI::Range(0.0, 1000.0));
   app.add_option("--max-jobs", config.max_jobs, "Exit after this many jobs (0: no limit)");
   app.add_flag("--exit-when-idle", config.exit_when_idle, "Exit when no job is waiting");
   app.add_option("--acquire-wait-ms", config.acquire_wait_ms, "Long-poll length, ms")

@@ -61,6 +61,7 @@ absl::Status RunWorker(const WorkerConfig& config, const std::atomic<bool>& shut
   if (config.memory_reserve_mib >= 0) {
     reg.mutable_device()->set_memory_reserve_mib(config.memory_reserve_mib);
   }
+  reg.mutable_device()->set_speed_factor(config.speed_factor);
   reg.set_version(kVersion);
   cart::v1::RegisterWorkerResponse timing;
   int64_t backoff_ms = 200;

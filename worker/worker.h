@@ -22,6 +22,8 @@ struct WorkerConfig {
   // Memory cartd keeps free of runs on this device (model::DefaultMemoryReserveBytes); negative:
   // cartd's default, max(1 GiB, 10 %).
   int64_t memory_reserve_mib = -1;
+  // Report this training speed (× an RTX 3090) instead of letting cartd measure it; 0: measure.
+  double speed_factor = 0;
   int64_t max_jobs = 0;                     // exit after this many jobs; 0: no limit
   bool exit_when_idle = false;              // exit when an acquire returns no job (scripts, tests)
   int64_t acquire_wait_ms = 10'000;         // long-poll length

@@ -126,6 +126,8 @@ v1::WorkerView ToWorkerView(const WorkerStatus& worker) {
   view.set_run_id(worker.run_id);
   view.set_last_seen_us(worker.last_seen_us);
   view.set_version(worker.info.version);
+  view.set_speed(worker.speed);
+  view.set_speed_source(worker.speed_source);
   return view;
 }
 

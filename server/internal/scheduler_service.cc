@@ -179,6 +179,17 @@ grpc::Status SchedulerServiceImpl::DeleteSweep(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
+grpc::Status SchedulerServiceImpl::SetSweepPriority(grpc::ServerContext* context,
+                                                    const v1::SetSweepPriorityRequest* request,
+                                                    v1::SetSweepPriorityResponse* response) {
+  CART_CALLER(who, "SetSweepPriority");
+  absl::StatusOr<int64_t> changed =
+      ctx_.scheduler->SetSweepPriority(request->name(), request->priority(), who);
+  if (!changed.ok()) return ToGrpc(changed.status());
+  response->set_runs_affected(*changed);
+  return grpc::Status::OK;
+}
+
 grpc::Status SchedulerServiceImpl::ListRuns(grpc::ServerContext* context,
                                             const v1::ListRunsRequest* request,
                                             v1::ListRunsResponse* response) {

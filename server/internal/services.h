@@ -53,6 +53,9 @@ class SchedulerServiceImpl final : public v1::SchedulerService::Service {
                            v1::ResumeSweepResponse* response) override;
   grpc::Status DeleteSweep(grpc::ServerContext* context, const v1::DeleteSweepRequest* request,
                            v1::DeleteSweepResponse* response) override;
+  grpc::Status SetSweepPriority(grpc::ServerContext* context,
+                                const v1::SetSweepPriorityRequest* request,
+                                v1::SetSweepPriorityResponse* response) override;
   grpc::Status ListRuns(grpc::ServerContext* context, const v1::ListRunsRequest* request,
                         v1::ListRunsResponse* response) override;
   grpc::Status GetRun(grpc::ServerContext* context, const v1::GetRunRequest* request,

@@ -164,6 +164,13 @@ grpc::Status WorkerServiceImpl::RegisterWorker(grpc::ServerContext* context,
     worker.memory_reserve_bytes = request->device().memory_reserve_mib() * kMiB;
   }
   worker.free_disk_bytes = request->free_disk_mib() * kMiB;
+  const double speed = request->device().speed_factor();
+  if (!(speed >= 0) || speed > 1000) {
+    return ToGrpc(absl::InvalidArgumentError(
+        StrCat("RegisterWorker: worker '", request->worker_id(),
+               "': device.speed_factor must be between 0 (measure it) and 1000, got ", speed)));
+  }
+  worker.speed_factor = speed;
   absl::StatusOr<WorkerTiming> timing = ctx_.scheduler->RegisterWorker(worker);
   if (!timing.ok()) return ToGrpc(timing.status());
   response->set_lease_ttl_ms(absl::ToInt64Milliseconds(timing->lease_ttl));

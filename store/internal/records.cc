@@ -14,7 +14,7 @@ namespace {
   "r.stored_params, r.effective_params, r.memory_estimate_bytes, r.status, r.priority, "     \
   "r.attempt, r.max_attempts, r.attempt_floor, r.cancel_requested, r.parent_run_id, "        \
   "r.parent_checkpoint, r.created_us, r.updated_us, r.oom_memory_bytes, r.params_json, "     \
-  "r.min_memory_bytes, r.kind, r.eval_loops "                                                \
+  "r.min_memory_bytes, r.kind, r.eval_loops, r.work_hours "                                  \
   "FROM runs AS r JOIN sweeps AS s ON s.id = r.sweep_id "
 
 constexpr char kSelectRunById[] = CART_RUN_SELECT "WHERE r.id = ?";
@@ -100,6 +100,7 @@ absl::StatusOr<RunRecord> ReadRun(const Statement& row) {
   run.oom_memory_bytes = row.ColumnInt64(23);
   run.min_memory_bytes = row.ColumnInt64(25);
   run.kind = ParseJobKind(row.ColumnText(26)).value_or(JobKind::kTrain);
+  run.work_hours = row.ColumnDouble(28);
   for (const std::string& part : Split(row.ColumnText(27), ',')) {
     if (std::optional<int64_t> r = ParseInt64(part)) run.eval_loops.push_back(static_cast<int>(*r));
   }

@@ -236,6 +236,13 @@ constexpr char kSchemaV9[] = R"sql(
 CREATE INDEX checkpoints_by_sha256 ON checkpoints(sha256);
 )sql";
 
+// Version 10: each run's work, in hours of one RTX 3090 (model::EstimateRunCost over its config),
+// so that placement can put the longest jobs first and weigh a device's speed. Existing runs keep
+// 0: unknown, placed after the runs whose work is known, oldest first as before.
+constexpr char kSchemaV10[] = R"sql(
+ALTER TABLE runs ADD COLUMN work_hours REAL NOT NULL DEFAULT 0;
+)sql";
+
 absl::Status Apply(Database& db, const Migration& migration) {
   Transaction txn(&db);
   CART_RETURN_IF_ERROR(txn.Begin(Transaction::Mode::kImmediate));
@@ -268,6 +275,7 @@ const std::vector<Migration>& Migrations() {
       {7, "attempts.outcome: DRAINED and OUT_OF_MEMORY", kSchemaV7},
       {8, "runs_by_sweep_status: a sweep's counts per state from an index", kSchemaV8},
       {9, "checkpoints_by_sha256: checkpoint retention releases unnamed artifacts", kSchemaV9},
+      {10, "runs.work_hours: each run's work for speed-aware placement", kSchemaV10},
   };
   return *kAll;
 }

@@ -81,6 +81,10 @@ absl::Status ValidateRun(const std::string& sweep, const NewRun& run) {
                                              " must be between 0 and the memory estimate ",
                                              run.memory_estimate_bytes));
   }
+  if (!(run.work_hours >= 0) || run.work_hours > 1e9) {  // NaN fails the first test
+    return absl::InvalidArgumentError(
+        StrCat(where(), ": work_hours ", run.work_hours, " must be between 0 and 1e9"));
+  }
   if (run.max_attempts < 1) {
     return absl::InvalidArgumentError(
         StrCat(where(), ": max_attempts must be at least 1, got ", run.max_attempts));

@@ -63,6 +63,7 @@ class Cluster {
   std::string dir() const { return dir_.path().string(); }
   std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
   const std::string& worker_token() const { return worker_token_; }
+  const std::string& user_token() const { return user_token_; }
   std::string Log(const std::string& name) const;  // a process's captured stderr
 
  private:

@@ -83,6 +83,45 @@ TEST(ServiceTest, SweepOfTwoByTwoByTwoSeedsCompletesOnTwoWorkersAndShowsTheRhoTa
   EXPECT_TRUE(c.Runs("grid").empty());
 }
 
+// Placement with real processes: of two workers told their speeds (cart-worker --speed-factor),
+// the faster one gets the longer run and the slower one the shorter, whichever asks first (first
+// fit would give the older, shorter run to whoever asked first).
+TEST(ServiceTest, TheFasterWorkerGetsTheLongerRun) {
+  Cluster c;
+  c.StartCartd();
+  const std::string data = c.SynthData();
+  c.StartWorker("fast", 0, {"--speed-factor", "1"});
+  c.StartWorker("slow", 0, {"--speed-factor", "0.5"});
+  ASSERT_TRUE(c.WaitFor(
+      [&] {
+        grpc::ClientContext ctx;
+        ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+        ctx.AddMetadata("authorization", "Bearer " + c.user_token());
+        cart::v1::ListWorkersResponse workers;
+        c.stub().ListWorkers(&ctx, {}, &workers);
+        return workers.workers_size() == 2;
+      },
+      std::chrono::seconds(60)));
+  // Index 0 is the shorter run: the older one.
+  const std::string file =
+      c.WriteFile("speeds.yaml", StrCat("name: speeds\nbase:\n", RunBase(data, 20, 0),
+                                        "grid:\n  steps: [20, 40]\nseeds: [1]\n"));
+  c.Cart({"sweep", "submit", file});
+  ASSERT_TRUE(c.WaitFor(
+      [&] {
+        int done = 0;
+        for (const auto& r : c.Runs("speeds")) done += r.state() == cart::v1::RUN_STATE_SUCCEEDED;
+        return done == 2;
+      },
+      std::chrono::seconds(180)))
+      << c.Cart({"sweep", "show", "speeds"});
+  for (const auto& r : c.Runs("speeds")) {
+    EXPECT_EQ(r.worker_id(), Cluster::WorkerId(r.total_steps() == 40 ? "fast" : "slow"))
+        << r.name() << " (" << r.total_steps() << " steps)";
+  }
+  EXPECT_THAT(c.Cart({"workers", "ls"}), HasSubstr("1.00x (reported)"));
+}
+
 TEST(ServiceTest, KilledWorkersRunResumesElsewhereFromItsCheckpointWithIdenticalLosses) {
   Cluster c(/*lease_ttl_s=*/2);
   c.StartCartd();
@@ -302,7 +341,9 @@ TEST(ServiceTest, CartdKilledWhileWorkersStreamRestartsAndLosesNothing) {
         return true;
       },
       std::chrono::seconds(300)))
-      << c.Log("cartd.log") << c.Log("worker-a.log");
+      << c.Log("cartd.log") << c.Log("worker-a.log") << c.Log("worker-b.log")
+      << c.Cart({"runs", "show", "k/0"}, true) << c.Cart({"runs", "show", "k/1"}, true)
+      << c.Cart({"workers", "ls"}, true);
   for (const auto& r : c.Runs("k")) {
     std::map<int64_t, double> loss = c.Series(r.run_id(), "loss");  // duplicates fail inside
     EXPECT_EQ(loss.size(), 150u) << r.name();

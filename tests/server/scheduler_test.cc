@@ -293,6 +293,178 @@ TEST(FitMicroBatchTest, LargestDivisorOfTheGlobalBatchThatFitsNeverAboveTheConfi
   EXPECT_EQ(huge->accum, 2048);
 }
 
+// Placement knows speeds and lengths (server/placement.h): a slow worker asking first takes the
+// short run, and the fast one the long run; the long run's "why it waits" said why the slow one
+// did not get it. First fit (the old policy) gives the slow worker the oldest run.
+constexpr char kLongAndShort[] = R"(name: ls
+base: {vocab: 100, P: 1, R: 2, seq_len: 64, batch: 2, d: 64}
+grid: {steps: [100000, 1000]}
+seeds: [1]
+)";
+
+TEST_F(SchedulerTest, AFastWorkerGetsTheLongRunAndASlowOneTheShortOne) {
+  SubmitResult sweep = Submit(kLongAndShort);
+  ASSERT_EQ(sweep.runs.size(), 2u);
+  const int64_t long_run = sweep.runs[0].id, short_run = sweep.runs[1].id;
+  auto reg = [&](const std::string& id, double speed) {
+    WorkerInfo w;
+    w.id = id;
+    w.device_kind = "cuda";
+    w.device_name = id;
+    w.memory_bytes = 24 * kGiB;
+    w.memory_reserve_bytes = 0;
+    w.speed_factor = speed;
+    CART_ASSERT_OK(scheduler_->RegisterWorker(w).status());
+  };
+  reg("slow", 0.2);
+  reg("fast", 1.0);
+  auto run = store_->GetRun(long_run);
+  ASSERT_TRUE(run.ok());
+  EXPECT_GT(run->work_hours, 0);
+  std::optional<Job> slow = AcquireNow("slow");
+  ASSERT_TRUE(slow.has_value());
+  EXPECT_EQ(slow->run.id, short_run);
+  auto waiting = scheduler_->GetRun(long_run);
+  ASSERT_TRUE(waiting.ok());
+  EXPECT_THAT(waiting->info.waiting_reason, HasSubstr("not given to worker slow"));
+  EXPECT_THAT(waiting->info.waiting_reason, HasSubstr("finishes sooner on fast"));
+  std::optional<Job> fast = AcquireNow("fast");
+  ASSERT_TRUE(fast.has_value());
+  EXPECT_EQ(fast->run.id, long_run);
+  // The workers list shows each speed and where it came from.
+  for (const WorkerStatus& w : scheduler_->ListWorkers()) {
+    EXPECT_EQ(w.speed_source, "reported") << w.info.id;
+    EXPECT_DOUBLE_EQ(w.speed, w.info.id == "fast" ? 1.0 : 0.2);
+  }
+
+  // The old policy, kept selectable: the oldest run goes to whoever asks first.
+  SchedulerOptions first_fit;
+  first_fit.lease_ttl = kTtl;
+  first_fit.expiry_interval = absl::ZeroDuration();
+  first_fit.placement = SchedulerOptions::Placement::kFirstFit;
+  scheduler_ = std::make_unique<Scheduler>(store_.get(), &clock_, first_fit);
+  Submit(StrCat(kLongAndShort).replace(6, 2, "l2"), "req-l2");
+  reg("slow", 0.2);
+  std::optional<Job> oldest = AcquireNow("slow");
+  ASSERT_TRUE(oldest.has_value());
+  EXPECT_EQ(oldest->run.name, "0");  // the long run, expanded first
+}
+
+// A worker that reports no speed starts from its card's peak and then runs at what its runs'
+// tokens/s measure; a new worker of the same device starts from that measurement.
+TEST_F(SchedulerTest, SpeedIsMeasuredFromTokensPerSecond) {
+  SubmitResult sweep = Submit(kLongAndShort);
+  WorkerInfo w;
+  w.id = "w1";
+  w.device_kind = "cuda";
+  w.device_name = "NVIDIA GeForce RTX 3050";
+  w.memory_bytes = 8 * kGiB;
+  w.memory_reserve_bytes = 0;
+  CART_ASSERT_OK(scheduler_->RegisterWorker(w).status());
+  auto speed_of = [&](const std::string& id) {
+    for (const WorkerStatus& s : scheduler_->ListWorkers()) {
+      if (s.info.id == id) return std::make_pair(s.speed, s.speed_source);
+    }
+    return std::make_pair(0.0, std::string());
+  };
+  EXPECT_NEAR(speed_of("w1").first, 18.2 / 71.0, 1e-9);
+  EXPECT_EQ(speed_of("w1").second, "card peak");
+  Job job = Start("w1");
+  // The run's tokens at what an RTX 3090 would reach (its work estimate), times 0.2.
+  auto config = model::ParseRunConfigYaml(job.run.config_yaml, "run");
+  ASSERT_TRUE(config.ok());
+  const int64_t tokens =
+      config->train.steps * config->train.batch * config->train.accum * config->train.seq_len;
+  const double rtx3090 = static_cast<double>(tokens) / (job.run.work_hours * 3600.0);
+  CART_ASSERT_OK(
+      scheduler_->AppendMetrics(job.run.id, job.attempt, {{1, "tokens_per_s", 0.2 * rtx3090, 0}})
+          .status());
+  EXPECT_NEAR(speed_of("w1").first, 0.2, 1e-9);
+  EXPECT_EQ(speed_of("w1").second, "measured");
+  w.id = "w2";
+  CART_ASSERT_OK(scheduler_->RegisterWorker(w).status());
+  EXPECT_NEAR(speed_of("w2").first, 0.2, 1e-9);
+  EXPECT_EQ(speed_of("w2").second, "measured on NVIDIA GeForce RTX 3050");
+}
+
+// A user may not give a sweep a priority above the cap (an admin may, and may re-prioritise a
+// sweep later; a user may not).
+TEST_F(SchedulerTest, PriorityAboveTheUsersCapIsRefusedAndOnlyAnAdminChangesIt) {
+  SubmitRequest request;
+  request.spec_yaml = OneRunSweep("greedy", 11);
+  request.file_name = "greedy.yaml";
+  request.who = "user:test";
+  EXPECT_THAT(
+      scheduler_->SubmitSweep(request),
+      StatusIs(absl::StatusCode::kPermissionDenied,
+               HasSubstr("greedy.yaml: priority: 11 is above the highest a user may set (10)")));
+  request.who = "admin:root";
+  CART_ASSERT_OK(scheduler_->SubmitSweep(request).status());
+  SubmitResult low = Submit(OneRunSweep("low", 0));
+  EXPECT_THAT(scheduler_->SetSweepPriority("low", 50, "user:test"),
+              StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("needs an admin token")));
+  auto changed = scheduler_->SetSweepPriority("low", 50, "admin:root");
+  ASSERT_TRUE(changed.ok()) << changed.status();
+  EXPECT_EQ(*changed, 1);
+  Register("w", 24 * kGiB);
+  std::optional<Job> job = AcquireNow("w");
+  ASSERT_TRUE(job.has_value());
+  EXPECT_EQ(job->run.id, low.runs[0].id);  // now above the admin's 11
+}
+
+// A worker registered before cartd restarted acquires without registering again, and placement
+// gives it work: its speed is guessed from what the store remembers of its device (before, it
+// had none, and placement left it waiting for ever).
+TEST_F(SchedulerTest, AWorkerKnownFromBeforeARestartIsPlaced) {
+  Register("w", 24 * kGiB);
+  SubmitResult sweep = Submit(kLongAndShort);
+  scheduler_ = MakeScheduler(absl::ZeroDuration());
+  std::optional<Job> job = AcquireNow("w");
+  ASSERT_TRUE(job.has_value());
+  EXPECT_EQ(job->run.id, sweep.runs[0].id);  // the longer
+  for (const WorkerStatus& w : scheduler_->ListWorkers()) EXPECT_GT(w.speed, 0) << w.info.id;
+}
+
+// Fair share: within a priority level the owner with fewer recent GPU-hours is served first,
+// even with the shorter run; with fair share off the longest run goes first.
+TEST_F(SchedulerTest, TheOwnerWithFewerRecentGpuHoursIsServedFirst) {
+  Register("w", 24 * kGiB);
+  auto submit_as = [&](const std::string& who, const std::string& name, int64_t steps) {
+    SubmitRequest request;
+    request.spec_yaml = StrCat("name: ", name,
+                               "\nbase: {d: 64, vocab: 100, P: 1, R: 2, seq_len: 64, batch: 2, "
+                               "steps: ",
+                               steps, "}\n");
+    request.file_name = name + ".yaml";
+    request.who = who;
+    auto result = scheduler_->SubmitSweep(request);
+    EXPECT_TRUE(result.ok()) << result.status();
+    return result.ok() ? result->runs.at(0).id : 0;
+  };
+  // Alice has used the worker for two hours.
+  submit_as("user:alice", "used", 1000);
+  Job used = Start("w");
+  clock_.Advance(absl::Hours(2));
+  CART_ASSERT_OK(
+      scheduler_->ReportOutcome(used.run.id, used.attempt, store::AttemptOutcome::kSucceeded, "")
+          .status());
+  const int64_t alice_long = submit_as("user:alice", "a-long", 100000);
+  const int64_t bob_short = submit_as("user:bob", "b-short", 1000);
+  std::optional<Job> job = AcquireNow("w");
+  ASSERT_TRUE(job.has_value());
+  EXPECT_EQ(job->run.id, bob_short);
+  CART_ASSERT_OK(scheduler_->CancelRun(job->run.id, "admin:root", "").status());
+
+  SchedulerOptions off;
+  off.lease_ttl = kTtl;
+  off.expiry_interval = absl::ZeroDuration();
+  off.fair_share_half_life = absl::ZeroDuration();
+  scheduler_ = std::make_unique<Scheduler>(store_.get(), &clock_, off);
+  job = AcquireNow("w");
+  ASSERT_TRUE(job.has_value());
+  EXPECT_EQ(job->run.id, alice_long);
+}
+
 TEST_F(SchedulerTest, HigherPriorityFirstThenOlder) {
   SubmitResult low_a = Submit(OneRunSweep("low-a", 1));
   clock_.Advance(absl::Seconds(1));

@@ -735,5 +735,47 @@ TEST_F(RunStoreTest, DeleteSweepRemovesEverythingOfItsRunsUnlessSomethingStillNe
       store_->CreateSweep(MakeSweep("s", {MakeRun("again", {})}, 0), By("u", kT0 + 1)).status());
 }
 
+// Fair share's usage: an attempt's hours per sweep owner, each weighed by 2^(-age / half-life).
+TEST_F(RunStoreTest, DecayedUsageWeighsEachHourByItsAge) {
+  constexpr int64_t kHour = 3'600'000'000;
+  CART_ASSERT_OK_AND_ASSIGN(
+      auto created, store_->CreateSweep(MakeSweep("s", {MakeRun("a", {})}), By("user:a", kT0)));
+  Claim claim = ClaimExpecting(created.run_ids[0], kT0);
+  CART_ASSERT_OK(store_->MarkRunning(claim.run.id, claim.attempt, kT0));
+  // Running: counts up to now.
+  CART_ASSERT_OK_AND_ASSIGN(auto usage, store_->DecayedUsage(kT0 + kHour / 2, 1000 * kHour));
+  EXPECT_NEAR(usage["user:a"], 0.5, 1e-3);
+  CART_ASSERT_OK(store_->RecordAttemptOutcome(
+      claim.run.id, claim.attempt, AttemptOutcome::kSucceeded, By("worker:w1", kT0 + kHour)));
+  CART_ASSERT_OK_AND_ASSIGN(usage, store_->DecayedUsage(kT0 + kHour, 1000 * kHour));
+  EXPECT_NEAR(usage["user:a"], 1.0, 1e-3);
+  // One half-life (24 h) after it ended: 24 / ln 2 × (2^-1 − 2^-(25/24)) = 0.4928 hours.
+  CART_ASSERT_OK_AND_ASSIGN(usage, store_->DecayedUsage(kT0 + 25 * kHour, 24 * kHour));
+  EXPECT_NEAR(usage["user:a"], 0.4928, 1e-3);
+  // Past ten half-lives it is left out; a zero half-life turns fair share off.
+  CART_ASSERT_OK_AND_ASSIGN(usage, store_->DecayedUsage(kT0 + 300 * kHour, 24 * kHour));
+  EXPECT_TRUE(usage.empty());
+  CART_ASSERT_OK_AND_ASSIGN(usage, store_->DecayedUsage(kT0 + kHour, 0));
+  EXPECT_TRUE(usage.empty());
+}
+
+// An admin's new priority reaches the sweep and its unfinished runs, and the claim order.
+TEST_F(RunStoreTest, SetSweepPriorityMovesItsUnfinishedRuns) {
+  CART_ASSERT_OK_AND_ASSIGN(
+      auto first, store_->CreateSweep(MakeSweep("first", {MakeRun("a", {})}), By("u", kT0)));
+  CART_ASSERT_OK_AND_ASSIGN(
+      auto later, store_->CreateSweep(MakeSweep("later", {MakeRun("b", {}), MakeRun("c", {})}),
+                                      By("u", kT0 + 1)));
+  CART_ASSERT_OK_AND_ASSIGN(int64_t changed,
+                            store_->SetSweepPriority("later", 7, By("admin:root", kT0 + 2)));
+  EXPECT_EQ(changed, 2);
+  CART_ASSERT_OK_AND_ASSIGN(SweepRecord sweep, store_->GetSweep("later"));
+  EXPECT_EQ(sweep.priority, 7);
+  ClaimExpecting(later.run_ids[0], kT0 + 3);  // no longer behind the older sweep
+  EXPECT_THAT(store_->SetSweepPriority("nope", 1, By("admin:root", kT0)),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("nope")));
+  (void)first;
+}
+
 }  // namespace
 }  // namespace cart::store

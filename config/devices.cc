@@ -1,0 +1,32 @@
+#include "config/devices.h"
+
+#include <cstring>
+
+namespace cart::model {
+namespace {
+
+constexpr CardPeak kCardPeaks[] = {
+    {"RTX 3050", 18.2},   {"RTX 3060", 25.5},    {"RTX 3070", 40.6},   {"RTX 3080 Ti", 68.2},
+    {"RTX 3080", 59.5},   {"RTX 3090 Ti", 80.0}, {"RTX 3090", 71.0},   {"RTX 4090", 165.2},
+    {"RTX A6000", 154.8}, {"A100", 312.0},       {"H100 PCIe", 756.0}, {"H100", 989.4},
+    {"H200", 989.4},      {"L40S", 362.1},       {"A10", 125.0},
+};
+
+}  // namespace
+
+std::optional<CardPeak> PeakOf(std::string_view device_name) {
+  std::optional<CardPeak> best;
+  for (const CardPeak& c : kCardPeaks) {
+    if (device_name.find(c.name) == std::string_view::npos) continue;
+    if (!best || std::strlen(c.name) > std::strlen(best->name)) best = c;
+  }
+  return best;
+}
+
+std::optional<double> PeakSpeedRelativeTo3090(std::string_view device_name) {
+  const std::optional<CardPeak> card = PeakOf(device_name);
+  if (!card) return std::nullopt;
+  return card->bf16_tflops / kRtx3090Tflops;
+}
+
+}  // namespace cart::model

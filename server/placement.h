@@ -1,0 +1,60 @@
+#pragma once
+
+// Which queued run a free worker should take, knowing every worker's speed and every run's work
+// (docs/design.md "Placement"). Pure: the Scheduler gathers the inputs (the store's queued runs,
+// its workers' speeds and what they are running) and claims what this decides.
+//
+// Work is counted in hours of one RTX 3090 (store::PlaceableRun::RemainingHours, from
+// model::EstimateRunCost) and speed as a multiple of one (a 3050 is about 0.25), so a run of W
+// hours takes W / speed hours on a worker.
+//
+// Earliest finish, longest first: the queued runs are taken by priority, and within a level
+// longest first, and each is planned onto the worker that would finish it soonest (its free time
+// plus the run's work at its speed), the asking worker being free now. The asker gets the first
+// run planned onto it: a run of a lower level only when every run above is planned onto other
+// workers. If none is, it waits: every run would finish sooner on a faster worker once that one
+// is free. This is list scheduling with the longest processing time first on uniform machines;
+// `bench-schedule` replays the paper's sweeps through it.
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "store/types.h"
+
+namespace cart::server {
+
+struct PlacementWorker {
+  std::string id;
+  std::string device;        // for messages ("NVIDIA GeForce RTX 3090")
+  int64_t memory_bytes = 0;  // usable
+  double speed = 1;          // × an RTX 3090; > 0
+  double free_in_hours = 0;  // when its current run is expected to end; 0: free now
+};
+
+struct PlacementDecision {
+  std::optional<int64_t> run_id;  // the run the asking worker should take
+  // Runs the asker could have taken but that finish sooner elsewhere: run -> why (what `cart runs
+  // show` says while the run waits).
+  std::map<int64_t, std::string> declined;
+};
+
+// Whether `run` may go on a worker with `memory_bytes` (usable): its least memory fits and the
+// device is above its out-of-memory floor.
+inline bool Fits(const store::PlaceableRun& run, int64_t memory_bytes) {
+  return run.min_memory_bytes <= memory_bytes && run.oom_memory_bytes < memory_bytes;
+}
+
+// `queued`: QUEUED runs in any order (sorted here: priority, then longest remaining work; unknown
+// work last, then oldest). `others`: every live worker but the asker, busy or not.
+// `usage`: fair share, each owner's decayed GPU-hours (store::RunStore::DecayedUsage); within a
+// priority level the next run planned is the longest of the owner whose usage plus what the plan
+// has given them so far is least. Empty: one queue, longest first. Deterministic for equal inputs.
+PlacementDecision PlaceEarliestFinish(const PlacementWorker& asker,
+                                      const std::vector<PlacementWorker>& others,
+                                      std::vector<store::PlaceableRun> queued,
+                                      const std::map<std::string, double>& usage = {});
+
+}  // namespace cart::server

@@ -1,0 +1,124 @@
+// server/placement.h: earliest finish, longest first, on hand-made fleets and queues.
+
+#include "server/placement.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace cart::server {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr int64_t kGiB = int64_t{1} << 30;
+
+PlacementWorker Worker(const std::string& id, double speed, double free_in_hours = 0,
+                       int64_t memory = 24 * kGiB) {
+  PlacementWorker w;
+  w.id = id;
+  w.device = id;
+  w.speed = speed;
+  w.free_in_hours = free_in_hours;
+  w.memory_bytes = memory;
+  return w;
+}
+
+store::PlaceableRun Queued(int64_t id, double hours, int64_t priority = 0, int64_t created = 0,
+                           int64_t min_memory = kGiB) {
+  store::PlaceableRun r;
+  r.id = id;
+  r.work_hours = hours;
+  r.steps = 100;
+  r.priority = priority;
+  r.created_us = created == 0 ? id : created;
+  r.min_memory_bytes = min_memory;
+  return r;
+}
+
+TEST(PlacementTest, TheLongestRunGoesFirst) {
+  const PlacementDecision d =
+      PlaceEarliestFinish(Worker("a", 1), {}, {Queued(1, 2), Queued(2, 10), Queued(3, 5)});
+  EXPECT_EQ(d.run_id, 2);
+}
+
+// A free slow worker does not take a long run that a fast worker, free soon, would finish
+// sooner: it takes the shorter run that it finishes first.
+TEST(PlacementTest, ASlowWorkerTakesWhatItWouldFinishFirst) {
+  const PlacementWorker slow = Worker("slow", 0.25);
+  const std::vector<PlacementWorker> fast = {Worker("fast", 1, /*free_in_hours=*/1)};
+  // 10 h of work: 40 h on the slow one, 1 + 10 = 11 h on the fast one. 2 h: 8 h on the slow one,
+  // 11 + 2 = 13 h on the fast one after the long run.
+  const PlacementDecision d = PlaceEarliestFinish(slow, fast, {Queued(1, 10), Queued(2, 2)});
+  EXPECT_EQ(d.run_id, 2);
+  ASSERT_EQ(d.declined.count(1), 1u);
+  EXPECT_THAT(d.declined.at(1), HasSubstr("finishes sooner on fast"));
+}
+
+// When every run finishes sooner elsewhere, the slow worker waits.
+TEST(PlacementTest, ASlowWorkerWaitsWhenEverythingFinishesSoonerElsewhere) {
+  const PlacementDecision d = PlaceEarliestFinish(
+      Worker("slow", 0.25), {Worker("fast", 1, 0.5), Worker("fast2", 1, 0.5)}, {Queued(1, 10)});
+  EXPECT_FALSE(d.run_id.has_value());
+  EXPECT_EQ(d.declined.count(1), 1u);
+}
+
+// ... and takes the long run when the fast workers are busy long enough.
+TEST(PlacementTest, ASlowWorkerTakesALongRunWhenFastOnesAreBusyForLonger) {
+  const PlacementDecision d =
+      PlaceEarliestFinish(Worker("slow", 0.25), {Worker("fast", 1, 50)}, {Queued(1, 10)});
+  EXPECT_EQ(d.run_id, 1);
+}
+
+// Memory: a run that fits only the asker is planned there even if another is faster.
+TEST(PlacementTest, OnlyWorkersItFitsAreWeighed) {
+  const PlacementDecision d = PlaceEarliestFinish(Worker("big-slow", 0.5, 0, 80 * kGiB),
+                                                  {Worker("small-fast", 2, 0, 8 * kGiB)},
+                                                  {Queued(1, 10, 0, 0, /*min_memory=*/40 * kGiB)});
+  EXPECT_EQ(d.run_id, 1);
+  // A run above a device's out-of-memory floor only.
+  store::PlaceableRun oom = Queued(2, 1);
+  oom.oom_memory_bytes = 24 * kGiB;
+  EXPECT_FALSE(PlaceEarliestFinish(Worker("a", 1), {}, {oom}).run_id.has_value());
+}
+
+// A higher level is planned before a lower one; the asker takes a lower-level run only when the
+// ones above are planned onto other workers.
+TEST(PlacementTest, PriorityLevelsComeFirstAndALowerOneFillsTheRest) {
+  const PlacementDecision high =
+      PlaceEarliestFinish(Worker("a", 1), {}, {Queued(1, 10, 0), Queued(2, 1, 5)});
+  EXPECT_EQ(high.run_id, 2);
+  const PlacementDecision rest = PlaceEarliestFinish(Worker("slow", 0.25), {Worker("fast", 1)},
+                                                     {Queued(1, 10, 5), Queued(2, 1, 0)});
+  EXPECT_EQ(rest.run_id, 2);
+}
+
+// A resumed run counts only the work it has left; unknown work goes after known, oldest first.
+TEST(PlacementTest, RemainingWorkAndUnknownWorkOrderTheQueue) {
+  store::PlaceableRun resumed = Queued(1, 10);
+  resumed.done_steps = 90;  // 1 h left
+  EXPECT_DOUBLE_EQ(resumed.RemainingHours(), 1.0);
+  EXPECT_EQ(PlaceEarliestFinish(Worker("a", 1), {}, {resumed, Queued(2, 3)}).run_id, 2);
+  EXPECT_EQ(
+      PlaceEarliestFinish(Worker("a", 1), {}, {Queued(5, 0, 0, 50), Queued(6, 0, 0, 40)}).run_id,
+      6);
+  EXPECT_EQ(PlaceEarliestFinish(Worker("a", 1), {}, {Queued(5, 0), Queued(6, 0.1)}).run_id, 6);
+}
+
+// Fair share: within a level, the owner who has used less goes first, even with a shorter run;
+// without usage figures the longest run goes first whoever owns it.
+TEST(PlacementTest, TheLessServedOwnerGoesFirstWithinALevel) {
+  store::PlaceableRun a = Queued(1, 10);
+  a.owner = "user:a";
+  store::PlaceableRun b = Queued(2, 1);
+  b.owner = "user:b";
+  EXPECT_EQ(PlaceEarliestFinish(Worker("w", 1), {}, {a, b}).run_id, 1);
+  EXPECT_EQ(PlaceEarliestFinish(Worker("w", 1), {}, {a, b}, {{"user:a", 10}, {"user:b", 0}}).run_id,
+            2);
+  // A higher level still comes first.
+  store::PlaceableRun high = Queued(4, 1, /*priority=*/5);
+  high.owner = "user:a";
+  EXPECT_EQ(PlaceEarliestFinish(Worker("w", 1), {}, {a, b, high}, {{"user:a", 100}}).run_id, 4);
+}
+
+}  // namespace
+}  // namespace cart::server
