@@ -245,8 +245,8 @@ class Scheduler {
   // Registers a worker or refreshes its registration (idempotent on id); a worker that registers
   // again is no longer draining. InvalidArgument for an empty id, a bad id or negative memory.
   absl::StatusOr<WorkerTiming> RegisterWorker(const WorkerInfo& worker);
-  // Long poll: leases the best run that fits the worker (highest priority, then oldest; memory
-  // estimate <= device memory; above its OOM floor), waiting up to `wait` (capped) for one.
+  // Long poll: leases the run placement gives the worker (SchedulerOptions::placement; it fits
+  // the memory and is above its OOM floor), waiting up to `wait` (capped) for one.
   // nullopt when none came, or on shutdown. FailedPrecondition for an unregistered or draining
   // worker.
   absl::StatusOr<std::optional<Job>> Acquire(const std::string& worker_id, absl::Duration wait);
