@@ -240,9 +240,10 @@ absl::Status Up(const UpArgs& a) {
       result = call(&cart::v1::SchedulerService::Stub::SubmitSweep, req, resp);
       if (!result.ok()) break;
       names.push_back(resp.sweep().name());
+      int64_t runs = 0;
+      for (const auto& [state, n] : resp.sweep().runs_by_state()) runs += n;
       std::cout << fmt::format("{} sweep {} ({} runs)\n",
-                               resp.existing() ? "resuming" : "submitted", names.back(),
-                               resp.runs_size())
+                               resp.existing() ? "resuming" : "submitted", names.back(), runs)
                 << std::flush;
     }
     if (result.ok()) result = WaitForSweeps(names, call);

@@ -353,15 +353,12 @@ absl::StatusOr<int64_t> Scheduler::ResumeSweep(const std::string& name, const st
 absl::StatusOr<store::DeletedSweep> Scheduler::DeleteSweep(const std::string& name,
                                                            const std::string& who) {
   CART_RETURN_IF_ERROR(CheckSweepOwner(name, who, "delete"));
-  store::RunFilter filter;
-  filter.sweeps = {name};
-  CART_ASSIGN_OR_RETURN(std::vector<RunRecord> runs, store_->ListRuns(filter));
   CART_ASSIGN_OR_RETURN(store::DeletedSweep deleted, store_->DeleteSweep(name));
   if (options_.release_artifact) {
     for (const std::string& sha : deleted.released_artifacts) options_.release_artifact(sha);
   }
   // Followers of the deleted runs wake up, find them gone and end their streams.
-  for (const RunRecord& run : runs) BumpRun(run.id);
+  for (int64_t id : deleted.run_ids) BumpRun(id);
   std::fprintf(stderr, "cartd: %s deleted sweep '%s' (%lld runs, %lld metric points, %zu blobs)\n",
                who.c_str(), name.c_str(), static_cast<long long>(deleted.runs),
                static_cast<long long>(deleted.metric_points), deleted.released_artifacts.size());
@@ -482,6 +479,7 @@ std::pair<double, std::string> Scheduler::SpeedFor(const WorkerInfo& info, const
 void Scheduler::NoteClaim(const Job& job, const std::string& worker_id) {
   Running r;
   r.worker_id = worker_id;
+  r.attempt = job.attempt;
   r.work_hours = job.run.work_hours;
   r.steps = job.run.steps;
   r.claimed_us = NowMicros();
@@ -515,7 +513,8 @@ void Scheduler::MeasureSpeed(int64_t run_id, double tokens_per_s) {
   const double rtx3090_tokens_per_s =
       static_cast<double>(run->second.tokens) / (run->second.work_hours * 3600.0);
   const double measured = tokens_per_s / rtx3090_tokens_per_s;
-  // A moving average: the first report of a run is often a warm-up one.
+  // The first measurement is taken whole; later ones move a moving average, so that one run's
+  // warm-up or a throttled spell does not swing the speed.
   Worker& worker = w->second;
   worker.speed = worker.measured ? 0.8 * worker.speed + 0.2 * measured : measured;
   worker.measured = true;
@@ -534,8 +533,9 @@ absl::StatusOr<std::optional<store::Claim>> Scheduler::Place(const std::string& 
   }
   // The plan weighs the first runs by priority and work; a bigger queue is placed as it shrinks.
   constexpr int64_t kMostWeighed = 4000;
+  const int64_t largest = std::max(memory, MaxWorkerMemory().value_or(memory));
   CART_ASSIGN_OR_RETURN(std::vector<store::PlaceableRun> queued,
-                        store_->ListQueuedWork(kMostWeighed));
+                        store_->ListQueuedWork(kMostWeighed, largest));
   if (queued.empty()) return std::optional<store::Claim>();
   PlacementWorker asker;
   std::vector<PlacementWorker> others;
@@ -943,8 +943,11 @@ absl::StatusOr<RunRecord> Scheduler::ReportOutcome(int64_t run_id, int64_t attem
     stats_.AddRetry();
   }
   {
+    // Only this attempt's entry: the run may be requeued and claimed again already.
     absl::MutexLock lock(&mu_);
-    running_.erase(run_id);
+    if (auto it = running_.find(run_id); it != running_.end() && it->second.attempt == attempt) {
+      running_.erase(it);
+    }
   }
   BumpRun(run_id);
   // A requeued run, or derived runs unblocked by a success, may now be claimable.
@@ -960,7 +963,12 @@ absl::StatusOr<std::vector<store::ExpiredLease>> Scheduler::ExpireLeases() {
     stats_.AddLeaseExpiries(static_cast<int64_t>(expired.size()));
     {
       absl::MutexLock lock(&mu_);
-      for (const store::ExpiredLease& lease : expired) running_.erase(lease.run_id);
+      for (const store::ExpiredLease& lease : expired) {
+        if (auto it = running_.find(lease.run_id);
+            it != running_.end() && it->second.attempt == lease.attempt) {
+          running_.erase(it);
+        }
+      }
     }
     for (const store::ExpiredLease& lease : expired) BumpRun(lease.run_id);
     WakePollers();

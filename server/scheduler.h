@@ -365,6 +365,7 @@ class Scheduler {
   // A leased run as placement sees it: whose, how much work, how far.
   struct Running {
     std::string worker_id;
+    int64_t attempt = 0;
     double work_hours = 0;  // the whole run's, RTX 3090 hours; 0: unknown
     int64_t steps = 0;
     int64_t tokens = 0;  // the whole run's training tokens (speed measurement)

@@ -31,6 +31,10 @@ namespace {
 constexpr char kSetStepsParam[] =
     "UPDATE runs SET params_json = json_set(params_json, '$.\"steps\"', ?) WHERE id = ?";
 constexpr char kSetStepsAndConfig[] = "UPDATE runs SET steps = ?, config_yaml = ? WHERE id = ?";
+// A run's work is linear in its steps (tokens = steps x batch x accum x seq_len): an extended run's
+// grows with them. Run before kSetStepsAndConfig, which changes `steps`.
+constexpr char kScaleWork[] =
+    "UPDATE runs SET work_hours = work_hours * ?1 / steps WHERE id = ?2 AND steps > 0";
 
 }  // namespace
 
@@ -69,6 +73,7 @@ absl::StatusOr<RunRecord> RunStore::ExtendRun(int64_t run_id, int64_t new_total_
                                                   " steps; extending to ", new_total_steps,
                                                   " would add none"));
     }
+    CART_RETURN_IF_ERROR(Exec(db, kScaleWork, static_cast<double>(new_total_steps), run_id));
     CART_RETURN_IF_ERROR(Exec(db, kSetStepsAndConfig, new_total_steps, new_config_yaml, run_id));
     CART_RETURN_IF_ERROR(Exec(db, kSetStepsParam, StrCat(new_total_steps), run_id));
     CART_RETURN_IF_ERROR(Exec(db, kSetAttemptFloor, run.attempt, run_id));

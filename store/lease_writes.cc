@@ -52,6 +52,7 @@ constexpr char kSelectNextQueued[] =
   "r.created_us, s.created_by FROM runs AS r JOIN sweeps AS s ON s.id = r.sweep_id "         \
   "WHERE r.status = 'QUEUED' "
 constexpr char kSelectQueuedWork[] = CART_PLACEABLE_SELECT
+    "AND r.min_memory_bytes <= ?2 AND r.oom_memory_bytes < ?2 "
     "ORDER BY r.priority DESC, r.work_hours = 0, r.work_hours DESC, r.created_us, r.id LIMIT ?1";
 constexpr char kSelectUsage[] =
     "SELECT s.created_by, a.started_us, coalesce(a.ended_us, ?1) FROM attempts AS a "
@@ -213,11 +214,12 @@ absl::StatusOr<std::map<std::string, double>> RunStore::DecayedUsage(int64_t now
   });
 }
 
-absl::StatusOr<std::vector<PlaceableRun>> RunStore::ListQueuedWork(int64_t limit) {
+absl::StatusOr<std::vector<PlaceableRun>> RunStore::ListQueuedWork(int64_t limit,
+                                                                   int64_t max_memory_bytes) {
   using Out = std::vector<PlaceableRun>;
   return internal::ReadSnapshot<Out>(*readers_, [&](Database& db) -> absl::StatusOr<Out> {
     CART_ASSIGN_OR_RETURN(auto select, db.Cached(kSelectQueuedWork));
-    select->BindAll(limit);
+    select->BindAll(limit, max_memory_bytes);
     return ReadPlaceable(*select);
   });
 }

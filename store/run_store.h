@@ -164,8 +164,10 @@ class RunStore {
   absl::StatusOr<std::optional<Claim>> ClaimRun(const std::string& worker_id, int64_t run_id,
                                                 int64_t device_memory_bytes, int64_t now_us);
   // The QUEUED runs as placement weighs them (server/placement.h), at most `limit`: highest
-  // priority first, then longest whole-run work (unknown work last), then oldest.
-  absl::StatusOr<std::vector<PlaceableRun>> ListQueuedWork(int64_t limit);
+  // priority first, then longest whole-run work (unknown work last), then oldest. Only runs
+  // that fit a device of max_memory_bytes (the largest live worker's), so that runs no worker
+  // can take do not fill the page.
+  absl::StatusOr<std::vector<PlaceableRun>> ListQueuedWork(int64_t limit, int64_t max_memory_bytes);
   // LEASED -> RUNNING for the current attempt (the worker started training). Repeating it for a
   // RUNNING attempt is a no-op. FailedPrecondition for a stale attempt or another state.
   absl::Status MarkRunning(int64_t run_id, int64_t attempt, int64_t now_us);

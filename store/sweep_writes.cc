@@ -51,9 +51,9 @@ constexpr char kDerivedFromSweep[] =
 constexpr char kArtifactsOfSweep[] =
     "SELECT DISTINCT c.sha256 FROM checkpoints AS c JOIN runs AS r ON r.id = c.run_id "
     "WHERE r.sweep_id = ?";
-constexpr char kCountRunsOfSweep[] = "SELECT count(*) FROM runs WHERE sweep_id = ?";
-// Child rows before their runs, runs before the sweep (foreign keys are on). Each uses an index
-// that starts with run_id, except events by sweep (a sweep's own events are few).
+constexpr char kIdsOfSweepRuns[] = "SELECT id FROM runs WHERE sweep_id = ? ORDER BY id";
+// Child rows before their runs, runs before the sweep (foreign keys are on). Each uses an index:
+// one that starts with run_id, or events_by_sweep.
 constexpr const char* kDeleteSweepRows[] = {
     "DELETE FROM metrics WHERE run_id IN (SELECT id FROM runs WHERE sweep_id = ?1)",
     "DELETE FROM run_summaries WHERE run_id IN (SELECT id FROM runs WHERE sweep_id = ?1)",
@@ -220,10 +220,11 @@ absl::StatusOr<DeletedSweep> RunStore::DeleteSweep(const std::string& name) {
       select->BindAll(sweep.id);
       CART_RETURN_IF_ERROR(
           select->ForEachRow([&](const auto& row) { named.push_back(row.ColumnText(0)); }));
-      CART_ASSIGN_OR_RETURN(auto count, db.Cached(kCountRunsOfSweep));
-      count->BindAll(sweep.id);
+      CART_ASSIGN_OR_RETURN(auto ids, db.Cached(kIdsOfSweepRuns));
+      ids->BindAll(sweep.id);
       CART_RETURN_IF_ERROR(
-          count->ForEachRow([&](const auto& row) { out.runs = row.ColumnInt64(0); }));
+          ids->ForEachRow([&](const auto& row) { out.run_ids.push_back(row.ColumnInt64(0)); }));
+      out.runs = static_cast<int64_t>(out.run_ids.size());
     }
     for (size_t i = 0; i < std::size(kDeleteSweepRows); ++i) {
       CART_ASSIGN_OR_RETURN(auto del, db.Cached(kDeleteSweepRows[i]));

@@ -116,6 +116,7 @@ struct CreatedSweep {
 // What RunStore::DeleteSweep removed.
 struct DeletedSweep {
   int64_t runs = 0;
+  std::vector<int64_t> run_ids;  // the deleted runs
   int64_t metric_points = 0;
   int64_t checkpoints = 0;
   // Artifacts no checkpoint names any more: their rows are gone, the caller deletes the blobs.

@@ -123,7 +123,8 @@ Result Replay(std::vector<Submission> submissions, const std::string& fleet_spec
   const absl::Time start = clock.Now();
   cart::store::StoreOptions store_options;
   store_options.path = (dir / "cart.db").string();
-  store_options.lease_ttl_us = int64_t{10'000} * 3'600'000'000;  // the replay has no heartbeats
+  // Leases never lapse in the replay: its heartbeats come only at events, hours apart.
+  store_options.lease_ttl_us = int64_t{10'000} * 3'600'000'000;
   auto store = cart::store::RunStore::Open(store_options);
   if (!store.ok()) {
     std::fprintf(stderr, "bench-schedule: %s\n", std::string(store.status().message()).c_str());
@@ -197,45 +198,51 @@ Result Replay(std::vector<Submission> submissions, const std::string& fleet_spec
           std::max<int64_t>(w.steps - 1, 1));
       (void)scheduler->Heartbeat(w.run_id, w.attempt, step);
     }
-    // Every idle worker asks, in id order.
-    for (size_t i = 0; i < fleet.size(); ++i) {
-      SimWorker& w = fleet[i];
-      if (w.busy) continue;
-      auto job = scheduler->Acquire(w.id, absl::ZeroDuration());
-      if (!job.ok() || !job->has_value()) continue;
-      const cart::server::Job& j = **job;
-      (void)store->get()->MarkRunning(j.run.id, j.attempt, absl::ToUnixMicros(clock.Now()));
-      const double done_fraction =
-          j.resume_from && j.run.steps > 0
-              ? static_cast<double>(j.resume_from->step) / static_cast<double>(j.run.steps)
-              : 0;
-      const double work = j.run.work_hours * (1 - done_fraction);
-      const double hours = work / w.kind->speed;
-      work_total += work;
-      longest = std::max(longest, work);
-      // The run's tokens/s on this device, as a worker reports it at its first logged step.
-      int64_t tokens = 0;
-      if (auto config = cart::model::ParseRunConfigYaml(j.run.config_yaml, "replay"); config.ok()) {
-        tokens =
-            config->train.steps * config->train.batch * config->train.accum * config->train.seq_len;
+    // Every idle worker asks, in id order, and asks again after another's claim (cartd wakes the
+    // workers that waited when one claims).
+    for (bool claimed = true; claimed;) {
+      claimed = false;
+      for (size_t i = 0; i < fleet.size(); ++i) {
+        SimWorker& w = fleet[i];
+        if (w.busy) continue;
+        auto job = scheduler->Acquire(w.id, absl::ZeroDuration());
+        if (!job.ok() || !job->has_value()) continue;
+        claimed = true;
+        const cart::server::Job& j = **job;
+        (void)store->get()->MarkRunning(j.run.id, j.attempt, absl::ToUnixMicros(clock.Now()));
+        const double done_fraction =
+            j.resume_from && j.run.steps > 0
+                ? static_cast<double>(j.resume_from->step) / static_cast<double>(j.run.steps)
+                : 0;
+        const double work = j.run.work_hours * (1 - done_fraction);
+        const double hours = work / w.kind->speed;
+        work_total += work;
+        longest = std::max(longest, work);
+        // The run's tokens/s on this device, as a worker reports it at its first logged step.
+        int64_t tokens = 0;
+        if (auto config = cart::model::ParseRunConfigYaml(j.run.config_yaml, "replay");
+            config.ok()) {
+          tokens = config->train.steps * config->train.batch * config->train.accum *
+                   config->train.seq_len;
+        }
+        if (tokens > 0 && j.run.work_hours > 0) {
+          const double tokens_per_s =
+              static_cast<double>(tokens) / (j.run.work_hours * 3600.0) * w.kind->speed;
+          (void)scheduler->AppendMetrics(
+              j.run.id, j.attempt,
+              {{1, "tokens_per_s", tokens_per_s, absl::ToUnixMicros(clock.Now())}});
+        }
+        w.busy = true;
+        w.busy_hours += hours;
+        result.first_start_h.try_emplace(owner_of[j.run.id], now_h);
+        w.run_id = j.run.id;
+        w.attempt = j.attempt;
+        w.steps = j.run.steps;
+        w.start_h = now_h;
+        w.hours = hours;
+        finishes.push(Finish{now_h + hours, i, j.run.id, j.attempt, j.run.steps});
+        ++result.runs;
       }
-      if (tokens > 0 && j.run.work_hours > 0) {
-        const double tokens_per_s =
-            static_cast<double>(tokens) / (j.run.work_hours * 3600.0) * w.kind->speed;
-        (void)scheduler->AppendMetrics(
-            j.run.id, j.attempt,
-            {{1, "tokens_per_s", tokens_per_s, absl::ToUnixMicros(clock.Now())}});
-      }
-      w.busy = true;
-      w.busy_hours += hours;
-      result.first_start_h.try_emplace(owner_of[j.run.id], now_h);
-      w.run_id = j.run.id;
-      w.attempt = j.attempt;
-      w.steps = j.run.steps;
-      w.start_h = now_h;
-      w.hours = hours;
-      finishes.push(Finish{now_h + hours, i, j.run.id, j.attempt, j.run.steps});
-      ++result.runs;
     }
     const double next_submit_h = next_submission < submissions.size()
                                      ? submissions[next_submission].at_h

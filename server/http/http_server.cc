@@ -253,6 +253,8 @@ void HttpServer::Impl::Serve(Stream& stream, Connection& self) {
     Arm(self.deadline_us, options.idle_timeout);  // the whole request, not each byte
     bhttp::read(stream, buffer, parser, ec);
     Arm(self.deadline_us, options.send_timeout);
+    // What the parser has not consumed: on a header-limit error it starts at the line or field
+    // it could not finish (Beast consumes the request line and each field as they complete).
     const std::string_view seen(static_cast<const char*>(buffer.data().data()),
                                 buffer.data().size());
     if (std::optional<Response> refusal = LimitRefusal(ec, seen, options)) {

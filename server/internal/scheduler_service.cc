@@ -59,11 +59,13 @@ absl::StatusOr<std::string> SchedulerServiceImpl::Caller(grpc::ServerContext* co
   return StrCat(RoleName(who.role) == "admin" ? "admin:" : "user:", who.name);
 }
 
-// A large-read slot for `who`, held until the handler returns; the macro returns
-// RESOURCE_EXHAUSTED when `who` or everyone holds the most allowed.
-#define CART_BIG_READ(who)                                                    \
+// A large-read slot for `who` when `big`, held until the handler returns; the macro returns
+// RESOURCE_EXHAUSTED when `who` or everyone holds the most allowed. A page of at most
+// kSmallAnswer runs is not a large read (`cart up` polls with such).
+constexpr int64_t kSmallAnswer = 100;
+#define CART_BIG_READ(big, who)                                               \
   std::shared_ptr<void> big_read_slot_;                                       \
-  if (ctx_.big_reads != nullptr) {                                            \
+  if ((big) && ctx_.big_reads != nullptr) {                                   \
     absl::StatusOr<std::shared_ptr<void>> taken_ = ctx_.big_reads->Take(who); \
     if (!taken_.ok()) return ToGrpc(taken_.status());                         \
     big_read_slot_ = *std::move(taken_);                                      \
@@ -126,7 +128,7 @@ grpc::Status SchedulerServiceImpl::GetSweep(grpc::ServerContext* context,
                                             const v1::GetSweepRequest* request,
                                             v1::GetSweepResponse* response) {
   CART_CALLER(who, "GetSweep");
-  CART_BIG_READ(who);
+  CART_BIG_READ(AnswerLimit(request->run_limit()) > kSmallAnswer, who);
   absl::StatusOr<store::SweepRecord> sweep = ctx_.scheduler->GetSweep(request->name());
   if (!sweep.ok()) return ToGrpc(sweep.status());
   store::RunFilter filter;
@@ -194,7 +196,7 @@ grpc::Status SchedulerServiceImpl::ListRuns(grpc::ServerContext* context,
                                             const v1::ListRunsRequest* request,
                                             v1::ListRunsResponse* response) {
   CART_CALLER(who, "ListRuns");
-  CART_BIG_READ(who);
+  CART_BIG_READ(AnswerLimit(request->limit()) > kSmallAnswer, who);
   store::RunFilter filter;
   if (!request->sweep().empty()) filter.sweeps = {request->sweep()};
   for (int state : request->states()) {
@@ -394,7 +396,7 @@ grpc::Status SchedulerServiceImpl::QueryTable(grpc::ServerContext* context,
                                               const v1::QueryTableRequest* request,
                                               v1::Table* response) {
   CART_CALLER(who, "QueryTable");
-  CART_BIG_READ(who);
+  CART_BIG_READ(true, who);
   absl::StatusOr<v1::Table> table = internal::QueryTable(*ctx_.scheduler, *request);
   if (!table.ok()) return ToGrpc(table.status());
   *response = *std::move(table);

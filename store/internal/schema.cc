@@ -239,8 +239,10 @@ CREATE INDEX checkpoints_by_sha256 ON checkpoints(sha256);
 // Version 10: each run's work, in hours of one RTX 3090 (model::EstimateRunCost over its config),
 // so that placement can put the longest jobs first and weigh a device's speed. Existing runs keep
 // 0: unknown, placed after the runs whose work is known, oldest first as before.
+// Also events by sweep, so that deleting a sweep finds its own events without reading them all.
 constexpr char kSchemaV10[] = R"sql(
 ALTER TABLE runs ADD COLUMN work_hours REAL NOT NULL DEFAULT 0;
+CREATE INDEX events_by_sweep ON events(sweep_id) WHERE sweep_id IS NOT NULL;
 )sql";
 
 absl::Status Apply(Database& db, const Migration& migration) {

@@ -207,6 +207,14 @@ TEST_F(BigReadLimitTest, ExtraLargeReadsAreRefusedAcrossBothPorts) {
     EXPECT_EQ(scheduler_->ListRuns(&context, list, &listed).error_code(),
               grpc::StatusCode::RESOURCE_EXHAUSTED);
   }
+  {
+    // A page of at most 100 runs is not a large read (`cart up` polls with such).
+    v1::ListRunsRequest small;
+    small.set_limit(16);
+    grpc::ClientContext context;
+    Prepare(context, kUser);
+    EXPECT_TRUE(scheduler_->ListRuns(&context, small, &listed).ok());
+  }
   held->reset();
   EXPECT_EQ(Get("/api/v1/sweeps/b/runs").status, 200);
   grpc::ClientContext context;

@@ -325,7 +325,9 @@ TEST_F(RunStoreTest, CancelIsImmediateWhenQueuedAndRequestedFromTheWorkerWhenRun
 }
 
 TEST_F(RunStoreTest, ExtendRequeuesASucceededRunWithMoreStepsFromItsFinalCheckpoint) {
-  const int64_t id = CreateOne("s", MakeRun("a", {}));
+  NewRun run = MakeRun("a", {});
+  run.work_hours = 2.0;  // for its 1,000 steps
+  const int64_t id = CreateOne("s", run);
   Claim claim = ClaimExpecting(id, kT0);
   CART_ASSERT_OK(store_->MarkRunning(id, claim.attempt, kT0));
   CART_ASSERT_OK(store_->RecordCheckpoint(id, claim.attempt, {1000, kSha1, 10, "a/final"}, kT0));
@@ -340,6 +342,7 @@ TEST_F(RunStoreTest, ExtendRequeuesASucceededRunWithMoreStepsFromItsFinalCheckpo
   EXPECT_EQ(extended.steps, 3000);
   EXPECT_EQ(extended.params.at("steps"), "3000");
   EXPECT_EQ(extended.config_yaml, "d: 256\nsteps: 3000\n");
+  EXPECT_DOUBLE_EQ(extended.work_hours, 6.0);  // the work grows with the steps
   Claim resumed = ClaimExpecting(id, kT0);
   ASSERT_TRUE(resumed.resume_from.has_value());
   EXPECT_EQ(resumed.resume_from->step, 1000);
