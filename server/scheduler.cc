@@ -35,6 +35,12 @@ absl::Status CheckReason(const std::string& reason) {
 using store::RunRecord;
 using store::RunState;
 
+// What a worker's device is called: its name, or its kind ("cpu") when it reported none. The
+// store records workers by it and measured speeds are kept per it.
+std::string DeviceLabel(const WorkerInfo& info) {
+  return info.device_name.empty() ? info.device_kind : info.device_name;
+}
+
 // Moves what it can out of `expanded`: a 10,000-run sweep is tens of MB of params and YAML.
 store::NewRun ToNewRun(model::ExpandedRun&& expanded, int64_t max_attempts) {
   store::NewRun run;
@@ -360,7 +366,7 @@ absl::StatusOr<store::DeletedSweep> Scheduler::DeleteSweep(const std::string& na
   // Followers of the deleted runs wake up, find them gone and end their streams.
   for (int64_t id : deleted.run_ids) BumpRun(id);
   std::fprintf(stderr, "cartd: %s deleted sweep '%s' (%lld runs, %lld metric points, %zu blobs)\n",
-               who.c_str(), name.c_str(), static_cast<long long>(deleted.runs),
+               who.c_str(), name.c_str(), static_cast<long long>(deleted.runs()),
                static_cast<long long>(deleted.metric_points), deleted.released_artifacts.size());
   return deleted;
 }
@@ -437,7 +443,7 @@ absl::StatusOr<WorkerTiming> Scheduler::RegisterWorker(const WorkerInfo& worker)
                                              worker.memory_bytes, " bytes"));
   }
   const int64_t now_us = NowMicros();
-  const std::string device = worker.device_name.empty() ? worker.device_kind : worker.device_name;
+  const std::string device = DeviceLabel(worker);
   // Runs are placed and fitted into what the reserve leaves (the CUDA context, cuBLAS's
   // workspace, a desktop: model::DefaultMemoryReserveBytes); the store keeps that figure, so a
   // restarted cartd places by it too.
@@ -464,7 +470,7 @@ absl::StatusOr<WorkerTiming> Scheduler::RegisterWorker(const WorkerInfo& worker)
 std::pair<double, std::string> Scheduler::SpeedFor(const WorkerInfo& info, const Worker* known) {
   if (info.speed_factor > 0) return {info.speed_factor, "reported"};
   if (known != nullptr && known->measured) return {known->speed, known->speed_source};
-  const std::string device = info.device_name.empty() ? info.device_kind : info.device_name;
+  const std::string device = DeviceLabel(info);
   if (auto it = device_speed_.find(device); it != device_speed_.end()) {
     return {it->second, StrCat("measured on ", device)};
   }
@@ -485,10 +491,7 @@ void Scheduler::NoteClaim(const Job& job, const std::string& worker_id) {
   r.claimed_us = NowMicros();
   const int64_t done = job.resume_from ? job.resume_from->step : 0;
   r.done_steps_at_claim = done;
-  r.remaining_hours_at_claim =
-      r.steps > 0 ? r.work_hours * static_cast<double>(std::max<int64_t>(r.steps - done, 0)) /
-                        static_cast<double>(r.steps)
-                  : r.work_hours;
+  r.remaining_hours_at_claim = store::RemainingWorkHours(r.work_hours, r.steps, done);
   if (absl::StatusOr<model::RunConfig> config =
           model::ParseRunConfigYaml(job.run.config_yaml, StrCat("run ", job.run.id));
       config.ok()) {
@@ -519,8 +522,7 @@ void Scheduler::MeasureSpeed(int64_t run_id, double tokens_per_s) {
   worker.speed = worker.measured ? 0.8 * worker.speed + 0.2 * measured : measured;
   worker.measured = true;
   worker.speed_source = "measured";
-  const std::string device =
-      worker.info.device_name.empty() ? worker.info.device_kind : worker.info.device_name;
+  const std::string device = DeviceLabel(worker.info);
   auto [it, fresh] = device_speed_.try_emplace(device, measured);
   if (!fresh) it->second = 0.8 * it->second + 0.2 * measured;
 }
@@ -566,7 +568,7 @@ absl::StatusOr<std::optional<store::Claim>> Scheduler::Place(const std::string& 
     for (const auto& [id, w] : workers_) {
       PlacementWorker p;
       p.id = id;
-      p.device = w.info.device_name.empty() ? w.info.device_kind : w.info.device_name;
+      p.device = DeviceLabel(w.info);
       p.memory_bytes = w.info.memory_bytes;
       p.speed = w.speed;
       if (id == worker_id) {

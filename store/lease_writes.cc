@@ -150,46 +150,46 @@ absl::StatusOr<std::vector<PlaceableRun>> ReadPlaceable(Statement& select) {
 
 }  // namespace
 
-absl::StatusOr<std::optional<Claim>> RunStore::ClaimNextRun(const std::string& worker_id,
-                                                            int64_t device_memory_bytes,
-                                                            int64_t now_us) {
+absl::StatusOr<std::optional<Claim>> RunStore::ClaimPicked(
+    const std::string& worker_id, int64_t now_us,
+    const std::function<absl::StatusOr<std::optional<int64_t>>(Database&)>& pick) {
   CART_RETURN_IF_ERROR(internal::ValidateWorkerId(worker_id));
   const int64_t ttl = options_.lease_ttl_us;
   return writer_->Run<std::optional<Claim>>(
       [&](WriteContext& ctx) -> absl::StatusOr<std::optional<Claim>> {
         Database& db = ctx.db();
         CART_RETURN_IF_ERROR(TouchRegistered(db, worker_id, now_us));
-        int64_t run_id = 0;
-        {
-          CART_ASSIGN_OR_RETURN(auto next, db.Cached(kSelectNextQueued));
-          next->BindAll(device_memory_bytes, device_memory_bytes);
-          CART_ASSIGN_OR_RETURN(bool row, next->Step());
-          if (!row) return std::optional<Claim>();
-          run_id = next->ColumnInt64(0);
-        }
-        CART_ASSIGN_OR_RETURN(Claim claim, LeaseRun(db, worker_id, run_id, now_us, ttl));
+        CART_ASSIGN_OR_RETURN(std::optional<int64_t> run_id, pick(db));
+        if (!run_id) return std::optional<Claim>();
+        CART_ASSIGN_OR_RETURN(Claim claim, LeaseRun(db, worker_id, *run_id, now_us, ttl));
         return std::optional<Claim>(std::move(claim));
       });
+}
+
+absl::StatusOr<std::optional<Claim>> RunStore::ClaimNextRun(const std::string& worker_id,
+                                                            int64_t device_memory_bytes,
+                                                            int64_t now_us) {
+  return ClaimPicked(worker_id, now_us,
+                     [&](Database& db) -> absl::StatusOr<std::optional<int64_t>> {
+                       CART_ASSIGN_OR_RETURN(auto next, db.Cached(kSelectNextQueued));
+                       next->BindAll(device_memory_bytes, device_memory_bytes);
+                       CART_ASSIGN_OR_RETURN(bool row, next->Step());
+                       if (!row) return std::optional<int64_t>();
+                       return std::optional<int64_t>(next->ColumnInt64(0));
+                     });
 }
 
 absl::StatusOr<std::optional<Claim>> RunStore::ClaimRun(const std::string& worker_id,
                                                         int64_t run_id, int64_t device_memory_bytes,
                                                         int64_t now_us) {
-  CART_RETURN_IF_ERROR(internal::ValidateWorkerId(worker_id));
-  const int64_t ttl = options_.lease_ttl_us;
-  return writer_->Run<std::optional<Claim>>(
-      [&](WriteContext& ctx) -> absl::StatusOr<std::optional<Claim>> {
-        Database& db = ctx.db();
-        CART_RETURN_IF_ERROR(TouchRegistered(db, worker_id, now_us));
-        {
-          CART_ASSIGN_OR_RETURN(auto fits, db.Cached(kSelectQueuedFit));
-          fits->BindAll(run_id, device_memory_bytes, device_memory_bytes);
-          CART_ASSIGN_OR_RETURN(bool row, fits->Step());
-          if (!row) return std::optional<Claim>();
-        }
-        CART_ASSIGN_OR_RETURN(Claim claim, LeaseRun(db, worker_id, run_id, now_us, ttl));
-        return std::optional<Claim>(std::move(claim));
-      });
+  return ClaimPicked(worker_id, now_us,
+                     [&](Database& db) -> absl::StatusOr<std::optional<int64_t>> {
+                       CART_ASSIGN_OR_RETURN(auto fits, db.Cached(kSelectQueuedFit));
+                       fits->BindAll(run_id, device_memory_bytes, device_memory_bytes);
+                       CART_ASSIGN_OR_RETURN(bool row, fits->Step());
+                       if (!row) return std::optional<int64_t>();
+                       return std::optional<int64_t>(run_id);
+                     });
 }
 
 absl::StatusOr<std::map<std::string, double>> RunStore::DecayedUsage(int64_t now_us,

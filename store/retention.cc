@@ -8,6 +8,7 @@
 #include "common/strings.h"
 #include "store/internal/sql.h"
 #include "store/internal/writer.h"
+#include "store/internal/writes.h"
 #include "store/run_store.h"
 
 namespace cart::store {
@@ -26,9 +27,6 @@ constexpr char kDeleteOldCheckpoints[] =
     "AND NOT EXISTS (SELECT 1 FROM runs AS child WHERE child.parent_run_id = c.run_id "
     "                AND child.parent_checkpoint = CAST(c.step AS TEXT)) "
     "RETURNING sha256";
-constexpr char kDeleteUnusedArtifact[] =
-    "DELETE FROM artifacts WHERE sha256 = ?1 "
-    "AND NOT EXISTS (SELECT 1 FROM checkpoints WHERE sha256 = ?1)";
 constexpr char kSelectArtifactNames[] = "SELECT sha256 FROM artifacts";
 
 }  // namespace
@@ -53,14 +51,7 @@ absl::StatusOr<std::vector<std::string>> RunStore::PruneCheckpoints(std::optiona
       CART_RETURN_IF_ERROR(
           del->ForEachRow([&](const auto& row) { forgotten.insert(row.ColumnText(0)); }));
     }
-    Out released;
-    for (const std::string& sha : forgotten) {
-      CART_ASSIGN_OR_RETURN(auto del, db.Cached(kDeleteUnusedArtifact));
-      del->BindAll(sha);
-      CART_RETURN_IF_ERROR(del->Run());
-      if (db.Changes() > 0) released.push_back(sha);
-    }
-    return released;
+    return internal::ReleaseUnnamedArtifacts(db, forgotten);
   });
 }
 

@@ -23,6 +23,7 @@
 // Internal only for broken invariants.
 
 #include <cstdint>
+#include <functional>
 #include <future>
 #include <memory>
 #include <optional>
@@ -38,6 +39,7 @@
 namespace cart::store {
 
 namespace internal {
+class Database;
 class Writer;
 class ReaderPool;
 }  // namespace internal
@@ -293,6 +295,11 @@ class RunStore {
  private:
   RunStore(StoreOptions options, std::unique_ptr<internal::Writer> writer,
            std::unique_ptr<internal::ReaderPool> readers);
+  // ClaimNextRun and ClaimRun: marks the worker seen, asks `pick` (inside the same write) which
+  // QUEUED run to lease, and leases it; nullopt when `pick` gives none.
+  absl::StatusOr<std::optional<Claim>> ClaimPicked(
+      const std::string& worker_id, int64_t now_us,
+      const std::function<absl::StatusOr<std::optional<int64_t>>(internal::Database&)>& pick);
 
   // Constant after construction.
   const StoreOptions options_;

@@ -51,7 +51,6 @@ constexpr char kDerivedFromSweep[] =
 constexpr char kArtifactsOfSweep[] =
     "SELECT DISTINCT c.sha256 FROM checkpoints AS c JOIN runs AS r ON r.id = c.run_id "
     "WHERE r.sweep_id = ?";
-constexpr char kIdsOfSweepRuns[] = "SELECT id FROM runs WHERE sweep_id = ? ORDER BY id";
 // Child rows before their runs, runs before the sweep (foreign keys are on). Each uses an index:
 // one that starts with run_id, or events_by_sweep.
 constexpr const char* kDeleteSweepRows[] = {
@@ -65,9 +64,6 @@ constexpr const char* kDeleteSweepRows[] = {
     "DELETE FROM runs WHERE sweep_id = ?1",
     "DELETE FROM sweeps WHERE id = ?1",
 };
-constexpr char kDeleteUnnamedArtifact[] =
-    "DELETE FROM artifacts WHERE sha256 = ?1 "
-    "AND NOT EXISTS (SELECT 1 FROM checkpoints WHERE sha256 = ?1)";
 
 }  // namespace
 
@@ -220,11 +216,7 @@ absl::StatusOr<DeletedSweep> RunStore::DeleteSweep(const std::string& name) {
       select->BindAll(sweep.id);
       CART_RETURN_IF_ERROR(
           select->ForEachRow([&](const auto& row) { named.push_back(row.ColumnText(0)); }));
-      CART_ASSIGN_OR_RETURN(auto ids, db.Cached(kIdsOfSweepRuns));
-      ids->BindAll(sweep.id);
-      CART_RETURN_IF_ERROR(
-          ids->ForEachRow([&](const auto& row) { out.run_ids.push_back(row.ColumnInt64(0)); }));
-      out.runs = static_cast<int64_t>(out.run_ids.size());
+      CART_ASSIGN_OR_RETURN(out.run_ids, RunIdsOfSweep(db, sweep.id));
     }
     for (size_t i = 0; i < std::size(kDeleteSweepRows); ++i) {
       CART_ASSIGN_OR_RETURN(auto del, db.Cached(kDeleteSweepRows[i]));
@@ -233,12 +225,7 @@ absl::StatusOr<DeletedSweep> RunStore::DeleteSweep(const std::string& name) {
       if (i == 0) out.metric_points = db.Changes();
       if (i == 3) out.checkpoints = db.Changes();
     }
-    for (const std::string& sha : named) {
-      CART_ASSIGN_OR_RETURN(auto del, db.Cached(kDeleteUnnamedArtifact));
-      del->BindAll(sha);
-      CART_RETURN_IF_ERROR(del->Run());
-      if (db.Changes() > 0) out.released_artifacts.push_back(sha);
-    }
+    CART_ASSIGN_OR_RETURN(out.released_artifacts, internal::ReleaseUnnamedArtifacts(db, named));
     return out;
   });
 }

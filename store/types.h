@@ -115,8 +115,8 @@ struct CreatedSweep {
 
 // What RunStore::DeleteSweep removed.
 struct DeletedSweep {
-  int64_t runs = 0;
   std::vector<int64_t> run_ids;  // the deleted runs
+  int64_t runs() const { return static_cast<int64_t>(run_ids.size()); }
   int64_t metric_points = 0;
   int64_t checkpoints = 0;
   // Artifacts no checkpoint names any more: their rows are gone, the caller deletes the blobs.
@@ -159,6 +159,13 @@ struct RunRecord {
   double work_hours = 0;  // the whole run's work in RTX 3090 hours; 0: unknown
 };
 
+// What is left of `work_hours` (a whole run's work) once `done_steps` of its `steps` are done.
+inline double RemainingWorkHours(double work_hours, int64_t steps, int64_t done_steps) {
+  if (steps <= 0 || done_steps <= 0) return work_hours;
+  return work_hours * static_cast<double>(std::max<int64_t>(steps - done_steps, 0)) /
+         static_cast<double>(steps);
+}
+
 // A QUEUED run as placement weighs it (RunStore::ListQueuedWork).
 struct PlaceableRun {
   int64_t id = 0;
@@ -171,11 +178,7 @@ struct PlaceableRun {
   int64_t created_us = 0;
   std::string owner;  // who submitted its sweep (sweeps.created_by): fair share's unit
   // Work left in RTX 3090 hours.
-  double RemainingHours() const {
-    if (steps <= 0 || done_steps <= 0) return work_hours;
-    return work_hours * static_cast<double>(std::max<int64_t>(steps - done_steps, 0)) /
-           static_cast<double>(steps);
-  }
+  double RemainingHours() const { return RemainingWorkHours(work_hours, steps, done_steps); }
 };
 
 struct AttemptRecord {

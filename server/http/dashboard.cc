@@ -485,7 +485,7 @@ Response Dashboard::Api(const Request& request, const std::string& who) {
         keys_.erase(name);
       }
       return Json(json{{"sweep", name},
-                       {"runs_deleted", deleted->runs},
+                       {"runs_deleted", deleted->runs()},
                        {"metric_points_deleted", deleted->metric_points},
                        {"checkpoints_deleted", deleted->checkpoints},
                        {"artifacts_removed", deleted->released_artifacts.size()}});

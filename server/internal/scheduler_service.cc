@@ -174,7 +174,7 @@ grpc::Status SchedulerServiceImpl::DeleteSweep(grpc::ServerContext* context,
   CART_CALLER(who, "DeleteSweep");
   absl::StatusOr<store::DeletedSweep> deleted = ctx_.scheduler->DeleteSweep(request->name(), who);
   if (!deleted.ok()) return ToGrpc(deleted.status());
-  response->set_runs_deleted(deleted->runs);
+  response->set_runs_deleted(deleted->runs());
   response->set_metric_points_deleted(deleted->metric_points);
   response->set_checkpoints_deleted(deleted->checkpoints);
   response->set_artifacts_removed(static_cast<int64_t>(deleted->released_artifacts.size()));

@@ -80,7 +80,27 @@ absl::StatusOr<bool> CancelOne(Database& db, int64_t run_id, const Audit& audit,
                                bool skip_finished);
 absl::StatusOr<bool> ResumeOne(Database& db, int64_t run_id, const Audit& audit, bool skip_others);
 absl::StatusOr<std::vector<int64_t>> RunIdsOfSweep(Database& db, int64_t sweep_id);
+// Deletes the artifact rows of `shas` that no checkpoint names any more and returns those (the
+// caller deletes their blobs): checkpoint retention and sweep deletion.
+template <typename Shas>
+absl::StatusOr<std::vector<std::string>> ReleaseUnnamedArtifacts(Database& db, const Shas& shas);
 absl::StatusOr<int64_t> ApplyToSweep(Database& db, const std::string& name, bool cancel,
                                      const Audit& audit);
+
+inline constexpr char kDeleteUnnamedArtifact[] =
+    "DELETE FROM artifacts WHERE sha256 = ?1 "
+    "AND NOT EXISTS (SELECT 1 FROM checkpoints WHERE sha256 = ?1)";
+
+template <typename Shas>
+absl::StatusOr<std::vector<std::string>> ReleaseUnnamedArtifacts(Database& db, const Shas& shas) {
+  std::vector<std::string> released;
+  for (const std::string& sha : shas) {
+    CART_ASSIGN_OR_RETURN(auto del, db.Cached(kDeleteUnnamedArtifact));
+    del->BindAll(sha);
+    CART_RETURN_IF_ERROR(del->Run());
+    if (db.Changes() > 0) released.push_back(sha);
+  }
+  return released;
+}
 
 }  // namespace cart::store::internal

@@ -720,9 +720,9 @@ TEST_F(RunStoreTest, DeleteSweepRemovesEverythingOfItsRunsUnlessSomethingStillNe
   CART_ASSERT_OK(store_->RecordCheckpoint(other.run.id, other.attempt, {5, kSha2, 10, "b/2"}, kT0));
 
   CART_ASSERT_OK_AND_ASSIGN(DeletedSweep gone, store_->DeleteSweep("s2"));
-  EXPECT_EQ(gone.runs, 1);
+  EXPECT_EQ(gone.runs(), 1);
   CART_ASSERT_OK_AND_ASSIGN(gone, store_->DeleteSweep("s"));
-  EXPECT_EQ(gone.runs, 2);
+  EXPECT_EQ(gone.runs(), 2);
   EXPECT_EQ(gone.metric_points, 3);
   EXPECT_EQ(gone.checkpoints, 2);
   EXPECT_THAT(gone.released_artifacts, ElementsAre(kSha1));
