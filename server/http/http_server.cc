@@ -304,6 +304,13 @@ void HttpServer::Impl::Serve(Stream& stream, Connection& self) {
     SecurityHeaders(out.base());
     for (const auto& [name, value] : response.headers) out.set(name, value);
     out.keep_alive(in.keep_alive());
+    if (out.keep_alive()) {
+      // How long this connection may wait for the next request before the watchdog cuts it.
+      // Clients that honour the hint (undici, Firefox, curl) retire the connection first, so a
+      // busy client never sends its next request into a connection that is closing.
+      out.set(bhttp::field::keep_alive,
+              StrCat("timeout=", std::max<int64_t>(1, absl::ToInt64Seconds(options.idle_timeout))));
+    }
     out.body() = std::move(response.body);
     out.prepare_payload();
     Arm(self.deadline_us, options.send_timeout);

@@ -226,10 +226,12 @@ async function raw(port, text, from) {
       const targets = ['api/v1/sweeps/atk/runs?limit=5000&params=all', 'api/v1/sweeps/atk/groups?by=seed&points=1000',
         `api/v1/runs/${run.id}/series?metric=loss&max_points=5000`, 'metrics', 'api/v1/sweeps'];
       const counts = {};
+      const errors = new Set();  // why a read got no answer at all
       const end = Date.now() + 5000;
       const loops = Array.from({ length: 32 }, (_, i) => (async () => {
         while (Date.now() < end) {
-          const r = await fetch(c.url + targets[i % targets.length], { headers: { Authorization: 'Bearer ' + c.userToken } }).catch(() => null);
+          const r = await fetch(c.url + targets[i % targets.length], { headers: { Authorization: 'Bearer ' + c.userToken } })
+            .catch((e) => { errors.add(String((e.cause && (e.cause.code || e.cause.message)) || e.message)); return null; });
           const code = r ? r.status : 0;
           if (r) await r.arrayBuffer();
           counts[code] = (counts[code] || 0) + 1;
@@ -239,9 +241,26 @@ async function raw(port, text, from) {
       await normal('32 parallel scrapers');
       await Promise.all(loops);
       const total = Object.values(counts).reduce((a, b) => a + b, 0);
-      check(!counts[500] && !counts[0], `scrapers: ${total} reads in 5 s, by status ${JSON.stringify(counts)}`);
+      check(!counts[500] && !counts[0], `scrapers: ${total} reads in 5 s, by status ${JSON.stringify(counts)}${errors.size ? ', failed: ' + [...errors].join('; ') : ''}`);
       const rss = rssMb(c.cartd.pid);
       check(rss - rss0 <= RSS_GROWTH_MB, `scrapers: cartd RSS ${rss.toFixed(0)} MB (+${(rss - rss0).toFixed(0)} MB)`);
+    }
+
+    // 11. A busy client: its event loop is blocked just as a kept connection nears the idle
+    // timeout, and its next read goes out the moment it wakes. cartd's Keep-Alive hint has the
+    // client retire the connection first, so the read gets a fresh one instead of a closing one.
+    {
+      const codes = [];
+      for (const blockMs of [300, 500, 700]) {
+        await fetch(c.url + 'healthz').then((r) => r.text());
+        await sleep(IDLE_S * 1000 - 200);
+        const t = Date.now();
+        while (Date.now() - t < blockMs) { /* busy */ }
+        const r = await fetch(c.url + 'healthz').catch(() => null);
+        codes.push(r ? r.status : 0);
+        if (r) await r.text();
+      }
+      check(codes.every((code) => code === 200), `busy client: reads after a blocked event loop -> ${codes.join(', ')} (200 each)`);
     }
 
     // The worker trained through it all.

@@ -524,21 +524,26 @@ TEST_F(HttpTest, OversizedRequestLinesAndHeadersGet414And431) {
   EXPECT_EQ(big_header.Json()["code"], "HEADERS_TOO_LARGE");
 }
 
+// An HTTP server on a loopback port that answers every request {"ok":true}.
+absl::StatusOr<std::unique_ptr<http::HttpServer>> StartOkServer(http::HttpServerOptions options) {
+  options.listen = "127.0.0.1:0";
+  options.thread_nice = 0;
+  return http::HttpServer::Start(options, [](const http::Request&) {
+    http::Response r;
+    r.body = R"({"ok":true})";
+    return r;
+  });
+}
+
 // Idle and trickling connections used to hold connection threads for ever (SO_RCVTIMEO never
 // fired under Asio's blocking reads), and one client could take all of them. Now each request
 // has a deadline the watchdog enforces, and one client address gets a bounded share.
 TEST(HttpServerLimitsTest, IdleClientsAreCutAndOneClientCannotTakeEveryConnection) {
   http::HttpServerOptions options;
-  options.listen = "127.0.0.1:0";
   options.max_connections = 16;
   options.max_connections_per_client = 4;
   options.idle_timeout = absl::Milliseconds(600);
-  options.thread_nice = 0;
-  auto server = http::HttpServer::Start(options, [](const http::Request&) {
-    http::Response r;
-    r.body = R"({"ok":true})";
-    return r;
-  });
+  auto server = StartOkServer(options);
   ASSERT_TRUE(server.ok()) << server.status();
   const int port = (*server)->port();
   // Four connections from 127.0.0.1 that send half a request line and then nothing.
@@ -570,6 +575,26 @@ TEST(HttpServerLimitsTest, IdleClientsAreCutAndOneClientCannotTakeEveryConnectio
   EXPECT_LT(waited, 5.0);
   // With them gone, the first client is served again.
   EXPECT_EQ(Raw(port, get).status, 200);
+}
+
+// A connection kept open says how long the server waits for its next request, so that clients
+// retire it before the watchdog cuts it (a busy client would otherwise send into a closing
+// socket); the answer that closes the connection says nothing of the kind.
+TEST(HttpServerLimitsTest, KeptConnectionsCarryTheIdleTimeoutAsAKeepAliveHint) {
+  http::HttpServerOptions options;
+  options.idle_timeout = absl::Seconds(7);
+  auto server = StartOkServer(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  // Two requests on one connection: the first keeps it, the second closes it.
+  const Reply both = Raw((*server)->port(),
+                         "GET /a HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+                         "GET /b HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+  ASSERT_EQ(both.status, 200);
+  EXPECT_THAT(both.head, HasSubstr("Keep-Alive: timeout=7"));
+  const size_t second = both.body.find("HTTP/1.1 200");
+  ASSERT_NE(second, std::string::npos) << "the second answer is missing: " << both.body;
+  EXPECT_THAT(both.body.substr(second), Not(HasSubstr("Keep-Alive")));
+  EXPECT_THAT(both.body.substr(second), HasSubstr("Connection: close"));
 }
 
 TEST_F(HttpTest, MetricsLiveStreamsAndSeriesFollowARun) {
