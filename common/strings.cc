@@ -1,7 +1,9 @@
 #include "common/strings.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 
 namespace cart {
@@ -62,6 +64,12 @@ std::string ToUpper(std::string_view text) {
   std::string out(text);
   for (char& c : out) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   return out;
+}
+
+std::string Fixed(double value, int decimals) {
+  char text[64];
+  std::snprintf(text, sizeof(text), "%.*f", std::clamp(decimals, 0, 17), value);
+  return text;
 }
 
 namespace {

@@ -59,6 +59,8 @@ std::vector<std::string> Split(std::string_view text, char sep);
 std::string_view Trim(std::string_view text);
 std::string ToLower(std::string_view text);
 std::string ToUpper(std::string_view text);
+// `value` with `decimals` digits after the point ("12.3" for 12.34, 1); "nan", "inf" as printf.
+std::string Fixed(double value, int decimals);
 
 // The message of a Status as a std::string.
 inline std::string Message(const absl::Status& s) { return std::string(s.message()); }

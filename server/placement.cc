@@ -1,7 +1,6 @@
 #include "server/placement.h"
 
 #include <algorithm>
-#include <cstdio>
 
 #include "common/strings.h"
 
@@ -22,11 +21,7 @@ void SortLongestFirst(std::vector<store::PlaceableRun>& runs) {
             });
 }
 
-std::string Hours(double h) {
-  char text[32];
-  std::snprintf(text, sizeof(text), "%.1f h", h);
-  return text;
-}
+std::string Hours(double h) { return StrCat(Fixed(h, 1), " h"); }
 
 }  // namespace
 

@@ -19,6 +19,14 @@
 namespace cart::server {
 namespace {
 
+// Placement and preemption weigh the first queued runs by priority and work; a bigger queue is
+// placed as it shrinks.
+constexpr int64_t kMostWeighed = 4000;
+
+// A run asked to stop for other work that has not handed its worker back after this long no
+// longer counts as a worker about to be free (an old worker ignores the control).
+constexpr int64_t kPreemptPendingUs = 10 * 60 * 1'000'000LL;
+
 // A reason given by a user (cancel) goes into one event per run it touches; its length is bounded
 // so that one call cannot write hundreds of megabytes.
 constexpr size_t kMaxReasonBytes = 1000;
@@ -492,6 +500,12 @@ void Scheduler::NoteClaim(const Job& job, const std::string& worker_id) {
   const int64_t done = job.resume_from ? job.resume_from->step : 0;
   r.done_steps_at_claim = done;
   r.remaining_hours_at_claim = store::RemainingWorkHours(r.work_hours, r.steps, done);
+  r.priority = job.run.priority;
+  r.trains = job.kind == JobKind::kTrain;
+  r.has_checkpoint = job.resume_from.has_value();
+  if (absl::StatusOr<store::SweepRecord> sweep = store_->GetSweep(job.run.sweep_name); sweep.ok()) {
+    r.owner = sweep->created_by;
+  }
   if (absl::StatusOr<model::RunConfig> config =
           model::ParseRunConfigYaml(job.run.config_yaml, StrCat("run ", job.run.id));
       config.ok()) {
@@ -533,8 +547,6 @@ absl::StatusOr<std::optional<store::Claim>> Scheduler::Place(const std::string& 
   if (options_.placement == SchedulerOptions::Placement::kFirstFit) {
     return store_->ClaimNextRun(worker_id, memory, now_us);
   }
-  // The plan weighs the first runs by priority and work; a bigger queue is placed as it shrinks.
-  constexpr int64_t kMostWeighed = 4000;
   const int64_t largest = std::max(memory, MaxWorkerMemory().value_or(memory));
   CART_ASSIGN_OR_RETURN(std::vector<store::PlaceableRun> queued,
                         store_->ListQueuedWork(kMostWeighed, largest));
@@ -797,6 +809,7 @@ absl::Status Scheduler::AttachStream(int64_t run_id, int64_t attempt,
   CART_ASSIGN_OR_RETURN(std::string worker_id, WorkerOfAttempt(run_id, attempt));
   CART_ASSIGN_OR_RETURN(RunRecord run, store_->GetRun(run_id));
   bool draining = false;
+  std::optional<std::string> preempted;  // asked before this stream opened (a reconnect)
   {
     absl::MutexLock lock(&mu_);
     if (shutdown_) return absl::UnavailableError("cartd is shutting down; reconnect later");
@@ -804,10 +817,15 @@ absl::Status Scheduler::AttachStream(int64_t run_id, int64_t attempt,
     draining = it != workers_.end() && it->second.draining;
     if (it != workers_.end()) it->second.last_seen_us = NowMicros();
     streams_.push_back(OpenStream{run_id, attempt, worker_id, stream});
+    if (auto ask = preempt_asked_.find(run_id);
+        ask != preempt_asked_.end() && ask->second.attempt == attempt) {
+      preempted = ask->second.reason;
+    }
   }
   BumpRun(run_id);
   if (run.cancel_requested) stream->Send(Control{Control::Kind::kCancel, "cancel requested"});
   if (draining) stream->Send(Control{Control::Kind::kDrain, "drain requested"});
+  if (preempted) stream->Send(Control{Control::Kind::kPreempt, *preempted});
   return absl::OkStatus();
 }
 
@@ -878,6 +896,12 @@ absl::StatusOr<store::CheckpointRecord> Scheduler::RecordCheckpoint(
       for (const std::string& sha : *released) options_.release_artifact(sha);
     }
   }
+  {
+    absl::MutexLock lock(&mu_);
+    if (auto it = running_.find(run_id); it != running_.end() && it->second.attempt == attempt) {
+      it->second.has_checkpoint = true;  // preemption may now stop it
+    }
+  }
   BumpRun(run_id);
   // Derived runs waiting for this step may have become QUEUED.
   WakePollers();
@@ -904,6 +928,13 @@ absl::StatusOr<RunRecord> Scheduler::ReportOutcome(int64_t run_id, int64_t attem
     why = StrCat(
         why, ": ",
         error.size() > kMaxError ? StrCat(ValidUtf8(error.substr(0, kMaxError)), "…") : error);
+  }
+  if (outcome == AttemptOutcome::kDrained) {
+    absl::MutexLock lock(&mu_);
+    if (auto ask = preempt_asked_.find(run_id);
+        ask != preempt_asked_.end() && ask->second.attempt == attempt) {
+      why = StrCat(why, " (preempted: ", ask->second.reason, ")");
+    }
   }
   absl::StatusOr<RunRecord> result;
   switch (outcome) {
@@ -957,6 +988,151 @@ absl::StatusOr<RunRecord> Scheduler::ReportOutcome(int64_t run_id, int64_t attem
   return result;
 }
 
+absl::StatusOr<std::vector<int64_t>> Scheduler::Preempt() {
+  std::vector<int64_t> asked;
+  if (!options_.preemption) return asked;
+  const int64_t now_us = NowMicros();
+  const std::optional<int64_t> largest = MaxWorkerMemory();
+  if (!largest) return asked;
+  CART_ASSIGN_OR_RETURN(std::vector<store::PlaceableRun> queued,
+                        store_->ListQueuedWork(kMostWeighed, *largest));
+  if (queued.empty()) return asked;
+  const bool fair = options_.fair_share_half_life > absl::ZeroDuration();
+  std::map<std::string, double> usage;
+  if (fair) {
+    CART_ASSIGN_OR_RETURN(usage, Usage(now_us));
+  }
+  auto used = [&](const std::string& owner) {
+    const auto it = usage.find(owner);
+    return it == usage.end() ? 0.0 : it->second;
+  };
+  // Served first by placement: higher priority, then the owner with less usage, then longest.
+  std::sort(queued.begin(), queued.end(),
+            [&](const store::PlaceableRun& a, const store::PlaceableRun& b) {
+              if (a.priority != b.priority) return a.priority > b.priority;
+              if (fair && used(a.owner) != used(b.owner)) return used(a.owner) < used(b.owner);
+              if (a.RemainingHours() != b.RemainingHours()) {
+                return a.RemainingHours() > b.RemainingHours();
+              }
+              return a.id < b.id;
+            });
+  struct Candidate {
+    int64_t run_id;
+    const Running* run;
+    int64_t memory_bytes;
+  };
+  struct Ask {
+    int64_t run_id;
+    int64_t attempt;
+    Control control;
+  };
+  std::vector<Ask> controls;  // sent once mu_ is released
+  {
+    absl::MutexLock lock(&mu_);
+    // Asks that are over: the run handed its worker back, or its attempt changed.
+    for (auto it = preempt_asked_.begin(); it != preempt_asked_.end();) {
+      const auto r = running_.find(it->first);
+      const bool open = r != running_.end() && r->second.attempt == it->second.attempt;
+      it = open ? std::next(it) : preempt_asked_.erase(it);
+    }
+    const int64_t interval_us = absl::ToInt64Microseconds(options_.preempt_interval);
+    for (auto it = last_preempted_us_.begin(); it != last_preempted_us_.end();) {
+      it = now_us - it->second >= interval_us ? last_preempted_us_.erase(it) : std::next(it);
+    }
+    const int64_t lost_after_us =
+        absl::ToInt64Microseconds(options_.lease_ttl + options_.max_acquire_wait);
+    std::map<std::string, int64_t> busy;  // worker -> its run
+    for (const auto& [run_id, r] : running_) busy[r.worker_id] = run_id;
+    // A free worker that fits waiting work is placement's to use: nothing is preempted.
+    for (const auto& [id, w] : workers_) {
+      if (w.draining || busy.count(id) || now_us - w.last_seen_us > lost_after_us) continue;
+      for (const store::PlaceableRun& q : queued) {
+        if (Fits(q, w.info.memory_bytes)) return asked;
+      }
+    }
+    std::map<std::string, int> held;  // owner -> workers their runs hold (asked ones excluded)
+    int pending = 0;                  // asked runs still handing back: workers about to be free
+    std::vector<Candidate> candidates;
+    for (const auto& [run_id, r] : running_) {
+      if (auto ask = preempt_asked_.find(run_id); ask != preempt_asked_.end()) {
+        if (now_us - ask->second.asked_us < kPreemptPendingUs) ++pending;
+        continue;
+      }
+      ++held[r.owner];
+      const auto w = workers_.find(r.worker_id);
+      if (!r.trains || !r.has_checkpoint || last_preempted_us_.count(run_id) ||
+          w == workers_.end()) {
+        continue;
+      }
+      candidates.push_back(Candidate{run_id, &r, w->second.info.memory_bytes});
+    }
+    // Whether waiting run `q` outranks running run `r`, and in whose words.
+    auto outranks = [&](const store::PlaceableRun& q,
+                        const Running& r) -> std::optional<std::string> {
+      if (q.priority > r.priority) {
+        return StrCat("run ", q.id, " of ", q.owner, " waits at priority ", q.priority, " > ",
+                      r.priority);
+      }
+      if (fair && q.priority == r.priority && q.owner != r.owner && used(q.owner) < used(r.owner) &&
+          held[r.owner] - held[q.owner] >= 2) {
+        return StrCat("fair share: run ", q.id, " of ", q.owner, " waits (", held[q.owner],
+                      " workers, ", Fixed(used(q.owner), 1), " decayed GPU-h) while ", r.owner,
+                      " holds ", held[r.owner], " (", Fixed(used(r.owner), 1), " GPU-h)");
+      }
+      return std::nullopt;
+    };
+    for (const store::PlaceableRun& q : queued) {
+      if (candidates.empty() && pending == 0) break;
+      bool waits_for_any = false;
+      for (const auto& [run_id, r] : running_) waits_for_any |= outranks(q, r).has_value();
+      if (!waits_for_any) continue;
+      if (pending > 0) {  // a worker already being handed back serves it
+        --pending;
+        ++held[q.owner];
+        continue;
+      }
+      // The victim: lowest priority, then the owner holding most, then most used, then the
+      // attempt that started last.
+      const Candidate* victim = nullptr;
+      std::string why;
+      for (const Candidate& c : candidates) {
+        if (!Fits(q, c.memory_bytes)) continue;
+        std::optional<std::string> reason = outranks(q, *c.run);
+        if (!reason) continue;
+        auto key = [&](const Candidate& x) {
+          return std::make_tuple(-x.run->priority, held[x.run->owner], used(x.run->owner),
+                                 x.run->claimed_us);
+        };
+        if (victim == nullptr || key(c) > key(*victim)) {
+          victim = &c;
+          why = *std::move(reason);
+        }
+      }
+      if (victim == nullptr) continue;
+      --held[victim->run->owner];
+      ++held[q.owner];
+      preempt_asked_[victim->run_id] = PreemptAsk{victim->run->attempt, now_us, why};
+      last_preempted_us_[victim->run_id] = now_us;
+      controls.push_back(
+          Ask{victim->run_id, victim->run->attempt, Control{Control::Kind::kPreempt, why}});
+      asked.push_back(victim->run_id);
+      candidates.erase(candidates.begin() + (victim - candidates.data()));
+    }
+  }
+  for (const Ask& ask : controls) {
+    store::LogLine line;
+    line.wall_time_us = now_us;
+    line.text = StrCat("cartd: preempted at a checkpoint for other work: ", ask.control.reason);
+    (void)store_->AppendLog(ask.run_id, ask.attempt, {line});  // the control goes out regardless
+    PushControl(
+        [&](const OpenStream& s) { return s.run_id == ask.run_id && s.attempt == ask.attempt; },
+        ask.control);
+    stats_.AddPreemption();
+    BumpRun(ask.run_id);
+  }
+  return asked;
+}
+
 absl::StatusOr<std::vector<store::ExpiredLease>> Scheduler::ExpireLeases() {
   const int64_t now_us = NowMicros();
   if (now_us < grace_end_us_) return std::vector<store::ExpiredLease>();
@@ -988,6 +1164,9 @@ void Scheduler::ExpiryLoop() {
     absl::StatusOr<std::vector<store::ExpiredLease>> expired = ExpireLeases();
     if (!expired.ok()) {
       std::fprintf(stderr, "cartd: lease expiry failed: %s\n", Message(expired.status()).c_str());
+    }
+    if (absl::StatusOr<std::vector<int64_t>> preempted = Preempt(); !preempted.ok()) {
+      std::fprintf(stderr, "cartd: preemption failed: %s\n", Message(preempted.status()).c_str());
     }
   }
 }

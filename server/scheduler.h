@@ -79,6 +79,15 @@ struct SchedulerOptions {
   // weighed down by half every `fair_share_half_life` since it was used, are fewest (plus what the
   // plan already gives them). Zero: off (one queue, longest first). Default 24 h.
   absl::Duration fair_share_half_life = absl::Hours(24);
+  // Preemption at a checkpoint (docs/design.md "Preemption"): when no worker is free and a queued
+  // run would be served before a running one (a higher priority; or, with fair share on, the same
+  // priority, an owner with less decayed usage, and the running run's owner holding at least two
+  // more workers than the waiting one's), the running run is asked to stop at its next step with
+  // a checkpoint written there; it is requeued DRAINED (no attempt counted) and resumes exactly.
+  // Only training runs with a checkpoint are preempted, each at most once per `preempt_interval`.
+  // Off by default (a single user's box); the lab config turns it on.
+  bool preemption = false;
+  absl::Duration preempt_interval = absl::Hours(1);
 };
 
 // A worker as it registers (RegisterWorker). Memory in bytes.
@@ -137,7 +146,7 @@ struct Job {
 
 // A control pushed down an attempt's stream.
 struct Control {
-  enum class Kind { kCancel, kDrain };
+  enum class Kind { kCancel, kDrain, kPreempt };
   Kind kind = Kind::kCancel;
   std::string reason;
 };
@@ -281,6 +290,13 @@ class Scheduler {
                                                  store::AttemptOutcome outcome,
                                                  const std::string& error);
 
+  // With SchedulerOptions::preemption: asks the running runs that waiting work should displace to
+  // stop at a checkpoint (a preempt control on their streams, and a line in their logs), and
+  // returns their ids; empty when preemption is off, a worker is free, or nothing waits that
+  // outranks a running run. A run asked before and not yet handed back counts as a worker about
+  // to be free. The expiry thread calls this each period; tests and the replay call it directly.
+  absl::StatusOr<std::vector<int64_t>> Preempt();
+
   // Takes back every lease that lapsed (after the start-up grace): the runs go QUEUED with
   // attempt + 1, or FAILED past max_attempts. Returns what was taken back. The expiry thread calls
   // this; tests call it after advancing a FakeClock.
@@ -372,6 +388,18 @@ class Scheduler {
     int64_t claimed_us = 0;
     int64_t done_steps_at_claim = 0;  // its checkpoint's step when this attempt began
     double remaining_hours_at_claim = 0;
+    // What preemption weighs: whose it is, its priority, whether it trains (evaluations are
+    // short and start over when stopped) and whether it has a checkpoint to resume from.
+    std::string owner;
+    int64_t priority = 0;
+    bool trains = true;
+    bool has_checkpoint = false;
+  };
+  // A run asked to stop for other work, until it hands its worker back.
+  struct PreemptAsk {
+    int64_t attempt = 0;
+    int64_t asked_us = 0;
+    std::string reason;
   };
   struct OpenStream {
     int64_t run_id;
@@ -452,6 +480,8 @@ class Scheduler {
   std::map<std::string, double> device_speed_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, double> usage_ ABSL_GUARDED_BY(mu_);  // Usage()'s cache
   int64_t usage_at_us_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<int64_t, PreemptAsk> preempt_asked_ ABSL_GUARDED_BY(mu_);   // by run id
+  std::map<int64_t, int64_t> last_preempted_us_ ABSL_GUARDED_BY(mu_);  // within preempt_interval
   // Runs placement did not give to a worker that asked, and why (Explain shows it).
   std::map<int64_t, std::string> not_placed_ ABSL_GUARDED_BY(mu_);
   int64_t request_counter_ ABSL_GUARDED_BY(mu_) = 0;

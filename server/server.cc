@@ -124,6 +124,8 @@ const std::vector<std::string_view>& ConfigKeys() {
                                                      "placement",
                                                      "max_user_priority",
                                                      "fair_share_half_life",
+                                                     "preemption",
+                                                     "preempt_interval",
                                                      "http_listen",
                                                      "http_hosts",
                                                      "web_dir",
@@ -214,6 +216,14 @@ absl::Status ApplyConfigYaml(std::string_view text, std::string_view source, Ser
     } else if (key == "fair_share_half_life") {
       CART_ASSIGN_OR_RETURN(int64_t hours, integer(0));
       config.fair_share_half_life = absl::Hours(std::min<int64_t>(hours, 100'000));
+    } else if (key == "preemption") {
+      if (text_value != "true" && text_value != "false") {
+        return YamlError(source, value, key, StrCat("'", text_value, "' is not true or false"));
+      }
+      config.preemption = text_value == "true";
+    } else if (key == "preempt_interval") {
+      CART_ASSIGN_OR_RETURN(int64_t minutes, integer(1));
+      config.preempt_interval = absl::Minutes(std::min<int64_t>(minutes, 1'000'000));
     } else if (key == "placement") {
       if (text_value != "earliest_finish" && text_value != "first_fit") {
         return YamlError(source, value, key,
@@ -417,6 +427,8 @@ absl::StatusOr<std::unique_ptr<ServerHandle>> RunServer(const ServerConfig& conf
   scheduler_options.keep_checkpoints = config.keep_checkpoints_per_run;
   scheduler_options.max_user_priority = config.max_user_priority;
   scheduler_options.fair_share_half_life = config.fair_share_half_life;
+  scheduler_options.preemption = config.preemption;
+  scheduler_options.preempt_interval = config.preempt_interval;
   scheduler_options.placement = config.placement == "first_fit"
                                     ? SchedulerOptions::Placement::kFirstFit
                                     : SchedulerOptions::Placement::kEarliestFinish;

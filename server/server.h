@@ -91,6 +91,11 @@ struct ServerConfig {
   // Fair share's half-life (placement orders owners within a priority level by their decayed
   // GPU-hours); zero: off. Default 24 h; the config key is in hours.
   absl::Duration fair_share_half_life = absl::Hours(24);
+  // Preemption at a checkpoint for waiting work of a higher priority or an owner under their
+  // share (docs/design.md "Preemption"); each run at most once per preempt_interval (the config
+  // key is in minutes). Off by default; deploy/systemd/cartd.yaml.example turns it on.
+  bool preemption = false;
+  absl::Duration preempt_interval = absl::Hours(1);
   // The HTTP port: a request must arrive within http_idle_timeout of the connection opening or
   // going idle, and one client address may hold http_max_connections_per_client connections
   // (server/http/http_server.h). Defaults 60 s and 64.

@@ -20,6 +20,7 @@ class SchedulerStats {
     int64_t lease_expiries = 0;   // leases taken back because they lapsed
     int64_t retries = 0;          // attempts that ended FAILED / OUT_OF_MEMORY and were retried
     int64_t jobs_handed_out = 0;  // AcquireJob answers that carried a job
+    int64_t preemptions = 0;      // runs asked to stop at a checkpoint for other work
     int64_t metric_batches = 0;   // AppendMetrics calls stored
     int64_t metric_points = 0;    // points in them
     // Ingest latency (one AppendMetrics, store commit included): per-bucket counts (not
@@ -31,6 +32,7 @@ class SchedulerStats {
   void AddLeaseExpiries(int64_t n) { lease_expiries_.fetch_add(n, std::memory_order_relaxed); }
   void AddRetry() { retries_.fetch_add(1, std::memory_order_relaxed); }
   void AddJobHandedOut() { jobs_.fetch_add(1, std::memory_order_relaxed); }
+  void AddPreemption() { preemptions_.fetch_add(1, std::memory_order_relaxed); }
   void AddIngest(int64_t points, double seconds) {
     batches_.fetch_add(1, std::memory_order_relaxed);
     points_.fetch_add(points, std::memory_order_relaxed);
@@ -45,6 +47,7 @@ class SchedulerStats {
     s.lease_expiries = lease_expiries_.load(std::memory_order_relaxed);
     s.retries = retries_.load(std::memory_order_relaxed);
     s.jobs_handed_out = jobs_.load(std::memory_order_relaxed);
+    s.preemptions = preemptions_.load(std::memory_order_relaxed);
     s.metric_batches = batches_.load(std::memory_order_relaxed);
     s.metric_points = points_.load(std::memory_order_relaxed);
     for (size_t i = 0; i < buckets_.size(); ++i) {
@@ -58,6 +61,7 @@ class SchedulerStats {
   std::atomic<int64_t> lease_expiries_{0};
   std::atomic<int64_t> retries_{0};
   std::atomic<int64_t> jobs_{0};
+  std::atomic<int64_t> preemptions_{0};
   std::atomic<int64_t> batches_{0};
   std::atomic<int64_t> points_{0};
   std::array<std::atomic<int64_t>, kLatencyBounds.size() + 1> buckets_{};

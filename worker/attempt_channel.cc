@@ -84,6 +84,7 @@ ChannelEnd AttemptChannel::Finish(JobResult result) {
   end.gave_up = gave_up_;
   end.cancel_requested = cancel_requested_;
   end.drain_requested = drain_requested_;
+  end.preempted = preempted_;
   absl::MutexLock lock(&mu_);
   end.delivered = delivered_;
   end.refused = refused_;
@@ -128,6 +129,10 @@ bool AttemptChannel::Connect() {
         stop_ = true;
       } else if (control.has_drain()) {
         drain_requested_ = true;
+      } else if (control.has_preempt()) {
+        // Training stops at the next step with a checkpoint there; the result is DRAINED.
+        preempted_ = true;
+        stop_ = true;
       }
       cv_.SignalAll();
     }

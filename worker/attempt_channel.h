@@ -6,8 +6,8 @@
 // goes only once every metric point is acknowledged and the newest checkpoint notice is sent. A
 // new stream resends what the old one may have lost: the unacknowledged points, the checkpoint
 // notice and the recent log lines (cartd stores each once). It reads cartd's controls (ack,
-// cancel, drain) and how a stream ended: fenced (the attempt is no longer cartd's), the token
-// refused, or a report refused as invalid, after which only the result goes, as a failure
+// cancel, drain, preempt) and how a stream ended: fenced (the attempt is no longer cartd's), the
+// token refused, or a report refused as invalid, after which only the result goes, as a failure
 // carrying cartd's reason.
 //
 // The job side (worker/job.cc) posts to it from the training thread and polls stop(). The
@@ -49,8 +49,9 @@ struct ChannelEnd {
   bool gave_up = false;    // the shutdown grace ran out first
   bool cancel_requested = false;
   bool drain_requested = false;
-  std::string refused;   // why cartd refused this worker's token, if it did
-  std::string rejected;  // why cartd refused a report as invalid, if it did
+  bool preempted = false;  // cartd asked for the worker back for other work (Preempt)
+  std::string refused;     // why cartd refused this worker's token, if it did
+  std::string rejected;    // why cartd refused a report as invalid, if it did
 };
 
 // How the result's error begins when cartd refused one of the attempt's reports as invalid.
@@ -79,8 +80,8 @@ class AttemptChannel {
   // it, the attempt is fenced, or the shutdown grace runs out. Once.
   ChannelEnd Finish(cart::v1::JobResult result);
 
-  // True when training should stop: cartd cancelled the run, the attempt was fenced, a token or a
-  // report was refused, or shutdown was asked for (after the trainer's next step).
+  // True when training should stop: cartd cancelled or preempted the run, the attempt was fenced,
+  // a token or a report was refused, or shutdown was asked for (after the trainer's next step).
   const std::atomic<bool>& stop() const { return stop_; }
   bool cancel_requested() const { return cancel_requested_; }
   bool fenced() const { return fenced_; }
@@ -119,6 +120,7 @@ class AttemptChannel {
   std::atomic<bool> stop_{false};
   std::atomic<bool> cancel_requested_{false};
   std::atomic<bool> drain_requested_{false};
+  std::atomic<bool> preempted_{false};
   std::atomic<bool> fenced_{false};
   std::atomic<bool> gave_up_{false};
   std::atomic<bool> quit_{false};  // the destructor ends the sender

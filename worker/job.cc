@@ -241,6 +241,7 @@ JobEnd Session::Run() {
   end.fenced = delivered.fenced;
   end.gave_up = delivered.gave_up;
   end.drain_requested = delivered.drain_requested;
+  end.preempted = delivered.preempted;
   if (!delivered.refused.empty()) {
     end.error = "cartd refused this worker's token: " + delivered.refused;
   }

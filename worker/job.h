@@ -42,6 +42,7 @@ struct JobEnd {
   bool fenced = false;   // cartd rejected our attempt number: someone else owns the run
   bool gave_up = false;  // the shutdown grace ran out before the result was delivered
   bool drain_requested = false;
+  bool preempted = false;  // stopped at a checkpoint for other work; the worker asks again
   std::string error;
 };
 

@@ -143,7 +143,9 @@ absl::Status RunWorker(const WorkerConfig& config, const std::atomic<bool>& shut
         StrCat("run ", job.run_name(), ": ",
                end.fenced    ? "FENCED"
                : end.gave_up ? "not handed back within the shutdown grace (cartd will resume it)"
-                             : OutcomeName(end.outcome),
+               : end.preempted && end.outcome == cart::v1::JobResult::OUTCOME_DRAINED
+                   ? "DRAINED (preempted at a checkpoint for other work; it resumes later)"
+                   : OutcomeName(end.outcome),
                end.error.empty() ? "" : ": " + end.error));
     if (end.drain_requested) {
       Say(worker_id, "drain requested; exiting");

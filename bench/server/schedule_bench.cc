@@ -13,7 +13,8 @@
 //
 // Usage: bench-schedule [--scenario makespan|share] [--sweep FILE]... [--fleet SPEC]...
 //                       [--speeds learned|reported]
-//   share: two users on one fleet for 48 h, fair share on and off (ShareScenario)
+//   share: two users on one fleet for 48 h: fair share and preemption on, fair share only, neither
+//          (ShareScenario)
 //   FILE: sweep files, submitted in order (default sweeps/paper/stage2.yaml)
 //   SPEC: "4x3090", "2x3090+4x3050" (kinds: 3090, 3050, 4090, a100), as many as wanted;
 //         default the four fleets of docs/design.md's table.
@@ -64,7 +65,27 @@ struct SimWorker {
   // The run it trains: heartbeats report its step as a worker's would.
   int64_t run_id = 0, attempt = 0, steps = 0;
   double start_h = 0, hours = 0;
+  int64_t start_step = 0;        // the checkpoint it resumed from
+  int64_t checkpoint_every = 0;  // steps; periodic checkpoints are recorded as it passes them
+  int64_t last_checkpoint = 0;   // the last step recorded
+  bool preempt_asked = false;    // cartd sent a preempt control (SimStream)
+  bool stopping = false;         // its stop at a checkpoint is scheduled
 };
+
+// The attempt stream of a simulated worker: a preempt control marks the worker, which stops at a
+// checkpoint kStopHours later (its next step, the checkpoint's write and upload).
+class SimStream : public cart::server::AttemptStream {
+ public:
+  explicit SimStream(bool* preempt_asked) : preempt_asked_(preempt_asked) {}
+  void Send(const cart::server::Control& control) override {
+    if (control.kind == cart::server::Control::Kind::kPreempt) *preempt_asked_ = true;
+  }
+  void Close() override {}
+
+ private:
+  bool* preempt_asked_;
+};
+constexpr double kStopHours = 1.0 / 60;  // a minute from the preempt control to DRAINED
 
 struct Result {
   double makespan_h = 0;
@@ -74,6 +95,8 @@ struct Result {
   bool stuck = false;
   std::map<std::string, double> gpu_hours;      // per submitter, within the horizon
   std::map<std::string, double> first_start_h;  // per submitter: when its first run started
+  int preemptions = 0;
+  double longest_checkpoint_interval_h = 0;  // of the runs that were preempted
 };
 
 // A sweep file submitted by `who` at `at_h` hours into the replay.
@@ -89,6 +112,8 @@ struct ReplayOptions {
   bool reported_speeds = false;
   absl::Duration fair_share_half_life = absl::Hours(24);
   double horizon_h = 0;  // stop here (runs still going count their hours so far); 0: the end
+  bool preemption = false;
+  absl::Duration preempt_interval = absl::Hours(1);
 };
 
 std::vector<SimWorker> ParseFleet(const std::string& spec) {
@@ -135,6 +160,8 @@ Result Replay(std::vector<Submission> submissions, const std::string& fleet_spec
   options.expiry_interval = absl::ZeroDuration();
   options.placement = replay.placement;
   options.fair_share_half_life = replay.fair_share_half_life;
+  options.preemption = replay.preemption;
+  options.preempt_interval = replay.preempt_interval;
   auto scheduler = std::make_unique<cart::server::Scheduler>(store->get(), &clock, options);
   std::stable_sort(submissions.begin(), submissions.end(),
                    [](const Submission& a, const Submission& b) { return a.at_h < b.at_h; });
@@ -183,20 +210,58 @@ Result Replay(std::vector<Submission> submissions, const std::string& fleet_spec
     int64_t run_id;
     int64_t attempt;
     int64_t steps;
+    bool stop = false;  // a preempted run stopping at a checkpoint, not its end
     bool operator>(const Finish& o) const { return at_h > o.at_h; }
+  };
+  std::vector<std::shared_ptr<SimStream>> streams(fleet.size());
+  for (size_t i = 0; i < fleet.size(); ++i) {
+    streams[i] = std::make_shared<SimStream>(&fleet[i].preempt_asked);
+  }
+  auto checkpoint_of = [](int64_t run_id, int64_t step) {
+    cart::store::NewCheckpoint checkpoint;
+    checkpoint.step = step;
+    checkpoint.sha256 = StrCat(std::string(40, 'a'), run_id + 1'000'000'000, step + 1'000'000'000);
+    checkpoint.sha256.resize(64, '0');
+    checkpoint.size_bytes = 1;
+    checkpoint.path = StrCat("replay/", run_id, "-", step);
+    return checkpoint;
+  };
+  // The step a busy worker has reached at `at_h`.
+  auto step_at = [](const SimWorker& w, double at_h) {
+    const double fraction = w.hours > 0 ? (at_h - w.start_h) / w.hours : 1;
+    return std::clamp<int64_t>(
+        w.start_step + static_cast<int64_t>(static_cast<double>(w.steps - w.start_step) * fraction),
+        w.start_step + 1, std::max<int64_t>(w.steps - 1, w.start_step + 1));
   };
   std::priority_queue<Finish, std::vector<Finish>, std::greater<>> finishes;
   Result result;
   double work_total = 0, longest = 0;
   double now_h = 0;
   while (true) {
-    // Busy workers heartbeat with the step they have reached (placement reads their pace).
-    for (const SimWorker& w : fleet) {
+    // Busy workers heartbeat with the step they have reached (placement reads their pace), and
+    // record the periodic checkpoints they have passed.
+    for (SimWorker& w : fleet) {
       if (!w.busy || w.hours <= 0) continue;
-      const int64_t step = std::clamp<int64_t>(
-          static_cast<int64_t>(static_cast<double>(w.steps) * (now_h - w.start_h) / w.hours), 1,
-          std::max<int64_t>(w.steps - 1, 1));
+      const int64_t step = step_at(w, now_h);
       (void)scheduler->Heartbeat(w.run_id, w.attempt, step);
+      if (w.checkpoint_every > 0) {
+        const int64_t passed = step / w.checkpoint_every * w.checkpoint_every;
+        if (passed > w.last_checkpoint && passed > w.start_step) {
+          (void)scheduler->RecordCheckpoint(w.run_id, w.attempt, checkpoint_of(w.run_id, passed));
+          w.last_checkpoint = passed;
+        }
+      }
+    }
+    // cartd's expiry thread asks for preemptions each second; here at each event. A preempted
+    // worker stops at a checkpoint kStopHours later.
+    if (replay.preemption) {
+      (void)scheduler->Preempt();
+      for (size_t i = 0; i < fleet.size(); ++i) {
+        SimWorker& w = fleet[i];
+        if (!w.busy || !w.preempt_asked || w.stopping) continue;
+        w.stopping = true;
+        finishes.push(Finish{now_h + kStopHours, i, w.run_id, w.attempt, w.steps, true});
+      }
     }
     // Every idle worker asks, in id order, and asks again after another's claim (cartd wakes the
     // workers that waited when one claims).
@@ -209,7 +274,7 @@ Result Replay(std::vector<Submission> submissions, const std::string& fleet_spec
         if (!job.ok() || !job->has_value()) continue;
         claimed = true;
         const cart::server::Job& j = **job;
-        (void)store->get()->MarkRunning(j.run.id, j.attempt, absl::ToUnixMicros(clock.Now()));
+        (void)scheduler->AttachStream(j.run.id, j.attempt, streams[i]);  // RUNNING
         const double done_fraction =
             j.resume_from && j.run.steps > 0
                 ? static_cast<double>(j.resume_from->step) / static_cast<double>(j.run.steps)
@@ -220,10 +285,12 @@ Result Replay(std::vector<Submission> submissions, const std::string& fleet_spec
         longest = std::max(longest, work);
         // The run's tokens/s on this device, as a worker reports it at its first logged step.
         int64_t tokens = 0;
+        int64_t checkpoint_every = 0;
         if (auto config = cart::model::ParseRunConfigYaml(j.run.config_yaml, "replay");
             config.ok()) {
           tokens = config->train.steps * config->train.batch * config->train.accum *
                    config->train.seq_len;
+          checkpoint_every = config->train.checkpoint_every;
         }
         if (tokens > 0 && j.run.work_hours > 0) {
           const double tokens_per_s =
@@ -240,6 +307,11 @@ Result Replay(std::vector<Submission> submissions, const std::string& fleet_spec
         w.steps = j.run.steps;
         w.start_h = now_h;
         w.hours = hours;
+        w.start_step = j.resume_from ? j.resume_from->step : 0;
+        w.checkpoint_every = j.kind == cart::JobKind::kTrain ? checkpoint_every : 0;
+        w.last_checkpoint = w.start_step;
+        w.preempt_asked = false;
+        w.stopping = false;
         finishes.push(Finish{now_h + hours, i, j.run.id, j.attempt, j.run.steps});
         ++result.runs;
       }
@@ -266,17 +338,33 @@ Result Replay(std::vector<Submission> submissions, const std::string& fleet_spec
     }
     const Finish f = finishes.top();
     finishes.pop();
-    result.gpu_hours[owner_of[f.run_id]] += fleet[f.worker].hours;
-    cart::store::NewCheckpoint checkpoint;
-    checkpoint.step = f.steps;
-    checkpoint.sha256 = StrCat(std::string(48, 'a'), f.run_id + 1'000'000'000'000'000);
-    checkpoint.sha256.resize(64, '0');
-    checkpoint.size_bytes = 1;
-    checkpoint.path = StrCat("replay/", f.run_id);
-    (void)scheduler->RecordCheckpoint(f.run_id, f.attempt, checkpoint);
+    SimWorker& w = fleet[f.worker];
+    if (!w.busy || w.run_id != f.run_id || w.attempt != f.attempt) continue;  // it stopped early
+    if (f.stop) {
+      // Preempted: a checkpoint at the step reached, DRAINED; the rest of its work is not done.
+      const int64_t step = step_at(w, now_h);
+      const double used_h = now_h - w.start_h;
+      result.gpu_hours[owner_of[f.run_id]] += used_h;
+      w.busy_hours -= w.hours - used_h;
+      work_total -= (w.hours - used_h) * w.kind->speed;
+      if (w.steps > 0 && w.checkpoint_every > 0) {
+        result.longest_checkpoint_interval_h =
+            std::max(result.longest_checkpoint_interval_h,
+                     w.hours / static_cast<double>(w.steps - w.start_step) *
+                         static_cast<double>(w.checkpoint_every));
+      }
+      (void)scheduler->RecordCheckpoint(f.run_id, f.attempt, checkpoint_of(f.run_id, step));
+      (void)scheduler->ReportOutcome(f.run_id, f.attempt, cart::store::AttemptOutcome::kDrained,
+                                     "");
+      ++result.preemptions;
+      w.busy = false;
+      continue;
+    }
+    result.gpu_hours[owner_of[f.run_id]] += w.hours;
+    (void)scheduler->RecordCheckpoint(f.run_id, f.attempt, checkpoint_of(f.run_id, f.steps));
     (void)scheduler->ReportOutcome(f.run_id, f.attempt, cart::store::AttemptOutcome::kSucceeded,
                                    "");
-    fleet[f.worker].busy = false;
+    w.busy = false;
   }
   cart::store::RunFilter queued;
   queued.states = {cart::store::RunState::kQueued, cart::store::RunState::kBlocked};
@@ -295,7 +383,8 @@ Result Replay(std::vector<Submission> submissions, const std::string& fleet_spec
 // Two users share four 3090s for 48 hours: A submits the paper's stage 2 at 0 h (about 210
 // GPU-hours, priority 10) and B, from 1 h on, six 2-hour runs every 3 hours at the same priority
 // (demand enough for the whole fleet). Prints each user's GPU-hours in the 48 h, their shares and
-// when B's first run started, with fair share on and off.
+// how long B waited for its first run and how many runs were preempted, with fair share and
+// preemption on, fair share alone, and neither.
 int ShareScenario(const std::string& stage2_file, const std::string& stage2) {
   std::vector<Submission> subs;
   subs.push_back(Submission{0, "user:a", stage2_file, stage2});
@@ -310,22 +399,35 @@ int ShareScenario(const std::string& stage2_file, const std::string& stage2) {
   std::printf(
       "two users on 4x3090 for 48 h: A submits stage 2 at 0 h, B six 2-hour runs every "
       "3 h from 1 h\n");
-  std::printf("%-26s %10s %10s %8s %8s %16s\n", "policy", "A GPU-h", "B GPU-h", "A share",
-              "B share", "B's first start");
-  for (const bool fair : {true, false}) {
+  std::printf("%-40s %8s %8s %8s %8s %12s %11s\n", "policy", "A GPU-h", "B GPU-h", "A share",
+              "B share", "B waited", "preemptions");
+  struct Policy {
+    const char* name;
+    bool fair, preempt;
+  };
+  for (const Policy& p : {Policy{"fair share + preemption (interval 1 h)", true, true},
+                          Policy{"fair share (half-life 24 h)", true, false},
+                          Policy{"no fair share", false, false}}) {
     ReplayOptions options;
     options.horizon_h = 48;
-    options.fair_share_half_life = fair ? absl::Hours(24) : absl::ZeroDuration();
+    options.fair_share_half_life = p.fair ? absl::Hours(24) : absl::ZeroDuration();
+    options.preemption = p.preempt;
     const Result r = Replay(subs, "4x3090", options);
     const double a = r.gpu_hours.count("user:a") ? r.gpu_hours.at("user:a") : 0;
     const double b = r.gpu_hours.count("user:b") ? r.gpu_hours.at("user:b") : 0;
     const auto first = r.first_start_h.find("user:b");
-    char started[32] = "never";
-    if (first != r.first_start_h.end())
-      std::snprintf(started, sizeof started, "%.1f h", first->second);
-    std::printf("%-26s %10.1f %10.1f %7.1f%% %7.1f%% %16s\n",
-                fair ? "fair share (half-life 24 h)" : "no fair share", a, b, 100 * a / (a + b),
-                100 * b / (a + b), started);
+    char waited[32] = "never";
+    if (first != r.first_start_h.end()) {
+      std::snprintf(waited, sizeof waited, "%.2f h", first->second - 1.0);
+    }
+    std::printf("%-40s %8.1f %8.1f %7.1f%% %7.1f%% %12s %11d\n", p.name, a, b, 100 * a / (a + b),
+                100 * b / (a + b), waited, r.preemptions);
+    if (r.preemptions > 0) {
+      std::printf(
+          "  (the preempted runs' checkpoint interval: up to %.2f h; B's first run started "
+          "%.2f h after its submission)\n",
+          r.longest_checkpoint_interval_h, first->second - 1.0);
+    }
   }
   return 0;
 }

@@ -62,6 +62,8 @@ absl::StatusOr<std::string> RenderPrometheus(Scheduler& scheduler) {
   counter("cart_retries_total", "Attempts that failed or ran out of memory and were retried",
           stats.retries);
   counter("cart_jobs_handed_out_total", "Jobs leased to workers", stats.jobs_handed_out);
+  counter("cart_preemptions_total", "Runs asked to stop at a checkpoint for other work",
+          stats.preemptions);
   counter("cart_metric_batches_ingested_total", "Metric batches stored", stats.metric_batches);
   counter("cart_metric_points_ingested_total", "Metric points stored", stats.metric_points);
 

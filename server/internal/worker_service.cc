@@ -29,10 +29,16 @@ class RunJobStream final : public AttemptStream {
 
   void Send(const Control& control) override {
     v1::SchedulerControl message;
-    if (control.kind == Control::Kind::kCancel) {
-      message.mutable_cancel()->set_reason(control.reason);
-    } else {
-      message.mutable_drain()->set_reason(control.reason);
+    switch (control.kind) {
+      case Control::Kind::kCancel:
+        message.mutable_cancel()->set_reason(control.reason);
+        break;
+      case Control::Kind::kDrain:
+        message.mutable_drain()->set_reason(control.reason);
+        break;
+      case Control::Kind::kPreempt:
+        message.mutable_preempt()->set_reason(control.reason);
+        break;
     }
     Write(message);
   }

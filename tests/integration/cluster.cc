@@ -119,10 +119,14 @@ pid_t Cluster::Spawn(const std::string& exe, const std::vector<std::string>& arg
   return pid.ok() ? *pid : -1;
 }
 
-void Cluster::StartCartd() {
+void Cluster::StartCartd(const std::string& config_yaml) {
   std::vector<std::string> args = {
       "--listen",          address(),     "--data-dir",         dir_.File("cartd"), "--tokens",
       dir_.File("tokens"), "--lease-ttl", StrCat(lease_ttl_s_), "--http",           "127.0.0.1:0"};
+  if (!config_yaml.empty()) {
+    args.push_back("--config");
+    args.push_back(WriteFile("cartd.yaml", config_yaml));
+  }
   if (!hosts_.empty()) {
     // Workers on other hosts dial this side's veth addresses: listen on all of them. The test
     // network is private to this machine, hence plaintext (--insecure) with tokens.

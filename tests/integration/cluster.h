@@ -32,7 +32,8 @@ class Cluster {
   // Takes the link to host `id` down (a real split: packets are dropped, nothing is reset) or up.
   void SetLink(const std::string& id, bool up);
 
-  void StartCartd();
+  // `config_yaml`: a cartd config file's text (keys: docs/architecture.md "cartd config").
+  void StartCartd(const std::string& config_yaml = "");
   void KillCartd(int signal);  // and waits for it
   // The full worker id of the worker started as `id`: the worker token (named "testbox") is bound
   // to the ids "testbox-…" (server/auth.h).

@@ -122,6 +122,46 @@ TEST(ServiceTest, TheFasterWorkerGetsTheLongerRun) {
   EXPECT_THAT(c.Cart({"workers", "ls"}), HasSubstr("1.00x (reported)"));
 }
 
+// Preemption with real processes (cartd's lab setting): one worker trains a low-priority run; a
+// higher-priority sweep arrives; the run stops at a checkpoint (DRAINED, no attempt counted), the
+// same worker trains the new run, then resumes the preempted one, whose losses match the run
+// trained straight through bit for bit.
+TEST(ServiceTest, PreemptedRunStopsAtACheckpointAndResumesWithIdenticalLosses) {
+  Cluster c;
+  c.StartCartd("preemption: true\npreempt_interval: 1\n");
+  const std::string data = c.SynthData();
+  const std::string low_file = c.WriteFile(
+      "low.yaml",
+      StrCat("name: low\nbase:\n", RunBase(data, 400, 10), "seeds: [5]\npriority: 1\n"));
+  c.Cart({"sweep", "submit", low_file});
+  const int64_t low = RunId(c, "low", 0);
+  c.StartWorker("a");
+  ASSERT_TRUE(
+      c.WaitFor([&] { return c.GetRun(low).run().step() >= 12; }, std::chrono::seconds(120)))
+      << c.Log("worker-a.log");
+  const std::string high_file = c.WriteFile(
+      "high.yaml",
+      StrCat("name: high\nbase:\n", RunBase(data, 20, 10), "seeds: [6]\npriority: 5\n"));
+  c.Cart({"sweep", "submit", high_file});
+  const int64_t high = RunId(c, "high", 0);
+  ASSERT_TRUE(c.WaitFor([&] { return StateOf(c, high) == "SUCCEEDED"; }, std::chrono::seconds(120)))
+      << c.Log("worker-a.log") << c.Log("cartd.log");
+  EXPECT_NE(StateOf(c, low), "SUCCEEDED") << "the low run finished before the high one";
+  ASSERT_TRUE(c.WaitFor([&] { return StateOf(c, low) == "SUCCEEDED"; }, std::chrono::seconds(180)))
+      << c.Log("worker-a.log");
+  cart::v1::GetRunResponse resp = c.GetRun(low);
+  EXPECT_EQ(resp.run().attempt(), 2);
+  EXPECT_THAT(c.Log("worker-a.log"), HasSubstr("DRAINED (preempted at a checkpoint"));
+  EXPECT_THAT(c.Cart({"runs", "show", StrCat(low)}), HasSubstr("preempted: run "));
+  EXPECT_THAT(c.Cart({"runs", "logs", StrCat(low)}), HasSubstr("attempt 2  resuming from step"));
+  const std::map<int64_t, double> want =
+      StraightLosses(resp.run().config_yaml(), c.dir() + "/straight");
+  std::map<int64_t, double> got = c.Series(low, "loss");
+  ASSERT_EQ(got.size(), 400u);
+  ASSERT_EQ(want.size(), 400u);
+  for (const auto& [step, loss] : want) EXPECT_EQ(got[step], loss) << "step " << step;
+}
+
 TEST(ServiceTest, KilledWorkersRunResumesElsewhereFromItsCheckpointWithIdenticalLosses) {
   Cluster c(/*lease_ttl_s=*/2);
   c.StartCartd();

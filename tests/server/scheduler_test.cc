@@ -633,6 +633,168 @@ TEST_F(SchedulerTest, DrainedAttemptIsRequeuedWithoutCounting) {
   EXPECT_EQ(second.resume_from->step, 5);
 }
 
+// ---- Preemption at a checkpoint
+
+class PreemptionTest : public SchedulerTest {
+ protected:
+  void SetUp() override {
+    SchedulerTest::SetUp();
+    scheduler_ = Preempting(absl::Hours(1));
+  }
+  std::unique_ptr<Scheduler> Preempting(absl::Duration interval) {
+    SchedulerOptions options;
+    options.lease_ttl = kTtl;
+    options.expiry_interval = absl::ZeroDuration();
+    options.startup_grace = absl::ZeroDuration();
+    options.preemption = true;
+    options.preempt_interval = interval;
+    return std::make_unique<Scheduler>(store_.get(), &clock_, options);
+  }
+  int64_t SubmitAs(const std::string& who, const std::string& name, int priority = 0) {
+    SubmitRequest request;
+    request.spec_yaml = OneRunSweep(name, priority);
+    request.file_name = name + ".yaml";
+    request.who = who;
+    auto result = scheduler_->SubmitSweep(request);
+    EXPECT_TRUE(result.ok()) << result.status();
+    return result.ok() ? result->runs.at(0).id : 0;
+  }
+  std::vector<int64_t> PreemptNow() {
+    auto asked = scheduler_->Preempt();
+    EXPECT_TRUE(asked.ok()) << asked.status();
+    return asked.ok() ? *asked : std::vector<int64_t>{};
+  }
+  static int Preempts(RecordingStream& stream) {
+    int n = 0;
+    for (const Control& c : stream.controls()) n += c.kind == Control::Kind::kPreempt;
+    return n;
+  }
+};
+
+// A higher-priority run waits and the only worker trains a lower one: that run is asked to stop
+// at a checkpoint, but never before it has one, and only once; handed back DRAINED it is
+// requeued uncounted, the waiting run takes the worker, and the preempted run resumes from its
+// checkpoint later.
+TEST_F(PreemptionTest, ALowerPriorityRunStopsAtACheckpointForWaitingWork) {
+  Register("w", kHuge);
+  const int64_t low = SubmitAs("user:alice", "low", 1);
+  auto stream = std::make_shared<RecordingStream>();
+  Job job = Start("w", stream);
+  ASSERT_EQ(job.run.id, low);
+  EXPECT_TRUE(PreemptNow().empty()) << "nothing waits";
+  const int64_t high = SubmitAs("user:bob", "high", 5);
+  EXPECT_TRUE(PreemptNow().empty()) << "preempted before its first checkpoint";
+  CART_ASSERT_OK(scheduler_->RecordCheckpoint(low, job.attempt, Checkpoint(4)).status());
+  EXPECT_EQ(PreemptNow(), std::vector<int64_t>{low});
+  ASSERT_EQ(Preempts(*stream), 1);
+  EXPECT_THAT(stream->controls().back().reason, HasSubstr("priority 5 > 1"));
+  EXPECT_TRUE(PreemptNow().empty()) << "asked again while it hands back";
+  EXPECT_EQ(Preempts(*stream), 1);
+  auto log = scheduler_->RunLog(low, 0, 0);
+  ASSERT_TRUE(log.ok());
+  ASSERT_FALSE(log->empty());
+  EXPECT_THAT(log->back().text, HasSubstr("preempted at a checkpoint"));
+
+  CART_ASSERT_OK_AND_ASSIGN(
+      store::RunRecord back,
+      scheduler_->ReportOutcome(low, job.attempt, store::AttemptOutcome::kDrained, ""));
+  EXPECT_EQ(back.state, RunState::kQueued);
+  EXPECT_EQ(back.attempts_counted, 0);
+  CART_ASSERT_OK_AND_ASSIGN(RunDetails details, scheduler_->GetRun(low));
+  EXPECT_THAT(details.events.back().why, HasSubstr("preempted: run "));
+  Job next = Start("w");
+  EXPECT_EQ(next.run.id, high);
+  CART_ASSERT_OK(
+      scheduler_->ReportOutcome(high, next.attempt, store::AttemptOutcome::kSucceeded, "")
+          .status());
+  Job resumed = Start("w");
+  EXPECT_EQ(resumed.run.id, low);
+  ASSERT_TRUE(resumed.resume_from.has_value());
+  EXPECT_EQ(resumed.resume_from->step, 4);
+  EXPECT_EQ(scheduler_->stats().Read().preemptions, 1);
+}
+
+// Off by default (a single user's box), and never while a live worker that fits is free: that
+// worker is placement's to give.
+TEST_F(PreemptionTest, OffByDefaultAndNotWhileAWorkerIsFree) {
+  scheduler_ = MakeScheduler(absl::ZeroDuration());  // the defaults
+  Register("w", kHuge);
+  const int64_t low = SubmitAs("user:alice", "low", 1);
+  Job job = Start("w");
+  CART_ASSERT_OK(scheduler_->RecordCheckpoint(low, job.attempt, Checkpoint(4)).status());
+  const int64_t high = SubmitAs("user:bob", "high", 5);
+  EXPECT_TRUE(PreemptNow().empty()) << "preemption is off by default";
+  CART_ASSERT_OK(scheduler_->CancelRun(high, "admin:root", "").status());
+  CART_ASSERT_OK(
+      scheduler_->ReportOutcome(low, job.attempt, store::AttemptOutcome::kCancelled, "").status());
+
+  clock_.Advance(absl::Seconds(1));
+  scheduler_ = Preempting(absl::Hours(1));
+  Register("w", kHuge);
+  const int64_t low2 = SubmitAs("user:alice", "low-2", 1);
+  Job job2 = Start("w");
+  ASSERT_EQ(job2.run.id, low2);
+  CART_ASSERT_OK(scheduler_->RecordCheckpoint(low2, job2.attempt, Checkpoint(4)).status());
+  Register("spare", kHuge);  // registered just now: live, and free
+  const int64_t high2 = SubmitAs("user:bob", "high-2", 5);
+  EXPECT_TRUE(PreemptNow().empty()) << "preempted while a worker was free";
+  EXPECT_EQ(Start("spare").run.id, high2);
+}
+
+TEST_F(PreemptionTest, ARunIsPreemptedAtMostOncePerInterval) {
+  Register("w", kHuge);
+  const int64_t low = SubmitAs("user:alice", "low", 1);
+  Job job = Start("w");
+  CART_ASSERT_OK(scheduler_->RecordCheckpoint(low, job.attempt, Checkpoint(4)).status());
+  const int64_t high = SubmitAs("user:bob", "high", 5);
+  ASSERT_EQ(PreemptNow(), std::vector<int64_t>{low});
+  CART_ASSERT_OK(
+      scheduler_->ReportOutcome(low, job.attempt, store::AttemptOutcome::kDrained, "").status());
+  ASSERT_EQ(Start("w").run.id, high);
+  Register("w2", kHuge);
+  Job resumed = Start("w2");  // the preempted run, from its checkpoint
+  ASSERT_EQ(resumed.run.id, low);
+  SubmitAs("user:bob", "high-2", 5);
+  clock_.Advance(absl::Minutes(59));
+  EXPECT_TRUE(PreemptNow().empty()) << "preempted twice within the interval";
+  clock_.Advance(absl::Minutes(2));
+  EXPECT_EQ(PreemptNow(), std::vector<int64_t>{low});
+}
+
+// The same priority: the owner holding two or more workers more than a waiting owner with less
+// usage gives one up; once they are level, nothing more is preempted.
+TEST_F(PreemptionTest, FairShareTakesAWorkerFromTheOwnerHoldingMore) {
+  Register("w1", kHuge);
+  Register("w2", kHuge);
+  const int64_t a1 = SubmitAs("user:alice", "a1");
+  const int64_t a2 = SubmitAs("user:alice", "a2");
+  Job j1 = Start("w1");
+  Job j2 = Start("w2");
+  CART_ASSERT_OK(scheduler_->RecordCheckpoint(j1.run.id, j1.attempt, Checkpoint(4)).status());
+  CART_ASSERT_OK(scheduler_->RecordCheckpoint(j2.run.id, j2.attempt, Checkpoint(4)).status());
+  clock_.Advance(absl::Hours(2));
+  const int64_t b1 = SubmitAs("user:bob", "b1");
+  SubmitAs("user:bob", "b2");
+  std::vector<int64_t> asked = PreemptNow();
+  ASSERT_EQ(asked.size(), 1u) << "alice 2 workers, bob 0: one moves, not both";
+  EXPECT_TRUE(asked[0] == a1 || asked[0] == a2);
+  auto log = scheduler_->RunLog(asked[0], 0, 0);
+  ASSERT_TRUE(log.ok() && !log->empty());
+  EXPECT_THAT(log->back().text, HasSubstr("fair share: run"));
+  EXPECT_THAT(log->back().text, HasSubstr("user:alice holds 2"));
+  const Job& victim = asked[0] == j1.run.id ? j1 : j2;
+  const std::string freed = asked[0] == j1.run.id ? "w1" : "w2";
+  CART_ASSERT_OK(
+      scheduler_->ReportOutcome(victim.run.id, victim.attempt, store::AttemptOutcome::kDrained, "")
+          .status());
+  std::optional<Job> next = AcquireNow(freed);
+  ASSERT_TRUE(next.has_value());
+  EXPECT_TRUE(next->run.id == b1 || next->run.sweep_name == "b2")
+      << "the freed worker went to " << next->run.sweep_name;
+  clock_.Advance(absl::Hours(2));
+  EXPECT_TRUE(PreemptNow().empty()) << "one worker each: level";
+}
+
 TEST_F(SchedulerTest, OutOfMemoryRunIsNeverPlacedOnThatMemorySizeAgain) {
   SubmitResult sweep = Submit(OneRunSweep("s", 0, /*max_attempts=*/1));
   Register("small-a", 8 * kGiB);

@@ -30,6 +30,7 @@ using cart::v1::WorkerReport;
 struct StreamScript {
   bool ack = true;
   bool cancel_after_hello = false;
+  bool preempt_after_hello = false;
   // Ends the stream with this status when the first metric batch arrives (OK: keep going).
   grpc::Status on_metrics = grpc::Status::OK;
 };
@@ -57,6 +58,11 @@ class FakeCartd final : public cart::v1::WorkerService::Service {
       if (r.has_hello() && script.cancel_after_hello) {
         SchedulerControl c;
         c.mutable_cancel();
+        stream->Write(c);
+      }
+      if (r.has_hello() && script.preempt_after_hello) {
+        SchedulerControl c;
+        c.mutable_preempt()->set_reason("run 9 waits at priority 5 > 1");
         stream->Write(c);
       }
       if (r.has_metrics()) {
@@ -252,6 +258,24 @@ TEST_F(AttemptChannelTest, CancelFromCartdStopsTraining) {
   EXPECT_TRUE(end.cancel_requested);
   EXPECT_TRUE(end.delivered);
   EXPECT_EQ(cartd_->reports().back().report.result().outcome(), JobResult::OUTCOME_CANCELLED);
+}
+
+// A preempt stops training as a cancel does, but it is no cancel and no drain: the job hands the
+// run back DRAINED and the worker asks for the next job.
+TEST_F(AttemptChannelTest, PreemptFromCartdStopsTrainingWithoutCancellingOrDraining) {
+  StreamScript preempt;
+  preempt.preempt_after_hello = true;
+  Serve({preempt});
+  AttemptChannel channel(options_, 1, 1, shutdown_);
+  channel.Start();
+  EXPECT_TRUE(WaitUntil([&] { return channel.stop().load(); }));
+  EXPECT_FALSE(channel.cancel_requested());
+  const ChannelEnd end = channel.Finish(Outcome(JobResult::OUTCOME_DRAINED));
+  EXPECT_TRUE(end.preempted);
+  EXPECT_FALSE(end.cancel_requested);
+  EXPECT_FALSE(end.drain_requested);
+  EXPECT_TRUE(end.delivered);
+  EXPECT_EQ(cartd_->reports().back().report.result().outcome(), JobResult::OUTCOME_DRAINED);
 }
 
 // cartd ends the stream with FAILED_PRECONDITION: the attempt is no longer its. Training stops
