@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <ctime>
 
+#include "absl/time/clock.h"
 #include "cli/table.h"
 #include "common/strings.h"
 #include "google/protobuf/util/json_util.h"
@@ -51,6 +52,14 @@ std::string When(int64_t us) {
   char buf[32];
   std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", std::localtime(&t));
   return buf;
+}
+
+std::string ExpectedAt(int64_t us) {
+  if (us <= 0) return "-";
+  const double hours = static_cast<double>(us - absl::ToUnixMicros(absl::Now())) / 3.6e9;
+  if (hours < 0) return StrCat(When(us), " (overdue)");
+  return StrCat(When(us), hours < 1 ? fmt::format(" (in {:.0f} min)", hours * 60)
+                                    : fmt::format(" (in {:.1f} h)", hours));
 }
 
 std::string Progress(const cart::v1::RunView& r) {

@@ -22,6 +22,9 @@ std::string ToJson(const google::protobuf::Message& m);
 std::string Mib(int64_t mib);
 // Local time of a Unix time in microseconds; "-" for 0.
 std::string When(int64_t us);
+// An expected finish (Unix microseconds) as "2026-12-03 14:10:00 (in 41.2 h)" against the local
+// clock, "-" for 0 (no estimate).
+std::string ExpectedAt(int64_t us);
 // "[#####.......]  42%" from step / total_steps; empty without total_steps.
 std::string Progress(const cart::v1::RunView& r);
 // The config keys whose value differs between the runs.

@@ -129,6 +129,9 @@ void RegisterRuns(CLI::App& app) {
                              r.step(), r.total_steps(), Progress(r));
     if (!r.waiting_reason().empty()) std::cout << "waiting: " << r.waiting_reason() << "\n";
     if (!r.worker_id().empty()) std::cout << "worker: " << r.worker_id() << "\n";
+    if (r.expected_finish_us() > 0) {
+      std::cout << "expected finish: " << ExpectedAt(r.expected_finish_us()) << "\n";
+    }
     std::cout << fmt::format("params: {:.2f}M stored, {:.2f}M effective; memory estimate {}\n",
                              r.stored_params() / 1e6, r.effective_params() / 1e6,
                              Mib(r.memory_estimate_mib()));

@@ -171,14 +171,15 @@ void RegisterSweep(CLI::App& app) {
       return;
     }
     Table t;
-    t.Header({"sweep", "created", "queued", "running", "succeeded", "failed", "cancelled"});
+    t.Header({"sweep", "created", "queued", "running", "succeeded", "failed", "cancelled",
+              "expected finish"});
     for (const auto& s : resp.sweeps()) {
       auto n = [&](const char* k) {
         auto it = s.runs_by_state().find(k);
         return std::to_string(it == s.runs_by_state().end() ? 0 : it->second);
       };
       t.Row({s.name(), When(s.created_us()), n("QUEUED"), n("RUNNING"), n("SUCCEEDED"), n("FAILED"),
-             n("CANCELLED")});
+             n("CANCELLED"), ExpectedAt(s.expected_finish_us())});
     }
     t.Print(std::cout);
   });
@@ -207,6 +208,25 @@ void RegisterSweep(CLI::App& app) {
     }
     std::cout << fmt::format("sweep {} ({} runs, created {})\n", resp.sweep().name(),
                              resp.runs_size(), When(resp.sweep().created_us()));
+    int64_t unfinished = 0;
+    for (const auto& [state, n] : resp.sweep().runs_by_state()) {
+      if (state == "QUEUED" || state == "BLOCKED" || state == "LEASED" || state == "RUNNING") {
+        unfinished += n;
+      }
+    }
+    if (resp.sweep().expected_finish_us() > 0) {
+      // From cartd's placement plan over the live workers' speeds (docs/design.md "Placement").
+      std::cout << fmt::format("expected finish: {} ({} of {} unfinished runs estimated{})\n",
+                               ExpectedAt(resp.sweep().expected_finish_us()),
+                               resp.sweep().runs_estimated(), unfinished,
+                               resp.sweep().runs_estimated() < unfinished
+                                   ? "; blocked runs, runs no live worker fits and runs of "
+                                     "unknown work have no estimate"
+                                   : "");
+    } else if (unfinished > 0) {
+      std::cout << "expected finish: none yet (no live worker fits its runs, or they are "
+                   "blocked)\n";
+    }
     PrintRuns(resp.runs(), false);
   });
 

@@ -23,58 +23,20 @@ void SortLongestFirst(std::vector<store::PlaceableRun>& runs) {
 
 std::string Hours(double h) { return StrCat(Fixed(h, 1), " h"); }
 
-}  // namespace
-
-PlacementDecision PlaceEarliestFinish(const PlacementWorker& asker,
-                                      const std::vector<PlacementWorker>& others,
-                                      std::vector<store::PlaceableRun> queued,
-                                      const std::map<std::string, double>& usage) {
+// Calls `plan(run)` for each queued run in plan order until it returns true: by priority, and
+// within a level (with `usage`) the longest run of the owner whose usage plus `share` (hours
+// `plan` has added) is least, else longest first.
+template <typename Plan>
+void InPlanOrder(std::vector<store::PlaceableRun>& queued,
+                 const std::map<std::string, double>& usage, std::map<std::string, double>& share,
+                 const Plan& plan) {
   SortLongestFirst(queued);
-  // Index 0 is the asker; free times advance as runs are planned onto workers.
-  std::vector<PlacementWorker> fleet;
-  fleet.reserve(others.size() + 1);
-  fleet.push_back(asker);
-  fleet.front().free_in_hours = 0;
-  fleet.insert(fleet.end(), others.begin(), others.end());
-  PlacementDecision decision;
-  std::map<std::string, double> share = usage;  // GPU-hours, the plan's added as it goes
-  // Plans `run` onto the worker that finishes it first; true when that is the asker.
-  auto plan = [&](const store::PlaceableRun& run) {
-    const double work = run.RemainingHours();
-    int best = -1;
-    double best_finish = 0;
-    for (size_t k = 0; k < fleet.size(); ++k) {
-      const PlacementWorker& w = fleet[k];
-      if (w.speed <= 0 || !Fits(run, w.memory_bytes)) continue;
-      const double finish = w.free_in_hours + work / w.speed;
-      // Ties go to the asker (index 0, seen first): a free worker never idles for an equal plan.
-      if (best < 0 || finish < best_finish) {
-        best = static_cast<int>(k);
-        best_finish = finish;
-      }
-    }
-    if (best < 0) return false;  // fits no live worker: waits for one (Explain says so)
-    if (best == 0) {
-      decision.run_id = run.id;
-      return true;
-    }
-    const PlacementWorker& w = fleet[best];
-    if (Fits(run, asker.memory_bytes) && decision.declined.size() < 64) {
-      decision.declined[run.id] =
-          StrCat("not given to worker ", asker.id, " (", asker.device, ", ",
-                 Hours(work / asker.speed), " there): it finishes sooner on ", w.id, " (", w.device,
-                 ", free in ", Hours(w.free_in_hours), ", then ", Hours(work / w.speed), ")");
-    }
-    share[run.owner] += work / w.speed;
-    fleet[best].free_in_hours = best_finish;
-    return false;
-  };
   for (size_t level = 0; level < queued.size();) {
     size_t end = level;
     while (end < queued.size() && queued[end].priority == queued[level].priority) ++end;
     if (usage.empty()) {
       for (size_t i = level; i < end; ++i) {
-        if (plan(queued[i])) return decision;
+        if (plan(queued[i])) return;
       }
     } else {
       // Each owner's runs of this level, longest first; the next comes from the owner least
@@ -88,13 +50,87 @@ PlacementDecision PlaceEarliestFinish(const PlacementWorker& asker,
           if (next[owner] >= runs.size()) continue;
           if (pick == nullptr || share[owner] < share[*pick]) pick = &owner;
         }
-        const store::PlaceableRun* run = by_owner[*pick][next[*pick]++];
-        if (plan(*run)) return decision;
+        if (plan(*by_owner[*pick][next[*pick]++])) return;
       }
     }
     level = end;
   }
+}
+
+// The worker of `fleet` that would finish `run` first (ties: the lowest index); -1 when it fits
+// none.
+int Soonest(const std::vector<PlacementWorker>& fleet, const store::PlaceableRun& run,
+            double* finish) {
+  const double work = run.RemainingHours();
+  int best = -1;
+  for (size_t k = 0; k < fleet.size(); ++k) {
+    const PlacementWorker& w = fleet[k];
+    if (w.speed <= 0 || !Fits(run, w.memory_bytes)) continue;
+    const double at = w.free_in_hours + work / w.speed;
+    if (best < 0 || at < *finish) {
+      best = static_cast<int>(k);
+      *finish = at;
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
+PlacementDecision PlaceEarliestFinish(const PlacementWorker& asker,
+                                      const std::vector<PlacementWorker>& others,
+                                      std::vector<store::PlaceableRun> queued,
+                                      const std::map<std::string, double>& usage) {
+  // Index 0 is the asker (ties go to it: a free worker never idles for an equal plan); free
+  // times advance as runs are planned onto workers.
+  std::vector<PlacementWorker> fleet;
+  fleet.reserve(others.size() + 1);
+  fleet.push_back(asker);
+  fleet.front().free_in_hours = 0;
+  fleet.insert(fleet.end(), others.begin(), others.end());
+  PlacementDecision decision;
+  std::map<std::string, double> share = usage;  // GPU-hours, the plan's added as it goes
+  // Plans `run` onto the worker that finishes it first; true (stop) when that is the asker.
+  InPlanOrder(queued, usage, share, [&](const store::PlaceableRun& run) {
+    double finish = 0;
+    const int best = Soonest(fleet, run, &finish);
+    if (best < 0) return false;  // fits no live worker: waits for one (Explain says so)
+    if (best == 0) {
+      decision.run_id = run.id;
+      return true;
+    }
+    const double work = run.RemainingHours();
+    const PlacementWorker& w = fleet[best];
+    if (Fits(run, asker.memory_bytes) && decision.declined.size() < 64) {
+      decision.declined[run.id] =
+          StrCat("not given to worker ", asker.id, " (", asker.device, ", ",
+                 Hours(work / asker.speed), " there): it finishes sooner on ", w.id, " (", w.device,
+                 ", free in ", Hours(w.free_in_hours), ", then ", Hours(work / w.speed), ")");
+    }
+    share[run.owner] += work / w.speed;
+    fleet[best].free_in_hours = finish;
+    return false;
+  });
   return decision;
+}
+
+std::vector<PlannedRun> PlanQueue(std::vector<PlacementWorker> fleet,
+                                  std::vector<store::PlaceableRun> queued,
+                                  const std::map<std::string, double>& usage) {
+  std::vector<PlannedRun> plan;
+  std::map<std::string, double> share = usage;
+  InPlanOrder(queued, usage, share, [&](const store::PlaceableRun& run) {
+    if (run.RemainingHours() <= 0) return false;  // unknown work: no estimate
+    double finish = 0;
+    const int best = Soonest(fleet, run, &finish);
+    if (best < 0) return false;
+    PlacementWorker& w = fleet[best];
+    plan.push_back(PlannedRun{run.id, w.id, w.free_in_hours, finish});
+    share[run.owner] += run.RemainingHours() / w.speed;
+    w.free_in_hours = finish;
+    return false;
+  });
+  return plan;
 }
 
 }  // namespace cart::server

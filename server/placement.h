@@ -57,4 +57,21 @@ PlacementDecision PlaceEarliestFinish(const PlacementWorker& asker,
                                       std::vector<store::PlaceableRun> queued,
                                       const std::map<std::string, double>& usage = {});
 
+// One queued run as the plan places it: on which worker, and when it is expected to start and
+// finish, in hours from now.
+struct PlannedRun {
+  int64_t run_id = 0;
+  std::string worker_id;
+  double start_in_hours = 0;
+  double finish_in_hours = 0;
+};
+
+// The whole queue planned onto `fleet` (each worker free after its free_in_hours) in the order
+// and by the rule PlaceEarliestFinish uses, as if every worker asked when it is free: the
+// expected finish times that sweeps and runs show. Runs whose work is unknown or that fit no
+// worker are left out. In plan order.
+std::vector<PlannedRun> PlanQueue(std::vector<PlacementWorker> fleet,
+                                  std::vector<store::PlaceableRun> queued,
+                                  const std::map<std::string, double>& usage = {});
+
 }  // namespace cart::server

@@ -501,6 +501,7 @@ void Scheduler::NoteClaim(const Job& job, const std::string& worker_id) {
   r.done_steps_at_claim = done;
   r.remaining_hours_at_claim = store::RemainingWorkHours(r.work_hours, r.steps, done);
   r.priority = job.run.priority;
+  r.sweep_id = job.run.sweep_id;
   r.trains = job.kind == JobKind::kTrain;
   r.has_checkpoint = job.resume_from.has_value();
   if (absl::StatusOr<store::SweepRecord> sweep = store_->GetSweep(job.run.sweep_name); sweep.ok()) {
@@ -554,46 +555,14 @@ absl::StatusOr<std::optional<store::Claim>> Scheduler::Place(const std::string& 
   PlacementWorker asker;
   std::vector<PlacementWorker> others;
   {
-    const int64_t lost_after_us =
-        absl::ToInt64Microseconds(options_.lease_ttl + options_.max_acquire_wait);
     absl::MutexLock lock(&mu_);
-    std::map<std::string, double> busy_hours;  // worker -> hours its current run has left
-    for (const auto& [run_id, r] : running_) {
-      auto w = workers_.find(r.worker_id);
-      if (w == workers_.end() || w->second.speed <= 0) continue;
-      // Hours of wall time left: at the pace its steps have gone so far once it has reported
-      // progress (the estimate may be far off: a CPU, a throttled card), else the estimate less
-      // the time it has run (the whole estimate again once it has overrun).
-      const double elapsed = static_cast<double>(now_us - r.claimed_us) / 3.6e9;
-      const auto p = progress_.find(run_id);
-      const int64_t done = p == progress_.end() ? 0 : p->second - r.done_steps_at_claim;
-      double left;
-      if (done > 0 && elapsed > 0 && r.steps > 0) {
-        left = elapsed / static_cast<double>(done) *
-               static_cast<double>(std::max<int64_t>(r.steps - p->second, 0));
+    for (PlacementWorker& w : FleetLocked(now_us, worker_id)) {
+      if (w.id == worker_id) {
+        asker = std::move(w);
+        asker.free_in_hours = 0;
       } else {
-        const double estimate = r.remaining_hours_at_claim / w->second.speed;
-        left = estimate > elapsed ? estimate - elapsed : estimate;
+        others.push_back(std::move(w));
       }
-      busy_hours[r.worker_id] = left;
-    }
-    for (const auto& [id, w] : workers_) {
-      PlacementWorker p;
-      p.id = id;
-      p.device = DeviceLabel(w.info);
-      p.memory_bytes = w.info.memory_bytes;
-      p.speed = w.speed;
-      if (id == worker_id) {
-        asker = p;
-        continue;
-      }
-      const auto busy = busy_hours.find(id);
-      // Idle workers count while they poll; draining or silent ones take nothing.
-      if (w.draining || (busy == busy_hours.end() && now_us - w.last_seen_us > lost_after_us)) {
-        continue;
-      }
-      p.free_in_hours = busy == busy_hours.end() ? 0 : busy->second;
-      others.push_back(std::move(p));
     }
   }
   std::map<std::string, double> usage;
@@ -613,6 +582,107 @@ absl::StatusOr<std::optional<store::Claim>> Scheduler::Place(const std::string& 
                         store_->ClaimRun(worker_id, *decision.run_id, memory, now_us));
   if (!claim) WakePollers();  // taken meanwhile: plan again at once
   return claim;
+}
+
+std::map<std::string, double> Scheduler::BusyHoursLocked(int64_t now_us) {
+  std::map<std::string, double> busy_hours;
+  for (const auto& [run_id, r] : running_) {
+    auto w = workers_.find(r.worker_id);
+    if (w == workers_.end() || w->second.speed <= 0) continue;
+    // Hours of wall time left: at the pace its steps have gone so far once it has reported
+    // progress (the estimate may be far off: a CPU, a throttled card), else the estimate less
+    // the time it has run (the whole estimate again once it has overrun).
+    const double elapsed = static_cast<double>(now_us - r.claimed_us) / 3.6e9;
+    const auto p = progress_.find(run_id);
+    const int64_t done = p == progress_.end() ? 0 : p->second - r.done_steps_at_claim;
+    double left;
+    if (done > 0 && elapsed > 0 && r.steps > 0) {
+      left = elapsed / static_cast<double>(done) *
+             static_cast<double>(std::max<int64_t>(r.steps - p->second, 0));
+    } else {
+      const double estimate = r.remaining_hours_at_claim / w->second.speed;
+      left = estimate > elapsed ? estimate - elapsed : estimate;
+    }
+    busy_hours[r.worker_id] = left;
+  }
+  return busy_hours;
+}
+
+std::vector<PlacementWorker> Scheduler::FleetLocked(int64_t now_us, const std::string& asker) {
+  const int64_t lost_after_us =
+      absl::ToInt64Microseconds(options_.lease_ttl + options_.max_acquire_wait);
+  const std::map<std::string, double> busy_hours = BusyHoursLocked(now_us);
+  std::vector<PlacementWorker> fleet;
+  for (const auto& [id, w] : workers_) {
+    const auto busy = busy_hours.find(id);
+    // Idle workers count while they poll; draining or silent ones take nothing.
+    if (id != asker &&
+        (w.draining || (busy == busy_hours.end() && now_us - w.last_seen_us > lost_after_us))) {
+      continue;
+    }
+    PlacementWorker p;
+    p.id = id;
+    p.device = DeviceLabel(w.info);
+    p.memory_bytes = w.info.memory_bytes;
+    p.speed = w.speed;
+    p.free_in_hours = busy == busy_hours.end() ? 0 : busy->second;
+    fleet.push_back(std::move(p));
+  }
+  return fleet;
+}
+
+absl::StatusOr<std::shared_ptr<const Forecast>> Scheduler::ExpectedFinish() {
+  const int64_t now_us = NowMicros();
+  int64_t generation = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    // Planned again after any claim, submit, outcome or new worker (they bump generation_), and
+    // at least every 10 s as the running runs' pace moves.
+    if (forecast_ && forecast_generation_ == generation_ && now_us >= forecast_->at_us &&
+        now_us - forecast_->at_us < 10'000'000) {
+      return forecast_;
+    }
+    generation = generation_;
+  }
+  const std::optional<int64_t> largest = MaxWorkerMemory();
+  std::vector<store::PlaceableRun> queued;
+  if (largest) {
+    CART_ASSIGN_OR_RETURN(queued, store_->ListQueuedWork(kMostWeighed, *largest));
+  }
+  std::map<std::string, double> usage;
+  if (options_.fair_share_half_life > absl::ZeroDuration() && !queued.empty()) {
+    CART_ASSIGN_OR_RETURN(usage, Usage(now_us));
+    for (const store::PlaceableRun& r : queued) usage.try_emplace(r.owner, 0.0);
+  }
+  Forecast forecast;
+  forecast.at_us = now_us;
+  auto note = [&](int64_t run_id, int64_t sweep_id, double hours) {
+    const int64_t at = now_us + static_cast<int64_t>(hours * 3.6e9);
+    forecast.run_finish_us[run_id] = at;
+    int64_t& sweep = forecast.sweep_finish_us[sweep_id];
+    sweep = std::max(sweep, at);
+    ++forecast.sweep_estimated_runs[sweep_id];
+  };
+  std::vector<PlacementWorker> fleet;
+  {
+    absl::MutexLock lock(&mu_);
+    const std::map<std::string, double> busy_hours = BusyHoursLocked(now_us);
+    for (const auto& [run_id, r] : running_) {
+      const auto left = busy_hours.find(r.worker_id);
+      if (left != busy_hours.end() && r.work_hours > 0) note(run_id, r.sweep_id, left->second);
+    }
+    fleet = FleetLocked(now_us, "");
+  }
+  std::map<int64_t, int64_t> sweep_of;
+  for (const store::PlaceableRun& r : queued) sweep_of[r.id] = r.sweep_id;
+  for (const PlannedRun& p : PlanQueue(std::move(fleet), std::move(queued), usage)) {
+    note(p.run_id, sweep_of[p.run_id], p.finish_in_hours);
+  }
+  auto shared = std::make_shared<const Forecast>(std::move(forecast));
+  absl::MutexLock lock(&mu_);
+  forecast_ = shared;
+  forecast_generation_ = generation;
+  return shared;
 }
 
 absl::StatusOr<std::map<std::string, double>> Scheduler::Usage(int64_t now_us) {
@@ -1279,6 +1349,11 @@ absl::StatusOr<RunInfo> Scheduler::Describe(RunRecord record, std::optional<int6
     }
   }
   info.waiting_reason = Explain(info.run, max_memory);
+  if (!store::IsTerminal(info.run.state)) {
+    CART_ASSIGN_OR_RETURN(std::shared_ptr<const Forecast> forecast, ExpectedFinish());
+    const auto at = forecast->run_finish_us.find(info.run.id);
+    if (at != forecast->run_finish_us.end()) info.expected_finish_us = at->second;
+  }
   return info;
 }
 
@@ -1308,6 +1383,7 @@ absl::StatusOr<std::vector<RunInfo>> Scheduler::ListRuns(const store::RunFilter&
   CART_ASSIGN_OR_RETURN(store::RunPage rows, store_->ListRunPage(page));
   if (total != nullptr) *total = rows.total;
   const std::optional<int64_t> max_memory = MaxWorkerMemory();
+  CART_ASSIGN_OR_RETURN(std::shared_ptr<const Forecast> forecast, ExpectedFinish());
   std::vector<RunInfo> out;
   out.reserve(rows.rows.size());
   for (store::RunRow& row : rows.rows) {
@@ -1319,6 +1395,9 @@ absl::StatusOr<std::vector<RunInfo>> Scheduler::ListRuns(const store::RunFilter&
     if (info.run.state == RunState::kSucceeded) info.step = std::max(info.step, info.run.steps);
     info.waiting_reason = Explain(info.run, max_memory);
     info.latest = std::move(row.latest);
+    if (auto at = forecast->run_finish_us.find(info.run.id); at != forecast->run_finish_us.end()) {
+      info.expected_finish_us = at->second;
+    }
     out.push_back(std::move(info));
   }
   return out;

@@ -36,6 +36,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "server/placement.h"
 #include "server/stats.h"
 #include "store/run_store.h"
 
@@ -177,6 +178,18 @@ struct SubmitResult {
   bool existing = false;  // request_id matched an earlier submit: nothing was written
 };
 
+// Expected finish times (docs/design.md "Placement"): a running run's from its pace (or its work
+// at its worker's speed until it has reported steps), a queued run's from the placement plan of
+// the whole queue over the live fleet (server/placement.h PlanQueue), a sweep's the latest of its
+// runs'. Unix microseconds. Runs that are blocked, of unknown work, or fit no live worker have
+// none; a sweep says how many of its unfinished runs have one.
+struct Forecast {
+  int64_t at_us = 0;
+  std::map<int64_t, int64_t> run_finish_us;         // by run id
+  std::map<int64_t, int64_t> sweep_finish_us;       // by sweep id
+  std::map<int64_t, int64_t> sweep_estimated_runs;  // by sweep id
+};
+
 // A run with what the scheduler knows beyond its record.
 struct RunInfo {
   store::RunRecord run;
@@ -184,6 +197,7 @@ struct RunInfo {
   std::string waiting_reason;            // QUEUED / BLOCKED runs: why it is not running
   int64_t step = 0;                      // latest step reported (heartbeats, metrics)
   std::map<std::string, double> latest;  // ListRuns: latest loss, rho_max and tokens_per_s
+  int64_t expected_finish_us = 0;        // Forecast; 0: none
 };
 
 struct RunDetails {
@@ -321,6 +335,10 @@ class Scheduler {
   absl::StatusOr<std::vector<store::AttemptRecord>> ListAttempts(int64_t run_id);
   // Counters for /metrics.
   const SchedulerStats& stats() const { return stats_; }
+  // The expected finish of every unfinished run and sweep that has one (Forecast). Planned again
+  // after a claim, submit, outcome or registration, and at least every 10 s of clock time;
+  // between those the last one is returned (it plans the whole queue).
+  absl::StatusOr<std::shared_ptr<const Forecast>> ExpectedFinish();
   // Runs matching `filter`, by id: at most `limit` (0: all) after skipping `offset`. `total`
   // (when given) receives how many match. InvalidArgument for a negative limit or offset.
   absl::StatusOr<std::vector<RunInfo>> ListRuns(const store::RunFilter& filter, int64_t limit,
@@ -394,6 +412,7 @@ class Scheduler {
     int64_t priority = 0;
     bool trains = true;
     bool has_checkpoint = false;
+    int64_t sweep_id = 0;
   };
   // A run asked to stop for other work, until it hands its worker back.
   struct PreemptAsk {
@@ -420,6 +439,14 @@ class Scheduler {
   // Chooses and claims a run for the worker (SchedulerOptions::placement); nullopt when it should
   // wait.
   absl::StatusOr<std::optional<store::Claim>> Place(const std::string& worker_id, int64_t memory);
+  // Hours each busy worker's current run has left, by worker id: at the pace its steps have gone
+  // once it has reported progress, else its work at the worker's speed less the time it has run.
+  std::map<std::string, double> BusyHoursLocked(int64_t now_us) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The live workers placement plans onto (not draining, seen within a lease TTL plus a long
+  // poll, with a speed), each free after its BusyHoursLocked hours; `asker` is included however
+  // long ago it was seen.
+  std::vector<PlacementWorker> FleetLocked(int64_t now_us, const std::string& asker)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Fair share's usage per owner (store::RunStore::DecayedUsage), cached for a minute.
   absl::StatusOr<std::map<std::string, double>> Usage(int64_t now_us);
   // Records a claimed run for placement's plan and speed measurement.
@@ -485,6 +512,8 @@ class Scheduler {
   // Runs placement did not give to a worker that asked, and why (Explain shows it).
   std::map<int64_t, std::string> not_placed_ ABSL_GUARDED_BY(mu_);
   int64_t request_counter_ ABSL_GUARDED_BY(mu_) = 0;
+  std::shared_ptr<const Forecast> forecast_ ABSL_GUARDED_BY(mu_);  // ExpectedFinish's cache
+  int64_t forecast_generation_ ABSL_GUARDED_BY(mu_) = 0;           // generation_ it was made at
 
   std::thread expiry_thread_;
 };

@@ -46,10 +46,10 @@ constexpr char kSelectNextQueued[] =
     "SELECT id FROM runs WHERE status = 'QUEUED' AND min_memory_bytes <= ? "
     "AND oom_memory_bytes < ? ORDER BY priority DESC, created_us, id LIMIT 1";
 // Placement's view of queued runs: the remaining work needs the latest checkpoint's step.
-#define CART_PLACEABLE_SELECT                                                                \
-  "SELECT r.id, r.priority, r.min_memory_bytes, r.oom_memory_bytes, r.work_hours, r.steps, " \
-  "coalesce((SELECT max(c.step) FROM checkpoints AS c WHERE c.run_id = r.id), 0), "          \
-  "r.created_us, s.created_by FROM runs AS r JOIN sweeps AS s ON s.id = r.sweep_id "         \
+#define CART_PLACEABLE_SELECT                                                                    \
+  "SELECT r.id, r.priority, r.min_memory_bytes, r.oom_memory_bytes, r.work_hours, r.steps, "     \
+  "coalesce((SELECT max(c.step) FROM checkpoints AS c WHERE c.run_id = r.id), 0), "              \
+  "r.created_us, s.created_by, r.sweep_id FROM runs AS r JOIN sweeps AS s ON s.id = r.sweep_id " \
   "WHERE r.status = 'QUEUED' "
 constexpr char kSelectQueuedWork[] = CART_PLACEABLE_SELECT
     "AND r.min_memory_bytes <= ?2 AND r.oom_memory_bytes < ?2 "
@@ -143,6 +143,7 @@ absl::StatusOr<std::vector<PlaceableRun>> ReadPlaceable(Statement& select) {
     r.done_steps = row.ColumnInt64(6);
     r.created_us = row.ColumnInt64(7);
     r.owner = row.ColumnText(8);
+    r.sweep_id = row.ColumnInt64(9);
     out.push_back(std::move(r));
   }));
   return out;

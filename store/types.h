@@ -177,6 +177,7 @@ struct PlaceableRun {
   int64_t done_steps = 0;  // its latest checkpoint's step: a resumed run has only the rest to do
   int64_t created_us = 0;
   std::string owner;  // who submitted its sweep (sweeps.created_by): fair share's unit
+  int64_t sweep_id = 0;
   // Work left in RTX 3090 hours.
   double RemainingHours() const { return RemainingWorkHours(work_hours, steps, done_steps); }
 };

@@ -512,6 +512,8 @@ Response Dashboard::Api(const Request& request, const std::string& who) {
 Response Dashboard::ListSweeps() {
   absl::StatusOr<std::vector<store::SweepProgress>> sweeps = scheduler_->ListSweepProgress();
   if (!sweeps.ok()) return Error(sweeps.status());
+  absl::StatusOr<std::shared_ptr<const Forecast>> forecast = scheduler_->ExpectedFinish();
+  if (!forecast.ok()) return Error(forecast.status());
   json out = json::array();
   for (const store::SweepProgress& p : *sweeps) {
     int64_t total = 0, finished = 0;
@@ -519,9 +521,16 @@ Response Dashboard::ListSweeps() {
       total += n;
       if (store::IsTerminal(state)) finished += n;
     }
-    json eta = nullptr;
-    const int64_t left = p.planned_tokens - p.done_tokens;
-    if (p.tokens_per_s > 0 && left > 0) eta = static_cast<double>(left) / p.tokens_per_s;
+    // The expected finish from the placement plan (Scheduler::ExpectedFinish), and how many of
+    // the unfinished runs it covers.
+    json finish_us = nullptr, eta = nullptr;
+    int64_t estimated = 0;
+    if (auto at = (*forecast)->sweep_finish_us.find(p.sweep.id);
+        at != (*forecast)->sweep_finish_us.end()) {
+      finish_us = at->second;
+      eta = static_cast<double>(std::max<int64_t>(at->second - (*forecast)->at_us, 0)) / 1e6;
+      estimated = (*forecast)->sweep_estimated_runs.at(p.sweep.id);
+    }
     out.push_back(json{{"name", p.sweep.name},
                        {"id", p.sweep.id},
                        {"cancelled", p.sweep.cancelled},
@@ -535,7 +544,10 @@ Response Dashboard::ListSweeps() {
                        {"planned_tokens", p.planned_tokens},
                        {"done_tokens", p.done_tokens},
                        {"tokens_per_s", Num(p.tokens_per_s)},
-                       {"eta_s", eta}});
+                       {"expected_finish_us", finish_us},
+                       {"eta_s", eta},
+                       {"unfinished", total - finished},
+                       {"runs_estimated", estimated}});
   }
   return Json(json{{"sweeps", out}});
 }

@@ -123,6 +123,36 @@ absl::StatusOr<std::string> RenderPrometheus(Scheduler& scheduler) {
       speed.Add(labels).Set(it->second);
     }
   }
+  // Expected finishes from the placement plan (Scheduler::ExpectedFinish), as Unix times.
+  CART_ASSIGN_OR_RETURN(std::shared_ptr<const Forecast> forecast, scheduler.ExpectedFinish());
+  auto& run_finish = BuildGauge()
+                         .Name("cart_run_expected_finish_timestamp_seconds")
+                         .Help("When a running run is expected to finish (Unix time)")
+                         .Register(registry);
+  for (const store::RunRow& row : running.rows) {
+    if (auto at = forecast->run_finish_us.find(row.run.id); at != forecast->run_finish_us.end()) {
+      run_finish
+          .Add({{"run", StrCat(row.run.sweep_name, "/", row.run.name)},
+                {"sweep", row.run.sweep_name}})
+          .Set(static_cast<double>(at->second) / 1e6);
+    }
+  }
+  if (!forecast->sweep_finish_us.empty()) {
+    CART_ASSIGN_OR_RETURN(std::vector<store::SweepRecord> sweeps, scheduler.ListSweeps());
+    auto& sweep_finish =
+        BuildGauge()
+            .Name("cart_sweep_expected_finish_timestamp_seconds")
+            .Help(
+                "When the last estimated run of an unfinished sweep is expected to finish "
+                "(Unix time)")
+            .Register(registry);
+    for (const store::SweepRecord& sweep : sweeps) {
+      if (auto at = forecast->sweep_finish_us.find(sweep.id);
+          at != forecast->sweep_finish_us.end()) {
+        sweep_finish.Add({{"sweep", sweep.name}}).Set(static_cast<double>(at->second) / 1e6);
+      }
+    }
+  }
   std::ostringstream out;
   prometheus::TextSerializer().Serialize(out, registry.Collect());
   return out.str();

@@ -79,11 +79,18 @@ v1::RunView ToRunView(const RunInfo& info, const std::vector<store::MetricSummar
   view.set_kind(ToProto(run.kind));
   view.set_created_us(run.created_us);
   view.set_updated_us(run.updated_us);
+  view.set_expected_finish_us(info.expected_finish_us);
   return view;
 }
 
-v1::SweepView ToSweepView(const store::SweepRecord& sweep) {
+v1::SweepView ToSweepView(const store::SweepRecord& sweep, const Forecast* forecast) {
   v1::SweepView view;
+  if (forecast != nullptr) {
+    if (auto at = forecast->sweep_finish_us.find(sweep.id); at != forecast->sweep_finish_us.end()) {
+      view.set_expected_finish_us(at->second);
+      view.set_runs_estimated(forecast->sweep_estimated_runs.at(sweep.id));
+    }
+  }
   view.set_name(sweep.name);
   view.set_sweep_id(sweep.id);
   view.set_spec_yaml(sweep.spec_text);

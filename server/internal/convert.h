@@ -42,7 +42,8 @@ std::optional<store::RunState> FromProto(v1::RunState state);
 // `with_config`: config_yaml is filled in (GetRun only).
 v1::RunView ToRunView(const RunInfo& info, const std::vector<store::MetricSummary>* summaries,
                       bool with_config);
-v1::SweepView ToSweepView(const store::SweepRecord& sweep);
+// With `forecast`: the sweep's expected finish and how many runs have an estimate.
+v1::SweepView ToSweepView(const store::SweepRecord& sweep, const Forecast* forecast = nullptr);
 v1::CheckpointView ToCheckpointView(const store::CheckpointRecord& checkpoint, bool final);
 v1::RunEvent ToRunEvent(const store::EventRecord& event);
 v1::WorkerView ToWorkerView(const WorkerStatus& worker);

@@ -115,9 +115,11 @@ grpc::Status SchedulerServiceImpl::ListSweeps(grpc::ServerContext* context,
   CART_CALLER(who, "ListSweeps");
   absl::StatusOr<std::vector<store::SweepRecord>> sweeps = ctx_.scheduler->ListSweeps();
   if (!sweeps.ok()) return ToGrpc(sweeps.status());
+  absl::StatusOr<std::shared_ptr<const Forecast>> forecast = ctx_.scheduler->ExpectedFinish();
+  if (!forecast.ok()) return ToGrpc(forecast.status());
   // Newest first.
   for (auto it = sweeps->rbegin(); it != sweeps->rend(); ++it) {
-    v1::SweepView view = ToSweepView(*it);
+    v1::SweepView view = ToSweepView(*it, forecast->get());
     view.clear_spec_yaml();
     *response->add_sweeps() = std::move(view);
   }
@@ -140,7 +142,9 @@ grpc::Status SchedulerServiceImpl::GetSweep(grpc::ServerContext* context,
   absl::StatusOr<std::vector<RunInfo>> runs =
       ctx_.scheduler->ListRuns(filter, AnswerLimit(request->run_limit()), 0, &total);
   if (!runs.ok()) return ToGrpc(runs.status());
-  *response->mutable_sweep() = ToSweepView(*sweep);
+  absl::StatusOr<std::shared_ptr<const Forecast>> forecast = ctx_.scheduler->ExpectedFinish();
+  if (!forecast.ok()) return ToGrpc(forecast.status());
+  *response->mutable_sweep() = ToSweepView(*sweep, forecast->get());
   response->set_run_total(total);
   AddRunViews(*runs, ctx_.max_answer_bytes, response->mutable_runs(),
               [](const RunInfo& info) { return ToRunView(info, nullptr, false); });

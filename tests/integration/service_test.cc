@@ -139,6 +139,11 @@ TEST(ServiceTest, PreemptedRunStopsAtACheckpointAndResumesWithIdenticalLosses) {
   ASSERT_TRUE(
       c.WaitFor([&] { return c.GetRun(low).run().step() >= 12; }, std::chrono::seconds(120)))
       << c.Log("worker-a.log");
+  // While it trains, the sweep and the run show when they should finish (from the run's pace).
+  const std::string shown = c.Cart({"sweep", "show", "low"});
+  EXPECT_THAT(shown, HasSubstr("expected finish: "));
+  EXPECT_THAT(shown, HasSubstr("(1 of 1 unfinished runs estimated)"));
+  EXPECT_THAT(c.Cart({"runs", "show", StrCat(low)}), HasSubstr("expected finish: "));
   const std::string high_file = c.WriteFile(
       "high.yaml",
       StrCat("name: high\nbase:\n", RunBase(data, 20, 10), "seeds: [6]\npriority: 5\n"));

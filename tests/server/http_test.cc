@@ -638,6 +638,16 @@ TEST_F(HttpTest, MetricsLiveStreamsAndSeriesFollowARun) {
   EXPECT_THAT(metrics.body, HasSubstr(R"(cart_runs{state="RUNNING"} 1)"));
   EXPECT_THAT(metrics.body, HasSubstr(R"(cart_run_loss{run="live/0",sweep="live"} 3)"));
   EXPECT_THAT(metrics.body, HasSubstr("cart_metric_points_ingested_total 4"));
+  // The expected finish from the placement plan: on /metrics and the sweeps page.
+  EXPECT_THAT(
+      metrics.body,
+      HasSubstr(R"(cart_run_expected_finish_timestamp_seconds{run="live/0",sweep="live"})"));
+  EXPECT_THAT(metrics.body,
+              HasSubstr(R"(cart_sweep_expected_finish_timestamp_seconds{sweep="live"})"));
+  const json sweeps = Get("/api/v1/sweeps").Json();
+  ASSERT_EQ(sweeps["sweeps"].size(), 1u);
+  EXPECT_GT(sweeps["sweeps"][0]["expected_finish_us"].get<int64_t>(), 0);
+  EXPECT_EQ(sweeps["sweeps"][0]["runs_estimated"], 1);
   EXPECT_THAT(metrics.body, HasSubstr("cart_jobs_handed_out_total 1"));
   EXPECT_THAT(metrics.body, Not(HasSubstr("NaN")));
   stream->Cancel();

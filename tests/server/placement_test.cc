@@ -120,5 +120,30 @@ TEST(PlacementTest, TheLessServedOwnerGoesFirstWithinALevel) {
   EXPECT_EQ(PlaceEarliestFinish(Worker("w", 1), {}, {a, b, high}, {{"user:a", 100}}).run_id, 4);
 }
 
+// The whole queue planned for expected finish times: longest first, each on the worker that
+// finishes it first given what the plan already put there; a run that fits no worker, or whose
+// work is unknown, gets no estimate.
+TEST(PlanQueueTest, EachRunFinishesWhereThePlanPutsIt) {
+  // fast: busy for 1 h more, speed 1; slow: free, speed 0.5.
+  const std::vector<PlacementWorker> fleet = {Worker("fast", 1, 1), Worker("slow", 0.5)};
+  std::vector<store::PlaceableRun> queued = {Queued(1, 4), Queued(2, 2), Queued(3, 1), Queued(4, 0),
+                                             Queued(5, 1, 0, 0, 100 * kGiB)};
+  const std::vector<PlannedRun> plan = PlanQueue(fleet, queued);
+  ASSERT_EQ(plan.size(), 3u);
+  // Run 1 (4 h): fast at 1 + 4 = 5, slow at 8: fast. Run 2 (2 h): fast at 7, slow at 4: slow.
+  // Run 3 (1 h): fast at 6, slow at 4 + 2 = 6: a tie goes to the first worker, fast.
+  EXPECT_EQ(plan[0].run_id, 1);
+  EXPECT_EQ(plan[0].worker_id, "fast");
+  EXPECT_DOUBLE_EQ(plan[0].start_in_hours, 1);
+  EXPECT_DOUBLE_EQ(plan[0].finish_in_hours, 5);
+  EXPECT_EQ(plan[1].run_id, 2);
+  EXPECT_EQ(plan[1].worker_id, "slow");
+  EXPECT_DOUBLE_EQ(plan[1].finish_in_hours, 4);
+  EXPECT_EQ(plan[2].run_id, 3);
+  EXPECT_EQ(plan[2].worker_id, "fast");
+  EXPECT_DOUBLE_EQ(plan[2].start_in_hours, 5);
+  EXPECT_DOUBLE_EQ(plan[2].finish_in_hours, 6);
+}
+
 }  // namespace
 }  // namespace cart::server

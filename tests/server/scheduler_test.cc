@@ -633,6 +633,62 @@ TEST_F(SchedulerTest, DrainedAttemptIsRequeuedWithoutCounting) {
   EXPECT_EQ(second.resume_from->step, 5);
 }
 
+// Expected finish: a running run's from its work at its worker's speed until it reports steps,
+// then from its pace; a queued run's after what the plan puts before it on the same worker; the
+// sweep's the latest; finished runs have none.
+TEST_F(SchedulerTest, ExpectedFinishFollowsThePlanAndThePace) {
+  WorkerInfo worker;
+  worker.id = "w";
+  worker.device_kind = "cuda";
+  worker.device_name = "NVIDIA GeForce RTX 3090";
+  worker.memory_bytes = kHuge;
+  worker.memory_reserve_bytes = 0;
+  worker.speed_factor = 0.5;  // reported: twice an RTX 3090's hours
+  CART_ASSERT_OK(scheduler_->RegisterWorker(worker).status());
+  SubmitResult sweep = Submit(R"(name: eta
+base: {d: 64, vocab: 100, P: 1, R: 2, seq_len: 64, batch: 2}
+grid: {steps: [1000, 500]}
+)");
+  ASSERT_EQ(sweep.runs.size(), 2u);
+  const int64_t t0 = absl::ToUnixMicros(clock_.Now());
+  Job first = Start("w");  // the longer run goes first
+  ASSERT_EQ(first.run.steps, 1000);
+  const store::RunRecord& second = sweep.runs[0].steps == 500 ? sweep.runs[0] : sweep.runs[1];
+  ASSERT_GT(first.run.work_hours, 0);
+  const double first_h = first.run.work_hours / 0.5, second_h = second.work_hours / 0.5;
+  CART_ASSERT_OK_AND_ASSIGN(std::shared_ptr<const Forecast> f, scheduler_->ExpectedFinish());
+  ASSERT_EQ(f->run_finish_us.count(first.run.id), 1u);
+  ASSERT_EQ(f->run_finish_us.count(second.id), 1u);
+  EXPECT_NEAR(f->run_finish_us.at(first.run.id), t0 + first_h * 3.6e9, 2);
+  EXPECT_NEAR(f->run_finish_us.at(second.id), t0 + (first_h + second_h) * 3.6e9, 2);
+  EXPECT_EQ(f->sweep_finish_us.at(sweep.sweep.id), f->run_finish_us.at(second.id));
+  EXPECT_EQ(f->sweep_estimated_runs.at(sweep.sweep.id), 2);
+  CART_ASSERT_OK_AND_ASSIGN(RunDetails details, scheduler_->GetRun(second.id));
+  EXPECT_EQ(details.info.expected_finish_us, f->run_finish_us.at(second.id));
+
+  // Half the steps in an hour: an hour more for the first, whatever its estimate said.
+  clock_.Advance(absl::Hours(1));
+  CART_ASSERT_OK(scheduler_->Heartbeat(first.run.id, first.attempt, 500).status());
+  const int64_t t1 = absl::ToUnixMicros(clock_.Now());
+  CART_ASSERT_OK_AND_ASSIGN(f, scheduler_->ExpectedFinish());
+  EXPECT_NEAR(f->run_finish_us.at(first.run.id), t1 + 3.6e9, 2);
+  EXPECT_NEAR(f->run_finish_us.at(second.id), t1 + (1 + second_h) * 3.6e9, 2);
+
+  // Finished, it has no estimate; the sweep's is its last run's.
+  CART_ASSERT_OK(
+      scheduler_->ReportOutcome(first.run.id, first.attempt, store::AttemptOutcome::kSucceeded, "")
+          .status());
+  clock_.Advance(absl::Seconds(11));  // past the forecast's cache
+  // Seen again (a worker asks for its next job at once; one silent for a lease TTL and a long
+  // poll is lost, and nothing is planned onto it).
+  CART_ASSERT_OK(scheduler_->RegisterWorker(worker).status());
+  CART_ASSERT_OK_AND_ASSIGN(f, scheduler_->ExpectedFinish());
+  EXPECT_EQ(f->run_finish_us.count(first.run.id), 0u);
+  EXPECT_EQ(f->sweep_estimated_runs.at(sweep.sweep.id), 1);
+  CART_ASSERT_OK_AND_ASSIGN(details, scheduler_->GetRun(first.run.id));
+  EXPECT_EQ(details.info.expected_finish_us, 0);
+}
+
 // ---- Preemption at a checkpoint
 
 class PreemptionTest : public SchedulerTest {

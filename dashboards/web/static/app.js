@@ -226,11 +226,15 @@
           h('td', {}, states),
           h('td', { class: 'num', text: `${fmtTokens(s.done_tokens)} / ${fmtTokens(s.planned_tokens)} (${tok}%)` }),
           h('td', { class: 'num', text: s.tokens_per_s ? fmtTokens(Math.round(s.tokens_per_s)) + '/s' : '-' }),
-          h('td', { class: 'num', text: fmtDuration(s.eta_s) }),
+          h('td', {
+            class: 'num',
+            text: s.expected_finish_us ? `in ${fmtDuration(s.eta_s)} (${fmtTime(s.expected_finish_us)})` : '-',
+            title: s.expected_finish_us ? `${s.runs_estimated} of ${s.unfinished} unfinished runs estimated (cartd's placement plan)` : 'no estimate: nothing left, or no live worker fits its runs',
+          }),
           h('td', { text: fmtTime(s.created_us) }));
       });
       holder.replaceChildren(h('table', {},
-        h('thead', {}, h('tr', {}, ['sweep', 'runs finished', 'by state', 'tokens done / planned', 'tokens/s', 'ETA', 'created'].map((t) => h('th', { text: t })))),
+        h('thead', {}, h('tr', {}, ['sweep', 'runs finished', 'by state', 'tokens done / planned', 'tokens/s', 'expected finish', 'created'].map((t) => h('th', { text: t })))),
         h('tbody', {}, rows.length ? rows : h('tr', {}, h('td', { colspan: 7, class: 'muted', text: 'No sweeps yet: cart sweep submit FILE' })))));
     };
     await drawAndRefresh(draw, 5000);
