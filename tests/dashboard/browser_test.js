@@ -52,6 +52,9 @@ const { Cluster, args, waitFor, tinySweep } = require('./lib');
     await page.fill('#token-input', c.userToken);
     await page.click('#token-save');
     await waitFor('the sweeps table', () => page.locator('a[href="#/sweep/browser"]').count(), 10000);
+    // The running sweep shows when cartd's plan expects it to finish ("in 7m 43s (…)").
+    const finish = await page.locator('tbody tr td:nth-child(6)').first().textContent();
+    check(/^in \d/.test(finish), `the sweeps page shows an expected finish ("${finish}")`);
     await shot('sweeps');
 
     await open('#/sweep/browser');
