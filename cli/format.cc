@@ -92,7 +92,7 @@ void PrintRuns(const google::protobuf::RepeatedPtrField<cart::v1::RunView>& runs
   std::vector<std::string> keys = VaryingKeys(runs);
   Table t;
   std::vector<std::string> header = {"id", "name"};
-  if (!dry_run) header.insert(header.end(), {"state", "progress", "loss", "rho"});
+  if (!dry_run) header.insert(header.end(), {"state", "progress", "loss", "rho", "mfu"});
   for (const auto& k : keys) header.push_back(k);
   header.insert(header.end(), {"stored", "effective", "mem est"});
   if (dry_run) header.insert(header.end(), {"tokens", "3090 h"});
@@ -104,8 +104,12 @@ void PrintRuns(const google::protobuf::RepeatedPtrField<cart::v1::RunView>& runs
         auto it = r.latest().find(name);
         return it == r.latest().end() ? std::string("-") : fmt::format("{:.4f}", it->second);
       };
-      row.insert(row.end(),
-                 {Colored(StateName(r.state())), Progress(r), metric("loss"), metric("rho_max")});
+      // Model FLOPs utilisation, logged by the worker beside tokens/s (docs/design.md).
+      auto mfu = r.latest().find("mfu");
+      row.insert(
+          row.end(),
+          {Colored(StateName(r.state())), Progress(r), metric("loss"), metric("rho_max"),
+           mfu == r.latest().end() ? std::string("-") : fmt::format("{:.1f}%", 100 * mfu->second)});
     }
     for (const auto& k : keys) {
       auto it = r.params().find(k);

@@ -15,6 +15,7 @@ namespace cart::model {
 struct CardPeak {
   const char* name;
   double bf16_tflops;
+  double fp32_tflops;  // plain fp32 (no TF32: PyTorch's matmuls default to full fp32)
 };
 
 // The card whose name `device_name` (the CUDA runtime's or NVML's) contains, the longest such
@@ -29,5 +30,12 @@ inline constexpr double kRtx3090Tflops = 71.0;
 // nullopt when the card is not in the table. Real speeds differ (memory bandwidth, clocks): cartd
 // replaces the guess with what the device's runs measure.
 std::optional<double> PeakSpeedRelativeTo3090(std::string_view device_name);
+
+// Model FLOPs utilisation: the model's training FLOPs per token (model::CountFlops) times the
+// tokens per second reached, over the device's peak. 0 when either is unknown (<= 0).
+inline double Mfu(double train_flops_per_token, double tokens_per_s, double peak_tflops) {
+  if (!(train_flops_per_token > 0) || !(tokens_per_s > 0) || !(peak_tflops > 0)) return 0;
+  return train_flops_per_token * tokens_per_s / (peak_tflops * 1e12);
+}
 
 }  // namespace cart::model

@@ -196,7 +196,7 @@ struct RunInfo {
   std::string worker_id;                 // current or last worker; empty when never leased
   std::string waiting_reason;            // QUEUED / BLOCKED runs: why it is not running
   int64_t step = 0;                      // latest step reported (heartbeats, metrics)
-  std::map<std::string, double> latest;  // ListRuns: latest loss, rho_max and tokens_per_s
+  std::map<std::string, double> latest;  // ListRuns: latest loss, rho_max, tokens_per_s, mfu
   int64_t expected_finish_us = 0;        // Forecast; 0: none
 };
 

@@ -1,7 +1,10 @@
 #include "train/device.h"
 
+#include <ATen/ATen.h>
 #include <dlfcn.h>
 #include <torch/cuda.h>
+
+#include <chrono>
 
 #if CART_TORCH_CUDA
 #include <ATen/cuda/CUDAContext.h>
@@ -51,6 +54,22 @@ absl::StatusOr<c10::Device> ResolveDevice(std::string_view spec) {
 }
 
 bool BuiltWithCuda() { return CART_TORCH_CUDA != 0; }
+
+double MeasureCpuMatmulTflops(double seconds) {
+  constexpr int64_t n = 1024;
+  const at::Tensor a = at::rand({n, n}, at::kFloat);
+  const at::Tensor b = at::rand({n, n}, at::kFloat);
+  at::Tensor c = at::mm(a, b);  // warm-up: thread pool, caches
+  int64_t products = 0;
+  const auto start = std::chrono::steady_clock::now();
+  double elapsed = 0;
+  while (elapsed < seconds || products < 2) {
+    c = at::mm(a, b);
+    ++products;
+    elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+  return 2.0 * static_cast<double>(n * n * n) * static_cast<double>(products) / elapsed / 1e12;
+}
 
 std::optional<int64_t> PeakDeviceMemoryBytes(c10::Device device) {
 #if CART_TORCH_CUDA

@@ -54,6 +54,11 @@ std::optional<std::string> CudaDeviceName(c10::Device device);
 // True when this build was compiled against a CUDA LibTorch (whether or not a card is present).
 bool BuiltWithCuda();
 
+// The fp32 matrix-multiply rate this process reaches on the CPU with its current thread setting
+// (UseThreads), TFLOP/s: 1024 × 1024 products for about `seconds` after one to warm up. What a
+// CPU worker divides by for its runs' MFU; a CPU has no datasheet peak to take.
+double MeasureCpuMatmulTflops(double seconds = 0.5);
+
 // `t` (a CPU tensor) on `device`. For a CUDA device it goes through page-locked memory and the copy
 // is queued without waiting (the host prepares the next batch meanwhile; the copy and the kernels
 // that read it run in order on the current stream). On the CPU, `t` itself, no copy.

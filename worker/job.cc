@@ -12,7 +12,9 @@
 #include "common/sha256.h"
 #include "common/status.h"
 #include "common/strings.h"
+#include "config/accounting.h"
 #include "config/config.h"
+#include "config/devices.h"
 #include "data/tokenizer.h"
 #include "rpc/artifacts.h"
 #include "train/checkpoint.h"
@@ -70,12 +72,19 @@ class Session {
   const cart::v1::Job& job_;
   AttemptChannel channel_;
   std::string run_dir_;
+  // For "mfu" (Train sets them from the run's config and the device; 0: none logged).
+  double train_flops_per_token_ = 0;
+  double peak_tflops_ = 0;
 };
 
 void Session::OnMetrics(const train::MetricRecord& r) {
   const int64_t now = absl::ToUnixMicros(absl::Now());
   std::vector<Point> points;
   for (const auto& [name, value] : r.values) points.push_back({r.step, name, value, now});
+  if (auto tps = r.values.find("tokens_per_s"); tps != r.values.end() && peak_tflops_ > 0) {
+    const double mfu = model::Mfu(train_flops_per_token_, tps->second, peak_tflops_);
+    if (mfu > 0) points.push_back({r.step, "mfu", mfu, now});
+  }
   if (r.values.count("loss") && env_.sample_system) {
     for (const auto& [name, value] : env_.sample_system()) {
       points.push_back({r.step, name, value, now});
@@ -132,6 +141,14 @@ JobEnd Session::Train() {
   if (env_.threads > 0) config.train.threads = env_.threads;
   absl::StatusOr<std::string> dir = PrepareRunDir();
   if (!dir.ok()) return fail(dir.status());
+  train_flops_per_token_ = model::CountFlops(config.model, config.train.seq_len).train_per_token;
+  peak_tflops_ = env_.peak_tflops;
+  if (peak_tflops_ <= 0 && env_.torch_device != "cpu") {
+    if (std::optional<model::CardPeak> card = model::PeakOf(env_.device_name)) {
+      peak_tflops_ =
+          config.train.dtype == model::DType::kFloat32 ? card->fp32_tflops : card->bf16_tflops;
+    }
+  }
 
   train::TrainOptions options;
   options.out_dir = run_dir_;

@@ -54,6 +54,10 @@ int main(int argc, char** argv) {
                  "Report this training speed (a multiple of an RTX 3090) to cartd's placement "
                  "instead of letting it measure the runs (0: measure; for tests and replays)")
       ->check(CLI::Range(0.0, 1000.0));
+  app.add_option("--peak-tflops", config.peak_tflops,
+                 "The device's peak TFLOP/s that runs' MFU divides by (0: the card's from its "
+                 "name, bf16 or fp32 by the run's precision; on a CPU, measured at start)")
+      ->check(CLI::Range(0.0, 1e6));
   app.add_option("--max-jobs", config.max_jobs, "Exit after this many jobs (0: no limit)");
   app.add_flag("--exit-when-idle", config.exit_when_idle, "Exit when no job is waiting");
   app.add_option("--acquire-wait-ms", config.acquire_wait_ms, "Long-poll length, ms")

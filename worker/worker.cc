@@ -11,6 +11,8 @@
 #include "common/status.h"
 #include "common/strings.h"
 #include "common/version.h"
+#include "train/device.h"
+#include "train/trainer.h"
 #include "worker/device_choice.h"
 #include "worker/job.h"
 #include "worker/system_metrics.h"
@@ -97,6 +99,16 @@ absl::Status RunWorker(const WorkerConfig& config, const std::atomic<bool>& shut
   env.threads = config.threads;
   env.metric_buffer_points = config.metric_buffer_points;
   env.torch_device = choice.torch_device;
+  env.device_name = device.name;
+  env.peak_tflops = config.peak_tflops;
+  if (env.peak_tflops <= 0 && device.kind == "cpu") {
+    // A CPU has no datasheet peak: its fp32 matmul rate at the thread count runs will use.
+    train::UseThreads(config.threads > 0 ? static_cast<int>(config.threads)
+                                         : static_cast<int>(std::thread::hardware_concurrency()));
+    env.peak_tflops = train::MeasureCpuMatmulTflops();
+    Say(worker_id, StrCat("CPU fp32 matmul peak ", Fixed(env.peak_tflops, 3),
+                          " TFLOP/s measured (the MFU of its runs divides by it)"));
+  }
   env.sample_system = [&system, gpu_index] { return system.Sample(gpu_index); };
   env.shutdown_grace_ms = config.shutdown_grace_s * 1000;
 

@@ -24,6 +24,9 @@ struct WorkerConfig {
   int64_t memory_reserve_mib = -1;
   // Report this training speed (× an RTX 3090) instead of letting cartd measure it; 0: measure.
   double speed_factor = 0;
+  // The device's peak TFLOP/s that runs' MFU divides by; 0: the card's from its name (config/
+  // devices.h), or on a CPU the fp32 matmul rate measured at start.
+  double peak_tflops = 0;
   int64_t max_jobs = 0;                     // exit after this many jobs; 0: no limit
   bool exit_when_idle = false;              // exit when an acquire returns no job (scripts, tests)
   int64_t acquire_wait_ms = 10'000;         // long-poll length

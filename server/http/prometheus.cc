@@ -93,7 +93,7 @@ absl::StatusOr<std::string> RenderPrometheus(Scheduler& scheduler) {
   // The latest values of the running runs, most recently updated first.
   store::RunPageRequest page;
   page.filter.states = {RunState::kRunning};
-  page.metrics = {"loss", "rho_max", "tokens_per_s"};
+  page.metrics = {"loss", "rho_max", "tokens_per_s", "mfu"};
   page.sort = "updated";
   page.descending = true;
   page.limit = kMaxRunSeries;
@@ -112,6 +112,12 @@ absl::StatusOr<std::string> RenderPrometheus(Scheduler& scheduler) {
                     .Register(registry);
   auto& step =
       BuildGauge().Name("cart_run_step").Help("Latest step of a running run").Register(registry);
+  auto& mfu = BuildGauge()
+                  .Name("cart_run_mfu")
+                  .Help(
+                      "Latest model FLOPs utilisation of a running run (model FLOPs per token "
+                      "x tokens/s / the device's peak)")
+                  .Register(registry);
   for (const store::RunRow& row : running.rows) {
     const prometheus::Labels labels = {{"run", StrCat(row.run.sweep_name, "/", row.run.name)},
                                        {"sweep", row.run.sweep_name}};
@@ -122,6 +128,7 @@ absl::StatusOr<std::string> RenderPrometheus(Scheduler& scheduler) {
     if (auto it = row.latest.find("tokens_per_s"); it != row.latest.end()) {
       speed.Add(labels).Set(it->second);
     }
+    if (auto it = row.latest.find("mfu"); it != row.latest.end()) mfu.Add(labels).Set(it->second);
   }
   // Expected finishes from the placement plan (Scheduler::ExpectedFinish), as Unix times.
   CART_ASSIGN_OR_RETURN(std::shared_ptr<const Forecast> forecast, scheduler.ExpectedFinish());

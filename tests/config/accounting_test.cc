@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "config/devices.h"
 #include "gtest/gtest.h"
 
 namespace cart::model {
@@ -105,4 +106,20 @@ TEST(AccountingTest, MemoryEstimateGrowsWithWidthBatchAndFp32) {
 }
 
 }  // namespace
+// The card table: the longest matching name wins, both precisions' peaks, and MFU from them.
+TEST(DevicesTest, CardPeaksAndMfu) {
+  const std::optional<CardPeak> ti = PeakOf("NVIDIA GeForce RTX 3090 Ti");
+  ASSERT_TRUE(ti.has_value());
+  EXPECT_STREQ(ti->name, "RTX 3090 Ti");
+  const std::optional<CardPeak> card = PeakOf("NVIDIA GeForce RTX 3090");
+  ASSERT_TRUE(card.has_value());
+  EXPECT_DOUBLE_EQ(card->bf16_tflops, 71.0);
+  EXPECT_DOUBLE_EQ(card->fp32_tflops, 35.6);
+  EXPECT_FALSE(PeakOf("cpu").has_value());
+  // 1 GFLOP per token at 35,500 tokens/s on a 71 TFLOP/s card: 50 %.
+  EXPECT_DOUBLE_EQ(Mfu(1e9, 35'500, 71.0), 0.5);
+  EXPECT_EQ(Mfu(1e9, 0, 71.0), 0);
+  EXPECT_EQ(Mfu(1e9, 35'500, 0), 0);
+}
+
 }  // namespace cart::model

@@ -159,6 +159,10 @@ TEST(ServiceTest, PreemptedRunStopsAtACheckpointAndResumesWithIdenticalLosses) {
   EXPECT_THAT(c.Log("worker-a.log"), HasSubstr("DRAINED (preempted at a checkpoint"));
   EXPECT_THAT(c.Cart({"runs", "show", StrCat(low)}), HasSubstr("preempted: run "));
   EXPECT_THAT(c.Cart({"runs", "logs", StrCat(low)}), HasSubstr("attempt 2  resuming from step"));
+  // The CPU worker measured its fp32 matmul peak at start; each run logs its MFU against it.
+  EXPECT_THAT(c.Log("worker-a.log"), HasSubstr("CPU fp32 matmul peak"));
+  EXPECT_THAT(c.Cart({"runs", "show", StrCat(low)}), HasSubstr(" mfu="));
+  EXPECT_THAT(c.Cart({"sweep", "show", "low"}), HasSubstr("mfu"));
   const std::map<int64_t, double> want =
       StraightLosses(resp.run().config_yaml(), c.dir() + "/straight");
   std::map<int64_t, double> got = c.Series(low, "loss");

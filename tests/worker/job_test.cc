@@ -11,6 +11,9 @@
 #include <thread>
 
 #include "common/strings.h"
+#include "config/accounting.h"
+#include "config/config.h"
+#include "config/devices.h"
 #include "data/synth.h"
 #include "tests/server/server_fixture.h"
 #include "train/device.h"
@@ -92,6 +95,31 @@ TEST_F(JobTest, AReportCartdRefusesEndsTheAttemptWithCartdsReason) {
                 e.why().find("bad metric name 'sys/gpu temp'") != std::string::npos;
   }
   EXPECT_TRUE(recorded) << "no RUNNING -> QUEUED event carries cartd's refusal";
+}
+
+// With the device's peak known, every logged tokens_per_s comes with its MFU: the model's
+// training FLOPs per token times the tokens per second, over the peak.
+TEST_F(JobTest, TrainingLogsMfuAgainstTheDevicesPeak) {
+  std::string sweep = LongSweep("mfu");
+  sweep.replace(sweep.find("steps: 100000"), 13, "steps: 6");
+  const std::vector<int64_t> ids = Submit(sweep);
+  ASSERT_EQ(ids.size(), 1u);
+  const v1::Job job = Lease();
+  JobEnvironment env = Environment();
+  env.peak_tflops = 0.5;
+  std::atomic<bool> shutdown{false};
+  const JobEnd end = RunJob(env, job, shutdown);
+  ASSERT_EQ(end.outcome, v1::JobResult::OUTCOME_SUCCEEDED) << end.error;
+  const v1::RunView run = GetRunResponse(ids[0]).run();
+  ASSERT_EQ(run.latest().count("mfu"), 1u) << "no mfu logged";
+  ASSERT_EQ(run.latest().count("tokens_per_s"), 1u);
+  auto config = model::ParseRunConfigYaml(GetRunResponse(ids[0]).run().config_yaml(), "run");
+  ASSERT_TRUE(config.ok()) << config.status();
+  const double flops = model::CountFlops(config->model, config->train.seq_len).train_per_token;
+  EXPECT_DOUBLE_EQ(run.latest().at("mfu"), model::Mfu(flops, run.latest().at("tokens_per_s"), 0.5));
+  EXPECT_GT(run.latest().at("mfu"), 0);
+  // A CPU worker divides by its measured fp32 matmul rate.
+  EXPECT_GT(train::MeasureCpuMatmulTflops(0.05), 0);
 }
 
 // SIGTERM while cartd cannot be reached and the outbox is full (the trainer is blocked waiting for
