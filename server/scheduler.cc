@@ -556,7 +556,7 @@ absl::StatusOr<std::optional<store::Claim>> Scheduler::Place(const std::string& 
   std::vector<PlacementWorker> others;
   {
     absl::MutexLock lock(&mu_);
-    for (PlacementWorker& w : FleetLocked(now_us, worker_id)) {
+    for (PlacementWorker& w : FleetLocked(now_us, worker_id, BusyHoursLocked(now_us))) {
       if (w.id == worker_id) {
         asker = std::move(w);
         asker.free_in_hours = 0;
@@ -608,10 +608,10 @@ std::map<std::string, double> Scheduler::BusyHoursLocked(int64_t now_us) {
   return busy_hours;
 }
 
-std::vector<PlacementWorker> Scheduler::FleetLocked(int64_t now_us, const std::string& asker) {
+std::vector<PlacementWorker> Scheduler::FleetLocked(
+    int64_t now_us, const std::string& asker, const std::map<std::string, double>& busy_hours) {
   const int64_t lost_after_us =
       absl::ToInt64Microseconds(options_.lease_ttl + options_.max_acquire_wait);
-  const std::map<std::string, double> busy_hours = BusyHoursLocked(now_us);
   std::vector<PlacementWorker> fleet;
   for (const auto& [id, w] : workers_) {
     const auto busy = busy_hours.find(id);
@@ -671,7 +671,7 @@ absl::StatusOr<std::shared_ptr<const Forecast>> Scheduler::ExpectedFinish() {
       const auto left = busy_hours.find(r.worker_id);
       if (left != busy_hours.end() && r.work_hours > 0) note(run_id, r.sweep_id, left->second);
     }
-    fleet = FleetLocked(now_us, "");
+    fleet = FleetLocked(now_us, "", busy_hours);
   }
   std::map<int64_t, int64_t> sweep_of;
   for (const store::PlaceableRun& r : queued) sweep_of[r.id] = r.sweep_id;
@@ -1136,25 +1136,25 @@ absl::StatusOr<std::vector<int64_t>> Scheduler::Preempt() {
       }
       candidates.push_back(Candidate{run_id, &r, w->second.info.memory_bytes});
     }
-    // Whether waiting run `q` outranks running run `r`, and in whose words.
-    auto outranks = [&](const store::PlaceableRun& q,
-                        const Running& r) -> std::optional<std::string> {
+    // Whether waiting run `q` outranks running run `r`; Why says so in words, for the one chosen.
+    auto outranks = [&](const store::PlaceableRun& q, const Running& r) {
+      return q.priority > r.priority ||
+             (fair && q.priority == r.priority && q.owner != r.owner &&
+              used(q.owner) < used(r.owner) && held[r.owner] - held[q.owner] >= 2);
+    };
+    auto why = [&](const store::PlaceableRun& q, const Running& r) {
       if (q.priority > r.priority) {
         return StrCat("run ", q.id, " of ", q.owner, " waits at priority ", q.priority, " > ",
                       r.priority);
       }
-      if (fair && q.priority == r.priority && q.owner != r.owner && used(q.owner) < used(r.owner) &&
-          held[r.owner] - held[q.owner] >= 2) {
-        return StrCat("fair share: run ", q.id, " of ", q.owner, " waits (", held[q.owner],
-                      " workers, ", Fixed(used(q.owner), 1), " decayed GPU-h) while ", r.owner,
-                      " holds ", held[r.owner], " (", Fixed(used(r.owner), 1), " GPU-h)");
-      }
-      return std::nullopt;
+      return StrCat("fair share: run ", q.id, " of ", q.owner, " waits (", held[q.owner],
+                    " workers, ", Fixed(used(q.owner), 1), " decayed GPU-h) while ", r.owner,
+                    " holds ", held[r.owner], " (", Fixed(used(r.owner), 1), " GPU-h)");
     };
     for (const store::PlaceableRun& q : queued) {
       if (candidates.empty() && pending == 0) break;
       bool waits_for_any = false;
-      for (const auto& [run_id, r] : running_) waits_for_any |= outranks(q, r).has_value();
+      for (const auto& [run_id, r] : running_) waits_for_any = waits_for_any || outranks(q, r);
       if (!waits_for_any) continue;
       if (pending > 0) {  // a worker already being handed back serves it
         --pending;
@@ -1164,27 +1164,22 @@ absl::StatusOr<std::vector<int64_t>> Scheduler::Preempt() {
       // The victim: lowest priority, then the owner holding most, then most used, then the
       // attempt that started last.
       const Candidate* victim = nullptr;
-      std::string why;
+      auto key = [&](const Candidate& x) {
+        return std::make_tuple(-x.run->priority, held[x.run->owner], used(x.run->owner),
+                               x.run->claimed_us);
+      };
       for (const Candidate& c : candidates) {
-        if (!Fits(q, c.memory_bytes)) continue;
-        std::optional<std::string> reason = outranks(q, *c.run);
-        if (!reason) continue;
-        auto key = [&](const Candidate& x) {
-          return std::make_tuple(-x.run->priority, held[x.run->owner], used(x.run->owner),
-                                 x.run->claimed_us);
-        };
-        if (victim == nullptr || key(c) > key(*victim)) {
-          victim = &c;
-          why = *std::move(reason);
-        }
+        if (!Fits(q, c.memory_bytes) || !outranks(q, *c.run)) continue;
+        if (victim == nullptr || key(c) > key(*victim)) victim = &c;
       }
       if (victim == nullptr) continue;
+      const std::string reason = why(q, *victim->run);  // before the counts move
       --held[victim->run->owner];
       ++held[q.owner];
-      preempt_asked_[victim->run_id] = PreemptAsk{victim->run->attempt, now_us, why};
+      preempt_asked_[victim->run_id] = PreemptAsk{victim->run->attempt, now_us, reason};
       last_preempted_us_[victim->run_id] = now_us;
       controls.push_back(
-          Ask{victim->run_id, victim->run->attempt, Control{Control::Kind::kPreempt, why}});
+          Ask{victim->run_id, victim->run->attempt, Control{Control::Kind::kPreempt, reason}});
       asked.push_back(victim->run_id);
       candidates.erase(candidates.begin() + (victim - candidates.data()));
     }

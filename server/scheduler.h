@@ -443,9 +443,10 @@ class Scheduler {
   // once it has reported progress, else its work at the worker's speed less the time it has run.
   std::map<std::string, double> BusyHoursLocked(int64_t now_us) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The live workers placement plans onto (not draining, seen within a lease TTL plus a long
-  // poll, with a speed), each free after its BusyHoursLocked hours; `asker` is included however
-  // long ago it was seen.
-  std::vector<PlacementWorker> FleetLocked(int64_t now_us, const std::string& asker)
+  // poll), each free after its `busy_hours` (BusyHoursLocked); `asker` is included however long
+  // ago it was seen.
+  std::vector<PlacementWorker> FleetLocked(int64_t now_us, const std::string& asker,
+                                           const std::map<std::string, double>& busy_hours)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Fair share's usage per owner (store::RunStore::DecayedUsage), cached for a minute.
   absl::StatusOr<std::map<std::string, double>> Usage(int64_t now_us);
