@@ -41,12 +41,22 @@ void RegisterWorkers(CLI::App& app) {
       return;
     }
     Table t;
-    t.Header({"worker", "host", "device", "memory", "speed", "state", "run", "last seen"});
+    t.Header({"worker", "host", "device", "memory", "speed", "state", "run", "util", "mem used",
+              "temp", "mfu", "idle h", "last seen"});
     for (const auto& w : resp.workers()) {
-      // Speed is a multiple of an RTX 3090, with where placement got it (docs/design.md).
+      // Speed is a multiple of an RTX 3090, with where placement got it (docs/design.md). util,
+      // mem used and temp are the device's latest reading (cart-worker --sample-interval); idle h
+      // the device-hours it held no run while runs were queued.
+      const bool read = w.has_latest() && w.state() != "lost";
+      const cart::v1::DeviceSample& d = w.latest();
       t.Row({w.worker_id(), w.hostname(), w.device().kind() + " " + w.device().name(),
              Mib(w.device().memory_mib()), fmt::format("{:.2f}x ({})", w.speed(), w.speed_source()),
-             w.state(), w.run_id() ? std::to_string(w.run_id()) : "-", When(w.last_seen_us())});
+             w.state(), w.run_id() ? std::to_string(w.run_id()) : "-",
+             read ? fmt::format("{:.0f}%", 100 * d.utilization()) : "-",
+             read ? Mib(d.memory_used_mib()) : "-",
+             read && d.has_temperature_c() ? fmt::format("{:.0f} C", d.temperature_c()) : "-",
+             w.run_mfu() > 0 ? fmt::format("{:.1f}%", 100 * w.run_mfu()) : "-",
+             fmt::format("{:.2f}", w.idle_while_queued_hours()), When(w.last_seen_us())});
     }
     t.Print(std::cout);
   });

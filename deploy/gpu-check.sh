@@ -103,8 +103,8 @@ if [ "$do_build" = 1 ]; then
   cmake "${cmake_args[@]}" >"$build.configure.log" 2>&1 ||
     { tail -30 "$build.configure.log" >&2; fail "configure (log: $build.configure.log)"; }
   say "building cart-torch and gpu_test in $build"
-  cmake --build "$build" --target cart-torch gpu_test ||
-    fail "build (cmake --build $build --target cart-torch gpu_test)"
+  cmake --build "$build" --target cart-torch gpu_test cartd cart-worker ||
+    fail "build (cmake --build $build --target cart-torch gpu_test cartd cart-worker)"
 fi
 [ -x "$build/bin/cart-torch" ] || fail "no $build/bin/cart-torch: build first or drop --no-build"
 
@@ -138,4 +138,46 @@ else
     --set P=2 --set R=2 --set seq_len=64 --set batch=2 --set vocab=512 ||
     fail "cart model bench on the CPU"
 fi
+# 5. The device series: a cartd and one cart-worker on the device for a few seconds, reading it
+#    every second; the cart_device_* lines of /metrics are what NVML (or, on a CPU, /proc) reads.
+series_device=$device
+[ "$has_cuda" = 1 ] || series_device=cpu
+say "the device series of $series_device (cartd + cart-worker --sample-interval 1, until a reading arrives)"
+for exe in cartd cart-worker; do
+  [ -x "$build/bin/$exe" ] || fail "no $build/bin/$exe: build it (cmake --build $build --target $exe)"
+done
+series_dir=$(mktemp -d)
+cartd_pid="" worker_pid=""
+trap 'rm -f "$ctest_log"; rm -rf "$series_dir"; kill $cartd_pid $worker_pid 2>/dev/null || true' EXIT
+read -r grpc_port http_port < <("$python" -c '
+import socket
+socks = [socket.socket() for _ in range(2)]
+for s in socks: s.bind(("127.0.0.1", 0))
+print(*[s.getsockname()[1] for s in socks])')
+"$build/bin/cartd" --listen "127.0.0.1:$grpc_port" --http "127.0.0.1:$http_port" \
+  --data-dir "$series_dir/cartd" >"$series_dir/cartd.log" 2>&1 &
+cartd_pid=$!
+"$build/bin/cart-worker" --server "127.0.0.1:$grpc_port" --device "$series_device" \
+  --worker-id gpu-check --cache-dir "$series_dir/worker" --sample-interval 1 --peak-tflops 1 \
+  --acquire-wait-ms 1000 --client-config /dev/null >"$series_dir/worker.log" 2>&1 &
+worker_pid=$!
+series=""
+for _ in $(seq 1 30); do
+  sleep 1
+  series=$("$python" -c "
+import urllib.request
+try:
+    text = urllib.request.urlopen('http://127.0.0.1:$http_port/metrics', timeout=5).read().decode()
+except Exception:
+    text = ''
+print('\n'.join(l for l in text.splitlines() if l.startswith('cart_device_')))")
+  [ -n "$series" ] && grep -q '^cart_device_utilization_ratio' <<<"$series" && break
+done
+kill $worker_pid $cartd_pid 2>/dev/null || true
+wait $worker_pid $cartd_pid 2>/dev/null || true
+if ! grep -q '^cart_device_utilization_ratio' <<<"$series"; then
+  tail -5 "$series_dir/cartd.log" "$series_dir/worker.log" >&2
+  fail "no cart_device_ series on /metrics within 30 s"
+fi
+sed 's/^/gpu-check:   /' <<<"$series"
 say "done in $(( $(date +%s) - start )) s"

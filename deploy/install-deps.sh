@@ -23,7 +23,7 @@ packages=(
   zlib1g-dev openssl fortunes gnuplot-nox
 )
 if [ "${1:-}" = "--test" ]; then
-  packages+=(slurm-wlm munge chromium prometheus iproute2 python3-torch python3-venv)
+  packages+=(slurm-wlm munge chromium prometheus prometheus-alertmanager iproute2 python3-torch python3-venv)
 fi
 # `make fuzz`: clang with libFuzzer and the sanitizers' runtimes.
 if [ "${1:-}" = "--fuzz" ]; then

@@ -110,6 +110,12 @@ absl::StatusOr<std::optional<int64_t>> ArtifactStore::Size(const std::string& sh
   return std::optional<int64_t>(static_cast<int64_t>(size));
 }
 
+int64_t ArtifactStore::FreeDiskBytes() const {
+  struct statvfs fs {};
+  if (statvfs(options_.root.c_str(), &fs) != 0) return -1;
+  return static_cast<int64_t>(fs.f_bavail) * static_cast<int64_t>(fs.f_frsize);
+}
+
 absl::Status ArtifactStore::Remove(const std::string& sha256) {
   CART_RETURN_IF_ERROR(CheckName(sha256));
   const std::string path = FullPath(sha256);
@@ -151,10 +157,7 @@ absl::StatusOr<std::unique_ptr<ArtifactStore::Upload>> ArtifactStore::BeginUploa
         StrCat("artifact ", sha256, " is ", size, " bytes; the limit is ", options_.max_bytes));
   }
   if (options_.min_free_bytes > 0) {
-    struct statvfs fs {};
-    if (statvfs(options_.root.c_str(), &fs) == 0) {
-      const int64_t free_bytes =
-          static_cast<int64_t>(fs.f_bavail) * static_cast<int64_t>(fs.f_frsize);
+    if (const int64_t free_bytes = FreeDiskBytes(); free_bytes >= 0) {
       if (free_bytes - size < options_.min_free_bytes) {
         return absl::ResourceExhaustedError(StrCat(
             "artifact ", sha256, " (", size, " bytes) would leave ", free_bytes - size,

@@ -75,6 +75,8 @@ class ArtifactStore {
   int64_t swept_temp_files() const { return swept_temp_files_; }
   // Bytes of the blobs on disk (counted at Open, kept up to date by uploads and removals).
   int64_t stored_bytes() const { return stored_bytes_; }
+  // Free space of the file system under the root (statvfs), bytes; -1 when it cannot be read.
+  int64_t FreeDiskBytes() const;
 
   // Deletes a blob (checkpoint retention released it). OK when it is already gone.
   absl::Status Remove(const std::string& sha256);

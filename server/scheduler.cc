@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <set>
 #include <tuple>
 #include <utility>
 
@@ -821,21 +822,24 @@ absl::Status Scheduler::DrainWorker(const std::string& worker_id, const std::str
   return absl::OkStatus();
 }
 
-std::vector<WorkerStatus> Scheduler::ListWorkers() {
-  // Which worker holds which run, from the store's live attempts (one paged read).
-  std::map<std::string, int64_t> busy;
+std::vector<WorkerStatus> Scheduler::ListWorkers(bool device_history) {
+  // Which worker holds which run, and its MFU, from the store's live attempts (one paged read).
+  std::map<std::string, const store::RunRow*> busy;
   store::RunPageRequest live;
   live.filter.states = {RunState::kLeased, RunState::kRunning};
+  live.metrics = {"mfu"};
   live.limit = 0;
-  if (absl::StatusOr<store::RunPage> page = store_->ListRunPage(live); page.ok()) {
+  absl::StatusOr<store::RunPage> page = store_->ListRunPage(live);
+  if (page.ok()) {
     for (const store::RunRow& row : page->rows) {
-      if (!row.worker_id.empty()) busy[row.worker_id] = row.run.id;
+      if (!row.worker_id.empty()) busy[row.worker_id] = &row;
     }
   }
   std::map<std::string, int64_t> store_seen;
   if (absl::StatusOr<std::vector<store::WorkerRecord>> known = store_->ListWorkers(); known.ok()) {
     for (const store::WorkerRecord& w : *known) store_seen[w.id] = w.last_seen_us;
   }
+  std::map<std::string, FleetWatch::Device> devices = fleet_.Devices(device_history);
   const int64_t now_us = NowMicros();
   const int64_t lost_after_us =
       absl::ToInt64Microseconds(options_.lease_ttl + options_.max_acquire_wait);
@@ -847,8 +851,18 @@ std::vector<WorkerStatus> Scheduler::ListWorkers() {
     status.speed = worker.speed;
     status.speed_source = worker.speed_source;
     status.last_seen_us = std::max(worker.last_seen_us, store_seen[id]);
-    auto it = busy.find(id);
-    status.run_id = it == busy.end() ? 0 : it->second;
+    if (auto it = busy.find(id); it != busy.end()) {
+      status.run_id = it->second->run.id;
+      status.run_name = StrCat(it->second->run.sweep_name, "/", it->second->run.name);
+      if (auto mfu = it->second->latest.find("mfu"); mfu != it->second->latest.end()) {
+        status.run_mfu = mfu->second;
+      }
+    }
+    if (auto d = devices.find(id); d != devices.end()) {
+      status.device = std::move(d->second.history);
+      status.idle_while_queued_s = d->second.idle_while_queued_s;
+      status.idle_while_queued = d->second.idle_while_queued;
+    }
     if (worker.draining) {
       status.state = "draining";
     } else if (status.run_id != 0) {
@@ -859,6 +873,59 @@ std::vector<WorkerStatus> Scheduler::ListWorkers() {
       status.state = "idle";
     }
     out.push_back(std::move(status));
+  }
+  return out;
+}
+
+absl::StatusOr<int> Scheduler::RecordDeviceSamples(const std::string& worker_id,
+                                                   const std::string& uuid,
+                                                   const std::vector<DeviceSample>& samples) {
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = workers_.find(worker_id);
+    if (it == workers_.end()) {
+      return absl::FailedPreconditionError(
+          StrCat("worker '", worker_id, "' is not registered; call RegisterWorker first"));
+    }
+    it->second.last_seen_us = NowMicros();
+    if (!uuid.empty()) it->second.info.uuid = uuid;
+  }
+  return fleet_.Record(worker_id, samples);
+}
+
+absl::Status Scheduler::AccountIdle() {
+  CART_ASSIGN_OR_RETURN(store::StoreTotals totals, store_->Totals());
+  const auto queued = totals.runs.find(RunState::kQueued);
+  const bool waiting = queued != totals.runs.end() && queued->second > 0;
+  const int64_t now_us = NowMicros();
+  const int64_t lost_after_us =
+      absl::ToInt64Microseconds(options_.lease_ttl + options_.max_acquire_wait);
+  std::set<std::string> idle;
+  int64_t dt_us = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    if (last_idle_tick_us_ > 0)
+      dt_us = std::clamp<int64_t>(now_us - last_idle_tick_us_, 0, 5'000'000);
+    last_idle_tick_us_ = now_us;
+    if (waiting) {
+      std::set<std::string> holding;
+      for (const auto& [run_id, r] : running_) holding.insert(r.worker_id);
+      for (const auto& [id, w] : workers_) {
+        if (!holding.count(id) && now_us - w.last_seen_us <= lost_after_us) idle.insert(id);
+      }
+    }
+  }
+  fleet_.AccountIdle(idle, dt_us);
+  return absl::OkStatus();
+}
+
+std::map<std::string, double> Scheduler::IdleWhileQueuedSeconds() {
+  std::map<std::string, FleetWatch::Device> devices = fleet_.Devices(false);
+  std::map<std::string, double> out;
+  absl::MutexLock lock(&mu_);
+  for (const auto& [id, w] : workers_) {
+    double& total = out[w.info.device_kind.empty() ? "unknown" : w.info.device_kind];
+    if (auto d = devices.find(id); d != devices.end()) total += d->second.idle_while_queued_s;
   }
   return out;
 }
@@ -1232,6 +1299,9 @@ void Scheduler::ExpiryLoop() {
     }
     if (absl::StatusOr<std::vector<int64_t>> preempted = Preempt(); !preempted.ok()) {
       std::fprintf(stderr, "cartd: preemption failed: %s\n", Message(preempted.status()).c_str());
+    }
+    if (absl::Status idle = AccountIdle(); !idle.ok()) {
+      std::fprintf(stderr, "cartd: idle accounting failed: %s\n", Message(idle).c_str());
     }
   }
 }

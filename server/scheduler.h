@@ -36,6 +36,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "server/fleet.h"
 #include "server/placement.h"
 #include "server/stats.h"
 #include "store/run_store.h"
@@ -105,6 +106,7 @@ struct WorkerInfo {
   std::string version;       // cart-worker version
   std::string device_kind;   // "cuda" or "cpu"
   std::string device_name;   // e.g. "NVIDIA GeForce RTX 3090"
+  int device_index = 0;      // CUDA's index of the card on its box; 0 for the CPU
   int64_t memory_bytes = 0;  // the device's
   // Kept back from memory_bytes (model::UsableMemoryBytes); negative: the default reserve. Runs
   // are placed and fitted into memory_bytes minus the reserve, which is also what the store
@@ -114,6 +116,7 @@ struct WorkerInfo {
   // Training speed as a multiple of an RTX 3090, as the worker reports it (cart-worker
   // --speed-factor: tests and replays); 0: not reported, cartd measures it.
   double speed_factor = 0;
+  std::string uuid;  // the device's NVML UUID; empty for a CPU
 };
 
 // What a worker is told at registration.
@@ -127,9 +130,16 @@ struct WorkerStatus {
   WorkerInfo info;
   std::string state;   // "idle", "busy", "draining", "lost" (not seen for a lease TTL + long poll)
   int64_t run_id = 0;  // the run it holds a lease on; 0 when none
+  std::string run_name;  // "<sweep>/<index>" of that run
   int64_t last_seen_us = 0;
   double speed = 0;          // × an RTX 3090, what placement uses
   std::string speed_source;  // "reported", "measured", "measured on <device>", "card peak", "guess"
+  // Its device's readings (FleetWatch): the latest, or the recent history when asked for; empty
+  // before the first.
+  std::vector<DeviceSample> device;
+  double idle_while_queued_s = 0;  // device-seconds it held no run while runs were queued
+  bool idle_while_queued = false;  // right now (the last accounting tick)
+  std::optional<double> run_mfu;   // the latest MFU of the run it holds
 };
 
 // One leased attempt of one run, as AcquireJob hands it out.
@@ -276,8 +286,22 @@ class Scheduler {
   // Asks a worker to finish and exit: its open streams get a drain control, its next Acquire
   // fails. Idempotent. NotFound for an unknown worker.
   absl::Status DrainWorker(const std::string& worker_id, const std::string& who);
-  std::vector<WorkerStatus> ListWorkers();
+  // Every registered worker; `device_history`: with its device's recent readings, not only the
+  // latest.
+  std::vector<WorkerStatus> ListWorkers(bool device_history = false);
   WorkerTiming timing() const;
+  // Readings of a worker's device (its ReportDevice heartbeat), oldest first; `uuid` updates the
+  // device's UUID (a cartd restarted since the worker registered does not know it). Counts the
+  // worker as seen. FailedPrecondition for an unregistered worker. Returns how many were new.
+  absl::StatusOr<int> RecordDeviceSamples(const std::string& worker_id, const std::string& uuid,
+                                          const std::vector<DeviceSample>& samples);
+  // One tick of idle accounting (the expiry thread calls it each period): every live worker
+  // holding no run while runs are QUEUED accrues the time since the previous tick (at most 5 s,
+  // so a stalled cartd does not invent idle time). Drained and draining workers count: their
+  // device sits idle all the same.
+  absl::Status AccountIdle();
+  // Device-seconds idle while runs were queued, by device kind ("cuda", "cpu"), since start.
+  std::map<std::string, double> IdleWhileQueuedSeconds();
 
   // ---- Reports of one attempt (fenced: FailedPrecondition for a stale attempt)
 
@@ -378,6 +402,9 @@ class Scheduler {
   // Whether Shutdown() was called: long-running calls (metric followers) end.
   bool shutting_down();
 
+  // The scheduler's clock (SchedulerOptions' Clock), Unix microseconds.
+  int64_t NowMicros() const;
+
   // Acquire long polls waiting for a run right now (tests wait on it instead of sleeping).
   int waiting_acquires();
   // Sweep submissions being expanded right now (likewise).
@@ -427,7 +454,6 @@ class Scheduler {
     std::shared_ptr<AttemptStream> stream;
   };
 
-  int64_t NowMicros() const;
   // Wakes long polls: something may have become claimable.
   void WakePollers();
   void BumpRun(int64_t run_id);
@@ -515,6 +541,8 @@ class Scheduler {
   int64_t request_counter_ ABSL_GUARDED_BY(mu_) = 0;
   std::shared_ptr<const Forecast> forecast_ ABSL_GUARDED_BY(mu_);  // ExpectedFinish's cache
   int64_t forecast_generation_ ABSL_GUARDED_BY(mu_) = 0;           // generation_ it was made at
+  int64_t last_idle_tick_us_ ABSL_GUARDED_BY(mu_) = 0;             // AccountIdle's previous tick
+  FleetWatch fleet_;                                               // its own lock
 
   std::thread expiry_thread_;
 };

@@ -485,6 +485,14 @@ absl::StatusOr<std::unique_ptr<ServerHandle>> RunServer(const ServerConfig& conf
     dashboard.max_answer_bytes = static_cast<size_t>(std::max<int64_t>(config.max_answer_bytes, 1));
     ServerHandle* raw = handle.get();
     dashboard.stopping = [raw] { return raw->stopping_.load(); };
+    dashboard.storage = [artifacts = handle->artifacts_.get()] {
+      http::StorageFigures room;
+      room.stored_bytes = artifacts->stored_bytes();
+      room.quota_bytes = artifacts->options().quota_bytes;
+      room.floor_bytes = artifacts->options().min_free_bytes;
+      room.free_disk_bytes = artifacts->FreeDiskBytes();
+      return room;
+    };
     handle->dashboard_ =
         std::make_unique<http::Dashboard>(handle->scheduler_.get(), std::move(dashboard));
     http::HttpServerOptions http_options;

@@ -361,7 +361,8 @@ absl::StatusOr<TrainResult> Trainer::Run() {
     result_.final_loss = s.loss;
     if (options_.on_step) options_.on_step(step, s.loss);
     if (!std::isfinite(s.loss)) {
-      CART_RETURN_IF_ERROR(Emit({step, {{"loss", s.loss}, {"lr", lr}}}));
+      // loss_nonfinite: a typed mark for the alert (a NaN loss is stored as no value).
+      CART_RETURN_IF_ERROR(Emit({step, {{"loss", s.loss}, {"lr", lr}, {"loss_nonfinite", 1}}}));
       return absl::InternalError(StrCat("loss became ", s.loss, " at step ", step,
                                         " (diverged; lower lr or check the data)"));
     }

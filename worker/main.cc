@@ -67,6 +67,11 @@ int main(int argc, char** argv) {
                  "what is undelivered (cartd then resumes it from its last checkpoint)")
       ->capture_default_str()
       ->check(CLI::Range(0, 86'400));
+  app.add_option("--sample-interval", config.sample_interval_s,
+                 "Seconds between two readings of the device (utilisation, memory, temperature, "
+                 "power, clocks; CPU use on a CPU) sent to cartd, running or idle (0: none)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 3600.0));
   CLI11_PARSE(app, argc, argv);
 
   absl::StatusOr<cart::rpc::ClientConfig> client =

@@ -4,7 +4,9 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -31,6 +33,10 @@ struct SystemMetrics::Nvml {
   int (*get_count)(unsigned int*) = nullptr;
   int (*get_handle_by_bus)(const char*, Device*) = nullptr;
   int (*get_index)(Device, unsigned int*) = nullptr;
+  // Optional (the heartbeat's device series).
+  int (*get_uuid)(Device, char*, unsigned int) = nullptr;
+  int (*get_clock)(Device, int, unsigned int*) = nullptr;
+  int (*get_throttle)(Device, unsigned long long*) = nullptr;
 };
 
 namespace {
@@ -45,6 +51,13 @@ int64_t NowMicros() {
   return std::chrono::duration_cast<std::chrono::microseconds>(
              std::chrono::steady_clock::now().time_since_epoch())
       .count();
+}
+
+int64_t ResidentMib() {
+  std::ifstream statm("/proc/self/statm");
+  long total = 0, resident = 0;
+  statm >> total >> resident;
+  return static_cast<int64_t>(resident) * sysconf(_SC_PAGESIZE) / (1 << 20);
 }
 
 int64_t ProcessCpuTicks() {
@@ -65,7 +78,9 @@ int64_t ProcessCpuTicks() {
 }  // namespace
 
 SystemMetrics::SystemMetrics() {
-  void* handle = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+  const char* library = std::getenv("CART_NVML_LIBRARY");
+  void* handle = dlopen(library != nullptr && *library != 0 ? library : "libnvidia-ml.so.1",
+                        RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr) return;
   auto* n = new Nvml();
   n->handle = handle;
@@ -86,6 +101,12 @@ SystemMetrics::SystemMetrics() {
   Resolve(handle, "nvmlDeviceGetCount_v2", n->get_count);
   Resolve(handle, "nvmlDeviceGetHandleByPciBusId_v2", n->get_handle_by_bus);
   Resolve(handle, "nvmlDeviceGetIndex", n->get_index);
+  Resolve(handle, "nvmlDeviceGetUUID", n->get_uuid);
+  Resolve(handle, "nvmlDeviceGetClockInfo", n->get_clock);
+  // Renamed "clocks event reasons" in CUDA 12.2's NVML; the old name stays exported.
+  if (!Resolve(handle, "nvmlDeviceGetCurrentClocksEventReasons", n->get_throttle)) {
+    Resolve(handle, "nvmlDeviceGetCurrentClocksThrottleReasons", n->get_throttle);
+  }
   nvml_ = n;
 }
 
@@ -97,20 +118,23 @@ SystemMetrics::~SystemMetrics() {
   }
 }
 
+std::optional<double> SystemMetrics::CpuMeter::PercentOfOneCore() {
+  const int64_t now_ticks = ProcessCpuTicks();
+  const int64_t now = NowMicros();
+  std::optional<double> percent;
+  if (wall_us > 0 && now > wall_us) {
+    const double cpu_seconds = static_cast<double>(now_ticks - ticks) / sysconf(_SC_CLK_TCK);
+    percent = 100.0 * cpu_seconds / ((now - wall_us) / 1e6);
+  }
+  ticks = now_ticks;
+  wall_us = now;
+  return percent;
+}
+
 std::map<std::string, double> SystemMetrics::Sample(int gpu_index) {
   std::map<std::string, double> out;
-  const int64_t ticks = ProcessCpuTicks();
-  const int64_t now = NowMicros();
-  if (last_wall_us_ > 0 && now > last_wall_us_) {
-    const double cpu_seconds = static_cast<double>(ticks - last_cpu_ticks_) / sysconf(_SC_CLK_TCK);
-    out["sys/cpu_percent"] = 100.0 * cpu_seconds / ((now - last_wall_us_) / 1e6);
-  }
-  last_cpu_ticks_ = ticks;
-  last_wall_us_ = now;
-  std::ifstream statm("/proc/self/statm");
-  long total = 0, resident = 0;
-  statm >> total >> resident;
-  out["sys/rss_mib"] = static_cast<double>(resident) * sysconf(_SC_PAGESIZE) / (1 << 20);
+  if (std::optional<double> cpu = sample_cpu_.PercentOfOneCore()) out["sys/cpu_percent"] = *cpu;
+  out["sys/rss_mib"] = static_cast<double>(ResidentMib());
   if (nvml_ != nullptr) {
     Nvml::Device dev = nullptr;
     if (nvml_->get_handle(static_cast<unsigned>(gpu_index), &dev) == 0) {
@@ -128,6 +152,42 @@ std::map<std::string, double> SystemMetrics::Sample(int gpu_index) {
   return out;
 }
 
+DeviceReading SystemMetrics::ReadDevice(int gpu_index, int cpu_cores) {
+  DeviceReading r;
+  r.wall_time_us = std::chrono::duration_cast<std::chrono::microseconds>(
+                       std::chrono::system_clock::now().time_since_epoch())
+                       .count();
+  r.process_cpu_percent = device_cpu_.PercentOfOneCore().value_or(0.0);
+  r.process_rss_mib = ResidentMib();
+  Nvml::Device dev = nullptr;
+  if (gpu_index < 0 || nvml_ == nullptr ||
+      nvml_->get_handle(static_cast<unsigned>(gpu_index), &dev) != 0) {
+    r.utilization = std::clamp(r.process_cpu_percent / 100.0 / std::max(1, cpu_cores), 0.0, 1.0);
+    r.memory_used_mib = r.process_rss_mib;
+    r.memory_total_mib = Cpu().memory_mib;
+    return r;
+  }
+  Nvml::Utilization util{};
+  Nvml::Memory mem{};
+  if (nvml_->get_util(dev, &util) == 0) r.utilization = std::min(util.gpu, 100u) / 100.0;
+  if (nvml_->get_memory(dev, &mem) == 0) {
+    r.memory_used_mib = static_cast<int64_t>(mem.used >> 20);
+    r.memory_total_mib = static_cast<int64_t>(mem.total >> 20);
+  }
+  unsigned int value = 0;
+  if (nvml_->get_temp(dev, /*NVML_TEMPERATURE_GPU=*/0, &value) == 0) r.temperature_c = value;
+  if (nvml_->get_power(dev, &value) == 0) r.power_w = value / 1000.0;
+  if (nvml_->get_clock != nullptr) {
+    if (nvml_->get_clock(dev, /*NVML_CLOCK_SM=*/1, &value) == 0) r.sm_clock_mhz = value;
+    if (nvml_->get_clock(dev, /*NVML_CLOCK_MEM=*/2, &value) == 0) r.memory_clock_mhz = value;
+  }
+  unsigned long long reasons = 0;
+  if (nvml_->get_throttle != nullptr && nvml_->get_throttle(dev, &reasons) == 0) {
+    r.throttle_reasons = reasons;
+  }
+  return r;
+}
+
 std::optional<DeviceDescription> SystemMetrics::Gpu(int index) {
   if (nvml_ == nullptr) return std::nullopt;
   Nvml::Device dev = nullptr;
@@ -139,6 +199,8 @@ std::optional<DeviceDescription> SystemMetrics::Gpu(int index) {
   if (nvml_->get_name(dev, name, sizeof name) == 0) d.name = name;
   Nvml::Memory mem{};
   if (nvml_->get_memory(dev, &mem) == 0) d.memory_mib = static_cast<int64_t>(mem.total >> 20);
+  char uuid[96] = {0};
+  if (nvml_->get_uuid != nullptr && nvml_->get_uuid(dev, uuid, sizeof uuid) == 0) d.uuid = uuid;
   return d;
 }
 

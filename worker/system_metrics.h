@@ -2,7 +2,9 @@
 
 // What the worker reports about its machine next to the training metrics: process CPU and RAM
 // from /proc, and on NVIDIA boxes GPU utilisation, memory, temperature and power through NVML,
-// loaded with dlopen at run time so a box without the driver still runs.
+// loaded with dlopen at run time so a box without the driver still runs. CART_NVML_LIBRARY names
+// another library to load instead of libnvidia-ml.so.1 (a driver installed off the loader's path;
+// the tests' fake NVML, tests/worker/fake_nvml.c).
 
 #include <cstdint>
 #include <map>
@@ -16,6 +18,22 @@ struct DeviceDescription {
   std::string name;
   int index = 0;
   int64_t memory_mib = 0;
+  std::string uuid;  // NVML's "GPU-..." for a GPU; empty for the CPU
+};
+
+// One reading of the worker's device, running or idle (the fields of worker.proto DeviceSample).
+struct DeviceReading {
+  int64_t wall_time_us = 0;
+  double utilization = 0;  // 0..1
+  int64_t memory_used_mib = 0;
+  int64_t memory_total_mib = 0;
+  std::optional<double> temperature_c;
+  std::optional<double> power_w;
+  std::optional<int64_t> sm_clock_mhz;
+  std::optional<int64_t> memory_clock_mhz;
+  std::optional<uint64_t> throttle_reasons;
+  double process_cpu_percent = 0;  // of one core
+  int64_t process_rss_mib = 0;
 };
 
 class SystemMetrics {
@@ -33,6 +51,12 @@ class SystemMetrics {
   // "sys/gpu_power_w".
   std::map<std::string, double> Sample(int gpu_index);
 
+  // The device as the worker's heartbeat reports it: GPU `gpu_index` through NVML when
+  // `gpu_index` >= 0 and NVML loaded, else the CPU (this process's CPU time since the previous
+  // call over `cpu_cores`, and its resident set of the RAM). Keeps its own CPU counter, apart
+  // from Sample's.
+  DeviceReading ReadDevice(int gpu_index, int cpu_cores);
+
   // The GPU `index` through NVML, if any.
   std::optional<DeviceDescription> Gpu(int index);
   // GPUs NVML sees (all of the machine's: NVML ignores CUDA_VISIBLE_DEVICES); 0 without NVML.
@@ -47,8 +71,14 @@ class SystemMetrics {
  private:
   struct Nvml;
   Nvml* nvml_ = nullptr;
-  int64_t last_cpu_ticks_ = 0;
-  int64_t last_wall_us_ = 0;
+  // Process CPU ticks and wall time at the previous call, for the CPU share since then.
+  struct CpuMeter {
+    int64_t ticks = 0;
+    int64_t wall_us = 0;
+    std::optional<double> PercentOfOneCore();  // none at the first call
+  };
+  CpuMeter sample_cpu_;
+  CpuMeter device_cpu_;
 };
 
 }  // namespace cart::worker

@@ -14,6 +14,7 @@
 #include "train/device.h"
 #include "train/trainer.h"
 #include "worker/device_choice.h"
+#include "worker/device_watch.h"
 #include "worker/job.h"
 #include "worker/system_metrics.h"
 
@@ -28,6 +29,22 @@ std::string Hostname() {
 
 void Say(const std::string& worker_id, const std::string& text) {
   std::cerr << "cart-worker[" << worker_id << "]: " << text << std::endl;
+}
+
+cart::v1::DeviceSample ToProto(const DeviceReading& r) {
+  cart::v1::DeviceSample s;
+  s.set_wall_time_us(r.wall_time_us);
+  s.set_utilization(r.utilization);
+  s.set_memory_used_mib(r.memory_used_mib);
+  s.set_memory_total_mib(r.memory_total_mib);
+  if (r.temperature_c) s.set_temperature_c(*r.temperature_c);
+  if (r.power_w) s.set_power_w(*r.power_w);
+  if (r.sm_clock_mhz) s.set_sm_clock_mhz(*r.sm_clock_mhz);
+  if (r.memory_clock_mhz) s.set_memory_clock_mhz(*r.memory_clock_mhz);
+  if (r.throttle_reasons) s.set_throttle_reasons(*r.throttle_reasons);
+  s.set_process_cpu_percent(r.process_cpu_percent);
+  s.set_process_rss_mib(r.process_rss_mib);
+  return s;
 }
 
 const char* OutcomeName(cart::v1::JobResult::Outcome o) {
@@ -64,6 +81,7 @@ absl::Status RunWorker(const WorkerConfig& config, const std::atomic<bool>& shut
     reg.mutable_device()->set_memory_reserve_mib(config.memory_reserve_mib);
   }
   reg.mutable_device()->set_speed_factor(config.speed_factor);
+  reg.mutable_device()->set_uuid(device.uuid);
   reg.set_version(kVersion);
   cart::v1::RegisterWorkerResponse timing;
   int64_t backoff_ms = 200;
@@ -110,6 +128,16 @@ absl::Status RunWorker(const WorkerConfig& config, const std::atomic<bool>& shut
                           " TFLOP/s measured (the MFU of its runs divides by it)"));
   }
   env.sample_system = [&system, gpu_index] { return system.Sample(gpu_index); };
+  std::unique_ptr<DeviceWatch> watch;
+  if (config.sample_interval_s > 0) {
+    const int cores = config.threads > 0 ? static_cast<int>(config.threads)
+                                         : static_cast<int>(std::thread::hardware_concurrency());
+    watch = std::make_unique<DeviceWatch>(
+        config.client, stub.get(), worker_id, device.uuid,
+        static_cast<int64_t>(config.sample_interval_s * 1000),
+        [&system, gpu_index, cores] { return ToProto(system.ReadDevice(gpu_index, cores)); });
+    watch->Start();
+  }
   env.shutdown_grace_ms = config.shutdown_grace_s * 1000;
 
   int64_t jobs = 0;

@@ -427,7 +427,7 @@ Response Dashboard::Static(const Request& request) {
 }
 
 Response Dashboard::Metrics() {
-  absl::StatusOr<std::string> text = RenderPrometheus(*scheduler_);
+  absl::StatusOr<std::string> text = RenderPrometheus(*scheduler_, options_.storage);
   if (!text.ok()) return Error(text.status());
   Response r;
   r.content_type = "text/plain; version=0.0.4; charset=utf-8";
@@ -1090,17 +1090,56 @@ Response Dashboard::RunAction(const Request& request, int64_t id, const std::str
 
 Response Dashboard::ListWorkers() {
   json out = json::array();
-  for (const WorkerStatus& w : scheduler_->ListWorkers()) {
-    out.push_back(json{{"id", w.info.id},
-                       {"hostname", w.info.hostname},
-                       {"version", w.info.version},
-                       {"device_kind", w.info.device_kind},
-                       {"device_name", w.info.device_name},
-                       {"memory_bytes", w.info.memory_bytes},
-                       {"free_disk_bytes", w.info.free_disk_bytes},
-                       {"state", w.state},
-                       {"run_id", w.run_id},
-                       {"last_seen_us", w.last_seen_us}});
+  for (const WorkerStatus& w : scheduler_->ListWorkers(/*device_history=*/true)) {
+    json worker{{"id", w.info.id},
+                {"hostname", w.info.hostname},
+                {"version", w.info.version},
+                {"device_kind", w.info.device_kind},
+                {"device_name", w.info.device_name},
+                {"device_index", w.info.device_index},
+                {"uuid", w.info.uuid},
+                {"memory_bytes", w.info.memory_bytes},
+                {"free_disk_bytes", w.info.free_disk_bytes},
+                {"state", w.state},
+                {"run_id", w.run_id},
+                {"run_name", w.run_name},
+                {"run_mfu", w.run_mfu ? Num(*w.run_mfu) : json(nullptr)},
+                {"speed", Num(w.speed)},
+                {"speed_source", w.speed_source},
+                {"idle_while_queued", w.idle_while_queued},
+                {"idle_while_queued_hours", Num(w.idle_while_queued_s / 3600)},
+                {"last_seen_us", w.last_seen_us}};
+    // The recent readings as columns (what the sparklines draw), oldest first; a value a device
+    // does not report (a CPU's temperature) is null.
+    json t = json::array(), util = json::array(), mem = json::array(), temp = json::array(),
+         power = json::array();
+    for (const DeviceSample& d : w.device) {
+      t.push_back(d.at_us / 1'000'000.0);
+      util.push_back(Num(d.utilization));
+      mem.push_back(d.memory_used_bytes);
+      temp.push_back(d.temperature_c ? Num(*d.temperature_c) : json(nullptr));
+      power.push_back(d.power_w ? Num(*d.power_w) : json(nullptr));
+    }
+    worker["device"] = {{"t", t},
+                        {"utilization", util},
+                        {"memory_used_bytes", mem},
+                        {"temperature_c", temp},
+                        {"power_w", power}};
+    if (!w.device.empty()) {
+      const DeviceSample& d = w.device.back();
+      worker["latest"] = {
+          {"at_us", d.at_us},
+          {"utilization", Num(d.utilization)},
+          {"memory_used_bytes", d.memory_used_bytes},
+          {"memory_total_bytes", d.memory_total_bytes},
+          {"temperature_c", d.temperature_c ? Num(*d.temperature_c) : json(nullptr)},
+          {"power_w", d.power_w ? Num(*d.power_w) : json(nullptr)},
+          {"sm_clock_hz", d.sm_clock_hz ? Num(*d.sm_clock_hz) : json(nullptr)},
+          {"throttle_reasons", d.throttle_reasons ? json(*d.throttle_reasons) : json(nullptr)}};
+    } else {
+      worker["latest"] = nullptr;
+    }
+    out.push_back(std::move(worker));
   }
   return Json(json{{"workers", out}});
 }

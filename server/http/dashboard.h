@@ -32,6 +32,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "server/http/http_server.h"
+#include "server/http/prometheus.h"
 
 namespace cart::store {
 struct SweepKeys;
@@ -69,6 +70,8 @@ struct DashboardOptions {
   int live_runs = 12;
   // Least time between two events of a run's live stream. Default 1 s.
   absl::Duration live_min_interval = absl::Seconds(1);
+  // The artifact store's room for /metrics (its quota and disk-floor alerts); empty: not shown.
+  std::function<StorageFigures()> storage;
 };
 
 // True when `host_header` (a Host header's value: name or address, optionally ":port") names this

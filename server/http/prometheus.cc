@@ -6,8 +6,10 @@
 #include <prometheus/registry.h>
 #include <prometheus/text_serializer.h>
 
+#include <algorithm>
 #include <sstream>
 
+#include "absl/time/clock.h"
 #include "common/status.h"
 #include "common/strings.h"
 #include "server/scheduler.h"
@@ -16,9 +18,147 @@ namespace cart::server::http {
 
 using store::RunState;
 
-absl::StatusOr<std::string> RenderPrometheus(Scheduler& scheduler) {
-  using prometheus::BuildCounter;
-  using prometheus::BuildGauge;
+namespace {
+
+using prometheus::BuildCounter;
+using prometheus::BuildGauge;
+
+// The device series (one per worker: worker id, device index, name and UUID), each worker's
+// liveness and idle-while-queued time, and the map from a device's UUID to the run it holds.
+void RenderFleet(prometheus::Registry& registry, const std::vector<WorkerStatus>& fleet,
+                 const std::map<std::string, double>& idle_by_kind) {
+  auto gauge = [&](const char* name, const char* help) -> prometheus::Family<prometheus::Gauge>& {
+    return BuildGauge().Name(name).Help(help).Register(registry);
+  };
+  auto& util = gauge("cart_device_utilization_ratio",
+                     "Share of the last sample period a kernel ran (NVML), or the worker's CPU "
+                     "share of its cores on a CPU worker, 0..1");
+  auto& mem_used = gauge("cart_device_memory_used_bytes",
+                         "Device memory in use (NVML), or the worker's resident set on a CPU");
+  auto& mem_total = gauge("cart_device_memory_total_bytes", "Device memory (or RAM on a CPU)");
+  auto& temp = gauge("cart_device_temperature_celsius", "GPU temperature (NVML)");
+  auto& power = gauge("cart_device_power_watts", "GPU power draw (NVML)");
+  auto& sm_clock = gauge("cart_device_sm_clock_hertz", "GPU SM clock (NVML)");
+  auto& mem_clock = gauge("cart_device_memory_clock_hertz", "GPU memory clock (NVML)");
+  auto& throttled =
+      gauge("cart_device_throttled", "1 while NVML reports the clocks held down for this reason");
+  auto& age = gauge("cart_device_sample_age_seconds", "Seconds since the device's latest sample");
+  auto& rss = gauge("cart_worker_process_resident_bytes", "The cart-worker process's resident set");
+  auto& cpu = gauge("cart_worker_process_cpu_ratio",
+                    "The cart-worker process's CPU time per second (1 = one core busy)");
+  auto& run_info = gauge("cart_device_run_info",
+                         "1 for the run a device holds: join a DCGM exporter's series on uuid");
+  auto& up = gauge("cart_worker_up", "1 when the worker was seen within a lease TTL, 0 when lost");
+  auto& idle_now = gauge("cart_worker_idle_while_queued",
+                         "1 while the worker holds no run and runs are queued (drained included)");
+  auto& idle_s = BuildCounter()
+                     .Name("cart_worker_idle_while_queued_seconds_total")
+                     .Help("Seconds the worker's device held no run while runs were queued")
+                     .Register(registry);
+  const double now_s = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
+  for (const WorkerStatus& w : fleet) {
+    up.Add({{"worker", w.info.id}}).Set(w.state == "lost" ? 0 : 1);
+    idle_now.Add({{"worker", w.info.id}}).Set(w.idle_while_queued ? 1 : 0);
+    idle_s.Add({{"worker", w.info.id}}).Increment(w.idle_while_queued_s);
+    const prometheus::Labels device = {{"worker", w.info.id},
+                                       {"device", std::to_string(w.info.device_index)},
+                                       {"name", w.info.device_name},
+                                       {"uuid", w.info.uuid}};
+    if (w.run_id != 0) {
+      prometheus::Labels labels = device;
+      labels["run_id"] = std::to_string(w.run_id);
+      labels["run"] = w.run_name;
+      run_info.Add(labels).Set(1);
+    }
+    if (w.device.empty() || w.state == "lost") continue;
+    const DeviceSample& s = w.device.back();
+    util.Add(device).Set(s.utilization);
+    mem_used.Add(device).Set(static_cast<double>(s.memory_used_bytes));
+    mem_total.Add(device).Set(static_cast<double>(s.memory_total_bytes));
+    age.Add(device).Set(std::max(0.0, now_s - static_cast<double>(s.at_us) / 1e6));
+    if (s.temperature_c) temp.Add(device).Set(*s.temperature_c);
+    if (s.power_w) power.Add(device).Set(*s.power_w);
+    if (s.sm_clock_hz) sm_clock.Add(device).Set(*s.sm_clock_hz);
+    if (s.memory_clock_hz) mem_clock.Add(device).Set(*s.memory_clock_hz);
+    if (s.throttle_reasons) {
+      for (const ThrottleReason& reason : kThrottleReasons) {
+        prometheus::Labels labels = device;
+        labels["reason"] = reason.name;
+        throttled.Add(labels).Set((*s.throttle_reasons & reason.bit) != 0 ? 1 : 0);
+      }
+    }
+    rss.Add({{"worker", w.info.id}}).Set(static_cast<double>(s.process_rss_bytes));
+    cpu.Add({{"worker", w.info.id}}).Set(s.process_cpu_percent / 100);
+  }
+  auto& idle_hours = BuildCounter()
+                         .Name("cart_idle_while_queued_device_hours_total")
+                         .Help("Device-hours workers held no run while runs were queued, by kind")
+                         .Register(registry);
+  for (const auto& [kind, seconds] : idle_by_kind) {
+    idle_hours.Add({{"kind", kind}}).Increment(seconds / 3600);
+  }
+}
+
+// The newest (most recently updated) runs in `state`, at most kMaxRunSeries, with the latest
+// values of `metrics`.
+absl::StatusOr<store::RunPage> NewestRuns(Scheduler& scheduler, RunState state,
+                                          std::vector<std::string> metrics) {
+  store::RunPageRequest page;
+  page.filter.states = {state};
+  page.metrics = std::move(metrics);
+  page.sort = "updated";
+  page.descending = true;
+  page.limit = kMaxRunSeries;
+  return scheduler.ListRunPage(page);
+}
+
+// What the alerts watch in runs: FAILED runs of the last day (with when), and runs whose loss
+// went non-finite or whose validation loss fell below the data's entropy floor.
+absl::Status RenderTrouble(prometheus::Registry& registry, Scheduler& scheduler,
+                           const store::RunPage& running) {
+  CART_ASSIGN_OR_RETURN(store::RunPage failed, NewestRuns(scheduler, RunState::kFailed,
+                                                          {"loss_nonfinite", "leak_suspected"}));
+  auto& failed_at = BuildGauge()
+                        .Name("cart_run_failed_timestamp_seconds")
+                        .Help("When a run failed for good (Unix time), for a day after")
+                        .Register(registry);
+  auto& nonfinite = BuildGauge()
+                        .Name("cart_run_loss_nonfinite")
+                        .Help("1 for a run whose training loss became NaN or infinite")
+                        .Register(registry);
+  auto& leak = BuildGauge()
+                   .Name("cart_run_leak_suspected")
+                   .Help("1 for a run whose validation loss fell below its data's entropy floor")
+                   .Register(registry);
+  const int64_t since_us = scheduler.NowMicros() - kFailedRunSeriesUs;
+  auto flags = [&](const store::RunRow& row, const prometheus::Labels& labels) {
+    if (auto it = row.latest.find("loss_nonfinite"); it != row.latest.end() && it->second > 0) {
+      nonfinite.Add(labels).Set(1);
+    }
+    if (auto it = row.latest.find("leak_suspected"); it != row.latest.end() && it->second > 0) {
+      leak.Add(labels).Set(1);
+    }
+  };
+  for (const store::RunRow& row : failed.rows) {
+    if (row.run.updated_us < since_us) break;  // newest first
+    const prometheus::Labels labels = {{"run", StrCat(row.run.sweep_name, "/", row.run.name)},
+                                       {"sweep", row.run.sweep_name},
+                                       {"run_id", std::to_string(row.run.id)}};
+    failed_at.Add(labels).Set(static_cast<double>(row.run.updated_us) / 1e6);
+    flags(row, labels);
+  }
+  for (const store::RunRow& row : running.rows) {
+    flags(row, {{"run", StrCat(row.run.sweep_name, "/", row.run.name)},
+                {"sweep", row.run.sweep_name},
+                {"run_id", std::to_string(row.run.id)}});
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> RenderPrometheus(Scheduler& scheduler,
+                                             const std::function<StorageFigures()>& storage) {
   using prometheus::BuildHistogram;
   CART_ASSIGN_OR_RETURN(store::StoreTotals totals, scheduler.Totals());
   const SchedulerStats::Snapshot stats = scheduler.stats().Read();
@@ -40,9 +180,28 @@ absl::StatusOr<std::string> RenderPrometheus(Scheduler& scheduler) {
       .Add({})
       .Set(queued == totals.runs.end() ? 0.0 : static_cast<double>(queued->second));
 
+  {
+    // How long the oldest queued run has waited (since it last became QUEUED).
+    store::RunPageRequest oldest;
+    oldest.filter.states = {RunState::kQueued};
+    oldest.sort = "updated";
+    oldest.limit = 1;
+    CART_ASSIGN_OR_RETURN(store::RunPage waiting, scheduler.ListRunPage(oldest));
+    BuildGauge()
+        .Name("cart_queue_oldest_wait_seconds")
+        .Help("How long the longest-waiting QUEUED run has waited; 0 when none waits")
+        .Register(registry)
+        .Add({})
+        .Set(waiting.rows.empty()
+                 ? 0.0
+                 : std::max<double>(
+                       0, (scheduler.NowMicros() - waiting.rows[0].run.updated_us) / 1e6));
+  }
+
   std::map<std::string, int> worker_states = {
       {"idle", 0}, {"busy", 0}, {"draining", 0}, {"lost", 0}};
-  for (const WorkerStatus& w : scheduler.ListWorkers()) ++worker_states[w.state];
+  const std::vector<WorkerStatus> fleet = scheduler.ListWorkers();
+  for (const WorkerStatus& w : fleet) ++worker_states[w.state];
   auto& workers =
       BuildGauge().Name("cart_workers").Help("Registered workers by state").Register(registry);
   for (const auto& [state, n] : worker_states) workers.Add({{"state", state}}).Set(n);
@@ -52,6 +211,8 @@ absl::StatusOr<std::string> RenderPrometheus(Scheduler& scheduler) {
       .Register(registry)
       .Add({})
       .Set(worker_states["idle"] + worker_states["busy"] + worker_states["draining"]);
+
+  RenderFleet(registry, fleet, scheduler.IdleWhileQueuedSeconds());
 
   auto counter = [&](const char* name, const char* help, int64_t value) {
     BuildCounter().Name(name).Help(help).Register(registry).Add({}).Increment(
@@ -89,15 +250,26 @@ absl::StatusOr<std::string> RenderPrometheus(Scheduler& scheduler) {
       .Register(registry)
       .Add({})
       .Set(static_cast<double>(totals.artifacts));
+  if (storage) {
+    const StorageFigures room = storage();
+    auto gauge = [&](const char* name, const char* help, int64_t value) {
+      BuildGauge().Name(name).Help(help).Register(registry).Add({}).Set(static_cast<double>(value));
+    };
+    gauge("cart_artifact_quota_bytes",
+          "The artifact store's quota (max_artifact_store_bytes); 0: none", room.quota_bytes);
+    gauge("cart_artifact_disk_floor_bytes",
+          "Free disk below which uploads are refused (min_free_artifact_bytes)", room.floor_bytes);
+    if (room.free_disk_bytes >= 0) {
+      gauge("cart_artifact_disk_free_bytes", "Free disk of the artifact store's file system",
+            room.free_disk_bytes);
+    }
+  }
 
   // The latest values of the running runs, most recently updated first.
-  store::RunPageRequest page;
-  page.filter.states = {RunState::kRunning};
-  page.metrics = {"loss", "rho_max", "tokens_per_s", "mfu"};
-  page.sort = "updated";
-  page.descending = true;
-  page.limit = kMaxRunSeries;
-  CART_ASSIGN_OR_RETURN(store::RunPage running, scheduler.ListRunPage(page));
+  CART_ASSIGN_OR_RETURN(
+      store::RunPage running,
+      NewestRuns(scheduler, RunState::kRunning,
+                 {"loss", "rho_max", "tokens_per_s", "mfu", "leak_suspected", "loss_nonfinite"}));
   auto& loss = BuildGauge()
                    .Name("cart_run_loss")
                    .Help("Latest training loss of a running run")
@@ -130,6 +302,7 @@ absl::StatusOr<std::string> RenderPrometheus(Scheduler& scheduler) {
     }
     if (auto it = row.latest.find("mfu"); it != row.latest.end()) mfu.Add(labels).Set(it->second);
   }
+  CART_RETURN_IF_ERROR(RenderTrouble(registry, scheduler, running));
   // Expected finishes from the placement plan (Scheduler::ExpectedFinish), as Unix times.
   CART_ASSIGN_OR_RETURN(std::shared_ptr<const Forecast> forecast, scheduler.ExpectedFinish());
   auto& run_finish = BuildGauge()

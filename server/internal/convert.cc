@@ -1,5 +1,8 @@
 #include "server/internal/convert.h"
 
+#include <cmath>
+
+#include "common/status.h"
 #include "common/strings.h"
 
 namespace cart::server::internal {
@@ -135,6 +138,10 @@ v1::WorkerView ToWorkerView(const WorkerStatus& worker) {
   view.set_version(worker.info.version);
   view.set_speed(worker.speed);
   view.set_speed_source(worker.speed_source);
+  if (!worker.device.empty()) *view.mutable_latest() = ToProto(worker.device.back());
+  view.set_idle_while_queued_hours(worker.idle_while_queued_s / 3600);
+  view.set_run_mfu(worker.run_mfu.value_or(0.0));
+  view.set_uuid(worker.info.uuid);
   return view;
 }
 
@@ -171,6 +178,63 @@ v1::MetricPoint ToProto(const store::MetricPoint& point) {
   out.set_name(point.name);
   out.set_value(point.value);
   out.set_wall_time_us(point.wall_time_us);
+  return out;
+}
+
+absl::StatusOr<DeviceSample> FromProto(const v1::DeviceSample& sample) {
+  DeviceSample out;
+  out.at_us = sample.wall_time_us();
+  if (!(sample.utilization() >= 0 && sample.utilization() <= 1)) {
+    return absl::InvalidArgumentError(
+        StrCat("utilization must be between 0 and 1, got ", sample.utilization()));
+  }
+  out.utilization = sample.utilization();
+  if (sample.memory_used_mib() < 0 || sample.memory_total_mib() < 0 ||
+      sample.process_rss_mib() < 0) {
+    return absl::InvalidArgumentError(
+        "memory_used_mib, memory_total_mib and process_rss_mib must be >= 0");
+  }
+  out.memory_used_bytes = sample.memory_used_mib() * kMiB;
+  out.memory_total_bytes = sample.memory_total_mib() * kMiB;
+  out.process_rss_bytes = sample.process_rss_mib() * kMiB;
+  if (!std::isfinite(sample.process_cpu_percent()) || sample.process_cpu_percent() < 0) {
+    return absl::InvalidArgumentError(
+        StrCat("process_cpu_percent must be finite and >= 0, got ", sample.process_cpu_percent()));
+  }
+  out.process_cpu_percent = sample.process_cpu_percent();
+  auto finite = [](const char* field, double value) -> absl::Status {
+    if (std::isfinite(value)) return absl::OkStatus();
+    return absl::InvalidArgumentError(StrCat(field, " must be finite, got ", value));
+  };
+  if (sample.has_temperature_c()) {
+    CART_RETURN_IF_ERROR(finite("temperature_c", sample.temperature_c()));
+    out.temperature_c = sample.temperature_c();
+  }
+  if (sample.has_power_w()) {
+    CART_RETURN_IF_ERROR(finite("power_w", sample.power_w()));
+    out.power_w = sample.power_w();
+  }
+  if (sample.has_sm_clock_mhz()) out.sm_clock_hz = sample.sm_clock_mhz() * 1e6;
+  if (sample.has_memory_clock_mhz()) out.memory_clock_hz = sample.memory_clock_mhz() * 1e6;
+  if (sample.has_throttle_reasons()) out.throttle_reasons = sample.throttle_reasons();
+  return out;
+}
+
+v1::DeviceSample ToProto(const DeviceSample& sample) {
+  v1::DeviceSample out;
+  out.set_wall_time_us(sample.at_us);
+  out.set_utilization(sample.utilization);
+  out.set_memory_used_mib(sample.memory_used_bytes / kMiB);
+  out.set_memory_total_mib(sample.memory_total_bytes / kMiB);
+  if (sample.temperature_c) out.set_temperature_c(*sample.temperature_c);
+  if (sample.power_w) out.set_power_w(*sample.power_w);
+  if (sample.sm_clock_hz) out.set_sm_clock_mhz(static_cast<int64_t>(*sample.sm_clock_hz / 1e6));
+  if (sample.memory_clock_hz) {
+    out.set_memory_clock_mhz(static_cast<int64_t>(*sample.memory_clock_hz / 1e6));
+  }
+  if (sample.throttle_reasons) out.set_throttle_reasons(*sample.throttle_reasons);
+  out.set_process_cpu_percent(sample.process_cpu_percent);
+  out.set_process_rss_mib(sample.process_rss_bytes / kMiB);
   return out;
 }
 

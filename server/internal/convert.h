@@ -52,6 +52,10 @@ v1::CheckpointRef ToCheckpointRef(const store::CheckpointRecord& checkpoint);
 
 store::MetricPoint FromProto(const v1::MetricPoint& point);
 v1::MetricPoint ToProto(const store::MetricPoint& point);
+// A device reading off the wire. InvalidArgument naming the field for a utilisation outside
+// 0..1, negative memory, or a non-finite temperature, power or clock.
+absl::StatusOr<DeviceSample> FromProto(const v1::DeviceSample& sample);
+v1::DeviceSample ToProto(const DeviceSample& sample);
 
 constexpr int64_t kMiB = int64_t{1} << 20;
 

@@ -104,6 +104,8 @@ class WorkerServiceImpl final : public v1::WorkerService::Service {
                            v1::PutArtifactResponse* response) override;
   grpc::Status GetArtifact(grpc::ServerContext* context, const v1::GetArtifactRequest* request,
                            grpc::ServerWriter<v1::ArtifactChunk>* writer) override;
+  grpc::Status ReportDevice(grpc::ServerContext* context, const v1::DeviceReport* request,
+                            v1::DeviceReportResponse* response) override;
 
  private:
   absl::StatusOr<Principal> Check(grpc::ServerContext* context, const char* method) const;

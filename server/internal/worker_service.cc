@@ -17,6 +17,8 @@ namespace {
 constexpr size_t kChunkBytes = size_t{1} << 20;
 // MetricBatch: at most this many points (worker.proto).
 constexpr int kMaxPointsPerBatch = 10'000;
+// ReportDevice: at most this many samples per call (worker.proto).
+constexpr int kMaxDeviceSamples = 1000;
 
 // The RunJob stream as the scheduler sees it. Writes (acks from the handler thread, controls from
 // whichever thread cancels or drains) are serialized by mu_; Read runs concurrently on the handler
@@ -137,6 +139,37 @@ absl::Status WorkerServiceImpl::CheckWorkerId(const Principal& who, const char* 
   if (!who##_or.ok()) return ToGrpc(who##_or.status());        \
   const Principal& who = *who##_or;
 
+grpc::Status WorkerServiceImpl::ReportDevice(grpc::ServerContext* context,
+                                             const v1::DeviceReport* request,
+                                             v1::DeviceReportResponse* response) {
+  CART_CHECK_CALLER(who, "ReportDevice");
+  if (absl::Status bound = CheckWorkerId(who, "ReportDevice", request->worker_id()); !bound.ok()) {
+    return ToGrpc(bound);
+  }
+  if (request->samples_size() > kMaxDeviceSamples) {
+    return ToGrpc(
+        absl::InvalidArgumentError(StrCat("ReportDevice: ", request->samples_size(),
+                                          " samples; at most ", kMaxDeviceSamples, " per call")));
+  }
+  if (request->uuid().size() > 96) {
+    return ToGrpc(absl::InvalidArgumentError(
+        StrCat("ReportDevice: uuid is ", request->uuid().size(), " bytes; at most 96")));
+  }
+  std::vector<DeviceSample> samples;
+  samples.reserve(request->samples_size());
+  for (int i = 0; i < request->samples_size(); ++i) {
+    absl::StatusOr<DeviceSample> sample = FromProto(request->samples(i));
+    if (!sample.ok()) {
+      return ToGrpc(absl::InvalidArgumentError(
+          StrCat("ReportDevice: samples[", i, "]: ", sample.status().message())));
+    }
+    samples.push_back(*sample);
+  }
+  absl::StatusOr<int> added =
+      ctx_.scheduler->RecordDeviceSamples(request->worker_id(), request->uuid(), samples);
+  return ToGrpc(added.status());
+}
+
 grpc::Status WorkerServiceImpl::RegisterWorker(grpc::ServerContext* context,
                                                const v1::RegisterWorkerRequest* request,
                                                v1::RegisterWorkerResponse* response) {
@@ -159,6 +192,7 @@ grpc::Status WorkerServiceImpl::RegisterWorker(grpc::ServerContext* context,
   worker.version = request->version();
   worker.device_kind = request->device().kind();
   worker.device_name = request->device().name();
+  worker.device_index = request->device().index();
   worker.memory_bytes = request->device().memory_mib() * kMiB;
   if (request->device().has_memory_reserve_mib()) {
     if (request->device().memory_reserve_mib() < 0) {
@@ -170,6 +204,12 @@ grpc::Status WorkerServiceImpl::RegisterWorker(grpc::ServerContext* context,
     worker.memory_reserve_bytes = request->device().memory_reserve_mib() * kMiB;
   }
   worker.free_disk_bytes = request->free_disk_mib() * kMiB;
+  if (request->device().uuid().size() > 96) {
+    return ToGrpc(absl::InvalidArgumentError(
+        StrCat("RegisterWorker: worker '", request->worker_id(), "': device.uuid is ",
+               request->device().uuid().size(), " bytes; at most 96")));
+  }
+  worker.uuid = request->device().uuid();
   const double speed = request->device().speed_factor();
   if (!(speed >= 0) || speed > 1000) {
     return ToGrpc(absl::InvalidArgumentError(

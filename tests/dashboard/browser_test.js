@@ -66,6 +66,21 @@ const { Cluster, args, waitFor, tinySweep } = require('./lib');
     await shot('sweep-live');
     await open('#/workers');
     await waitFor('the workers table', () => page.locator('#workers-table tbody tr td').count(), 10000);
+    // The CPU worker's device readings: a utilisation sparkline with its latest value, memory in
+    // use, and the MFU of the run it trains (its series comes with its steps' tokens/s).
+    const row = page.locator('#workers-table tbody tr[data-worker="testbox-0"]');
+    await waitFor('the worker\'s utilisation sparkline', () => row.locator('td.spark-cell svg.util polyline').count(), 20000);
+    const util = await row.locator('td.spark-cell').first().textContent();
+    check(/^\d+ %$/.test(util.trim()), `the workers page shows the device's utilisation ("${util.trim()}")`);
+    const mem = await row.locator('td.spark-cell').nth(1).textContent();
+    check(/GiB$/.test(mem.trim()), `and its memory in use ("${mem.trim()}")`);
+    const mfu = await waitFor('the run\'s MFU on the workers page', async () => {
+      await page.reload();
+      await page.waitForSelector('#workers-table');
+      const t = (await page.locator('#workers-table tbody tr[data-worker="testbox-0"] td.mfu').textContent()).trim();
+      return /%$/.test(t) ? t : null;
+    }, 60000);
+    check(/^\d+\.\d %$/.test(mfu), `and the MFU of its run ("${mfu}")`);
     await shot('workers');
 
     // The run page's loss chart gains points while we watch.

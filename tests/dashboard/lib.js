@@ -87,6 +87,30 @@ class Cluster {
     if (!res.ok) throw new Error(`${p}: HTTP ${res.status}: ${JSON.stringify(body)}`);
     return body;
   }
+  // A real Prometheus (Debian's, temporary storage) scraping this cartd's /metrics every second
+  // with the user token, as a deployment would; `extra`: more top-level config (rule_files,
+  // alerting). Returns { proc, port }.
+  async startPrometheus(extra) {
+    const port = await freePort();
+    fs.writeFileSync(this.file('token.txt'), this.userToken);
+    fs.writeFileSync(this.file('prometheus.yml'), `global:
+  scrape_interval: 1s
+  evaluation_interval: 1s
+${extra || ''}
+scrape_configs:
+  - job_name: cartd
+    metrics_path: /metrics
+    authorization:
+      type: Bearer
+      credentials_file: ${this.file('token.txt')}
+    static_configs:
+      - targets: ['127.0.0.1:${this.httpPort}']
+`);
+    const log = fs.openSync(this.file('prometheus.log'), 'w');
+    const proc = spawn('/usr/bin/prometheus', [`--config.file=${this.file('prometheus.yml')}`,
+      `--storage.tsdb.path=${this.file('tsdb')}`, `--web.listen-address=127.0.0.1:${port}`], { stdio: ['ignore', log, log] });
+    return { proc, port };
+  }
   log(name) { try { return fs.readFileSync(this.file(name), 'utf8'); } catch (e) { return ''; } }
   // Stops the workers, then cartd: SIGTERM, and SIGKILL for one still there after 20 s.
   async stop() {

@@ -9,15 +9,21 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include <cctype>
+#include <cstring>
+#include <filesystem>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <sstream>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "common/strings.h"
 #include "server/caller_slots.h"
 #include "server/http/dashboard.h"
 #include "server/http/http_server.h"
+#include "server/scheduler.h"
 #include "tests/server/server_fixture.h"
 
 namespace cart::server::testing {
@@ -651,6 +657,234 @@ TEST_F(HttpTest, MetricsLiveStreamsAndSeriesFollowARun) {
   EXPECT_THAT(metrics.body, HasSubstr("cart_jobs_handed_out_total 1"));
   EXPECT_THAT(metrics.body, Not(HasSubstr("NaN")));
   stream->Cancel();
+}
+
+// The device heartbeat end to end on the server side: a GPU worker's readings (the fields the
+// fake NVML of tests/worker gives cart-worker) reach /metrics with bounded labels and the workers
+// page with their history; idle time is counted only while a worker holds no run and runs wait;
+// the UUID maps to the run the card holds; a bad reading is refused naming its field, and what
+// was stored stays.
+grpc::Status ReportDevice(FakeWorker& w, const std::string& uuid,
+                          const std::vector<v1::DeviceSample>& samples) {
+  v1::DeviceReport request;
+  request.set_worker_id(w.id());
+  request.set_uuid(uuid);
+  for (const auto& s : samples) *request.add_samples() = s;
+  v1::DeviceReportResponse response;
+  grpc::ClientContext context;
+  Prepare(context, kWorker);
+  return w.stub()->ReportDevice(&context, request, &response);
+}
+
+// A hot, throttling RTX 3090 as NVML describes it (the fake NVML's second card, heated).
+v1::DeviceSample HotReading() {
+  v1::DeviceSample hot;
+  hot.set_wall_time_us(1'000);
+  hot.set_utilization(0.87);
+  hot.set_memory_used_mib(3 * 1024);
+  hot.set_memory_total_mib(24 * 1024);
+  hot.set_temperature_c(91);
+  hot.set_power_w(342.25);
+  hot.set_sm_clock_mhz(1695);
+  hot.set_memory_clock_mhz(9751);
+  hot.set_throttle_reasons(0x40 | 0x4);
+  return hot;
+}
+
+TEST_F(HttpTest, DeviceReadingsIdleTimeAndTheCardsRunReachMetricsAndTheWorkersPage) {
+  Submit(TinySweep("fleet"));
+  auto a = MakeWorker("box-gpu0");
+  auto b = MakeWorker("box-gpu1");
+  ASSERT_TRUE(a->Register().ok());
+  ASSERT_TRUE(b->Register().ok());
+  auto report = [](FakeWorker& w, const std::string& uuid,
+                   const std::vector<v1::DeviceSample>& samples) {
+    return ReportDevice(w, uuid, samples);
+  };
+  const v1::DeviceSample hot = HotReading();
+  v1::DeviceSample earlier = hot;
+  earlier.set_wall_time_us(500);
+  earlier.set_utilization(0.5);
+  ASSERT_TRUE(report(*a, "GPU-abc", {earlier, hot}).ok());
+  ASSERT_TRUE(report(*a, "GPU-abc", {hot}).ok());  // a resend: not stored twice
+  v1::DeviceSample cool;
+  cool.set_wall_time_us(1'000);
+  cool.set_utilization(0);
+  cool.set_memory_total_mib(24 * 1024);
+  ASSERT_TRUE(report(*b, "GPU-def", {cool}).ok());
+
+  v1::DeviceSample bad = hot;
+  bad.set_wall_time_us(2'000);
+  bad.set_utilization(1.5);
+  const grpc::Status refused = report(*a, "GPU-abc", {hot, bad});
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(refused.error_message(),
+              HasSubstr("samples[1]: utilization must be between 0 and 1, got 1.5"));
+  FakeWorker stranger(Channel(), "box-gpu9", 1024, kWorker);
+  EXPECT_EQ(report(stranger, "", {cool}).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+
+  // Both workers hold no run while one waits: 3 s idle each. Then A takes the run: neither is
+  // idle while queued any more (A holds it, and nothing waits for B).
+  Scheduler& scheduler = server_->scheduler();
+  ASSERT_TRUE(scheduler.AccountIdle().ok());
+  clock_.Advance(absl::Seconds(3));
+  ASSERT_TRUE(scheduler.AccountIdle().ok());
+  std::optional<v1::Job> job;
+  ASSERT_TRUE(a->Acquire(0, &job).ok());
+  ASSERT_TRUE(job.has_value());
+  clock_.Advance(absl::Seconds(2));
+  ASSERT_TRUE(scheduler.AccountIdle().ok());
+
+  const std::string m = Get("/metrics", kWorker).body;
+  const std::string card = R"({device="0",name="Fake GPU",uuid="GPU-abc",worker="box-gpu0"})";
+  EXPECT_THAT(m, HasSubstr("cart_device_utilization_ratio" + card + " 0.87"));
+  EXPECT_THAT(m, HasSubstr("cart_device_memory_used_bytes" + card + " 3221225472"));
+  EXPECT_THAT(m, HasSubstr("cart_device_temperature_celsius" + card + " 91"));
+  EXPECT_THAT(m, HasSubstr("cart_device_power_watts" + card + " 342.25"));
+  EXPECT_THAT(m, HasSubstr("cart_device_sm_clock_hertz" + card + " 1695000000"));
+  EXPECT_THAT(
+      m,
+      HasSubstr(
+          R"(cart_device_throttled{device="0",name="Fake GPU",reason="hw_thermal",uuid="GPU-abc",worker="box-gpu0"} 1)"));
+  EXPECT_THAT(
+      m,
+      HasSubstr(
+          R"(cart_device_throttled{device="0",name="Fake GPU",reason="sw_power_cap",uuid="GPU-abc",worker="box-gpu0"} 1)"));
+  EXPECT_THAT(
+      m,
+      HasSubstr(
+          R"(cart_device_throttled{device="0",name="Fake GPU",reason="hw_slowdown",uuid="GPU-abc",worker="box-gpu0"} 0)"));
+  EXPECT_THAT(m, HasSubstr(StrCat(
+                     R"(cart_device_run_info{device="0",name="Fake GPU",run="fleet/0",run_id=")",
+                     job->run_id(), R"(",uuid="GPU-abc",worker="box-gpu0"} 1)")));
+  EXPECT_THAT(m, HasSubstr(R"(cart_worker_idle_while_queued_seconds_total{worker="box-gpu0"} 3)"));
+  EXPECT_THAT(m, HasSubstr(R"(cart_worker_idle_while_queued_seconds_total{worker="box-gpu1"} 3)"));
+  EXPECT_THAT(m, HasSubstr(R"(cart_worker_idle_while_queued{worker="box-gpu1"} 0)"));
+  EXPECT_THAT(m, HasSubstr(R"(cart_idle_while_queued_device_hours_total{kind="cuda"} 0.001666)"));
+  EXPECT_THAT(m, HasSubstr(R"(cart_worker_up{worker="box-gpu0"} 1)"));
+  EXPECT_THAT(m, HasSubstr("cart_artifact_disk_floor_bytes"));
+  EXPECT_THAT(
+      m, Not(HasSubstr(
+             "cart_device_temperature_celsius{device=\"0\",name=\"Fake GPU\",uuid=\"GPU-def\"")));
+
+  const json workers = Get("/api/v1/workers").Json()["workers"];
+  ASSERT_EQ(workers.size(), 2u);
+  const json& gpu0 = workers[0]["id"] == "box-gpu0" ? workers[0] : workers[1];
+  EXPECT_EQ(gpu0["uuid"], "GPU-abc");
+  EXPECT_EQ(gpu0["run_name"], "fleet/0");
+  EXPECT_EQ(gpu0["latest"]["temperature_c"], 91.0);
+  EXPECT_EQ(gpu0["latest"]["throttle_reasons"], 0x44);
+  EXPECT_EQ(gpu0["device"]["utilization"], json({0.5, 0.87}));  // the history, oldest first
+  EXPECT_NEAR(gpu0["idle_while_queued_hours"].get<double>(), 3.0 / 3600, 1e-9);
+
+  // cart workers ls's source: the latest reading and the idle hours in the gRPC view.
+  v1::ListWorkersResponse listed;
+  grpc::ClientContext context;
+  Prepare(context, kUser);
+  ASSERT_TRUE(scheduler_->ListWorkers(&context, {}, &listed).ok());
+  ASSERT_EQ(listed.workers_size(), 2);
+  const v1::WorkerView& view =
+      listed.workers(0).worker_id() == "box-gpu0" ? listed.workers(0) : listed.workers(1);
+  EXPECT_EQ(view.latest().temperature_c(), 91);
+  EXPECT_EQ(view.uuid(), "GPU-abc");
+  EXPECT_NEAR(view.idle_while_queued_hours(), 3.0 / 3600, 1e-9);
+}
+
+// Every series the shipped alert rules (dashboards/prometheus/alerts.yml) and Grafana panels
+// (dashboards/grafana/cart-lab.json) name is one cartd exports, once there is something to say: a
+// GPU reading (temperature, power, throttling), a run whose loss went non-finite and whose
+// validation loss fell below its entropy floor, and that FAILED. (tests/dashboard/alerts_test.js
+// runs the rules in a real Prometheus and Alertmanager; prometheus_test.js the panels' queries.)
+TEST_F(HttpTest, EveryAlertRuleAndGrafanaPanelNamesASeriesCartdExports) {
+  Submit(TinySweep("trouble", /*max_attempts=*/1));
+  auto worker = MakeWorker("box-gpu0");
+  ASSERT_TRUE(worker->Register().ok());
+  ASSERT_TRUE(ReportDevice(*worker, "GPU-abc", {HotReading()}).ok());
+  std::optional<v1::Job> job;
+  ASSERT_TRUE(worker->Acquire(0, &job).ok());
+  ASSERT_TRUE(job.has_value());
+  auto stream = worker->Open(job->run_id(), job->attempt());
+  v1::WorkerReport report;
+  for (const char* name :
+       {"loss_nonfinite", "leak_suspected", "loss", "rho_max", "tokens_per_s", "mfu"}) {
+    v1::MetricPoint* point = report.mutable_metrics()->add_points();
+    point->set_step(3);
+    point->set_name(name);
+    point->set_value(1);
+    point->set_wall_time_us(1'700'000'000'000'000);
+  }
+  ASSERT_TRUE(stream->Send(report));
+  v1::SchedulerControl ack;
+  ASSERT_TRUE(stream->Read(&ack));
+  // Running: the two marks show at once.
+  std::string m = Get("/metrics", kWorker).body;
+  EXPECT_THAT(m, HasSubstr(R"(cart_run_loss_nonfinite{run="trouble/0",run_id=")"));
+  const std::string while_running = m;
+  ASSERT_TRUE(stream->Finish(v1::JobResult::OUTCOME_FAILED).ok());
+  ASSERT_EQ(GetRun(job->run_id()).state(), v1::RUN_STATE_FAILED);
+  m = Get("/metrics", kWorker).body;
+  EXPECT_THAT(m, HasSubstr(StrCat(R"(cart_run_failed_timestamp_seconds{run="trouble/0",run_id=")",
+                                  job->run_id(), R"(",sweep="trouble"})")));
+
+  const std::string rules = ::cart::testing::ReadFile(std::filesystem::path(CART_SOURCE_DIR) /
+                                                      "dashboards/prometheus/alerts.yml");
+  // The series names in the rules' expressions (`expr:` lines).
+  std::set<std::string> names;
+  std::istringstream lines(rules);
+  for (std::string line; std::getline(lines, line);) {
+    const size_t expr = line.find_first_not_of(' ');
+    if (expr == std::string::npos || line.compare(expr, 5, "expr:") != 0) continue;
+    for (size_t at = line.find("cart_"); at != std::string::npos; at = line.find("cart_", at)) {
+      size_t end = at;
+      while (end < line.size() &&
+             (std::islower(static_cast<unsigned char>(line[end])) || line[end] == '_')) {
+        ++end;
+      }
+      names.insert(line.substr(at, end - at));
+      at = end;
+    }
+  }
+  EXPECT_GE(names.size(), 10u) << "the expressions name these: " << ::testing::PrintToString(names);
+  // Declared in the exposition while the run ran or after it failed.
+  auto exported = [&](const std::string& name) {
+    const std::string type = "\n# TYPE " + name + " ";
+    return while_running.find(type) != std::string::npos || m.find(type) != std::string::npos;
+  };
+  for (const std::string& name : names) {
+    EXPECT_TRUE(exported(name)) << name << " is named by an alert rule";
+  }
+  const json grafana = json::parse(::cart::testing::ReadFile(
+      std::filesystem::path(CART_SOURCE_DIR) / "dashboards/grafana/cart-lab.json"));
+  int queries = 0;
+  for (const json& panel : grafana["panels"]) {
+    for (const json& target : panel["targets"]) {
+      const std::string expr = target["expr"];
+      ++queries;
+      for (size_t at = expr.find("cart_"); at != std::string::npos; at = expr.find("cart_", at)) {
+        size_t end = at;
+        while (end < expr.size() &&
+               (std::islower(static_cast<unsigned char>(expr[end])) || expr[end] == '_')) {
+          ++end;
+        }
+        std::string name = expr.substr(at, end - at);
+        // A histogram's series carry suffixes; its family is the name without them.
+        for (const char* suffix : {"_bucket", "_sum", "_count"}) {
+          if (absl::EndsWith(name, suffix) && !exported(name)) {
+            name.resize(name.size() - std::strlen(suffix));
+          }
+        }
+        EXPECT_TRUE(exported(name))
+            << name << " is named by Grafana panel '" << panel["title"].get<std::string>() << "'";
+        at = end;
+      }
+    }
+  }
+  EXPECT_GE(queries, 16);
+  for (const char* name :
+       {"cart_device_temperature_celsius", "cart_device_throttled", "cart_run_leak_suspected",
+        "cart_run_loss_nonfinite", "cart_run_failed_timestamp_seconds", "cart_worker_up"}) {
+    EXPECT_TRUE(names.count(name)) << name << " should be watched by a rule";
+  }
 }
 
 }  // namespace

@@ -592,20 +592,55 @@
 
   // ---- Workers
 
+  // A small line of a device's recent readings (oldest left), scaled to [lo, hi]; nulls are
+  // gaps. The latest value is printed beside it by the caller.
+  function sparkline(values, lo, hi, cls) {
+    const w = 90, hgt = 22;
+    const pts = values.map((v, i) => (v === null || v === undefined ? null
+      : [values.length > 1 ? (i * w) / (values.length - 1) : w, hgt - 1 - ((Math.min(Math.max(v, lo), hi) - lo) / (hi - lo || 1)) * (hgt - 2)]));
+    const runs = [];
+    let cur = [];
+    for (const p of pts) {
+      if (p) cur.push(p.map((x) => x.toFixed(1)).join(','));
+      else if (cur.length) { runs.push(cur); cur = []; }
+    }
+    if (cur.length) runs.push(cur);
+    return svg('svg', { class: 'spark ' + (cls || ''), width: w, height: hgt, viewBox: `0 0 ${w} ${hgt}` },
+      runs.map((r) => svg('polyline', { points: r.length === 1 ? `${r[0]} ${r[0]}` : r.join(' ') })));
+  }
+  function deviceCell(values, lo, hi, text, cls) {
+    const known = values.filter((v) => v !== null && v !== undefined);
+    if (!known.length) return h('td', { class: 'muted', text: '-' });
+    return h('td', { class: 'spark-cell' }, sparkline(values, lo, hi, cls), h('span', { class: 'num', text }));
+  }
+
   async function viewWorkers() {
     main.append(h('h1', { text: 'Workers' }));
     const holder = h('div', { class: 'card' });
     main.append(holder);
     const draw = async () => {
       const data = await api('workers');
+      const gib = (b) => (b / 2 ** 30).toFixed(1);
       holder.replaceChildren(h('table', { id: 'workers-table' },
-        h('thead', {}, h('tr', {}, ['worker', 'state', 'device', 'memory', 'current run', 'last heartbeat', 'host', 'version'].map((t) => h('th', { text: t })))),
-        h('tbody', {}, data.workers.length ? data.workers.map((w) => h('tr', {},
-          h('td', { text: w.id }), h('td', {}, h('span', { class: 'state ' + (w.state === 'busy' ? 'RUNNING' : w.state === 'lost' ? 'FAILED' : ''), text: w.state })),
-          h('td', { text: `${w.device_kind} ${w.device_name}` }), h('td', { class: 'num', text: (w.memory_bytes / 2 ** 30).toFixed(1) + ' GiB' }),
-          h('td', {}, w.run_id ? h('a', { href: '#/run/' + w.run_id, text: 'run ' + w.run_id }) : '-'),
-          h('td', { text: fmtTime(w.last_seen_us) }), h('td', { text: w.hostname }), h('td', { text: w.version })))
-          : h('tr', {}, h('td', { colspan: 8, class: 'muted', text: 'No worker has registered.' })))));
+        h('thead', {}, h('tr', {}, ['worker', 'state', 'device', 'utilisation', 'memory used', 'temperature', 'power', 'current run', 'MFU', 'idle while queued', 'last heartbeat', 'host'].map((t) => h('th', { text: t })))),
+        h('tbody', {}, data.workers.length ? data.workers.map((w) => {
+          const d = w.device || { utilization: [], memory_used_bytes: [], temperature_c: [], power_w: [] };
+          const last = w.latest;
+          const total = last ? last.memory_total_bytes : w.memory_bytes;
+          return h('tr', { 'data-worker': w.id },
+            h('td', { text: w.id }),
+            h('td', {}, h('span', { class: 'state ' + (w.state === 'busy' ? 'RUNNING' : w.state === 'lost' ? 'FAILED' : ''), text: w.state }),
+              w.idle_while_queued ? h('span', { class: 'state QUEUED', title: 'holds no run while runs are queued', text: 'idle, work waits' }) : null),
+            h('td', { text: `${w.device_kind} ${w.device_name}` }),
+            deviceCell(d.utilization, 0, 1, last ? `${Math.round(100 * last.utilization)} %` : '-', 'util'),
+            deviceCell(d.memory_used_bytes, 0, total, last ? `${gib(last.memory_used_bytes)} / ${gib(total)} GiB` : '-', 'mem'),
+            deviceCell(d.temperature_c, 20, 100, last && last.temperature_c !== null ? `${Math.round(last.temperature_c)} °C` : '-', 'temp'),
+            deviceCell(d.power_w, 0, Math.max(50, ...d.power_w.filter((v) => v !== null)), last && last.power_w !== null ? `${Math.round(last.power_w)} W` : '-', 'power'),
+            h('td', {}, w.run_id ? h('a', { href: '#/run/' + w.run_id, text: w.run_name || 'run ' + w.run_id }) : '-'),
+            h('td', { class: 'num mfu', text: w.run_mfu !== null && w.run_mfu !== undefined ? (100 * w.run_mfu).toFixed(1) + ' %' : '-' }),
+            h('td', { class: 'num', text: w.idle_while_queued_hours.toFixed(2) + ' h' }),
+            h('td', { text: fmtTime(w.last_seen_us) }), h('td', { text: w.hostname }));
+        }) : h('tr', {}, h('td', { colspan: 12, class: 'muted', text: 'No worker has registered.' })))));
     };
     await drawAndRefresh(draw, 5000);
   }
