@@ -14,9 +14,11 @@ all: build
 deps:
 	@./deploy/install-deps.sh
 
-# Packages only the tests use (a real Slurm for deploy_test), kept off a researcher's box.
+# Packages only the tests use (a real Slurm for deploy_test), kept off a researcher's box, and the
+# Python client's pinned environment (deploy/install-python.sh: its tests build cartlab's wheel).
 test-deps:
 	@./deploy/install-deps.sh --test
+	@./deploy/install-python.sh
 
 $(BUILD)/build.ninja: | deps
 	cmake --preset default -B $(BUILD)

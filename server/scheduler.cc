@@ -863,11 +863,13 @@ std::vector<WorkerStatus> Scheduler::ListWorkers(bool device_history) {
       status.idle_while_queued_s = d->second.idle_while_queued_s;
       status.idle_while_queued = d->second.idle_while_queued;
     }
-    if (worker.draining) {
+    // A drained worker exits: once it is not seen it is lost, not draining for ever.
+    const bool stale = now_us - status.last_seen_us > lost_after_us;
+    if (worker.draining && !stale) {
       status.state = "draining";
     } else if (status.run_id != 0) {
       status.state = "busy";
-    } else if (now_us - status.last_seen_us > lost_after_us) {
+    } else if (stale) {
       status.state = "lost";
     } else {
       status.state = "idle";
@@ -878,7 +880,7 @@ std::vector<WorkerStatus> Scheduler::ListWorkers(bool device_history) {
 }
 
 absl::StatusOr<int> Scheduler::RecordDeviceSamples(const std::string& worker_id,
-                                                   const std::string& uuid,
+                                                   const DeviceIdentity& device,
                                                    const std::vector<DeviceSample>& samples) {
   {
     absl::MutexLock lock(&mu_);
@@ -888,31 +890,46 @@ absl::StatusOr<int> Scheduler::RecordDeviceSamples(const std::string& worker_id,
           StrCat("worker '", worker_id, "' is not registered; call RegisterWorker first"));
     }
     it->second.last_seen_us = NowMicros();
-    if (!uuid.empty()) it->second.info.uuid = uuid;
+    WorkerInfo& info = it->second.info;
+    if (!device.kind.empty()) info.device_kind = device.kind;
+    if (!device.name.empty()) info.device_name = device.name;
+    info.device_index = device.index;
+    info.uuid = device.uuid;
   }
   return fleet_.Record(worker_id, samples);
 }
 
 absl::Status Scheduler::AccountIdle() {
-  CART_ASSIGN_OR_RETURN(store::StoreTotals totals, store_->Totals());
-  const auto queued = totals.runs.find(RunState::kQueued);
-  const bool waiting = queued != totals.runs.end() && queued->second > 0;
   const int64_t now_us = NowMicros();
-  const int64_t lost_after_us =
-      absl::ToInt64Microseconds(options_.lease_ttl + options_.max_acquire_wait);
-  std::set<std::string> idle;
   int64_t dt_us = 0;
   {
     absl::MutexLock lock(&mu_);
-    if (last_idle_tick_us_ > 0)
+    if (last_idle_tick_us_ > 0) {
       dt_us = std::clamp<int64_t>(now_us - last_idle_tick_us_, 0, 5'000'000);
+    }
     last_idle_tick_us_ = now_us;
-    if (waiting) {
-      std::set<std::string> holding;
-      for (const auto& [run_id, r] : running_) holding.insert(r.worker_id);
-      for (const auto& [id, w] : workers_) {
-        if (!holding.count(id) && now_us - w.last_seen_us <= lost_after_us) idle.insert(id);
-      }
+    if (workers_.empty()) return absl::OkStatus();
+  }
+  // Who holds a run, from the store (a restarted cartd's running_ knows only new claims), and
+  // whether any run waits: two small reads, the live runs being at most one per worker.
+  store::RunPageRequest live;
+  live.filter.states = {RunState::kLeased, RunState::kRunning};
+  live.limit = 0;
+  CART_ASSIGN_OR_RETURN(store::RunPage holding, store_->ListRunPage(live));
+  store::RunPageRequest queued;
+  queued.filter.states = {RunState::kQueued};
+  queued.limit = 1;
+  CART_ASSIGN_OR_RETURN(store::RunPage waiting, store_->ListRunPage(queued));
+  std::set<std::string> holders;
+  for (const store::RunRow& row : holding.rows) holders.insert(row.worker_id);
+  const int64_t lost_after_us =
+      absl::ToInt64Microseconds(options_.lease_ttl + options_.max_acquire_wait);
+  std::set<std::string> idle;
+  if (waiting.total > 0) {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [run_id, r] : running_) holders.insert(r.worker_id);
+    for (const auto& [id, w] : workers_) {
+      if (!holders.count(id) && now_us - w.last_seen_us <= lost_after_us) idle.insert(id);
     }
   }
   fleet_.AccountIdle(idle, dt_us);

@@ -119,6 +119,14 @@ struct WorkerInfo {
   std::string uuid;  // the device's NVML UUID; empty for a CPU
 };
 
+// What a worker says of its device with each ReportDevice (as at registration).
+struct DeviceIdentity {
+  std::string kind;  // "cuda" or "cpu"
+  std::string name;
+  int index = 0;
+  std::string uuid;
+};
+
 // What a worker is told at registration.
 struct WorkerTiming {
   absl::Duration lease_ttl;
@@ -128,8 +136,10 @@ struct WorkerTiming {
 // A registered worker as ListWorkers shows it.
 struct WorkerStatus {
   WorkerInfo info;
-  std::string state;   // "idle", "busy", "draining", "lost" (not seen for a lease TTL + long poll)
-  int64_t run_id = 0;  // the run it holds a lease on; 0 when none
+  // "idle", "busy", "draining", "lost" (not seen for a lease TTL + long poll; a drained worker
+  // that exited is lost too)
+  std::string state;
+  int64_t run_id = 0;    // the run it holds a lease on; 0 when none
   std::string run_name;  // "<sweep>/<index>" of that run
   int64_t last_seen_us = 0;
   double speed = 0;          // × an RTX 3090, what placement uses
@@ -290,15 +300,18 @@ class Scheduler {
   // latest.
   std::vector<WorkerStatus> ListWorkers(bool device_history = false);
   WorkerTiming timing() const;
-  // Readings of a worker's device (its ReportDevice heartbeat), oldest first; `uuid` updates the
-  // device's UUID (a cartd restarted since the worker registered does not know it). Counts the
-  // worker as seen. FailedPrecondition for an unregistered worker. Returns how many were new.
-  absl::StatusOr<int> RecordDeviceSamples(const std::string& worker_id, const std::string& uuid,
+  // Readings of a worker's device (its ReportDevice heartbeat), oldest first; `device` fills in
+  // what a cartd restarted since the worker registered does not know (its store keeps the id,
+  // the device's name and memory: not its kind, index or UUID). Counts the worker as seen.
+  // FailedPrecondition for an unregistered worker. Returns how many readings were new.
+  absl::StatusOr<int> RecordDeviceSamples(const std::string& worker_id,
+                                          const DeviceIdentity& device,
                                           const std::vector<DeviceSample>& samples);
   // One tick of idle accounting (the expiry thread calls it each period): every live worker
-  // holding no run while runs are QUEUED accrues the time since the previous tick (at most 5 s,
-  // so a stalled cartd does not invent idle time). Drained and draining workers count: their
-  // device sits idle all the same.
+  // holding no run (by the store's LEASED and RUNNING attempts, so a restarted cartd knows who
+  // holds what) while runs are QUEUED accrues the time since the previous tick (at most 5 s, so
+  // a stalled cartd does not invent idle time). A draining worker counts once its run is done,
+  // until it exits and is lost: its device sits idle all the same.
   absl::Status AccountIdle();
   // Device-seconds idle while runs were queued, by device kind ("cuda", "cpu"), since start.
   std::map<std::string, double> IdleWhileQueuedSeconds();

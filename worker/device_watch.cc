@@ -6,12 +6,12 @@
 namespace cart::worker {
 
 DeviceWatch::DeviceWatch(rpc::ClientConfig client, cart::v1::WorkerService::Stub* stub,
-                         std::string worker_id, std::string uuid, int64_t interval_ms,
+                         std::string worker_id, cart::v1::DeviceInfo device, int64_t interval_ms,
                          std::function<cart::v1::DeviceSample()> read)
     : client_(std::move(client)),
       stub_(stub),
       worker_id_(std::move(worker_id)),
-      uuid_(std::move(uuid)),
+      device_(std::move(device)),
       interval_ms_(std::max<int64_t>(interval_ms, 100)),
       read_(std::move(read)) {}
 
@@ -30,6 +30,11 @@ void DeviceWatch::Start() {
 int64_t DeviceWatch::delivered() {
   absl::MutexLock lock(&mu_);
   return delivered_;
+}
+
+int64_t DeviceWatch::dropped() {
+  absl::MutexLock lock(&mu_);
+  return dropped_;
 }
 
 size_t DeviceWatch::pending() {
@@ -56,7 +61,7 @@ void DeviceWatch::Loop() {
 bool DeviceWatch::Send() {
   cart::v1::DeviceReport report;
   report.set_worker_id(worker_id_);
-  report.set_uuid(uuid_);
+  *report.mutable_device() = device_;
   {
     absl::MutexLock lock(&mu_);
     const size_t n = std::min<size_t>(pending_.size(), kMaxPerCall);
@@ -66,13 +71,15 @@ bool DeviceWatch::Send() {
   grpc::ClientContext ctx;
   rpc::PrepareContext(ctx, client_, std::min<int64_t>(interval_ms_, 10'000));
   cart::v1::DeviceReportResponse response;
-  if (!stub_->ReportDevice(&ctx, report, &response).ok()) return false;
+  const grpc::Status status = stub_->ReportDevice(&ctx, report, &response);
+  const bool invalid = status.error_code() == grpc::StatusCode::INVALID_ARGUMENT;
+  if (!status.ok() && !invalid) return false;  // cartd away, or refusing us: keep them
   absl::MutexLock lock(&mu_);
   // Only this thread adds and removes readings, so the first samples_size() are those sent.
   const size_t sent = std::min<size_t>(pending_.size(), report.samples_size());
   pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(sent));
-  delivered_ += static_cast<int64_t>(sent);
-  return true;
+  (invalid ? dropped_ : delivered_) += static_cast<int64_t>(sent);
+  return status.ok();
 }
 
 }  // namespace cart::worker

@@ -28,7 +28,8 @@ class DeviceWatch {
   static constexpr int kMaxPerCall = 1000;
 
   DeviceWatch(rpc::ClientConfig client, cart::v1::WorkerService::Stub* stub, std::string worker_id,
-              std::string uuid, int64_t interval_ms, std::function<cart::v1::DeviceSample()> read);
+              cart::v1::DeviceInfo device, int64_t interval_ms,
+              std::function<cart::v1::DeviceSample()> read);
   // Stops the thread (what is pending is dropped: it is a sample, not a result).
   ~DeviceWatch();
   DeviceWatch(const DeviceWatch&) = delete;
@@ -36,8 +37,10 @@ class DeviceWatch {
 
   void Start();
 
-  // Readings delivered, and the ones waiting (tests).
+  // Readings delivered, dropped (cartd refused them as invalid: sending them again would be
+  // refused again and hold up the rest), and the ones waiting (tests).
   int64_t delivered();
+  int64_t dropped();
   size_t pending();
 
  private:
@@ -48,13 +51,14 @@ class DeviceWatch {
   const rpc::ClientConfig client_;
   cart::v1::WorkerService::Stub* const stub_;
   const std::string worker_id_;
-  const std::string uuid_;
+  const cart::v1::DeviceInfo device_;
   const int64_t interval_ms_;
   const std::function<cart::v1::DeviceSample()> read_;
   absl::Mutex mu_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::deque<cart::v1::DeviceSample> pending_ ABSL_GUARDED_BY(mu_);
   int64_t delivered_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t dropped_ ABSL_GUARDED_BY(mu_) = 0;
   std::thread thread_;
 };
 

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -78,10 +79,14 @@ int64_t ProcessCpuTicks() {
 }  // namespace
 
 SystemMetrics::SystemMetrics() {
-  const char* library = std::getenv("CART_NVML_LIBRARY");
-  void* handle = dlopen(library != nullptr && *library != 0 ? library : "libnvidia-ml.so.1",
-                        RTLD_NOW | RTLD_LOCAL);
-  if (handle == nullptr) return;
+  const char* named = std::getenv("CART_NVML_LIBRARY");
+  const bool chosen = named != nullptr && *named != 0;
+  void* handle = dlopen(chosen ? named : "libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr) {
+    // Without a driver there is no NVML, which is fine; a library the user named must load.
+    if (chosen) std::fprintf(stderr, "cart-worker: CART_NVML_LIBRARY: %s\n", dlerror());
+    return;
+  }
   auto* n = new Nvml();
   n->handle = handle;
   int (*init)() = nullptr;

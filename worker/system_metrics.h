@@ -4,7 +4,7 @@
 // from /proc, and on NVIDIA boxes GPU utilisation, memory, temperature and power through NVML,
 // loaded with dlopen at run time so a box without the driver still runs. CART_NVML_LIBRARY names
 // another library to load instead of libnvidia-ml.so.1 (a driver installed off the loader's path;
-// the tests' fake NVML, tests/worker/fake_nvml.c).
+// the tests' fake NVML, tests/worker/fake_nvml.cc).
 
 #include <cstdint>
 #include <map>

@@ -133,7 +133,7 @@ absl::Status RunWorker(const WorkerConfig& config, const std::atomic<bool>& shut
     const int cores = config.threads > 0 ? static_cast<int>(config.threads)
                                          : static_cast<int>(std::thread::hardware_concurrency());
     watch = std::make_unique<DeviceWatch>(
-        config.client, stub.get(), worker_id, device.uuid,
+        config.client, stub.get(), worker_id, reg.device(),
         static_cast<int64_t>(config.sample_interval_s * 1000),
         [&system, gpu_index, cores] { return ToProto(system.ReadDevice(gpu_index, cores)); });
     watch->Start();

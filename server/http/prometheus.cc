@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <sstream>
 
-#include "absl/time/clock.h"
 #include "common/status.h"
 #include "common/strings.h"
 #include "server/scheduler.h"
@@ -26,7 +25,7 @@ using prometheus::BuildGauge;
 // The device series (one per worker: worker id, device index, name and UUID), each worker's
 // liveness and idle-while-queued time, and the map from a device's UUID to the run it holds.
 void RenderFleet(prometheus::Registry& registry, const std::vector<WorkerStatus>& fleet,
-                 const std::map<std::string, double>& idle_by_kind) {
+                 const std::map<std::string, double>& idle_by_kind, int64_t now_us) {
   auto gauge = [&](const char* name, const char* help) -> prometheus::Family<prometheus::Gauge>& {
     return BuildGauge().Name(name).Help(help).Register(registry);
   };
@@ -55,7 +54,7 @@ void RenderFleet(prometheus::Registry& registry, const std::vector<WorkerStatus>
                      .Name("cart_worker_idle_while_queued_seconds_total")
                      .Help("Seconds the worker's device held no run while runs were queued")
                      .Register(registry);
-  const double now_s = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
+  const double now_s = static_cast<double>(now_us) / 1e6;
   for (const WorkerStatus& w : fleet) {
     up.Add({{"worker", w.info.id}}).Set(w.state == "lost" ? 0 : 1);
     idle_now.Add({{"worker", w.info.id}}).Set(w.idle_while_queued ? 1 : 0);
@@ -212,7 +211,7 @@ absl::StatusOr<std::string> RenderPrometheus(Scheduler& scheduler,
       .Add({})
       .Set(worker_states["idle"] + worker_states["busy"] + worker_states["draining"]);
 
-  RenderFleet(registry, fleet, scheduler.IdleWhileQueuedSeconds());
+  RenderFleet(registry, fleet, scheduler.IdleWhileQueuedSeconds(), scheduler.NowMicros());
 
   auto counter = [&](const char* name, const char* help, int64_t value) {
     BuildCounter().Name(name).Help(help).Register(registry).Add({}).Increment(

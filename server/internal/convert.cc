@@ -1,6 +1,7 @@
 #include "server/internal/convert.h"
 
 #include <cmath>
+#include <tuple>
 
 #include "common/status.h"
 #include "common/strings.h"
@@ -181,18 +182,27 @@ v1::MetricPoint ToProto(const store::MetricPoint& point) {
   return out;
 }
 
-absl::StatusOr<DeviceSample> FromProto(const v1::DeviceSample& sample) {
+absl::StatusOr<DeviceSample> FromProto(const v1::DeviceSample& sample, int64_t latest_us) {
   DeviceSample out;
+  if (sample.wall_time_us() > latest_us) {
+    return absl::InvalidArgumentError(
+        StrCat("wall_time_us ", sample.wall_time_us(), " is ahead of cartd's clock by more than ",
+               "10 minutes (", latest_us, " at most): is the worker's clock set?"));
+  }
   out.at_us = sample.wall_time_us();
   if (!(sample.utilization() >= 0 && sample.utilization() <= 1)) {
     return absl::InvalidArgumentError(
         StrCat("utilization must be between 0 and 1, got ", sample.utilization()));
   }
   out.utilization = sample.utilization();
-  if (sample.memory_used_mib() < 0 || sample.memory_total_mib() < 0 ||
-      sample.process_rss_mib() < 0) {
-    return absl::InvalidArgumentError(
-        "memory_used_mib, memory_total_mib and process_rss_mib must be >= 0");
+  constexpr int64_t kMaxMib = int64_t{1} << 40;
+  for (const int64_t mib :
+       {sample.memory_used_mib(), sample.memory_total_mib(), sample.process_rss_mib()}) {
+    if (mib < 0 || mib > kMaxMib) {
+      return absl::InvalidArgumentError(
+          StrCat("memory_used_mib, memory_total_mib and process_rss_mib must be between 0 and ",
+                 kMaxMib, ", got ", mib));
+    }
   }
   out.memory_used_bytes = sample.memory_used_mib() * kMiB;
   out.memory_total_bytes = sample.memory_total_mib() * kMiB;
@@ -213,6 +223,13 @@ absl::StatusOr<DeviceSample> FromProto(const v1::DeviceSample& sample) {
   if (sample.has_power_w()) {
     CART_RETURN_IF_ERROR(finite("power_w", sample.power_w()));
     out.power_w = sample.power_w();
+  }
+  for (const auto& [field, has, mhz] :
+       {std::tuple{"sm_clock_mhz", sample.has_sm_clock_mhz(), sample.sm_clock_mhz()},
+        std::tuple{"memory_clock_mhz", sample.has_memory_clock_mhz(), sample.memory_clock_mhz()}}) {
+    if (has && (mhz < 0 || mhz > 1'000'000)) {
+      return absl::InvalidArgumentError(StrCat(field, " must be between 0 and 1000000, got ", mhz));
+    }
   }
   if (sample.has_sm_clock_mhz()) out.sm_clock_hz = sample.sm_clock_mhz() * 1e6;
   if (sample.has_memory_clock_mhz()) out.memory_clock_hz = sample.memory_clock_mhz() * 1e6;

@@ -52,9 +52,10 @@ v1::CheckpointRef ToCheckpointRef(const store::CheckpointRecord& checkpoint);
 
 store::MetricPoint FromProto(const v1::MetricPoint& point);
 v1::MetricPoint ToProto(const store::MetricPoint& point);
-// A device reading off the wire. InvalidArgument naming the field for a utilisation outside
-// 0..1, negative memory, or a non-finite temperature, power or clock.
-absl::StatusOr<DeviceSample> FromProto(const v1::DeviceSample& sample);
+// A device reading off the wire. InvalidArgument naming the field for a time after
+// `latest_us`, a utilisation outside 0..1, memory outside 0..2^40 MiB, a clock outside 0..10^6
+// MHz, or a non-finite temperature or power.
+absl::StatusOr<DeviceSample> FromProto(const v1::DeviceSample& sample, int64_t latest_us);
 v1::DeviceSample ToProto(const DeviceSample& sample);
 
 constexpr int64_t kMiB = int64_t{1} << 20;

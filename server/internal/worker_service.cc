@@ -17,8 +17,10 @@ namespace {
 constexpr size_t kChunkBytes = size_t{1} << 20;
 // MetricBatch: at most this many points (worker.proto).
 constexpr int kMaxPointsPerBatch = 10'000;
-// ReportDevice: at most this many samples per call (worker.proto).
+// ReportDevice: at most this many samples per call, none further ahead of cartd's clock than
+// this (a worker's clock may run a little fast; one far ahead would hide every later reading).
 constexpr int kMaxDeviceSamples = 1000;
+constexpr int64_t kMaxAheadUs = int64_t{10} * 60 * 1'000'000;
 
 // The RunJob stream as the scheduler sees it. Writes (acks from the handler thread, controls from
 // whichever thread cancels or drains) are serialized by mu_; Read runs concurrently on the handler
@@ -151,22 +153,29 @@ grpc::Status WorkerServiceImpl::ReportDevice(grpc::ServerContext* context,
         absl::InvalidArgumentError(StrCat("ReportDevice: ", request->samples_size(),
                                           " samples; at most ", kMaxDeviceSamples, " per call")));
   }
-  if (request->uuid().size() > 96) {
+  const v1::DeviceInfo& device = request->device();
+  if (device.uuid().size() > 96 || device.name().size() > 256 || device.kind().size() > 16) {
     return ToGrpc(absl::InvalidArgumentError(
-        StrCat("ReportDevice: uuid is ", request->uuid().size(), " bytes; at most 96")));
+        "ReportDevice: device.uuid (96 bytes), device.name (256) or device.kind (16) too long"));
   }
+  const int64_t latest_us = ctx_.scheduler->NowMicros() + kMaxAheadUs;
   std::vector<DeviceSample> samples;
   samples.reserve(request->samples_size());
   for (int i = 0; i < request->samples_size(); ++i) {
-    absl::StatusOr<DeviceSample> sample = FromProto(request->samples(i));
+    absl::StatusOr<DeviceSample> sample = FromProto(request->samples(i), latest_us);
     if (!sample.ok()) {
       return ToGrpc(absl::InvalidArgumentError(
           StrCat("ReportDevice: samples[", i, "]: ", sample.status().message())));
     }
     samples.push_back(*sample);
   }
+  DeviceIdentity identity;
+  identity.kind = device.kind();
+  identity.name = device.name();
+  identity.index = device.index();
+  identity.uuid = device.uuid();
   absl::StatusOr<int> added =
-      ctx_.scheduler->RecordDeviceSamples(request->worker_id(), request->uuid(), samples);
+      ctx_.scheduler->RecordDeviceSamples(request->worker_id(), identity, samples);
   return ToGrpc(added.status());
 }
 

@@ -664,11 +664,16 @@ TEST_F(HttpTest, MetricsLiveStreamsAndSeriesFollowARun) {
 // page with their history; idle time is counted only while a worker holds no run and runs wait;
 // the UUID maps to the run the card holds; a bad reading is refused naming its field, and what
 // was stored stays.
+// A ReportDevice as cart-worker sends it: the readings and the device as at registration (a
+// FakeWorker registers index 0; `index` says otherwise, as a restarted cartd would learn it).
 grpc::Status ReportDevice(FakeWorker& w, const std::string& uuid,
-                          const std::vector<v1::DeviceSample>& samples) {
+                          const std::vector<v1::DeviceSample>& samples, int index = 0) {
   v1::DeviceReport request;
   request.set_worker_id(w.id());
-  request.set_uuid(uuid);
+  request.mutable_device()->set_kind("cuda");
+  request.mutable_device()->set_name("Fake GPU");
+  request.mutable_device()->set_index(index);
+  request.mutable_device()->set_uuid(uuid);
   for (const auto& s : samples) *request.add_samples() = s;
   v1::DeviceReportResponse response;
   grpc::ClientContext context;
@@ -699,7 +704,7 @@ TEST_F(HttpTest, DeviceReadingsIdleTimeAndTheCardsRunReachMetricsAndTheWorkersPa
   ASSERT_TRUE(b->Register().ok());
   auto report = [](FakeWorker& w, const std::string& uuid,
                    const std::vector<v1::DeviceSample>& samples) {
-    return ReportDevice(w, uuid, samples);
+    return ReportDevice(w, uuid, samples, w.id() == "box-gpu1" ? 1 : 0);
   };
   const v1::DeviceSample hot = HotReading();
   v1::DeviceSample earlier = hot;
@@ -720,6 +725,17 @@ TEST_F(HttpTest, DeviceReadingsIdleTimeAndTheCardsRunReachMetricsAndTheWorkersPa
   EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(refused.error_message(),
               HasSubstr("samples[1]: utilization must be between 0 and 1, got 1.5"));
+  v1::DeviceSample ahead = hot;  // a worker clock far ahead would hide every later reading
+  ahead.set_wall_time_us(absl::ToUnixMicros(clock_.Now() + absl::Hours(1)));
+  const grpc::Status future = report(*a, "GPU-abc", {ahead});
+  EXPECT_EQ(future.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(future.error_message(), HasSubstr("samples[0]: wall_time_us"));
+  EXPECT_THAT(future.error_message(), HasSubstr("ahead of cartd's clock by more than 10 minutes"));
+  v1::DeviceSample huge = hot;
+  huge.set_wall_time_us(3'000);
+  huge.set_memory_used_mib(int64_t{1} << 50);
+  EXPECT_THAT(report(*a, "GPU-abc", {huge}).error_message(),
+              HasSubstr("must be between 0 and 1099511627776, got 1125899906842624"));
   FakeWorker stranger(Channel(), "box-gpu9", 1024, kWorker);
   EXPECT_EQ(report(stranger, "", {cool}).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
 
@@ -760,6 +776,11 @@ TEST_F(HttpTest, DeviceReadingsIdleTimeAndTheCardsRunReachMetricsAndTheWorkersPa
   EXPECT_THAT(m, HasSubstr(R"(cart_worker_idle_while_queued_seconds_total{worker="box-gpu0"} 3)"));
   EXPECT_THAT(m, HasSubstr(R"(cart_worker_idle_while_queued_seconds_total{worker="box-gpu1"} 3)"));
   EXPECT_THAT(m, HasSubstr(R"(cart_worker_idle_while_queued{worker="box-gpu1"} 0)"));
+  // B's report named its card index 1 (FakeWorker registered 0): the series follow the report.
+  EXPECT_THAT(
+      m,
+      HasSubstr(
+          R"(cart_device_utilization_ratio{device="1",name="Fake GPU",uuid="GPU-def",worker="box-gpu1"} 0)"));
   EXPECT_THAT(m, HasSubstr(R"(cart_idle_while_queued_device_hours_total{kind="cuda"} 0.001666)"));
   EXPECT_THAT(m, HasSubstr(R"(cart_worker_up{worker="box-gpu0"} 1)"));
   EXPECT_THAT(m, HasSubstr("cart_artifact_disk_floor_bytes"));

@@ -1,0 +1,324 @@
+"""A cartd over gRPC, read into pandas DataFrames (docs/python.md)."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Union
+
+import grpc
+import pandas as pd
+import yaml
+
+from ._config import ClientConfig
+from ._errors import CartError
+from ._proto.cart.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc
+
+RunRef = Union[int, str]  # a run id, or its name "<sweep>/<index>"
+
+# The run states by name, as `cart` prints them.
+STATES = ("QUEUED", "BLOCKED", "LEASED", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED")
+# One ListRuns answer holds at most this many runs (scheduler.proto); pages are this big.
+_PAGE = 1000
+# The metrics whose latest values cartd's run list carries (Scheduler::ListRuns); the others come
+# with history() and table().
+LIST_METRICS = ("loss", "rho_max", "tokens_per_s", "mfu")
+
+
+def _state_name(value: int) -> str:
+    return common_pb2.RunState.Name(value).removeprefix("RUN_STATE_")
+
+
+def _state_value(name: str) -> int:
+    key = "RUN_STATE_" + name.upper()
+    if key not in common_pb2.RunState.keys():
+        raise ValueError(f"unknown run state '{name}' (known: {', '.join(STATES)})")
+    return common_pb2.RunState.Value(key)
+
+
+def _time(us: int) -> Any:
+    return pd.Timestamp(us, unit="us", tz="UTC") if us > 0 else pd.NaT
+
+
+def _typed(text: str) -> Any:
+    """A config value as the run's config means it: an integer, a number, or the text."""
+    for convert in (int, float):
+        try:
+            return convert(text)
+        except ValueError:
+            pass
+    return text
+
+
+class Client:
+    """A connection to one cartd. Use `cartlab.connect()` to make one; close it (or use `with`)
+    when done. Every method raises CartError (with the gRPC code and cartd's message) when cartd
+    refuses or cannot be reached."""
+
+    def __init__(self, config: ClientConfig, timeout: float = 60.0):
+        self.config = config
+        self.timeout = timeout
+        options = [("grpc.max_receive_message_length", 64 << 20)]
+        if config.tls_ca:
+            with open(config.tls_ca, "rb") as f:
+                credentials = grpc.ssl_channel_credentials(root_certificates=f.read())
+            if config.tls_server_name:
+                options.append(("grpc.ssl_target_name_override", config.tls_server_name))
+            self._channel = grpc.secure_channel(config.server, credentials, options=options)
+        else:
+            self._channel = grpc.insecure_channel(config.server, options=options)
+        self._stub = scheduler_pb2_grpc.SchedulerServiceStub(self._channel)
+        self._metadata = [("authorization", "Bearer " + config.token)] if config.token else []
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # ---- calls
+
+    def _call(self, method: str, request: Any, timeout: Optional[float] = None) -> Any:
+        try:
+            return getattr(self._stub, method)(request, metadata=self._metadata,
+                                               timeout=timeout or self.timeout)
+        except grpc.RpcError as e:
+            raise CartError(e.code().name, e.details() or str(e), method) from None
+
+    def _stream(self, method: str, request: Any, timeout: Optional[float] = None) -> Iterator[Any]:
+        try:
+            yield from getattr(self._stub, method)(request, metadata=self._metadata, timeout=timeout)
+        except grpc.RpcError as e:
+            raise CartError(e.code().name, e.details() or str(e), method) from None
+
+    def run_id(self, run: RunRef) -> int:
+        """The id of a run given by id or by name ("<sweep>/<index>")."""
+        if isinstance(run, (int,)) or (hasattr(run, "__index__") and not isinstance(run, str)):
+            return int(run)
+        if isinstance(run, str) and run.isdigit():
+            return int(run)
+        response = self._call("GetRun", scheduler_pb2.GetRunRequest(name=str(run)))
+        return response.run.run_id
+
+    # ---- reads
+
+    def sweeps(self) -> pd.DataFrame:
+        """Every sweep, newest first: name, id, priority, when it was submitted, its runs by state,
+        and when cartd's placement plan expects its last estimated run to finish."""
+        response = self._call("ListSweeps", scheduler_pb2.ListSweepsRequest())
+        rows = []
+        for s in response.sweeps:
+            row = {"name": s.name, "sweep_id": s.sweep_id, "priority": s.priority,
+                   "created": _time(s.created_us), "runs": sum(s.runs_by_state.values())}
+            for state in STATES:
+                row[state] = s.runs_by_state.get(state, 0)
+            row["expected_finish"] = _time(s.expected_finish_us)
+            row["runs_estimated"] = s.runs_estimated
+            rows.append(row)
+        columns = ["name", "sweep_id", "priority", "created", "runs", *STATES, "expected_finish",
+                   "runs_estimated"]
+        return pd.DataFrame(rows, columns=columns)
+
+    def runs(self, sweep: Optional[str] = None, state: Union[None, str, Sequence[str]] = None,
+             where: Optional[Mapping[str, Any]] = None) -> pd.DataFrame:
+        """One row per run, by id: its ids and state, attempts, worker, steps, when it was made and
+        last changed, when it should finish; then one column per config key (numbers as numbers),
+        then `latest.<metric>` for loss, rho_max, tokens_per_s and mfu (LIST_METRICS: what
+        cartd's run list carries; a finished run's is its final value; other metrics come with
+        history() and table()).
+
+        `state`: a state name or several ("SUCCEEDED", ["QUEUED", "RUNNING"]). `where`: config
+        keys and the values a run must have ({"d": 256, "R": [2, 4]}: a list means any of them);
+        a key no run has raises KeyError naming the keys there are."""
+        states = [state] if isinstance(state, str) else list(state or [])
+        request = scheduler_pb2.ListRunsRequest(sweep=sweep or "",
+                                                states=[_state_value(s) for s in states],
+                                                limit=_PAGE)
+        views: List[Any] = []
+        while True:
+            request.offset = len(views)
+            page = self._call("ListRuns", request)
+            views.extend(page.runs)
+            if not page.runs or len(views) >= page.total:
+                break
+        frame = _runs_frame(views)
+        return _filter(frame, where) if where else frame
+
+    def history(self, runs: Union[RunRef, Iterable[RunRef], pd.Series, pd.DataFrame],
+                metrics: Union[None, str, Sequence[str]] = None,
+                buckets: Optional[int] = None) -> pd.DataFrame:
+        """The metric points of `runs` (ids, names, a `runs()` frame or its run_id column) as a
+        long frame: run_id, step, metric, value, wall_time; every point unless `buckets`, in step
+        order per run and metric. `metrics`: a name or several (None: every metric the run
+        logged). With `buckets`, each series is cartd's downsampling to at most that many steps
+        (the mean of each bucket, as `cart results series --max-points`; wall_time is then NaT)."""
+        ids = [self.run_id(r) for r in _run_refs(runs)]
+        names = [metrics] if isinstance(metrics, str) else list(metrics or [])
+        run_col: List[int] = []
+        step_col: List[int] = []
+        metric_col: List[str] = []
+        value_col: List[float] = []
+        wall_col: List[int] = []
+        for run_id in ids:
+            if buckets:
+                if not names:
+                    raise ValueError("history(..., buckets=N) needs the metrics named")
+                for name in names:
+                    table = self._call("QueryTable", scheduler_pb2.QueryTableRequest(
+                        table="series", run_id=run_id, metric=name, max_points=int(buckets)))
+                    for row in table.rows:
+                        run_col.append(run_id)
+                        step_col.append(int(row.cells[0].mean))
+                        metric_col.append(name)
+                        value_col.append(row.cells[1].mean if row.cells[1].n > 0 else float("nan"))
+                        wall_col.append(0)
+                continue
+            request = scheduler_pb2.StreamMetricsRequest(run_id=run_id, names=names, from_step=0)
+            for batch in self._stream("StreamMetrics", request):
+                for p in batch.points:
+                    run_col.append(run_id)
+                    step_col.append(p.step)
+                    metric_col.append(p.name)
+                    value_col.append(p.value)
+                    wall_col.append(p.wall_time_us)
+        frame = pd.DataFrame({
+            "run_id": pd.array(run_col, dtype="int64"),
+            "step": pd.array(step_col, dtype="int64"),
+            "metric": pd.array(metric_col, dtype="object"),
+            "value": pd.array(value_col, dtype="float64"),
+            "wall_time": pd.to_datetime(pd.Series(wall_col, dtype="int64"), unit="us", utc=True)
+            .where(pd.Series(wall_col, dtype="int64") > 0),
+        })
+        return frame.sort_values(["run_id", "metric", "step"], kind="stable").reset_index(drop=True)
+
+    def table(self, kind: str, metric: str = "rho_max", rows: str = "", cols: str = "",
+              sweeps: Sequence[str] = (), baseline: str = "", group_by: str = "",
+              run: Optional[RunRef] = None, lower_is_better: bool = False, value: str = "",
+              max_points: int = 0) -> pd.DataFrame:
+        """A results table, the same query as `cart results KIND` (pivot, best, deltas, series,
+        ranks) with the same arguments. The frame holds each cell's mean (or its text for label
+        cells; NaN for an empty cell) under the table's columns; `frame.attrs` has "title", and
+        "std" and "n" frames of the same shape (the standard deviation over seeds and the runs
+        each cell aggregates)."""
+        request = scheduler_pb2.QueryTableRequest(
+            table=kind, metric=metric, rows=rows, cols=cols, sweeps=list(sweeps),
+            baseline=baseline, group_by=group_by, run_id=self.run_id(run) if run else 0,
+            max_points=max_points, lower_is_better=lower_is_better, value=value)
+        table = self._call("QueryTable", request)
+        columns = list(table.columns)
+        means, stds, ns = [], [], []
+        for row in table.rows:
+            means.append([c.text if c.text else (c.mean if c.n > 0 else float("nan"))
+                          for c in row.cells])
+            stds.append([c.std if c.n > 0 and not c.text else float("nan") for c in row.cells])
+            ns.append([c.n for c in row.cells])
+        frame = pd.DataFrame(means, columns=columns)
+        frame.attrs["title"] = table.title
+        frame.attrs["std"] = pd.DataFrame(stds, columns=columns)
+        frame.attrs["n"] = pd.DataFrame(ns, columns=columns)
+        return frame
+
+    # ---- changes
+
+    def submit(self, spec: Union[str, os.PathLike, Mapping[str, Any]], dry_run: bool = False,
+               request_id: Optional[str] = None) -> Dict[str, Any]:
+        """Submits a sweep: a sweep file's path, or the sweep as a dict (the file's keys: name,
+        base, grid, variants, seeds, priority, max_attempts). Returns {"sweep": name, "existing":
+        whether an earlier submit with the same request_id made it, "runs": a runs() frame of
+        the expanded runs (a dry run stores nothing; its run ids are 0)}. A bad file raises
+        CartError INVALID_ARGUMENT naming file, line and key, as `cart sweep submit` prints."""
+        if isinstance(spec, Mapping):
+            text, file_name = yaml.safe_dump(dict(spec), sort_keys=False), "<dict>"
+        else:
+            with open(spec, encoding="utf-8") as f:
+                text, file_name = f.read(), os.fspath(spec)
+        request = scheduler_pb2.SubmitSweepRequest(
+            spec_yaml=text, file_name=file_name, dry_run=dry_run,
+            request_id=request_id or uuid.uuid4().hex)
+        response = self._call("SubmitSweep", request, timeout=max(self.timeout, 300))
+        return {"sweep": response.sweep.name, "existing": response.existing,
+                "runs": _runs_frame(response.runs)}
+
+    def cancel(self, run: RunRef, reason: str = "") -> str:
+        """Cancels a run (a running one stops after a final checkpoint); returns its state."""
+        response = self._call("CancelRun", scheduler_pb2.CancelRunRequest(
+            run_id=self.run_id(run), reason=reason))
+        return _state_name(response.run.state)
+
+    def resume(self, run: RunRef) -> str:
+        """Requeues a CANCELLED or FAILED run from its latest checkpoint; returns its state."""
+        response = self._call("ResumeRun", scheduler_pb2.ResumeRunRequest(run_id=self.run_id(run)))
+        return _state_name(response.run.state)
+
+    def extend(self, run: RunRef, total_steps: int) -> str:
+        """Trains a SUCCEEDED run on to `total_steps` from its final checkpoint; returns its state."""
+        response = self._call("ExtendRun", scheduler_pb2.ExtendRunRequest(
+            run_id=self.run_id(run), total_steps=int(total_steps)))
+        return _state_name(response.run.state)
+
+    def follow(self, run: RunRef, metrics: Union[None, str, Sequence[str]] = None,
+               from_step: int = 0) -> Iterator[Dict[str, Any]]:
+        """The run's metric points from `from_step` on as they arrive, one dict each (step,
+        metric, value, wall_time), until the run ends; stop early by leaving the loop."""
+        names = [metrics] if isinstance(metrics, str) else list(metrics or [])
+        request = scheduler_pb2.StreamMetricsRequest(run_id=self.run_id(run), names=names,
+                                                     from_step=from_step, follow=True)
+        for batch in self._stream("StreamMetrics", request):
+            for p in batch.points:
+                yield {"step": p.step, "metric": p.name, "value": p.value,
+                       "wall_time": _time(p.wall_time_us)}
+
+
+def _run_refs(runs: Any) -> List[RunRef]:
+    if isinstance(runs, pd.DataFrame):
+        return [int(r) for r in runs["run_id"]]
+    if isinstance(runs, (str, int)) or hasattr(runs, "__index__"):
+        return [runs]
+    return list(runs)
+
+
+_RUN_COLUMNS = ["run_id", "name", "sweep", "state", "kind", "attempt", "max_attempts", "priority",
+                "total_steps", "step", "worker_id", "parent_run_id", "stored_params",
+                "effective_params", "memory_estimate_mib", "created", "updated",
+                "expected_finish"]
+
+
+def _runs_frame(views: Sequence[Any]) -> pd.DataFrame:
+    rows = []
+    keys: Dict[str, None] = {}
+    metrics: Dict[str, None] = {}
+    for v in views:
+        for k in v.params:
+            keys.setdefault(k, None)
+        for m in v.latest:
+            metrics.setdefault(m, None)
+    for v in views:
+        row = {"run_id": v.run_id, "name": v.name, "sweep": v.sweep, "state": _state_name(v.state),
+               "kind": common_pb2.JobKind.Name(v.kind).removeprefix("JOB_KIND_").lower(),
+               "attempt": v.attempt, "max_attempts": v.max_attempts, "priority": v.priority,
+               "total_steps": v.total_steps, "step": v.step, "worker_id": v.worker_id,
+               "parent_run_id": v.parent_run_id, "stored_params": v.stored_params,
+               "effective_params": v.effective_params,
+               "memory_estimate_mib": v.memory_estimate_mib, "created": _time(v.created_us),
+               "updated": _time(v.updated_us), "expected_finish": _time(v.expected_finish_us)}
+        for k in keys:
+            row[k] = _typed(v.params[k]) if k in v.params else None
+        for m in metrics:
+            row["latest." + m] = v.latest[m] if m in v.latest else float("nan")
+        rows.append(row)
+    columns = _RUN_COLUMNS + sorted(keys) + ["latest." + m for m in sorted(metrics)]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def _filter(frame: pd.DataFrame, where: Mapping[str, Any]) -> pd.DataFrame:
+    mask = pd.Series(True, index=frame.index)
+    for key, wanted in where.items():
+        if key not in frame.columns:
+            known = [c for c in frame.columns if c not in _RUN_COLUMNS and not c.startswith("latest.")]
+            raise KeyError(f"no run has config key '{key}' (keys: {', '.join(known) or 'none'})")
+        values = wanted if isinstance(wanted, (list, tuple, set)) else [wanted]
+        mask &= frame[key].isin(list(values))
+    return frame[mask].reset_index(drop=True)

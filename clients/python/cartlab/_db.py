@@ -1,0 +1,158 @@
+"""A cartd's database file read directly, read-only: the same frames as the gRPC Client, with no
+daemon (a copied database, a finished study). Writes are cartd's alone: the actions raise."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from typing import Any, Iterable, List, Mapping, Optional, Sequence, Union
+
+import pandas as pd
+
+from . import _client
+from ._errors import CartError
+from ._proto.cart.v1 import common_pb2, scheduler_pb2
+
+_KIND = {"train": common_pb2.JOB_KIND_TRAIN, "eval": common_pb2.JOB_KIND_EVAL}
+
+
+class Database:
+    """`cartlab.open_db(path)`: sweeps(), runs() and history() over a database file, as the Client
+    gives them (the placement plan's expected finish aside: that is cartd's, so it is NaT)."""
+
+    def __init__(self, path: Union[str, os.PathLike]):
+        self.path = os.fspath(path)
+        if not os.path.exists(self.path):
+            raise FileNotFoundError(f"{self.path}: no such database file")
+        # mode=ro: never written; a cartd may be writing it meanwhile (WAL readers do not block it).
+        self._db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True)
+        try:
+            version = self._db.execute(
+                "SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        except sqlite3.DatabaseError as e:
+            raise CartError("INVALID_ARGUMENT", f"{self.path}: not a cartd database ({e})",
+                            "open_db") from None
+        self.schema_version = int(version[0]) if version else 0
+
+    def close(self) -> None:
+        self._db.close()
+
+    def __enter__(self) -> "Database":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def sweeps(self) -> pd.DataFrame:
+        rows = []
+        for sweep_id, name, priority, created_us in self._db.execute(
+                "SELECT id, name, priority, created_us FROM sweeps ORDER BY id DESC"):
+            counts = dict(self._db.execute(
+                "SELECT status, count(*) FROM runs WHERE sweep_id = ? GROUP BY status", (sweep_id,)))
+            row = {"name": name, "sweep_id": sweep_id, "priority": priority,
+                   "created": _client._time(created_us), "runs": sum(counts.values())}
+            for state in _client.STATES:
+                row[state] = counts.get(state, 0)
+            row["expected_finish"] = pd.NaT
+            row["runs_estimated"] = 0
+            rows.append(row)
+        columns = ["name", "sweep_id", "priority", "created", "runs", *_client.STATES,
+                   "expected_finish", "runs_estimated"]
+        return pd.DataFrame(rows, columns=columns)
+
+    def runs(self, sweep: Optional[str] = None, state: Union[None, str, Sequence[str]] = None,
+             where: Optional[Mapping[str, Any]] = None) -> pd.DataFrame:
+        states = [state] if isinstance(state, str) else list(state or [])
+        for s in states:
+            _client._state_value(s)  # the same error for an unknown state
+        sql = ("SELECT r.id, s.name, r.name, r.status, r.attempt, r.max_attempts, r.priority, "
+               "r.params_json, r.stored_params, r.effective_params, r.memory_estimate_bytes, "
+               "r.steps, r.parent_run_id, r.kind, r.created_us, r.updated_us, "
+               "(SELECT a.worker_id FROM attempts AS a WHERE a.run_id = r.id "
+               " ORDER BY a.attempt DESC LIMIT 1) "
+               "FROM runs AS r JOIN sweeps AS s ON s.id = r.sweep_id")
+        clauses, args = [], []
+        if sweep:
+            clauses.append("s.name = ?")
+            args.append(sweep)
+        if states:
+            clauses.append(f"r.status IN ({','.join('?' * len(states))})")
+            args.extend(s.upper() for s in states)
+        if clauses:
+            sql += " WHERE " + " AND ".join(clauses)
+        views = []
+        latest = self._latest()
+        for (run_id, sweep_name, name, status, attempt, max_attempts, priority, params_json,
+             stored, effective, memory, steps, parent, kind, created, updated,
+             worker) in self._db.execute(sql + " ORDER BY r.id", args):
+            view = scheduler_pb2.RunView(
+                run_id=run_id, name=f"{sweep_name}/{name}", sweep=sweep_name,
+                state=common_pb2.RunState.Value("RUN_STATE_" + status), attempt=attempt,
+                max_attempts=max_attempts, priority=priority, stored_params=stored,
+                effective_params=effective, memory_estimate_mib=(memory + (1 << 20) - 1) >> 20,
+                total_steps=steps, worker_id=worker or "", parent_run_id=parent or 0,
+                kind=_KIND.get(kind, common_pb2.JOB_KIND_TRAIN), created_us=created,
+                updated_us=updated)
+            view.params.update(json.loads(params_json))
+            # The step is the highest any metric reached; the values carried, LIST_METRICS's.
+            mine = latest.get(run_id, {})
+            view.step = max((s for _, s in mine.values()), default=0)
+            for metric, (value, _) in self._listed(mine).items():
+                view.latest[metric] = float("nan") if value is None else value
+            views.append(view)
+        frame = _client._runs_frame(views)
+        return _client._filter(frame, where) if where else frame
+
+    def history(self, runs: Any, metrics: Union[None, str, Sequence[str]] = None,
+                buckets: Optional[int] = None) -> pd.DataFrame:
+        if buckets:
+            raise CartError("FAILED_PRECONDITION",
+                            "history(..., buckets=N) is cartd's downsampling: connect() to it",
+                            "history")
+        ids = [self._run_id(r) for r in _client._run_refs(runs)]
+        names = [metrics] if isinstance(metrics, str) else list(metrics or [])
+        sql = ("SELECT m.run_id, m.step, n.name, m.value, m.wall_time_us FROM metrics AS m "
+               "JOIN metric_names AS n ON n.id = m.name_id WHERE m.run_id = ?")
+        if names:
+            sql += f" AND n.name IN ({','.join('?' * len(names))})"
+        parts = []
+        for run_id in ids:
+            rows = self._db.execute(sql, [run_id, *names]).fetchall()
+            parts.append(pd.DataFrame(rows, columns=["run_id", "step", "metric", "value", "wall_us"]))
+        frame = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(
+            columns=["run_id", "step", "metric", "value", "wall_us"])
+        frame["value"] = frame["value"].astype("float64")
+        frame["wall_time"] = pd.to_datetime(frame.pop("wall_us").astype("int64"), unit="us",
+                                            utc=True)
+        frame = frame.astype({"run_id": "int64", "step": "int64"})
+        return frame.sort_values(["run_id", "metric", "step"], kind="stable").reset_index(drop=True)
+
+    def _latest(self):
+        out: dict = {}
+        for run_id, name, value, step in self._db.execute(
+                "SELECT s.run_id, n.name, s.latest_value, s.latest_step FROM run_summaries AS s "
+                "JOIN metric_names AS n ON n.id = s.name_id"):
+            out.setdefault(run_id, {})[name] = (value, step)
+        return out
+
+    def _listed(self, latest):
+        return {m: v for m, v in latest.items() if m in _client.LIST_METRICS}
+
+    def _run_id(self, run: Any) -> int:
+        if isinstance(run, str) and not run.isdigit():
+            sweep, _, index = run.partition("/")
+            found = self._db.execute(
+                "SELECT r.id FROM runs AS r JOIN sweeps AS s ON s.id = r.sweep_id "
+                "WHERE s.name = ? AND r.name = ?", (sweep, index)).fetchone()
+            if not found:
+                raise CartError("NOT_FOUND", f"no run '{run}' in {self.path}", "history")
+            return found[0]
+        return int(run)
+
+    def _read_only(self, *args: Any, **kwargs: Any) -> None:
+        raise CartError("FAILED_PRECONDITION",
+                        f"{self.path} is opened read-only: submit, cancel, resume, extend and "
+                        "follow need cartd (cartlab.connect())", "open_db")
+
+    submit = cancel = resume = extend = follow = table = _read_only

@@ -1,0 +1,296 @@
+"""cartlab against real programs: a cartd with tokens on loopback ports, a cart-worker training on
+the CPU, and the `cart` CLI as the yardstick. runs(), table() and history() must equal what `cart
+runs ls`, `cart results` and `cart results series` print (as JSON) to the last digit; submit,
+extend, follow and the errors behave as the CLI's do. Run by tests/python/run.sh."""
+
+import json
+import os
+import socket
+import subprocess
+import tempfile
+import time
+import unittest
+
+import pandas as pd
+
+import cartlab
+
+BIN = os.environ["CART_BIN_DIR"]
+OUT = os.environ.get("CART_TEST_OUT") or tempfile.mkdtemp()
+USER_TOKEN = "user-token-python-0123456789"
+WORKER_TOKEN = "worker-token-python-0123456789"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(what, fn, timeout=180):
+    end = time.time() + timeout
+    last = None
+    while time.time() < end:
+        last = fn()
+        if last:
+            return last
+        time.sleep(0.25)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what} (last: {last!r})")
+
+
+class Cluster:
+    def __init__(self):
+        self.dir = os.path.join(OUT, "cluster")
+        os.makedirs(self.dir, exist_ok=True)
+        self.grpc = free_port()
+        self.http = free_port()
+        tokens = self.file("tokens")
+        with open(tokens, "w") as f:
+            f.write(f"{USER_TOKEN} user alice\n{WORKER_TOKEN} worker testbox\n")
+        os.chmod(tokens, 0o600)
+        self.client_yaml = self.file("client.yaml")
+        with open(self.client_yaml, "w") as f:
+            f.write(f"server: 127.0.0.1:{self.grpc}\ntoken: {USER_TOKEN}\n")
+        self.procs = []
+        self.logs = []
+        self.spawn("cartd", ["--listen", f"127.0.0.1:{self.grpc}", "--http", f"127.0.0.1:{self.http}",
+                             "--data-dir", self.file("cartd"), "--tokens", tokens], "cartd.log")
+        self.cart(["data", "synth", "--vocab", "32", "--tokens", "60000", "--val-tokens", "2000",
+                   "--out", self.file("train.bin")])
+        self.spawn("cart-worker", ["--server", f"127.0.0.1:{self.grpc}", "--token", WORKER_TOKEN,
+                                   "--device", "cpu", "--worker-id", "testbox-0", "--threads", "1",
+                                   "--cache-dir", self.file("worker"), "--acquire-wait-ms", "1000",
+                                   "--peak-tflops", "1", "--client-config", "/dev/null"],
+                   "worker.log")
+
+    def file(self, name):
+        return os.path.join(self.dir, name)
+
+    def spawn(self, exe, args, log):
+        out = open(self.file(log), "w")
+        self.logs.append(out)
+        self.procs.append(subprocess.Popen([os.path.join(BIN, exe), *args], stdout=out, stderr=out))
+
+    def cart(self, args):
+        env = dict(os.environ, CART_CONFIG=self.client_yaml)
+        done = subprocess.run([os.path.join(BIN, "cart"), *args], env=env, capture_output=True,
+                              text=True, timeout=120)
+        if done.returncode != 0:
+            raise AssertionError(f"cart {' '.join(args)}: {done.stderr}")
+        return done.stdout
+
+    def stop(self):
+        for p in reversed(self.procs):
+            p.terminate()
+        for p in reversed(self.procs):
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        for log in self.logs:
+            log.close()
+
+
+def sweep(name, steps=30):
+    return {"name": name,
+            "base": {"model": "cart", "vocab": 32, "d": 64, "P": 1, "layers": 4, "steps": steps,
+                     "seq_len": 16, "batch": 2, "accum": 1, "lr": 3e-3, "warmup": 5,
+                     "log_every": 5, "eval_every": 0, "checkpoint_every": 10, "threads": 1,
+                     "train_data": CLUSTER.file("train.bin")},
+            "grid": {"R": [1, 2]}, "seeds": [1, 2]}
+
+
+CLUSTER = None
+
+
+def _answers(lab):
+    try:
+        lab.sweeps()
+        return True
+    except cartlab.CartError:
+        return False
+
+
+def setUpModule():
+    global CLUSTER
+    CLUSTER = Cluster()
+
+
+def tearDownModule():
+    CLUSTER.stop()
+
+
+class CartlabTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.lab = cartlab.connect(config=CLUSTER.client_yaml)
+        wait_for("cartd", lambda: _answers(cls.lab), timeout=30)
+        cls.submitted = cls.lab.submit(sweep("py"))
+        wait_for("the sweep to finish", lambda: (cls.lab.runs(sweep="py").state == "SUCCEEDED").all()
+                 and len(cls.lab.runs(sweep="py")) == 4, timeout=400)
+
+    def test_submit_returns_the_expanded_runs(self):
+        self.assertEqual(self.submitted["sweep"], "py")
+        self.assertFalse(self.submitted["existing"])
+        runs = self.submitted["runs"]
+        self.assertEqual(sorted(runs["name"]), ["py/0", "py/1", "py/2", "py/3"])
+        self.assertEqual(sorted(set(runs["R"])), [1, 2])
+
+    def test_runs_equal_cart_runs_ls_to_the_last_digit(self):
+        frame = self.lab.runs(sweep="py")
+        cli = json.loads(CLUSTER.cart(["runs", "ls", "--sweep", "py", "--json"]))["runs"]
+        self.assertEqual(list(frame["run_id"]), [int(r["run_id"]) for r in cli])
+        for (_, row), view in zip(frame.iterrows(), cli):
+            self.assertEqual(row["name"], view["name"])
+            self.assertEqual(row["state"], view["state"].removeprefix("RUN_STATE_"))
+            self.assertEqual(row["step"], int(view["step"]))
+            self.assertEqual(row["worker_id"], view["worker_id"])
+            for key, text in view["params"].items():
+                self.assertEqual(str(row[key]) if not isinstance(row[key], str) else row[key],
+                                 str(cartlab._client._typed(text)), key)
+            self.assertTrue(view["latest"], "the run logged metrics")
+            for metric, value in view["latest"].items():
+                self.assertEqual(row["latest." + metric], value, metric)  # exact, not approximate
+        self.assertEqual(frame["d"].dtype.kind, "i")  # config numbers are numbers
+        self.assertIn("latest.rho_max", frame.columns)
+
+    def test_where_filters_by_config_and_names_unknown_keys(self):
+        two = self.lab.runs(sweep="py", where={"R": 2})
+        self.assertEqual(sorted(two["name"]), sorted(
+            self.lab.runs(sweep="py").query("R == 2")["name"]))
+        self.assertEqual(len(two), 2)
+        with self.assertRaises(KeyError) as e:
+            self.lab.runs(sweep="py", where={"RR": 2})
+        self.assertIn("no run has config key 'RR'", str(e.exception))
+        with self.assertRaises(ValueError) as e:
+            self.lab.runs(state="DONE")
+        self.assertIn("unknown run state 'DONE' (known: QUEUED", str(e.exception))
+
+    def test_history_equals_cart_results_series_point_for_point(self):
+        runs = self.lab.runs(sweep="py")
+        history = self.lab.history(runs, ["loss", "rho_max"])
+        self.assertEqual(set(history["metric"]), {"loss", "rho_max"})
+        self.assertEqual(history["wall_time"].isna().sum(), 0)
+        for run_id in runs["run_id"]:
+            for metric in ("loss", "rho_max"):
+                mine = history[(history.run_id == run_id) & (history.metric == metric)]
+                cli = json.loads(CLUSTER.cart(["results", "series", "--run", str(run_id),
+                                               "--metric", metric, "--format", "json"]))
+                steps = [row["cells"][0]["mean"] for row in cli["rows"]]
+                values = [row["cells"][1]["mean"] for row in cli["rows"]]
+                self.assertEqual(list(mine["step"]), steps)
+                self.assertEqual(list(mine["value"]), values)  # every digit
+        # Downsampled by cartd: the buckets' means, as `cart results series` gives them.
+        coarse = self.lab.history(runs["run_id"].iloc[0], "loss", buckets=2)
+        self.assertEqual(len(coarse), 2)
+
+    def test_table_equals_cart_results_pivot_to_the_last_digit(self):
+        mine = self.lab.table("pivot", metric="loss", rows="R", cols="seed")
+        cli = json.loads(CLUSTER.cart(["results", "pivot", "--metric", "loss", "--rows", "R",
+                                       "--cols", "seed", "--format", "json"]))
+        self.assertEqual(list(mine.columns), cli["columns"])
+        self.assertEqual(len(mine), len(cli["rows"]))
+        for i, row in enumerate(cli["rows"]):
+            for j, cell in enumerate(row["cells"]):
+                if cell.get("text"):
+                    self.assertEqual(mine.iat[i, j], cell["text"])
+                else:
+                    self.assertEqual(mine.iat[i, j], cell.get("mean", 0.0))
+                    self.assertEqual(mine.attrs["n"].iat[i, j], int(cell.get("n", 0)))
+                    self.assertEqual(mine.attrs["std"].iat[i, j], cell.get("std", 0.0))
+
+    def test_open_db_reads_the_same_frames_without_cartd(self):
+        db = cartlab.open_db(CLUSTER.file("cartd/cart.db"))
+        runs = self.lab.runs(sweep="py")
+        # The expected finish is cartd's plan; every run here is finished, so it is NaT in both.
+        pd.testing.assert_frame_equal(db.runs(sweep="py"), runs)
+        pd.testing.assert_frame_equal(db.runs(sweep="py", where={"R": 1}),
+                                      self.lab.runs(sweep="py", where={"R": 1}))
+        pd.testing.assert_frame_equal(db.history(runs, ["loss", "rho_max"]),
+                                      self.lab.history(runs, ["loss", "rho_max"]))
+        pd.testing.assert_frame_equal(db.history("py/1"), self.lab.history("py/1"))
+        mine, theirs = db.sweeps(), self.lab.sweeps()
+        pd.testing.assert_frame_equal(mine.drop(columns=["expected_finish", "runs_estimated"]),
+                                      theirs.drop(columns=["expected_finish", "runs_estimated"]))
+        with self.assertRaises(cartlab.CartError) as e:
+            db.cancel("py/0")
+        self.assertEqual(e.exception.code, "FAILED_PRECONDITION")
+        self.assertIn("read-only", e.exception.message)
+        with self.assertRaises(FileNotFoundError):
+            cartlab.open_db(os.path.join(OUT, "nowhere.db"))
+        db.close()
+
+    def test_sweeps_show_the_counts_by_state(self):
+        sweeps = self.lab.sweeps()
+        row = sweeps[sweeps.name == "py"].iloc[0]
+        self.assertEqual(row["runs"], 4)
+        self.assertEqual(row["SUCCEEDED"], 4)
+        self.assertIsInstance(row["created"], pd.Timestamp)
+
+    def test_extend_then_follow_until_the_run_ends(self):
+        run = "py/0"
+        # Requeued; the waiting worker may have taken it before the answer was made.
+        self.assertIn(self.lab.extend(run, 40), ("QUEUED", "LEASED", "RUNNING"))
+        points = list(self.lab.follow(run, "loss", from_step=31))
+        self.assertEqual([p["step"] for p in points], [35, 40])
+        self.assertEqual(self.lab.runs(sweep="py").set_index("name").loc[run, "state"], "SUCCEEDED")
+        with self.assertRaises(cartlab.CartError) as e:
+            self.lab.resume(run)
+        self.assertEqual(e.exception.code, "FAILED_PRECONDITION")
+
+    def test_errors_carry_the_grpc_code_and_cartds_message(self):
+        with self.assertRaises(cartlab.CartError) as e:
+            self.lab.cancel(987654)
+        self.assertEqual(e.exception.code, "NOT_FOUND")
+        bad = os.path.join(CLUSTER.dir, "bad.yaml")
+        with open(bad, "w") as f:
+            f.write("name: bad\nbase:\n  d: 64\n  colour: red\n")
+        with self.assertRaises(cartlab.CartError) as e:
+            self.lab.submit(bad)
+        self.assertEqual(e.exception.code, "INVALID_ARGUMENT")
+        self.assertIn("bad.yaml:4", e.exception.message)
+        self.assertIn("colour", e.exception.message)
+        nobody = cartlab.connect(server=f"127.0.0.1:{free_port()}", token="x", timeout=2)
+        with self.assertRaises(cartlab.CartError) as e:
+            nobody.sweeps()
+        self.assertIn(e.exception.code, ("UNAVAILABLE", "DEADLINE_EXCEEDED"))
+        wrong = cartlab.connect(config=CLUSTER.client_yaml, token="not-a-token")
+        with self.assertRaises(cartlab.CartError) as e:
+            wrong.sweeps()
+        self.assertEqual(e.exception.code, "UNAUTHENTICATED")
+
+
+class ConfigTest(unittest.TestCase):
+    def test_arguments_over_environment_over_file(self):
+        path = os.path.join(OUT, "client-precedence.yaml")
+        with open(path, "w") as f:
+            f.write("server: file:1\ntoken: from-file\ntls_server_name: lab\n")
+        old = dict(os.environ)
+        try:
+            os.environ.pop("CART_SERVER", None)
+            os.environ.pop("CART_TOKEN", None)
+            self.assertEqual(cartlab._config.resolve(config=path).server, "file:1")
+            os.environ["CART_SERVER"] = "env:2"
+            resolved = cartlab._config.resolve(config=path)
+            self.assertEqual((resolved.server, resolved.token, resolved.tls_server_name),
+                             ("env:2", "from-file", "lab"))
+            self.assertEqual(cartlab._config.resolve(server="arg:3", config=path).server, "arg:3")
+            os.environ["CART_CONFIG"] = path
+            self.assertEqual(cartlab.default_config_path(), path)
+        finally:
+            os.environ.clear()
+            os.environ.update(old)
+
+    def test_a_bad_file_is_refused_naming_file_line_and_key(self):
+        with self.assertRaises(cartlab.ConfigError) as e:
+            cartlab.parse_client_config("server: a:1\n\nport: 7\n", "client.yaml")
+        self.assertEqual(str(e.exception),
+                         "client.yaml:3: unknown key 'port' (known: server, token, tls_ca, "
+                         "tls_server_name)")
+        with self.assertRaises(cartlab.ConfigError) as e:
+            cartlab.parse_client_config("server: [a, b]\n", "c.yaml")
+        self.assertEqual(str(e.exception), "c.yaml:1: server: expected a single value")
+
+
+if __name__ == "__main__":
+    unittest.main()
