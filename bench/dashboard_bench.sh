@@ -12,16 +12,8 @@ build=${1:-build}
 dir=$(mktemp -d)
 pid=; pid2=
 trap 'kill $pid $pid2 2>/dev/null || true; rm -rf "$dir"' EXIT
-port=$((20000 + RANDOM % 20000)); http=$((port + 1))
-"$build/bin/cartd" --listen 127.0.0.1:$port --http 127.0.0.1:$http --data-dir "$dir/cart" \
-  >"$dir/cartd.log" 2>&1 &
-pid=$!
-for _ in $(seq 100); do curl -sf "http://127.0.0.1:$http/healthz" >/dev/null && break; sleep 0.1; done
-seeds=$(seq -s, 1 10000)
-printf 'name: big\nbase: {d: 64, vocab: 100, P: 1, R: 2, steps: 1000}\nseeds: [%s]\nmax_runs: 10000\n' \
-  "$seeds" >"$dir/big.yaml"
-export CART_SERVER=127.0.0.1:$port
-"$build/bin/cart" sweep submit "$dir/big.yaml" >/dev/null
+# shellcheck source=bench/big_sweep.sh
+source "$(dirname "$0")/big_sweep.sh"
 api() {  # PATH: p50 and p99 of 20 requests, and the bytes of one answer (port: $http)
   local times=() bytes
   for _ in $(seq 20); do

@@ -22,13 +22,14 @@ void RegisterTrainCommands(CLI::App& app);            // cart train, eval   (tra
 void RegisterAdminCommands(CLI::App& app);            // cart admin ...     (store/)
 // cart sweep | runs | results | workers — clients of cartd (rpc/)
 void RegisterServiceCommands(CLI::App& app);
-void RegisterSweepCommands(CLI::App& app);    // sweep_command.cc
-void RegisterRunsCommands(CLI::App& app);     // runs_command.cc
-void RegisterResultsCommands(CLI::App& app);  // results_command.cc
-void RegisterWorkersCommands(CLI::App& app);  // workers_command.cc
-void RegisterExportCommand(CLI::App& app);    // export_client.cc (needs LibTorch)
-void RegisterUpCommand(CLI::App& app);        // cart up: embedded cartd + local workers (server/)
-void RegisterReportCommand(CLI::App& app);    // cart report (report/)
+void RegisterSweepCommands(CLI::App& app);         // sweep_command.cc
+void RegisterRunsCommands(CLI::App& app);          // runs_command.cc
+void RegisterResultsCommands(CLI::App& app);       // results_command.cc
+void RegisterWorkersCommands(CLI::App& app);       // workers_command.cc
+void RegisterExportMetricsCommand(CLI::App& app);  // export_metrics_command.cc (TensorBoard)
+void RegisterExportCommand(CLI::App& app);         // export_client.cc (needs LibTorch)
+void RegisterUpCommand(CLI::App& app);      // cart up: embedded cartd + local workers (server/)
+void RegisterReportCommand(CLI::App& app);  // cart report (report/)
 
 // cart export, the LibTorch half (export_command.cc; only in builds with LibTorch). Either
 // `run_dir` (a `cart train` directory: its config and newest valid checkpoint, or the one at

@@ -12,6 +12,7 @@ void RegisterServiceCommands(CLI::App& app) {
   RegisterRunsCommands(app);
   RegisterResultsCommands(app);
   RegisterWorkersCommands(app);
+  RegisterExportMetricsCommand(app);
 }
 
 }  // namespace cart::cli

@@ -390,7 +390,9 @@ void HttpServer::Impl::AcceptLoop() {
     if (shut_down) return;
     int from_client = 0;
     for (const Connection& c : connections) {
-      if (!c.done.load() && c.client == client) ++from_client;
+      // A connection the watchdog cut is ending (its client has seen the close, its thread may
+      // not have finished yet): it no longer holds the client's share.
+      if (!c.done.load() && !c.cut && c.client == client) ++from_client;
     }
     if (from_client >= options.max_connections_per_client) {
       SetTimeout(socket.native_handle(), SO_SNDTIMEO, absl::Seconds(1));

@@ -328,7 +328,21 @@ grpc::Status SchedulerServiceImpl::StreamMetrics(grpc::ServerContext* context,
       v1::MetricBatchView view;
       view.set_state(ToProto(run.state));
       const size_t end = std::min(points.size(), first + kPointsPerView);
-      for (size_t i = first; i < end; ++i) *view.add_points() = ToProto(points[i]);
+      if (request->columnar()) {
+        v1::MetricColumns& columns = *view.mutable_columns();
+        std::map<std::string_view, int32_t> index;
+        for (size_t i = first; i < end; ++i) {
+          const store::MetricPoint& p = points[i];
+          auto [it, added] = index.emplace(p.name, static_cast<int32_t>(index.size()));
+          if (added) columns.add_names(p.name);
+          columns.add_name_index(it->second);
+          columns.add_steps(p.step);
+          columns.add_values(p.value);
+          columns.add_wall_time_us(p.wall_time_us);
+        }
+      } else {
+        for (size_t i = first; i < end; ++i) *view.add_points() = ToProto(points[i]);
+      }
       if (!writer->Write(view)) return false;  // the client went away
     }
     // The last message always tells the final state, even with no new points.

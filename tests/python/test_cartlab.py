@@ -11,6 +11,7 @@ import tempfile
 import time
 import unittest
 
+import numpy
 import pandas as pd
 
 import cartlab
@@ -146,8 +147,7 @@ class CartlabTest(unittest.TestCase):
             self.assertEqual(row["step"], int(view["step"]))
             self.assertEqual(row["worker_id"], view["worker_id"])
             for key, text in view["params"].items():
-                self.assertEqual(str(row[key]) if not isinstance(row[key], str) else row[key],
-                                 str(cartlab._client._typed(text)), key)
+                self.assertEqual(row[key], cartlab._client._typed(text), key)
             self.assertTrue(view["latest"], "the run logged metrics")
             for metric, value in view["latest"].items():
                 self.assertEqual(row["latest." + metric], value, metric)  # exact, not approximate
@@ -219,6 +219,34 @@ class CartlabTest(unittest.TestCase):
         with self.assertRaises(FileNotFoundError):
             cartlab.open_db(os.path.join(OUT, "nowhere.db"))
         db.close()
+
+    def test_tensorboard_export_reads_back_with_tensorboards_own_reader(self):
+        from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+        out = os.path.join(OUT, "tensorboard")
+        printed = CLUSTER.cart(["export-metrics", "py", "--format", "tensorboard", "--out", out])
+        self.assertIn("of 4 runs to", printed)
+        runs = self.lab.runs(sweep="py")
+        history = self.lab.history(runs)
+        for run_id, name in zip(runs["run_id"], runs["name"]):
+            folder = os.path.join(out, name)
+            files = [f for f in os.listdir(folder) if f.startswith("events.out.tfevents.")]
+            self.assertEqual(len(files), 1, folder)
+            acc = EventAccumulator(folder, size_guidance={"scalars": 0})
+            acc.Reload()
+            mine = history[history.run_id == run_id]
+            self.assertEqual(sorted(acc.Tags()["scalars"]), sorted(set(mine["metric"])))
+            for metric, points in mine.groupby("metric"):
+                events = acc.Scalars(metric)
+                self.assertEqual([e.step for e in events], list(points["step"]), metric)
+                # TensorBoard keeps scalars as 32-bit floats; steps and wall times exactly.
+                self.assertEqual([e.value for e in events],
+                                 [float(numpy.float32(v)) for v in points["value"]], metric)
+                self.assertEqual([round(e.wall_time * 1e6) for e in events],
+                                 [int(t.value // 1000) for t in points["wall_time"]], metric)
+        with self.assertRaises(AssertionError) as e:
+            CLUSTER.cart(["export-metrics", "nosuch", "--out", out])
+        self.assertIn("no run or sweep 'nosuch'", str(e.exception))
 
     def test_sweeps_show_the_counts_by_state(self):
         sweeps = self.lab.sweeps()

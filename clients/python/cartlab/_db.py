@@ -123,6 +123,7 @@ class Database:
         frame = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(
             columns=["run_id", "step", "metric", "value", "wall_us"])
         frame["value"] = frame["value"].astype("float64")
+        frame["metric"] = frame["metric"].astype("object")
         frame["wall_time"] = pd.to_datetime(frame.pop("wall_us").astype("int64"), unit="us",
                                             utc=True)
         frame = frame.astype({"run_id": "int64", "step": "int64"})
