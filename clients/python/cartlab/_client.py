@@ -159,7 +159,8 @@ class Client:
         long frame: run_id, step, metric, value, wall_time; every point unless `buckets`, in step
         order per run and metric. `metrics`: a name or several (None: every metric the run
         logged). With `buckets`, each series is cartd's downsampling to at most that many steps
-        (the mean of each bucket, as `cart results series --max-points`; wall_time is then NaT)."""
+        (the mean of each bucket: the `series` results table with max_points, as the dashboard
+        draws it; wall_time is then NaT)."""
         ids = [self.run_id(r) for r in _run_refs(runs)]
         names = [metrics] if isinstance(metrics, str) else list(metrics or [])
         run_col: List[int] = []  # the bucketed rows, if any
