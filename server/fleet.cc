@@ -46,11 +46,4 @@ std::map<std::string, FleetWatch::Device> FleetWatch::Devices(bool with_history)
   return out;
 }
 
-double FleetWatch::TotalIdleWhileQueuedSeconds() const {
-  absl::MutexLock lock(&mu_);
-  double total = 0;
-  for (const auto& [id, state] : devices_) total += state.idle_while_queued_s;
-  return total;
-}
-
 }  // namespace cart::server

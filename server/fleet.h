@@ -67,8 +67,6 @@ class FleetWatch {
   void AccountIdle(const std::set<std::string>& idle, int64_t dt_us);
   // Every device seen, by worker id; with the history or only its latest reading.
   std::map<std::string, Device> Devices(bool with_history) const;
-  // Device-seconds idle while queued, every worker together.
-  double TotalIdleWhileQueuedSeconds() const;
 
  private:
   struct State {

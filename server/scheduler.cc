@@ -927,24 +927,12 @@ absl::Status Scheduler::AccountIdle() {
   std::set<std::string> idle;
   if (waiting.total > 0) {
     absl::MutexLock lock(&mu_);
-    for (const auto& [run_id, r] : running_) holders.insert(r.worker_id);
     for (const auto& [id, w] : workers_) {
       if (!holders.count(id) && now_us - w.last_seen_us <= lost_after_us) idle.insert(id);
     }
   }
   fleet_.AccountIdle(idle, dt_us);
   return absl::OkStatus();
-}
-
-std::map<std::string, double> Scheduler::IdleWhileQueuedSeconds() {
-  std::map<std::string, FleetWatch::Device> devices = fleet_.Devices(false);
-  std::map<std::string, double> out;
-  absl::MutexLock lock(&mu_);
-  for (const auto& [id, w] : workers_) {
-    double& total = out[w.info.device_kind.empty() ? "unknown" : w.info.device_kind];
-    if (auto d = devices.find(id); d != devices.end()) total += d->second.idle_while_queued_s;
-  }
-  return out;
 }
 
 // ---- Attempt reports

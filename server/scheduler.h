@@ -313,8 +313,6 @@ class Scheduler {
   // a stalled cartd does not invent idle time). A draining worker counts once its run is done,
   // until it exits and is lost: its device sits idle all the same.
   absl::Status AccountIdle();
-  // Device-seconds idle while runs were queued, by device kind ("cuda", "cpu"), since start.
-  std::map<std::string, double> IdleWhileQueuedSeconds();
 
   // ---- Reports of one attempt (fenced: FailedPrecondition for a stale attempt)
 

@@ -25,7 +25,7 @@ using prometheus::BuildGauge;
 // The device series (one per worker: worker id, device index, name and UUID), each worker's
 // liveness and idle-while-queued time, and the map from a device's UUID to the run it holds.
 void RenderFleet(prometheus::Registry& registry, const std::vector<WorkerStatus>& fleet,
-                 const std::map<std::string, double>& idle_by_kind, int64_t now_us) {
+                 int64_t now_us) {
   auto gauge = [&](const char* name, const char* help) -> prometheus::Family<prometheus::Gauge>& {
     return BuildGauge().Name(name).Help(help).Register(registry);
   };
@@ -93,6 +93,11 @@ void RenderFleet(prometheus::Registry& registry, const std::vector<WorkerStatus>
                          .Name("cart_idle_while_queued_device_hours_total")
                          .Help("Device-hours workers held no run while runs were queued, by kind")
                          .Register(registry);
+  std::map<std::string, double> idle_by_kind;  // device-seconds, by the workers' device kind
+  for (const WorkerStatus& w : fleet) {
+    idle_by_kind[w.info.device_kind.empty() ? "unknown" : w.info.device_kind] +=
+        w.idle_while_queued_s;
+  }
   for (const auto& [kind, seconds] : idle_by_kind) {
     idle_hours.Add({{"kind", kind}}).Increment(seconds / 3600);
   }
@@ -211,7 +216,7 @@ absl::StatusOr<std::string> RenderPrometheus(Scheduler& scheduler,
       .Add({})
       .Set(worker_states["idle"] + worker_states["busy"] + worker_states["draining"]);
 
-  RenderFleet(registry, fleet, scheduler.IdleWhileQueuedSeconds(), scheduler.NowMicros());
+  RenderFleet(registry, fleet, scheduler.NowMicros());
 
   auto counter = [&](const char* name, const char* help, int64_t value) {
     BuildCounter().Name(name).Help(help).Register(registry).Add({}).Increment(

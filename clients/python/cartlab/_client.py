@@ -31,7 +31,7 @@ _KIND_NAMES = {v: k.removeprefix("JOB_KIND_").lower() for k, v in common_pb2.Job
 
 
 def _state_name(value: int) -> str:
-    return common_pb2.RunState.Name(value).removeprefix("RUN_STATE_")
+    return _STATE_NAMES[value]
 
 
 def _state_value(name: str) -> int:
