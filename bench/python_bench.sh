@@ -4,8 +4,13 @@
 #      ls --sweep` of the same sweep;
 #   2. history() of the loss and rho of bench-store's stage-2 database (36 runs x 27,777 steps,
 #      10 million metric rows in all) over gRPC (median of 3), and the same from the database file
-#      with open_db.
-# Usage: bench/python_bench.sh [BUILD_DIR]   (the Python environment: deploy/install-python.sh)
+#      with open_db;
+#   3. the same 2 million points logged into MLflow (PyPI mlflow, its SQLite backend, log_batch)
+#      and read back as researchers read them there (search_runs, then get_metric_history per run
+#      and metric), timed beside cartlab's read, with the ratio.
+# Usage: bench/python_bench.sh [BUILD_DIR]   (the Python environment: deploy/install-python.sh;
+# MLFLOW=0 skips step 3, whose environment, bench/mlflow-requirements.txt, this script makes in
+# .cache/python/mlflow-venv the first time)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$root/build}
@@ -61,10 +66,76 @@ def timed(fn, n):
         out = fn()
         times.append(time.perf_counter() - start)
     return statistics.median(times), out
-t, h = timed(lambda: lab.history(runs, ["train/loss", "rho"]), 3)
-print(f"  lab.history(36 runs, loss+rho) {t:6.3f} s median of 3 ({len(h):,} points, gRPC stream)")
+t_grpc, h = timed(lambda: lab.history(runs, ["train/loss", "rho"]), 3)
+print(f"  lab.history(36 runs, loss+rho) {t_grpc:6.3f} s median of 3 ({len(h):,} points, gRPC stream)")
 db = cartlab.open_db(os.environ["DB"])
 t, h2 = timed(lambda: db.history(runs, ["train/loss", "rho"]), 3)
 print(f"  open_db(...).history(same)     {t:6.3f} s median of 3 ({len(h2):,} points, SQLite file)")
+# For the MLflow comparison below: the points, and cartlab's time over gRPC.
+h.to_pickle(os.environ["DB"] + ".points.pkl")
+with open(os.environ["DB"] + ".cartlab.txt", "w") as f:
+    f.write(f"{t_grpc}\n")
 PY
-echo "  (the same export with MLflow: not measured yet)"
+if [ "${MLFLOW:-1}" = 0 ]; then
+  echo "  (MLflow comparison skipped: MLFLOW=0)"
+  exit 0
+fi
+mlvenv=$root/.cache/python/mlflow-venv
+mlreq=$root/bench/mlflow-requirements.txt
+if ! cmp -s "$mlvenv/.cart-requirements" <(cat "$root/deploy/python-requirements.txt" "$mlreq"); then
+  echo "python_bench: making the MLflow environment in $mlvenv (bench/mlflow-requirements.txt)"
+  rm -rf "$mlvenv"
+  /usr/bin/python3 -m venv "$mlvenv"
+  "$mlvenv/bin/pip" install --quiet --disable-pip-version-check --no-deps --require-hashes \
+    -r "$root/deploy/python-requirements.txt" -r "$mlreq"
+  cat "$root/deploy/python-requirements.txt" "$mlreq" >"$mlvenv/.cart-requirements"
+fi
+echo "the same points in MLflow $("$mlvenv/bin/python" -c 'import mlflow; print(mlflow.__version__)') (SQLite backend; logged with log_batch, read with search_runs + get_metric_history):"
+POINTS=$dir/big/cart.db.points.pkl CARTLAB_S=$(cat "$dir/big/cart.db.cartlab.txt") \
+  MLDIR=$dir/mlflow "$mlvenv/bin/python" - <<'PY'
+import os, statistics, time
+import pandas as pd
+import mlflow
+from mlflow.entities import Metric
+from mlflow.tracking import MlflowClient
+
+points = pd.read_pickle(os.environ["POINTS"])
+os.makedirs(os.environ["MLDIR"], exist_ok=True)
+uri = "sqlite:///" + os.path.join(os.environ["MLDIR"], "mlflow.db")
+client = MlflowClient(tracking_uri=uri)
+experiment = client.create_experiment("stage2",
+                                      artifact_location=os.path.join(os.environ["MLDIR"], "art"))
+start = time.perf_counter()
+for run_id, group in points.groupby("run_id"):
+    run = client.create_run(experiment, run_name=f"stage2/{run_id}")
+    wall = (group["wall_time"].astype("int64") // 1_000_000).tolist()
+    metrics = [Metric(m, float(v), int(w), int(s)) for m, v, w, s in
+               zip(group["metric"], group["value"], wall, group["step"])]
+    for i in range(0, len(metrics), 1000):  # MLflow takes at most 1,000 metrics per batch
+        client.log_batch(run.info.run_id, metrics=metrics[i:i + 1000])
+    client.set_terminated(run.info.run_id)
+logged = time.perf_counter() - start
+print(f"  logging {len(points):,} points (log_batch of 1,000)  {logged:8.1f} s (one run)")
+
+def read():
+    frames = []
+    for run in client.search_runs([experiment], max_results=1000):
+        for key in ("train/loss", "rho"):
+            history = client.get_metric_history(run.info.run_id, key)
+            frames.append(pd.DataFrame({"run": run.info.run_name, "metric": key,
+                                        "step": [m.step for m in history],
+                                        "value": [m.value for m in history]}))
+    return pd.concat(frames, ignore_index=True)
+
+times = []
+for _ in range(3):
+    start = time.perf_counter()
+    back = read()
+    times.append(time.perf_counter() - start)
+mlflow_s = statistics.median(times)
+assert len(back) == len(points), (len(back), len(points))
+cartlab_s = float(os.environ["CARTLAB_S"])
+print(f"  search_runs + get_metric_history   {mlflow_s:8.3f} s median of 3 ({len(back):,} points)")
+print(f"  cartlab history over gRPC          {cartlab_s:8.3f} s median of 3 (measured above)")
+print(f"  ratio MLflow / cartlab             {mlflow_s / cartlab_s:8.1f} x")
+PY

@@ -1,4 +1,5 @@
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 
 #include "cli/commands.h"
@@ -25,6 +26,17 @@ int ParseAndRun(CLI::App& app, int argc, char** argv) {
 bool& ParseOnly() {
   static bool parse_only = false;
   return parse_only;
+}
+
+std::unique_ptr<store::RunStore> OpenDatabaseFile(const std::string& path, const char* flag) {
+  if (!std::filesystem::exists(path)) {
+    ExitWith(absl::NotFoundError(StrCat(flag, " ", path, ": no such database file")));
+  }
+  store::StoreOptions options;
+  options.path = path;
+  absl::StatusOr<std::unique_ptr<store::RunStore>> opened = store::RunStore::Open(options);
+  if (!opened.ok()) ExitWith(opened.status());
+  return *std::move(opened);
 }
 
 void ExitWith(const absl::Status& status) {

@@ -8,10 +8,12 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "store/run_store.h"
 
 namespace cart::cli {
 
@@ -30,6 +32,8 @@ void RegisterExportMetricsCommand(CLI::App& app);  // export_metrics_command.cc 
 void RegisterExportCommand(CLI::App& app);         // export_client.cc (needs LibTorch)
 void RegisterUpCommand(CLI::App& app);      // cart up: embedded cartd + local workers (server/)
 void RegisterReportCommand(CLI::App& app);  // cart report (report/)
+// tag | untag | note under `cart runs` (sweep = false) or `cart sweep` (annotate_command.cc)
+void AddAnnotateCommands(CLI::App* parent, bool sweep);
 
 // cart export, the LibTorch half (export_command.cc; only in builds with LibTorch). Either
 // `run_dir` (a `cart train` directory: its config and newest valid checkpoint, or the one at
@@ -61,6 +65,10 @@ bool& ParseOnly();
 // anything else thrown is a bug, and still ends with a message and exit status 1 rather than an
 // abort. Returns the exit status (main's return value).
 int ParseAndRun(CLI::App& app, int argc, char** argv);
+
+// A cartd database file opened as cartd opens it (`--db` of cart report and cart results): an
+// older schema is migrated. Exits with NotFound naming `flag` and the path when there is none.
+std::unique_ptr<store::RunStore> OpenDatabaseFile(const std::string& path, const char* flag);
 
 // Prints "cart: <message>" to stderr and throws CLI::RuntimeError with an exit code chosen from
 // the status code: 2 for InvalidArgument/NotFound (bad input), 1 otherwise. Never returns.

@@ -88,6 +88,17 @@ std::vector<std::string> VaryingKeys(
   return keys;
 }
 
+std::string NoteBlock(const cart::v1::Note& note) {
+  if (note.text().empty()) return "";
+  return fmt::format("note ({}, {}):\n{}\n", note.who(), When(note.at_us()), note.text());
+}
+
+std::string TagList(const google::protobuf::RepeatedPtrField<cart::v1::Tag>& tags) {
+  std::string out;
+  for (const auto& tag : tags) out += (out.empty() ? "" : ", ") + tag.name();
+  return out.empty() ? "-" : out;
+}
+
 void PrintRuns(const google::protobuf::RepeatedPtrField<cart::v1::RunView>& runs, bool dry_run) {
   std::vector<std::string> keys = VaryingKeys(runs);
   Table t;
@@ -96,6 +107,9 @@ void PrintRuns(const google::protobuf::RepeatedPtrField<cart::v1::RunView>& runs
   for (const auto& k : keys) header.push_back(k);
   header.insert(header.end(), {"stored", "effective", "mem est"});
   if (dry_run) header.insert(header.end(), {"tokens", "3090 h"});
+  const bool tagged =
+      std::any_of(runs.begin(), runs.end(), [](const auto& r) { return r.tags_size() > 0; });
+  if (tagged) header.push_back("tags");
   t.Header(header);
   for (const auto& r : runs) {
     std::vector<std::string> row = {std::to_string(r.run_id()), r.name()};
@@ -122,6 +136,7 @@ void PrintRuns(const google::protobuf::RepeatedPtrField<cart::v1::RunView>& runs
       row.insert(row.end(), {fmt::format("{:.1f}M", r.tokens() / 1e6),
                              fmt::format("{:.2f}", r.est_hours_rtx3090())});
     }
+    if (tagged) row.push_back(TagList(r.tags()));
     t.Row(row);
   }
   t.Print(std::cout);

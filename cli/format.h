@@ -22,6 +22,10 @@ std::string ToJson(const google::protobuf::Message& m);
 std::string Mib(int64_t mib);
 // Local time of a Unix time in microseconds; "-" for 0.
 std::string When(int64_t us);
+// "note (<who>, <when>):\n<text>\n"; empty when there is no note.
+std::string NoteBlock(const cart::v1::Note& note);
+// Tag names joined by ", "; "-" when there are none.
+std::string TagList(const google::protobuf::RepeatedPtrField<cart::v1::Tag>& tags);
 // An expected finish (Unix microseconds) as "2026-12-03 14:10:00 (in 41.2 h)" against the local
 // clock, "-" for 0 (no estimate).
 std::string ExpectedAt(int64_t us);

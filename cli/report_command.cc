@@ -121,14 +121,8 @@ void RunReport(ReportArgs& a) {
   a.options.html = a.format == "html";
   absl::Status status;
   if (!a.db.empty()) {
-    if (!std::filesystem::exists(a.db)) {
-      ExitWith(absl::NotFoundError(StrCat("--db ", a.db, ": no such database file")));
-    }
-    store::StoreOptions options;
-    options.path = a.db;
-    absl::StatusOr<std::unique_ptr<store::RunStore>> opened = store::RunStore::Open(options);
-    if (!opened.ok()) ExitWith(opened.status());
-    std::unique_ptr<report::StudySource> source = report::StoreSource(**opened);
+    std::unique_ptr<store::RunStore> opened = OpenDatabaseFile(a.db, "--db");
+    std::unique_ptr<report::StudySource> source = report::StoreSource(*opened);
     status = Write(*source, a.options);
   } else {
     ServiceStudySource source(Client::Connect(a.conn));

@@ -1,4 +1,5 @@
-// cart results: the results tables (pivot, best, deltas, series, ranks) from cartd.
+// cart results: the results tables (pivot, best, deltas, series, ranks) from cartd, or with --db
+// from a database file (the same queries, server/results_tables.h).
 
 #include <fmt/format.h>
 #include <unistd.h>
@@ -20,6 +21,9 @@
 #include "common/status.h"
 #include "common/strings.h"
 #include "rpc/client.h"
+#ifdef CART_CLI_WITH_SERVER
+#include "server/results_tables.h"
+#endif
 
 namespace cart::cli {
 namespace {
@@ -32,7 +36,9 @@ void RegisterResults(CLI::App& app) {
     cart::v1::QueryTableRequest req;
     std::string table, format = "text";
     std::vector<std::string> sweeps;
+    std::vector<std::string> tags;
     int64_t run_id = 0;
+    std::string db;
   };
   auto a = std::make_shared<Args>();
   CLI::App* results = app.add_subcommand(
@@ -45,6 +51,7 @@ void RegisterResults(CLI::App& app) {
   results->add_option("--rows", *a->req.mutable_rows(), "Config key for rows (pivot, best)");
   results->add_option("--cols", *a->req.mutable_cols(), "Config key for columns (pivot)");
   results->add_option("--sweep", a->sweeps, "Restrict to sweeps (ranks: exactly two)");
+  results->add_option("--tag", a->tags, "Only runs carrying this tag (repeatable: every one)");
   results->add_option("--baseline", *a->req.mutable_baseline(),
                       "deltas: baseline group key=value,…");
   results->add_option("--group-by", *a->req.mutable_group_by(),
@@ -61,6 +68,11 @@ void RegisterResults(CLI::App& app) {
       "--lower-is-better", [a](int64_t) { a->req.set_lower_is_better(true); },
       "best, ranks: smaller values win (perplexity)");
   results->add_option("--value", *a->req.mutable_value(), "final (default) or latest");
+#ifdef CART_CLI_WITH_SERVER
+  results->add_option("--db", a->db,
+                      "Read this SQLite database file directly instead of asking cartd (opened "
+                      "as cartd opens it: an older schema is migrated)");
+#endif
   results->add_option("--format", a->format, "text | csv | markdown | json")
       ->check(CLI::IsMember({"text", "csv", "markdown", "json"}))
       ->capture_default_str();
@@ -69,9 +81,21 @@ void RegisterResults(CLI::App& app) {
     a->req.set_table(a->table);
     a->req.set_run_id(a->run_id);
     for (const auto& s : a->sweeps) a->req.add_sweeps(s);
-    Client client = Client::Connect(a->conn);
-    auto t = client.Call<cart::v1::QueryTableRequest, cart::v1::Table>(
-        &cart::v1::SchedulerService::Stub::QueryTable, a->req);
+    for (const auto& tag : a->tags) a->req.add_tags(tag);
+    cart::v1::Table t;
+#ifdef CART_CLI_WITH_SERVER
+    if (!a->db.empty()) {
+      std::unique_ptr<store::RunStore> store = OpenDatabaseFile(a->db, "--db");
+      absl::StatusOr<cart::v1::Table> table = server::QueryTableOverStore(*store, a->req);
+      if (!table.ok()) ExitWith(table.status());
+      t = *std::move(table);
+    }
+#endif
+    if (a->db.empty()) {
+      Client client = Client::Connect(a->conn);
+      t = client.Call<cart::v1::QueryTableRequest, cart::v1::Table>(
+          &cart::v1::SchedulerService::Stub::QueryTable, a->req);
+    }
     if (a->conn.json || a->format == "json") {
       std::cout << ToJson(t) << "\n";
       return;

@@ -1,4 +1,5 @@
-// cart runs ls | show | logs | cancel | resume | extend: one run at a time on cartd.
+// cart runs ls | show | logs | cancel | resume | extend: one run at a time on cartd (tag, untag
+// and note come from annotate_command.cc).
 
 #include <fmt/format.h>
 #include <unistd.h>
@@ -68,22 +69,26 @@ void PrintMetricLog(int64_t run_id, bool follow, const Conn& conn) {
 }
 
 void RegisterRuns(CLI::App& app) {
-  CLI::App* runs = app.add_subcommand("runs", "List, inspect, cancel, resume and extend runs");
+  CLI::App* runs =
+      app.add_subcommand("runs", "List, inspect, cancel, resume, extend, tag and annotate runs");
   runs->require_subcommand(1);
 
   struct LsArgs {
     Conn conn;
     std::string sweep;
     std::vector<std::string> states;
+    std::vector<std::string> tags;
   };
   auto la = std::make_shared<LsArgs>();
   CLI::App* ls = runs->add_subcommand("ls", "List runs");
   ls->add_option("--sweep", la->sweep, "Only this sweep");
   ls->add_option("--state", la->states, "Only these states (QUEUED, RUNNING, …; repeatable)");
+  ls->add_option("--tag", la->tags, "Only runs carrying this tag (repeatable: every one)");
   AddConnFlags(ls, la->conn);
   OnRun(ls, [la] {
     cart::v1::ListRunsRequest req;
     req.set_sweep(la->sweep);
+    for (const std::string& tag : la->tags) req.add_tags(tag);
     for (const std::string& s : la->states) {
       RunState state;
       if (!cart::v1::RunState_Parse("RUN_STATE_" + ToUpper(s), &state)) {
@@ -129,6 +134,10 @@ void RegisterRuns(CLI::App& app) {
                              r.step(), r.total_steps(), Progress(r));
     if (!r.waiting_reason().empty()) std::cout << "waiting: " << r.waiting_reason() << "\n";
     if (!r.worker_id().empty()) std::cout << "worker: " << r.worker_id() << "\n";
+    for (const auto& tag : r.tags()) {
+      std::cout << fmt::format("tag: {} ({}, {})\n", tag.name(), tag.who(), When(tag.at_us()));
+    }
+    std::cout << NoteBlock(r.note());
     if (r.expected_finish_us() > 0) {
       std::cout << "expected finish: " << ExpectedAt(r.expected_finish_us()) << "\n";
     }
@@ -250,6 +259,7 @@ void RegisterRuns(CLI::App& app) {
            return c.Call<cart::v1::ExtendRunRequest, cart::v1::RunResponse>(
                &cart::v1::SchedulerService::Stub::ExtendRun, req);
          });
+  AddAnnotateCommands(runs, /*sweep=*/false);
 }
 
 }  // namespace

@@ -172,14 +172,14 @@ void RegisterSweep(CLI::App& app) {
     }
     Table t;
     t.Header({"sweep", "created", "queued", "running", "succeeded", "failed", "cancelled",
-              "expected finish"});
+              "expected finish", "tags"});
     for (const auto& s : resp.sweeps()) {
       auto n = [&](const char* k) {
         auto it = s.runs_by_state().find(k);
         return std::to_string(it == s.runs_by_state().end() ? 0 : it->second);
       };
       t.Row({s.name(), When(s.created_us()), n("QUEUED"), n("RUNNING"), n("SUCCEEDED"), n("FAILED"),
-             n("CANCELLED"), ExpectedAt(s.expected_finish_us())});
+             n("CANCELLED"), ExpectedAt(s.expected_finish_us()), TagList(s.tags())});
     }
     t.Print(std::cout);
   });
@@ -208,6 +208,8 @@ void RegisterSweep(CLI::App& app) {
     }
     std::cout << fmt::format("sweep {} ({} runs, created {})\n", resp.sweep().name(),
                              resp.runs_size(), When(resp.sweep().created_us()));
+    if (!resp.sweep().tags().empty()) std::cout << "tags: " << TagList(resp.sweep().tags()) << "\n";
+    std::cout << NoteBlock(resp.sweep().note());
     int64_t unfinished = 0;
     for (const auto& [state, n] : resp.sweep().runs_by_state()) {
       if (state == "QUEUED" || state == "BLOCKED" || state == "LEASED" || state == "RUNNING") {
@@ -336,6 +338,7 @@ void RegisterSweep(CLI::App& app) {
         del->name, resp.runs_deleted(), resp.metric_points_deleted(), resp.checkpoints_deleted(),
         resp.artifacts_removed());
   });
+  AddAnnotateCommands(sweep, /*sweep=*/true);
 }
 
 }  // namespace

@@ -441,6 +441,20 @@ absl::StatusOr<RunRecord> Scheduler::ExtendRun(int64_t run_id, int64_t total_ste
   return extended;
 }
 
+// ---- Tags and notes
+
+absl::StatusOr<RunRecord> Scheduler::AnnotateRun(int64_t run_id,
+                                                 const store::AnnotationChange& change,
+                                                 const std::string& who) {
+  return store_->AnnotateRun(run_id, change, store::Audit{NowMicros(), who, ""});
+}
+
+absl::StatusOr<store::SweepRecord> Scheduler::AnnotateSweep(const std::string& name,
+                                                            const store::AnnotationChange& change,
+                                                            const std::string& who) {
+  return store_->AnnotateSweep(name, change, store::Audit{NowMicros(), who, ""});
+}
+
 // ---- Workers
 
 absl::StatusOr<WorkerTiming> Scheduler::RegisterWorker(const WorkerInfo& worker) {

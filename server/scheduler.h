@@ -283,6 +283,17 @@ class Scheduler {
   absl::StatusOr<store::RunRecord> ExtendRun(int64_t run_id, int64_t total_steps,
                                              const std::string& who);
 
+  // ---- Tags and notes (store::AnnotationChange)
+  //
+  // Any user or admin may tag and annotate any run or sweep (a lab shares its findings); each tag
+  // and note keeps who set it and when. Errors as store::RunStore::AnnotateRun.
+  absl::StatusOr<store::RunRecord> AnnotateRun(int64_t run_id,
+                                               const store::AnnotationChange& change,
+                                               const std::string& who);
+  absl::StatusOr<store::SweepRecord> AnnotateSweep(const std::string& name,
+                                                   const store::AnnotationChange& change,
+                                                   const std::string& who);
+
   // ---- Workers
 
   // Registers a worker or refreshes its registration (idempotent on id); a worker that registers

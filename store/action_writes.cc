@@ -1,4 +1,5 @@
-// RunStore's writes: users' actions on one run (cancel, resume, extend). Each public method
+// RunStore's writes: users' actions on one run (cancel, resume, extend), and tags and notes on
+// runs and sweeps. Each public method
 // validates its input on the calling thread, then hands a closure to the writer thread
 // (internal/writer.h); the closure reads what it needs, checks the state, and writes, all inside
 // its savepoint.
@@ -36,7 +37,80 @@ constexpr char kSetStepsAndConfig[] = "UPDATE runs SET steps = ?, config_yaml = 
 constexpr char kScaleWork[] =
     "UPDATE runs SET work_hours = work_hours * ?1 / steps WHERE id = ?2 AND steps > 0";
 
+// Tags and notes, for runs and for sweeps: the same statements over the two owners' tables.
+struct AnnotationSql {
+  const char* insert_tag;  // (owner id, tag, who, at_us)
+  const char* delete_tag;  // (owner id, tag)
+  const char* count_tags;  // (owner id)
+  const char* set_note;    // (text, who, at_us, owner id)
+};
+constexpr AnnotationSql kRunAnnotation = {
+    "INSERT INTO run_tags(run_id, tag, who, at_us) VALUES(?, ?, ?, ?) "
+    "ON CONFLICT(run_id, tag) DO NOTHING",
+    "DELETE FROM run_tags WHERE run_id = ? AND tag = ?",
+    "SELECT count(*) FROM run_tags WHERE run_id = ?",
+    "UPDATE runs SET note = ?, note_by = ?, note_us = ? WHERE id = ?",
+};
+constexpr AnnotationSql kSweepAnnotation = {
+    "INSERT INTO sweep_tags(sweep_id, tag, who, at_us) VALUES(?, ?, ?, ?) "
+    "ON CONFLICT(sweep_id, tag) DO NOTHING",
+    "DELETE FROM sweep_tags WHERE sweep_id = ? AND tag = ?",
+    "SELECT count(*) FROM sweep_tags WHERE sweep_id = ?",
+    "UPDATE sweeps SET note = ?, note_by = ?, note_us = ? WHERE id = ?",
+};
+
+// Applies `change` to the owner's rows; FailedPrecondition (the caller's savepoint undoes
+// everything) when it would leave more than kMaxTags tags.
+absl::Status ApplyAnnotation(Database& db, const AnnotationSql& sql, int64_t owner_id,
+                             const AnnotationChange& change, const Audit& audit,
+                             const std::string& what) {
+  for (const std::string& tag : change.remove_tags) {
+    CART_RETURN_IF_ERROR(Exec(db, sql.delete_tag, owner_id, tag));
+  }
+  for (const std::string& tag : change.add_tags) {
+    CART_RETURN_IF_ERROR(Exec(db, sql.insert_tag, owner_id, tag, audit.who, audit.at_us));
+  }
+  CART_ASSIGN_OR_RETURN(auto count, db.Cached(sql.count_tags));
+  count->BindAll(owner_id);
+  CART_ASSIGN_OR_RETURN(bool row, count->Step());
+  const int64_t tags = row ? count->ColumnInt64(0) : 0;
+  if (tags > static_cast<int64_t>(kMaxTags)) {
+    return absl::FailedPreconditionError(
+        StrCat(what, " would carry ", tags, " tags; at most ", kMaxTags, " (remove some first)"));
+  }
+  if (change.note) {
+    CART_RETURN_IF_ERROR(Exec(db, sql.set_note, *change.note, audit.who, audit.at_us, owner_id));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+absl::StatusOr<RunRecord> RunStore::AnnotateRun(int64_t run_id, const AnnotationChange& change,
+                                                const Audit& audit) {
+  CART_RETURN_IF_ERROR(internal::ValidateAudit(audit));
+  const std::string what = StrCat("run ", run_id);
+  CART_RETURN_IF_ERROR(internal::ValidateAnnotationChange(change, what));
+  return writer_->Run<RunRecord>([&](WriteContext& ctx) -> absl::StatusOr<RunRecord> {
+    CART_RETURN_IF_ERROR(internal::RequireRun(ctx.db(), run_id));
+    CART_RETURN_IF_ERROR(ApplyAnnotation(ctx.db(), kRunAnnotation, run_id, change, audit, what));
+    return internal::LoadRun(ctx.db(), run_id);
+  });
+}
+
+absl::StatusOr<SweepRecord> RunStore::AnnotateSweep(const std::string& name,
+                                                    const AnnotationChange& change,
+                                                    const Audit& audit) {
+  CART_RETURN_IF_ERROR(internal::ValidateAudit(audit));
+  const std::string what = StrCat("sweep '", ValidUtf8(name), "'");
+  CART_RETURN_IF_ERROR(internal::ValidateAnnotationChange(change, what));
+  return writer_->Run<SweepRecord>([&](WriteContext& ctx) -> absl::StatusOr<SweepRecord> {
+    CART_ASSIGN_OR_RETURN(SweepRecord sweep, internal::LoadSweepByName(ctx.db(), name));
+    CART_RETURN_IF_ERROR(
+        ApplyAnnotation(ctx.db(), kSweepAnnotation, sweep.id, change, audit, what));
+    return internal::LoadSweepById(ctx.db(), sweep.id);
+  });
+}
 
 absl::StatusOr<RunRecord> RunStore::CancelRun(int64_t run_id, const Audit& audit) {
   CART_RETURN_IF_ERROR(internal::ValidateAudit(audit));

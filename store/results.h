@@ -25,6 +25,7 @@ struct RunFilter {
   std::map<std::string, std::string> params;  // config key -> value, compared as text
   std::vector<RunState> states;               // any of these states
   std::vector<JobKind> kinds;                 // any of these job kinds (results: kTrain)
+  std::vector<std::string> tags;              // runs carrying every one of these tags
 };
 
 enum class SummaryField {

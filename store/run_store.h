@@ -246,6 +246,19 @@ class RunStore {
   absl::StatusOr<RunRecord> ExtendRun(int64_t run_id, int64_t new_total_steps,
                                       const std::string& new_config_yaml, const Audit& audit);
 
+  // ---- Tags and notes (types.h: Tag, Note, AnnotationChange)
+
+  // Removes, then adds tags (each with audit.who and audit.at_us), then replaces the note when
+  // change.note is set, in one transaction; returns the run as it then is. Any state; not an
+  // event of the run. InvalidArgument naming the tag or the note's fault (spelling, size,
+  // control characters, a tag both added and removed); FailedPrecondition, changing nothing,
+  // when the run would carry more than kMaxTags tags; NotFound for an unknown run.
+  absl::StatusOr<RunRecord> AnnotateRun(int64_t run_id, const AnnotationChange& change,
+                                        const Audit& audit);
+  // The same for a sweep (its own tags and note, not its runs').
+  absl::StatusOr<SweepRecord> AnnotateSweep(const std::string& name, const AnnotationChange& change,
+                                            const Audit& audit);
+
   // ---- Queries (each one consistent snapshot)
 
   absl::StatusOr<SweepRecord> GetSweep(const std::string& name);

@@ -61,6 +61,8 @@ constexpr const char* kDeleteSweepRows[] = {
     "DELETE FROM attempts WHERE run_id IN (SELECT id FROM runs WHERE sweep_id = ?1)",
     "DELETE FROM events WHERE run_id IN (SELECT id FROM runs WHERE sweep_id = ?1)",
     "DELETE FROM events WHERE sweep_id = ?1",
+    "DELETE FROM run_tags WHERE run_id IN (SELECT id FROM runs WHERE sweep_id = ?1)",
+    "DELETE FROM sweep_tags WHERE sweep_id = ?1",
     "DELETE FROM runs WHERE sweep_id = ?1",
     "DELETE FROM sweeps WHERE id = ?1",
 };

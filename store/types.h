@@ -56,6 +56,36 @@ struct Audit {
   std::string why;    // free text for the run's history; may be empty
 };
 
+// Tags and notes: what researchers write on runs and sweeps ("leak", "rerun-of-12", "why this
+// run diverged") to find and explain them later (RunStore::AnnotateRun, AnnotateSweep).
+//
+// A tag is 1..kMaxTagBytes of letters, digits and "._:/=+@-"; a run or sweep carries at most
+// kMaxTags. A note is UTF-8 text of at most kMaxNoteBytes, without control characters other
+// than newline and tab.
+inline constexpr size_t kMaxTagBytes = 64;
+inline constexpr size_t kMaxTags = 32;
+inline constexpr size_t kMaxNoteBytes = 8192;
+
+struct Tag {
+  std::string name;
+  std::string who;    // who set it (Audit::who)
+  int64_t at_us = 0;  // when, Unix time, microseconds
+};
+
+struct Note {
+  std::string text;   // empty: none
+  std::string who;    // who wrote it last; empty when never written
+  int64_t at_us = 0;  // when, Unix time, microseconds; 0 when never written
+};
+
+// One change of a run's or sweep's tags and note. Adding a tag it carries keeps the first
+// setter and time; removing one it lacks does nothing.
+struct AnnotationChange {
+  std::vector<std::string> add_tags;
+  std::vector<std::string> remove_tags;
+  std::optional<std::string> note;  // replaces the note; "" clears it; nullopt: unchanged
+};
+
 // One run of a new sweep, as the scheduler resolved it.
 struct NewRun {
   // Unique within the sweep, e.g. "d512-R6-P6-s42". 1..200 characters.
@@ -105,6 +135,8 @@ struct SweepRecord {
   std::string created_by;
   int64_t created_us = 0;
   std::map<RunState, int64_t> run_counts;  // runs per state; states with no runs are absent
+  std::vector<Tag> tags;                   // by name
+  Note note;
 };
 
 struct CreatedSweep {
@@ -157,6 +189,8 @@ struct RunRecord {
   // devices with more. 0: never ran out of memory.
   int64_t oom_memory_bytes = 0;
   double work_hours = 0;  // the whole run's work in RTX 3090 hours; 0: unknown
+  std::vector<Tag> tags;  // by name
+  Note note;
 };
 
 // What is left of `work_hours` (a whole run's work) once `done_steps` of its `steps` are done.

@@ -175,6 +175,50 @@ absl::Status CheckSort(const std::string& sort) {
   return absl::OkStatus();
 }
 
+// An annotate body ({"add_tags": [...], "remove_tags": [...], "note": "..."}) as a change; the
+// store checks each tag's spelling and the note.
+absl::StatusOr<store::AnnotationChange> AnnotationOf(const Request& request) {
+  CART_ASSIGN_OR_RETURN(json body, ActionBody(request, {"add_tags", "remove_tags", "note"}));
+  store::AnnotationChange change;
+  for (const char* key : {"add_tags", "remove_tags"}) {
+    if (!body.contains(key)) continue;
+    const json& list = body[key];
+    if (!list.is_array() || list.size() > store::kMaxTags) {
+      return absl::InvalidArgumentError(
+          StrCat(key, " must be an array of at most ", store::kMaxTags, " tag strings"));
+    }
+    for (const json& tag : list) {
+      if (!tag.is_string()) return absl::InvalidArgumentError(StrCat(key, " holds a non-string"));
+      (std::string_view(key) == "add_tags" ? change.add_tags : change.remove_tags)
+          .push_back(tag.get<std::string>());
+    }
+  }
+  if (body.contains("note")) {
+    if (!body["note"].is_string()) return absl::InvalidArgumentError("note must be a string");
+    change.note = body["note"].get<std::string>();
+  }
+  if (change.add_tags.empty() && change.remove_tags.empty() && !change.note) {
+    return absl::InvalidArgumentError("annotate needs add_tags, remove_tags or note");
+  }
+  return change;
+}
+
+json TagNames(const std::vector<store::Tag>& tags) {
+  json out = json::array();
+  for (const store::Tag& tag : tags) out.push_back(tag.name);
+  return out;
+}
+
+// Tags with who set them and when, and the note: what a run's or sweep's page shows.
+json AnnotationJson(const std::vector<store::Tag>& tags, const store::Note& note) {
+  json detail = json::array();
+  for (const store::Tag& tag : tags) {
+    detail.push_back(json{{"name", tag.name}, {"who", tag.who}, {"at_us", tag.at_us}});
+  }
+  return json{{"tags", detail},
+              {"note", json{{"text", note.text}, {"who", note.who}, {"at_us", note.at_us}}}};
+}
+
 // A cancel's "reason" (a string), or the dashboard's default.
 absl::StatusOr<std::string> Reason(const json& body) {
   if (!body.contains("reason")) return std::string("cancelled from the dashboard");
@@ -209,7 +253,9 @@ json RunRowJson(const store::RunRow& row, const std::vector<std::string>* keys) 
               {"cancel_requested", run.cancel_requested},
               {"updated_us", run.updated_us},
               {"params", params},
-              {"latest", latest}};
+              {"latest", latest},
+              {"tags", TagNames(run.tags)},
+              {"has_note", !run.note.text.empty()}};
 }
 
 json SeriesJson(const store::Series& series) {
@@ -475,6 +521,15 @@ Response Dashboard::Api(const Request& request, const std::string& who) {
       if (!changed.ok()) return Error(changed.status());
       return Json(json{{"sweep", name}, {"runs_affected", *changed}});
     }
+    if (method == "POST" && sub == "annotate") {
+      absl::StatusOr<store::AnnotationChange> change = AnnotationOf(request);
+      if (!change.ok()) return Error(change.status());
+      absl::StatusOr<store::SweepRecord> after = scheduler_->AnnotateSweep(name, *change, who);
+      if (!after.ok()) return Error(after.status());
+      json out = AnnotationJson(after->tags, after->note);
+      out["sweep"] = name;
+      return Json(out);
+    }
     if (method == "POST" && sub == "delete") {
       absl::StatusOr<json> body = ActionBody(request, {});
       if (!body.ok()) return Error(body.status());
@@ -503,6 +558,15 @@ Response Dashboard::Api(const Request& request, const std::string& who) {
     if (get && sub == "live") return RunLive(request, *id);
     if (method == "POST" && (sub == "cancel" || sub == "resume" || sub == "extend")) {
       return RunAction(request, *id, sub, who);
+    }
+    if (method == "POST" && sub == "annotate") {
+      absl::StatusOr<store::AnnotationChange> change = AnnotationOf(request);
+      if (!change.ok()) return Error(change.status());
+      absl::StatusOr<RunRecord> after = scheduler_->AnnotateRun(*id, *change, who);
+      if (!after.ok()) return Error(after.status());
+      json out = AnnotationJson(after->tags, after->note);
+      out["id"] = after->id;
+      return Json(out);
     }
   }
   return Error(absl::StatusCode::kNotFound,
@@ -547,7 +611,8 @@ Response Dashboard::ListSweeps() {
                        {"expected_finish_us", finish_us},
                        {"eta_s", eta},
                        {"unfinished", total - finished},
-                       {"runs_estimated", estimated}});
+                       {"runs_estimated", estimated},
+                       {"tags", TagNames(p.sweep.tags)}});
   }
   return Json(json{{"sweeps", out}});
 }
@@ -567,7 +632,9 @@ Response Dashboard::GetSweep(const std::string& name) {
                    {"states", StateCounts(sweep->run_counts)},
                    {"varying", keys->varying},
                    {"metrics", keys->metrics},
-                   {"spec", sweep->spec_text}});
+                   {"spec", sweep->spec_text},
+                   {"tags", TagNames(sweep->tags)},
+                   {"annotation", AnnotationJson(sweep->tags, sweep->note)}});
 }
 
 Response Dashboard::SweepRuns(const Request& request, const std::string& name) {
@@ -596,6 +663,11 @@ Response Dashboard::SweepRuns(const Request& request, const std::string& name) {
   absl::StatusOr<std::map<std::string, std::string>> params = ParamFilter(request);
   if (!params.ok()) return Error(params.status());
   page.filter.params = std::move(*params);
+  page.filter.tags = SplitList(request.Query("tag"));
+  if (page.filter.tags.size() > store::kMaxTags) {
+    return Error(absl::StatusCode::kInvalidArgument,
+                 StrCat("at most ", store::kMaxTags, " tags in a filter"));
+  }
   page.metrics =
       request.query.count("metrics") ? SplitList(request.Query("metrics")) : kTableMetrics;
   if (page.metrics.size() > 32) {
@@ -902,6 +974,7 @@ Response Dashboard::GetRun(int64_t id) {
   out["effective_params"] = run.effective_params;
   out["created_us"] = run.created_us;
   out["summaries"] = summaries;
+  out["annotation"] = AnnotationJson(run.tags, run.note);
   json events = json::array();
   for (const store::EventRecord& e : details->events) {
     events.push_back(json{{"at_us", e.at_us},

@@ -84,6 +84,7 @@ v1::RunView ToRunView(const RunInfo& info, const std::vector<store::MetricSummar
   view.set_created_us(run.created_us);
   view.set_updated_us(run.updated_us);
   view.set_expected_finish_us(info.expected_finish_us);
+  ToAnnotationViews(run.tags, run.note, view.mutable_tags(), view.mutable_note());
   return view;
 }
 
@@ -103,7 +104,22 @@ v1::SweepView ToSweepView(const store::SweepRecord& sweep, const Forecast* forec
     (*view.mutable_runs_by_state())[std::string(store::RunStateName(state))] = count;
   }
   view.set_priority(sweep.priority);
+  ToAnnotationViews(sweep.tags, sweep.note, view.mutable_tags(), view.mutable_note());
   return view;
+}
+
+void ToAnnotationViews(const std::vector<store::Tag>& tags, const store::Note& note,
+                       google::protobuf::RepeatedPtrField<v1::Tag>* tag_views,
+                       v1::Note* note_view) {
+  for (const store::Tag& tag : tags) {
+    v1::Tag* view = tag_views->Add();
+    view->set_name(tag.name);
+    view->set_who(tag.who);
+    view->set_at_us(tag.at_us);
+  }
+  note_view->set_text(note.text);
+  note_view->set_who(note.who);
+  note_view->set_at_us(note.at_us);
 }
 
 v1::CheckpointView ToCheckpointView(const store::CheckpointRecord& checkpoint, bool final) {

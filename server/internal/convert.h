@@ -44,6 +44,9 @@ v1::RunView ToRunView(const RunInfo& info, const std::vector<store::MetricSummar
                       bool with_config);
 // With `forecast`: the sweep's expected finish and how many runs have an estimate.
 v1::SweepView ToSweepView(const store::SweepRecord& sweep, const Forecast* forecast = nullptr);
+// A run's or sweep's tags and note, appended to `tag_views` and written into `note_view`.
+void ToAnnotationViews(const std::vector<store::Tag>& tags, const store::Note& note,
+                       google::protobuf::RepeatedPtrField<v1::Tag>* tag_views, v1::Note* note_view);
 v1::CheckpointView ToCheckpointView(const store::CheckpointRecord& checkpoint, bool final);
 v1::RunEvent ToRunEvent(const store::EventRecord& event);
 v1::WorkerView ToWorkerView(const WorkerStatus& worker);

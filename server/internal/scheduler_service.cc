@@ -214,6 +214,11 @@ grpc::Status SchedulerServiceImpl::ListRuns(grpc::ServerContext* context,
   if (request->limit() < 0 || request->offset() < 0) {
     return ToGrpc(absl::InvalidArgumentError("ListRuns: limit and offset must not be negative"));
   }
+  if (request->tags_size() > static_cast<int>(store::kMaxTags)) {
+    return ToGrpc(absl::InvalidArgumentError(StrCat(
+        "ListRuns: at most ", store::kMaxTags, " tags in a filter, not ", request->tags_size())));
+  }
+  filter.tags.assign(request->tags().begin(), request->tags().end());
   int64_t total = 0;
   absl::StatusOr<std::vector<RunInfo>> runs =
       ctx_.scheduler->ListRuns(filter, AnswerLimit(request->limit()), request->offset(), &total);
@@ -415,9 +420,36 @@ grpc::Status SchedulerServiceImpl::QueryTable(grpc::ServerContext* context,
                                               v1::Table* response) {
   CART_CALLER(who, "QueryTable");
   CART_BIG_READ(true, who);
-  absl::StatusOr<v1::Table> table = internal::QueryTable(*ctx_.scheduler, *request);
+  SchedulerResults results(ctx_.scheduler);
+  absl::StatusOr<v1::Table> table = internal::QueryTable(results, *request);
   if (!table.ok()) return ToGrpc(table.status());
   *response = *std::move(table);
+  return grpc::Status::OK;
+}
+
+grpc::Status SchedulerServiceImpl::Annotate(grpc::ServerContext* context,
+                                            const v1::AnnotateRequest* request,
+                                            v1::AnnotateResponse* response) {
+  CART_CALLER(who, "Annotate");
+  store::AnnotationChange change;
+  change.add_tags.assign(request->add_tags().begin(), request->add_tags().end());
+  change.remove_tags.assign(request->remove_tags().begin(), request->remove_tags().end());
+  if (request->set_note()) change.note = request->note();
+  const bool run = request->run_id() != 0;
+  if (run == !request->sweep().empty()) {
+    return ToGrpc(absl::InvalidArgumentError("Annotate: give either run_id or sweep"));
+  }
+  if (run) {
+    absl::StatusOr<store::RunRecord> after =
+        ctx_.scheduler->AnnotateRun(request->run_id(), change, who);
+    if (!after.ok()) return ToGrpc(after.status());
+    ToAnnotationViews(after->tags, after->note, response->mutable_tags(), response->mutable_note());
+  } else {
+    absl::StatusOr<store::SweepRecord> after =
+        ctx_.scheduler->AnnotateSweep(request->sweep(), change, who);
+    if (!after.ok()) return ToGrpc(after.status());
+    ToAnnotationViews(after->tags, after->note, response->mutable_tags(), response->mutable_note());
+  }
   return grpc::Status::OK;
 }
 

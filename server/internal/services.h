@@ -74,6 +74,8 @@ class SchedulerServiceImpl final : public v1::SchedulerService::Service {
                              grpc::ServerWriter<v1::ArtifactChunk>* writer) override;
   grpc::Status QueryTable(grpc::ServerContext* context, const v1::QueryTableRequest* request,
                           v1::Table* response) override;
+  grpc::Status Annotate(grpc::ServerContext* context, const v1::AnnotateRequest* request,
+                        v1::AnnotateResponse* response) override;
   grpc::Status ListWorkers(grpc::ServerContext* context, const v1::ListWorkersRequest* request,
                            v1::ListWorkersResponse* response) override;
   grpc::Status DrainWorker(grpc::ServerContext* context, const v1::DrainWorkerRequest* request,

@@ -5,6 +5,7 @@
 
 #include "common/status.h"
 #include "common/strings.h"
+#include "server/results_tables.h"
 
 namespace cart::server::internal {
 namespace {
@@ -48,6 +49,7 @@ absl::StatusOr<store::SummaryField> FieldOf(const std::string& value) {
 store::RunFilter SweepFilter(const v1::QueryTableRequest& request) {
   store::RunFilter filter;
   filter.sweeps.assign(request.sweeps().begin(), request.sweeps().end());
+  filter.tags.assign(request.tags().begin(), request.tags().end());
   // The tables compare trained models; an eval job's values are over R_infer, not training.
   filter.kinds = {JobKind::kTrain};
   return filter;
@@ -62,7 +64,7 @@ std::vector<std::string> Keys(const std::string& csv) {
   return keys;
 }
 
-absl::StatusOr<store::PivotTable> PivotOf(Scheduler& results,
+absl::StatusOr<store::PivotTable> PivotOf(ResultsReader& results,
                                           const v1::QueryTableRequest& request) {
   CART_RETURN_IF_ERROR(Require(request.metric(), "metric", request.table()));
   CART_RETURN_IF_ERROR(Require(request.rows(), "rows", request.table()));
@@ -76,7 +78,7 @@ absl::StatusOr<store::PivotTable> PivotOf(Scheduler& results,
   return results.Pivot(pivot);
 }
 
-absl::StatusOr<v1::Table> PivotTable(Scheduler& results, const v1::QueryTableRequest& request) {
+absl::StatusOr<v1::Table> PivotTable(ResultsReader& results, const v1::QueryTableRequest& request) {
   CART_ASSIGN_OR_RETURN(store::PivotTable pivot, PivotOf(results, request));
   v1::Table table;
   table.set_title(StrCat(pivot.metric, " by ", pivot.row_key, " × ", pivot.col_key));
@@ -91,7 +93,7 @@ absl::StatusOr<v1::Table> PivotTable(Scheduler& results, const v1::QueryTableReq
   return table;
 }
 
-absl::StatusOr<v1::Table> BestTable(Scheduler& results, const v1::QueryTableRequest& request) {
+absl::StatusOr<v1::Table> BestTable(ResultsReader& results, const v1::QueryTableRequest& request) {
   CART_ASSIGN_OR_RETURN(store::PivotTable pivot, PivotOf(results, request));
   const store::Goal goal = request.lower_is_better() ? store::Goal::kMin : store::Goal::kMax;
   v1::Table table;
@@ -109,7 +111,8 @@ absl::StatusOr<v1::Table> BestTable(Scheduler& results, const v1::QueryTableRequ
   return table;
 }
 
-absl::StatusOr<v1::Table> DeltasTable(Scheduler& results, const v1::QueryTableRequest& request) {
+absl::StatusOr<v1::Table> DeltasTable(ResultsReader& results,
+                                      const v1::QueryTableRequest& request) {
   CART_RETURN_IF_ERROR(Require(request.metric(), "metric", request.table()));
   CART_RETURN_IF_ERROR(Require(request.group_by(), "group_by", request.table()));
   CART_RETURN_IF_ERROR(Require(request.baseline(), "baseline", request.table()));
@@ -173,7 +176,8 @@ absl::StatusOr<v1::Table> DeltasTable(Scheduler& results, const v1::QueryTableRe
   return table;
 }
 
-absl::StatusOr<v1::Table> SeriesTable(Scheduler& results, const v1::QueryTableRequest& request) {
+absl::StatusOr<v1::Table> SeriesTable(ResultsReader& results,
+                                      const v1::QueryTableRequest& request) {
   CART_RETURN_IF_ERROR(Require(request.metric(), "metric", request.table()));
   if (request.run_id() <= 0) {
     return absl::InvalidArgumentError("table 'series' needs the field 'run_id'");
@@ -198,7 +202,7 @@ absl::StatusOr<v1::Table> SeriesTable(Scheduler& results, const v1::QueryTableRe
   return table;
 }
 
-absl::StatusOr<v1::Table> RanksTable(Scheduler& results, const v1::QueryTableRequest& request) {
+absl::StatusOr<v1::Table> RanksTable(ResultsReader& results, const v1::QueryTableRequest& request) {
   CART_RETURN_IF_ERROR(Require(request.metric(), "metric", request.table()));
   if (request.sweeps_size() != 2) {
     return absl::InvalidArgumentError(
@@ -235,7 +239,7 @@ absl::StatusOr<v1::Table> RanksTable(Scheduler& results, const v1::QueryTableReq
 
 }  // namespace
 
-absl::StatusOr<v1::Table> QueryTable(Scheduler& results, const v1::QueryTableRequest& request) {
+absl::StatusOr<v1::Table> QueryTable(ResultsReader& results, const v1::QueryTableRequest& request) {
   const std::string& name = request.table();
   if (name == "pivot") return PivotTable(results, request);
   if (name == "best") return BestTable(results, request);
@@ -247,3 +251,43 @@ absl::StatusOr<v1::Table> QueryTable(Scheduler& results, const v1::QueryTableReq
 }
 
 }  // namespace cart::server::internal
+
+namespace cart::server {
+namespace {
+
+// The same queries straight from a store: what `cart results --db` reads.
+class StoreResults final : public internal::ResultsReader {
+ public:
+  explicit StoreResults(store::RunStore* store) : store_(store) {}
+  absl::StatusOr<store::PivotTable> Pivot(const store::PivotRequest& request) override {
+    return store_->Pivot(request);
+  }
+  absl::StatusOr<std::vector<store::AblationRow>> Ablation(
+      const store::AblationRequest& request) override {
+    return store_->Ablation(request);
+  }
+  absl::StatusOr<store::Series> MetricSeries(const store::SeriesRequest& request) override {
+    return store_->MetricSeries(request);
+  }
+  absl::StatusOr<store::StageComparison> CompareStages(
+      const store::StageComparisonRequest& request) override {
+    return store_->CompareStages(request);
+  }
+  absl::StatusOr<std::vector<store::RunRecord>> ListRunRecords(
+      const store::RunFilter& filter) override {
+    return store_->ListRuns(filter);
+  }
+
+ private:
+  store::RunStore* store_;
+};
+
+}  // namespace
+
+absl::StatusOr<v1::Table> QueryTableOverStore(store::RunStore& store,
+                                              const v1::QueryTableRequest& request) {
+  StoreResults results(&store);
+  return internal::QueryTable(results, request);
+}
+
+}  // namespace cart::server

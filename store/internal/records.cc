@@ -14,7 +14,9 @@ namespace {
   "r.stored_params, r.effective_params, r.memory_estimate_bytes, r.status, r.priority, "     \
   "r.attempt, r.max_attempts, r.attempt_floor, r.cancel_requested, r.parent_run_id, "        \
   "r.parent_checkpoint, r.created_us, r.updated_us, r.oom_memory_bytes, r.params_json, "     \
-  "r.min_memory_bytes, r.kind, r.eval_loops, r.work_hours "                                  \
+  "r.min_memory_bytes, r.kind, r.eval_loops, r.work_hours, r.note, r.note_by, r.note_us, "   \
+  "(SELECT json_group_array(json_array(t.tag, t.who, t.at_us)) FROM run_tags AS t "          \
+  "WHERE t.run_id = r.id) "                                                                  \
   "FROM runs AS r JOIN sweeps AS s ON s.id = r.sweep_id "
 
 constexpr char kSelectRunById[] = CART_RUN_SELECT "WHERE r.id = ?";
@@ -24,9 +26,15 @@ constexpr char kSelectRunExists[] = "SELECT id FROM runs WHERE id = ?";
 constexpr char kSelectRunStatus[] = "SELECT status FROM runs WHERE id = ?";
 constexpr char kOrderByRunId[] = " ORDER BY r.id";
 constexpr char kSelectJsonEach[] = "SELECT key, value FROM json_each(?) ORDER BY key";
+// The tags column of CART_RUN_SELECT / CART_SWEEP_SELECT: a JSON array of [tag, who, at_us].
+constexpr char kSelectTagsJson[] =
+    "SELECT json_extract(value, '$[0]') AS tag, json_extract(value, '$[1]'), "
+    "json_extract(value, '$[2]') FROM json_each(?) ORDER BY tag";
 
-#define CART_SWEEP_SELECT                                                                    \
-  "SELECT id, name, client_request_id, spec_text, status, priority, created_by, created_us " \
+#define CART_SWEEP_SELECT                                                                     \
+  "SELECT id, name, client_request_id, spec_text, status, priority, created_by, created_us, " \
+  "note, note_by, note_us, (SELECT json_group_array(json_array(t.tag, t.who, t.at_us)) "      \
+  "FROM sweep_tags AS t WHERE t.sweep_id = sweeps.id) "                                       \
   "FROM sweeps "
 constexpr char kSelectSweepByName[] = CART_SWEEP_SELECT "WHERE name = ?";
 constexpr char kSelectSweepById[] = CART_SWEEP_SELECT "WHERE id = ?";
@@ -64,6 +72,8 @@ constexpr char kFilterKindsOpen[] = " AND r.kind IN (";
 constexpr char kFilterClose[] = ")";
 constexpr char kFilterSweepsClose[] = "))";
 constexpr char kFilterParam[] = " AND json_extract(r.params_json, ?) = ?";
+constexpr char kFilterTag[] =
+    " AND EXISTS (SELECT 1 FROM run_tags AS ft WHERE ft.run_id = r.id AND ft.tag = ?)";
 
 absl::StatusOr<RunState> StateColumn(const Statement& row, int col) {
   const std::string text = row.ColumnText(col);
@@ -104,11 +114,27 @@ absl::StatusOr<RunRecord> ReadRun(const Statement& row) {
   for (const std::string& part : Split(row.ColumnText(27), ',')) {
     if (std::optional<int64_t> r = ParseInt64(part)) run.eval_loops.push_back(static_cast<int>(*r));
   }
+  run.note = Note{row.ColumnText(29), row.ColumnText(30), row.ColumnInt64(31)};
   return run;
 }
 
-// Fills run->params from the params_json column (index 24 of CART_RUN_SELECT) of `row`.
+// The tags of a run or sweep row from its tags column (`col`): no statement when it has none.
+absl::StatusOr<std::vector<Tag>> ReadTags(Database& db, const Statement& row, int col) {
+  std::vector<Tag> tags;
+  const std::string json = row.ColumnText(col);
+  if (json.empty() || json == "[]") return tags;
+  CART_ASSIGN_OR_RETURN(auto each, db.Cached(kSelectTagsJson));
+  each->BindText(1, json);
+  CART_RETURN_IF_ERROR(each->ForEachRow([&](const Statement& cur) {
+    tags.push_back(Tag{cur.ColumnText(0), cur.ColumnText(1), cur.ColumnInt64(2)});
+  }));
+  return tags;
+}
+
+// Fills run->params from the params_json column (index 24 of CART_RUN_SELECT) of `row`, and
+// run->tags from its tags column (32).
 absl::Status ReadParams(Database& db, const Statement& row, RunRecord* run) {
+  CART_ASSIGN_OR_RETURN(run->tags, ReadTags(db, row, 32));
   CART_ASSIGN_OR_RETURN(auto each, db.Cached(kSelectJsonEach));
   each->BindText(1, row.ColumnText(24));
   return each->ForEachRow(
@@ -126,11 +152,13 @@ SweepRecord ReadSweepFields(const Statement& row) {
   sweep.priority = row.ColumnInt64(5);
   sweep.created_by = row.ColumnText(6);
   sweep.created_us = row.ColumnInt64(7);
+  sweep.note = Note{row.ColumnText(8), row.ColumnText(9), row.ColumnInt64(10)};
   return sweep;
 }
 
 absl::StatusOr<SweepRecord> ReadSweep(Database& db, const Statement& row) {
   SweepRecord sweep = ReadSweepFields(row);
+  CART_ASSIGN_OR_RETURN(sweep.tags, ReadTags(db, row, 11));
   CART_ASSIGN_OR_RETURN(auto counts, db.Cached(kCountRunsBySweep));
   counts->BindAll(sweep.id);
   CART_RETURN_IF_ERROR(counts->ForEachRow([&](const auto& cur) -> absl::Status {
@@ -244,6 +272,7 @@ absl::StatusOr<std::vector<SweepRecord>> LoadAllSweeps(Database& db) {
     CART_ASSIGN_OR_RETURN(auto select, db.Cached(kSelectAllSweeps));
     CART_RETURN_IF_ERROR(select->ForEachRow([&](const auto& cur) -> absl::Status {
       out.push_back(ReadSweepFields(cur));
+      CART_ASSIGN_OR_RETURN(out.back().tags, ReadTags(db, cur, 11));
       at[out.back().id] = out.size() - 1;
       return absl::OkStatus();
     }));
@@ -321,6 +350,10 @@ FilterSql BuildFilterSql(const RunFilter& filter) {
     out.conditions += kFilterParam;
     out.binds.push_back(JsonPath(key));
     out.binds.push_back(value);
+  }
+  for (const std::string& tag : filter.tags) {
+    out.conditions += kFilterTag;
+    out.binds.push_back(tag);
   }
   return out;
 }

@@ -245,6 +245,34 @@ ALTER TABLE runs ADD COLUMN work_hours REAL NOT NULL DEFAULT 0;
 CREATE INDEX events_by_sweep ON events(sweep_id) WHERE sweep_id IS NOT NULL;
 )sql";
 
+// Version 11: tags and notes on runs and sweeps (RunStore::AnnotateRun/AnnotateSweep). A tag is
+// a row of its own with who set it and when, keyed (owner, tag) so that setting it again is a
+// no-op, and indexed by tag so that a filter on it (RunFilter::tags) probes an index. A note is
+// one text per run or sweep, replaced as a whole, with who wrote it last and when.
+constexpr char kSchemaV11[] = R"sql(
+CREATE TABLE run_tags(
+  run_id INTEGER NOT NULL REFERENCES runs(id),
+  tag TEXT NOT NULL,
+  who TEXT NOT NULL,
+  at_us INTEGER NOT NULL,
+  PRIMARY KEY(run_id, tag)
+) WITHOUT ROWID;
+CREATE INDEX run_tags_by_tag ON run_tags(tag, run_id);
+CREATE TABLE sweep_tags(
+  sweep_id INTEGER NOT NULL REFERENCES sweeps(id),
+  tag TEXT NOT NULL,
+  who TEXT NOT NULL,
+  at_us INTEGER NOT NULL,
+  PRIMARY KEY(sweep_id, tag)
+) WITHOUT ROWID;
+ALTER TABLE runs ADD COLUMN note TEXT NOT NULL DEFAULT '';
+ALTER TABLE runs ADD COLUMN note_by TEXT NOT NULL DEFAULT '';
+ALTER TABLE runs ADD COLUMN note_us INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE sweeps ADD COLUMN note TEXT NOT NULL DEFAULT '';
+ALTER TABLE sweeps ADD COLUMN note_by TEXT NOT NULL DEFAULT '';
+ALTER TABLE sweeps ADD COLUMN note_us INTEGER NOT NULL DEFAULT 0;
+)sql";
+
 absl::Status Apply(Database& db, const Migration& migration) {
   Transaction txn(&db);
   CART_RETURN_IF_ERROR(txn.Begin(Transaction::Mode::kImmediate));
@@ -278,6 +306,7 @@ const std::vector<Migration>& Migrations() {
       {8, "runs_by_sweep_status: a sweep's counts per state from an index", kSchemaV8},
       {9, "checkpoints_by_sha256: checkpoint retention releases unnamed artifacts", kSchemaV9},
       {10, "runs.work_hours: each run's work for speed-aware placement", kSchemaV10},
+      {11, "run_tags, sweep_tags, and a note on runs and sweeps", kSchemaV11},
   };
   return *kAll;
 }

@@ -205,4 +205,54 @@ RunColumns RunColumnsOf(const NewRun& run) {
   return cols;
 }
 
+absl::Status ValidateTag(const std::string& tag) {
+  static constexpr std::string_view kTagPunctuation = "._:/=+@-";
+  bool ok = !tag.empty() && tag.size() <= kMaxTagBytes;
+  for (char c : tag) {
+    const bool alnum = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+    if (!alnum && kTagPunctuation.find(c) == std::string_view::npos) ok = false;
+  }
+  if (ok) return absl::OkStatus();
+  return absl::InvalidArgumentError(StrCat("tag '", ValidUtf8(tag.substr(0, 2 * kMaxTagBytes)),
+                                           "' must be 1..", kMaxTagBytes,
+                                           " letters, digits and '._:/=+@-'"));
+}
+
+absl::Status ValidateAnnotationChange(const AnnotationChange& change, const std::string& what) {
+  if (change.add_tags.size() > kMaxTags || change.remove_tags.size() > kMaxTags) {
+    return absl::InvalidArgumentError(StrCat(what, ": at most ", kMaxTags, " tags in one change (",
+                                             change.add_tags.size(), " added, ",
+                                             change.remove_tags.size(), " removed)"));
+  }
+  for (const std::string& tag : change.add_tags) CART_RETURN_IF_ERROR(ValidateTag(tag));
+  for (const std::string& tag : change.remove_tags) {
+    CART_RETURN_IF_ERROR(ValidateTag(tag));
+    for (const std::string& added : change.add_tags) {
+      if (added == tag) {
+        return absl::InvalidArgumentError(
+            StrCat(what, ": tag '", tag, "' is both added and removed in one change"));
+      }
+    }
+  }
+  if (!change.note) return absl::OkStatus();
+  const std::string& note = *change.note;
+  if (note.size() > kMaxNoteBytes) {
+    return absl::InvalidArgumentError(StrCat(what, ": a note holds at most ", kMaxNoteBytes,
+                                             " bytes; this one has ", note.size()));
+  }
+  if (std::optional<size_t> bad = FirstInvalidUtf8(note)) {
+    return absl::InvalidArgumentError(
+        StrCat(what, ": the note is not UTF-8 (byte ", *bad, " of ", note.size(), ")"));
+  }
+  for (size_t i = 0; i < note.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(note[i]);
+    if ((c < 0x20 && c != '\n' && c != '\t') || c == 0x7f) {
+      return absl::InvalidArgumentError(StrCat(what, ": the note has a control character (code ",
+                                               static_cast<int>(c), ") at byte ", i,
+                                               "; only newline and tab are allowed"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace cart::store::internal

@@ -19,6 +19,11 @@ absl::Status ValidateWorkerId(const std::string& worker_id);
 absl::Status ValidateMetricBatch(int64_t run_id, const std::vector<MetricPoint>& points,
                                  int64_t max_points);
 absl::Status ValidateCheckpoint(int64_t run_id, const NewCheckpoint& checkpoint);
+// A tag's spelling (types.h): 1..kMaxTagBytes of letters, digits and "._:/=+@-".
+absl::Status ValidateTag(const std::string& tag);
+// Each tag's spelling, a tag both added and removed, and the note's size and characters;
+// `what` names the run or sweep in the message ("run 12").
+absl::Status ValidateAnnotationChange(const AnnotationChange& change, const std::string& what);
 
 // The dedicated columns of a run, parsed from its params (after ValidateNewSweep).
 struct RunColumns {

@@ -1,7 +1,8 @@
 // ctest label `browser`: headless Debian chromium (playwright-core) against a real cartd with a
 // real worker training a tiny run. Checks that the run page's loss chart gains points while the
-// test watches, that Cancel is refused without a token and works with one, and that a config value
-// holding <script> is shown as text. Screenshots of every page go to --out.
+// test watches, that Cancel is refused without a token and works with one, that a config value
+// holding <script> is shown as text, and that tags and a note written on the run page reach cartd
+// and filter the runs table. Screenshots of every page go to --out.
 'use strict';
 const fs = require('fs');
 const path = require('path');
@@ -115,6 +116,31 @@ const { Cluster, args, waitFor, tinySweep } = require('./lib');
     check(done === 'CANCELLED', 'cancel with the token moves the run to CANCELLED');
     await waitFor('the page to show CANCELLED', async () => (await page.textContent('h1 + span')).includes('CANCELLED'), 20000);
     await shot('run-cancelled');
+
+    // Tags and a note, written on the run page with the token, shown with who wrote them, and
+    // the runs table filtered by the tag.
+    await page.fill('#tag-add', 'leak');
+    await page.click('#tag-add-button');
+    await waitFor('the tag chip', () => page.locator('#tags .tag').count(), 10000);
+    const note = 'overlaps val <b>wiki</b>: rerun';
+    await page.fill('#note-text', note);
+    await page.click('#note-save');
+    await waitFor('the note\'s writer', async () => (await page.textContent('#note-who')).includes('user:'), 10000);
+    const annotated = await c.api(`runs/${runId}`);
+    check(JSON.stringify(annotated.tags) === '["leak"]', `the tag reached cartd (${JSON.stringify(annotated.tags)})`);
+    check(annotated.annotation.note.text === note, 'the note reached cartd as typed, markup as text');
+    check(/user:browser/.test(await page.textContent('#note-who')), 'the page says who wrote the note');
+    await shot('run-annotated');
+    await open('#/sweep/browser');
+    await page.fill('#tag-filter', 'leak');
+    await page.click('#filter-apply');
+    await waitFor('the filtered table', async () => (await page.locator('#runs-table tbody tr td.tags').first().textContent()).includes('leak'), 10000);
+    check(await page.locator('#runs-table tbody tr').count() === 1, 'the runs table filtered by the tag shows the tagged run only');
+    await shot('sweep-runs-tagged');
+    await open(`#/run/${runId}`);
+    await page.click('#tags .tag-remove');
+    await waitFor('the tag to go', async () => (await page.locator('#tags .tag').count()) === 0, 10000);
+    check((await c.api(`runs/${runId}`)).tags.length === 0, 'the tag is removed from the run page');
   } catch (e) {
     failures.push(String(e && e.stack ? e.stack : e));
   } finally {

@@ -212,6 +212,20 @@ class CartlabTest(unittest.TestCase):
         mine, theirs = db.sweeps(), self.lab.sweeps()
         pd.testing.assert_frame_equal(mine.drop(columns=["expected_finish", "runs_estimated"]),
                                       theirs.drop(columns=["expected_finish", "runs_estimated"]))
+        # Results tables over the file: `cart results --db`, cartd's own queries, the same frame.
+        cart = os.path.join(BIN, "cart")
+        for kind, args in (("pivot", dict(metric="loss", rows="R", cols="seed")),
+                           ("best", dict(metric="loss", rows="R", cols="seed",
+                                         lower_is_better=True)),
+                           ("series", dict(metric="rho_max", run="py/2"))):
+            mine, theirs = db.table(kind, cart=cart, **args), self.lab.table(kind, **args)
+            pd.testing.assert_frame_equal(mine, theirs)
+            self.assertEqual(mine.attrs["title"], theirs.attrs["title"])
+            pd.testing.assert_frame_equal(mine.attrs["std"], theirs.attrs["std"])
+            pd.testing.assert_frame_equal(mine.attrs["n"], theirs.attrs["n"])
+        with self.assertRaises(cartlab.CartError) as e:
+            db.table("pivot", metric="loss", rows="RR", cols="seed", cart=cart)
+        self.assertIn("'RR'", e.exception.message)
         with self.assertRaises(cartlab.CartError) as e:
             db.cancel("py/0")
         self.assertEqual(e.exception.code, "FAILED_PRECONDITION")
@@ -247,6 +261,108 @@ class CartlabTest(unittest.TestCase):
         with self.assertRaises(AssertionError) as e:
             CLUSTER.cart(["export-metrics", "nosuch", "--out", out])
         self.assertIn("no run or sweep 'nosuch'", str(e.exception))
+
+    def test_tags_and_notes_round_trip_filter_and_equal_the_cli(self):
+        runs = self.lab.runs(sweep="py")
+        first, second = runs["name"].iloc[0], runs["name"].iloc[1]
+        first_id = int(runs["run_id"].iloc[0])
+        try:
+            self.assertEqual(self.lab.tag(first, "leak", "rerun"), ["leak", "rerun"])
+            printed = CLUSTER.cart(["runs", "tag", second, "leak"])  # the CLI, by name
+            self.assertIn(f"run {second}: tags leak", printed)
+            note = self.lab.note(first, "val overlap: rerun with the fixed split\n\tsee #12")
+            self.assertEqual(note["text"], "val overlap: rerun with the fixed split\n\tsee #12")
+            self.assertEqual(note["who"], "user:alice")
+            self.assertIsInstance(note["at"], pd.Timestamp)
+            self.assertEqual(self.lab.note(first)["text"], note["text"])  # read, unchanged
+            # runs() carries them; where={"tag": ...} is cartd's filter, as `cart runs ls --tag`.
+            row = self.lab.runs(sweep="py").set_index("name").loc[first]
+            self.assertEqual(row["tags"], ["leak", "rerun"])
+            self.assertEqual(row["note"], note["text"])
+            tagged = self.lab.runs(where={"tag": "leak"})
+            self.assertEqual(sorted(tagged["name"]), sorted([first, second]))
+            cli = json.loads(CLUSTER.cart(["runs", "ls", "--tag", "leak", "--json"]))["runs"]
+            self.assertEqual([int(r["run_id"]) for r in cli], list(tagged["run_id"]))
+            both = self.lab.runs(sweep="py", where={"tag": ["leak", "rerun"]})
+            self.assertEqual(list(both["name"]), [first])
+            r_value = int(row["R"])
+            self.assertEqual(list(self.lab.runs(where={"tag": "leak", "R": r_value})["name"]),
+                             list(tagged[tagged.R == r_value]["name"]))
+            shown = CLUSTER.cart(["runs", "show", str(first_id)])
+            self.assertIn("tag: leak (user:alice,", shown)
+            self.assertIn("val overlap: rerun with the fixed split", shown)
+            # A results table over the tagged runs only, equal to `cart results pivot --tag`.
+            mine = self.lab.table("pivot", metric="loss", rows="R", cols="seed", tags=["leak"])
+            theirs = json.loads(CLUSTER.cart(["results", "pivot", "--metric", "loss", "--rows",
+                                              "R", "--cols", "seed", "--tag", "leak",
+                                              "--format", "json"]))
+            self.assertEqual(int(mine.attrs["n"].to_numpy().sum()), 2)
+            self.assertEqual(len(mine), len(theirs["rows"]))
+            # A sweep's own tags and note, from Python and from the CLI's file.
+            self.assertEqual(self.lab.tag("py", "stage1"), ["stage1"])
+            note_file = os.path.join(OUT, "sweep-note.txt")
+            with open(note_file, "w") as f:
+                f.write("the first stage")
+            CLUSTER.cart(["sweep", "note", "py", "--file", note_file])
+            sweep = self.lab.sweeps().set_index("name").loc["py"]
+            self.assertEqual(sweep["tags"], ["stage1"])
+            self.assertEqual(sweep["note"], "the first stage")
+            # The database file gives the same frames, filter included.
+            db = cartlab.open_db(CLUSTER.file("cartd/cart.db"))
+            pd.testing.assert_frame_equal(db.runs(sweep="py"), self.lab.runs(sweep="py"))
+            pd.testing.assert_frame_equal(db.runs(where={"tag": "leak"}), tagged)
+            mine, theirs = db.sweeps(), self.lab.sweeps()
+            pd.testing.assert_frame_equal(mine.drop(columns=["expected_finish", "runs_estimated"]),
+                                          theirs.drop(columns=["expected_finish", "runs_estimated"]))
+            db.close()
+            # Refusals carry cartd's code and words.
+            with self.assertRaises(cartlab.CartError) as e:
+                self.lab.tag(first, "bad tag")
+            self.assertEqual(e.exception.code, "INVALID_ARGUMENT")
+            self.assertIn("tag 'bad tag' must be 1..64 letters", e.exception.message)
+            with self.assertRaises(cartlab.CartError) as e:
+                self.lab.note(first, "x" * 9000)
+            self.assertIn("at most 8192 bytes", e.exception.message)
+            with self.assertRaises(cartlab.CartError) as e:
+                self.lab.tag("nosuchsweep", "x")
+            self.assertEqual(e.exception.code, "NOT_FOUND")
+        finally:
+            self.lab.untag(first, "leak", "rerun")
+            self.lab.untag(second, "leak")
+            self.lab.untag("py", "stage1")
+            self.lab.note(first, "")
+            self.lab.note("py", "")
+        self.assertEqual(len(self.lab.runs(where={"tag": "leak"})), 0)
+
+    def test_report_runs_cart_report_from_cartd_and_from_the_file_alike(self):
+        cart = os.path.join(BIN, "cart")
+        by_grpc = self.lab.report(os.path.join(OUT, "report-grpc"), plots=False,
+                                  sweeps={"stage2": "py"}, cart=cart)
+        db = cartlab.open_db(CLUSTER.file("cartd/cart.db"))
+        by_file = db.report(os.path.join(OUT, "report-db"), plots=False,
+                            sweeps={"stage2": "py"}, cart=cart)
+        db.close()
+        with open(by_grpc["markdown"]) as f:
+            markdown = f.read()
+        self.assertIn("ρ", markdown)
+        tables = sorted(os.listdir(by_grpc["tables"]))
+        self.assertTrue(tables, "the report wrote its tables")
+        self.assertEqual(tables, sorted(os.listdir(by_file["tables"])))
+        for name in tables:
+            with open(os.path.join(by_grpc["tables"], name)) as a, \
+                    open(os.path.join(by_file["tables"], name)) as b:
+                self.assertEqual(a.read(), b.read(), name)
+        with self.assertRaises(ValueError):
+            self.lab.report(OUT, sweeps={"stage3": "py"}, cart=cart)
+        # cart's own refusal comes back as a CartError with its words.
+        blocker = os.path.join(OUT, "report-blocker")
+        with open(blocker, "w") as f:
+            f.write("a file where the report's folder would go")
+        with self.assertRaises(cartlab.CartError) as e:
+            self.lab.report(os.path.join(blocker, "report"), cart=cart, plots=False)
+        self.assertIn("report-blocker", e.exception.message)
+        self.assertEqual(self.lab.metric_names("py/1"),
+                         sorted(self.lab.history("py/1")["metric"].unique()))
 
     def test_sweeps_show_the_counts_by_state(self):
         sweeps = self.lab.sweeps()

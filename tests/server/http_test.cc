@@ -183,6 +183,102 @@ TEST_F(HttpTest, ASweepIsDeletedByItsOwnerOnly) {
   EXPECT_EQ(response.runs_deleted(), 1);
 }
 
+// Tags and notes: set over HTTP (from the dashboard's origin) and gRPC by any user, each with
+// who and when; shown on run, sweep and runs pages; the runs page and ListRuns filter by tag;
+// bad bodies and tags are refused naming the fault.
+TEST_F(HttpTest, TagsAndNotesAreSetByAnyUserShownEverywhereAndFilterRuns) {
+  const std::vector<int64_t> runs =
+      Submit("name: tagged\nbase: {d: 64, vocab: 100, P: 1, R: 2, steps: 10}\nseeds: [1, 2, 3]\n");
+  const std::string origin = StrCat("Origin: http://127.0.0.1:", port());
+  Reply tagged = Post(StrCat("/api/v1/runs/", runs[1], "/annotate"),
+                      R"({"add_tags": ["leak", "rerun"], "note": "train/val overlap: rerun"})",
+                      {origin}, kBob);
+  ASSERT_EQ(tagged.status, 200) << tagged.body;
+  json a = tagged.Json();
+  ASSERT_EQ(a["tags"].size(), 2u);
+  EXPECT_EQ(a["tags"][0]["name"], "leak");
+  EXPECT_EQ(a["tags"][0]["who"], "user:bob");
+  EXPECT_GT(a["tags"][0]["at_us"].get<int64_t>(), 0);
+  EXPECT_EQ(a["note"]["text"], "train/val overlap: rerun");
+  EXPECT_EQ(a["note"]["who"], "user:bob");
+  const json run = Get(StrCat("/api/v1/runs/", runs[1])).Json();
+  EXPECT_EQ(run["tags"], json({"leak", "rerun"}));
+  EXPECT_EQ(run["has_note"], true);
+  EXPECT_EQ(run["annotation"]["note"]["text"], "train/val overlap: rerun");
+  // The runs page shows the tags and filters by them (a,b: runs with both).
+  json page = Get("/api/v1/sweeps/tagged/runs?tag=leak").Json();
+  EXPECT_EQ(page["total"], 1);
+  EXPECT_EQ(page["runs"][0]["id"], runs[1]);
+  EXPECT_EQ(page["runs"][0]["tags"], json({"leak", "rerun"}));
+  EXPECT_EQ(Get("/api/v1/sweeps/tagged/runs?tag=leak,nothing").Json()["total"], 0);
+  EXPECT_EQ(Get("/api/v1/sweeps/tagged/runs").Json()["runs"][0]["tags"], json::array());
+  // A sweep's own tags and note.
+  Reply sweep = Post("/api/v1/sweeps/tagged/annotate",
+                     R"({"add_tags": ["stage1"], "note": "first stage"})", {origin});
+  ASSERT_EQ(sweep.status, 200) << sweep.body;
+  EXPECT_EQ(Get("/api/v1/sweeps/tagged").Json()["tags"], json({"stage1"}));
+  EXPECT_EQ(Get("/api/v1/sweeps/tagged").Json()["annotation"]["note"]["who"], "user:alice");
+  EXPECT_EQ(Get("/api/v1/sweeps").Json()["sweeps"][0]["tags"], json({"stage1"}));
+  // Refusals name the fault; nothing changes.
+  const std::string target = StrCat("/api/v1/runs/", runs[1], "/annotate");
+  Reply bad = Post(target, R"({"add_tags": ["has space"]})", {origin});
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_THAT(bad.Json()["error"].get<std::string>(), HasSubstr("tag 'has space'"));
+  bad = Post(target, R"({"tags": ["x"]})", {origin});
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_THAT(bad.Json()["error"].get<std::string>(),
+              HasSubstr("allowed: add_tags, remove_tags, note"));
+  EXPECT_EQ(Post(target, R"({"add_tags": "leak"})", {origin}).status, 400);
+  EXPECT_EQ(Post(target, R"({})", {origin}).status, 400);
+  EXPECT_EQ(Post(target, R"({"note": 5})", {origin}).status, 400);
+  EXPECT_EQ(Post(target, R"({"add_tags": ["x"]})", {origin}, kWorker).status, 403);
+  EXPECT_EQ(Post(target, R"({"add_tags": ["x"]})", {"Origin: https://evil.example"}).status, 403);
+  EXPECT_EQ(Post("/api/v1/runs/987654/annotate", R"({"add_tags": ["x"]})", {origin}).status, 404);
+  EXPECT_EQ(Get(StrCat("/api/v1/runs/", runs[1])).Json()["tags"], json({"leak", "rerun"}));
+
+  // gRPC: the same store, removal, and ListRuns' tag filter.
+  v1::AnnotateRequest request;
+  request.set_run_id(runs[2]);
+  request.add_add_tags("leak");
+  v1::AnnotateResponse response;
+  {
+    grpc::ClientContext context;
+    Prepare(context, kUser);
+    const grpc::Status status = scheduler_->Annotate(&context, request, &response);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    ASSERT_EQ(response.tags_size(), 1);
+    EXPECT_EQ(response.tags(0).who(), "user:alice");
+  }
+  v1::ListRunsRequest list;
+  list.add_tags("leak");
+  v1::ListRunsResponse listed;
+  {
+    grpc::ClientContext context;
+    Prepare(context, kUser);
+    ASSERT_TRUE(scheduler_->ListRuns(&context, list, &listed).ok());
+    ASSERT_EQ(listed.runs_size(), 2);
+    EXPECT_EQ(listed.runs(0).run_id(), runs[1]);
+    EXPECT_EQ(listed.runs(0).note().text(), "train/val overlap: rerun");
+    EXPECT_EQ(listed.runs(1).run_id(), runs[2]);
+  }
+  request.clear_add_tags();
+  request.add_remove_tags("leak");
+  request.set_sweep("tagged");  // both a run and a sweep: refused
+  {
+    grpc::ClientContext context;
+    Prepare(context, kUser);
+    EXPECT_EQ(scheduler_->Annotate(&context, request, &response).error_code(),
+              grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  request.clear_sweep();
+  {
+    grpc::ClientContext context;
+    Prepare(context, kUser);
+    ASSERT_TRUE(scheduler_->Annotate(&context, request, &response).ok());
+    EXPECT_EQ(response.tags_size(), 0);
+  }
+}
+
 // Large reads (run pages, pivots, groups, series; ListRuns, GetSweep, QueryTable) share one bound
 // per caller across HTTP and gRPC: past it the extra read gets 429 / RESOURCE_EXHAUSTED naming the
 // limit, small reads still answer, and the slot comes back when a read ends.

@@ -244,6 +244,17 @@ TEST(SchemaTest, OpensVersionOneDatabaseAndBackfillsSummaries) {
   EXPECT_EQ(eval.params, (std::map<std::string, std::string>{{"d", "256"}, {"R", "6"}}));
   CART_ASSERT_OK_AND_ASSIGN(auto log, store->RunLog(1, 0, 0));
   EXPECT_TRUE(log.empty());
+  // v11: old runs and sweeps have no tags or note, and take them after the upgrade.
+  EXPECT_TRUE(run.tags.empty());
+  EXPECT_EQ(run.note.text, "");
+  AnnotationChange change;
+  change.add_tags = {"from-v1"};
+  CART_ASSERT_OK_AND_ASSIGN(RunRecord tagged, store->AnnotateRun(1, change, {1, "user:a", ""}));
+  ASSERT_EQ(tagged.tags.size(), 1u);
+  EXPECT_EQ(tagged.tags[0].name, "from-v1");
+  CART_ASSERT_OK_AND_ASSIGN(SweepRecord old_sweep,
+                            store->AnnotateSweep("old", change, {1, "user:a", ""}));
+  EXPECT_EQ(old_sweep.tags.size(), 1u);
   cart::store::LogLine line;
   line.seq = 1;
   line.text = "after the upgrade";

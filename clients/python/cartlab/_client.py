@@ -112,7 +112,8 @@ class Client:
 
     def sweeps(self) -> pd.DataFrame:
         """Every sweep, newest first: name, id, priority, when it was submitted, its runs by state,
-        and when cartd's placement plan expects its last estimated run to finish."""
+        when cartd's placement plan expects its last estimated run to finish, its tags (a list)
+        and its note."""
         response = self._call("ListSweeps", scheduler_pb2.ListSweepsRequest())
         rows = []
         for s in response.sweeps:
@@ -122,10 +123,10 @@ class Client:
                 row[state] = s.runs_by_state.get(state, 0)
             row["expected_finish"] = _time(s.expected_finish_us)
             row["runs_estimated"] = s.runs_estimated
+            row["tags"] = [t.name for t in s.tags]
+            row["note"] = s.note.text
             rows.append(row)
-        columns = ["name", "sweep_id", "priority", "created", "runs", *STATES, "expected_finish",
-                   "runs_estimated"]
-        return pd.DataFrame(rows, columns=columns)
+        return pd.DataFrame(rows, columns=SWEEP_COLUMNS)
 
     def runs(self, sweep: Optional[str] = None, state: Union[None, str, Sequence[str]] = None,
              where: Optional[Mapping[str, Any]] = None) -> pd.DataFrame:
@@ -133,15 +134,18 @@ class Client:
         last changed, when it should finish; then one column per config key (numbers as numbers),
         then `latest.<metric>` for loss, rho_max, tokens_per_s and mfu (LIST_METRICS: what
         cartd's run list carries; a finished run's is its final value; other metrics come with
-        history() and table()).
+        history() and table()). `tags` holds each run's tags (a list, by name), `note` its note.
 
         `state`: a state name or several ("SUCCEEDED", ["QUEUED", "RUNNING"]). `where`: config
         keys and the values a run must have ({"d": 256, "R": [2, 4]}: a list means any of them);
-        a key no run has raises KeyError naming the keys there are."""
+        a key no run has raises KeyError naming the keys there are. `where={"tag": "leak"}`
+        keeps the runs carrying that tag (a list of tags: runs carrying every one), chosen by
+        cartd."""
         states = [state] if isinstance(state, str) else list(state or [])
+        where, tags = _split_tags(where)
         request = scheduler_pb2.ListRunsRequest(sweep=sweep or "",
                                                 states=[_state_value(s) for s in states],
-                                                limit=_PAGE)
+                                                limit=_PAGE, tags=tags)
         views: List[Any] = []
         while True:
             request.offset = len(views)
@@ -151,6 +155,12 @@ class Client:
                 break
         frame = _runs_frame(views)
         return _filter(frame, where) if where else frame
+
+    def metric_names(self, run: RunRef) -> List[str]:
+        """The names of every metric the run has logged, sorted ("loss", "rho_max",
+        "val_ppl/wiki", …): what history() and table() can ask for."""
+        response = self._call("GetRun", scheduler_pb2.GetRunRequest(run_id=self.run_id(run)))
+        return sorted(response.run.latest)
 
     def history(self, runs: Union[RunRef, Iterable[RunRef], pd.Series, pd.DataFrame],
                 metrics: Union[None, str, Sequence[str]] = None,
@@ -223,29 +233,32 @@ class Client:
     def table(self, kind: str, metric: str = "rho_max", rows: str = "", cols: str = "",
               sweeps: Sequence[str] = (), baseline: str = "", group_by: str = "",
               run: Optional[RunRef] = None, lower_is_better: bool = False, value: str = "",
-              max_points: int = 0) -> pd.DataFrame:
+              max_points: int = 0, tags: Sequence[str] = ()) -> pd.DataFrame:
         """A results table, the same query as `cart results KIND` (pivot, best, deltas, series,
         ranks) with the same arguments. The frame holds each cell's mean (or its text for label
         cells; NaN for an empty cell) under the table's columns; `frame.attrs` has "title", and
         "std" and "n" frames of the same shape (the standard deviation over seeds and the runs
-        each cell aggregates)."""
+        each cell aggregates). `tags`: only runs carrying every one of them (`--tag`)."""
         request = scheduler_pb2.QueryTableRequest(
             table=kind, metric=metric, rows=rows, cols=cols, sweeps=list(sweeps),
             baseline=baseline, group_by=group_by, run_id=self.run_id(run) if run else 0,
-            max_points=max_points, lower_is_better=lower_is_better, value=value)
-        table = self._call("QueryTable", request)
-        columns = list(table.columns)
-        means, stds, ns = [], [], []
-        for row in table.rows:
-            means.append([c.text if c.text else (c.mean if c.n > 0 else float("nan"))
-                          for c in row.cells])
-            stds.append([c.std if c.n > 0 and not c.text else float("nan") for c in row.cells])
-            ns.append([c.n for c in row.cells])
-        frame = pd.DataFrame(means, columns=columns)
-        frame.attrs["title"] = table.title
-        frame.attrs["std"] = pd.DataFrame(stds, columns=columns)
-        frame.attrs["n"] = pd.DataFrame(ns, columns=columns)
-        return frame
+            max_points=max_points, lower_is_better=lower_is_better, value=value,
+            tags=[tags] if isinstance(tags, str) else list(tags))
+        return table_frame(self._call("QueryTable", request))
+
+    def report(self, out: Union[str, os.PathLike] = "report", format: str = "md",
+               plots: bool = True, val_set: str = "", title: str = "",
+               sweeps: Optional[Mapping[str, str]] = None, cart: Optional[str] = None
+               ) -> Dict[str, str]:
+        """Runs `cart report` against this cartd (docs/study.md): every table of the paper beside
+        its published figures, a CSV per table and gnuplot plots, written to `out`. `sweeps`
+        maps a part (stage1, stage2, baselines, ablations, faithfulness, leak, variable_r) to
+        the sweep that holds it; `cart` names the `cart` program (default: $CART_BIN, else the
+        one on PATH). Returns the paths written: {"markdown", "html" (format="html"),
+        "tables", "plots"}. A failure raises CartError with cart's own message."""
+        env = {"CART_SERVER": self.config.server, "CART_TOKEN": self.config.token,
+               "CART_TLS_CA": self.config.tls_ca}
+        return run_report([], env, out, format, plots, val_set, title, sweeps, cart)
 
     # ---- changes
 
@@ -285,6 +298,38 @@ class Client:
             run_id=self.run_id(run), total_steps=int(total_steps)))
         return _state_name(response.run.state)
 
+    def tag(self, target: RunRef, *tags: str) -> List[str]:
+        """Adds tags to a run (an id or "<sweep>/<index>") or a sweep (a name without "/"); each
+        keeps who set it and when. A tag is 1..64 letters, digits and "._:/=+@-"; at most 32 on
+        one run or sweep. Returns its tags after the change."""
+        return self._annotate(target, add_tags=list(tags))["tags"]
+
+    def untag(self, target: RunRef, *tags: str) -> List[str]:
+        """Removes tags from a run or sweep (a missing tag is no error); returns those left."""
+        return self._annotate(target, remove_tags=list(tags))["tags"]
+
+    def note(self, target: RunRef, text: Optional[str] = None) -> Dict[str, Any]:
+        """A run's or sweep's note: with `text`, replaces it ("" clears it; at most 8,192 bytes
+        of text, newlines and tabs the only control characters). Returns {"text", "who",
+        "at"} as it then is ("at": a UTC timestamp, NaT when never written)."""
+        return self._annotate(target, note=text)["note"]
+
+    def _annotate(self, target: RunRef, add_tags: Sequence[str] = (),
+                  remove_tags: Sequence[str] = (), note: Optional[str] = None) -> Dict[str, Any]:
+        request = scheduler_pb2.AnnotateRequest(add_tags=list(add_tags),
+                                                remove_tags=list(remove_tags))
+        if _is_sweep_ref(target):
+            request.sweep = str(target)
+        else:
+            request.run_id = self.run_id(target)
+        if note is not None:
+            request.set_note = True
+            request.note = note
+        response = self._call("Annotate", request)
+        return {"tags": [t.name for t in response.tags],
+                "note": {"text": response.note.text, "who": response.note.who,
+                         "at": _time(response.note.at_us)}}
+
     def follow(self, run: RunRef, metrics: Union[None, str, Sequence[str]] = None,
                from_step: int = 0) -> Iterator[Dict[str, Any]]:
         """The run's metric points from `from_step` on as they arrive, one dict each (step,
@@ -298,6 +343,93 @@ class Client:
                        "wall_time": _time(p.wall_time_us)}
 
 
+def table_frame(table: Any) -> pd.DataFrame:
+    """A results Table (scheduler.proto) as table() returns it."""
+    columns = list(table.columns)
+    means, stds, ns = [], [], []
+    for row in table.rows:
+        means.append([c.text if c.text else (c.mean if c.n > 0 else float("nan"))
+                      for c in row.cells])
+        stds.append([c.std if c.n > 0 and not c.text else float("nan") for c in row.cells])
+        ns.append([c.n for c in row.cells])
+    frame = pd.DataFrame(means, columns=columns)
+    frame.attrs["title"] = table.title
+    frame.attrs["std"] = pd.DataFrame(stds, columns=columns)
+    frame.attrs["n"] = pd.DataFrame(ns, columns=columns)
+    return frame
+
+
+def cart_program(cart: Optional[str], call: str) -> str:
+    """The `cart` program: `cart`, else $CART_BIN, else the one on PATH."""
+    import shutil
+
+    program = cart or os.environ.get("CART_BIN") or shutil.which("cart")
+    if not program:
+        raise CartError("FAILED_PRECONDITION", f"{call}() runs the `cart` program: none on PATH "
+                        "(give cart=PATH or set CART_BIN)", call)
+    return program
+
+
+def run_cart(args: List[str], env: Mapping[str, str], call: str) -> str:
+    """Runs `cart` with args; its standard output, or CartError with its own words."""
+    import subprocess
+
+    full_env = dict(os.environ, **{k: v for k, v in env.items() if v})
+    done = subprocess.run(args, env=full_env, capture_output=True, text=True)
+    if done.returncode != 0:
+        message = (done.stderr.strip() or done.stdout.strip()).removeprefix("cart: ")
+        code = "INVALID_ARGUMENT" if done.returncode == 2 else "UNKNOWN"
+        raise CartError(code, message, call)
+    return done.stdout
+
+
+# The study's parts, as `cart report` names its --PART options.
+REPORT_PARTS = ("stage1", "stage2", "baselines", "ablations", "faithfulness", "leak",
+                "variable_r")
+
+
+def run_report(source: List[str], env: Mapping[str, str], out: Union[str, os.PathLike],
+               format: str, plots: bool, val_set: str, title: str,
+               sweeps: Optional[Mapping[str, str]], cart: Optional[str]) -> Dict[str, str]:
+    """`cart report` with `source` (["--db", PATH] or none: cartd from `env`) into `out`."""
+    program = cart_program(cart, "report")
+    if format not in ("md", "html"):
+        raise ValueError(f"format '{format}' is not md or html")
+    args = [program, "report", *source, "--out", os.fspath(out), "--format", format]
+    if not plots:
+        args.append("--no-plots")
+    if val_set:
+        args += ["--val-set", val_set]
+    if title:
+        args += ["--title", title]
+    for part, sweep in (sweeps or {}).items():
+        if part not in REPORT_PARTS:
+            raise ValueError(f"report part '{part}' is not one of {', '.join(REPORT_PARTS)}")
+        args += ["--" + part.replace("_", "-"), sweep]
+    run_cart(args, env, "report")
+    out = os.fspath(out)
+    paths = {"markdown": os.path.join(out, "report.md"), "tables": os.path.join(out, "tables"),
+             "plots": os.path.join(out, "plots")}
+    if format == "html":
+        paths["html"] = os.path.join(out, "report.html")
+    return paths
+
+
+def _is_sweep_ref(target: Any) -> bool:
+    """A sweep's name: text that is neither a run id (digits) nor a run's "<sweep>/<index>"."""
+    return isinstance(target, str) and not target.isdigit() and "/" not in target
+
+
+def _split_tags(where: Optional[Mapping[str, Any]]) -> Any:
+    """`where` without its "tag" entry, and the tags that entry asks for (a tag or a list)."""
+    if not where or "tag" not in where:
+        return where, []
+    rest = {k: v for k, v in where.items() if k != "tag"}
+    wanted = where["tag"]
+    tags = [wanted] if isinstance(wanted, str) else list(wanted)
+    return rest, [str(t) for t in tags]
+
+
 def _run_refs(runs: Any) -> List[RunRef]:
     if isinstance(runs, pd.DataFrame):
         return [int(r) for r in runs["run_id"]]
@@ -309,7 +441,10 @@ def _run_refs(runs: Any) -> List[RunRef]:
 _RUN_COLUMNS = ["run_id", "name", "sweep", "state", "kind", "attempt", "max_attempts", "priority",
                 "total_steps", "step", "worker_id", "parent_run_id", "stored_params",
                 "effective_params", "memory_estimate_mib", "created", "updated",
-                "expected_finish"]
+                "expected_finish", "tags", "note"]
+# sweeps()' columns, for connect() and open_db alike.
+SWEEP_COLUMNS = ["name", "sweep_id", "priority", "created", "runs", *STATES, "expected_finish",
+                 "runs_estimated", "tags", "note"]
 
 
 def _typed_column(values: List[Optional[str]]) -> List[Any]:
@@ -358,6 +493,8 @@ def _runs_frame(views: Sequence[Any]) -> pd.DataFrame:
         "created": _times([v.created_us for v in views]),
         "updated": _times([v.updated_us for v in views]),
         "expected_finish": _times([v.expected_finish_us for v in views]),
+        "tags": [[t.name for t in v.tags] for v in views],
+        "note": [v.note.text for v in views],
     }
     params = [dict(v.params) for v in views]  # Python dicts: far faster to look up than maps
     for k in sorted(keys):

@@ -9,6 +9,7 @@ import sqlite3
 from typing import Any, Iterable, List, Mapping, Optional, Sequence, Union
 
 import pandas as pd
+from google.protobuf import json_format
 
 from . import _client
 from ._errors import CartError
@@ -46,6 +47,8 @@ class Database:
 
     def sweeps(self) -> pd.DataFrame:
         rows = []
+        sweep_tags = self._tags("sweep_tags", "sweep_id")
+        notes = dict(self._db.execute("SELECT id, note FROM sweeps")) if self._annotated else {}
         for sweep_id, name, priority, created_us in self._db.execute(
                 "SELECT id, name, priority, created_us FROM sweeps ORDER BY id DESC"):
             counts = dict(self._db.execute(
@@ -56,16 +59,17 @@ class Database:
                 row[state] = counts.get(state, 0)
             row["expected_finish"] = pd.NaT
             row["runs_estimated"] = 0
+            row["tags"] = sweep_tags.get(sweep_id, [])
+            row["note"] = notes.get(sweep_id, "")
             rows.append(row)
-        columns = ["name", "sweep_id", "priority", "created", "runs", *_client.STATES,
-                   "expected_finish", "runs_estimated"]
-        return pd.DataFrame(rows, columns=columns)
+        return pd.DataFrame(rows, columns=_client.SWEEP_COLUMNS)
 
     def runs(self, sweep: Optional[str] = None, state: Union[None, str, Sequence[str]] = None,
              where: Optional[Mapping[str, Any]] = None) -> pd.DataFrame:
         states = [state] if isinstance(state, str) else list(state or [])
         for s in states:
             _client._state_value(s)  # the same error for an unknown state
+        where, tags = _client._split_tags(where)
         sql = ("SELECT r.id, s.name, r.name, r.status, r.attempt, r.max_attempts, r.priority, "
                "r.params_json, r.stored_params, r.effective_params, r.memory_estimate_bytes, "
                "r.steps, r.parent_run_id, r.kind, r.created_us, r.updated_us, "
@@ -79,10 +83,17 @@ class Database:
         if states:
             clauses.append(f"r.status IN ({','.join('?' * len(states))})")
             args.extend(s.upper() for s in states)
+        for tag in tags:  # as cartd's filter: every one of them
+            clauses.append("EXISTS (SELECT 1 FROM run_tags AS t WHERE t.run_id = r.id AND "
+                           "t.tag = ?)" if self._annotated else "0")
+            if self._annotated:
+                args.append(tag)
         if clauses:
             sql += " WHERE " + " AND ".join(clauses)
         views = []
         latest = self._latest()
+        run_tags = self._tags("run_tags", "run_id")
+        notes = dict(self._db.execute("SELECT id, note FROM runs")) if self._annotated else {}
         for (run_id, sweep_name, name, status, attempt, max_attempts, priority, params_json,
              stored, effective, memory, steps, parent, kind, created, updated,
              worker) in self._db.execute(sql + " ORDER BY r.id", args):
@@ -95,6 +106,9 @@ class Database:
                 kind=_KIND.get(kind, common_pb2.JOB_KIND_TRAIN), created_us=created,
                 updated_us=updated)
             view.params.update(json.loads(params_json))
+            for tag in run_tags.get(run_id, []):
+                view.tags.add(name=tag)
+            view.note.text = notes.get(run_id, "")
             # The step is the highest any metric reached; the values carried, LIST_METRICS's.
             mine = latest.get(run_id, {})
             view.step = max((s for _, s in mine.values()), default=0)
@@ -103,6 +117,13 @@ class Database:
             views.append(view)
         frame = _client._runs_frame(views)
         return _client._filter(frame, where) if where else frame
+
+    def metric_names(self, run: Any) -> List[str]:
+        """The names of every metric the run has logged, sorted (as Client.metric_names)."""
+        run_id = self._run_id(run)
+        return [name for (name,) in self._db.execute(
+            "SELECT n.name FROM run_summaries AS s JOIN metric_names AS n ON n.id = s.name_id "
+            "WHERE s.run_id = ? ORDER BY n.name", (run_id,))]
 
     def history(self, runs: Any, metrics: Union[None, str, Sequence[str]] = None,
                 buckets: Optional[int] = None) -> pd.DataFrame:
@@ -129,6 +150,20 @@ class Database:
         frame = frame.astype({"run_id": "int64", "step": "int64"})
         return frame.sort_values(["run_id", "metric", "step"], kind="stable").reset_index(drop=True)
 
+    @property
+    def _annotated(self) -> bool:
+        """Whether the file has tags and notes (schema 11 on)."""
+        return self.schema_version >= 11
+
+    def _tags(self, table: str, owner: str) -> dict:
+        """Owner id -> its tag names, sorted (table and owner are this module's constants)."""
+        out: dict = {}
+        if self._annotated:
+            for owner_id, tag in self._db.execute(
+                    f"SELECT {owner}, tag FROM {table} ORDER BY {owner}, tag"):
+                out.setdefault(owner_id, []).append(tag)
+        return out
+
     def _latest(self):
         out: dict = {}
         for run_id, name, value, step in self._db.execute(
@@ -151,9 +186,47 @@ class Database:
             return found[0]
         return int(run)
 
+    def table(self, kind: str, metric: str = "rho_max", rows: str = "", cols: str = "",
+              sweeps: Sequence[str] = (), baseline: str = "", group_by: str = "",
+              run: Any = None, lower_is_better: bool = False, value: str = "",
+              max_points: int = 0, tags: Sequence[str] = (), cart: Optional[str] = None
+              ) -> pd.DataFrame:
+        """The results table of Client.table over this file: `cart results KIND --db` computes
+        it with cartd's own queries, so the frame is the one cartd would give. Downsampled series
+        (max_points) are cartd's alone."""
+        if max_points:
+            raise CartError("FAILED_PRECONDITION",
+                            "table(..., max_points=N) is cartd's downsampling: connect() to it",
+                            "table")
+        args = [_client.cart_program(cart, "table"), "results", kind, "--db", self.path,
+                "--format", "json", "--metric", metric]
+        for flag, text in (("--rows", rows), ("--cols", cols), ("--baseline", baseline),
+                           ("--group-by", group_by), ("--value", value)):
+            if text:
+                args += [flag, text]
+        for sweep in ([sweeps] if isinstance(sweeps, str) else sweeps):
+            args += ["--sweep", sweep]
+        for tag in ([tags] if isinstance(tags, str) else tags):
+            args += ["--tag", tag]
+        if run is not None:
+            args += ["--run", str(self._run_id(run))]
+        if lower_is_better:
+            args.append("--lower-is-better")
+        printed = _client.run_cart(args, {}, "table")
+        return _client.table_frame(json_format.Parse(printed, scheduler_pb2.Table()))
+
+    def report(self, out: Union[str, os.PathLike] = "report", format: str = "md",
+               plots: bool = True, val_set: str = "", title: str = "",
+               sweeps: Optional[Mapping[str, str]] = None, cart: Optional[str] = None
+               ) -> dict:
+        """`cart report --db` over this file (as Client.report; `cart report` opens the file as
+        cartd does, so a file of an older schema is migrated: stop an older cartd first)."""
+        return _client.run_report(["--db", self.path], {}, out, format, plots, val_set, title,
+                                  sweeps, cart)
+
     def _read_only(self, *args: Any, **kwargs: Any) -> None:
         raise CartError("FAILED_PRECONDITION",
-                        f"{self.path} is opened read-only: submit, cancel, resume, extend and "
-                        "follow need cartd (cartlab.connect())", "open_db")
+                        f"{self.path} is opened read-only: submit, cancel, resume, extend, "
+                        "follow, tag and note need cartd (cartlab.connect())", "open_db")
 
-    submit = cancel = resume = extend = follow = table = _read_only
+    submit = cancel = resume = extend = follow = tag = untag = note = _read_only

@@ -209,6 +209,32 @@
 
   // ---- Sweeps
 
+  // Tags and the note of a run or sweep (`path`: "runs/ID" or "sweeps/NAME"), editable with a
+  // user token: each change is one POST to PATH/annotate, whose answer redraws the card.
+  function annotationCard(path, annotation) {
+    const card = h('div', { class: 'card annotation', id: 'annotation' });
+    const draw = (a) => {
+      const chips = a.tags.map((t) => h('span', { class: 'tag', title: `set by ${t.who}, ${fmtTime(t.at_us)}` }, t.name,
+        h('button', { class: 'tag-remove', title: 'remove tag ' + t.name, onclick: () => change({ remove_tags: [t.name] }) }, '×')));
+      const tagIn = h('input', { id: 'tag-add', placeholder: 'new tag', size: 14, maxlength: 64 });
+      const noteIn = h('textarea', { id: 'note-text', rows: 3, cols: 70, maxlength: 8192, placeholder: 'a note: what this is, why it failed, what to rerun' });
+      noteIn.value = a.note.text;
+      const who = a.note.who ? `last written by ${a.note.who}, ${fmtTime(a.note.at_us)}` : 'no note yet';
+      card.replaceChildren(
+        h('div', { class: 'controls' }, h('label', { text: 'tags' }), h('span', { id: 'tags' }, chips.length ? chips : h('span', { class: 'muted', text: 'none' })),
+          tagIn, h('button', { id: 'tag-add-button', onclick: () => { const t = tagIn.value.trim(); if (t) change({ add_tags: [t] }); } }, 'Add tag')),
+        h('div', {}, h('label', { text: 'note' }), h('span', { class: 'muted', id: 'note-who', text: ' ' + who })),
+        noteIn,
+        h('div', {}, h('button', { id: 'note-save', onclick: () => change({ note: noteIn.value }) }, 'Save note')));
+    };
+    const change = async (body) => {
+      const out = await act(path + '/annotate', null, body);
+      if (out) draw(out);
+    };
+    draw(annotation);
+    return card;
+  }
+
   async function viewSweeps() {
     main.append(h('h1', { text: 'Sweeps' }));
     const holder = h('div', { class: 'card' });
@@ -231,11 +257,12 @@
             text: s.expected_finish_us ? `in ${fmtDuration(s.eta_s)} (${fmtTime(s.expected_finish_us)})` : '-',
             title: s.expected_finish_us ? `${s.runs_estimated} of ${s.unfinished} unfinished runs estimated (cartd's placement plan)` : 'no estimate: nothing left, or no live worker fits its runs',
           }),
-          h('td', { text: fmtTime(s.created_us) }));
+          h('td', { text: fmtTime(s.created_us) }),
+          h('td', { text: (s.tags || []).join(', ') }));
       });
       holder.replaceChildren(h('table', {},
-        h('thead', {}, h('tr', {}, ['sweep', 'runs finished', 'by state', 'tokens done / planned', 'tokens/s', 'expected finish', 'created'].map((t) => h('th', { text: t })))),
-        h('tbody', {}, rows.length ? rows : h('tr', {}, h('td', { colspan: 7, class: 'muted', text: 'No sweeps yet: cart sweep submit FILE' })))));
+        h('thead', {}, h('tr', {}, ['sweep', 'runs finished', 'by state', 'tokens done / planned', 'tokens/s', 'expected finish', 'created', 'tags'].map((t) => h('th', { text: t })))),
+        h('tbody', {}, rows.length ? rows : h('tr', {}, h('td', { colspan: 8, class: 'muted', text: 'No sweeps yet: cart sweep submit FILE' })))));
     };
     await drawAndRefresh(draw, 5000);
   }
@@ -251,7 +278,7 @@
     const states = h('div', { class: 'muted' });
     const drawStates = (s) => states.replaceChildren(...Object.entries(s).map(([k, v]) => h('span', {}, stateChip(k), ' ', String(v), '  ')));
     drawStates(sweep.states);
-    main.append(header, states);
+    main.append(header, states, annotationCard('sweeps/' + encodeURIComponent(name), sweep.annotation));
 
     const tabs = h('div', { class: 'tabs' });
     const body = h('div');
@@ -299,19 +326,22 @@
     const state = { offset: 0, limit: 50, sort: 'id', order: 'asc', stateFilter: '', param: '' };
     const stateSel = h('select', { id: 'state-filter' }, ['', 'QUEUED', 'BLOCKED', 'LEASED', 'RUNNING', 'SUCCEEDED', 'FAILED', 'CANCELLED'].map((s) => h('option', { value: s, text: s || 'any state' })));
     const paramIn = h('input', { id: 'param-filter', placeholder: 'key=value, e.g. d=256', size: 18 });
+    const tagIn = h('input', { id: 'tag-filter', placeholder: 'tag (a,b: both)', size: 14 });
     const table = h('div');
     const pager = h('div', { class: 'pager' });
     el.append(h('div', { class: 'controls' }, h('label', { text: 'state' }), stateSel, h('label', { text: 'config' }), paramIn,
-      h('button', { onclick: () => { state.offset = 0; draw().catch(fail); } }, 'Filter')), table, pager);
+      h('label', { text: 'tag' }), tagIn,
+      h('button', { id: 'filter-apply', onclick: () => { state.offset = 0; draw().catch(fail); } }, 'Filter')), table, pager);
     stateSel.addEventListener('change', () => { state.stateFilter = stateSel.value; state.offset = 0; draw().catch(fail); });
     const cols = [['name', 'run'], ['state', 'state'], ['step', 'step']]
       .concat(sweep.varying.map((k) => ['param:' + k, k]))
-      .concat([['metric:loss', 'loss'], ['metric:rho_max', 'ρ'], ['metric:tokens_per_s', 'tokens/s'], [null, 'worker']]);
+      .concat([['metric:loss', 'loss'], ['metric:rho_max', 'ρ'], ['metric:tokens_per_s', 'tokens/s'], [null, 'worker'], [null, 'tags']]);
     async function draw() {
       const q = new URLSearchParams({ offset: state.offset, limit: state.limit, sort: state.sort, order: state.order });
       if (state.stateFilter) q.set('state', state.stateFilter);
       const p = paramIn.value.trim();
       if (p.includes('=')) q.set('param.' + p.slice(0, p.indexOf('=')).trim(), p.slice(p.indexOf('=') + 1).trim());
+      if (tagIn.value.trim()) q.set('tag', tagIn.value.trim());
       const data = await api(`sweeps/${encodeURIComponent(sweep.name)}/runs?${q}`);
       const head = h('tr', {}, cols.map(([key, label]) => {
         const th = h('th', { class: key ? 'sortable' + (state.sort === key ? ' sorted' : '') : '', text: label + (state.sort === key ? (state.order === 'asc' ? ' ▲' : ' ▼') : '') });
@@ -329,7 +359,8 @@
         h('td', { class: 'num', text: fmt(r.latest.loss) }),
         h('td', { class: 'num', text: fmt(r.latest.rho_max) }),
         h('td', { class: 'num', text: r.latest.tokens_per_s === undefined ? '-' : fmtTokens(Math.round(r.latest.tokens_per_s)) }),
-        h('td', { text: r.worker || '' })));
+        h('td', { text: r.worker || '' }),
+        h('td', { class: 'tags', text: r.tags.join(', ') + (r.has_note ? ' ✎' : ''), title: r.has_note ? 'has a note' : null })));
       table.replaceChildren(h('table', { id: 'runs-table' }, h('thead', {}, head), h('tbody', {}, rows)));
       const last = Math.min(data.total, state.offset + data.runs.length);
       pager.replaceChildren(
@@ -513,7 +544,8 @@
         h('dt', { text: 'worker' }), h('dd', { text: run.worker || '-' }),
         h('dt', { text: 'attempt' }), h('dd', { text: `${run.attempt} of at most ${run.max_attempts}` }),
         h('dt', { text: 'parameters' }), h('dd', { text: `${fmtTokens(run.stored_params)} stored, ${fmtTokens(run.effective_params)} effective` }),
-        run.waiting_reason ? [h('dt', { text: 'waiting' }), h('dd', { text: run.waiting_reason })] : null)));
+        run.waiting_reason ? [h('dt', { text: 'waiting' }), h('dd', { text: run.waiting_reason })] : null)),
+      annotationCard('runs/' + id, run.annotation));
 
     // Every metric series, downsampled by cartd into min/max buckets; live points appended.
     const names = run.summaries.map((s) => s.name);
