@@ -93,12 +93,13 @@ fi
 echo "the same points in MLflow $("$mlvenv/bin/python" -c 'import mlflow; print(mlflow.__version__)') (SQLite backend; logged with log_batch, read with search_runs + get_metric_history):"
 POINTS=$dir/big/cart.db.points.pkl CARTLAB_S=$(cat "$dir/big/cart.db.cartlab.txt") \
   MLDIR=$dir/mlflow "$mlvenv/bin/python" - <<'PY'
-import os, statistics, time
+import logging, os, statistics, time
 import pandas as pd
 import mlflow
 from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
 
+logging.getLogger("mlflow").setLevel(logging.WARNING)  # its table-creation notices
 points = pd.read_pickle(os.environ["POINTS"])
 os.makedirs(os.environ["MLDIR"], exist_ok=True)
 uri = "sqlite:///" + os.path.join(os.environ["MLDIR"], "mlflow.db")
