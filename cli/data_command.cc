@@ -242,7 +242,7 @@ void RegisterDataCommands(CLI::App& app) {
   train_cmd->add_option("--vocab", train->options.vocab, "Pieces, incl. 3 specials + 256 bytes")
       ->capture_default_str();
   train_cmd->add_option("--out", train->out, "Model to write, PATH.model")->required();
-  train_cmd->add_option("--format", train->format, "auto|text|lines|tinystories|jsonl")
+  train_cmd->add_option("--format", train->format, "auto|text|lines|tinystories|jsonl|parquet")
       ->capture_default_str();
   train_cmd->add_option("--text-field", train->text_field, "JSON Lines field holding the text")
       ->capture_default_str();
@@ -271,12 +271,13 @@ void RegisterDataCommands(CLI::App& app) {
       "Tokenize corpora into a token file (BOS + ids + EOS per document), holding out validation "
       "sets; or interleave token files into a mixture with --mix");
   prep_cmd->add_option("inputs", prep->inputs,
-                       "Corpus files: text, lines, tinystories (<|endoftext|>), jsonl; .gz ok");
-  prep_cmd
-      ->add_option("--format", prep->format,
-                   "auto|text|lines|tinystories|jsonl (Parquet: convert to jsonl first)")
+                       "Corpus files: text, lines, tinystories (<|endoftext|>), jsonl (.gz ok), "
+                       "parquet; a directory stands for the .parquet shards under it");
+  prep_cmd->add_option("--format", prep->format, "auto|text|lines|tinystories|jsonl|parquet")
       ->capture_default_str();
-  prep_cmd->add_option("--text-field", prep->text_field, "JSON Lines field holding the text")
+  prep_cmd
+      ->add_option("--text-field", prep->text_field,
+                   "JSON Lines field or Parquet column holding the text")
       ->capture_default_str();
   prep_cmd
       ->add_option("--tokenizer", prep->tokenizer, "bytes | PATH.model | gpt2:DIR | synth:VOCAB")

@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cstring>
@@ -13,12 +14,14 @@
 
 #include "common/status.h"
 #include "common/strings.h"
+#include "data/internal/parquet_reader.h"
 
 namespace cart::data {
 
 const char kParquetConversionHint[] =
-    "Parquet cannot be read here (Debian 12 ships no Parquet library). Convert it to JSON Lines "
-    "on a machine with pyarrow (pip install pyarrow): python3 -c \"import pyarrow.parquet as pq, "
+    "Build with Parquet support (Apache Arrow: data/CMakeLists.txt, CART_WITH_PARQUET), or convert "
+    "the file to JSON Lines on a machine with pyarrow (pip install pyarrow): python3 -c \"import "
+    "pyarrow.parquet as pq, "
     "sys; pq.read_table(sys.argv[1], columns=['text']).to_pandas().to_json(sys.argv[2], "
     "orient='records', lines=True)\" IN.parquet OUT.jsonl  (or with DuckDB: duckdb -c \"COPY "
     "(SELECT text FROM 'IN.parquet') TO 'OUT.jsonl' (FORMAT JSON)\"), then prepare OUT.jsonl";
@@ -355,9 +358,7 @@ class JsonlReader : public ReaderBase {
 
 absl::StatusOr<CorpusFormat> FormatFromContent(LineSource& src) {
   CART_ASSIGN_OR_RETURN(std::string head, src.Peek(kSniffBytes));
-  if (head.compare(0, 4, "PAR1") == 0) {
-    return absl::UnimplementedError(StrCat(src.path(), ": ", kParquetConversionHint));
-  }
+  if (head.compare(0, 4, "PAR1") == 0) return CorpusFormat::kParquet;
   if (head.find(kEndOfText) != std::string::npos) return CorpusFormat::kTinyStories;
   std::string_view first = head;
   first = first.substr(0, first.find('\n'));
@@ -372,9 +373,7 @@ absl::StatusOr<CorpusFormat> FormatFromContent(LineSource& src) {
 absl::StatusOr<CorpusFormat> FormatFromName(const std::string& path) {
   std::string name = ToLower(std::filesystem::path(path).filename().string());
   if (EndsWith(name, ".gz")) name.resize(name.size() - 3);
-  if (EndsWith(name, ".parquet")) {
-    return absl::UnimplementedError(StrCat(path, ": ", kParquetConversionHint));
-  }
+  if (EndsWith(name, ".parquet")) return CorpusFormat::kParquet;
   if (EndsWith(name, ".jsonl") || EndsWith(name, ".ndjson") || EndsWith(name, ".json")) {
     return CorpusFormat::kJsonl;
   }
@@ -395,18 +394,55 @@ std::string CorpusFormatName(CorpusFormat format) {
       return "tinystories";
     case CorpusFormat::kJsonl:
       return "jsonl";
+    case CorpusFormat::kParquet:
+      return "parquet";
   }
   return "?";
 }
 
 absl::StatusOr<CorpusFormat> ParseCorpusFormat(std::string_view name) {
-  for (CorpusFormat f : {CorpusFormat::kAuto, CorpusFormat::kText, CorpusFormat::kLines,
-                         CorpusFormat::kTinyStories, CorpusFormat::kJsonl}) {
+  for (CorpusFormat f :
+       {CorpusFormat::kAuto, CorpusFormat::kText, CorpusFormat::kLines, CorpusFormat::kTinyStories,
+        CorpusFormat::kJsonl, CorpusFormat::kParquet}) {
     if (name == CorpusFormatName(f)) return f;
   }
-  if (name == "parquet") return absl::UnimplementedError(kParquetConversionHint);
-  return absl::InvalidArgumentError(StrCat("unknown corpus format \"", name,
-                                           "\"; allowed: auto, text, lines, tinystories, jsonl"));
+  return absl::InvalidArgumentError(
+      StrCat("unknown corpus format \"", name,
+             "\"; allowed: auto, text, lines, tinystories, jsonl, parquet"));
+}
+
+absl::StatusOr<std::vector<CorpusInput>> ExpandCorpusInputs(
+    const std::vector<CorpusInput>& inputs) {
+  std::vector<CorpusInput> out;
+  for (const CorpusInput& in : inputs) {
+    std::error_code ec;
+    if (!std::filesystem::is_directory(in.path, ec)) {
+      out.push_back(in);
+      continue;
+    }
+    std::vector<std::string> shards;
+    for (auto it = std::filesystem::recursive_directory_iterator(in.path, ec);
+         !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
+      if (it->is_regular_file(ec) &&
+          EndsWith(ToLower(it->path().filename().string()), ".parquet")) {
+        shards.push_back(it->path().string());
+      }
+    }
+    if (ec) return absl::InvalidArgumentError(StrCat("input ", in.path, ": ", ec.message()));
+    if (shards.empty()) {
+      return absl::InvalidArgumentError(
+          StrCat("input ", in.path,
+                 " is a directory with no .parquet file in it; give files, or a "
+                 "directory of Parquet shards"));
+    }
+    std::sort(shards.begin(), shards.end());
+    for (std::string& shard : shards) {
+      CorpusInput one = in;
+      one.path = std::move(shard);
+      out.push_back(std::move(one));
+    }
+  }
+  return out;
 }
 
 absl::StatusOr<CorpusFormat> DetectCorpusFormat(const std::string& path) {
@@ -425,6 +461,7 @@ absl::StatusOr<std::unique_ptr<DocumentReader>> DocumentReader::Open(const Corpu
       CART_ASSIGN_OR_RETURN(format, FormatFromContent(*src));
     }
   }
+  if (format == CorpusFormat::kParquet) return internal::OpenParquetReader(input);
   switch (format) {
     case CorpusFormat::kText:
       return std::unique_ptr<DocumentReader>(new TextReader(std::move(src), format));
@@ -438,6 +475,7 @@ absl::StatusOr<std::unique_ptr<DocumentReader>> DocumentReader::Open(const Corpu
       }
       return std::unique_ptr<DocumentReader>(new JsonlReader(std::move(src), input.text_field));
     case CorpusFormat::kAuto:
+    case CorpusFormat::kParquet:
       break;
   }
   return absl::InternalError("unresolved corpus format");

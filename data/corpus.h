@@ -7,38 +7,48 @@
 //   tinystories  documents separated by "<|endoftext|>" (the TinyStories .txt layout: the marker
 //                on a line of its own); surrounding blank lines are trimmed from each document
 //   jsonl        JSON Lines: one object per line, the document in a string field ("text")
-// Parquet is not readable (no Parquet library in Debian 12); the error says how to convert.
+//   parquet      Apache Parquet: each row of a string column ("text") is a document (snappy,
+//                zstd, gzip, ... as Arrow reads them); needs a build with Arrow (CART_WITH_PARQUET,
+//                internal/parquet_reader.h); without it the error says how to convert.
 
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
 namespace cart::data {
 
-enum class CorpusFormat { kAuto, kText, kLines, kTinyStories, kJsonl };
+enum class CorpusFormat { kAuto, kText, kLines, kTinyStories, kJsonl, kParquet };
 
 std::string CorpusFormatName(CorpusFormat format);  // "auto", "text", "lines", ...
 // InvalidArgument listing the allowed names for anything else.
 absl::StatusOr<CorpusFormat> ParseCorpusFormat(std::string_view name);
 
-// How to convert Parquet to JSON Lines, quoted in the error for .parquet inputs.
+// How to get Parquet read (a build with Arrow) or convert it to JSON Lines, quoted in the error
+// for Parquet inputs in a build without Arrow.
 extern const char kParquetConversionHint[];
 
 struct CorpusInput {
   std::string path;
   CorpusFormat format = CorpusFormat::kAuto;
-  std::string text_field = "text";  // jsonl: the field that holds the document
+  std::string text_field = "text";  // jsonl: the field, parquet: the column holding the document
 };
 
-// The format of a file by its name, then its content: ".parquet" (or a PAR1 header) is
-// Unimplemented; ".jsonl"/".ndjson"/".json" (before any ".gz") is jsonl; otherwise the first
+// The format of a file by its name, then its content: ".parquet" (or a PAR1 header) is parquet;
+// ".jsonl"/".ndjson"/".json" (before any ".gz") is jsonl; otherwise the first
 // 64 KiB decide: a "<|endoftext|>" marker means tinystories, a first line that is a JSON object
 // means jsonl, anything else is text. NotFound when the file does not exist.
 absl::StatusOr<CorpusFormat> DetectCorpusFormat(const std::string& path);
+
+// The inputs with every directory replaced by the Parquet files under it (recursively, sorted by
+// path: the Hugging Face layout data/train-00000-of-00041.parquet reads in shard order), each
+// with the directory's format and text field. InvalidArgument naming a directory that holds no
+// .parquet file.
+absl::StatusOr<std::vector<CorpusInput>> ExpandCorpusInputs(const std::vector<CorpusInput>& inputs);
 
 // A piece of a document. Whole documents are yielded as one piece, except that a document
 // larger than DocumentReader::kMaxPieceBytes is split (at a line end when there is one) so that
@@ -55,8 +65,8 @@ class DocumentReader {
  public:
   static constexpr size_t kMaxPieceBytes = 1 << 20;
 
-  // Resolves kAuto with DetectCorpusFormat. NotFound / Unimplemented (Parquet) / a filesystem
-  // error, each naming the path.
+  // Resolves kAuto with DetectCorpusFormat. NotFound / Unimplemented (Parquet in a build without
+  // Arrow) / a filesystem error, each naming the path.
   static absl::StatusOr<std::unique_ptr<DocumentReader>> Open(const CorpusInput& input);
   virtual ~DocumentReader() = default;
 

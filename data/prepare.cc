@@ -106,15 +106,18 @@ absl::StatusOr<PrepareResult> Prepare(const PrepareOptions& options) {
         StrCat("holdout fractions add up to ", fraction_sum, "; allowed: < 1"));
   }
 
-  // Resolve every input's format before any work, so that a missing file or a Parquet input
-  // fails at once; the readers are opened one at a time later.
+  // Resolve every input's format before any work, so that a missing file or an unreadable
+  // Parquet file fails at once; the readers are opened one at a time later.
   uint64_t bytes_total = 0;
   std::vector<uint64_t> sizes;
-  std::vector<CorpusInput> inputs = options.inputs;
+  CART_ASSIGN_OR_RETURN(std::vector<CorpusInput> inputs, ExpandCorpusInputs(options.inputs));
   std::vector<std::string> sources;
   for (CorpusInput& in : inputs) {
     if (in.format == CorpusFormat::kAuto) {
       CART_ASSIGN_OR_RETURN(in.format, DetectCorpusFormat(in.path));
+    }
+    if (in.format == CorpusFormat::kParquet) {  // its footer and column, checked now
+      CART_RETURN_IF_ERROR(DocumentReader::Open(in).status());
     }
     struct stat st;
     if (::stat(in.path.c_str(), &st) != 0) {

@@ -141,7 +141,8 @@ absl::Status TrainSentencePiece(const std::vector<CorpusInput>& inputs,
   }
   // Open every input first so that a missing file fails before minutes of training.
   std::vector<std::unique_ptr<DocumentReader>> readers;
-  for (const CorpusInput& in : inputs) {
+  CART_ASSIGN_OR_RETURN(std::vector<CorpusInput> files, ExpandCorpusInputs(inputs));
+  for (const CorpusInput& in : files) {
     CART_ASSIGN_OR_RETURN(auto reader, DocumentReader::Open(in));
     readers.push_back(std::move(reader));
   }

@@ -1,63 +1,21 @@
 #include "data/internal/sentencepiece_shim.h"
 
-#include <dlfcn.h>
-#include <unistd.h>
-
-#include <filesystem>
-#include <mutex>
-
+#include "data/internal/module_loader.h"
 #include "data/internal/sentencepiece_api.h"
 
 namespace cart::data::internal {
 namespace {
 
-std::string ExeDir() {
-  std::error_code ec;
-  return std::filesystem::read_symlink("/proc/self/exe", ec).parent_path().string();
-}
-
-// Opens libcart_sentencepiece.so once per process: $CART_SENTENCEPIECE_LIB, then beside the
-// executable, then ../lib from it, then the build tree it was compiled in.
+// libcart_sentencepiece.so, opened once per process (module_loader.h says where it looks).
 SpLibraryApi* Library(std::string* error) {
-  static SpLibraryApi* library = nullptr;
-  static std::string load_error;
-  static std::once_flag once;
-  std::call_once(once, [] {
-    std::vector<std::string> candidates;
-    if (const char* env = std::getenv("CART_SENTENCEPIECE_LIB"); env && *env) {
-      candidates.push_back(env);
-    }
-    const std::string exe = ExeDir();
-    candidates.push_back(exe + "/libcart_sentencepiece.so");
-    candidates.push_back(exe + "/../lib/libcart_sentencepiece.so");
 #ifdef CART_SENTENCEPIECE_MODULE
-    candidates.push_back(CART_SENTENCEPIECE_MODULE);
+  const char* compiled = CART_SENTENCEPIECE_MODULE;
+#else
+  const char* compiled = nullptr;
 #endif
-    std::string tried;
-    for (const std::string& path : candidates) {
-      if (!std::filesystem::exists(path)) {
-        tried += " " + path;
-        continue;
-      }
-      void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
-      if (handle == nullptr) {
-        load_error = std::string("cannot load ") + path + ": " + dlerror();
-        return;
-      }
-      auto* entry =
-          reinterpret_cast<SpLibraryApi* (*)()>(dlsym(handle, "CartSentencePieceLibrary"));
-      if (entry == nullptr) {
-        load_error = path + " has no CartSentencePieceLibrary";
-        return;
-      }
-      library = entry();
-      return;
-    }
-    load_error = "SentencePiece support module libcart_sentencepiece.so not found (looked at" +
-                 tried + "; set CART_SENTENCEPIECE_LIB)";
-  });
-  if (library == nullptr) *error = load_error;
-  return library;
+  return LoadModule<SpLibraryApi>({"libcart_sentencepiece.so", "CART_SENTENCEPIECE_LIB", compiled,
+                                   "CartSentencePieceLibrary", "SentencePiece support"},
+                                  error);
 }
 
 }  // namespace

@@ -2,8 +2,10 @@
 
 #include <zlib.h>
 
+#include <filesystem>
 #include <vector>
 
+#include "data/internal/parquet_reader.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/support/test_support.h"
@@ -168,23 +170,50 @@ TEST(CorpusTest, HugeDocumentsStreamInBoundedPiecesAndReassembleExactly) {
   EXPECT_EQ(stories[1], "short");
 }
 
-TEST(CorpusTest, ParquetIsRefusedWithTheConversionRecipe) {
+// A build with Arrow reads Parquet (tests/data/parquet_test.py reads real shards) and names what
+// is wrong with a file that only starts like one; a build without says how to convert it.
+TEST(CorpusTest, ABrokenParquetFileIsNamedAndABuildWithoutArrowSaysHowToConvert) {
   TempDir dir;
   WriteFile(dir.path() / "x.parquet", "PAR1....");
-  EXPECT_THAT(DocumentReader::Open({dir.File("x.parquet")}),
-              StatusIs(absl::StatusCode::kUnimplemented,
-                       ::testing::AllOf(HasSubstr("x.parquet"), HasSubstr("Debian 12"),
-                                        HasSubstr("pyarrow"), HasSubstr(".jsonl"))));
   WriteFile(dir.path() / "renamed.dat", "PAR1....");
-  EXPECT_THAT(DocumentReader::Open({dir.File("renamed.dat")}),
-              StatusIs(absl::StatusCode::kUnimplemented, HasSubstr("renamed.dat")));
-  EXPECT_THAT(ParseCorpusFormat("parquet"),
-              StatusIs(absl::StatusCode::kUnimplemented, HasSubstr("pyarrow")));
+  CART_ASSERT_OK_AND_ASSIGN(CorpusFormat detected, DetectCorpusFormat(dir.File("renamed.dat")));
+  EXPECT_EQ(detected, CorpusFormat::kParquet);
+  std::string version;
+  if (internal::ParquetAvailable(&version)) {
+    EXPECT_THAT(version, HasSubstr("Apache Arrow"));
+    EXPECT_THAT(DocumentReader::Open({dir.File("x.parquet")}),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         ::testing::AllOf(HasSubstr("x.parquet"),
+                                          HasSubstr("not a Parquet file, or truncated"))));
+    EXPECT_THAT(DocumentReader::Open({dir.File("renamed.dat")}),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("renamed.dat")));
+  } else {
+    EXPECT_THAT(DocumentReader::Open({dir.File("x.parquet")}),
+                StatusIs(absl::StatusCode::kUnimplemented,
+                         ::testing::AllOf(HasSubstr("x.parquet"), HasSubstr("CART_WITH_PARQUET"),
+                                          HasSubstr("pyarrow"), HasSubstr(".jsonl"))));
+  }
+  EXPECT_THAT(DocumentReader::Open({dir.File("missing.parquet")}),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("missing.parquet")));
+  // A directory stands for the Parquet shards under it, in path order; one without any is named.
+  std::filesystem::create_directories(dir.path() / "hf" / "data");
+  WriteFile(dir.path() / "hf" / "data" / "train-00001-of-00002.parquet", "PAR1");
+  WriteFile(dir.path() / "hf" / "data" / "train-00000-of-00002.parquet", "PAR1");
+  WriteFile(dir.path() / "hf" / "README.md", "not a shard");
+  CART_ASSERT_OK_AND_ASSIGN(auto expanded, ExpandCorpusInputs({{dir.File("hf")}}));
+  ASSERT_EQ(expanded.size(), 2u);
+  EXPECT_THAT(expanded[0].path, HasSubstr("train-00000-of-00002.parquet"));
+  EXPECT_THAT(expanded[1].path, HasSubstr("train-00001-of-00002.parquet"));
+  std::filesystem::create_directories(dir.path() / "empty");
+  EXPECT_THAT(ExpandCorpusInputs({{dir.File("empty")}}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       ::testing::AllOf(HasSubstr("empty"), HasSubstr("no .parquet file"))));
 }
 
 TEST(CorpusTest, FormatNamesParseAndUnknownOnesListTheAllowed) {
-  for (CorpusFormat f : {CorpusFormat::kAuto, CorpusFormat::kText, CorpusFormat::kLines,
-                         CorpusFormat::kTinyStories, CorpusFormat::kJsonl}) {
+  for (CorpusFormat f :
+       {CorpusFormat::kAuto, CorpusFormat::kText, CorpusFormat::kLines, CorpusFormat::kTinyStories,
+        CorpusFormat::kJsonl, CorpusFormat::kParquet}) {
     CART_ASSERT_OK_AND_ASSIGN(CorpusFormat back, ParseCorpusFormat(CorpusFormatName(f)));
     EXPECT_EQ(back, f);
   }
