@@ -26,12 +26,15 @@ std::vector<Point> MetricBuffer::NextBatch(size_t max) {
 
 size_t MetricBuffer::Ack(int64_t acked_step) {
   absl::MutexLock lock(&mu_);
+  // Only points sent on this connection: a point of the acknowledged step that was added after
+  // its batch left (an evaluation logged at the step the training metrics just reported) has
+  // not reached cartd yet.
   size_t dropped = 0;
-  while (!points_.empty() && points_.front().step <= acked_step) {
+  while (dropped < sent_ && points_.front().step <= acked_step) {
     points_.pop_front();
     ++dropped;
   }
-  sent_ = sent_ > dropped ? sent_ - dropped : 0;
+  sent_ -= dropped;
   return dropped;
 }
 

@@ -32,7 +32,8 @@ class MetricBuffer {
   void Add(std::vector<Point> points);
   // Up to `max` points not yet sent on the current connection; marks them sent.
   std::vector<Point> NextBatch(size_t max);
-  // Drops every point with step <= acked_step. Returns how many were dropped.
+  // cartd stored every point with step <= acked_step that was sent on the current connection:
+  // drops those (not a point of that step added after its batch was sent). Returns how many.
   size_t Ack(int64_t acked_step);
   // After a reconnect: everything unacknowledged is to be sent again.
   void Rewind();

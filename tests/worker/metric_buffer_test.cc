@@ -28,6 +28,29 @@ TEST(MetricBufferTest, BatchesAreSentOnceAndDroppedOnlyWhenAcknowledged) {
   EXPECT_EQ(buffer.unsent(), 0u);
 }
 
+// The last step's training metrics leave in one batch; the evaluation at that same step is logged
+// after it. The batch's ack (step 40) must not drop the evaluation, which cartd has not seen: it
+// did, and a run's final val_ppl was lost while the run reported SUCCEEDED.
+TEST(MetricBufferTest, AnAckDropsOnlyPointsSentNotLaterOnesOfTheSameStep) {
+  MetricBuffer buffer(100);
+  buffer.Add({{40, "loss", 2.0, 0}, {40, "rho_max", 0.9, 0}});
+  ASSERT_EQ(buffer.NextBatch(100).size(), 2u);
+  buffer.Add({{40, "val_ppl/wiki", 11.2, 0}, {40, "val_loss/wiki", 2.4, 0}});
+  EXPECT_EQ(buffer.Ack(40), 2u);
+  EXPECT_EQ(buffer.unacked(), 2u);
+  const std::vector<Point> eval = buffer.NextBatch(100);
+  ASSERT_EQ(eval.size(), 2u);
+  EXPECT_EQ(eval[0].name, "val_ppl/wiki");
+  EXPECT_EQ(buffer.Ack(40), 2u);
+  EXPECT_EQ(buffer.unacked(), 0u);
+  // An ack that arrives after a reconnect rewound the outbox drops nothing: all is resent.
+  buffer.Add(Steps(41, 43));
+  buffer.NextBatch(100);
+  buffer.Rewind();
+  EXPECT_EQ(buffer.Ack(43), 0u);
+  EXPECT_EQ(buffer.NextBatch(100).size(), 3u);
+}
+
 TEST(MetricBufferTest, RewindResendsEverythingUnacknowledgedAfterAReconnect) {
   MetricBuffer buffer(100);
   buffer.Add(Steps(1, 10));
@@ -61,6 +84,7 @@ TEST(MetricBufferTest, WaitEmptyReturnsWhenAllAcknowledged) {
   MetricBuffer buffer(10);
   buffer.Add(Steps(1, 3));
   EXPECT_FALSE(buffer.WaitEmpty(10));
+  buffer.NextBatch(10);
   std::thread acker([&] { buffer.Ack(3); });
   EXPECT_TRUE(buffer.WaitEmpty(5000));
   acker.join();
