@@ -80,16 +80,7 @@ if [ "${MLFLOW:-1}" = 0 ]; then
   echo "  (MLflow comparison skipped: MLFLOW=0)"
   exit 0
 fi
-mlvenv=$root/.cache/python/mlflow-venv
-mlreq=$root/bench/mlflow-requirements.txt
-if ! cmp -s "$mlvenv/.cart-requirements" <(cat "$root/deploy/python-requirements.txt" "$mlreq"); then
-  echo "python_bench: making the MLflow environment in $mlvenv (bench/mlflow-requirements.txt)"
-  rm -rf "$mlvenv"
-  /usr/bin/python3 -m venv "$mlvenv"
-  "$mlvenv/bin/pip" install --quiet --disable-pip-version-check --no-deps --require-hashes \
-    -r "$root/deploy/python-requirements.txt" -r "$mlreq"
-  cat "$root/deploy/python-requirements.txt" "$mlreq" >"$mlvenv/.cart-requirements"
-fi
+mlvenv=$("$root/bench/bench_venv.sh" mlflow-venv "$root/bench/mlflow-requirements.txt")
 echo "the same points in MLflow $("$mlvenv/bin/python" -c 'import mlflow; print(mlflow.__version__)') (SQLite backend; logged with log_batch, read with search_runs + get_metric_history):"
 POINTS=$dir/big/cart.db.points.pkl CARTLAB_S=$(cat "$dir/big/cart.db.cartlab.txt") \
   MLDIR=$dir/mlflow "$mlvenv/bin/python" - <<'PY'

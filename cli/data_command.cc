@@ -5,11 +5,14 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <iostream>
 #include <memory>
+#include <utility>
 
 #include "cli/commands.h"
 #include "cli/progress.h"
+#include "cli/table.h"
 #include "common/status.h"
 #include "common/strings.h"
 #include "data/corpus.h"
@@ -90,7 +93,148 @@ struct PrepareArgs {
   std::string mix;
   int64_t chunk_tokens = 0;
   int64_t tokens = 0;
+  std::vector<std::string> sources;     // --source NAME=PATH
+  std::vector<std::string> weights;     // --weight NAME=W
+  std::vector<std::string> max_tokens;  // --max-tokens NAME=N
+  bool dry_run = false;
 };
+
+// "300000000", "300M", "1.5B", "64k": a token count. InvalidArgument naming `what`.
+absl::StatusOr<int64_t> ParseCount(std::string_view text, const std::string& what) {
+  const std::string t(Trim(text));
+  double scale = 1;
+  std::string digits = t;
+  if (!t.empty()) {
+    switch (t.back()) {
+      case 'k':
+      case 'K':
+        scale = 1e3;
+        break;
+      case 'M':
+        scale = 1e6;
+        break;
+      case 'B':
+      case 'G':
+        scale = 1e9;
+        break;
+      default:
+        break;
+    }
+    if (scale != 1) digits.pop_back();
+  }
+  char* end = nullptr;
+  const double v = std::strtod(digits.c_str(), &end);
+  if (digits.empty() || end != digits.c_str() + digits.size() || !(v >= 0) || v * scale > 9e18) {
+    return absl::InvalidArgumentError(
+        StrCat(what, ": '", t, "' is not a count (e.g. 300000000, 300M, 1.5B, 64k)"));
+  }
+  return static_cast<int64_t>(v * scale + 0.5);
+}
+
+// Splits "NAME=VALUE" of `flag`; InvalidArgument naming the flag.
+absl::StatusOr<std::pair<std::string, std::string>> NameValue(const std::string& text,
+                                                              const char* flag) {
+  const size_t eq = text.find('=');
+  if (eq == std::string::npos || eq == 0 || eq + 1 == text.size()) {
+    return absl::InvalidArgumentError(StrCat(flag, " \"", text, "\": expected NAME=VALUE"));
+  }
+  return std::make_pair(text.substr(0, eq), text.substr(eq + 1));
+}
+
+absl::StatusOr<data::SourceMixtureOptions> SourceOptions(const PrepareArgs& a) {
+  data::SourceMixtureOptions o;
+  o.tokenizer = a.tokenizer;
+  o.out = a.out;
+  o.threads = a.threads;
+  o.max_tokens = a.tokens;
+  o.chunk_tokens = a.chunk_tokens == 0 ? data::kDefaultMixChunkTokens : a.chunk_tokens;
+  CART_ASSIGN_OR_RETURN(CorpusFormat format, data::ParseCorpusFormat(a.format));
+  const auto find = [&o](const std::string& name) -> data::CorpusSource* {
+    for (data::CorpusSource& s : o.sources) {
+      if (s.name == name) return &s;
+    }
+    return nullptr;
+  };
+  for (const std::string& text : a.sources) {  // a name given again adds inputs to it
+    CART_ASSIGN_OR_RETURN(auto nv, NameValue(text, "--source"));
+    data::CorpusSource* s = find(nv.first);
+    if (s == nullptr) s = &o.sources.emplace_back(data::CorpusSource{nv.first, {}, 1, 0});
+    s->inputs.push_back(CorpusInput{nv.second, format, a.text_field});
+  }
+  for (const auto& [flag, list] :
+       {std::pair<const char*, const std::vector<std::string>*>{"--weight", &a.weights},
+        {"--max-tokens", &a.max_tokens}}) {
+    for (const std::string& text : *list) {
+      CART_ASSIGN_OR_RETURN(auto nv, NameValue(text, flag));
+      data::CorpusSource* s = find(nv.first);
+      if (s == nullptr) {
+        return absl::InvalidArgumentError(
+            StrCat(flag, " ", text, ": no --source named '", nv.first, "'"));
+      }
+      CART_ASSIGN_OR_RETURN(int64_t n, ParseCount(nv.second, StrCat(flag, " ", nv.first)));
+      (std::string_view(flag) == "--weight" ? s->weight : s->max_tokens) = n;
+    }
+  }
+  return o;
+}
+
+std::string Bytes(double bytes) {
+  if (bytes >= 1e9) return fmt::format("{:.2f} GB", bytes / 1e9);
+  if (bytes >= 1e6) return fmt::format("{:.1f} MB", bytes / 1e6);
+  return fmt::format("{:.1f} kB", bytes / 1e3);
+}
+
+void RunSourceMixture(const PrepareArgs& a) {
+  if (!a.inputs.empty() || !a.mix.empty() || !a.val.empty()) {
+    ExitWith(absl::InvalidArgumentError(
+        "--source makes the mixture from corpora: give no input files, --mix or --val with it "
+        "(prepare validation sets on their own)"));
+  }
+  absl::StatusOr<data::SourceMixtureOptions> options = SourceOptions(a);
+  if (!options.ok()) ExitWith(options.status());
+  if (a.dry_run) {
+    constexpr uint64_t kSample = 8 << 20;
+    auto plan = data::PlanSourceMixture(*options, kSample);
+    if (!plan.ok()) ExitWith(plan.status());
+    Table t;
+    t.Header({"source", "weight", "files", "on disk", "sample", "tokens", "cap", "gives"});
+    for (size_t i = 0; i < options->sources.size(); ++i) {
+      const data::CorpusSource& s = options->sources[i];
+      const data::SourceEstimate& e = plan->estimates[i];
+      t.Row({s.name, std::to_string(s.weight), std::to_string(e.files), Bytes(e.input_bytes),
+             fmt::format("{} docs, {}", Thousands(e.sampled_documents), Bytes(e.sampled_bytes)),
+             (e.exact ? "" : "≈ ") + Thousands(e.tokens),
+             s.max_tokens > 0 ? Thousands(s.max_tokens) : "-", Thousands(plan->tokens[i])});
+    }
+    t.Print(std::cout);
+    std::cout << fmt::format(
+        "mixture {}: ≈ {} tokens in chunks of {}; disk ≈ {} ({} bytes a token: the sources' "
+        "files and the mixture)\n(dry run: token counts estimated from the first {} MB of "
+        "each source's text; nothing written)\n",
+        a.out, Thousands(plan->mixture_tokens), options->chunk_tokens, Bytes(plan->disk_bytes),
+        plan->bytes_per_token, kSample >> 20);
+    return;
+  }
+  ProgressBar bar("prepare");
+  options->progress = [&bar](const std::string& source, const data::PrepareProgress& p) {
+    bar.Update(p.bytes_total > 0 ? static_cast<double>(p.bytes_done) / p.bytes_total : 0.0,
+               fmt::format("{}: {:.1f}/{:.1f} MB {} docs {} tokens", source, p.bytes_done / 1e6,
+                           p.bytes_total / 1e6, Thousands(p.documents), Thousands(p.tokens)),
+               false);
+  };
+  const auto start = std::chrono::steady_clock::now();
+  auto result = data::PrepareSourceMixture(*options);
+  if (!result.ok()) ExitWith(result.status());
+  for (size_t i = 0; i < result->sources.size(); ++i) {
+    const data::PreparedSource& s = result->sources[i];
+    PrintFile(options->sources[i].name, s.file.path, s.file.info, s.file.documents);
+    if (s.capped) std::cout << "       (stopped at its --max-tokens)\n";
+  }
+  PrintFile("mix", a.out, result->mixture, -1);
+  std::cout << fmt::format(
+      "tokenizer {} (vocab {}), {:.1f} s\n", result->mixture.tokenizer, result->mixture.vocab,
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+}
 
 void RunMix(const PrepareArgs& a) {
   if (!a.inputs.empty()) {
@@ -117,6 +261,10 @@ void RunMix(const PrepareArgs& a) {
 }
 
 void RunPrepare(const PrepareArgs& a) {
+  if (!a.sources.empty()) return RunSourceMixture(a);
+  if (!a.weights.empty() || !a.max_tokens.empty() || a.dry_run) {
+    ExitWith(absl::InvalidArgumentError("--weight, --max-tokens and --dry-run go with --source"));
+  }
   if (!a.mix.empty()) return RunMix(a);
   if (a.tokens != 0 || a.chunk_tokens != 0) {
     ExitWith(absl::InvalidArgumentError("--tokens and --chunk-tokens apply to --mix only"));
@@ -296,6 +444,17 @@ void RegisterDataCommands(CLI::App& app) {
                        "Mixture chunk size in tokens (default 512, the chunk size of the "
                        "paper's reference loader)");
   prep_cmd->add_option("--tokens", prep->tokens, "Mixture length limit (0 = until a source ends)");
+  prep_cmd->add_option("--source", prep->sources,
+                       "The mixture from corpora in one step: NAME=PATH (a file or a folder of "
+                       "Parquet shards; repeat a NAME for more inputs), each prepared into "
+                       "OUT.NAME.bin, then interleaved into --out");
+  prep_cmd->add_option("--weight", prep->weights,
+                       "NAME=W: a --source's chunks per cycle (default 1), e.g. tiny=3");
+  prep_cmd->add_option("--max-tokens", prep->max_tokens,
+                       "NAME=N: stop a --source at N tokens (300000000, 300M, 1.5B)");
+  prep_cmd->add_flag("--dry-run", prep->dry_run,
+                     "With --source: estimate each source's tokens and the disk it takes; "
+                     "write nothing");
   OnRun(prep_cmd, [prep] { RunPrepare(*prep); });
 
   auto synth = std::make_shared<SynthArgs>();

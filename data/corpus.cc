@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <filesystem>
@@ -36,6 +38,20 @@ bool EndsWith(std::string_view s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
 }
 
+// A gzip file's trailer size (ISIZE: the content size modulo 2^32); -1 when the file does not
+// start with gzip's magic bytes or cannot be read.
+int64_t GzipTrailerSize(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) return -1;
+  unsigned char head[2] = {0, 0}, tail[4] = {0, 0, 0, 0};
+  const bool gzip = std::fread(head, 1, 2, f) == 2 && head[0] == 0x1f && head[1] == 0x8b &&
+                    std::fseek(f, -4, SEEK_END) == 0 && std::fread(tail, 1, 4, f) == 4;
+  std::fclose(f);
+  if (!gzip) return -1;
+  return static_cast<int64_t>(tail[0]) | static_cast<int64_t>(tail[1]) << 8 |
+         static_cast<int64_t>(tail[2]) << 16 | static_cast<int64_t>(tail[3]) << 24;
+}
+
 // Lines of a file through zlib, which reads gzip and plain files alike.
 class LineSource {
  public:
@@ -55,6 +71,7 @@ class LineSource {
     gzbuffer(f, 1 << 20);
     auto src = std::unique_ptr<LineSource>(new LineSource(path, f));
     src->file_bytes_ = static_cast<uint64_t>(st.st_size);
+    src->gzip_isize_ = GzipTrailerSize(path);
     return src;
   }
   ~LineSource() { gzclose(file_); }
@@ -108,6 +125,20 @@ class LineSource {
     return off < 0 ? 0 : static_cast<uint64_t>(off);
   }
   uint64_t file_bytes() const { return file_bytes_; }
+  // The file's content (uncompressed) handed out so far, and its size: exact for a plain file,
+  // for gzip scaled from the compression ratio of what was read so far.
+  uint64_t content_consumed() const { return read_total_ - (end_ - pos_); }
+  uint64_t content_total() const {
+    if (gzip_isize_ < 0) return file_bytes_;
+    // The gzip trailer holds the size modulo 2^32; the compression ratio seen so far says
+    // which multiple of 2^32 to add (none below 4 GiB, where the trailer is exact).
+    const z_off_t off = gzoffset(file_);
+    double ratio = static_cast<double>(file_bytes_);
+    if (off > 0 && read_total_ > 0) ratio *= static_cast<double>(read_total_) / off;
+    const double wraps = std::round((ratio - static_cast<double>(gzip_isize_)) / 4294967296.0);
+    return static_cast<uint64_t>(gzip_isize_) +
+           static_cast<uint64_t>(std::max(0.0, wraps)) * (uint64_t{1} << 32);
+  }
   const std::string& path() const { return path_; }
 
  private:
@@ -141,6 +172,7 @@ class LineSource {
       eof_ = true;
     }
     end_ += static_cast<size_t>(n);
+    read_total_ += static_cast<uint64_t>(n);
     buffer_.resize(end_);
     return absl::OkStatus();
   }
@@ -150,6 +182,8 @@ class LineSource {
   uint64_t file_bytes_ = 0;
   std::vector<char> buffer_;
   size_t pos_ = 0, end_ = 0;
+  uint64_t read_total_ = 0;  // content bytes read into buffer_ in all
+  int64_t gzip_isize_ = -1;  // a gzip file's trailer size (mod 2^32); -1 for a plain file
   bool eof_ = false;
   bool continuing_ = false;
   int64_t line_number_ = 0;
@@ -162,6 +196,8 @@ class ReaderBase : public DocumentReader {
   CorpusFormat format() const override { return format_; }
   uint64_t bytes_consumed() const override { return src_->bytes_consumed(); }
   uint64_t file_bytes() const override { return src_->file_bytes(); }
+  uint64_t content_consumed() const override { return src_->content_consumed(); }
+  uint64_t content_total() const override { return src_->content_total(); }
 
  protected:
   std::unique_ptr<LineSource> src_;

@@ -79,6 +79,14 @@ class DocumentReader {
   // Bytes of the file (compressed, when it is) consumed so far, and its size: for progress.
   virtual uint64_t bytes_consumed() const = 0;
   virtual uint64_t file_bytes() const = 0;
+  // How many rows the file holds when its format says so without reading them (Parquet's
+  // footer; null rows included); -1 otherwise.
+  virtual int64_t rows_total() const { return -1; }
+  // Line-based formats: the file's content (uncompressed) read so far, and its size (exact for a
+  // plain file; for gzip, the file size scaled by the compression ratio seen so far). 0 for
+  // Parquet, whose estimates go by rows.
+  virtual uint64_t content_consumed() const { return 0; }
+  virtual uint64_t content_total() const { return 0; }
 };
 
 }  // namespace cart::data

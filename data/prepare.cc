@@ -2,6 +2,8 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <filesystem>
 #include <numeric>
@@ -42,6 +44,7 @@ struct Batch {
 struct Encoded {
   std::vector<std::vector<int64_t>> ids;  // per destination
   std::vector<int64_t> documents;         // documents finished, per destination
+  std::vector<int64_t> train_ends;        // where each document finished in ids[0] ends
   uint64_t bytes_done = 0;
 };
 
@@ -176,11 +179,13 @@ absl::StatusOr<PrepareResult> Prepare(const PrepareOptions& options) {
     }
     return 0;
   };
+  // Set by consume once the training file holds max_tokens: the producer reads no further.
+  std::atomic<bool> capped{false};
   const std::function<absl::StatusOr<std::optional<Batch>>()> produce =
       [&]() -> absl::StatusOr<std::optional<Batch>> {
     Batch batch;
     size_t bytes = 0;
-    while (bytes < options.batch_bytes) {
+    while (bytes < options.batch_bytes && !capped.load()) {
       if (reader == nullptr) {
         if (input_index == inputs.size()) break;
         CART_ASSIGN_OR_RETURN(reader, DocumentReader::Open(inputs[input_index]));
@@ -215,6 +220,7 @@ absl::StatusOr<PrepareResult> Prepare(const PrepareOptions& options) {
       if (p.last) {
         if (eos >= 0) out.push_back(eos);
         ++enc.documents[p.dest];
+        if (p.dest == 0) enc.train_ends.push_back(static_cast<int64_t>(out.size()));
       }
     }
     return enc;
@@ -222,7 +228,25 @@ absl::StatusOr<PrepareResult> Prepare(const PrepareOptions& options) {
   PrepareProgress progress;
   progress.bytes_total = bytes_total;
   std::vector<int64_t> documents(dests, 0);
+  bool cut = false;  // the cap fell inside a document, which the file then ends with
   const std::function<absl::Status(Encoded&)> consume = [&](Encoded& enc) -> absl::Status {
+    // With a cap, the batch that reaches it is the last one written (the holdouts get its
+    // documents too): which batches those are depends on batch_bytes only, never on threads or
+    // timing, so the outputs are the same on every run.
+    if (capped.load()) return absl::OkStatus();
+    if (options.max_tokens > 0) {
+      const int64_t room = options.max_tokens - progress.train_tokens;
+      if (static_cast<int64_t>(enc.ids[0].size()) >= room) {
+        enc.ids[0].resize(static_cast<size_t>(room));
+        enc.documents[0] = std::count_if(enc.train_ends.begin(), enc.train_ends.end(),
+                                         [room](int64_t end) { return end <= room; });
+        cut =
+            std::find(enc.train_ends.begin(), enc.train_ends.end(), room) == enc.train_ends.end() &&
+            room > 0;
+        capped.store(true);
+      }
+    }
+    progress.train_tokens += static_cast<int64_t>(enc.ids[0].size());
     for (size_t d = 0; d < dests; ++d) {
       CART_RETURN_IF_ERROR(writers[d].Append(enc.ids[d]));
       documents[d] += enc.documents[d];
@@ -238,7 +262,7 @@ absl::StatusOr<PrepareResult> Prepare(const PrepareOptions& options) {
                           : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   CART_RETURN_IF_ERROR((internal::RunOrderedPipeline<Batch, Encoded>(threads, 2 * threads + 2,
                                                                      produce, work, consume)));
-  progress.bytes_done = bytes_total;
+  if (!capped.load()) progress.bytes_done = bytes_total;
   if (options.progress) options.progress(progress);
 
   // Holdouts that got no document would be silently empty validation sets.
@@ -254,6 +278,8 @@ absl::StatusOr<PrepareResult> Prepare(const PrepareOptions& options) {
         StrCat("the holdouts took all ", ordinal, " documents; none is left for ", options.out));
   }
   PrepareResult result;
+  result.capped = capped.load();
+  result.last_document_cut = cut;
   for (size_t d = 0; d < dests; ++d) {
     PreparedFile file;
     file.path = paths[d];
@@ -262,6 +288,70 @@ absl::StatusOr<PrepareResult> Prepare(const PrepareOptions& options) {
     (d == 0 ? result.train : result.holdouts.emplace_back()) = std::move(file);
   }
   return result;
+}
+
+absl::StatusOr<SourceEstimate> EstimateTokens(const std::vector<CorpusInput>& inputs,
+                                              const std::string& tokenizer_spec,
+                                              uint64_t sample_bytes) {
+  CART_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer, Tokenizer::Load(tokenizer_spec));
+  CART_ASSIGN_OR_RETURN(std::vector<CorpusInput> files, ExpandCorpusInputs(inputs));
+  SourceEstimate est;
+  est.files = static_cast<int64_t>(files.size());
+  uint64_t sampled_content = 0;  // content bytes the sample consumed (non-Parquet files)
+  int64_t sampled_rows = 0;      // documents of the sample from Parquet files
+  int64_t parquet_tokens = 0;    // tokens of those
+  int64_t rows_total = 0;        // rows in every Parquet footer
+  uint64_t other_content = 0;    // content bytes of the other files
+  bool read_all = true;
+  DocumentPiece piece;
+  for (const CorpusInput& in : files) {
+    CART_ASSIGN_OR_RETURN(std::unique_ptr<DocumentReader> reader, DocumentReader::Open(in));
+    est.input_bytes += reader->file_bytes();
+    const bool parquet = reader->rows_total() >= 0;
+    if (parquet) rows_total += reader->rows_total();
+    if (est.sampled_bytes >= sample_bytes) {
+      read_all = false;
+      if (!parquet) other_content += reader->content_total();
+      continue;  // only the footer or the size of the rest
+    }
+    bool more = true;
+    while (est.sampled_bytes < sample_bytes) {
+      CART_ASSIGN_OR_RETURN(more, reader->Next(&piece));
+      if (!more) break;
+      const int64_t tokens = static_cast<int64_t>(tokenizer->Encode(piece.text).size()) +
+                             (piece.first && tokenizer->bos_id() >= 0) +
+                             (piece.last && tokenizer->eos_id() >= 0);
+      est.sampled_tokens += tokens;
+      est.sampled_bytes += piece.text.size();
+      est.sampled_documents += piece.last;
+      if (parquet) {
+        sampled_rows += 1;
+        parquet_tokens += tokens;
+      }
+    }
+    if (more) read_all = false;
+    if (!parquet) {  // after the sample: a gzip file's ratio is the one of what was read
+      sampled_content += reader->content_consumed();
+      other_content += reader->content_total();
+    }
+  }
+  est.exact = read_all;
+  if (read_all) {
+    est.tokens = est.sampled_tokens;
+    return est;
+  }
+  double tokens = 0;
+  if (rows_total > 0 && sampled_rows > 0) {
+    tokens += static_cast<double>(parquet_tokens) / static_cast<double>(sampled_rows) *
+              static_cast<double>(rows_total);
+  }
+  const int64_t other_tokens = est.sampled_tokens - parquet_tokens;
+  if (other_content > 0 && sampled_content > 0) {
+    tokens += static_cast<double>(other_tokens) / static_cast<double>(sampled_content) *
+              static_cast<double>(other_content);
+  }
+  est.tokens = static_cast<int64_t>(tokens + 0.5);
+  return est;
 }
 
 }  // namespace cart::data

@@ -35,6 +35,7 @@ struct PrepareProgress {
   uint64_t bytes_total = 0;  // total input size on disk
   int64_t documents = 0;     // documents finished
   int64_t tokens = 0;        // tokens written, all outputs together
+  int64_t train_tokens = 0;  // of those, the training file's
 };
 
 struct PrepareOptions {
@@ -45,6 +46,10 @@ struct PrepareOptions {
   uint64_t seed = 0;             // of the fraction holdouts' draw
   int threads = 0;               // encoding threads; 0 = hardware threads
   size_t batch_bytes = 1 << 20;  // text per encoding batch; memory ≈ (2·threads+2) batches
+  // > 0: the training file stops at exactly this many tokens (its last document cut short when
+  // the cap falls inside one) and nothing more is read; the holdouts keep the documents read
+  // until then. 0: every input to its end.
+  int64_t max_tokens = 0;
   // Called on the calling thread after each batch is written, and once at the end.
   std::function<void(const PrepareProgress&)> progress;
 };
@@ -58,6 +63,8 @@ struct PreparedFile {
 struct PrepareResult {
   PreparedFile train;
   std::vector<PreparedFile> holdouts;  // in the order given
+  bool capped = false;                 // max_tokens stopped it before the inputs ended
+  bool last_document_cut = false;      // the training file ends inside a document (no EOS)
 };
 
 // Streams every input document through the tokenizer (in parallel, bounded memory) and writes
@@ -65,6 +72,24 @@ struct PrepareResult {
 // Tokenizer::Load, DocumentReader ("PATH:LINE: problem") and TokenFileWriter; InvalidArgument
 // for bad options. On error no output file is replaced.
 absl::StatusOr<PrepareResult> Prepare(const PrepareOptions& options);
+
+// What a dry run says a source will give (cart data prepare --source ... --dry-run): the tokens
+// of the first `sample_bytes` of its documents, scaled to the whole source.
+struct SourceEstimate {
+  int64_t files = 0;         // after folders are expanded
+  uint64_t input_bytes = 0;  // on disk
+  int64_t sampled_documents = 0;
+  uint64_t sampled_bytes = 0;  // text read
+  int64_t sampled_tokens = 0;  // with BOS and EOS
+  // The whole source's tokens: exact when the sample read everything, else scaled by rows
+  // (Parquet: tokens per row of the sample x rows in the footers) or by content bytes (other
+  // formats: tokens per byte of the sample x the files' sizes, a gzip file's scaled by its
+  // compression ratio).
+  int64_t tokens = 0;
+  bool exact = false;
+};
+absl::StatusOr<SourceEstimate> EstimateTokens(const std::vector<CorpusInput>& inputs,
+                                              const std::string& tokenizer, uint64_t sample_bytes);
 
 // One source of a mixture.
 struct MixSource {
@@ -93,5 +118,52 @@ struct MixOptions {
 // proportions are exact, or at max_tokens (the last chunk cut short). InvalidArgument when the
 // sources' tokenizers, vocabularies or BOS/EOS differ (naming both files).
 absl::StatusOr<TokenFileInfo> BuildMixture(const MixOptions& options);
+
+// The paper's mixture from its corpora in one step (`cart data prepare --source`): each source's
+// inputs are prepared into <out without .bin>.<name>.bin beside `out` (stopped at its
+// max_tokens), then interleaved into `out` by BuildMixture with the sources' weights.
+struct CorpusSource {
+  std::string name;                 // letters, digits, '_', '-', '.'; unique
+  std::vector<CorpusInput> inputs;  // files, or folders of Parquet shards
+  int64_t weight = 1;               // chunks per cycle, >= 1
+  int64_t max_tokens = 0;           // > 0: its file stops at this many tokens
+};
+
+struct SourceMixtureOptions {
+  std::vector<CorpusSource> sources;  // at least one
+  std::string tokenizer = "bytes";    // a Tokenizer::Load spec, shared by every source
+  std::string out;                    // the mixture, NAME.bin
+  int64_t chunk_tokens = kDefaultMixChunkTokens;
+  int64_t max_tokens = 0;  // of the mixture; 0: until a source runs out
+  int threads = 0;         // encoding threads; 0 = hardware threads
+  // Called as each source is prepared (Prepare's progress, with the source's name).
+  std::function<void(const std::string& source, const PrepareProgress&)> progress;
+};
+
+// The file a source is prepared into: <out without .bin>.<name>.bin.
+std::string SourceFilePath(const std::string& out, const std::string& name);
+
+struct PreparedSource {
+  PreparedFile file;
+  bool capped = false;  // its max_tokens stopped it before its inputs ended
+};
+struct SourceMixtureResult {
+  std::vector<PreparedSource> sources;  // in the order given
+  TokenFileInfo mixture;
+};
+// InvalidArgument for a bad or repeated name, a weight below 1 or a negative cap (naming the
+// source); then the errors of Prepare and BuildMixture.
+absl::StatusOr<SourceMixtureResult> PrepareSourceMixture(const SourceMixtureOptions& options);
+
+// What PrepareSourceMixture would write, from EstimateTokens over each source (nothing written).
+struct SourceMixturePlan {
+  std::vector<SourceEstimate> estimates;  // per source, in order
+  std::vector<int64_t> tokens;            // per source: min(estimate, max_tokens)
+  int64_t mixture_tokens = 0;             // whole cycles, at most max_tokens
+  int64_t bytes_per_token = 2;            // 2 (uint16) when the vocabulary fits, else 4
+  uint64_t disk_bytes = 0;                // the sources' files and the mixture
+};
+absl::StatusOr<SourceMixturePlan> PlanSourceMixture(const SourceMixtureOptions& options,
+                                                    uint64_t sample_bytes);
 
 }  // namespace cart::data

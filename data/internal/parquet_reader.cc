@@ -59,6 +59,7 @@ class ParquetReader final : public DocumentReader {
     return std::min<uint64_t>(column_->bytes_read(), file_bytes_);
   }
   uint64_t file_bytes() const override { return file_bytes_; }
+  int64_t rows_total() const override { return column_->rows(); }
 
  private:
   static constexpr int64_t kBatchRows = 1024;

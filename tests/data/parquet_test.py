@@ -109,6 +109,33 @@ class ParquetPrepareTest(unittest.TestCase):
         info = json.loads(cart("data", "info", os.path.join(OUT, "folder.bin"), "--json").stdout)
         self.assertTrue(any("(parquet)" in s for s in info["sources"]), info["sources"])
 
+    def test_the_mixture_in_one_command_with_caps_and_its_dry_run(self):
+        folder = os.path.join(OUT, "mixsrc", "data")
+        os.makedirs(folder, exist_ok=True)
+        pq.write_table(self.table(DOCS), os.path.join(folder, "train-00000-of-00001.parquet"))
+        args = ["data", "prepare", "--out", os.path.join(OUT, "mix.bin"),
+                "--source", f"tiny={self.jsonl}", "--weight", "tiny=3",
+                "--source", f"wiki={os.path.join(OUT, 'mixsrc')}", "--weight", "wiki=2",
+                "--max-tokens", "wiki=5k", "--chunk-tokens", "64"]
+        plan = cart(*args, "--dry-run").stdout
+        self.assertIn("wiki    2       1", plan)
+        self.assertFalse(os.path.exists(os.path.join(OUT, "mix.bin")), "a dry run writes nothing")
+        done = cart(*args).stdout
+        meta = {n: json.load(open(os.path.join(OUT, f"mix.{n}.json"))) for n in ("tiny", "wiki")}
+        self.assertEqual(meta["wiki"]["tokens"], 5000)
+        self.assertEqual(tokens(os.path.join(OUT, "mix.tiny.bin")), self.expected)
+        mix = json.load(open(os.path.join(OUT, "mix.json")))
+        # Whole cycles of 3 + 2 chunks: wiki's 5,000 tokens give 39 cycles of its 2 chunks.
+        self.assertEqual(mix["tokens"], (5000 // (2 * 64)) * 5 * 64)
+        self.assertIn(f"{mix['tokens']:,} tokens in chunks of 64", plan)  # the dry run was exact
+        self.assertIn("(stopped at its --max-tokens)", done)
+        bad = cart("data", "prepare", "--out", os.path.join(OUT, "x.bin"), "--source",
+                   f"a={self.jsonl}", "--max-tokens", "a=12Q", check=False)
+        self.assertIn("--max-tokens a: '12Q' is not a count", bad.stderr)
+        bad = cart("data", "prepare", "--out", os.path.join(OUT, "x.bin"), "--source",
+                   f"a={self.jsonl}", "--weight", "b=2", check=False)
+        self.assertIn("no --source named 'b'", bad.stderr)
+
     def test_broken_files_are_refused_naming_the_file_and_the_problem(self):
         good = os.path.join(OUT, "good.parquet")
         pq.write_table(self.table(DOCS), good, compression="zstd")

@@ -1,5 +1,10 @@
 #include "data/prepare.h"
 
+#include <zlib.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
 #include <map>
 
 #include "common/strings.h"
@@ -233,6 +238,122 @@ TEST(MixtureTest, SourcesMustShareTheTokenizer) {
   EXPECT_EQ(one[0].weight, 1);
   o.sources = {{"a", dir.File("missing.bin"), 1}};
   EXPECT_THAT(BuildMixture(o), StatusIs(absl::StatusCode::kNotFound, HasSubstr("missing")));
+}
+
+}  // namespace
+}  // namespace cart::data
+
+namespace cart::data {
+namespace {
+
+TEST(PrepareTest, AMaxTokensCapKeepsExactlyThePrefixWhateverTheThreads) {
+  TempDir dir;
+  WriteFile(dir.path() / "s.txt", Stories(3000));
+  PrepareOptions all;
+  all.inputs = {{dir.File("s.txt")}};
+  all.out = dir.File("all.bin");
+  CART_ASSERT_OK_AND_ASSIGN(PrepareResult whole, Prepare(all));
+  EXPECT_FALSE(whole.capped);
+  const std::vector<int64_t> every = AllTokens(all.out);
+  for (int threads : {1, 2, 4}) {
+    for (int64_t cap : {int64_t{1000}, int64_t{25}, whole.train.info.tokens}) {
+      PrepareOptions o = all;
+      o.out = dir.File("cap.bin");
+      o.threads = threads;
+      o.batch_bytes = 512;  // the cap falls many batches in
+      o.max_tokens = cap;
+      CART_ASSERT_OK_AND_ASSIGN(PrepareResult r, Prepare(o));
+      const std::vector<int64_t> ids = AllTokens(o.out);
+      ASSERT_EQ(static_cast<int64_t>(ids.size()), cap) << threads << " threads";
+      EXPECT_TRUE(std::equal(ids.begin(), ids.end(), every.begin()));
+      EXPECT_EQ(r.train.info.tokens, cap);
+      EXPECT_EQ(r.capped, true);
+      // Documents counted are the whole ones; the cut one (no EOS) is flagged.
+      const int64_t eos = std::count(ids.begin(), ids.end(), 257);
+      EXPECT_EQ(r.train.documents, eos);
+      EXPECT_EQ(r.last_document_cut, ids.back() != 257);
+    }
+  }
+}
+
+TEST(SourceMixtureTest, SourcesArePreparedCappedAndInterleavedAsTheDryRunSaid) {
+  TempDir dir;
+  std::string a, b;
+  for (int i = 0; i < 400; ++i) a += "aaaa " + std::to_string(i) + "\n<|endoftext|>\n";
+  for (int i = 0; i < 900; ++i) b += "bb " + std::to_string(i) + "\n<|endoftext|>\n";
+  WriteFile(dir.path() / "a.txt", a);
+  std::filesystem::create_directories(dir.path() / "b");
+  WriteFile(dir.path() / "b" / "part1.txt", b.substr(0, b.size() / 2));
+  SourceMixtureOptions o;
+  o.sources = {{"tiny", {{dir.File("a.txt")}}, 3, 0},
+               {"wiki", {{dir.File("b/part1.txt")}}, 2, 2000}};
+  o.out = dir.File("mix.bin");
+  o.chunk_tokens = 64;
+  CART_ASSERT_OK_AND_ASSIGN(SourceMixturePlan plan, PlanSourceMixture(o, 1 << 20));
+  CART_ASSERT_OK_AND_ASSIGN(SourceMixtureResult r, PrepareSourceMixture(o));
+  ASSERT_EQ(r.sources.size(), 2u);
+  EXPECT_EQ(r.sources[0].file.path, dir.File("mix.tiny.bin"));
+  EXPECT_FALSE(r.sources[0].capped);
+  EXPECT_TRUE(r.sources[1].capped);
+  EXPECT_EQ(r.sources[1].file.info.tokens, 2000);
+  // The sample read everything, so the dry run's counts are exact, the mixture's too.
+  EXPECT_TRUE(plan.estimates[0].exact);
+  EXPECT_EQ(plan.tokens[0], r.sources[0].file.info.tokens);
+  EXPECT_EQ(plan.tokens[1], 2000);
+  EXPECT_EQ(plan.mixture_tokens, r.mixture.tokens);
+  EXPECT_EQ(plan.disk_bytes,
+            static_cast<uint64_t>(2 * (plan.tokens[0] + plan.tokens[1] + r.mixture.tokens)));
+  // Cycles of 3 chunks of tiny then 2 of wiki, read from each source's start.
+  const std::vector<int64_t> mix = AllTokens(o.out), tiny = AllTokens(dir.File("mix.tiny.bin")),
+                             wiki = AllTokens(dir.File("mix.wiki.bin"));
+  ASSERT_GE(mix.size(), 5u * 64);
+  EXPECT_TRUE(std::equal(mix.begin(), mix.begin() + 3 * 64, tiny.begin()));
+  EXPECT_TRUE(std::equal(mix.begin() + 3 * 64, mix.begin() + 5 * 64, wiki.begin()));
+  EXPECT_EQ(mix.size() % (5 * 64), 0u);
+  // Bad sources are named.
+  SourceMixtureOptions bad = o;
+  bad.sources[1].name = "tiny";
+  EXPECT_THAT(PrepareSourceMixture(bad),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("'tiny' is given twice")));
+  bad = o;
+  bad.sources[0].weight = 0;
+  EXPECT_THAT(PlanSourceMixture(bad, 1 << 20),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("weight 0")));
+  bad = o;
+  bad.sources[0].name = "a b";
+  EXPECT_THAT(PrepareSourceMixture(bad),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("source name 'a b'")));
+}
+
+TEST(SourceMixtureTest, ASampleEstimatesALargerSourceClosely) {
+  TempDir dir;
+  WriteFile(dir.path() / "s.txt", Stories(40000));  // about 1.2 MB
+  PrepareOptions o;
+  o.inputs = {{dir.File("s.txt")}};
+  o.out = dir.File("s.bin");
+  CART_ASSERT_OK_AND_ASSIGN(PrepareResult r, Prepare(o));
+  CART_ASSERT_OK_AND_ASSIGN(SourceEstimate e, EstimateTokens(o.inputs, "bytes", 64 << 10));
+  EXPECT_FALSE(e.exact);
+  EXPECT_LT(e.sampled_bytes, uint64_t{80} << 10);
+  const double error = std::abs(static_cast<double>(e.tokens - r.train.info.tokens)) /
+                       static_cast<double>(r.train.info.tokens);
+  EXPECT_LT(error, 0.05) << e.tokens << " estimated, " << r.train.info.tokens << " written";
+  // The same text gzipped: its content size comes from the gzip trailer.
+  const std::string text = Stories(80000);
+  gzFile gz = gzopen(dir.File("s.txt.gz").c_str(), "wb");
+  ASSERT_NE(gz, nullptr);
+  ASSERT_EQ(gzwrite(gz, text.data(), static_cast<unsigned>(text.size())),
+            static_cast<int>(text.size()));
+  ASSERT_EQ(gzclose(gz), Z_OK);
+  WriteFile(dir.path() / "s2.txt", text);
+  o.inputs = {{dir.File("s2.txt")}};
+  o.out = dir.File("s2.bin");
+  CART_ASSERT_OK_AND_ASSIGN(r, Prepare(o));
+  CART_ASSERT_OK_AND_ASSIGN(e, EstimateTokens({{dir.File("s.txt.gz")}}, "bytes", 64 << 10));
+  EXPECT_FALSE(e.exact);
+  const double gz_error = std::abs(static_cast<double>(e.tokens - r.train.info.tokens)) /
+                          static_cast<double>(r.train.info.tokens);
+  EXPECT_LT(gz_error, 0.05) << e.tokens << " estimated from gzip, " << r.train.info.tokens;
 }
 
 }  // namespace
