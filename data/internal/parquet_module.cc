@@ -115,7 +115,22 @@ class Library final : public ParquetLibraryApi {
         *error = file.status().ToString();
         return nullptr;
       }
-      auto reader = parquet::arrow::OpenFile(*file, arrow::default_memory_pool());
+      // Pages are read through a 1 MiB buffered stream and decoded 128 rows at a time, rather
+      // than a row group's whole column chunk read ahead: memory follows the batch, not the
+      // row group (Hugging Face shards hold row groups of hundreds of MB).
+      parquet::ReaderProperties properties = parquet::default_reader_properties();
+      properties.enable_buffered_stream();
+      properties.set_buffer_size(1 << 20);
+      parquet::ArrowReaderProperties arrow_properties;
+      arrow_properties.set_pre_buffer(false);
+      arrow_properties.set_batch_size(128);
+      parquet::arrow::FileReaderBuilder builder;
+      arrow::Status opened = builder.Open(*file, properties);
+      if (!opened.ok()) {
+        *error = "not a Parquet file, or truncated (" + opened.ToString() + ")";
+        return nullptr;
+      }
+      auto reader = builder.properties(arrow_properties)->Build();
       if (!reader.ok()) {
         *error = "not a Parquet file, or truncated (" + reader.status().ToString() + ")";
         return nullptr;
@@ -145,7 +160,6 @@ class Library final : public ParquetLibraryApi {
         *error = "column '" + column + "' is nested; give a top-level text column";
         return nullptr;
       }
-      (*reader)->set_batch_size(1024);
       return std::make_unique<Column>(std::move(*reader), leaf, field);
     } catch (const std::exception& e) {
       *error = std::string("not a Parquet file, or truncated (") + e.what() + ")";

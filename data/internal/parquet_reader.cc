@@ -62,7 +62,7 @@ class ParquetReader final : public DocumentReader {
   int64_t rows_total() const override { return column_->rows(); }
 
  private:
-  static constexpr int64_t kBatchRows = 1024;
+  static constexpr int64_t kBatchRows = 128;
   const std::string path_;
   std::unique_ptr<ParquetColumnApi> column_;
   const uint64_t file_bytes_;

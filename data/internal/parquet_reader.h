@@ -2,7 +2,7 @@
 
 // Parquet corpora (the Hugging Face layout of Wikipedia and FineWeb-Edu: shards with a `text`
 // column) as a DocumentReader: each non-null, non-empty row of the text column is one document,
-// read a batch of 1,024 rows at a time through libcart_parquet.so (parquet_api.h).
+// read 128 rows at a time through libcart_parquet.so (parquet_api.h).
 
 #include <memory>
 
