@@ -32,8 +32,9 @@ def connect(server: Optional[str] = None, token: Optional[str] = None,
 
 def open_db(path: str) -> "Database":
     """A cartd's database file (its data_dir's cart.db), read-only and without the daemon:
-    sweeps(), runs() and history() as `connect()` gives them. Changes, results tables and
-    downsampled histories need cartd (they raise CartError FAILED_PRECONDITION)."""
+    sweeps(), runs(), history() and metric_names() as `connect()` gives them; table() and report()
+    through `cart results --db` and `cart report --db`. Changes and downsampled histories need
+    cartd (they raise CartError FAILED_PRECONDITION)."""
     from ._db import Database
 
     return Database(path)

@@ -19,8 +19,9 @@ _KIND = {"train": common_pb2.JOB_KIND_TRAIN, "eval": common_pb2.JOB_KIND_EVAL}
 
 
 class Database:
-    """`cartlab.open_db(path)`: sweeps(), runs() and history() over a database file, as the Client
-    gives them (the placement plan's expected finish aside: that is cartd's, so it is NaT)."""
+    """`cartlab.open_db(path)`: sweeps(), runs(), history() and metric_names() over a database file,
+    as the Client gives them (the placement plan's expected finish aside: that is cartd's, so it is
+    NaT); table() and report() through the `cart` program's --db."""
 
     def __init__(self, path: Union[str, os.PathLike]):
         self.path = os.fspath(path)
