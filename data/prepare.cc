@@ -75,14 +75,14 @@ absl::StatusOr<Holdout> ParseHoldout(std::string_view spec) {
   return h;
 }
 
-absl::StatusOr<PrepareResult> Prepare(const PrepareOptions& options) {
-  if (options.inputs.empty()) return absl::InvalidArgumentError("prepare: no input given");
+namespace {
+
+// Prepare's outputs: the training file, then one per holdout beside it. InvalidArgument for an
+// --out without .bin, a bad or clashing holdout, or fractions adding up to 1 or more.
+absl::StatusOr<std::vector<std::string>> OutputPaths(const PrepareOptions& options) {
   if (options.out.size() <= 4 || options.out.compare(options.out.size() - 4, 4, ".bin") != 0) {
     return absl::InvalidArgumentError(StrCat("--out ", options.out, " must end in .bin"));
   }
-  CART_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer, Tokenizer::Load(options.tokenizer));
-
-  // Outputs: 0 = training file, then one per holdout beside it.
   const std::filesystem::path out_dir = std::filesystem::path(options.out).parent_path();
   std::vector<std::string> paths = {options.out};
   std::set<std::string> seen = {std::filesystem::path(options.out).lexically_normal().string()};
@@ -108,14 +108,22 @@ absl::StatusOr<PrepareResult> Prepare(const PrepareOptions& options) {
     return absl::InvalidArgumentError(
         StrCat("holdout fractions add up to ", fraction_sum, "; allowed: < 1"));
   }
+  return paths;
+}
 
-  // Resolve every input's format before any work, so that a missing file or an unreadable
-  // Parquet file fails at once; the readers are opened one at a time later.
+struct ResolvedInputs {
+  std::vector<CorpusInput> files;  // folders expanded, every format known
+  std::vector<uint64_t> sizes;     // bytes on disk, per file
   uint64_t bytes_total = 0;
-  std::vector<uint64_t> sizes;
-  CART_ASSIGN_OR_RETURN(std::vector<CorpusInput> inputs, ExpandCorpusInputs(options.inputs));
-  std::vector<std::string> sources;
-  for (CorpusInput& in : inputs) {
+  std::vector<std::string> sources;  // "PATH (FORMAT)", the token files' provenance
+};
+
+// Every input resolved before any work, so that a missing file or an unreadable Parquet file
+// fails at once; the readers are opened one at a time later.
+absl::StatusOr<ResolvedInputs> ResolveInputs(const std::vector<CorpusInput>& inputs) {
+  ResolvedInputs out;
+  CART_ASSIGN_OR_RETURN(out.files, ExpandCorpusInputs(inputs));
+  for (CorpusInput& in : out.files) {
     if (in.format == CorpusFormat::kAuto) {
       CART_ASSIGN_OR_RETURN(in.format, DetectCorpusFormat(in.path));
     }
@@ -126,18 +134,25 @@ absl::StatusOr<PrepareResult> Prepare(const PrepareOptions& options) {
     if (::stat(in.path.c_str(), &st) != 0) {
       return absl::NotFoundError(StrCat("input ", in.path, " does not exist"));
     }
-    sizes.push_back(static_cast<uint64_t>(st.st_size));
-    bytes_total += sizes.back();
-    sources.push_back(StrCat(in.path, " (", CorpusFormatName(in.format), ")"));
+    out.sizes.push_back(static_cast<uint64_t>(st.st_size));
+    out.bytes_total += out.sizes.back();
+    out.sources.push_back(StrCat(in.path, " (", CorpusFormatName(in.format), ")"));
   }
+  return out;
+}
 
+// One writer per output, each with its provenance.
+absl::StatusOr<std::vector<TokenFileWriter>> OpenWriters(const PrepareOptions& options,
+                                                         const std::vector<std::string>& paths,
+                                                         const Tokenizer& tokenizer,
+                                                         const std::vector<std::string>& sources) {
   std::vector<TokenFileWriter> writers;
   for (size_t i = 0; i < paths.size(); ++i) {
     TokenFileInfo meta;
-    meta.tokenizer = tokenizer->spec();
-    meta.vocab = tokenizer->vocab_size();
-    meta.bos_id = tokenizer->bos_id();
-    meta.eos_id = tokenizer->eos_id();
+    meta.tokenizer = tokenizer.spec();
+    meta.vocab = tokenizer.vocab_size();
+    meta.bos_id = tokenizer.bos_id();
+    meta.eos_id = tokenizer.eos_id();
     meta.sources = sources;
     if (i == 0 && !options.holdouts.empty()) {
       meta.sources.push_back(StrCat("minus holdouts (seed ", options.seed, ")"));
@@ -151,71 +166,107 @@ absl::StatusOr<PrepareResult> Prepare(const PrepareOptions& options) {
     CART_ASSIGN_OR_RETURN(TokenFileWriter w, TokenFileWriter::Create(paths[i], meta));
     writers.push_back(std::move(w));
   }
+  return writers;
+}
 
-  // Producer state (touched only by the producer thread while the pipeline runs).
-  size_t input_index = 0;
-  std::unique_ptr<DocumentReader> reader;
-  uint64_t bytes_before_reader = 0;
-  int64_t ordinal = 0;  // documents started so far
-  int current_dest = 0;
-  DocumentPiece piece;
-  const auto choose_dest = [&](int64_t doc) {
+// The encoding pipeline (internal/ordered_pipeline.h): Produce reads documents into batches and
+// draws each document's destination, Work encodes a batch on a pool thread, Consume writes the
+// batches in order and applies the token cap.
+class Pipeline {
+ public:
+  Pipeline(const PrepareOptions& options, const ResolvedInputs& inputs, const Tokenizer& tokenizer,
+           std::vector<TokenFileWriter>& writers)
+      : options_(options),
+        inputs_(inputs),
+        tokenizer_(tokenizer),
+        writers_(writers),
+        documents_(writers.size(), 0) {
+    progress_.bytes_total = inputs.bytes_total;
+  }
+
+  absl::Status Run() {
+    const int threads = options_.threads > 0
+                            ? options_.threads
+                            : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+    const std::function<absl::StatusOr<std::optional<Batch>>()> produce = [this] {
+      return Produce();
+    };
+    const std::function<Encoded(Batch&)> work = [this](Batch& batch) { return Work(batch); };
+    const std::function<absl::Status(Encoded&)> consume = [this](Encoded& enc) {
+      return Consume(enc);
+    };
+    CART_RETURN_IF_ERROR((internal::RunOrderedPipeline<Batch, Encoded>(threads, 2 * threads + 2,
+                                                                       produce, work, consume)));
+    if (!capped_.load()) progress_.bytes_done = inputs_.bytes_total;
+    if (options_.progress) options_.progress(progress_);
+    return absl::OkStatus();
+  }
+
+  const std::vector<int64_t>& documents() const { return documents_; }
+  int64_t documents_read() const { return ordinal_; }
+  bool capped() const { return capped_.load(); }
+  bool cut() const { return cut_; }
+
+ private:
+  // The destination of document `doc`: count holdouts take the first documents in the order
+  // given, fraction holdouts a hash draw of (seed, doc), the training file (0) the rest.
+  int ChooseDest(int64_t doc) const {
     int64_t counted = 0;
-    for (size_t i = 0; i < options.holdouts.size(); ++i) {
-      const Holdout& h = options.holdouts[i];
+    for (size_t i = 0; i < options_.holdouts.size(); ++i) {
+      const Holdout& h = options_.holdouts[i];
       if (h.documents > 0) {
         counted += h.documents;
         if (doc < counted) return static_cast<int>(i + 1);
       }
     }
     const double u =
-        static_cast<double>(internal::Mix64(options.seed ^ internal::Mix64(doc)) >> 11) * 0x1.0p-53;
+        static_cast<double>(internal::Mix64(options_.seed ^ internal::Mix64(doc)) >> 11) *
+        0x1.0p-53;
     double cum = 0;
-    for (size_t i = 0; i < options.holdouts.size(); ++i) {
-      const Holdout& h = options.holdouts[i];
+    for (size_t i = 0; i < options_.holdouts.size(); ++i) {
+      const Holdout& h = options_.holdouts[i];
       if (h.documents > 0) continue;
       cum += h.fraction;
       if (u < cum) return static_cast<int>(i + 1);
     }
     return 0;
-  };
-  // Set by consume once the training file holds max_tokens: the producer reads no further.
-  std::atomic<bool> capped{false};
-  const std::function<absl::StatusOr<std::optional<Batch>>()> produce =
-      [&]() -> absl::StatusOr<std::optional<Batch>> {
+  }
+
+  absl::StatusOr<std::optional<Batch>> Produce() {
     Batch batch;
     size_t bytes = 0;
-    while (bytes < options.batch_bytes && !capped.load()) {
-      if (reader == nullptr) {
-        if (input_index == inputs.size()) break;
-        CART_ASSIGN_OR_RETURN(reader, DocumentReader::Open(inputs[input_index]));
+    while (bytes < options_.batch_bytes && !capped_.load()) {
+      if (reader_ == nullptr) {
+        if (input_index_ == inputs_.files.size()) break;
+        CART_ASSIGN_OR_RETURN(reader_, DocumentReader::Open(inputs_.files[input_index_]));
       }
-      CART_ASSIGN_OR_RETURN(bool got, reader->Next(&piece));
+      CART_ASSIGN_OR_RETURN(bool got, reader_->Next(&piece_));
       if (!got) {
-        bytes_before_reader += sizes[input_index];
-        reader.reset();
-        ++input_index;
+        bytes_before_reader_ += inputs_.sizes[input_index_];
+        reader_.reset();
+        ++input_index_;
         continue;
       }
-      if (piece.first) current_dest = choose_dest(ordinal++);
-      bytes += piece.text.size();
-      batch.pieces.push_back(Piece{std::move(piece.text), piece.first, piece.last, current_dest});
+      if (piece_.first) current_dest_ = ChooseDest(ordinal_++);
+      bytes += piece_.text.size();
+      batch.pieces.push_back(
+          Piece{std::move(piece_.text), piece_.first, piece_.last, current_dest_});
     }
     if (batch.pieces.empty()) return std::nullopt;
-    batch.bytes_done = bytes_before_reader + (reader != nullptr ? reader->bytes_consumed() : 0);
+    batch.bytes_done = bytes_before_reader_ + (reader_ != nullptr ? reader_->bytes_consumed() : 0);
     return batch;
-  };
-  const size_t dests = paths.size();
-  const int64_t bos = tokenizer->bos_id(), eos = tokenizer->eos_id();
-  const std::function<Encoded(Batch&)> work = [&](Batch& batch) {
+  }
+
+  Encoded Work(const Batch& batch) const {
+    const int64_t bos = tokenizer_.bos_id(), eos = tokenizer_.eos_id();
     Encoded enc;
-    enc.ids.resize(dests);
-    enc.documents.assign(dests, 0);
+    enc.ids.resize(writers_.size());
+    enc.documents.assign(writers_.size(), 0);
     enc.bytes_done = batch.bytes_done;
     for (const Piece& p : batch.pieces) {
       std::vector<int64_t>& out = enc.ids[p.dest];
       if (p.first && bos >= 0) out.push_back(bos);
-      const std::vector<int64_t> ids = tokenizer->Encode(p.text);
+      const std::vector<int64_t> ids = tokenizer_.Encode(p.text);
       out.insert(out.end(), ids.begin(), ids.end());
       if (p.last) {
         if (eos >= 0) out.push_back(eos);
@@ -224,63 +275,86 @@ absl::StatusOr<PrepareResult> Prepare(const PrepareOptions& options) {
       }
     }
     return enc;
-  };
-  PrepareProgress progress;
-  progress.bytes_total = bytes_total;
-  std::vector<int64_t> documents(dests, 0);
-  bool cut = false;  // the cap fell inside a document, which the file then ends with
-  const std::function<absl::Status(Encoded&)> consume = [&](Encoded& enc) -> absl::Status {
+  }
+
+  absl::Status Consume(Encoded& enc) {
     // With a cap, the batch that reaches it is the last one written (the holdouts get its
     // documents too): which batches those are depends on batch_bytes only, never on threads or
     // timing, so the outputs are the same on every run.
-    if (capped.load()) return absl::OkStatus();
-    if (options.max_tokens > 0) {
-      const int64_t room = options.max_tokens - progress.train_tokens;
+    if (capped_.load()) return absl::OkStatus();
+    if (options_.max_tokens > 0) {
+      const int64_t room = options_.max_tokens - progress_.train_tokens;
       if (static_cast<int64_t>(enc.ids[0].size()) >= room) {
         enc.ids[0].resize(static_cast<size_t>(room));
         enc.documents[0] = std::count_if(enc.train_ends.begin(), enc.train_ends.end(),
                                          [room](int64_t end) { return end <= room; });
-        cut =
-            std::find(enc.train_ends.begin(), enc.train_ends.end(), room) == enc.train_ends.end() &&
-            room > 0;
-        capped.store(true);
+        cut_ = room > 0 && std::find(enc.train_ends.begin(), enc.train_ends.end(), room) ==
+                               enc.train_ends.end();
+        capped_.store(true);
       }
     }
-    progress.train_tokens += static_cast<int64_t>(enc.ids[0].size());
-    for (size_t d = 0; d < dests; ++d) {
-      CART_RETURN_IF_ERROR(writers[d].Append(enc.ids[d]));
-      documents[d] += enc.documents[d];
-      progress.documents += enc.documents[d];
-      progress.tokens += static_cast<int64_t>(enc.ids[d].size());
+    progress_.train_tokens += static_cast<int64_t>(enc.ids[0].size());
+    for (size_t d = 0; d < writers_.size(); ++d) {
+      CART_RETURN_IF_ERROR(writers_[d].Append(enc.ids[d]));
+      documents_[d] += enc.documents[d];
+      progress_.documents += enc.documents[d];
+      progress_.tokens += static_cast<int64_t>(enc.ids[d].size());
     }
-    progress.bytes_done = enc.bytes_done;
-    if (options.progress) options.progress(progress);
+    progress_.bytes_done = enc.bytes_done;
+    if (options_.progress) options_.progress(progress_);
     return absl::OkStatus();
-  };
-  const int threads = options.threads > 0
-                          ? options.threads
-                          : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-  CART_RETURN_IF_ERROR((internal::RunOrderedPipeline<Batch, Encoded>(threads, 2 * threads + 2,
-                                                                     produce, work, consume)));
-  if (!capped.load()) progress.bytes_done = bytes_total;
-  if (options.progress) options.progress(progress);
+  }
+
+  // Constant after construction.
+  const PrepareOptions& options_;
+  const ResolvedInputs& inputs_;
+  const Tokenizer& tokenizer_;
+  std::vector<TokenFileWriter>& writers_;
+  // Produce's (the producer thread's while the pipeline runs).
+  size_t input_index_ = 0;
+  std::unique_ptr<DocumentReader> reader_;
+  uint64_t bytes_before_reader_ = 0;
+  int64_t ordinal_ = 0;  // documents started so far
+  int current_dest_ = 0;
+  DocumentPiece piece_;
+  // Set by Consume once the training file holds max_tokens: Produce reads no further.
+  std::atomic<bool> capped_{false};
+  // Consume's (the calling thread's).
+  PrepareProgress progress_;
+  std::vector<int64_t> documents_;  // per destination
+  bool cut_ = false;                // the cap fell inside a document, which the file then ends with
+};
+
+}  // namespace
+
+absl::StatusOr<PrepareResult> Prepare(const PrepareOptions& options) {
+  if (options.inputs.empty()) return absl::InvalidArgumentError("prepare: no input given");
+  CART_ASSIGN_OR_RETURN(std::vector<std::string> paths, OutputPaths(options));
+  CART_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer, Tokenizer::Load(options.tokenizer));
+  CART_ASSIGN_OR_RETURN(ResolvedInputs inputs, ResolveInputs(options.inputs));
+  CART_ASSIGN_OR_RETURN(std::vector<TokenFileWriter> writers,
+                        OpenWriters(options, paths, *tokenizer, inputs.sources));
+  Pipeline pipeline(options, inputs, *tokenizer, writers);
+  CART_RETURN_IF_ERROR(pipeline.Run());
 
   // Holdouts that got no document would be silently empty validation sets.
+  const std::vector<int64_t>& documents = pipeline.documents();
   for (size_t i = 0; i < options.holdouts.size(); ++i) {
     if (documents[i + 1] == 0) {
-      return absl::InvalidArgumentError(
-          StrCat("holdout ", options.holdouts[i].name, " received no document (", ordinal,
-                 " documents in all); raise its fraction or give a count"));
+      return absl::InvalidArgumentError(StrCat("holdout ", options.holdouts[i].name,
+                                               " received no document (", pipeline.documents_read(),
+                                               " documents in all); raise its fraction or give a "
+                                               "count"));
     }
   }
   if (documents[0] == 0) {
-    return absl::InvalidArgumentError(
-        StrCat("the holdouts took all ", ordinal, " documents; none is left for ", options.out));
+    return absl::InvalidArgumentError(StrCat("the holdouts took all ", pipeline.documents_read(),
+                                             " documents; none is left for ", options.out));
   }
   PrepareResult result;
-  result.capped = capped.load();
-  result.last_document_cut = cut;
-  for (size_t d = 0; d < dests; ++d) {
+  result.capped = pipeline.capped();
+  result.last_document_cut = pipeline.cut();
+  for (size_t d = 0; d < paths.size(); ++d) {
     PreparedFile file;
     file.path = paths[d];
     file.documents = documents[d];
