@@ -238,58 +238,74 @@ ParentRun AsParentRun(const ExpandedRun& run) {
   return ParentRun{0, run.index, run.name, run.config, run.params};
 }
 
-absl::StatusOr<std::vector<ExpandedRun>> ExpandSweep(
-    const SweepSpec& spec, std::string_view file,
-    const std::map<std::string, std::vector<ParentRun>>& parent_sweeps) {
+namespace {
+
+// Runs per grid point (every variant with every seed) and the runs of the grid; the grid's whole
+// size only to name it when it passes max_runs (ResourceExhausted).
+struct GridSize {
+  int64_t per_point = 0;
+  int64_t runs = 0;
+};
+absl::StatusOr<GridSize> SizeOfGrid(const SweepSpec& spec, std::string_view file) {
   // A sweep with neither base nor grid trains nothing itself: it only derives jobs from the runs
   // of other sweeps (derived.from.sweep).
   const bool trains = !spec.base_yaml.empty() || !spec.grid.empty() || !spec.variants.empty();
-  // Runs per grid point: every variant with every seed.
-  const int64_t per_point = static_cast<int64_t>(spec.seeds.size()) *
-                            std::max<int64_t>(1, static_cast<int64_t>(spec.variants.size()));
-  int64_t count = trains ? per_point : 0;
+  GridSize size;
+  size.per_point = static_cast<int64_t>(spec.seeds.size()) *
+                   std::max<int64_t>(1, static_cast<int64_t>(spec.variants.size()));
+  size.runs = trains ? size.per_point : 0;
   for (const auto& [key, values] : spec.grid) {
-    count *= static_cast<int64_t>(values.size());
-    if (count > spec.max_runs) break;
+    size.runs *= static_cast<int64_t>(values.size());
+    if (size.runs > spec.max_runs) break;
   }
-  if (count > spec.max_runs) {
-    int64_t full = per_point;
+  if (size.runs > spec.max_runs) {
+    int64_t full = size.per_point;
     for (const auto& g : spec.grid) full *= static_cast<int64_t>(g.second.size());
     return absl::ResourceExhaustedError(StrCat(file, ": the grid expands to ", full,
                                                " runs, more than max_runs = ", spec.max_runs));
   }
+  return size;
+}
+
+// Validates a run's config (the error names the run and its grid point) and fills in what is
+// derived from it: params, the YAML, parameter counts and memory estimates.
+absl::Status FinishRun(const SweepSpec& spec, std::string_view file, ExpandedRun& r) {
+  absl::Status valid = Validate(r.config);
+  if (!valid.ok()) {
+    std::vector<std::string> point;
+    for (const auto& [k, v] : r.params) {
+      for (const auto& g : spec.grid) {
+        if (g.first == k) point.push_back(k + "=" + v);
+      }
+    }
+    return absl::InvalidArgumentError(
+        StrCat(file, ": run ", r.name, " (", StrJoin(point, ", "), "): ", Message(valid)));
+  }
+  r.params.clear();
+  for (const std::string& k : ScalarKeys()) r.params[k] = GetKey(r.config, k).value();
+  r.config_yaml = ToYaml(r.config);
+  const ParamCounts c = CountParams(r.config.model);
+  r.stored_params = c.stored;
+  r.effective_params = c.effective;
+  r.memory_estimate_bytes =
+      EstimateTrainingBytes(r.config.model, r.config.train.seq_len, r.config.train.batch,
+                            /*bf16=*/r.config.train.dtype != DType::kFloat32);
+  r.min_memory_bytes = MinTrainingBytes(r.config);
+  return absl::OkStatus();
+}
+
+// The grid's runs: every point (an odometer over the grid, last key fastest), every variant,
+// every seed, in that order.
+absl::StatusOr<std::vector<ExpandedRun>> ExpandGrid(const SweepSpec& spec, std::string_view file,
+                                                    const GridSize& size) {
   RunConfig base;
   if (!spec.base_yaml.empty()) {
     CART_RETURN_IF_ERROR(ApplyYaml(base, spec.base_yaml, StrCat(file, " (base)")));
   }
+  static const std::vector<std::pair<std::string, std::string>> kNoOverrides;
   std::vector<ExpandedRun> runs;
   std::vector<size_t> pos(spec.grid.size(), 0);
-  auto finish = [&](ExpandedRun& r) -> absl::Status {
-    absl::Status valid = Validate(r.config);
-    if (!valid.ok()) {
-      std::vector<std::string> point;
-      for (const auto& [k, v] : r.params) {
-        for (const auto& g : spec.grid) {
-          if (g.first == k) point.push_back(k + "=" + v);
-        }
-      }
-      return absl::InvalidArgumentError(
-          StrCat(file, ": run ", r.name, " (", StrJoin(point, ", "), "): ", Message(valid)));
-    }
-    r.params.clear();
-    for (const std::string& k : ScalarKeys()) r.params[k] = GetKey(r.config, k).value();
-    r.config_yaml = ToYaml(r.config);
-    const ParamCounts c = CountParams(r.config.model);
-    r.stored_params = c.stored;
-    r.effective_params = c.effective;
-    r.memory_estimate_bytes =
-        EstimateTrainingBytes(r.config.model, r.config.train.seq_len, r.config.train.batch,
-                              /*bf16=*/r.config.train.dtype != DType::kFloat32);
-    r.min_memory_bytes = MinTrainingBytes(r.config);
-    return absl::OkStatus();
-  };
-  static const std::vector<std::pair<std::string, std::string>> kNoOverrides;
-  const int64_t points = count / per_point;
+  const int64_t points = size.per_point > 0 ? size.runs / size.per_point : 0;
   for (int64_t i = 0; i < points; ++i) {
     for (size_t v = 0; v < std::max<size_t>(1, spec.variants.size()); ++v) {
       const auto& overrides = spec.variants.empty() ? kNoOverrides : spec.variants[v];
@@ -308,30 +324,32 @@ absl::StatusOr<std::vector<ExpandedRun>> ExpandSweep(
           r.params[key] = value;
         }
         r.config.train.seed = seed;
-        CART_RETURN_IF_ERROR(finish(r));
+        CART_RETURN_IF_ERROR(FinishRun(spec, file, r));
         runs.push_back(std::move(r));
       }
     }
-    // Odometer over the grid, last key fastest.
     for (size_t g = spec.grid.size(); g-- > 0;) {
       if (++pos[g] < spec.grid[g].second.size()) break;
       pos[g] = 0;
     }
   }
-  const size_t trained = runs.size();
-  std::vector<ParentRun> own;
-  own.reserve(trained);
-  for (size_t p = 0; p < trained; ++p) own.push_back(AsParentRun(runs[p]));
-  // Each derived job's parents and the match values in their stored form (computed once per job,
-  // not once per parent).
-  struct Derived {
-    const DerivedSpec* spec;
-    const std::vector<ParentRun>* parents;
-    std::vector<std::pair<std::string, std::string>> match;
-  };
-  std::vector<Derived> derived;
+  return runs;
+}
+
+// A derived job with its parents (this sweep's runs, or those of the sweep it names) and its
+// match values in their stored form (computed once per job, not once per parent).
+struct DerivedJob {
+  const DerivedSpec* spec;
+  const std::vector<ParentRun>* parents;
+  std::vector<std::pair<std::string, std::string>> match;
+};
+
+absl::StatusOr<std::vector<DerivedJob>> ResolveDerived(
+    const SweepSpec& spec, std::string_view file, const std::vector<ParentRun>& own,
+    const std::map<std::string, std::vector<ParentRun>>& parent_sweeps) {
+  std::vector<DerivedJob> jobs;
   for (const DerivedSpec& d : spec.derived) {
-    Derived job{&d, &own, {}};
+    DerivedJob job{&d, &own, {}};
     if (!d.sweep.empty()) {
       auto it = parent_sweeps.find(d.sweep);
       if (it == parent_sweeps.end()) {
@@ -345,40 +363,35 @@ absl::StatusOr<std::vector<ExpandedRun>> ExpandSweep(
       CART_RETURN_IF_ERROR(SetKey(probe, k, v));
       job.match.emplace_back(k, GetKey(probe, k).value());
     }
-    derived.push_back(std::move(job));
+    jobs.push_back(std::move(job));
   }
-  auto matches = [&](const Derived& job, const ParentRun& parent) -> absl::StatusOr<bool> {
-    bool match = job.spec->run_index >= 0 ? parent.index == job.spec->run_index : true;
-    for (const auto& [k, v] : job.match) {
-      auto it = parent.params.find(k);
-      if (it == parent.params.end()) {
-        return absl::InvalidArgumentError(StrCat(file, ": derived '", job.spec->name,
-                                                 "': match key '", k, "' is not a config key"));
-      }
-      if (it->second != v) match = false;
+  return jobs;
+}
+
+// Whether `parent` is one of the job's parents (its run index, and its match keys' values).
+absl::StatusOr<bool> Matches(std::string_view file, const DerivedJob& job,
+                             const ParentRun& parent) {
+  bool match = job.spec->run_index >= 0 ? parent.index == job.spec->run_index : true;
+  for (const auto& [k, v] : job.match) {
+    auto it = parent.params.find(k);
+    if (it == parent.params.end()) {
+      return absl::InvalidArgumentError(StrCat(file, ": derived '", job.spec->name,
+                                               "': match key '", k, "' is not a config key"));
     }
-    return match;
-  };
-  // Counted before any derived run is built, so that a sweep past max_runs is refused at once and
-  // memory stays bounded by the cap (a few dozen aliases over a 10,000-run grid took 21 s and a
-  // gigabyte before the refusal).
-  int64_t total = static_cast<int64_t>(trained);
-  for (const Derived& job : derived) {
-    for (const ParentRun& parent : *job.parents) {
-      CART_ASSIGN_OR_RETURN(bool match, matches(job, parent));
-      total += match;
-    }
+    if (it->second != v) match = false;
   }
-  if (total > spec.max_runs) {
-    return absl::ResourceExhaustedError(
-        StrCat(file, ": the sweep expands to ", total,
-               " runs with its derived jobs, more than max_runs = ", spec.max_runs));
-  }
-  for (const Derived& job : derived) {
+  return match;
+}
+
+// Appends each job's runs, one per matching parent, to `runs`. InvalidArgument for a job that
+// matches no parent.
+absl::Status ExpandDerived(const SweepSpec& spec, std::string_view file,
+                           const std::vector<DerivedJob>& jobs, std::vector<ExpandedRun>& runs) {
+  for (const DerivedJob& job : jobs) {
     const DerivedSpec& d = *job.spec;
     int matched = 0;
     for (const ParentRun& parent : *job.parents) {
-      CART_ASSIGN_OR_RETURN(bool match, matches(job, parent));
+      CART_ASSIGN_OR_RETURN(bool match, Matches(file, job, parent));
       if (!match) continue;
       ++matched;
       ExpandedRun r;
@@ -402,7 +415,7 @@ absl::StatusOr<std::vector<ExpandedRun>> ExpandSweep(
       if (r.kind == JobKind::kEval && r.eval_loops.empty()) {
         r.eval_loops.push_back(r.config.model.effective_R_infer());
       }
-      CART_RETURN_IF_ERROR(finish(r));
+      CART_RETURN_IF_ERROR(FinishRun(spec, file, r));
       r.params["derived"] = d.name;
       runs.push_back(std::move(r));
     }
@@ -413,11 +426,37 @@ absl::StatusOr<std::vector<ExpandedRun>> ExpandSweep(
               : StrCat(file, ": derived '", d.name, "' matches no run of sweep '", d.sweep, "'"));
     }
   }
-  if (static_cast<int64_t>(runs.size()) > spec.max_runs) {
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<ExpandedRun>> ExpandSweep(
+    const SweepSpec& spec, std::string_view file,
+    const std::map<std::string, std::vector<ParentRun>>& parent_sweeps) {
+  CART_ASSIGN_OR_RETURN(GridSize size, SizeOfGrid(spec, file));
+  CART_ASSIGN_OR_RETURN(std::vector<ExpandedRun> runs, ExpandGrid(spec, file, size));
+  std::vector<ParentRun> own;
+  own.reserve(runs.size());
+  for (const ExpandedRun& r : runs) own.push_back(AsParentRun(r));
+  CART_ASSIGN_OR_RETURN(std::vector<DerivedJob> derived,
+                        ResolveDerived(spec, file, own, parent_sweeps));
+  // Counted before any derived run is built, so that a sweep past max_runs is refused at once and
+  // memory stays bounded by the cap (a few dozen aliases over a 10,000-run grid took 21 s and a
+  // gigabyte before the refusal).
+  int64_t total = static_cast<int64_t>(runs.size());
+  for (const DerivedJob& job : derived) {
+    for (const ParentRun& parent : *job.parents) {
+      CART_ASSIGN_OR_RETURN(bool match, Matches(file, job, parent));
+      total += match;
+    }
+  }
+  if (total > spec.max_runs) {
     return absl::ResourceExhaustedError(
-        StrCat(file, ": the sweep expands to ", runs.size(),
+        StrCat(file, ": the sweep expands to ", total,
                " runs with its derived jobs, more than max_runs = ", spec.max_runs));
   }
+  CART_RETURN_IF_ERROR(ExpandDerived(spec, file, derived, runs));
   return runs;
 }
 
