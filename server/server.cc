@@ -355,92 +355,135 @@ void ServerHandle::Wait() {
   mu_.Await(absl::Condition(&done_));
 }
 
+namespace {
+
+// The tokens file (an empty table without one: authentication off). InvalidArgument naming the
+// file when it cannot be read or holds no token; a warning when others may read it.
+absl::StatusOr<TokenTable> LoadTokens(const ServerConfig& config) {
+  if (config.tokens_file.empty()) return TokenTable();
+  absl::StatusOr<TokenTable> tokens = TokenTable::LoadFile(config.tokens_file);
+  if (!tokens.ok()) {
+    return absl::InvalidArgumentError(
+        StrCat("tokens file ", config.tokens_file, ": ", Message(tokens.status())));
+  }
+  if (!tokens->enabled()) {
+    return absl::InvalidArgumentError(StrCat("tokens file ", config.tokens_file, " has no token"));
+  }
+  struct stat info {};
+  if (stat(config.tokens_file.c_str(), &info) == 0 && (info.st_mode & 077) != 0) {
+    std::fprintf(stderr,
+                 "cartd: warning: tokens file %s can be read by other users (mode %03o); "
+                 "chmod 600 %s\n",
+                 config.tokens_file.c_str(), info.st_mode & 0777, config.tokens_file.c_str());
+  }
+  return tokens;
+}
+
+// TLS from the certificate and key files, or plaintext without them.
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> GrpcCredentials(
+    const ServerConfig& config) {
+  if (config.tls_cert_file.empty()) return grpc::InsecureServerCredentials();
+  absl::StatusOr<std::string> cert = ReadWholeFile(config.tls_cert_file);
+  absl::StatusOr<std::string> key = ReadWholeFile(config.tls_key_file);
+  if (!cert.ok() || !key.ok()) {
+    return absl::InvalidArgumentError(
+        StrCat("cannot read TLS files: ", Message(cert.ok() ? key.status() : cert.status())));
+  }
+  grpc::SslServerCredentialsOptions ssl;
+  ssl.pem_key_cert_pairs.push_back({*key, *cert});
+  return grpc::SslServerCredentials(ssl);
+}
+
+store::StoreOptions StoreOptionsFor(const ServerConfig& config) {
+  store::StoreOptions options;
+  options.path = StrCat(config.data_dir, "/cart.db");
+  options.lease_ttl_us = absl::ToInt64Microseconds(config.lease_ttl);
+  options.max_runs_per_sweep = std::max<int64_t>(config.max_runs_per_sweep, 1);
+  options.max_log_lines_per_attempt = std::max<int64_t>(config.max_log_lines_per_attempt, 1);
+  return options;
+}
+
+ArtifactStoreOptions ArtifactOptionsFor(const ServerConfig& config) {
+  ArtifactStoreOptions options;
+  options.root = StrCat(config.data_dir, "/artifacts");
+  options.max_bytes = config.max_artifact_bytes;
+  options.min_free_bytes = config.min_free_artifact_bytes;
+  options.quota_bytes = config.max_artifact_store_bytes;
+  return options;
+}
+
+// `artifacts` (not owned) removes the blobs retention and sweep deletion release.
+SchedulerOptions SchedulerOptionsFor(const ServerConfig& config, ArtifactStore* artifacts) {
+  SchedulerOptions options;
+  options.lease_ttl = config.lease_ttl;
+  options.max_acquire_wait = config.max_acquire_wait;
+  options.max_runs_per_sweep = config.max_runs_per_sweep;
+  options.keep_checkpoints = config.keep_checkpoints_per_run;
+  options.max_user_priority = config.max_user_priority;
+  options.fair_share_half_life = config.fair_share_half_life;
+  options.preemption = config.preemption;
+  options.preempt_interval = config.preempt_interval;
+  options.placement = config.placement == "first_fit"
+                          ? SchedulerOptions::Placement::kFirstFit
+                          : SchedulerOptions::Placement::kEarliestFinish;
+  options.release_artifact = [artifacts](const std::string& sha256) {
+    if (absl::Status removed = artifacts->Remove(sha256); !removed.ok()) {
+      std::fprintf(stderr, "cartd: %s\n", Message(removed).c_str());
+    }
+  };
+  return options;
+}
+
+// The dashboard port's server, on http_listen; when that port is taken and the config allows
+// it, on any free port of the same host instead.
+absl::StatusOr<std::unique_ptr<http::HttpServer>> StartHttp(const ServerConfig& config,
+                                                            http::Dashboard* pages) {
+  http::HttpServerOptions options;
+  options.listen = config.http_listen;
+  options.tls_cert_file = config.tls_cert_file;
+  options.tls_key_file = config.tls_key_file;
+  options.idle_timeout = config.http_idle_timeout;
+  options.max_connections_per_client = config.http_max_connections_per_client;
+  auto handler = [pages](const http::Request& request) { return pages->Handle(request); };
+  absl::StatusOr<std::unique_ptr<http::HttpServer>> started =
+      http::HttpServer::Start(options, handler);
+  if (!started.ok() && absl::IsUnavailable(started.status()) && config.http_any_port_if_busy) {
+    std::optional<std::string> host = HostOf(config.http_listen);
+    options.listen = StrCat(host.value_or("127.0.0.1"), ":0");
+    std::fprintf(stderr, "cartd: %s; the dashboard takes a free port\n",
+                 Message(started.status()).c_str());
+    started = http::HttpServer::Start(options, handler);
+  }
+  return started;
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<ServerHandle>> RunServer(const ServerConfig& config) {
   CART_RETURN_IF_ERROR(ValidateServerConfig(config));
   std::unique_ptr<ServerHandle> handle(new ServerHandle());
   handle->config_ = config;
-
-  handle->tokens_ = std::make_unique<TokenTable>();
-  if (!config.tokens_file.empty()) {
-    absl::StatusOr<TokenTable> tokens = TokenTable::LoadFile(config.tokens_file);
-    if (!tokens.ok()) {
-      return absl::InvalidArgumentError(
-          StrCat("tokens file ", config.tokens_file, ": ", Message(tokens.status())));
-    }
-    if (!tokens->enabled()) {
-      return absl::InvalidArgumentError(
-          StrCat("tokens file ", config.tokens_file, " has no token"));
-    }
-    *handle->tokens_ = *std::move(tokens);
-    struct stat info {};
-    if (stat(config.tokens_file.c_str(), &info) == 0 && (info.st_mode & 077) != 0) {
-      std::fprintf(stderr,
-                   "cartd: warning: tokens file %s can be read by other users (mode %03o); "
-                   "chmod 600 %s\n",
-                   config.tokens_file.c_str(), info.st_mode & 0777, config.tokens_file.c_str());
-    }
-  }
-
-  std::shared_ptr<grpc::ServerCredentials> credentials;
-  if (!config.tls_cert_file.empty()) {
-    absl::StatusOr<std::string> cert = ReadWholeFile(config.tls_cert_file);
-    absl::StatusOr<std::string> key = ReadWholeFile(config.tls_key_file);
-    if (!cert.ok() || !key.ok()) {
-      return absl::InvalidArgumentError(
-          StrCat("cannot read TLS files: ", Message(cert.ok() ? key.status() : cert.status())));
-    }
-    grpc::SslServerCredentialsOptions ssl;
-    ssl.pem_key_cert_pairs.push_back({*key, *cert});
-    credentials = grpc::SslServerCredentials(ssl);
-  } else {
-    credentials = grpc::InsecureServerCredentials();
-  }
+  CART_ASSIGN_OR_RETURN(TokenTable tokens, LoadTokens(config));
+  handle->tokens_ = std::make_unique<TokenTable>(std::move(tokens));
+  CART_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
+                        GrpcCredentials(config));
 
   // The database holds every run's config and results: a data dir cartd creates is its owner's
   // only.
   if (absl::Status made = CreatePrivateDir(config.data_dir); !made.ok()) {
     return absl::InternalError(StrCat("data dir: ", Message(made)));
   }
-  store::StoreOptions store_options;
-  store_options.path = StrCat(config.data_dir, "/cart.db");
-  store_options.lease_ttl_us = absl::ToInt64Microseconds(config.lease_ttl);
-  store_options.max_runs_per_sweep = std::max<int64_t>(config.max_runs_per_sweep, 1);
-  store_options.max_log_lines_per_attempt = std::max<int64_t>(config.max_log_lines_per_attempt, 1);
-  CART_ASSIGN_OR_RETURN(handle->store_, store::RunStore::Open(store_options));
-
-  ArtifactStoreOptions artifact_options;
-  artifact_options.root = StrCat(config.data_dir, "/artifacts");
-  artifact_options.max_bytes = config.max_artifact_bytes;
-  artifact_options.min_free_bytes = config.min_free_artifact_bytes;
-  artifact_options.quota_bytes = config.max_artifact_store_bytes;
-  CART_ASSIGN_OR_RETURN(handle->artifacts_, ArtifactStore::Open(artifact_options));
+  CART_ASSIGN_OR_RETURN(handle->store_, store::RunStore::Open(StoreOptionsFor(config)));
+  CART_ASSIGN_OR_RETURN(handle->artifacts_, ArtifactStore::Open(ArtifactOptionsFor(config)));
   if (handle->artifacts_->swept_temp_files() > 0) {
     std::fprintf(stderr, "cartd: removed %lld temporary file(s) of interrupted uploads\n",
                  static_cast<long long>(handle->artifacts_->swept_temp_files()));
   }
   CART_RETURN_IF_ERROR(CollectArtifacts(config, *handle->store_, *handle->artifacts_));
+  handle->scheduler_ = std::make_unique<Scheduler>(
+      handle->store_.get(), config.clock, SchedulerOptionsFor(config, handle->artifacts_.get()));
 
-  SchedulerOptions scheduler_options;
-  scheduler_options.lease_ttl = config.lease_ttl;
-  scheduler_options.max_acquire_wait = config.max_acquire_wait;
-  scheduler_options.max_runs_per_sweep = config.max_runs_per_sweep;
-  scheduler_options.keep_checkpoints = config.keep_checkpoints_per_run;
-  scheduler_options.max_user_priority = config.max_user_priority;
-  scheduler_options.fair_share_half_life = config.fair_share_half_life;
-  scheduler_options.preemption = config.preemption;
-  scheduler_options.preempt_interval = config.preempt_interval;
-  scheduler_options.placement = config.placement == "first_fit"
-                                    ? SchedulerOptions::Placement::kFirstFit
-                                    : SchedulerOptions::Placement::kEarliestFinish;
-  scheduler_options.release_artifact = [artifacts =
-                                            handle->artifacts_.get()](const std::string& sha256) {
-    if (absl::Status removed = artifacts->Remove(sha256); !removed.ok()) {
-      std::fprintf(stderr, "cartd: %s\n", Message(removed).c_str());
-    }
-  };
-  handle->scheduler_ =
-      std::make_unique<Scheduler>(handle->store_.get(), config.clock, scheduler_options);
-
+  // The gRPC services and their bounds.
   internal::ServiceContext context;
   context.scheduler = handle->scheduler_.get();
   context.artifacts = handle->artifacts_.get();
@@ -473,51 +516,37 @@ absl::StatusOr<std::unique_ptr<ServerHandle>> RunServer(const ServerConfig& conf
     return absl::UnavailableError(StrCat("cannot listen on ", config.listen,
                                          " (address in use, or not an address of this machine)"));
   }
-  if (!config.http_listen.empty()) {
-    http::DashboardOptions dashboard;
-    dashboard.web_dir = config.web_dir;
-    dashboard.allowed_hosts = config.http_hosts;
-    if (std::optional<std::string> host = HostOf(config.http_listen); host && !host->empty()) {
-      dashboard.allowed_hosts.push_back(ToLower(*host));  // the name it listens by, if a name
-    }
-    dashboard.tokens = handle->tokens_.get();
-    dashboard.big_reads = handle->big_reads_.get();
-    dashboard.max_answer_bytes = static_cast<size_t>(std::max<int64_t>(config.max_answer_bytes, 1));
-    ServerHandle* raw = handle.get();
-    dashboard.stopping = [raw] { return raw->stopping_.load(); };
-    dashboard.storage = [artifacts = handle->artifacts_.get()] {
-      http::StorageFigures room;
-      room.stored_bytes = artifacts->stored_bytes();
-      room.quota_bytes = artifacts->options().quota_bytes;
-      room.floor_bytes = artifacts->options().min_free_bytes;
-      room.free_disk_bytes = artifacts->FreeDiskBytes();
-      return room;
-    };
-    handle->dashboard_ =
-        std::make_unique<http::Dashboard>(handle->scheduler_.get(), std::move(dashboard));
-    http::HttpServerOptions http_options;
-    http_options.listen = config.http_listen;
-    http_options.tls_cert_file = config.tls_cert_file;
-    http_options.tls_key_file = config.tls_key_file;
-    http_options.idle_timeout = config.http_idle_timeout;
-    http_options.max_connections_per_client = config.http_max_connections_per_client;
-    http::Dashboard* pages = handle->dashboard_.get();
-    auto handler = [pages](const http::Request& request) { return pages->Handle(request); };
-    absl::StatusOr<std::unique_ptr<http::HttpServer>> http =
-        http::HttpServer::Start(http_options, handler);
-    if (!http.ok() && absl::IsUnavailable(http.status()) && config.http_any_port_if_busy) {
-      std::optional<std::string> host = HostOf(config.http_listen);
-      http_options.listen = StrCat(host.value_or("127.0.0.1"), ":0");
-      std::fprintf(stderr, "cartd: %s; the dashboard takes a free port\n",
-                   Message(http.status()).c_str());
-      http = http::HttpServer::Start(http_options, handler);
-    }
-    if (!http.ok()) {
-      handle->Shutdown();
-      return http.status();
-    }
-    handle->http_ = *std::move(http);
+  if (config.http_listen.empty()) return handle;
+
+  // The dashboard, the JSON API and /metrics.
+  http::DashboardOptions dashboard;
+  dashboard.web_dir = config.web_dir;
+  dashboard.allowed_hosts = config.http_hosts;
+  if (std::optional<std::string> host = HostOf(config.http_listen); host && !host->empty()) {
+    dashboard.allowed_hosts.push_back(ToLower(*host));  // the name it listens by, if a name
   }
+  dashboard.tokens = handle->tokens_.get();
+  dashboard.big_reads = handle->big_reads_.get();
+  dashboard.max_answer_bytes = static_cast<size_t>(std::max<int64_t>(config.max_answer_bytes, 1));
+  ServerHandle* raw = handle.get();
+  dashboard.stopping = [raw] { return raw->stopping_.load(); };
+  dashboard.storage = [artifacts = handle->artifacts_.get()] {
+    http::StorageFigures room;
+    room.stored_bytes = artifacts->stored_bytes();
+    room.quota_bytes = artifacts->options().quota_bytes;
+    room.floor_bytes = artifacts->options().min_free_bytes;
+    room.free_disk_bytes = artifacts->FreeDiskBytes();
+    return room;
+  };
+  handle->dashboard_ =
+      std::make_unique<http::Dashboard>(handle->scheduler_.get(), std::move(dashboard));
+  absl::StatusOr<std::unique_ptr<http::HttpServer>> http =
+      StartHttp(config, handle->dashboard_.get());
+  if (!http.ok()) {
+    handle->Shutdown();
+    return http.status();
+  }
+  handle->http_ = *std::move(http);
   return handle;
 }
 
