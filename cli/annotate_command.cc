@@ -66,7 +66,9 @@ void SendAndPrint(Client& client, const AnnotateArgs& a, bool sweep,
   std::cout << (resp.note().text().empty() ? "note: (none)\n" : NoteBlock(resp.note()));
 }
 
-void AddTagCommands(CLI::App* parent, bool sweep) {
+}  // namespace
+
+void AddAnnotateCommands(CLI::App* parent, bool sweep) {
   const char* noun = sweep ? "sweep" : "run";
   const char* target_help = sweep ? "Sweep name" : "Run id, or its name <sweep>/<index>";
   for (const bool add : {true, false}) {
@@ -128,9 +130,5 @@ void AddTagCommands(CLI::App* parent, bool sweep) {
     SendAndPrint(client, *a, sweep, req, /*note_too=*/true);
   });
 }
-
-}  // namespace
-
-void AddAnnotateCommands(CLI::App* parent, bool sweep) { AddTagCommands(parent, sweep); }
 
 }  // namespace cart::cli

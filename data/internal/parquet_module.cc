@@ -17,8 +17,8 @@ namespace {
 
 class Column final : public ParquetColumnApi {
  public:
-  Column(std::unique_ptr<parquet::arrow::FileReader> reader, int leaf, int field)
-      : reader_(std::move(reader)), leaf_(leaf), field_(field) {
+  Column(std::unique_ptr<parquet::arrow::FileReader> reader, int leaf)
+      : reader_(std::move(reader)), leaf_(leaf) {
     metadata_ = reader_->parquet_reader()->metadata();
   }
 
@@ -96,7 +96,6 @@ class Column final : public ParquetColumnApi {
   std::unique_ptr<parquet::arrow::FileReader> reader_;
   std::shared_ptr<parquet::FileMetaData> metadata_;
   const int leaf_;
-  const int field_;
   int next_group_ = 0;
   int group_ = 0;
   std::unique_ptr<arrow::RecordBatchReader> batches_;
@@ -160,7 +159,7 @@ class Library final : public ParquetLibraryApi {
         *error = "column '" + column + "' is nested; give a top-level text column";
         return nullptr;
       }
-      return std::make_unique<Column>(std::move(*reader), leaf, field);
+      return std::make_unique<Column>(std::move(*reader), leaf);
     } catch (const std::exception& e) {
       *error = std::string("not a Parquet file, or truncated (") + e.what() + ")";
       return nullptr;

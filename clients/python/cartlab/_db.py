@@ -75,7 +75,8 @@ class Database:
                "r.params_json, r.stored_params, r.effective_params, r.memory_estimate_bytes, "
                "r.steps, r.parent_run_id, r.kind, r.created_us, r.updated_us, "
                "(SELECT a.worker_id FROM attempts AS a WHERE a.run_id = r.id "
-               " ORDER BY a.attempt DESC LIMIT 1) "
+               " ORDER BY a.attempt DESC LIMIT 1), "
+               + ("r.note " if self._annotated else "'' ") +
                "FROM runs AS r JOIN sweeps AS s ON s.id = r.sweep_id")
         clauses, args = [], []
         if sweep:
@@ -94,10 +95,9 @@ class Database:
         views = []
         latest = self._latest()
         run_tags = self._tags("run_tags", "run_id")
-        notes = dict(self._db.execute("SELECT id, note FROM runs")) if self._annotated else {}
         for (run_id, sweep_name, name, status, attempt, max_attempts, priority, params_json,
              stored, effective, memory, steps, parent, kind, created, updated,
-             worker) in self._db.execute(sql + " ORDER BY r.id", args):
+             worker, note) in self._db.execute(sql + " ORDER BY r.id", args):
             view = scheduler_pb2.RunView(
                 run_id=run_id, name=f"{sweep_name}/{name}", sweep=sweep_name,
                 state=common_pb2.RunState.Value("RUN_STATE_" + status), attempt=attempt,
@@ -109,7 +109,7 @@ class Database:
             view.params.update(json.loads(params_json))
             for tag in run_tags.get(run_id, []):
                 view.tags.add(name=tag)
-            view.note.text = notes.get(run_id, "")
+            view.note.text = note
             # The step is the highest any metric reached; the values carried, LIST_METRICS's.
             mine = latest.get(run_id, {})
             view.step = max((s for _, s in mine.values()), default=0)
