@@ -8,14 +8,19 @@
 #include <cstdlib>
 #include <iostream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <utility>
 
 #include "cli/commands.h"
+#include "cli/format.h"
+#include "cli/lineage.h"
 #include "cli/progress.h"
 #include "cli/table.h"
+#include "common/file.h"
 #include "common/status.h"
 #include "common/strings.h"
 #include "data/corpus.h"
+#include "data/identity.h"
 #include "data/prepare.h"
 #include "data/synth.h"
 #include "data/token_file.h"
@@ -372,6 +377,52 @@ void RunInfo(const InfoArgs& a) {
   }
 }
 
+void RunIdentify(const std::vector<std::string>& files, const std::string& sweep, bool json) {
+  if (files.empty() == sweep.empty()) {
+    ExitWith(absl::InvalidArgumentError("cart data identify: give token files or --sweep FILE"));
+  }
+  std::vector<cart::v1::DataIdentity> ids;
+  std::vector<std::string> missing;
+  if (!sweep.empty()) {
+    absl::StatusOr<std::string> text = ReadWholeFile(sweep);
+    if (!text.ok()) ExitWith(text.status());
+    absl::StatusOr<model::SweepSpec> spec = model::ParseSweepYaml(*text, sweep);
+    if (!spec.ok()) ExitWith(spec.status());
+    absl::StatusOr<std::vector<cart::v1::DataIdentity>> found =
+        SweepDataIdentities(*spec, &missing);
+    if (!found.ok()) ExitWith(found.status());
+    ids = *std::move(found);
+  }
+  for (const std::string& path : files) {
+    absl::StatusOr<data::FileIdentity> id = data::IdentifyTokenFile(path, nullptr);
+    if (!id.ok()) ExitWith(id.status());
+    ids.push_back(IdentityProto(path, *id));
+  }
+  if (json) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const cart::v1::DataIdentity& d : ids) {
+      out.push_back({{"path", d.path()},
+                     {"sha256", d.sha256()},
+                     {"size_bytes", d.size_bytes()},
+                     {"tokens", d.tokens()},
+                     {"tokenizer", d.tokenizer()},
+                     {"tokenizer_sha256", d.tokenizer_sha256()}});
+    }
+    std::cout << out.dump() << "\n";
+  }
+  for (const cart::v1::DataIdentity& d : ids) {
+    if (json) break;
+    std::cout << fmt::format("{}\n  sha256 {}\n  {} bytes", d.path(), d.sha256(), d.size_bytes());
+    if (d.tokens() >= 0) {
+      std::cout << fmt::format(
+          ", {} tokens\n  tokenizer {} ({})", d.tokens(), d.tokenizer(),
+          d.tokenizer_sha256().empty() ? "its files are not readable here" : d.tokenizer_sha256());
+    }
+    std::cout << "\n";
+  }
+  for (const std::string& path : missing) std::cerr << path << ": not here\n";
+}
+
 }  // namespace
 
 void RegisterDataCommands(CLI::App& app) {
@@ -488,6 +539,21 @@ void RegisterDataCommands(CLI::App& app) {
   info_cmd->add_flag("--json", info->json, "Print the metadata as JSON");
   info_cmd->add_option("--head", info->head, "Print and decode the first N tokens");
   OnRun(info_cmd, [info] { RunInfo(*info); });
+
+  struct IdentifyArgs {
+    std::vector<std::string> files;
+    std::string sweep;
+    bool json = false;
+  };
+  auto ident = std::make_shared<IdentifyArgs>();
+  CLI::App* ident_cmd = data_cmd->add_subcommand(
+      "identify",
+      "Print the identity runs record for data files (sha256, size, tokens, tokenizer hash): of "
+      "FILES, or of every file a sweep names (docs/architecture.md \"Data lineage\")");
+  ident_cmd->add_option("files", ident->files, "Token files (NAME.bin)");
+  ident_cmd->add_option("--sweep", ident->sweep, "A sweep file: identify the data it names");
+  ident_cmd->add_flag("--json", ident->json, "A JSON array, one object per file");
+  OnRun(ident_cmd, [ident] { RunIdentify(ident->files, ident->sweep, ident->json); });
 }
 
 }  // namespace cart::cli

@@ -153,6 +153,22 @@ void RegisterRuns(CLI::App& app) {
       }
       std::cout << "\n";
     }
+    if (!resp.data().empty()) {
+      std::cout << "data (docs/architecture.md \"Data lineage\"):\n";
+      for (const auto& d : resp.data()) {
+        if (d.sha256().empty()) {
+          std::cout << fmt::format("  {} {}: not recorded yet (its first worker records it)\n",
+                                   d.role(), d.path());
+          continue;
+        }
+        std::string what = fmt::format("{} bytes", d.size_bytes());
+        if (d.tokens() >= 0)
+          what += fmt::format(", {} tokens, tokenizer {}", d.tokens(), d.tokenizer());
+        std::cout << fmt::format("  {} {}: sha256 {}\n    {}; recorded by {}, {}\n", d.role(),
+                                 d.path(), d.sha256(), what, d.recorded_by(),
+                                 When(d.recorded_us()));
+      }
+    }
     if (!resp.checkpoints().empty()) {
       std::cout << "checkpoints:";
       for (const auto& c : resp.checkpoints()) {

@@ -16,6 +16,7 @@
 #include "cli/client.h"
 #include "cli/commands.h"
 #include "cli/format.h"
+#include "cli/lineage.h"
 #include "cli/table.h"
 #include "common/file.h"
 #include "common/status.h"
@@ -39,11 +40,22 @@ struct SubmitArgs {
   Conn conn;
   std::string file, request_id;
   bool dry_run = false;
+  bool no_data_identity = false;
 };
 
-void RunSubmit(const SubmitArgs& sa, const std::string& text) {
+void RunSubmit(const SubmitArgs& sa, const std::string& text, const model::SweepSpec& spec) {
   Client client = Client::Connect(sa.conn);
   cart::v1::SubmitSweepRequest req;
+  if (!sa.no_data_identity) {
+    std::vector<std::string> missing;
+    absl::StatusOr<std::vector<cart::v1::DataIdentity>> files = SweepDataIdentities(spec, &missing);
+    if (!files.ok()) ExitWith(files.status());
+    for (cart::v1::DataIdentity& f : *files) *req.add_data_files() = std::move(f);
+    for (const std::string& path : missing) {
+      std::cerr << fmt::format(
+          "note: {} is not here; the first worker that opens it records its identity\n", path);
+    }
+  }
   req.set_spec_yaml(text);
   req.set_file_name(sa.file);
   req.set_request_id(sa.request_id.empty() ? NewRequestId() : sa.request_id);
@@ -117,6 +129,9 @@ void RegisterSweep(CLI::App& app) {
   submit->add_flag("--dry-run", sa->dry_run,
                    "Validate and print the expanded runs with parameter counts and memory "
                    "estimates; submit nothing (no cartd needed)");
+  submit->add_flag("--no-data-identity", sa->no_data_identity,
+                   "Do not hash the sweep's data files here: the first worker that opens each "
+                   "records its identity (docs/architecture.md \"Data lineage\")");
   submit->add_option("--request-id", sa->request_id,
                      "Idempotency key; the same key never creates a second sweep");
   AddConnFlags(submit, sa->conn);
@@ -131,7 +146,7 @@ void RegisterSweep(CLI::App& app) {
     // CPU). A dry run has no cartd: it expands here, reading the parent sweep of derived jobs
     // from its file beside this one.
     if (!sa->dry_run) {
-      RunSubmit(*sa, *text);
+      RunSubmit(*sa, *text, *spec);
       return;
     }
     const std::vector<std::string> parent_sweeps = model::ParentSweeps(*spec);

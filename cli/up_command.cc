@@ -17,6 +17,7 @@
 
 #include "cart/v1/scheduler.grpc.pb.h"
 #include "cli/commands.h"
+#include "cli/lineage.h"
 #include "cli/report_command.h"
 #include "cli/table.h"
 #include "common/file.h"
@@ -233,6 +234,16 @@ absl::Status Up(const UpArgs& a) {
         break;
       }
       cart::v1::SubmitSweepRequest req;
+      // Bind the runs to the data as it is now (docs/architecture.md "Data lineage").
+      if (absl::StatusOr<model::SweepSpec> spec = model::ParseSweepYaml(*text, file); spec.ok()) {
+        absl::StatusOr<std::vector<cart::v1::DataIdentity>> files =
+            SweepDataIdentities(*spec, nullptr);
+        if (!files.ok()) {
+          result = files.status();
+          break;
+        }
+        for (cart::v1::DataIdentity& f : *files) *req.add_data_files() = std::move(f);
+      }
       req.set_spec_yaml(*text);
       req.set_file_name(file);
       req.set_request_id("cart-up:" + file + ":" + std::to_string(std::hash<std::string>{}(*text)));

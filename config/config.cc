@@ -295,6 +295,26 @@ int64_t ModelConfig::mlp_hidden() const {
   return (base + 255) / 256 * 256;
 }
 
+std::string TaskSpecFile(std::string_view spec) {
+  const size_t eq = spec.find('=');
+  if (eq == std::string_view::npos) return "";
+  const std::string_view rest = spec.substr(eq + 1);
+  return std::string(rest.substr(0, rest.find(',')));
+}
+
+std::vector<DataFile> DataFiles(const RunConfig& config, bool with_train) {
+  std::vector<DataFile> files;
+  if (with_train && !config.data.train_data.empty()) {
+    files.push_back({"train", config.data.train_data, true});
+  }
+  for (const auto& [name, path] : config.data.val_data)
+    files.push_back({"val:" + name, path, true});
+  for (const auto& [name, spec] : config.data.tasks) {
+    files.push_back({"task:" + name, TaskSpecFile(spec), false});
+  }
+  return files;
+}
+
 absl::Status Validate(const RunConfig& c) {
   const ModelConfig& m = c.model;
   const TrainConfig& t = c.train;
@@ -413,7 +433,7 @@ absl::Status Validate(const RunConfig& c) {
   for (const auto& [name, spec] : c.data.tasks) {
     const size_t eq = spec.find('=');
     const std::string kind = spec.substr(0, eq == std::string::npos ? 0 : eq);
-    if (eq == std::string::npos || eq + 1 == spec.size() ||
+    if (eq == std::string::npos || TaskSpecFile(spec).empty() ||
         (kind != "hellaswag" && kind != "piqa" && kind != "arc" && kind != "lambada")) {
       return absl::InvalidArgumentError(
           StrCat("tasks.", name, ": '", spec,

@@ -88,6 +88,21 @@ struct RunConfig {
   DataConfig data;
 };
 
+// One data file a run reads, by its role in the run: "train" (train_data), "val:NAME"
+// (val_data), "task:NAME" (a zero-shot task's file). Data lineage (docs/architecture.md) records
+// the identity of each and checks it before every attempt.
+struct DataFile {
+  std::string role;
+  std::string path;        // as the config names it
+  bool token_file = true;  // train and val files are token files (.bin + .json); task files not
+};
+// The files `config` names: train first, then val sets and tasks by name. An eval job does not
+// read its train_data's tokens; `with_train` false leaves it out.
+std::vector<DataFile> DataFiles(const RunConfig& config, bool with_train = true);
+// The file of a task spec "KIND=FILE[,option...]" (the part after the first '=', up to the first
+// ','); empty when there is no '='.
+std::string TaskSpecFile(std::string_view spec);
+
 // Checks every constraint above and the combinations of switches. The error names the key, the
 // value and what is allowed, e.g. "d: 100 is not a positive multiple of 64".
 absl::Status Validate(const RunConfig& config);

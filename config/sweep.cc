@@ -460,4 +460,28 @@ absl::StatusOr<std::vector<ExpandedRun>> ExpandSweep(
   return runs;
 }
 
+std::map<std::string, bool> SweepDataPaths(const SweepSpec& spec) {
+  std::map<std::string, bool> paths;
+  auto add_config = [&](const std::string& yaml) {
+    RunConfig config;
+    if (!ApplyYaml(config, yaml, "sweep").ok()) return;
+    for (const DataFile& f : DataFiles(config)) paths.emplace(f.path, f.token_file);
+  };
+  auto add_train = [&](const std::string& key, const std::string& value) {
+    if (key == "train_data" && !value.empty()) paths.emplace(value, true);
+  };
+  if (!spec.base_yaml.empty()) add_config(spec.base_yaml);
+  for (const auto& [key, values] : spec.grid) {
+    for (const std::string& v : values) add_train(key, v);
+  }
+  for (const auto& variant : spec.variants) {
+    for (const auto& [key, value] : variant) add_train(key, value);
+  }
+  for (const DerivedSpec& d : spec.derived) {
+    for (const auto& [key, value] : d.set) add_train(key, value);
+    if (!d.set_maps_yaml.empty()) add_config(d.set_maps_yaml);
+  }
+  return paths;
+}
+
 }  // namespace cart::model

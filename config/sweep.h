@@ -97,6 +97,12 @@ ParentRun AsParentRun(const ExpandedRun& run);
 // The sweeps that derived jobs name in from.sweep, in file order, each once.
 std::vector<std::string> ParentSweeps(const SweepSpec& spec);
 
+// The data files the sweep's runs can name, without expanding it (a 10,000-run expansion costs
+// seconds): the base's files, train_data values of the grid, the variants and derived `set`s,
+// and the val_data and tasks of derived `set`s. Path -> whether it is a token file. Derived jobs
+// of another sweep read their parents' train_data, which is not here.
+std::map<std::string, bool> SweepDataPaths(const SweepSpec& spec);
+
 // Expands grid × variants × seeds (grid keys vary slowest-first in file order, seeds fastest),
 // then the
 // derived jobs. Every run's config is validated; the error names the run's grid point.

@@ -51,8 +51,19 @@ std::string DeviceLabel(const WorkerInfo& info) {
 }
 
 // Moves what it can out of `expanded`: a 10,000-run sweep is tens of MB of params and YAML.
-store::NewRun ToNewRun(model::ExpandedRun&& expanded, int64_t max_attempts) {
+store::NewRun ToNewRun(model::ExpandedRun&& expanded, int64_t max_attempts,
+                       const std::map<std::string, store::DataFileIdentity>& data_files) {
   store::NewRun run;
+  for (model::DataFile& file : model::DataFiles(expanded.config)) {
+    store::RunDataRecord record;
+    record.role = std::move(file.role);
+    if (auto it = data_files.find(file.path); it != data_files.end()) {
+      record.identity = it->second;
+      record.recorded_by = "submit";
+    }
+    record.path = std::move(file.path);
+    run.data.push_back(std::move(record));
+  }
   // Store run names are plain names; the user-facing "<sweep>/<index>" is rebuilt from them.
   run.name = StrCat(expanded.index);
   run.config_yaml = std::move(expanded.config_yaml);
@@ -282,7 +293,7 @@ absl::StatusOr<SubmitResult> Scheduler::SubmitSweep(const SubmitRequest& request
   }
   sweep.runs.reserve(expanded.size());
   for (model::ExpandedRun& run : expanded) {
-    sweep.runs.push_back(ToNewRun(std::move(run), spec.max_attempts));
+    sweep.runs.push_back(ToNewRun(std::move(run), spec.max_attempts, request.data_files));
   }
   expanded = {};
   CART_RETURN_IF_ERROR(CheckParentSteps(sweep));
@@ -786,6 +797,7 @@ absl::StatusOr<std::optional<Job>> Scheduler::Acquire(const std::string& worker_
       job.lease_expires_us = c.lease_expires_us;
       job.resume_from = std::move(c.resume_from);
       job.init_from = std::move(c.parent_checkpoint);
+      job.data = std::move(c.data);
       job.run = std::move(c.run);
       if (job.run.memory_estimate_bytes > memory) FitToDevice(job, worker_id, memory);
       NoteClaim(job, worker_id);
@@ -1448,10 +1460,22 @@ absl::StatusOr<RunDetails> Scheduler::GetRun(int64_t run_id) {
   CART_ASSIGN_OR_RETURN(details.events, store_->RunEvents(run_id));
   CART_ASSIGN_OR_RETURN(details.checkpoints, store_->ListCheckpoints(run_id));
   CART_ASSIGN_OR_RETURN(details.summaries, store_->RunSummaries(run_id));
+  CART_ASSIGN_OR_RETURN(details.data, store_->RunData(run_id));
   for (const store::MetricSummary& s : details.summaries) {
     details.info.step = std::max(details.info.step, s.latest_step);
   }
   return details;
+}
+
+absl::StatusOr<std::vector<store::RunDataRecord>> Scheduler::RecordRunData(
+    int64_t run_id, int64_t attempt, const std::string& worker_id,
+    std::vector<store::RunDataRecord> files) {
+  const int64_t now_us = NowMicros();
+  for (store::RunDataRecord& f : files) {
+    f.recorded_by = StrCat("worker ", worker_id, " (attempt ", attempt, ")");
+    f.recorded_us = now_us;
+  }
+  return store_->RecordRunData(run_id, attempt, files, now_us);
 }
 
 absl::StatusOr<std::vector<RunInfo>> Scheduler::ListRuns(const store::RunFilter& filter,

@@ -163,6 +163,8 @@ struct Job {
   std::optional<store::CheckpointRecord> resume_from;
   // Derived runs: the parent's checkpoint they start from.
   std::optional<store::CheckpointRecord> init_from;
+  // The data files the run reads, with the identities recorded so far.
+  std::vector<store::RunDataRecord> data;
 };
 
 // A control pushed down an attempt's stream.
@@ -189,6 +191,9 @@ struct SubmitRequest {
   bool dry_run = false;
   std::string who;        // "user:<name>"
   int64_t run_limit = 0;  // at most this many runs in SubmitResult::runs; 0: all
+  // Data file identities the submitting client took, by path (data lineage): each run's files
+  // with one of these paths are recorded with it; the others wait for the first worker.
+  std::map<std::string, store::DataFileIdentity> data_files;
 };
 
 struct SubmitResult {
@@ -225,6 +230,7 @@ struct RunDetails {
   std::vector<store::EventRecord> events;
   std::vector<store::CheckpointRecord> checkpoints;
   std::vector<store::MetricSummary> summaries;
+  std::vector<store::RunDataRecord> data;  // data lineage
 };
 
 class Scheduler {
@@ -431,6 +437,12 @@ class Scheduler {
   int waiting_acquires();
   // Sweep submissions being expanded right now (likewise).
   int submits_in_flight();
+
+  // Records the identities of data files that `attempt` opened and its run had none for
+  // (store::RunStore::RecordRunData), as "worker W (attempt N)"; returns the run's rows.
+  absl::StatusOr<std::vector<store::RunDataRecord>> RecordRunData(
+      int64_t run_id, int64_t attempt, const std::string& worker_id,
+      std::vector<store::RunDataRecord> files);
 
   // The worker an attempt was leased to. NotFound for an unknown run; FailedPrecondition for an
   // attempt the run never had.

@@ -118,6 +118,7 @@ absl::StatusOr<Claim> LeaseRun(Database& db, const std::string& worker_id, int64
   CART_ASSIGN_OR_RETURN(
       claim.parent_checkpoint,
       internal::ParentCheckpoint(db, claim.run.parent_run_id, claim.run.parent_checkpoint));
+  CART_ASSIGN_OR_RETURN(claim.data, internal::LoadRunData(db, run_id));
   return claim;
 }
 

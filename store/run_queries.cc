@@ -215,6 +215,14 @@ absl::StatusOr<std::vector<CheckpointRecord>> RunStore::ListCheckpoints(int64_t 
   });
 }
 
+absl::StatusOr<std::vector<RunDataRecord>> RunStore::RunData(int64_t run_id) {
+  using Out = std::vector<RunDataRecord>;
+  return ReadSnapshot<Out>(*readers_, [&](Database& db) -> absl::StatusOr<Out> {
+    CART_RETURN_IF_ERROR(RequireRun(db, run_id));
+    return internal::LoadRunData(db, run_id);
+  });
+}
+
 absl::StatusOr<std::optional<CheckpointRecord>> RunStore::LatestCheckpoint(int64_t run_id) {
   using Out = std::optional<CheckpointRecord>;
   return ReadSnapshot<Out>(*readers_, [&](Database& db) -> absl::StatusOr<Out> {

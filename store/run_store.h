@@ -77,6 +77,8 @@ struct Claim {
   std::optional<CheckpointRecord> resume_from;
   // For a derived run without its own checkpoint: the parent checkpoint it starts from.
   std::optional<CheckpointRecord> parent_checkpoint;
+  // The data files it reads and their recorded identities (RunData).
+  std::vector<RunDataRecord> data;
 };
 
 // How RetryAttempt requeues a run whose attempt the worker reported as failed.
@@ -223,6 +225,14 @@ class RunStore {
   absl::StatusOr<CheckpointRecord> RecordCheckpoint(int64_t run_id, int64_t attempt,
                                                     const NewCheckpoint& checkpoint,
                                                     int64_t now_us);
+  // Records the identities of data files the attempt opened (data lineage): a role the run has
+  // no identity for takes this one (a role it has no row for gets one), and so do its derived
+  // runs, at any depth, whose row of the same role and path has none; a role already recorded
+  // keeps its identity. Returns the run's rows as they then are. InvalidArgument naming a
+  // malformed entry (role, path, sha256, sizes; at most kMaxDataFiles).
+  absl::StatusOr<std::vector<RunDataRecord>> RecordRunData(int64_t run_id, int64_t attempt,
+                                                           const std::vector<RunDataRecord>& files,
+                                                           int64_t now_us);
   // Checkpoint retention (store/retention.cc): forgets the checkpoints of `run_id` (every run
   // when nullopt) that have `keep` (>= 1) newer ones, except those a derived run starts from, and
   // returns the artifacts no checkpoint names any more (their rows are gone; the caller deletes
@@ -274,6 +284,8 @@ class RunStore {
   absl::StatusOr<std::vector<LogLine>> RunLog(int64_t run_id, int64_t after_id, int64_t limit);
   absl::StatusOr<std::vector<MetricSummary>> RunSummaries(int64_t run_id);        // by name
   absl::StatusOr<std::vector<CheckpointRecord>> ListCheckpoints(int64_t run_id);  // by step
+  // The data files a run reads: train first, then by role.
+  absl::StatusOr<std::vector<RunDataRecord>> RunData(int64_t run_id);
   absl::StatusOr<std::optional<CheckpointRecord>> LatestCheckpoint(int64_t run_id);
   // The sha256 of every artifact a checkpoint names.
   absl::StatusOr<std::vector<std::string>> ArtifactNames();

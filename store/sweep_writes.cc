@@ -63,9 +63,15 @@ constexpr const char* kDeleteSweepRows[] = {
     "DELETE FROM events WHERE sweep_id = ?1",
     "DELETE FROM run_tags WHERE run_id IN (SELECT id FROM runs WHERE sweep_id = ?1)",
     "DELETE FROM sweep_tags WHERE sweep_id = ?1",
+    "DELETE FROM run_data WHERE run_id IN (SELECT id FROM runs WHERE sweep_id = ?1)",
     "DELETE FROM runs WHERE sweep_id = ?1",
     "DELETE FROM sweeps WHERE id = ?1",
 };
+
+// Data file identities no run refers to any more.
+constexpr char kDeleteUnusedDataFiles[] =
+    "DELETE FROM data_files WHERE id NOT IN (SELECT file_id FROM run_data WHERE file_id IS NOT "
+    "NULL)";
 
 }  // namespace
 
@@ -142,6 +148,12 @@ absl::StatusOr<CreatedSweep> RunStore::CreateSweep(const NewSweep& sweep, const 
       const int64_t run_id = db.LastInsertRowId();
       CART_RETURN_IF_ERROR(
           InsertEvent(db, run_id, sweep_id, std::nullopt, RunStateName(state), audit));
+      if (!run.data.empty()) {
+        CART_RETURN_IF_ERROR(internal::WriteRunData(db, run_id, run.data, audit.at_us));
+        if (parent_id) {
+          CART_RETURN_IF_ERROR(internal::InheritRunData(db, run_id, *parent_id, audit.at_us));
+        }
+      }
       ids_by_name.emplace(run.name, run_id);
       out.run_ids.push_back(run_id);
     }
@@ -227,6 +239,7 @@ absl::StatusOr<DeletedSweep> RunStore::DeleteSweep(const std::string& name) {
       if (i == 0) out.metric_points = db.Changes();
       if (i == 3) out.checkpoints = db.Changes();
     }
+    CART_RETURN_IF_ERROR(Exec(db, kDeleteUnusedDataFiles));
     CART_ASSIGN_OR_RETURN(out.released_artifacts, internal::ReleaseUnnamedArtifacts(db, named));
     return out;
   });

@@ -87,6 +87,29 @@ struct AnnotationChange {
 };
 
 // One run of a new sweep, as the scheduler resolved it.
+// The identity of one data file (data lineage, docs/architecture.md): its bytes, and for a token
+// file its token count and tokenizer. Computed where the file is read (data/identity.h).
+struct DataFileIdentity {
+  std::string sha256;  // 64 lowercase hex digits
+  int64_t size_bytes = 0;
+  int64_t tokens = -1;           // token files; -1 for other files (task sets)
+  std::string tokenizer;         // token files: their metadata's tokenizer spec
+  std::string tokenizer_sha256;  // empty when the tokenizer's files could not be read
+};
+
+// At most this many data files per run, and per RecordRunData call.
+inline constexpr size_t kMaxDataFiles = 1000;
+
+// One data file a run reads, by role ("train", "val:NAME", "task:NAME"), with its identity once
+// recorded: at submit, by the first worker that opened it, or from the run's parent.
+struct RunDataRecord {
+  std::string role;
+  std::string path;                          // as the run's config names it
+  std::optional<DataFileIdentity> identity;  // nullopt: not recorded yet
+  std::string recorded_by;  // "submit", "worker W (attempt N)", "run N (its parent)"
+  int64_t recorded_us = 0;
+};
+
 struct NewRun {
   // Unique within the sweep, e.g. "d512-R6-P6-s42". 1..200 characters.
   std::string name;
@@ -115,6 +138,10 @@ struct NewRun {
   std::vector<int> eval_loops;  // eval jobs: the loop counts (R_infer) to evaluate at
   // The whole run's work in hours of one RTX 3090 (model::EstimateRunCost); >= 0, 0: unknown.
   double work_hours = 0;
+  // The data files it reads (roles unique), with the identities known at submit. A derived run's
+  // files not known here take the identity its existing parent recorded for the same role and
+  // path.
+  std::vector<RunDataRecord> data;
 };
 
 struct NewSweep {

@@ -22,6 +22,7 @@
 #include "train/trainer.h"
 #include "train/zero_shot.h"
 #include "worker/attempt_channel.h"
+#include "worker/data_lineage.h"
 
 namespace cart::worker {
 namespace {
@@ -65,6 +66,7 @@ class Session {
   JobEnd Train();
   JobEnd Evaluate();
   absl::StatusOr<std::string> PrepareRunDir();
+  absl::Status CheckData(const model::RunConfig& config, bool with_train);
   void OnMetrics(const train::MetricRecord& r);
   void OnCheckpoint(const train::CheckpointManifest& m, int64_t total);
 
@@ -120,6 +122,29 @@ void Session::OnCheckpoint(const train::CheckpointManifest& m, int64_t total) {
   }
 }
 
+// Data lineage: the attempt's files against the run's record; those it has none for recorded.
+absl::Status Session::CheckData(const model::RunConfig& config, bool with_train) {
+  CART_ASSIGN_OR_RETURN(std::vector<cart::v1::DataIdentity> unrecorded,
+                        CheckRunData(config, with_train, job_.data(), env_.hash_cache));
+  std::vector<std::string> checked, recorded;
+  for (const cart::v1::DataIdentity& d : job_.data()) {
+    if (!d.sha256().empty()) checked.push_back(d.role());
+  }
+  for (const cart::v1::DataIdentity& d : unrecorded) {
+    recorded.push_back(StrCat(d.role(), " ", d.sha256().substr(0, 12)));
+  }
+  if (!checked.empty() && with_train) {
+    channel_.PostLog(StrCat("data matches the run's record: ", StrJoin(checked, ", ")));
+  }
+  if (unrecorded.empty()) return absl::OkStatus();
+  absl::Status sent =
+      SendRunData(*env_.stub, env_.client, job_.run_id(), job_.attempt(), unrecorded);
+  channel_.PostLog(sent.ok() ? StrCat("data identity recorded: ", StrJoin(recorded, ", "))
+                             : StrCat("data identity not recorded (the next attempt records it): ",
+                                      Message(sent)));
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::string> Session::PrepareRunDir() {
   run_dir_ =
       (fs::path(env_.cache_dir) / "runs" / StrCat(job_.run_id(), "-a", job_.attempt())).string();
@@ -139,6 +164,7 @@ JobEnd Session::Train() {
   model::RunConfig config = *parsed;
   if (job_.total_steps() > 0) config.train.steps = job_.total_steps();
   if (env_.threads > 0) config.train.threads = env_.threads;
+  if (absl::Status data = CheckData(config, /*with_train=*/true); !data.ok()) return fail(data);
   absl::StatusOr<std::string> dir = PrepareRunDir();
   if (!dir.ok()) return fail(dir.status());
   train_flops_per_token_ = model::CountFlops(config.model, config.train.seq_len).train_per_token;
@@ -204,6 +230,7 @@ JobEnd Session::Evaluate() {
   if (!config.ok()) return fail(config.status());
   if (!job_.has_init_from())
     return fail(absl::InvalidArgumentError("eval job without a checkpoint"));
+  if (absl::Status data = CheckData(*config, /*with_train=*/false); !data.ok()) return fail(data);
   absl::StatusOr<std::string> dir = PrepareRunDir();
   if (!dir.ok()) return fail(dir.status());
   const std::string file =

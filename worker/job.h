@@ -14,6 +14,10 @@
 #include "rpc/client.h"
 #include "worker/system_metrics.h"
 
+namespace cart::data {
+class FileHashCache;
+}
+
 namespace cart::worker {
 
 struct JobEnvironment {
@@ -41,6 +45,9 @@ struct JobEnvironment {
   // bf16 or fp32 by the run's precision); else no mfu is logged.
   double peak_tflops = 0;
   std::string device_name;
+  // Data lineage (worker/data_lineage.h) hashes each data file once per content through this
+  // cache, which lives as long as the worker; null: no cache (every attempt hashes).
+  data::FileHashCache* hash_cache = nullptr;
 };
 
 struct JobEnd {

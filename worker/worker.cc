@@ -11,6 +11,7 @@
 #include "common/status.h"
 #include "common/strings.h"
 #include "common/version.h"
+#include "data/identity.h"
 #include "train/device.h"
 #include "train/trainer.h"
 #include "worker/device_choice.h"
@@ -112,6 +113,8 @@ absl::Status RunWorker(const WorkerConfig& config, const std::atomic<bool>& shut
   env.stub = stub.get();
   env.worker_id = worker_id;
   env.cache_dir = config.cache_dir;
+  data::FileHashCache hash_cache;
+  env.hash_cache = &hash_cache;
   env.heartbeat_interval_ms =
       timing.heartbeat_interval_ms() > 0 ? timing.heartbeat_interval_ms() : 5000;
   env.threads = config.threads;

@@ -993,6 +993,23 @@ Response Dashboard::GetRun(int64_t id) {
                                {"created_us", c.created_us}});
   }
   out["checkpoints"] = checkpoints;
+  json data = json::array();
+  for (const store::RunDataRecord& d : details->data) {
+    json row{{"role", d.role},
+             {"path", d.path},
+             {"recorded_by", d.recorded_by},
+             {"recorded_us", d.recorded_us},
+             {"sha256", nullptr}};
+    if (d.identity) {
+      row["sha256"] = d.identity->sha256;
+      row["size_bytes"] = d.identity->size_bytes;
+      row["tokens"] = d.identity->tokens;
+      row["tokenizer"] = d.identity->tokenizer;
+      row["tokenizer_sha256"] = d.identity->tokenizer_sha256;
+    }
+    data.push_back(std::move(row));
+  }
+  out["data"] = data;
   json tries = json::array();
   for (const store::AttemptRecord& a : *attempts) {
     tries.push_back(

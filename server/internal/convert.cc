@@ -182,6 +182,41 @@ v1::Job ToJob(const Job& job, absl::Duration lease_ttl) {
   for (int loops : job.eval_loops) out.add_eval_loops(loops);
   if (job.init_from) *out.mutable_init_from() = ToCheckpointRef(*job.init_from);
   out.set_total_steps(job.run.steps);
+  for (const store::RunDataRecord& d : job.data) *out.add_data() = ToProto(d);
+  return out;
+}
+
+v1::DataIdentity ToProto(const store::RunDataRecord& record) {
+  v1::DataIdentity out;
+  out.set_role(record.role);
+  out.set_path(record.path);
+  out.set_tokens(-1);
+  if (record.identity) {
+    const store::DataFileIdentity& id = *record.identity;
+    out.set_sha256(id.sha256);
+    out.set_size_bytes(id.size_bytes);
+    out.set_tokens(id.tokens);
+    out.set_tokenizer(id.tokenizer);
+    out.set_tokenizer_sha256(id.tokenizer_sha256);
+  }
+  out.set_recorded_by(record.recorded_by);
+  out.set_recorded_us(record.recorded_us);
+  return out;
+}
+
+store::RunDataRecord FromProto(const v1::DataIdentity& identity) {
+  store::RunDataRecord out;
+  out.role = identity.role();
+  out.path = identity.path();
+  if (!identity.sha256().empty()) {
+    store::DataFileIdentity id;
+    id.sha256 = identity.sha256();
+    id.size_bytes = identity.size_bytes();
+    id.tokens = identity.tokens();
+    id.tokenizer = identity.tokenizer();
+    id.tokenizer_sha256 = identity.tokenizer_sha256();
+    out.identity = std::move(id);
+  }
   return out;
 }
 

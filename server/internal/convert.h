@@ -53,6 +53,10 @@ v1::WorkerView ToWorkerView(const WorkerStatus& worker);
 v1::Job ToJob(const Job& job, absl::Duration lease_ttl);
 v1::CheckpointRef ToCheckpointRef(const store::CheckpointRecord& checkpoint);
 
+// Data lineage rows: an identity with an empty sha256 is "not recorded yet" on the wire.
+v1::DataIdentity ToProto(const store::RunDataRecord& record);
+store::RunDataRecord FromProto(const v1::DataIdentity& identity);
+
 store::MetricPoint FromProto(const v1::MetricPoint& point);
 v1::MetricPoint ToProto(const store::MetricPoint& point);
 // A device reading off the wire. InvalidArgument naming the field for a time after

@@ -96,6 +96,19 @@ grpc::Status SchedulerServiceImpl::SubmitSweep(grpc::ServerContext* context,
     return ToGrpc(absl::InvalidArgumentError("SubmitSweep: run_limit must not be negative"));
   }
   submit.run_limit = AnswerLimit(request->run_limit());
+  if (request->data_files_size() > static_cast<int>(store::kMaxDataFiles)) {
+    return ToGrpc(
+        absl::InvalidArgumentError(StrCat("SubmitSweep: ", request->data_files_size(),
+                                          " data_files; at most ", store::kMaxDataFiles)));
+  }
+  for (const v1::DataIdentity& file : request->data_files()) {
+    store::RunDataRecord record = FromProto(file);
+    if (!record.identity) {
+      return ToGrpc(absl::InvalidArgumentError(StrCat(
+          "SubmitSweep: data_files: '", ValidUtf8(file.path().substr(0, 200)), "' has no sha256")));
+    }
+    submit.data_files[record.path] = *std::move(record.identity);
+  }
   absl::StatusOr<SubmitResult> result = ctx_.scheduler->SubmitSweep(submit);
   if (!result.ok()) return ToGrpc(result.status());
   *response->mutable_sweep() = ToSweepView(result->sweep);
@@ -250,6 +263,7 @@ grpc::Status SchedulerServiceImpl::GetRun(grpc::ServerContext* context,
     const bool final = succeeded && i + 1 == details->checkpoints.size();
     *response->add_checkpoints() = ToCheckpointView(details->checkpoints[i], final);
   }
+  for (const store::RunDataRecord& d : details->data) *response->add_data() = ToProto(d);
   return grpc::Status::OK;
 }
 

@@ -108,6 +108,8 @@ class WorkerServiceImpl final : public v1::WorkerService::Service {
                            grpc::ServerWriter<v1::ArtifactChunk>* writer) override;
   grpc::Status ReportDevice(grpc::ServerContext* context, const v1::DeviceReport* request,
                             v1::DeviceReportResponse* response) override;
+  grpc::Status RecordRunData(grpc::ServerContext* context, const v1::RecordRunDataRequest* request,
+                             v1::RecordRunDataResponse* response) override;
 
  private:
   absl::StatusOr<Principal> Check(grpc::ServerContext* context, const char* method) const;

@@ -179,6 +179,31 @@ grpc::Status WorkerServiceImpl::ReportDevice(grpc::ServerContext* context,
   return ToGrpc(added.status());
 }
 
+grpc::Status WorkerServiceImpl::RecordRunData(grpc::ServerContext* context,
+                                              const v1::RecordRunDataRequest* request,
+                                              v1::RecordRunDataResponse* response) {
+  CART_CHECK_CALLER(who, "RecordRunData");
+  // Only the worker the attempt was leased to: as for RunJob.
+  absl::StatusOr<std::string> leased =
+      ctx_.scheduler->WorkerOfAttempt(request->run_id(), request->attempt());
+  if (!leased.ok()) return ToGrpc(leased.status());
+  if (absl::Status bound = CheckWorkerId(who, "RecordRunData", *leased); !bound.ok()) {
+    return ToGrpc(bound);
+  }
+  if (request->files_size() > static_cast<int>(store::kMaxDataFiles)) {
+    return ToGrpc(absl::InvalidArgumentError(StrCat("RecordRunData: ", request->files_size(),
+                                                    " files; at most ", store::kMaxDataFiles)));
+  }
+  std::vector<store::RunDataRecord> files;
+  files.reserve(request->files_size());
+  for (const v1::DataIdentity& f : request->files()) files.push_back(FromProto(f));
+  absl::StatusOr<std::vector<store::RunDataRecord>> recorded = ctx_.scheduler->RecordRunData(
+      request->run_id(), request->attempt(), *leased, std::move(files));
+  if (!recorded.ok()) return ToGrpc(recorded.status());
+  for (const store::RunDataRecord& d : *recorded) *response->add_data() = ToProto(d);
+  return grpc::Status::OK;
+}
+
 grpc::Status WorkerServiceImpl::RegisterWorker(grpc::ServerContext* context,
                                                const v1::RegisterWorkerRequest* request,
                                                v1::RegisterWorkerResponse* response) {

@@ -47,6 +47,9 @@ absl::StatusOr<std::optional<AttemptRecord>> LoadAttempt(Database& db, int64_t r
                                                          int64_t attempt);
 absl::StatusOr<std::vector<AttemptRecord>> LoadAttempts(Database& db, int64_t run_id);
 
+// A run's data lineage rows (types.h RunDataRecord): train first, then by role.
+absl::StatusOr<std::vector<RunDataRecord>> LoadRunData(Database& db, int64_t run_id);
+
 // The checkpoint a derived run starts from: the parent's checkpoint at the selected step, or for
 // "final" its latest checkpoint once the parent has succeeded. nullopt while it does not exist,
 // or when the run has no parent.

@@ -273,6 +273,32 @@ ALTER TABLE sweeps ADD COLUMN note_by TEXT NOT NULL DEFAULT '';
 ALTER TABLE sweeps ADD COLUMN note_us INTEGER NOT NULL DEFAULT 0;
 )sql";
 
+// Version 12: data lineage. data_files holds each distinct data file identity once (a 10,000-run
+// sweep on one training file stores its 64-digit hash once, not 10,000 times); run_data maps a
+// run's roles ("train", "val:NAME", "task:NAME") to a path and, once recorded, to an identity.
+// A row with file_id NULL is a file the run reads whose identity nobody has taken yet: the first
+// worker that opens it fills it in, and so do derived runs reading the same path.
+constexpr char kSchemaV12[] = R"sql(
+CREATE TABLE data_files(
+  id INTEGER PRIMARY KEY,
+  sha256 TEXT NOT NULL,
+  size_bytes INTEGER NOT NULL,
+  tokens INTEGER NOT NULL,
+  tokenizer TEXT NOT NULL,
+  tokenizer_sha256 TEXT NOT NULL,
+  UNIQUE(sha256, size_bytes, tokens, tokenizer, tokenizer_sha256)
+);
+CREATE TABLE run_data(
+  run_id INTEGER NOT NULL REFERENCES runs(id),
+  role TEXT NOT NULL,
+  path TEXT NOT NULL,
+  file_id INTEGER REFERENCES data_files(id),
+  recorded_by TEXT NOT NULL,
+  recorded_us INTEGER NOT NULL,
+  PRIMARY KEY(run_id, role)
+) WITHOUT ROWID;
+)sql";
+
 absl::Status Apply(Database& db, const Migration& migration) {
   Transaction txn(&db);
   CART_RETURN_IF_ERROR(txn.Begin(Transaction::Mode::kImmediate));
@@ -307,6 +333,7 @@ const std::vector<Migration>& Migrations() {
       {9, "checkpoints_by_sha256: checkpoint retention releases unnamed artifacts", kSchemaV9},
       {10, "runs.work_hours: each run's work for speed-aware placement", kSchemaV10},
       {11, "run_tags, sweep_tags, and a note on runs and sweeps", kSchemaV11},
+      {12, "data_files and run_data: the data each run reads (lineage)", kSchemaV12},
   };
   return *kAll;
 }

@@ -1,5 +1,6 @@
 #include "store/internal/validate.h"
 
+#include <algorithm>
 #include <set>
 #include <string_view>
 
@@ -107,7 +108,14 @@ absl::Status ValidateRun(const std::string& sweep, const NewRun& run) {
   if (run.parent_name == run.name) {
     return absl::InvalidArgumentError(StrCat(where(), ": a run cannot be its own parent"));
   }
+  if (!run.data.empty()) return ValidateRunData(run.data, where());
   return absl::OkStatus();
+}
+
+bool IsSha256(std::string_view s) {
+  return s.size() == 64 && std::all_of(s.begin(), s.end(), [](char c) {
+           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+         });
 }
 
 }  // namespace
@@ -134,6 +142,59 @@ absl::Status ValidateNewSweep(const NewSweep& sweep, int64_t max_runs) {
     if (!names.insert(run.name).second) {
       return absl::InvalidArgumentError(
           StrCat("sweep '", sweep.name, "' has two runs named '", run.name, "'"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateRunData(const std::vector<RunDataRecord>& files, const std::string& what) {
+  constexpr size_t kMaxPath = 4096, kMaxText = 1024;
+  if (files.size() > kMaxDataFiles) {
+    return absl::InvalidArgumentError(
+        StrCat(what, ": ", files.size(), " data files; at most ", kMaxDataFiles));
+  }
+  std::set<std::string_view> roles;
+  for (const RunDataRecord& f : files) {
+    const size_t colon = f.role.find(':');
+    const std::string_view kind = std::string_view(f.role).substr(0, colon);
+    const bool named =
+        colon != std::string::npos && IsName(std::string_view(f.role).substr(colon + 1), kMaxKey);
+    if (!(f.role == "train" || ((kind == "val" || kind == "task") && named))) {
+      return absl::InvalidArgumentError(StrCat(what, ": data role '",
+                                               ValidUtf8(f.role.substr(0, 80)),
+                                               "' is not train, val:NAME or task:NAME"));
+    }
+    if (!roles.insert(f.role).second) {
+      return absl::InvalidArgumentError(StrCat(what, ": data role '", f.role, "' given twice"));
+    }
+    if (f.path.empty() || f.path.size() > kMaxPath) {
+      return absl::InvalidArgumentError(
+          StrCat(what, ": data ", f.role, ": path must be 1..", kMaxPath, " bytes"));
+    }
+    if (f.recorded_by.size() > kMaxText) {
+      return absl::InvalidArgumentError(
+          StrCat(what, ": data ", f.role, ": recorded_by is over ", kMaxText, " bytes"));
+    }
+    if (!f.identity) continue;
+    const DataFileIdentity& id = *f.identity;
+    if (!IsSha256(id.sha256)) {
+      return absl::InvalidArgumentError(StrCat(what, ": data ", f.role, ": sha256 '",
+                                               ValidUtf8(id.sha256.substr(0, 80)),
+                                               "' is not 64 lowercase hex digits"));
+    }
+    if (!id.tokenizer_sha256.empty() && !IsSha256(id.tokenizer_sha256)) {
+      return absl::InvalidArgumentError(
+          StrCat(what, ": data ", f.role,
+                 ": tokenizer_sha256 is neither empty nor 64 lowercase hex digits"));
+    }
+    if (id.size_bytes < 0 || id.tokens < -1) {
+      return absl::InvalidArgumentError(StrCat(what, ": data ", f.role, ": size_bytes ",
+                                               id.size_bytes, " and tokens ", id.tokens,
+                                               " must be >= 0 and >= -1"));
+    }
+    if (id.tokenizer.size() > kMaxPath) {
+      return absl::InvalidArgumentError(
+          StrCat(what, ": data ", f.role, ": tokenizer is over ", kMaxPath, " bytes"));
     }
   }
   return absl::OkStatus();

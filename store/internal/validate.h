@@ -15,6 +15,10 @@ namespace cart::store::internal {
 
 absl::Status ValidateNewSweep(const NewSweep& sweep, int64_t max_runs);
 absl::Status ValidateAudit(const Audit& audit);
+// Data lineage records (types.h RunDataRecord): the role ("train", "val:NAME", "task:NAME"; each
+// once), a path of 1..4096 bytes, and an identity's sha256 (64 lowercase hex digits), sizes
+// (size >= 0, tokens >= -1) and text lengths. `what` names the run.
+absl::Status ValidateRunData(const std::vector<RunDataRecord>& files, const std::string& what);
 absl::Status ValidateWorkerId(const std::string& worker_id);
 absl::Status ValidateMetricBatch(int64_t run_id, const std::vector<MetricPoint>& points,
                                  int64_t max_points);

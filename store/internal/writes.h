@@ -39,6 +39,15 @@ absl::Status Exec(Database& db, const char* sql, const Args&... args) {
   return statement->Run();
 }
 
+// Data lineage rows (store/data_writes.cc). Writes `files` for `run_id`: a role without a row
+// gets one; a row without an identity takes the one given (same path only); a recorded identity
+// stays. Then derived runs of run_id at any depth take each newly recorded identity for their
+// unrecorded rows of the same role and path, as "run N (its parent)".
+absl::Status WriteRunData(Database& db, int64_t run_id, const std::vector<RunDataRecord>& files,
+                          int64_t now_us);
+// A new derived run's unrecorded rows take its parent's identities of the same role and path.
+absl::Status InheritRunData(Database& db, int64_t run_id, int64_t parent_id, int64_t now_us);
+
 struct Fence {
   RunState state;
   int64_t attempt;

@@ -1,7 +1,7 @@
 // ctest label `browser`: headless Debian chromium (playwright-core) against a real cartd with a
 // real worker training a tiny run. Checks that the run page's loss chart gains points while the
 // test watches, that Cancel is refused without a token and works with one, that a config value
-// holding <script> is shown as text, and that tags and a note written on the run page reach cartd
+// holding <script> is shown as text, that the Data table shows the run's recorded training file, and that tags and a note written on the run page reach cartd
 // and filter the runs table. Screenshots of every page go to --out.
 'use strict';
 const fs = require('fs');
@@ -97,6 +97,15 @@ const { Cluster, args, waitFor, tinySweep } = require('./lib');
     check(config.includes('<script>alert(1)</script>.bin'), 'the <script> config value is shown as text');
     check(await page.evaluate(() => document.querySelectorAll('main script').length) === 0, 'no script element was created from data');
     check(dialogs.length === 0, 'no dialog was opened by page data');
+
+    // Data lineage: the training file was bound to the run at submit; the Data table shows it.
+    const detail = await c.api(`runs/${runId}`);
+    const train = detail.data.find((d) => d.role === 'train');
+    check(train && /^[0-9a-f]{64}$/.test(train.sha256) && train.recorded_by === 'submit' && train.tokens === 200000,
+      `the run's training file was recorded at submit (${train && train.sha256}, ${train && train.tokens} tokens)`);
+    const dataRow = train ? await page.textContent('tr.data-file') : '';
+    check(dataRow.includes('<script>alert(1)</script>.bin') && dataRow.includes(train.sha256.slice(0, 16)),
+      'the Data table shows the file, its markup as text, and its sha256');
 
     // Cancel without the token: refused, and the run keeps running.
     await page.click('#token-forget');

@@ -126,7 +126,7 @@ class CartlabTest(unittest.TestCase):
     def setUpClass(cls):
         cls.lab = cartlab.connect(config=CLUSTER.client_yaml)
         wait_for("cartd", lambda: _answers(cls.lab), timeout=30)
-        cls.submitted = cls.lab.submit(sweep("py"))
+        cls.submitted = cls.lab.submit(sweep("py"), cart=os.path.join(BIN, "cart"))
         wait_for("the sweep to finish", lambda: (cls.lab.runs(sweep="py").state == "SUCCEEDED").all()
                  and len(cls.lab.runs(sweep="py")) == 4, timeout=400)
 
@@ -136,6 +136,18 @@ class CartlabTest(unittest.TestCase):
         runs = self.submitted["runs"]
         self.assertEqual(sorted(runs["name"]), ["py/0", "py/1", "py/2", "py/3"])
         self.assertEqual(sorted(set(runs["R"])), [1, 2])
+
+    def test_data_shows_the_training_file_bound_at_submit(self):
+        with open(CLUSTER.file("train.json"), encoding="utf-8") as f:
+            meta = json.load(f)
+        data = self.lab.data("py/0")
+        self.assertEqual(list(data["role"]), ["train"])
+        row = data.iloc[0]
+        self.assertEqual(row["path"], CLUSTER.file("train.bin"))
+        self.assertEqual(row["sha256"], meta["sha256"])
+        self.assertEqual(row["tokens"], meta["tokens"])
+        self.assertEqual(row["recorded_by"], "submit")
+        self.assertFalse(pd.isna(row["recorded_at"]))
 
     def test_runs_equal_cart_runs_ls_to_the_last_digit(self):
         frame = self.lab.runs(sweep="py")

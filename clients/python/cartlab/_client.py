@@ -162,6 +162,25 @@ class Client:
         response = self._call("GetRun", scheduler_pb2.GetRunRequest(run_id=self.run_id(run)))
         return sorted(response.run.latest)
 
+    def data(self, run: RunRef) -> pd.DataFrame:
+        """The data files the run reads (data lineage): one row per role ("train", "val:NAME",
+        "task:NAME") with path, sha256, size_bytes, tokens, tokenizer, tokenizer_sha256,
+        recorded_by and recorded_at; sha256 None while no one has recorded the file. Every
+        attempt of the run checks its files against these before it trains."""
+        response = self._call("GetRun", scheduler_pb2.GetRunRequest(run_id=self.run_id(run)))
+        rows = [{"role": d.role, "path": d.path, "sha256": d.sha256 or None,
+                 "size_bytes": d.size_bytes if d.sha256 else None,
+                 "tokens": d.tokens if d.sha256 and d.tokens >= 0 else None,
+                 "tokenizer": d.tokenizer or None,
+                 "tokenizer_sha256": d.tokenizer_sha256 or None,
+                 "recorded_by": d.recorded_by or None, "recorded_us": d.recorded_us}
+                for d in response.data]
+        frame = pd.DataFrame(rows, columns=["role", "path", "sha256", "size_bytes", "tokens",
+                                            "tokenizer", "tokenizer_sha256", "recorded_by",
+                                            "recorded_us"])
+        frame["recorded_at"] = _times(list(frame.pop("recorded_us")))
+        return frame
+
     def history(self, runs: Union[RunRef, Iterable[RunRef], pd.Series, pd.DataFrame],
                 metrics: Union[None, str, Sequence[str]] = None,
                 buckets: Optional[int] = None) -> pd.DataFrame:
@@ -263,12 +282,18 @@ class Client:
     # ---- changes
 
     def submit(self, spec: Union[str, os.PathLike, Mapping[str, Any]], dry_run: bool = False,
-               request_id: Optional[str] = None) -> Dict[str, Any]:
+               request_id: Optional[str] = None, data_identity: bool = True,
+               cart: Optional[str] = None) -> Dict[str, Any]:
         """Submits a sweep: a sweep file's path, or the sweep as a dict (the file's keys: name,
         base, grid, variants, seeds, priority, max_attempts). Returns {"sweep": name, "existing":
         whether an earlier submit with the same request_id made it, "runs": a runs() frame of
         the expanded runs (a dry run stores nothing; its run ids are 0)}. A bad file raises
-        CartError INVALID_ARGUMENT naming file, line and key, as `cart sweep submit` prints."""
+        CartError INVALID_ARGUMENT naming file, line and key, as `cart sweep submit` prints.
+
+        With `data_identity` (and a `cart` program: `cart`, $CART_BIN or PATH), the data files
+        the sweep names that this machine can read are hashed here (`cart data identify`) and
+        each run is bound to them, as `cart sweep submit` does; the others, or all of them
+        without it, are recorded by the first worker that opens them (data())."""
         if isinstance(spec, Mapping):
             text, file_name = yaml.safe_dump(dict(spec), sort_keys=False), "<dict>"
         else:
@@ -277,6 +302,9 @@ class Client:
         request = scheduler_pb2.SubmitSweepRequest(
             spec_yaml=text, file_name=file_name, dry_run=dry_run,
             request_id=request_id or uuid.uuid4().hex)
+        if data_identity and not dry_run:
+            for entry in _sweep_data_identities(text, cart):
+                request.data_files.add(**entry)
         response = self._call("SubmitSweep", request, timeout=max(self.timeout, 300))
         return {"sweep": response.sweep.name, "existing": response.existing,
                 "runs": _runs_frame(response.runs)}
@@ -381,6 +409,23 @@ def run_cart(args: List[str], env: Mapping[str, str], call: str) -> str:
         code = "INVALID_ARGUMENT" if done.returncode == 2 else "UNKNOWN"
         raise CartError(code, message, call)
     return done.stdout
+
+
+def _sweep_data_identities(text: str, cart: Optional[str]) -> List[Dict[str, Any]]:
+    """`cart data identify --sweep` over the sweep's text: the identities of its data files
+    this machine can read; none without a `cart` program (the first worker records them)."""
+    import json
+    import shutil
+    import tempfile
+
+    program = cart or os.environ.get("CART_BIN") or shutil.which("cart")
+    if not program:
+        return []
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        out = run_cart([program, "data", "identify", "--sweep", f.name, "--json"], {}, "submit")
+    return json.loads(out)
 
 
 # The study's parts, as `cart report` names its --PART options.

@@ -586,6 +586,14 @@
       h('h2', { text: 'Events' }),
       tableOf(['time', 'from', 'to', 'who', 'why'], run.events.map((e) => h('tr', {},
         h('td', { text: fmtTime(e.at_us) }), h('td', { text: e.from }), h('td', { text: e.to }), h('td', { text: e.who }), h('td', { text: e.why })))),
+      h('h2', { text: 'Data' }),
+      tableOf(['role', 'file', 'sha256', 'size', 'tokens', 'tokenizer', 'recorded by'], run.data.map((d) => h('tr', { class: 'data-file' },
+        h('td', { text: d.role }), h('td', { text: d.path }),
+        d.sha256 === null
+          ? h('td', { colspan: 5, text: 'not recorded yet: the first worker that opens it records it' })
+          : [h('td', { title: d.sha256, text: d.sha256.slice(0, 16) + '…' }), h('td', { class: 'num', text: fmtTokens(d.size_bytes) + 'B' }),
+            h('td', { class: 'num', text: d.tokens >= 0 ? fmtTokens(d.tokens) : '-' }), h('td', { text: d.tokenizer || '-' }),
+            h('td', { text: `${d.recorded_by}, ${fmtTime(d.recorded_us)}` })]))),
       h('h2', { text: 'Checkpoints' }),
       tableOf(['step', 'attempt', 'size', 'sha256', 'created'], run.checkpoints.map((c) => h('tr', {},
         h('td', { text: c.step }), h('td', { text: c.attempt }), h('td', { class: 'num', text: fmtTokens(c.size_bytes) + 'B' }),

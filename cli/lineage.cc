@@ -1,0 +1,35 @@
+#include "cli/lineage.h"
+
+#include "common/status.h"
+#include "data/identity.h"
+
+namespace cart::cli {
+
+cart::v1::DataIdentity IdentityProto(const std::string& path, const data::FileIdentity& id) {
+  cart::v1::DataIdentity d;
+  d.set_path(path);
+  d.set_sha256(id.sha256);
+  d.set_size_bytes(id.size_bytes);
+  d.set_tokens(id.tokens);
+  d.set_tokenizer(id.tokenizer);
+  d.set_tokenizer_sha256(id.tokenizer_sha256);
+  return d;
+}
+
+absl::StatusOr<std::vector<cart::v1::DataIdentity>> SweepDataIdentities(
+    const model::SweepSpec& spec, std::vector<std::string>* missing) {
+  std::vector<cart::v1::DataIdentity> out;
+  for (const auto& [path, token_file] : model::SweepDataPaths(spec)) {
+    absl::StatusOr<data::FileIdentity> id = token_file ? data::IdentifyTokenFile(path, nullptr)
+                                                       : data::IdentifyPlainFile(path, nullptr);
+    if (absl::IsNotFound(id.status())) {
+      if (missing != nullptr) missing->push_back(path);
+      continue;
+    }
+    if (!id.ok()) return id.status();
+    out.push_back(IdentityProto(path, *id));
+  }
+  return out;
+}
+
+}  // namespace cart::cli

@@ -1,0 +1,133 @@
+// RunStore's data lineage (docs/architecture.md "Data lineage"): which data files each run reads
+// and, once recorded, their identities. Rows are written at submit (CreateSweep, with what the
+// submitting client could hash) and by the first worker that opens a file (RecordRunData), and
+// read with the run when it is leased (Claim::data), so that every attempt checks its files.
+#include "common/status.h"
+#include "common/strings.h"
+#include "store/internal/records.h"
+#include "store/internal/sql.h"
+#include "store/internal/validate.h"
+#include "store/internal/writer.h"
+#include "store/internal/writes.h"
+#include "store/run_store.h"
+
+namespace cart::store {
+
+using internal::Database;
+using internal::Exec;
+using internal::WriteContext;
+
+namespace internal {
+namespace {
+
+constexpr char kInsertDataFile[] =
+    "INSERT INTO data_files(sha256, size_bytes, tokens, tokenizer, tokenizer_sha256) "
+    "VALUES(?, ?, ?, ?, ?) ON CONFLICT DO NOTHING";
+constexpr char kSelectDataFile[] =
+    "SELECT id FROM data_files WHERE sha256 = ? AND size_bytes = ? AND tokens = ? AND "
+    "tokenizer = ? AND tokenizer_sha256 = ?";
+// A new row, or an identity for a row that has none (same path); a recorded one stays.
+constexpr char kUpsertRunData[] =
+    "INSERT INTO run_data(run_id, role, path, file_id, recorded_by, recorded_us) "
+    "VALUES(?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT(run_id, role) DO UPDATE SET "
+    "file_id = excluded.file_id, recorded_by = excluded.recorded_by, "
+    "recorded_us = excluded.recorded_us "
+    "WHERE run_data.file_id IS NULL AND excluded.file_id IS NOT NULL AND "
+    "run_data.path = excluded.path";
+// Derived runs at any depth (runs_by_parent) reading the same file without an identity.
+constexpr char kPropagateRunData[] =
+    "WITH RECURSIVE d(id) AS (SELECT id FROM runs WHERE parent_run_id = ?1 "
+    "UNION SELECT r.id FROM runs AS r JOIN d ON r.parent_run_id = d.id) "
+    "UPDATE run_data SET file_id = ?4, recorded_by = ?5, recorded_us = ?6 "
+    "WHERE run_id IN (SELECT id FROM d) AND role = ?2 AND path = ?3 AND file_id IS NULL";
+constexpr char kInheritRunData[] =
+    "UPDATE run_data AS c SET file_id = p.file_id, recorded_by = ?3, recorded_us = ?4 "
+    "FROM run_data AS p WHERE c.run_id = ?1 AND p.run_id = ?2 AND p.role = c.role AND "
+    "p.path = c.path AND c.file_id IS NULL AND p.file_id IS NOT NULL";
+constexpr char kSelectRunData[] =
+    "SELECT d.role, d.path, f.sha256, f.size_bytes, f.tokens, f.tokenizer, f.tokenizer_sha256, "
+    "d.recorded_by, d.recorded_us FROM run_data AS d LEFT JOIN data_files AS f ON f.id = "
+    "d.file_id WHERE d.run_id = ? ORDER BY d.role != 'train', d.role";
+
+absl::StatusOr<int64_t> DataFileId(Database& db, const DataFileIdentity& id) {
+  CART_RETURN_IF_ERROR(Exec(db, kInsertDataFile, id.sha256, id.size_bytes, id.tokens, id.tokenizer,
+                            id.tokenizer_sha256));
+  CART_ASSIGN_OR_RETURN(auto select, db.Cached(kSelectDataFile));
+  select->BindAll(id.sha256, id.size_bytes, id.tokens, id.tokenizer, id.tokenizer_sha256);
+  CART_ASSIGN_OR_RETURN(bool row, select->Step());
+  if (!row) return absl::InternalError("data_files: the row just written is missing");
+  const int64_t file_id = select->ColumnInt64(0);
+  select->Reset();
+  return file_id;
+}
+
+}  // namespace
+
+absl::Status WriteRunData(Database& db, int64_t run_id, const std::vector<RunDataRecord>& files,
+                          int64_t now_us) {
+  for (const RunDataRecord& f : files) {
+    std::optional<int64_t> file_id;
+    if (f.identity) {
+      CART_ASSIGN_OR_RETURN(file_id, DataFileId(db, *f.identity));
+    }
+    const int64_t at = f.recorded_us > 0 ? f.recorded_us : now_us;
+    CART_RETURN_IF_ERROR(
+        Exec(db, kUpsertRunData, run_id, f.role, f.path, file_id, f.recorded_by, at));
+    if (file_id && db.Changes() > 0) {
+      CART_RETURN_IF_ERROR(Exec(db, kPropagateRunData, run_id, f.role, f.path, *file_id,
+                                StrCat("run ", run_id, " (its parent)"), at));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status InheritRunData(Database& db, int64_t run_id, int64_t parent_id, int64_t now_us) {
+  return Exec(db, kInheritRunData, run_id, parent_id, StrCat("run ", parent_id, " (its parent)"),
+              now_us);
+}
+
+absl::StatusOr<std::vector<RunDataRecord>> LoadRunData(Database& db, int64_t run_id) {
+  CART_ASSIGN_OR_RETURN(auto select, db.Cached(kSelectRunData));
+  select->BindAll(run_id);
+  std::vector<RunDataRecord> out;
+  CART_RETURN_IF_ERROR(select->ForEachRow([&](const Statement& row) {
+    RunDataRecord r;
+    r.role = row.ColumnText(0);
+    r.path = row.ColumnText(1);
+    if (std::optional<std::string> sha = row.ColumnOptionalText(2)) {
+      DataFileIdentity id;
+      id.sha256 = *std::move(sha);
+      id.size_bytes = row.ColumnInt64(3);
+      id.tokens = row.ColumnInt64(4);
+      id.tokenizer = row.ColumnText(5);
+      id.tokenizer_sha256 = row.ColumnText(6);
+      r.identity = std::move(id);
+    }
+    r.recorded_by = row.ColumnText(7);
+    r.recorded_us = row.ColumnInt64(8);
+    out.push_back(std::move(r));
+  }));
+  return out;
+}
+
+}  // namespace internal
+
+absl::StatusOr<std::vector<RunDataRecord>> RunStore::RecordRunData(
+    int64_t run_id, int64_t attempt, const std::vector<RunDataRecord>& files, int64_t now_us) {
+  CART_RETURN_IF_ERROR(internal::ValidateRunData(files, StrCat("run ", run_id)));
+  for (const RunDataRecord& f : files) {
+    if (!f.identity) {
+      return absl::InvalidArgumentError(
+          StrCat("run ", run_id, ": data ", f.role, ": no identity to record"));
+    }
+  }
+  using Out = std::vector<RunDataRecord>;
+  return writer_->Run<Out>([&](WriteContext& ctx) -> absl::StatusOr<Out> {
+    Database& db = ctx.db();
+    CART_RETURN_IF_ERROR(internal::CheckFence(db, run_id, attempt, "data record").status());
+    CART_RETURN_IF_ERROR(internal::WriteRunData(db, run_id, files, now_us));
+    return internal::LoadRunData(db, run_id);
+  });
+}
+
+}  // namespace cart::store

@@ -1,0 +1,161 @@
+// Data lineage end to end (docs/architecture.md "Data lineage"): real cartd and cart-worker
+// processes, the run's data files recorded at submit or by its first worker, a worker whose file
+// at the run's path is another build refused before it trains, and the run resumed exactly once
+// the recorded file is back.
+
+#include <signal.h>
+
+#include <filesystem>
+
+#include "common/strings.h"
+#include "data/synth.h"
+#include "data/token_file.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/integration/cluster.h"
+
+namespace cart::testing {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+const cart::v1::DataIdentity* Role(const cart::v1::GetRunResponse& run, const std::string& role) {
+  for (const auto& d : run.data()) {
+    if (d.role() == role) return &d;
+  }
+  return nullptr;
+}
+
+std::string Sha256Of(const std::string& bin) {
+  absl::StatusOr<data::TokenFileInfo> info = data::ReadTokenFileInfo(data::MetadataPath(bin));
+  EXPECT_TRUE(info.ok()) << info.status();
+  return info.ok() ? info->sha256 : "";
+}
+
+TEST(LineageTest, AWorkerWithAnotherFileAtTheRunsPathIsRefusedAndTheRunResumesExactlyOnItsOwn) {
+  Cluster c(/*lease_ttl_s=*/2);
+  c.StartCartd();
+  const std::string data = c.SynthData();
+  const std::string sha = Sha256Of(data);
+  const std::string file =
+      c.WriteFile("l.yaml", StrCat("name: l\nbase:\n", RunBase(data, 60, 10), "seeds: [7]\n"));
+  c.Cart({"sweep", "submit", file});
+  const int64_t run = RunId(c, "l", 0);
+  {
+    // The client could read both files: the run is bound to them from the start.
+    cart::v1::GetRunResponse resp = c.GetRun(run);
+    const cart::v1::DataIdentity* train = Role(resp, "train");
+    ASSERT_NE(train, nullptr);
+    EXPECT_EQ(train->path(), data);
+    EXPECT_EQ(train->sha256(), sha);
+    EXPECT_EQ(train->tokens(), 40'000);
+    EXPECT_EQ(train->size_bytes(), 80'000);
+    EXPECT_EQ(train->recorded_by(), "submit");
+    ASSERT_NE(Role(resp, "val:synth"), nullptr);
+    EXPECT_FALSE(Role(resp, "val:synth")->sha256().empty());
+  }
+  pid_t a = c.StartWorker("a");
+  ASSERT_TRUE(
+      c.WaitFor([&] { return c.GetRun(run).run().step() >= 25; }, std::chrono::seconds(120)))
+      << c.Log("worker-a.log");
+  c.Signal(a, SIGKILL);
+  c.Wait(a);
+
+  // Worker b's box holds another build of the training file under the same path: same size,
+  // other tokens, its own consistent metadata.
+  fs::copy_file(data, c.dir() + "/kept.bin");
+  fs::copy_file(data::MetadataPath(data), c.dir() + "/kept.json");
+  data::SynthOptions o;
+  o.chain.vocab = 32;
+  o.chain.order = 1;
+  o.chain.seed = 4;
+  o.chain.concentration = 0.05;
+  o.tokens = 40'000;
+  o.val_tokens = 0;
+  o.out = c.dir() + "/other/synth.bin";
+  ASSERT_TRUE(data::WriteSynthetic(o).ok());
+  fs::copy_file(o.out, data, fs::copy_options::overwrite_existing);
+  fs::copy_file(data::MetadataPath(o.out), data::MetadataPath(data),
+                fs::copy_options::overwrite_existing);
+  const std::string other = Sha256Of(data);
+  ASSERT_NE(other, sha);
+
+  c.StartWorker("b");
+  ASSERT_TRUE(c.WaitFor([&] { return StateOf(c, run) == "FAILED"; }, std::chrono::seconds(120)))
+      << c.Log("worker-b.log") << c.Log("cartd.log");
+  const std::string shown = c.Cart({"runs", "show", StrCat(run)});
+  EXPECT_THAT(shown, HasSubstr(StrCat("data lineage: train file ", data,
+                                      " is not the file this run was bound to (sha256 ", other,
+                                      " here, ", sha, " recorded)")));
+  EXPECT_THAT(shown, HasSubstr("recorded by submit"));
+  // Refused before it trained: worker b never resumed the run nor logged a step.
+  const std::string log = c.Cart({"runs", "logs", StrCat(run)});
+  EXPECT_THAT(log, Not(HasSubstr("resuming from step")));
+  EXPECT_LT(c.Series(run, "loss").rbegin()->first, 60);
+  // The run's record still holds the submitted file.
+  EXPECT_EQ(Role(c.GetRun(run), "train")->sha256(), sha);
+
+  // The recorded file back in place: the run resumes from its checkpoint, exactly.
+  fs::copy_file(c.dir() + "/kept.bin", data, fs::copy_options::overwrite_existing);
+  fs::copy_file(c.dir() + "/kept.json", data::MetadataPath(data),
+                fs::copy_options::overwrite_existing);
+  c.Cart({"runs", "resume", StrCat(run)});
+  ASSERT_TRUE(c.WaitFor([&] { return StateOf(c, run) == "SUCCEEDED"; }, std::chrono::seconds(180)))
+      << c.Log("worker-b.log") << c.Log("cartd.log");
+  EXPECT_THAT(c.Cart({"runs", "logs", StrCat(run)}),
+              HasSubstr("data matches the run's record: train, val:synth"));
+  cart::v1::GetRunResponse done = c.GetRun(run);
+  const std::map<int64_t, double> want =
+      StraightLosses(done.run().config_yaml(), c.dir() + "/straight");
+  const std::map<int64_t, double> got = c.Series(run, "loss");
+  ASSERT_EQ(want.size(), 60u);
+  ASSERT_EQ(got.size(), 60u);
+  for (const auto& [step, loss] : want) EXPECT_EQ(got.at(step), loss) << "step " << step;
+}
+
+TEST(LineageTest, TheFirstWorkerRecordsWhatTheSubmitterCouldNotReadAndDerivedRunsInheritIt) {
+  Cluster c;
+  c.StartCartd();
+  const std::string data = c.SynthData();
+  const std::string file = c.WriteFile(
+      "d.yaml", StrCat("name: d\nbase:\n", RunBase(data, 12, 4), "seeds: [1]\n",
+                       "derived:\n  - name: varR\n    from: {run: 0, checkpoint: final}\n"
+                       "    eval_loops: [1, 2]\n"));
+  // As from a laptop that cannot read the lab's data.
+  c.Cart({"sweep", "submit", file, "--no-data-identity"});
+  const int64_t parent = RunId(c, "d", 0);
+  const int64_t eval = RunId(c, "d", 1);
+  ASSERT_NE(Role(c.GetRun(parent), "train"), nullptr);
+  EXPECT_EQ(Role(c.GetRun(parent), "train")->sha256(), "");
+  EXPECT_THAT(c.Cart({"runs", "show", StrCat(parent)}),
+              HasSubstr(StrCat("train ", data, ": not recorded yet")));
+
+  c.StartWorker("a");
+  ASSERT_TRUE(c.WaitFor([&] { return StateOf(c, eval) == "SUCCEEDED"; }, std::chrono::seconds(180)))
+      << c.Log("worker-a.log") << c.Log("cartd.log");
+  const std::string sha = Sha256Of(data);
+  const cart::v1::GetRunResponse p = c.GetRun(parent);
+  ASSERT_NE(Role(p, "train"), nullptr);
+  EXPECT_EQ(Role(p, "train")->sha256(), sha);
+  EXPECT_EQ(Role(p, "train")->recorded_by(),
+            StrCat("worker ", Cluster::WorkerId("a"), " (attempt 1)"));
+  EXPECT_EQ(Role(p, "train")->tokenizer(), "synth:32");
+  EXPECT_EQ(Role(p, "train")->tokenizer_sha256().size(), 64u);
+  // The evaluation reads the parent's files: it took their identities, and checked its
+  // validation file against them.
+  const cart::v1::GetRunResponse e = c.GetRun(eval);
+  ASSERT_NE(Role(e, "train"), nullptr);
+  EXPECT_EQ(Role(e, "train")->sha256(), sha);
+  EXPECT_EQ(Role(e, "train")->recorded_by(), StrCat("run ", parent, " (its parent)"));
+  ASSERT_NE(Role(e, "val:synth"), nullptr);
+  EXPECT_EQ(Role(e, "val:synth")->sha256(), Role(p, "val:synth")->sha256());
+  // `cart data identify` prints the same identity.
+  EXPECT_THAT(c.Cart({"data", "identify", data}), HasSubstr(StrCat("sha256 ", sha)));
+  EXPECT_THAT(c.Cart({"data", "identify", "--sweep", file, "--json"}),
+              HasSubstr(StrCat("\"sha256\":\"", sha, "\"")));
+}
+
+}  // namespace
+}  // namespace cart::testing

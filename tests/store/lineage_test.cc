@@ -1,0 +1,224 @@
+// Data lineage in the store: the files each run reads, recorded at submit or by the first
+// attempt, kept once recorded, handed to every attempt with its lease, inherited by derived runs,
+// and deleted with the sweep.
+
+#include <sqlite3.h>
+
+#include <utility>
+
+#include "common/strings.h"
+#include "store/run_store.h"
+#include "tests/store/store_fixture.h"
+#include "tests/support/test_support.h"
+
+namespace cart::store {
+namespace {
+
+using ::cart::store::testing::By;
+using ::cart::store::testing::kGiB;
+using ::cart::store::testing::kT0;
+using ::cart::store::testing::MakeRun;
+using ::cart::store::testing::MakeSweep;
+using ::cart::store::testing::OpenStore;
+using ::cart::testing::StatusIs;
+using ::cart::testing::TempDir;
+using ::testing::HasSubstr;
+
+DataFileIdentity Identity(char digit, int64_t tokens = 1000) {
+  DataFileIdentity id;
+  id.sha256 = std::string(64, digit);
+  id.size_bytes = tokens >= 0 ? tokens * 2 : 777;
+  id.tokens = tokens;
+  id.tokenizer = "gpt2:/opt/gpt2";
+  id.tokenizer_sha256 = std::string(64, 'e');
+  return id;
+}
+
+RunDataRecord Row(const std::string& role, const std::string& path,
+                  std::optional<DataFileIdentity> identity = std::nullopt,
+                  const std::string& by = "") {
+  RunDataRecord r;
+  r.role = role;
+  r.path = path;
+  r.identity = std::move(identity);
+  r.recorded_by = by;
+  return r;
+}
+
+class LineageTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    store_ = OpenStore(dir_.File("cart.db"));
+    ASSERT_NE(store_, nullptr);
+    CART_ASSERT_OK(store_->RegisterWorker("w1", "RTX 3090", 24 * kGiB, kT0));
+  }
+
+  // Leases run `id` to w1 and returns the claim (its data rows included).
+  Claim Lease(int64_t id) {
+    auto claim = store_->ClaimRun("w1", id, 24 * kGiB, kT0 + 10);
+    EXPECT_TRUE(claim.ok() && claim->has_value()) << claim.status();
+    return claim.ok() && claim->has_value() ? **claim : Claim{};
+  }
+
+  TempDir dir_;
+  std::unique_ptr<RunStore> store_;
+};
+
+TEST_F(LineageTest, SubmitRecordsKnownFilesAndLeavesTheRestForTheFirstAttempt) {
+  NewRun run = MakeRun("a", {});
+  run.data = {Row("train", "mix.bin", Identity('1'), "submit"), Row("val:wiki", "wiki.val.bin")};
+  CART_ASSERT_OK_AND_ASSIGN(CreatedSweep created,
+                            store_->CreateSweep(MakeSweep("s", {run}), By("user:a", kT0)));
+  const int64_t id = created.run_ids[0];
+
+  Claim claim = Lease(id);
+  ASSERT_EQ(claim.data.size(), 2u);
+  EXPECT_EQ(claim.data[0].role, "train");
+  ASSERT_TRUE(claim.data[0].identity.has_value());
+  EXPECT_EQ(claim.data[0].identity->sha256, std::string(64, '1'));
+  EXPECT_EQ(claim.data[0].identity->tokens, 1000);
+  EXPECT_EQ(claim.data[0].recorded_by, "submit");
+  EXPECT_EQ(claim.data[0].recorded_us, kT0);
+  EXPECT_EQ(claim.data[1].role, "val:wiki");
+  EXPECT_FALSE(claim.data[1].identity.has_value());
+
+  // The attempt records the val file, and tries to record another train file: the train
+  // identity taken at submit stays.
+  CART_ASSERT_OK_AND_ASSIGN(
+      auto rows, store_->RecordRunData(id, claim.attempt,
+                                       {Row("val:wiki", "wiki.val.bin", Identity('2', 50), "w1"),
+                                        Row("train", "mix.bin", Identity('9'), "w1")},
+                                       kT0 + 20));
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0].identity->sha256, std::string(64, '1'));
+  EXPECT_EQ(rows[0].recorded_by, "submit");
+  ASSERT_TRUE(rows[1].identity.has_value());
+  EXPECT_EQ(rows[1].identity->sha256, std::string(64, '2'));
+  EXPECT_EQ(rows[1].recorded_by, "w1");
+  EXPECT_EQ(rows[1].recorded_us, kT0 + 20);
+  CART_ASSERT_OK_AND_ASSIGN(auto read, store_->RunData(id));
+  ASSERT_EQ(read.size(), 2u);
+  EXPECT_EQ(read[1].identity->tokens, 50);
+}
+
+TEST_F(LineageTest, OnlyTheCurrentAttemptRecordsAndMalformedEntriesAreRefusedNamingTheField) {
+  NewRun run = MakeRun("a", {});
+  run.data = {Row("train", "mix.bin")};
+  CART_ASSERT_OK_AND_ASSIGN(CreatedSweep created,
+                            store_->CreateSweep(MakeSweep("s", {run}), By("user:a", kT0)));
+  const int64_t id = created.run_ids[0];
+  // Not leased: fenced.
+  EXPECT_THAT(store_->RecordRunData(id, 1, {Row("train", "mix.bin", Identity('1'))}, kT0),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("data record")));
+  Claim claim = Lease(id);
+  EXPECT_THAT(
+      store_->RecordRunData(id, claim.attempt + 1, {Row("train", "mix.bin", Identity('1'))}, kT0),
+      StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("data record")));
+  DataFileIdentity bad = Identity('1');
+  bad.sha256 = "XYZ";
+  EXPECT_THAT(store_->RecordRunData(id, claim.attempt, {Row("train", "mix.bin", bad)}, kT0),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("sha256 'XYZ'")));
+  EXPECT_THAT(
+      store_->RecordRunData(id, claim.attempt, {Row("weights", "w.bin", Identity('1'))}, kT0),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               HasSubstr("data role 'weights' is not train, val:NAME or task:NAME")));
+  EXPECT_THAT(
+      store_->RecordRunData(
+          id, claim.attempt,
+          {Row("train", "mix.bin", Identity('1')), Row("train", "mix.bin", Identity('2'))}, kT0),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("given twice")));
+  EXPECT_THAT(store_->RecordRunData(id, claim.attempt, {Row("train", "mix.bin")}, kT0),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("no identity")));
+  // Nothing of the refused calls was stored.
+  CART_ASSERT_OK_AND_ASSIGN(auto read, store_->RunData(id));
+  ASSERT_EQ(read.size(), 1u);
+  EXPECT_FALSE(read[0].identity.has_value());
+  // A role the run had no row for (a run stored before lineage existed) gets one.
+  CART_ASSERT_OK_AND_ASSIGN(
+      auto rows,
+      store_->RecordRunData(id, claim.attempt,
+                            {Row("task:lambada", "lambada.jsonl", Identity('3', -1))}, kT0));
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[1].role, "task:lambada");
+  EXPECT_EQ(rows[1].identity->tokens, -1);
+}
+
+TEST_F(LineageTest, DerivedRunsInheritTheFirstAttemptsRecordAndNewOnesTheParentsAtSubmit) {
+  NewRun parent = MakeRun("p", {});
+  parent.data = {Row("train", "mix.bin"), Row("val:wiki", "wiki.val.bin")};
+  NewRun child = MakeRun("c", {});
+  child.parent_name = "p";
+  child.parent_checkpoint = "final";
+  // The child reads the same train file and another validation file.
+  child.data = {Row("train", "mix.bin"), Row("val:wiki", "other.val.bin")};
+  NewRun grandchild = MakeRun("g", {});
+  grandchild.parent_name = "c";
+  grandchild.parent_checkpoint = "final";
+  grandchild.data = {Row("train", "mix.bin")};
+  CART_ASSERT_OK_AND_ASSIGN(
+      CreatedSweep created,
+      store_->CreateSweep(MakeSweep("s", {parent, child, grandchild}), By("user:a", kT0)));
+  const int64_t p = created.run_ids[0], c = created.run_ids[1], g = created.run_ids[2];
+  Claim claim = Lease(p);
+  CART_ASSERT_OK(store_
+                     ->RecordRunData(p, claim.attempt,
+                                     {Row("train", "mix.bin", Identity('1'), "worker w1"),
+                                      Row("val:wiki", "wiki.val.bin", Identity('2'), "worker w1")},
+                                     kT0 + 5)
+                     .status());
+  CART_ASSERT_OK_AND_ASSIGN(auto child_rows, store_->RunData(c));
+  ASSERT_EQ(child_rows.size(), 2u);
+  ASSERT_TRUE(child_rows[0].identity.has_value());
+  EXPECT_EQ(child_rows[0].identity->sha256, std::string(64, '1'));
+  EXPECT_EQ(child_rows[0].recorded_by, StrCat("run ", p, " (its parent)"));
+  EXPECT_FALSE(child_rows[1].identity.has_value()) << "another path is another file";
+  CART_ASSERT_OK_AND_ASSIGN(auto grand_rows, store_->RunData(g));
+  ASSERT_TRUE(grand_rows[0].identity.has_value());
+  EXPECT_EQ(grand_rows[0].identity->sha256, std::string(64, '1'));
+
+  // A run of a later sweep derived from p takes p's identities when it is stored.
+  NewRun later = MakeRun("l", {});
+  later.parent_run_id = p;
+  later.parent_checkpoint = "final";
+  later.data = {Row("train", "mix.bin"), Row("val:wiki", "wiki.val.bin")};
+  CART_ASSERT_OK_AND_ASSIGN(CreatedSweep second,
+                            store_->CreateSweep(MakeSweep("t", {later}), By("user:a", kT0 + 9)));
+  CART_ASSERT_OK_AND_ASSIGN(auto later_rows, store_->RunData(second.run_ids[0]));
+  ASSERT_EQ(later_rows.size(), 2u);
+  EXPECT_EQ(later_rows[1].identity->sha256, std::string(64, '2'));
+  EXPECT_EQ(later_rows[1].recorded_by, StrCat("run ", p, " (its parent)"));
+  EXPECT_EQ(later_rows[1].recorded_us, kT0 + 9);
+}
+
+TEST_F(LineageTest, DeletingASweepDeletesItsRowsAndTheIdentitiesNoRunNames) {
+  NewRun a = MakeRun("a", {});
+  a.data = {Row("train", "mix.bin", Identity('1'), "submit")};
+  NewRun b = MakeRun("b", {});
+  b.data = {Row("train", "other.bin", Identity('2'), "submit")};
+  CART_ASSERT_OK(store_->CreateSweep(MakeSweep("s", {a}), By("user:a", kT0)).status());
+  CART_ASSERT_OK_AND_ASSIGN(CreatedSweep t,
+                            store_->CreateSweep(MakeSweep("t", {b}), By("user:a", kT0)));
+  CART_ASSERT_OK(store_->DeleteSweep("s").status());
+  CART_ASSERT_OK_AND_ASSIGN(auto rows, store_->RunData(t.run_ids[0]));
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].identity->sha256, std::string(64, '2'));
+  CART_ASSERT_OK_AND_ASSIGN(IntegrityReport report, store_->IntegrityCheck());
+  EXPECT_TRUE(report.ok);
+  store_.reset();
+  // s's identity went with it; t's is stored once.
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open_v2(dir_.File("cart.db").c_str(), &db, SQLITE_OPEN_READONLY, nullptr),
+            SQLITE_OK);
+  sqlite3_stmt* count = nullptr;
+  ASSERT_EQ(
+      sqlite3_prepare_v2(db, "SELECT count(*), min(sha256) FROM data_files", -1, &count, nullptr),
+      SQLITE_OK);
+  ASSERT_EQ(sqlite3_step(count), SQLITE_ROW);
+  EXPECT_EQ(sqlite3_column_int64(count, 0), 1);
+  EXPECT_EQ(reinterpret_cast<const char*>(sqlite3_column_text(count, 1)), std::string(64, '2'));
+  sqlite3_finalize(count);
+  sqlite3_close(db);
+}
+
+}  // namespace
+}  // namespace cart::store

@@ -1,0 +1,103 @@
+#include "worker/data_lineage.h"
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
+
+#include "absl/time/time.h"
+#include "common/status.h"
+#include "common/strings.h"
+
+namespace cart::worker {
+namespace {
+
+data::FileIdentity FromProto(const cart::v1::DataIdentity& d) {
+  data::FileIdentity id;
+  id.sha256 = d.sha256();
+  id.size_bytes = d.size_bytes();
+  id.tokens = d.tokens();
+  id.tokenizer = d.tokenizer();
+  id.tokenizer_sha256 = d.tokenizer_sha256();
+  return id;
+}
+
+cart::v1::DataIdentity ToProto(const model::DataFile& file, const data::FileIdentity& id) {
+  cart::v1::DataIdentity d;
+  d.set_role(file.role);
+  d.set_path(file.path);
+  d.set_sha256(id.sha256);
+  d.set_size_bytes(id.size_bytes);
+  d.set_tokens(id.tokens);
+  d.set_tokenizer(id.tokenizer);
+  d.set_tokenizer_sha256(id.tokenizer_sha256);
+  return d;
+}
+
+std::string When(int64_t us) {
+  if (us <= 0) return "";
+  return StrCat(" at ", absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", absl::FromUnixMicros(us),
+                                         absl::UTCTimeZone()));
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<cart::v1::DataIdentity>> CheckRunData(
+    const model::RunConfig& config, bool with_train,
+    const google::protobuf::RepeatedPtrField<cart::v1::DataIdentity>& recorded,
+    data::FileHashCache* cache) {
+  std::vector<cart::v1::DataIdentity> unrecorded;
+  for (const model::DataFile& file : model::DataFiles(config, with_train)) {
+    absl::StatusOr<data::FileIdentity> actual = file.token_file
+                                                    ? data::IdentifyTokenFile(file.path, cache)
+                                                    : data::IdentifyPlainFile(file.path, cache);
+    if (!actual.ok()) {
+      return absl::Status(actual.status().code(),
+                          StrCat(file.role, " data: ", Message(actual.status())));
+    }
+    auto it = std::find_if(recorded.begin(), recorded.end(), [&](const auto& d) {
+      return d.role() == file.role && !d.sha256().empty();
+    });
+    if (it == recorded.end()) {
+      unrecorded.push_back(ToProto(file, *actual));
+      continue;
+    }
+    if (std::optional<std::string> differs = data::IdentityMismatch(FromProto(*it), *actual)) {
+      return absl::FailedPreconditionError(StrCat(
+          "data lineage: ", file.role, " file ", file.path,
+          " is not the file this run was bound to (", *differs, "); its identity was recorded by ",
+          it->recorded_by().empty() ? std::string("cartd") : it->recorded_by(),
+          When(it->recorded_us()),
+          ". Put that file back at this path on this worker, or train a new run on the new data "
+          "(docs/architecture.md \"Data lineage\")"));
+    }
+  }
+  return unrecorded;
+}
+
+absl::Status SendRunData(cart::v1::WorkerService::Stub& stub, const rpc::ClientConfig& client,
+                         int64_t run_id, int64_t attempt,
+                         const std::vector<cart::v1::DataIdentity>& files) {
+  cart::v1::RecordRunDataRequest request;
+  request.set_run_id(run_id);
+  request.set_attempt(attempt);
+  for (const cart::v1::DataIdentity& f : files) *request.add_files() = f;
+  absl::Status last;
+  int64_t backoff_ms = 200;
+  for (int i = 0; i < 5; ++i) {
+    grpc::ClientContext ctx;
+    rpc::PrepareContext(ctx, client, 30'000);
+    cart::v1::RecordRunDataResponse response;
+    last = rpc::FromGrpc(stub.RecordRunData(&ctx, request, &response));
+    if (last.ok()) return last;
+    // Retrying cannot change these answers.
+    if (absl::IsFailedPrecondition(last) || absl::IsInvalidArgument(last) ||
+        absl::IsPermissionDenied(last) || absl::IsUnauthenticated(last) || absl::IsNotFound(last)) {
+      return last;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(backoff_ms));
+    backoff_ms = std::min<int64_t>(backoff_ms * 2, 3000);
+  }
+  return last;
+}
+
+}  // namespace cart::worker
