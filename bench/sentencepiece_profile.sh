@@ -60,7 +60,10 @@ awk -v a="$t_cart" -v b="$t_spm" -v c="$t_py" 'BEGIN {printf "  cart / spm_encod
 echo "perf profile of cart prepare at 1 thread, by shared object (children excluded):"
 perf record -q -o "$dir/perf.data" -F 999 -- "$cart" data prepare "$dir/lines.txt" --format lines \
   --tokenizer "$dir/sp.model" --out "$dir/o.bin" --threads 1 >/dev/null 2>&1
-perf report -q -i "$dir/perf.data" --no-children --sort dso --percent-limit 0.5 2>/dev/null | sed 's/^/  /'
+perf report -q -i "$dir/perf.data" --no-children --sort dso --percent-limit 0.5 2>/dev/null \
+  | grep -v '^ *$' | sed 's/^/  /'
+perf report -q -i "$dir/perf.data" --no-children --sort dso 2>/dev/null \
+  | awk '/ cart| libcart/ {sub("%", "", $1); s += $1} END {printf "  cart'"'"'s own code (cart, libcart_*): %.2f %%\n", s}'
 echo "top symbols:"
 perf report -q -i "$dir/perf.data" --no-children --sort dso,symbol --percent-limit 1.5 2>/dev/null \
-  | cut -c1-150 | sed 's/^/  /'
+  | grep -v '^ *$' | cut -c1-150 | sed 's/^/  /'
