@@ -112,6 +112,8 @@ void RegisterRuns(CLI::App& app) {
     int64_t id = 0;
     int64_t steps = 0;
     bool follow = false;
+    std::string schedule;          // extend: stretch | hold | "" (cartd asks when it matters)
+    std::vector<std::string> set;  // resume: key=value changes
   };
   auto sh = std::make_shared<IdArgs>();
   CLI::App* show =
@@ -133,6 +135,12 @@ void RegisterRuns(CLI::App& app) {
                              r.name(), Colored(StateName(r.state())), r.attempt(), r.max_attempts(),
                              r.step(), r.total_steps(), Progress(r));
     if (!r.waiting_reason().empty()) std::cout << "waiting: " << r.waiting_reason() << "\n";
+    if (r.has_diverged()) {
+      std::cout << fmt::format(
+          "diverged: loss {} at step {}; not retried (resume with a change: cart runs resume {} "
+          "--set lr=...)\n",
+          r.diverged().loss(), r.diverged().step(), r.run_id());
+    }
     if (!r.worker_id().empty()) std::cout << "worker: " << r.worker_id() << "\n";
     for (const auto& tag : r.tags()) {
       std::cout << fmt::format("tag: {} ({}, {})\n", tag.name(), tag.who(), When(tag.at_us()));
@@ -237,8 +245,19 @@ void RegisterRuns(CLI::App& app) {
     auto a = std::make_shared<IdArgs>();
     CLI::App* cmd = runs->add_subcommand(name, help);
     cmd->add_option("id", a->id, "Run id")->required();
+    if (std::string(name) == "resume") {
+      cmd->add_option("--set", a->set,
+                      "KEY=VALUE: change the run's config before it resumes (lr, lr_min, warmup, "
+                      "clip, dtype); a run that diverged resumes only with one (repeatable)");
+    }
     if (std::string(name) == "extend") {
       cmd->add_option("--steps", a->steps, "New total steps (larger than the current)")->required();
+      cmd->add_option("--schedule", a->schedule,
+                      "The learning rate after the run's last step: stretch (the cosine "
+                      "recomputed over the new total, a warm restart) or hold (go on at the "
+                      "final rate). Without it cartd stretches when the rate changes at most 2x "
+                      "and refuses otherwise (docs/design.md \"Extending a run\")")
+          ->check(CLI::IsMember({"stretch", "hold"}));
     }
     AddConnFlags(cmd, a->conn);
     OnRun(cmd, [a, call] {
@@ -250,6 +269,13 @@ void RegisterRuns(CLI::App& app) {
       }
       std::cout << fmt::format("run {} ({}): {}\n", resp.run().run_id(), resp.run().name(),
                                StateName(resp.run().state()));
+      if (resp.schedule() != cart::v1::EXTEND_SCHEDULE_UNSPECIFIED) {
+        std::cout << fmt::format(
+            "learning rate {:.2e} at its last step -> {:.2e} on the first step of the extension "
+            "(schedule {})\n",
+            resp.lr_before(), resp.lr_after(),
+            resp.schedule() == cart::v1::EXTEND_SCHEDULE_HOLD ? "hold" : "stretch");
+      }
     });
   };
   simple("cancel", "Cancel a run (a running one stops after a final checkpoint)",
@@ -264,6 +290,7 @@ void RegisterRuns(CLI::App& app) {
          [](Client& c, const IdArgs& a) {
            cart::v1::ResumeRunRequest req;
            req.set_run_id(a.id);
+           for (const std::string& s : a.set) req.add_set(s);
            return c.Call<cart::v1::ResumeRunRequest, cart::v1::RunResponse>(
                &cart::v1::SchedulerService::Stub::ResumeRun, req);
          });
@@ -272,6 +299,8 @@ void RegisterRuns(CLI::App& app) {
            cart::v1::ExtendRunRequest req;
            req.set_run_id(a.id);
            req.set_total_steps(a.steps);
+           if (a.schedule == "stretch") req.set_schedule(cart::v1::EXTEND_SCHEDULE_STRETCH);
+           if (a.schedule == "hold") req.set_schedule(cart::v1::EXTEND_SCHEDULE_HOLD);
            return c.Call<cart::v1::ExtendRunRequest, cart::v1::RunResponse>(
                &cart::v1::SchedulerService::Stub::ExtendRun, req);
          });

@@ -113,6 +113,7 @@ absl::Status RunTrain(const TrainArgs& args) {
   absl::StatusOr<train::TrainResult> trained = train::Train(config, options);
   bar.Clear();
   CART_ASSIGN_OR_RETURN(train::TrainResult result, std::move(trained));
+  if (result.diverged) return absl::InternalError(train::DivergenceMessage(*result.diverged));
   const double elapsed =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::cout << fmt::format(

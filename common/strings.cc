@@ -72,6 +72,12 @@ std::string Fixed(double value, int decimals) {
   return text;
 }
 
+std::string Sci(double value) {
+  char text[64];
+  std::snprintf(text, sizeof(text), "%.2e", value);
+  return text;
+}
+
 namespace {
 
 // Bytes of the well-formed UTF-8 sequence starting at text[i]; 0 when there is none.

@@ -61,6 +61,8 @@ std::string ToLower(std::string_view text);
 std::string ToUpper(std::string_view text);
 // `value` with `decimals` digits after the point ("12.3" for 12.34, 1); "nan", "inf" as printf.
 std::string Fixed(double value, int decimals);
+// `value` in scientific notation with two decimals ("3.00e-04"), as learning rates are written.
+std::string Sci(double value);
 
 // The message of a Status as a std::string.
 inline std::string Message(const absl::Status& s) { return std::string(s.message()); }

@@ -178,6 +178,7 @@ const std::vector<KeyDef>& Keys() {
     dbl_key("lr", [](RunConfig& c) -> double& { return c.train.lr; });
     dbl_key("lr_min", [](RunConfig& c) -> double& { return c.train.lr_min; });
     int_key("warmup", [](RunConfig& c) -> int64_t& { return c.train.warmup; });
+    int_key("lr_decay_steps", [](RunConfig& c) -> int64_t& { return c.train.lr_decay_steps; });
     dbl_key("weight_decay", [](RunConfig& c) -> double& { return c.train.weight_decay; });
     enum_key("weight_decay_scope", kScopes,
              [](RunConfig& c) -> WeightDecayScope& { return c.train.weight_decay_scope; });
@@ -368,6 +369,9 @@ absl::Status Validate(const RunConfig& c) {
   }
   CART_RETURN_IF_ERROR(Range(t.warmup >= 0 && t.warmup <= kMaxSteps, "warmup", t.warmup,
                              "is outside 0..1000000000"));
+  CART_RETURN_IF_ERROR(Range(t.lr_decay_steps >= 0 && t.lr_decay_steps <= t.steps, "lr_decay_steps",
+                             t.lr_decay_steps,
+                             "is outside 0..steps (0: the cosine decays over every step)"));
   if (!(t.weight_decay >= 0 && t.weight_decay <= 100)) {
     return absl::InvalidArgumentError("weight_decay: must be in [0, 100]");
   }

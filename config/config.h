@@ -48,13 +48,16 @@ struct ModelConfig {
 
 // The training recipe (docs/model.md §6 defaults).
 struct TrainConfig {
-  int64_t steps = 3000;       // optimizer steps
-  int64_t seq_len = 512;      // T, tokens per window
-  int64_t batch = 8;          // sequences per micro-batch
-  int64_t accum = 4;          // micro-batches per optimizer step
-  double lr = 3e-4;           // peak learning rate
-  double lr_min = 3e-5;       // learning rate at the last step (cosine floor)
-  int64_t warmup = 100;       // linear warm-up steps
+  int64_t steps = 3000;   // optimizer steps
+  int64_t seq_len = 512;  // T, tokens per window
+  int64_t batch = 8;      // sequences per micro-batch
+  int64_t accum = 4;      // micro-batches per optimizer step
+  double lr = 3e-4;       // peak learning rate
+  double lr_min = 3e-5;   // learning rate at the last step (cosine floor)
+  int64_t warmup = 100;   // linear warm-up steps
+  // Steps the cosine decays over; past them the rate holds at lr_min. 0: all steps. An extension
+  // with `--schedule hold` sets it to the steps trained before (config/schedule.h).
+  int64_t lr_decay_steps = 0;
   double weight_decay = 0.1;  // AdamW decoupled weight decay
   WeightDecayScope weight_decay_scope = WeightDecayScope::kAll;
   double clip = 1.0;  // global grad-norm clip; 0 disables

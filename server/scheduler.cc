@@ -14,6 +14,7 @@
 #include "config/accounting.h"
 #include "config/config.h"
 #include "config/devices.h"
+#include "config/schedule.h"
 #include "config/sweep.h"
 #include "server/placement.h"
 
@@ -425,31 +426,111 @@ absl::StatusOr<RunRecord> Scheduler::CancelRun(int64_t run_id, const std::string
   return after;
 }
 
-absl::StatusOr<RunRecord> Scheduler::ResumeRun(int64_t run_id, const std::string& who) {
+// The config keys a resume may change: each changes the trajectory from the checkpoint on, and
+// none changes the model's shape, the data order or a column the store keeps apart.
+constexpr std::string_view kResumeKeys[] = {"lr", "lr_min", "warmup", "clip", "dtype"};
+
+absl::StatusOr<RunRecord> Scheduler::ResumeRun(int64_t run_id, const std::string& who,
+                                               const std::vector<std::string>& set) {
   CART_RETURN_IF_ERROR(CheckRunOwner(run_id, who, "resume"));
+  std::optional<store::ConfigChange> change;
+  std::string why = "resumed";
+  if (!set.empty()) {
+    CART_ASSIGN_OR_RETURN(RunRecord current, store_->GetRun(run_id));
+    CART_ASSIGN_OR_RETURN(model::RunConfig config,
+                          model::ParseRunConfigYaml(current.config_yaml, StrCat("run ", run_id)));
+    std::vector<std::string> changed;
+    for (const std::string& item : set) {
+      const size_t eq = item.find('=');
+      const std::string key = item.substr(0, eq);
+      if (std::find(std::begin(kResumeKeys), std::end(kResumeKeys), key) == std::end(kResumeKeys)) {
+        return absl::InvalidArgumentError(
+            StrCat("resume --set ", ValidUtf8(item.substr(0, 200)), ": a resume may change only ",
+                   StrJoin(kResumeKeys, ", "),
+                   " (keys that change the run from its checkpoint on without changing its "
+                   "model or data)"));
+      }
+      const std::string before = model::GetKey(config, key).value_or("");
+      CART_RETURN_IF_ERROR(model::ApplyOverrides(config, {item}));
+      const std::string after = model::GetKey(config, key).value_or("");
+      if (after != before) changed.push_back(StrCat(key, " ", before, " -> ", after));
+    }
+    if (changed.empty()) {
+      return absl::InvalidArgumentError(
+          StrCat("resume --set ", StrJoin(set, " "), ": no value differs from the run's config"));
+    }
+    CART_RETURN_IF_ERROR(model::Validate(config));
+    change = store::ConfigChange{model::ToYaml(config), {}};
+    for (const std::string& k : model::ScalarKeys()) {
+      change->params[k] = model::GetKey(config, k).value();
+    }
+    why = StrCat("resumed with ", StrJoin(changed, ", "));
+  }
   CART_ASSIGN_OR_RETURN(RunRecord run,
-                        store_->ResumeRun(run_id, store::Audit{NowMicros(), who, "resumed"}));
+                        store_->ResumeRun(run_id, store::Audit{NowMicros(), who, why}, change));
   BumpRun(run_id);
   WakePollers();
   return run;
 }
 
-absl::StatusOr<RunRecord> Scheduler::ExtendRun(int64_t run_id, int64_t total_steps,
-                                               const std::string& who) {
+std::string_view ExtendScheduleName(ExtendSchedule schedule) {
+  switch (schedule) {
+    case ExtendSchedule::kStretch:
+      return "stretch";
+    case ExtendSchedule::kHold:
+      return "hold";
+    case ExtendSchedule::kAsk:
+      break;
+  }
+  return "ask";
+}
+
+absl::StatusOr<ExtendOutcome> Scheduler::ExtendRun(int64_t run_id, int64_t total_steps,
+                                                   ExtendSchedule schedule,
+                                                   const std::string& who) {
   CART_RETURN_IF_ERROR(CheckRunOwner(run_id, who, "extend"));
   // The state and the step count are checked once, by the store, inside the write (a check here
-  // would read outside it); this only re-resolves the config with the new steps.
+  // would read outside it); this re-resolves the config with the new steps and schedule.
   CART_ASSIGN_OR_RETURN(RunRecord run, store_->GetRun(run_id));
   CART_ASSIGN_OR_RETURN(model::RunConfig config,
                         model::ParseRunConfigYaml(run.config_yaml, StrCat("run ", run_id)));
-  config.train.steps = total_steps;
-  CART_RETURN_IF_ERROR(model::Validate(config));
-  CART_ASSIGN_OR_RETURN(RunRecord extended,
-                        store_->ExtendRun(run_id, total_steps, model::ToYaml(config),
-                                          store::Audit{NowMicros(), who, ""}));
+  ExtendOutcome out;
+  out.from_step = config.train.steps;
+  out.lr_before = model::ScheduledLr(config.train, out.from_step - 1);
+  model::RunConfig stretched = config, held = config;
+  stretched.train.steps = held.train.steps = total_steps;
+  stretched.train.lr_decay_steps = 0;
+  if (held.train.lr_decay_steps == 0) held.train.lr_decay_steps = out.from_step;
+  const double stretch_lr = model::ScheduledLr(stretched.train, out.from_step);
+  const bool extendable = run.state == RunState::kSucceeded && total_steps > out.from_step;
+  if (schedule == ExtendSchedule::kAsk) {
+    const double ratio = stretch_lr / std::max(out.lr_before, 1e-300);
+    if (extendable && (ratio > 2 || ratio < 0.5)) {
+      return absl::FailedPreconditionError(StrCat(
+          "extending run ", run_id, " from ", out.from_step, " to ", total_steps,
+          " steps with the cosine recomputed over the new total would change its learning rate "
+          "from ",
+          Sci(out.lr_before), " at step ", out.from_step, " to ", Sci(stretch_lr), " at step ",
+          out.from_step + 1, " (", Fixed(ratio, 1),
+          "x): a warm restart. Say which: --schedule stretch for that, or --schedule hold to go "
+          "on at ",
+          Sci(model::ScheduledLr(held.train, out.from_step)),
+          " (docs/design.md \"Extending a run\")"));
+    }
+    schedule = ExtendSchedule::kStretch;
+  }
+  out.schedule = schedule;
+  const model::RunConfig& chosen = schedule == ExtendSchedule::kHold ? held : stretched;
+  out.lr_after = model::ScheduledLr(chosen.train, out.from_step);
+  CART_RETURN_IF_ERROR(model::Validate(chosen));
+  const std::string why =
+      StrCat("schedule ", ExtendScheduleName(schedule), ": learning rate ", Sci(out.lr_before),
+             " at step ", out.from_step, " -> ", Sci(out.lr_after), " at step ", out.from_step + 1);
+  CART_ASSIGN_OR_RETURN(out.run, store_->ExtendRun(run_id, total_steps, model::ToYaml(chosen),
+                                                   store::Audit{NowMicros(), who, why}));
   BumpRun(run_id);
   WakePollers();
-  return extended;
+  return out;
 }
 
 // ---- Tags and notes
@@ -1078,7 +1159,8 @@ absl::StatusOr<store::CheckpointRecord> Scheduler::RecordCheckpoint(
 
 absl::StatusOr<RunRecord> Scheduler::ReportOutcome(int64_t run_id, int64_t attempt,
                                                    store::AttemptOutcome outcome,
-                                                   const std::string& error) {
+                                                   const std::string& error,
+                                                   std::optional<store::Divergence> diverged) {
   using store::AttemptOutcome;
   if (outcome == AttemptOutcome::kLost) {
     return absl::InvalidArgumentError(
@@ -1114,6 +1196,14 @@ absl::StatusOr<RunRecord> Scheduler::ReportOutcome(int64_t run_id, int64_t attem
       break;
     case AttemptOutcome::kFailed:
     case AttemptOutcome::kLost:  // refused above
+      if (diverged) {
+        // Resume is exact: a retry would replay the same steps to the same loss.
+        why = StrCat(why, "; not retried: resuming it unchanged would diverge at step ",
+                     diverged->step, " again (cart runs resume ", run_id, " --set lr=...)");
+        result = store_->RecordAttemptOutcome(run_id, attempt, AttemptOutcome::kFailed,
+                                              store::Audit{now_us, who, why}, diverged);
+        break;
+      }
       result = store_->RetryAttempt(run_id, attempt, store::RetryRequest{},
                                     store::Audit{now_us, who, why});
       break;

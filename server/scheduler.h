@@ -196,6 +196,22 @@ struct SubmitRequest {
   std::map<std::string, store::DataFileIdentity> data_files;
 };
 
+// What an extension does to the learning-rate schedule (docs/design.md "Extending a run").
+enum class ExtendSchedule {
+  kAsk,      // stretch when the rate at the extension point changes at most 2x; else refuse
+  kStretch,  // the cosine recomputed over the new total: a warm restart
+  kHold,     // go on at the rate the run ended with
+};
+std::string_view ExtendScheduleName(ExtendSchedule schedule);  // "stretch", "hold", "ask"
+
+struct ExtendOutcome {
+  store::RunRecord run;
+  ExtendSchedule schedule = ExtendSchedule::kStretch;  // the one applied
+  int64_t from_step = 0;  // steps trained before: the last step trained is this one (1-based)
+  double lr_before = 0;   // the learning rate of that step
+  double lr_after = 0;    // and of the next, the first of the extension
+};
+
 struct SubmitResult {
   store::SweepRecord sweep;  // dry run: id 0, name, priority and spec only
   // The runs in index order; dry run: id 0, state QUEUED or BLOCKED as they would start.
@@ -282,12 +298,22 @@ class Scheduler {
                                              const std::string& reason);
   // CANCELLED | FAILED -> QUEUED (or BLOCKED) with a fresh attempt budget. FailedPrecondition for
   // other states.
-  absl::StatusOr<store::RunRecord> ResumeRun(int64_t run_id, const std::string& who);
+  // `set`: "key=value" changes to its config first, only of keys that change the trajectory
+  // from its checkpoint on (kResumeKeys: lr, lr_min, warmup, clip, dtype), at least one value
+  // new; InvalidArgument naming a key outside them or a bad value. A run that diverged resumes
+  // only with such a change (FailedPrecondition otherwise, naming the flag). The event records
+  // each key's old and new value.
+  absl::StatusOr<store::RunRecord> ResumeRun(int64_t run_id, const std::string& who,
+                                             const std::vector<std::string>& set = {});
   // SUCCEEDED -> QUEUED to train on to total_steps, resuming from its final checkpoint; the stored
-  // config gets the new steps. FailedPrecondition when total_steps is not larger than the run's
-  // steps or the run has not SUCCEEDED.
-  absl::StatusOr<store::RunRecord> ExtendRun(int64_t run_id, int64_t total_steps,
-                                             const std::string& who);
+  // config gets the new steps and, with kHold, lr_decay_steps = the steps trained so far (the
+  // run goes on at its final rate); kStretch recomputes the cosine over the new total. kAsk
+  // stretches when that changes the rate at the extension point by at most 2x, and is refused
+  // (FailedPrecondition naming both rates and the flag to give) when it would change it more.
+  // The run's event records the schedule and both rates. FailedPrecondition when total_steps is
+  // not larger than the run's steps or the run has not SUCCEEDED.
+  absl::StatusOr<ExtendOutcome> ExtendRun(int64_t run_id, int64_t total_steps,
+                                          ExtendSchedule schedule, const std::string& who);
 
   // ---- Tags and notes (store::AnnotationChange)
   //
@@ -352,9 +378,12 @@ class Scheduler {
   // (requeued, not counted, placed only on devices with more memory than this worker's).
   // InvalidArgument for LOST, which only lease expiry sets. `error` is the worker's failure text
   // (may be empty).
+  // `diverged` (with FAILED): the loss became non-finite; the run fails at once, without the
+  // retries that would replay the same steps, and resumes only with a change (ResumeRun's set).
   absl::StatusOr<store::RunRecord> ReportOutcome(int64_t run_id, int64_t attempt,
                                                  store::AttemptOutcome outcome,
-                                                 const std::string& error);
+                                                 const std::string& error,
+                                                 std::optional<store::Divergence> diverged = {});
 
   // With SchedulerOptions::preemption: asks the running runs that waiting work should displace to
   // stop at a checkpoint (a preempt control on their streams, and a line in their logs), and

@@ -120,10 +120,15 @@ absl::StatusOr<RunRecord> RunStore::CancelRun(int64_t run_id, const Audit& audit
   });
 }
 
-absl::StatusOr<RunRecord> RunStore::ResumeRun(int64_t run_id, const Audit& audit) {
+absl::StatusOr<RunRecord> RunStore::ResumeRun(int64_t run_id, const Audit& audit,
+                                              const std::optional<ConfigChange>& change) {
   CART_RETURN_IF_ERROR(internal::ValidateAudit(audit));
+  if (change && change->config_yaml.empty()) {
+    return absl::InvalidArgumentError(StrCat("resume of run ", run_id, ": config is empty"));
+  }
   return writer_->Run<RunRecord>([&](WriteContext& ctx) -> absl::StatusOr<RunRecord> {
-    CART_RETURN_IF_ERROR(ResumeOne(ctx.db(), run_id, audit, /*skip_others=*/false).status());
+    CART_RETURN_IF_ERROR(
+        ResumeOne(ctx.db(), run_id, audit, /*skip_others=*/false, change).status());
     return internal::LoadRun(ctx.db(), run_id);
   });
 }

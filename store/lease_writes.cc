@@ -33,6 +33,8 @@ using internal::WriteContext;
 
 namespace {
 
+constexpr char kSetDiverged[] = "UPDATE runs SET diverged_step = ?, diverged_loss = ? WHERE id = ?";
+
 constexpr char kSetAttempt[] = "UPDATE runs SET attempt = ? WHERE id = ?";
 constexpr char kUpsertWorker[] =
     "INSERT INTO workers(id, device, memory_bytes, registered_us, last_seen_us) "
@@ -299,9 +301,14 @@ absl::StatusOr<std::vector<ExpiredLease>> RunStore::ExpireLeases(int64_t now_us)
 }
 
 absl::StatusOr<RunRecord> RunStore::RecordAttemptOutcome(int64_t run_id, int64_t attempt,
-                                                         AttemptOutcome outcome,
-                                                         const Audit& audit) {
+                                                         AttemptOutcome outcome, const Audit& audit,
+                                                         std::optional<Divergence> diverged) {
   CART_RETURN_IF_ERROR(internal::ValidateAudit(audit));
+  if (diverged && outcome != AttemptOutcome::kFailed) {
+    return absl::InvalidArgumentError(StrCat("run ", run_id,
+                                             ": a divergence ends an attempt FAILED, not ",
+                                             AttemptOutcomeName(outcome)));
+  }
   if (outcome == AttemptOutcome::kLost || outcome == AttemptOutcome::kOutOfMemory) {
     return absl::InvalidArgumentError(
         StrCat("run ", run_id, ": outcome ", AttemptOutcomeName(outcome),
@@ -340,6 +347,9 @@ absl::StatusOr<RunRecord> RunStore::RecordAttemptOutcome(int64_t run_id, int64_t
     CART_RETURN_IF_ERROR(EndAttempt(db, run_id, attempt, outcome, audit.at_us, audit.why));
     CART_RETURN_IF_ERROR(Exec(db, kSetCancelRequested, 0, run_id));
     CART_RETURN_IF_ERROR(ChangeState(db, run_id, fence.state, to, audit));
+    if (diverged) {
+      CART_RETURN_IF_ERROR(Exec(db, kSetDiverged, diverged->step, StrCat(diverged->loss), run_id));
+    }
     if (to == RunState::kSucceeded) {
       CART_RETURN_IF_ERROR(Exec(db, kFinalizeSummaries, run_id));
       CART_ASSIGN_OR_RETURN(auto checkpoint, internal::LatestCheckpoint(db, run_id));

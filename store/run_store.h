@@ -186,8 +186,11 @@ class RunStore {
   // and kOutOfMemory (RetryAttempt's). kSucceeded needs RUNNING and fixes the final value of every
   // metric (the value at the last step) and unblocks derived runs waiting for the parent's "final"
   // checkpoint. FailedPrecondition for a stale attempt or a state that does not allow it.
+  // `diverged` (kFailed only): the loss became non-finite; the run records where
+  // (RunRecord::diverged), and ResumeRun then needs a config change.
   absl::StatusOr<RunRecord> RecordAttemptOutcome(int64_t run_id, int64_t attempt,
-                                                 AttemptOutcome outcome, const Audit& audit);
+                                                 AttemptOutcome outcome, const Audit& audit,
+                                                 std::optional<Divergence> diverged = {});
   // Ends the current attempt with outcome FAILED, or OUT_OF_MEMORY when retry.oom_memory_bytes is
   // set (reason: audit.why), and puts the run back in the
   // queue to resume from its latest checkpoint (LEASED | RUNNING -> QUEUED), or -> FAILED when
@@ -247,8 +250,11 @@ class RunStore {
   // FailedPrecondition for a finished run.
   absl::StatusOr<RunRecord> CancelRun(int64_t run_id, const Audit& audit);
   // CANCELLED | FAILED -> QUEUED (BLOCKED while its parent checkpoint is missing), with a fresh
-  // attempt budget.
-  absl::StatusOr<RunRecord> ResumeRun(int64_t run_id, const Audit& audit);
+  // attempt budget. `change` replaces its config and params first (and clears a divergence).
+  // FailedPrecondition, changing nothing, for a run that diverged and no change: resuming it
+  // as it is would replay the same steps to the same loss.
+  absl::StatusOr<RunRecord> ResumeRun(int64_t run_id, const Audit& audit,
+                                      const std::optional<ConfigChange>& change = {});
   // SUCCEEDED -> QUEUED to train on to new_total_steps (> the current steps), resuming from its
   // latest checkpoint. new_config_yaml is the re-resolved config (with the new steps); it
   // replaces the stored one, and params["steps"] follows. FailedPrecondition for another state or

@@ -97,6 +97,19 @@ struct DataFileIdentity {
   std::string tokenizer_sha256;  // empty when the tokenizer's files could not be read
 };
 
+// Where a run's loss became non-finite; the run failed without retries (RunRecord::diverged).
+struct Divergence {
+  int64_t step = 0;  // the optimizer step (1-based)
+  double loss = 0;   // NaN or ±inf
+};
+
+// A change to a resuming run's config (RunStore::ResumeRun): the re-resolved config and its
+// params (every key; the dedicated columns d, R, P, seed and steps must not change).
+struct ConfigChange {
+  std::string config_yaml;
+  std::map<std::string, std::string> params;
+};
+
 // At most this many data files per run, and per RecordRunData call.
 inline constexpr size_t kMaxDataFiles = 1000;
 
@@ -216,6 +229,9 @@ struct RunRecord {
   // devices with more. 0: never ran out of memory.
   int64_t oom_memory_bytes = 0;
   double work_hours = 0;  // the whole run's work in RTX 3090 hours; 0: unknown
+  // Set when its last attempt ended on a non-finite loss (FAILED, not retried); cleared when it
+  // resumes with a change.
+  std::optional<Divergence> diverged;
   std::vector<Tag> tags;  // by name
   Note note;
 };

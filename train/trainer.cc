@@ -11,19 +11,20 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <thread>
 
 #include "common/file.h"
 #include "common/status.h"
 #include "common/strings.h"
+#include "config/schedule.h"
 #include "data/token_file.h"
 #include "model/language_model.h"
 #include "model/readout.h"
 #include "train/device.h"
 #include "train/eval.h"
 #include "train/precision.h"
-#include "train/schedule.h"
 #include "train/torch_error.h"
 #include "train/windows.h"
 
@@ -352,8 +353,7 @@ absl::StatusOr<TrainResult> Trainer::Run() {
   int64_t steps_since = 0;
   int64_t last_epoch = reader_->epoch();
   while (step < total) {
-    const double lr =
-        LearningRate(step, total, config_.train.warmup, config_.train.lr, config_.train.lr_min);
+    const double lr = model::ScheduledLr(config_.train, step);
     const bool log_step = (step + 1) % config_.train.log_every == 0 || step + 1 == total;
     CART_ASSIGN_OR_RETURN(StepResult s, Step(lr, log_step));
     ++step;
@@ -363,8 +363,12 @@ absl::StatusOr<TrainResult> Trainer::Run() {
     if (!std::isfinite(s.loss)) {
       // loss_nonfinite: a typed mark for the alert (a NaN loss is stored as no value).
       CART_RETURN_IF_ERROR(Emit({step, {{"loss", s.loss}, {"lr", lr}, {"loss_nonfinite", 1}}}));
-      return absl::InternalError(StrCat("loss became ", s.loss, " at step ", step,
-                                        " (diverged; lower lr or check the data)"));
+      // Which NaN the arithmetic left is noise ("-nan"): one spelling in messages and the store.
+      const double loss = std::isnan(s.loss) ? std::numeric_limits<double>::quiet_NaN() : s.loss;
+      Log(DivergenceMessage(Divergence{step, loss}));
+      result_.diverged = Divergence{step, loss};
+      result_.steps_done = step;
+      return result_;
     }
     if (reader_->epoch() != last_epoch) {
       last_epoch = reader_->epoch();
@@ -424,6 +428,11 @@ void RetainFreedMemory() {
 int ThreadsFor(const model::TrainConfig& config) {
   if (config.threads > 0) return static_cast<int>(config.threads);
   return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+std::string DivergenceMessage(const Divergence& d) {
+  return StrCat("loss became ", d.loss, " at step ", d.step,
+                " (diverged; lower lr or check the data)");
 }
 
 absl::StatusOr<TrainResult> Train(const RunConfig& config, const TrainOptions& options) {

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -47,15 +48,28 @@ struct TrainOptions {
   bool write_checkpoints = true;
 };
 
+// Where the loss became non-finite.
+struct Divergence {
+  int64_t step = 0;  // the optimizer step (1-based)
+  double loss = 0;   // NaN or ±inf
+};
+
 struct TrainResult {
-  int64_t steps_done = 0;       // optimizer steps completed in total
-  bool finished = false;        // reached config.train.steps
+  int64_t steps_done = 0;  // optimizer steps completed in total
+  bool finished = false;   // reached config.train.steps
+  // Set when the loss became non-finite: training stopped there (finished false), without a
+  // checkpoint of the diverged weights. Resume is exact, so resuming unchanged diverges again.
+  std::optional<Divergence> diverged;
   double final_loss = 0;        // mean train loss of the last step
   bool leak_suspected = false;  // a validation loss fell below the data's entropy floor
   std::string last_checkpoint;  // path of the newest checkpoint file
 };
 
-// Trains `config` (or resumes the run in options.out_dir). Errors: InvalidArgument for a bad
+// "loss became nan at step 37 (diverged; lower lr or check the data)".
+std::string DivergenceMessage(const Divergence& d);
+
+// Trains `config` (or resumes the run in options.out_dir). A non-finite loss is not an error: the
+// result says where (TrainResult::diverged). Errors: InvalidArgument for a bad
 // config or data, NotFound for missing files, DataLoss when no valid checkpoint can be resumed,
 // Internal for a LibTorch error (its message included), ResourceExhausted for out-of-memory.
 absl::StatusOr<TrainResult> Train(const model::RunConfig& config, const TrainOptions& options);

@@ -209,6 +209,14 @@ JobEnd Session::Train() {
   }
   absl::StatusOr<train::TrainResult> result = train::Train(config, options);
   if (!result.ok()) return fail(result.status());
+  if (result->diverged) {
+    end.outcome = JobResult::OUTCOME_FAILED;
+    end.error = train::DivergenceMessage(*result->diverged);
+    end.diverged.emplace();
+    end.diverged->set_step(result->diverged->step);
+    end.diverged->set_loss(result->diverged->loss);
+    return end;
+  }
   if (result->finished) {
     end.outcome = JobResult::OUTCOME_SUCCEEDED;
   } else if (channel_.cancel_requested()) {
@@ -281,6 +289,7 @@ JobEnd Session::Run() {
   JobResult result;
   result.set_outcome(end.outcome);
   result.set_error(end.error);
+  if (end.diverged) *result.mutable_diverged() = *end.diverged;
   const ChannelEnd delivered = channel_.Finish(result);
   end.fenced = delivered.fenced;
   end.gave_up = delivered.gave_up;

@@ -8,6 +8,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "cart/v1/worker.grpc.pb.h"
@@ -57,6 +58,8 @@ struct JobEnd {
   bool drain_requested = false;
   bool preempted = false;  // stopped at a checkpoint for other work; the worker asks again
   std::string error;
+  // FAILED on a non-finite loss: where (cartd then fails the run without retrying it).
+  std::optional<cart::v1::Divergence> diverged;
 };
 
 // Runs `job` to its end. `shutdown` (SIGTERM) stops training after a checkpoint (DRAINED), within

@@ -967,6 +967,9 @@ Response Dashboard::GetRun(int64_t id) {
   json out = RunRowJson(row, nullptr);
   out["config_yaml"] = run.config_yaml;
   out["waiting_reason"] = details->info.waiting_reason;
+  out["diverged"] = run.diverged
+                        ? json{{"step", run.diverged->step}, {"loss", StrCat(run.diverged->loss)}}
+                        : json(nullptr);
   out["parent_run_id"] = run.parent_run_id ? json(*run.parent_run_id) : json(nullptr);
   out["max_attempts"] = run.max_attempts;
   out["memory_estimate_bytes"] = run.memory_estimate_bytes;
@@ -1145,17 +1148,32 @@ Response Dashboard::RunLive(const Request& request, int64_t id) {
 
 Response Dashboard::RunAction(const Request& request, int64_t id, const std::string& action,
                               const std::string& who) {
-  absl::StatusOr<json> parsed =
-      action == "extend" ? ActionBody(request, {"total_steps"}) : ActionBody(request, {"reason"});
+  absl::StatusOr<json> parsed = action == "extend"
+                                    ? ActionBody(request, {"total_steps", "schedule"})
+                                : action == "resume" ? ActionBody(request, {"set"})
+                                                     : ActionBody(request, {"reason"});
   if (!parsed.ok()) return Error(parsed.status());
   const json& body = *parsed;
   absl::StatusOr<RunRecord> result;
+  json extension;
   if (action == "cancel") {
     absl::StatusOr<std::string> reason = Reason(body);
     if (!reason.ok()) return Error(reason.status());
     result = scheduler_->CancelRun(id, who, *reason);
   } else if (action == "resume") {
-    result = scheduler_->ResumeRun(id, who);
+    std::vector<std::string> set;
+    if (body.contains("set")) {
+      const json& s = body["set"];
+      const bool strings =
+          s.is_array() && s.size() <= 64 &&
+          std::all_of(s.begin(), s.end(), [](const json& e) { return e.is_string(); });
+      if (!strings) {
+        return Error(absl::StatusCode::kInvalidArgument,
+                     "resume: set must be a list of at most 64 \"key=value\" strings");
+      }
+      for (const json& e : s) set.push_back(e.get<std::string>());
+    }
+    result = scheduler_->ResumeRun(id, who, set);
   } else {
     const char* usage = "extend needs {\"total_steps\": <integer above the run's steps>}";
     if (!body.contains("total_steps") || !body["total_steps"].is_number_integer()) {
@@ -1169,13 +1187,35 @@ Response Dashboard::RunAction(const Request& request, int64_t id, const std::str
           StrCat("total_steps ", body["total_steps"].get<uint64_t>(),
                  " is past the largest step count, ", std::numeric_limits<int64_t>::max()));
     }
-    result = scheduler_->ExtendRun(id, body["total_steps"].get<int64_t>(), who);
+    ExtendSchedule schedule = ExtendSchedule::kAsk;
+    if (body.contains("schedule")) {
+      const json& s = body["schedule"];
+      if (s == "stretch") {
+        schedule = ExtendSchedule::kStretch;
+      } else if (s == "hold") {
+        schedule = ExtendSchedule::kHold;
+      } else if (!(s.is_string() && s.get<std::string>().empty())) {
+        return Error(absl::StatusCode::kInvalidArgument,
+                     "extend: schedule must be \"stretch\" or \"hold\" (or \"\": cartd "
+                     "chooses when the rate changes at most 2x)");
+      }
+    }
+    absl::StatusOr<ExtendOutcome> out =
+        scheduler_->ExtendRun(id, body["total_steps"].get<int64_t>(), schedule, who);
+    if (!out.ok()) return Error(out.status());
+    extension = json{{"schedule", std::string(ExtendScheduleName(out->schedule))},
+                     {"from_step", out->from_step},
+                     {"lr_before", out->lr_before},
+                     {"lr_after", out->lr_after}};
+    result = out->run;
   }
   if (!result.ok()) return Error(result.status());
-  return Json(json{{"id", result->id},
-                   {"state", std::string(store::RunStateName(result->state))},
-                   {"steps", result->steps},
-                   {"cancel_requested", result->cancel_requested}});
+  json answer{{"id", result->id},
+              {"state", std::string(store::RunStateName(result->state))},
+              {"steps", result->steps},
+              {"cancel_requested", result->cancel_requested}};
+  if (!extension.is_null()) answer["extension"] = extension;
+  return Json(answer);
 }
 
 Response Dashboard::ListWorkers() {

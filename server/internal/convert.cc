@@ -85,6 +85,10 @@ v1::RunView ToRunView(const RunInfo& info, const std::vector<store::MetricSummar
   view.set_updated_us(run.updated_us);
   view.set_expected_finish_us(info.expected_finish_us);
   ToAnnotationViews(run.tags, run.note, view.mutable_tags(), view.mutable_note());
+  if (run.diverged) {
+    view.mutable_diverged()->set_step(run.diverged->step);
+    view.mutable_diverged()->set_loss(run.diverged->loss);
+  }
   return view;
 }
 

@@ -288,7 +288,11 @@ grpc::Status SchedulerServiceImpl::ResumeRun(grpc::ServerContext* context,
                                              const v1::ResumeRunRequest* request,
                                              v1::RunResponse* response) {
   CART_CALLER(who, "ResumeRun");
-  absl::StatusOr<store::RunRecord> run = ctx_.scheduler->ResumeRun(request->run_id(), who);
+  if (request->set_size() > 64) {
+    return ToGrpc(absl::InvalidArgumentError("ResumeRun: at most 64 set entries"));
+  }
+  absl::StatusOr<store::RunRecord> run = ctx_.scheduler->ResumeRun(
+      request->run_id(), who, {request->set().begin(), request->set().end()});
   if (!run.ok()) return ToGrpc(run.status());
   return RunView(run->id, response);
 }
@@ -297,10 +301,28 @@ grpc::Status SchedulerServiceImpl::ExtendRun(grpc::ServerContext* context,
                                              const v1::ExtendRunRequest* request,
                                              v1::RunResponse* response) {
   CART_CALLER(who, "ExtendRun");
-  absl::StatusOr<store::RunRecord> run =
-      ctx_.scheduler->ExtendRun(request->run_id(), request->total_steps(), who);
-  if (!run.ok()) return ToGrpc(run.status());
-  return RunView(run->id, response);
+  ExtendSchedule schedule = ExtendSchedule::kAsk;
+  switch (request->schedule()) {
+    case v1::EXTEND_SCHEDULE_STRETCH:
+      schedule = ExtendSchedule::kStretch;
+      break;
+    case v1::EXTEND_SCHEDULE_HOLD:
+      schedule = ExtendSchedule::kHold;
+      break;
+    case v1::EXTEND_SCHEDULE_UNSPECIFIED:
+      break;
+    default:
+      return ToGrpc(absl::InvalidArgumentError(
+          StrCat("ExtendRun: schedule ", request->schedule(), " is not stretch (1) or hold (2)")));
+  }
+  absl::StatusOr<ExtendOutcome> out =
+      ctx_.scheduler->ExtendRun(request->run_id(), request->total_steps(), schedule, who);
+  if (!out.ok()) return ToGrpc(out.status());
+  response->set_schedule(out->schedule == ExtendSchedule::kHold ? v1::EXTEND_SCHEDULE_HOLD
+                                                                : v1::EXTEND_SCHEDULE_STRETCH);
+  response->set_lr_before(out->lr_before);
+  response->set_lr_after(out->lr_after);
+  return RunView(out->run.id, response);
 }
 
 grpc::Status SchedulerServiceImpl::StreamMetrics(grpc::ServerContext* context,

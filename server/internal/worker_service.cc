@@ -408,8 +408,17 @@ grpc::Status WorkerServiceImpl::RunJob(
           return ToGrpc(absl::InvalidArgumentError(
               StrCat("RunJob: result of run ", run_id, " has no outcome")));
         }
-        absl::StatusOr<store::RunRecord> run =
-            ctx_.scheduler->ReportOutcome(run_id, attempt, *outcome, report.result().error());
+        std::optional<store::Divergence> diverged;
+        if (report.result().has_diverged()) {
+          if (*outcome != store::AttemptOutcome::kFailed) {
+            return ToGrpc(absl::InvalidArgumentError(
+                StrCat("RunJob: run ", run_id, ": a divergence comes with a FAILED result")));
+          }
+          diverged = store::Divergence{report.result().diverged().step(),
+                                       report.result().diverged().loss()};
+        }
+        absl::StatusOr<store::RunRecord> run = ctx_.scheduler->ReportOutcome(
+            run_id, attempt, *outcome, report.result().error(), diverged);
         return ToGrpc(run.status());
       }
       case v1::WorkerReport::BODY_NOT_SET:

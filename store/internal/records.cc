@@ -1,5 +1,6 @@
 #include "store/internal/records.h"
 
+#include <cstdlib>
 #include <map>
 #include <utility>
 
@@ -16,7 +17,7 @@ namespace {
   "r.parent_checkpoint, r.created_us, r.updated_us, r.oom_memory_bytes, r.params_json, "     \
   "r.min_memory_bytes, r.kind, r.eval_loops, r.work_hours, r.note, r.note_by, r.note_us, "   \
   "(SELECT json_group_array(json_array(t.tag, t.who, t.at_us)) FROM run_tags AS t "          \
-  "WHERE t.run_id = r.id) "                                                                  \
+  "WHERE t.run_id = r.id), r.diverged_step, r.diverged_loss "                                \
   "FROM runs AS r JOIN sweeps AS s ON s.id = r.sweep_id "
 
 constexpr char kSelectRunById[] = CART_RUN_SELECT "WHERE r.id = ?";
@@ -115,6 +116,10 @@ absl::StatusOr<RunRecord> ReadRun(const Statement& row) {
     if (std::optional<int64_t> r = ParseInt64(part)) run.eval_loops.push_back(static_cast<int>(*r));
   }
   run.note = Note{row.ColumnText(29), row.ColumnText(30), row.ColumnInt64(31)};
+  if (std::optional<int64_t> step = row.ColumnOptionalInt64(33)) {
+    // Stored as text ("nan", "inf", "-inf"): SQLite keeps no NaN in a REAL column.
+    run.diverged = Divergence{*step, std::strtod(row.ColumnText(34).c_str(), nullptr)};
+  }
   return run;
 }
 

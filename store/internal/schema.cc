@@ -299,6 +299,13 @@ CREATE TABLE run_data(
 ) WITHOUT ROWID;
 )sql";
 
+// Version 13: where a run diverged (a non-finite loss). Such a run fails without retries: resume
+// is exact, so every retry would replay the same steps to the same loss.
+constexpr char kSchemaV13[] = R"sql(
+ALTER TABLE runs ADD COLUMN diverged_step INTEGER;
+ALTER TABLE runs ADD COLUMN diverged_loss TEXT;
+)sql";
+
 absl::Status Apply(Database& db, const Migration& migration) {
   Transaction txn(&db);
   CART_RETURN_IF_ERROR(txn.Begin(Transaction::Mode::kImmediate));
@@ -334,6 +341,7 @@ const std::vector<Migration>& Migrations() {
       {10, "runs.work_hours: each run's work for speed-aware placement", kSchemaV10},
       {11, "run_tags, sweep_tags, and a note on runs and sweeps", kSchemaV11},
       {12, "data_files and run_data: the data each run reads (lineage)", kSchemaV12},
+      {13, "runs.diverged_step, diverged_loss: runs failed on a non-finite loss", kSchemaV13},
   };
   return *kAll;
 }

@@ -4,6 +4,13 @@
 #include "store/internal/records.h"
 
 namespace cart::store::internal {
+
+namespace {
+constexpr char kSetConfigAndParams[] =
+    "UPDATE runs SET config_yaml = ?, params_json = ? WHERE id = ?";
+constexpr char kClearDiverged[] =
+    "UPDATE runs SET diverged_step = NULL, diverged_loss = NULL WHERE id = ?";
+}  // namespace
 namespace {
 
 constexpr char kUpdateSweepStatus[] = "UPDATE sweeps SET status = ? WHERE id = ?";
@@ -104,12 +111,26 @@ absl::StatusOr<bool> CancelOne(Database& db, int64_t run_id, const Audit& audit,
   return absl::InternalError(StrCat("run ", run_id, " has an unknown state"));
 }
 
-absl::StatusOr<bool> ResumeOne(Database& db, int64_t run_id, const Audit& audit, bool skip_others) {
+absl::StatusOr<bool> ResumeOne(Database& db, int64_t run_id, const Audit& audit, bool skip_others,
+                               const std::optional<ConfigChange>& change) {
   CART_ASSIGN_OR_RETURN(RunRecord run, internal::LoadRun(db, run_id));
   if (run.state != RunState::kCancelled && run.state != RunState::kFailed) {
     if (skip_others) return false;
     return absl::FailedPreconditionError(StrCat("run ", run_id, " is ", RunStateName(run.state),
                                                 "; only CANCELLED or FAILED runs can resume"));
+  }
+  if (run.diverged && !change) {
+    if (skip_others) return false;
+    return absl::FailedPreconditionError(StrCat(
+        "run ", run_id, " diverged (loss ", run.diverged->loss, " at step ", run.diverged->step,
+        "); resuming it unchanged would replay the same steps to the same loss. Resume it with a "
+        "change: cart runs resume ",
+        run_id, " --set lr=... (keys: lr, lr_min, warmup, clip, dtype)"));
+  }
+  if (change) {
+    CART_RETURN_IF_ERROR(
+        Exec(db, kSetConfigAndParams, change->config_yaml, ParamsJson(change->params), run_id));
+    CART_RETURN_IF_ERROR(Exec(db, kClearDiverged, run_id));
   }
   CART_ASSIGN_OR_RETURN(auto parent_checkpoint,
                         internal::ParentCheckpoint(db, run.parent_run_id, run.parent_checkpoint));

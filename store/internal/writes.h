@@ -87,7 +87,9 @@ absl::Status UnblockChildren(Database& db, int64_t parent_id, Ready ready, const
 // anything.
 absl::StatusOr<bool> CancelOne(Database& db, int64_t run_id, const Audit& audit,
                                bool skip_finished);
-absl::StatusOr<bool> ResumeOne(Database& db, int64_t run_id, const Audit& audit, bool skip_others);
+// A run that diverged resumes only with `change` (skip_others: it is skipped; else refused).
+absl::StatusOr<bool> ResumeOne(Database& db, int64_t run_id, const Audit& audit, bool skip_others,
+                               const std::optional<ConfigChange>& change = {});
 absl::StatusOr<std::vector<int64_t>> RunIdsOfSweep(Database& db, int64_t sweep_id);
 // Deletes the artifact rows of `shas` that no checkpoint names any more and returns those (the
 // caller deletes their blobs): checkpoint retention and sweep deletion.

@@ -385,8 +385,15 @@ class CartlabTest(unittest.TestCase):
 
     def test_extend_then_follow_until_the_run_ends(self):
         run = "py/0"
+        # A third more steps with the cosine stretched would jump the rate: cartd asks first.
+        with self.assertRaises(cartlab.CartError) as refused:
+            self.lab.extend(run, 40)
+        self.assertEqual(refused.exception.code, "FAILED_PRECONDITION")
+        self.assertIn("--schedule hold", str(refused.exception))
+        with self.assertRaises(ValueError):
+            self.lab.extend(run, 40, schedule="warm")
         # Requeued; the waiting worker may have taken it before the answer was made.
-        self.assertIn(self.lab.extend(run, 40), ("QUEUED", "LEASED", "RUNNING"))
+        self.assertIn(self.lab.extend(run, 40, schedule="hold"), ("QUEUED", "LEASED", "RUNNING"))
         points = list(self.lab.follow(run, "loss", from_step=31))
         self.assertEqual([p["step"] for p in points], [35, 40])
         self.assertEqual(self.lab.runs(sweep="py").set_index("name").loc[run, "state"], "SUCCEEDED")

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <filesystem>
+#include <limits>
 #include <random>
 #include <thread>
 
@@ -96,6 +97,48 @@ TEST_F(GrpcTest, WorkerRegistersAcquiresAndGetsMetricsAcked) {
   EXPECT_EQ(ReadAck(*stream), 2);
   EXPECT_EQ(GetRun(job.run_id()).state(), v1::RUN_STATE_RUNNING);
   EXPECT_EQ(LossPoints(scheduler_.get(), job.run_id()).size(), 3u);
+}
+
+// A worker's FAILED result with a divergence reaches the run over the wire: FAILED at once, the
+// step and loss in the run's view, and a resume over gRPC needs a change.
+TEST_F(GrpcTest, ADivergenceReportedOnTheStreamFailsTheRunAndResumeNeedsAChange) {
+  auto worker = MakeWorker("w1");
+  ASSERT_TRUE(worker->Register().ok());
+  v1::Job job = LeaseOne(*worker);
+  auto stream = worker->Open(job.run_id(), job.attempt());
+  ASSERT_TRUE(stream->Metrics({{0, 5.0}, {1, 4.0}}));
+  EXPECT_EQ(ReadAck(*stream), 1);
+  v1::WorkerReport result;
+  result.mutable_result()->set_outcome(v1::JobResult::OUTCOME_FAILED);
+  result.mutable_result()->set_error(
+      "loss became inf at step 3 (diverged; lower lr or check the data)");
+  result.mutable_result()->mutable_diverged()->set_step(3);
+  result.mutable_result()->mutable_diverged()->set_loss(std::numeric_limits<double>::infinity());
+  ASSERT_TRUE(stream->Send(result));
+  ASSERT_TRUE(stream->Finish().ok());
+  const v1::RunView run = GetRun(job.run_id());
+  EXPECT_EQ(run.state(), v1::RUN_STATE_FAILED);
+  EXPECT_EQ(run.attempt(), 1);
+  ASSERT_TRUE(run.has_diverged());
+  EXPECT_EQ(run.diverged().step(), 3);
+  EXPECT_EQ(run.diverged().loss(), std::numeric_limits<double>::infinity());
+
+  v1::ResumeRunRequest resume;
+  resume.set_run_id(job.run_id());
+  v1::RunResponse answer;
+  {
+    grpc::ClientContext context;
+    Prepare(context, user_token_);
+    const grpc::Status refused = scheduler_->ResumeRun(&context, resume, &answer);
+    EXPECT_EQ(refused.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+    EXPECT_THAT(refused.error_message(), ::testing::HasSubstr("diverged (loss inf at step 3)"));
+  }
+  resume.add_set("lr=1e-4");
+  grpc::ClientContext context;
+  Prepare(context, user_token_);
+  ASSERT_TRUE(scheduler_->ResumeRun(&context, resume, &answer).ok());
+  EXPECT_EQ(answer.run().state(), v1::RUN_STATE_QUEUED);
+  EXPECT_FALSE(answer.run().has_diverged());
 }
 
 TEST_F(GrpcTest, ListRunsShowsAFinishedRunsLastStepAndLatestValuesAfterARestart) {

@@ -484,6 +484,13 @@ TEST_F(HttpTest, ChangesMustBeJsonFromTheSameOrigin) {
   const Reply extend = Post(StrCat("/api/v1/runs/", run, "/extend"), R"({"total_steps": "x"})");
   EXPECT_EQ(extend.status, 400);
   EXPECT_EQ(Post(StrCat("/api/v1/runs/", run, "/extend"), R"({"total_steps": 99})").status, 409);
+  const Reply warm =
+      Post(StrCat("/api/v1/runs/", run, "/extend"), R"({"total_steps": 99, "schedule": "warm"})");
+  EXPECT_EQ(warm.status, 400);
+  EXPECT_THAT(warm.body, HasSubstr(R"(schedule must be \"stretch\" or \"hold\")"));
+  const Reply set = Post(StrCat("/api/v1/runs/", run, "/resume"), R"({"set": "lr=1"})");
+  EXPECT_EQ(set.status, 400);
+  EXPECT_THAT(set.body, HasSubstr("list of at most 64"));
   EXPECT_EQ(Post(StrCat("/api/v1/runs/", run, "/cancel"), "not json").status, 400);
 }
 

@@ -4,12 +4,14 @@
 #include "server/scheduler.h"
 
 #include <atomic>
+#include <cmath>
 #include <thread>
 
 #include "common/clock.h"
 #include "common/strings.h"
 #include "config/accounting.h"
 #include "config/config.h"
+#include "config/schedule.h"
 #include "store/run_store.h"
 #include "tests/support/test_support.h"
 
@@ -603,7 +605,7 @@ TEST_F(SchedulerTest, OnlyTheOwnerOrAnAdminChangesASweepAndOnlyAnAdminDrains) {
               StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("may not cancel run")));
   EXPECT_THAT(scheduler_->ResumeSweep("mine", "user:mallory"),
               StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("user:mallory may not")));
-  EXPECT_THAT(scheduler_->ExtendRun(run, 99, "user:mallory"),
+  EXPECT_THAT(scheduler_->ExtendRun(run, 99, ExtendSchedule::kStretch, "user:mallory"),
               StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("user:mallory may not")));
   CART_ASSERT_OK_AND_ASSIGN(RunDetails still, scheduler_->GetRun(run));
   EXPECT_EQ(still.info.run.state, RunState::kQueued);
@@ -988,7 +990,7 @@ TEST_F(SchedulerTest, CancelResumeAndExtendFollowTheRunLifecycle) {
   // Idempotent.
   CART_ASSERT_OK_AND_ASSIGN(store::RunRecord again, scheduler_->CancelRun(run, "user:test", ""));
   EXPECT_EQ(again.state, RunState::kCancelled);
-  EXPECT_THAT(scheduler_->ExtendRun(run, 20, "user:test"),
+  EXPECT_THAT(scheduler_->ExtendRun(run, 20, ExtendSchedule::kStretch, "user:test"),
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("CANCELLED")));
 
   CART_ASSERT_OK_AND_ASSIGN(store::RunRecord resumed, scheduler_->ResumeRun(run, "user:test"));
@@ -1003,10 +1005,12 @@ TEST_F(SchedulerTest, CancelResumeAndExtendFollowTheRunLifecycle) {
       scheduler_->ReportOutcome(run, job.attempt, store::AttemptOutcome::kSucceeded, "").status());
   EXPECT_THAT(scheduler_->CancelRun(run, "user:test", ""),
               StatusIs(absl::StatusCode::kFailedPrecondition, _));
-  EXPECT_THAT(scheduler_->ExtendRun(run, 10, "user:test"),
+  EXPECT_THAT(scheduler_->ExtendRun(run, 10, ExtendSchedule::kStretch, "user:test"),
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("would add none")));
 
-  CART_ASSERT_OK_AND_ASSIGN(store::RunRecord extended, scheduler_->ExtendRun(run, 25, "user:test"));
+  CART_ASSERT_OK_AND_ASSIGN(ExtendOutcome out,
+                            scheduler_->ExtendRun(run, 25, ExtendSchedule::kStretch, "user:test"));
+  const store::RunRecord& extended = out.run;
   EXPECT_EQ(extended.state, RunState::kQueued);
   EXPECT_EQ(extended.steps, 25);
   EXPECT_THAT(extended.config_yaml, HasSubstr("steps: 25"));
@@ -1015,6 +1019,116 @@ TEST_F(SchedulerTest, CancelResumeAndExtendFollowTheRunLifecycle) {
   EXPECT_EQ(more->run.steps, 25);
   ASSERT_TRUE(more->resume_from.has_value());
   EXPECT_EQ(more->resume_from->step, 10);
+}
+
+// Extending a finished run: its learning rate at the extension point is a choice the user makes
+// when it would jump (more than 2x), shown in the answer and recorded in the run's events.
+TEST_F(SchedulerTest, ExtendAsksBeforeAWarmRestartAndRecordsTheScheduleItApplied) {
+  SubmitResult sweep =
+      Submit("name: s\nbase: {d: 64, vocab: 100, P: 1, R: 2, steps: 100, warmup: 10}\n");
+  const int64_t run = sweep.runs[0].id;
+  Register("w", kHuge);
+  Job job = Start("w");
+  CART_ASSERT_OK(scheduler_->RecordCheckpoint(run, job.attempt, Checkpoint(10)).status());
+  CART_ASSERT_OK(
+      scheduler_->ReportOutcome(run, job.attempt, store::AttemptOutcome::kSucceeded, "").status());
+  CART_ASSERT_OK_AND_ASSIGN(model::RunConfig before,
+                            model::ParseRunConfigYaml(job.run.config_yaml, "run"));
+  const int64_t steps = before.train.steps;
+  const double last = model::ScheduledLr(before.train, steps - 1);
+  ASSERT_EQ(last, before.train.lr_min);
+  // Ten times the steps, stretched, would start the extension far above the final rate.
+  const int64_t total = steps * 10;
+  model::RunConfig stretched = before;
+  stretched.train.steps = total;
+  const double restart = model::ScheduledLr(stretched.train, steps);
+  ASSERT_GT(restart, 2 * last);
+  EXPECT_THAT(scheduler_->ExtendRun(run, total, ExtendSchedule::kAsk, "user:test"),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       AllOf(HasSubstr(StrCat("from ", Sci(last), " at step ", steps, " to ",
+                                              Sci(restart), " at step ", steps + 1)),
+                             HasSubstr("--schedule stretch"), HasSubstr("--schedule hold"))));
+  CART_ASSERT_OK_AND_ASSIGN(RunDetails unchanged, scheduler_->GetRun(run));
+  EXPECT_EQ(unchanged.info.run.state, RunState::kSucceeded) << "a refused extend changes nothing";
+
+  CART_ASSERT_OK_AND_ASSIGN(ExtendOutcome held,
+                            scheduler_->ExtendRun(run, total, ExtendSchedule::kHold, "user:test"));
+  EXPECT_EQ(held.schedule, ExtendSchedule::kHold);
+  EXPECT_EQ(held.from_step, steps);
+  EXPECT_EQ(held.lr_before, last);
+  EXPECT_EQ(held.lr_after, last);
+  CART_ASSERT_OK_AND_ASSIGN(model::RunConfig after,
+                            model::ParseRunConfigYaml(held.run.config_yaml, "run"));
+  EXPECT_EQ(after.train.steps, total);
+  EXPECT_EQ(after.train.lr_decay_steps, steps);
+  // The first steps' rates are those the run trained with; every later one is the final rate.
+  for (int64_t s : {int64_t{0}, steps / 2, steps - 1}) {
+    EXPECT_EQ(model::ScheduledLr(after.train, s), model::ScheduledLr(before.train, s)) << s;
+  }
+  EXPECT_EQ(model::ScheduledLr(after.train, total - 1), last);
+  CART_ASSERT_OK_AND_ASSIGN(RunDetails details, scheduler_->GetRun(run));
+  EXPECT_THAT(details.events.back().why,
+              HasSubstr(StrCat("schedule hold: learning rate ", Sci(last), " at step ", steps,
+                               " -> ", Sci(last), " at step ", steps + 1)));
+}
+
+// A run whose loss became non-finite fails at once: resume is exact, so a retry would replay the
+// same steps to the same loss. It resumes only with a change of a key that alters its course.
+TEST_F(SchedulerTest, ADivergedRunFailsWithoutRetriesAndResumesOnlyWithAChange) {
+  SubmitResult sweep = Submit(OneRunSweep("s", 0, /*max_attempts=*/3));
+  const int64_t run = sweep.runs[0].id;
+  Register("w", kHuge);
+  Job job = Start("w");
+  CART_ASSERT_OK(scheduler_->RecordCheckpoint(run, job.attempt, Checkpoint(4)).status());
+  CART_ASSERT_OK_AND_ASSIGN(
+      store::RunRecord failed,
+      scheduler_->ReportOutcome(run, job.attempt, store::AttemptOutcome::kFailed,
+                                "loss became nan at step 7 (diverged; lower lr or check the data)",
+                                store::Divergence{7, std::nan("")}));
+  EXPECT_EQ(failed.state, RunState::kFailed) << "one attempt of three spent, yet not retried";
+  EXPECT_EQ(failed.attempt, 1);
+  ASSERT_TRUE(failed.diverged.has_value());
+  EXPECT_EQ(failed.diverged->step, 7);
+  EXPECT_TRUE(std::isnan(failed.diverged->loss));
+  CART_ASSERT_OK_AND_ASSIGN(RunDetails details, scheduler_->GetRun(run));
+  EXPECT_THAT(details.events.back().why,
+              AllOf(HasSubstr("loss became nan at step 7"),
+                    HasSubstr("not retried: resuming it unchanged would diverge at step 7 again")));
+  EXPECT_FALSE(AcquireNow("w").has_value());
+
+  EXPECT_THAT(scheduler_->ResumeRun(run, "user:test"),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       AllOf(HasSubstr("diverged (loss nan at step 7)"),
+                             HasSubstr(StrCat("cart runs resume ", run, " --set lr=")))));
+  EXPECT_THAT(scheduler_->ResumeRun(run, "user:test", {"d=128"}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("may change only lr, lr_min, warmup, clip, dtype")));
+  const std::string lr =
+      model::GetKey(*model::ParseRunConfigYaml(job.run.config_yaml, "run"), "lr").value();
+  EXPECT_THAT(scheduler_->ResumeRun(run, "user:test", {"lr=" + lr}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("no value differs")));
+  EXPECT_THAT(scheduler_->ResumeRun(run, "user:test", {"lr=99"}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("lr")));
+  // A sweep-wide resume leaves it alone.
+  CART_ASSERT_OK_AND_ASSIGN(int64_t resumed_in_sweep, scheduler_->ResumeSweep("s", "user:test"));
+  EXPECT_EQ(resumed_in_sweep, 0);
+
+  CART_ASSERT_OK_AND_ASSIGN(store::RunRecord resumed,
+                            scheduler_->ResumeRun(run, "user:test", {"lr=1e-4", "clip=0.5"}));
+  EXPECT_EQ(resumed.state, RunState::kQueued);
+  EXPECT_FALSE(resumed.diverged.has_value());
+  EXPECT_EQ(resumed.params.at("lr"), "0.0001");
+  CART_ASSERT_OK_AND_ASSIGN(model::RunConfig changed,
+                            model::ParseRunConfigYaml(resumed.config_yaml, "run"));
+  EXPECT_EQ(changed.train.lr, 1e-4);
+  EXPECT_EQ(changed.train.clip, 0.5);
+  CART_ASSERT_OK_AND_ASSIGN(RunDetails after, scheduler_->GetRun(run));
+  EXPECT_THAT(after.events.back().why, HasSubstr(StrCat("resumed with lr ", lr, " -> 0.0001")));
+  std::optional<Job> again = AcquireNow("w");
+  ASSERT_TRUE(again.has_value());
+  ASSERT_TRUE(again->resume_from.has_value());
+  EXPECT_EQ(again->resume_from->step, 4);
+  EXPECT_THAT(again->run.config_yaml, HasSubstr("lr: 0.0001"));
 }
 
 TEST_F(SchedulerTest, CancelOfARunningRunIsPushedToItsStream) {

@@ -2,8 +2,10 @@
 
 #include "train/trainer.h"
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 
@@ -177,6 +179,69 @@ TEST_F(TrainerTest, ExtendContinuesTheCosineToTheNewTotal) {
   auto metrics = ReadMetrics(dir_.File("run/metrics.jsonl"));
   EXPECT_EQ(Losses(metrics).size(), 16u);
   EXPECT_NEAR(metrics.back()["lr"].get<double>(), config_.train.lr_min, 1e-12);
+}
+
+// `cart runs extend --schedule hold`: past lr_decay_steps the rate stays at lr_min, and the steps
+// before it train exactly as a run of that many steps.
+TEST_F(TrainerTest, PastItsDecayHorizonTheRateHoldsAtTheFloor) {
+  config_.train.eval_every = 0;
+  model::RunConfig short_run = config_;
+  short_run.train.steps = 8;
+  TrainOptions a;
+  a.out_dir = dir_.File("short");
+  CART_ASSERT_OK(Train(short_run, a).status());
+  model::RunConfig held = config_;
+  held.train.lr_decay_steps = 8;
+  TrainOptions b;
+  b.out_dir = dir_.File("held");
+  CART_ASSERT_OK(Train(held, b).status());
+  auto first = ReadMetrics(dir_.File("short/metrics.jsonl"));
+  auto second = ReadMetrics(dir_.File("held/metrics.jsonl"));
+  ASSERT_EQ(first.size(), 8u);
+  ASSERT_EQ(second.size(), 12u);
+  for (size_t i = 0; i < 8; ++i) {
+    EXPECT_EQ(first[i]["lr"], second[i]["lr"]) << "step " << i + 1;
+    EXPECT_EQ(first[i]["loss"], second[i]["loss"]) << "step " << i + 1;
+  }
+  for (size_t i = 8; i < 12; ++i) EXPECT_EQ(second[i]["lr"].get<double>(), 3e-4) << i + 1;
+}
+
+// A non-finite loss stops training where it happened, is reported as a divergence (not an
+// error), and leaves no checkpoint of the diverged weights.
+TEST_F(TrainerTest, ANonFiniteLossStopsTrainingAndSaysWhere) {
+  config_.train.eval_every = 0;
+  TrainOptions o;
+  o.out_dir = dir_.File("parent");
+  o.stop_after = 4;
+  CART_ASSERT_OK(Train(config_, o).status());
+  const CheckpointManifest good = ListCheckpoints(dir_.File("parent/checkpoints")).back();
+  // The parent's weights with one NaN in them: what a derived run would start from.
+  CART_ASSERT_OK_AND_ASSIGN(auto net, model::BuildModel(config_.model, 1));
+  CART_ASSERT_OK(LoadCheckpoint(good, *net, nullptr));
+  {
+    torch::NoGradGuard no_grad;
+    net->parameters().front().view(-1)[0] = std::numeric_limits<float>::quiet_NaN();
+  }
+  torch::optim::AdamW optimizer(net->parameters());
+  CART_ASSERT_OK_AND_ASSIGN(
+      CheckpointManifest poisoned,
+      WriteCheckpoint(dir_.File("poisoned"), CheckpointState{4, 0, good.config_yaml}, *net,
+                      optimizer, 1));
+  TrainOptions child;
+  child.out_dir = dir_.File("child");
+  child.init_from = poisoned.path;
+  CART_ASSERT_OK_AND_ASSIGN(TrainResult r, Train(config_, child));
+  ASSERT_TRUE(r.diverged.has_value());
+  EXPECT_EQ(r.diverged->step, 1);
+  EXPECT_TRUE(std::isnan(r.diverged->loss));
+  EXPECT_FALSE(r.finished);
+  EXPECT_EQ(r.steps_done, 1);
+  EXPECT_EQ(DivergenceMessage(*r.diverged),
+            "loss became nan at step 1 (diverged; lower lr or check the data)");
+  EXPECT_TRUE(ListCheckpoints(dir_.File("child/checkpoints")).empty());
+  auto metrics = ReadMetrics(dir_.File("child/metrics.jsonl"));
+  ASSERT_EQ(metrics.size(), 1u);
+  EXPECT_EQ(metrics[0]["loss_nonfinite"], 1);
 }
 
 TEST_F(TrainerTest, CorruptNewestCheckpointIsReportedAndSkipped) {

@@ -315,15 +315,28 @@ class Client:
             run_id=self.run_id(run), reason=reason))
         return _state_name(response.run.state)
 
-    def resume(self, run: RunRef) -> str:
-        """Requeues a CANCELLED or FAILED run from its latest checkpoint; returns its state."""
-        response = self._call("ResumeRun", scheduler_pb2.ResumeRunRequest(run_id=self.run_id(run)))
+    def resume(self, run: RunRef, set: Optional[Mapping[str, Any]] = None) -> str:
+        """Requeues a CANCELLED or FAILED run from its latest checkpoint; returns its state.
+        `set` changes its config first ({"lr": 1.5e-4}; keys lr, lr_min, warmup, clip, dtype):
+        a run that diverged resumes only with one."""
+        changes = [f"{k}={v}" for k, v in (set or {}).items()]
+        response = self._call("ResumeRun", scheduler_pb2.ResumeRunRequest(
+            run_id=self.run_id(run), set=changes))
         return _state_name(response.run.state)
 
-    def extend(self, run: RunRef, total_steps: int) -> str:
-        """Trains a SUCCEEDED run on to `total_steps` from its final checkpoint; returns its state."""
+    def extend(self, run: RunRef, total_steps: int, schedule: Optional[str] = None) -> str:
+        """Trains a SUCCEEDED run on to `total_steps` from its final checkpoint; returns its state.
+        `schedule`: "stretch" (the cosine recomputed over the new total, a warm restart) or
+        "hold" (go on at the final learning rate); None lets cartd stretch when the rate at the
+        extension point changes at most 2x, and raises CartError FAILED_PRECONDITION naming
+        both rates otherwise."""
+        schedules = {None: scheduler_pb2.EXTEND_SCHEDULE_UNSPECIFIED,
+                     "stretch": scheduler_pb2.EXTEND_SCHEDULE_STRETCH,
+                     "hold": scheduler_pb2.EXTEND_SCHEDULE_HOLD}
+        if schedule not in schedules:
+            raise ValueError(f"schedule {schedule!r}: give 'stretch', 'hold' or None")
         response = self._call("ExtendRun", scheduler_pb2.ExtendRunRequest(
-            run_id=self.run_id(run), total_steps=int(total_steps)))
+            run_id=self.run_id(run), total_steps=int(total_steps), schedule=schedules[schedule]))
         return _state_name(response.run.state)
 
     def tag(self, target: RunRef, *tags: str) -> List[str]:

@@ -530,13 +530,23 @@
     const stateEl = h('span', {}, stateChip(run.state));
     const stepEl = h('span', { text: `${run.step}/${run.steps}` });
     const extendIn = h('input', { id: 'extend-steps', type: 'number', min: run.steps + 1, placeholder: 'total steps', size: 9 });
+    // The learning rate after the last step: cartd refuses a jump of more than 2x unless told which.
+    const scheduleSel = h('select', { id: 'extend-schedule', title: 'learning rate after the last step' },
+      h('option', { value: '', text: 'schedule: ask' }), h('option', { value: 'hold', text: 'hold the final rate' }),
+      h('option', { value: 'stretch', text: 'stretch the cosine (warm restart)' }));
     main.append(
       h('div', { class: 'controls' },
         h('h1', { text: run.name }), stateEl,
         h('button', { class: 'danger', id: 'run-cancel', onclick: async () => { const r = await act(`runs/${id}/cancel`, null, { reason: 'cancelled from the dashboard' }); if (r) stateEl.replaceChildren(stateChip(r.state)); } }, 'Cancel'),
         h('button', { id: 'run-resume', onclick: async () => { const r = await act(`runs/${id}/resume`); if (r) stateEl.replaceChildren(stateChip(r.state)); } }, 'Resume'),
-        extendIn,
-        h('button', { id: 'run-extend', onclick: async () => { const r = await act(`runs/${id}/extend`, null, { total_steps: Number(extendIn.value) }); if (r) stateEl.replaceChildren(stateChip(r.state)); } }, 'Extend')),
+        extendIn, scheduleSel,
+        h('button', { id: 'run-extend', onclick: async () => {
+          const r = await act(`runs/${id}/extend`, null, { total_steps: Number(extendIn.value), schedule: scheduleSel.value });
+          if (!r) return;
+          stateEl.replaceChildren(stateChip(r.state));
+          const x = r.extension;
+          show(`Extended to ${r.steps} steps, schedule ${x.schedule}: learning rate ${x.lr_before.toExponential(2)} at step ${x.from_step} → ${x.lr_after.toExponential(2)} at step ${x.from_step + 1}`, true);
+        } }, 'Extend')),
       h('div', { class: 'card' }, h('dl', { class: 'kv' },
         h('dt', { text: 'sweep' }), h('dd', {}, h('a', { href: '#/sweep/' + encodeURIComponent(run.sweep), text: run.sweep })),
         h('dt', { text: 'step' }), h('dd', {}, stepEl),
@@ -544,7 +554,8 @@
         h('dt', { text: 'worker' }), h('dd', { text: run.worker || '-' }),
         h('dt', { text: 'attempt' }), h('dd', { text: `${run.attempt} of at most ${run.max_attempts}` }),
         h('dt', { text: 'parameters' }), h('dd', { text: `${fmtTokens(run.stored_params)} stored, ${fmtTokens(run.effective_params)} effective` }),
-        run.waiting_reason ? [h('dt', { text: 'waiting' }), h('dd', { text: run.waiting_reason })] : null)),
+        run.waiting_reason ? [h('dt', { text: 'waiting' }), h('dd', { text: run.waiting_reason })] : null,
+        run.diverged ? [h('dt', { text: 'diverged' }), h('dd', { id: 'run-diverged', text: `loss ${run.diverged.loss} at step ${run.diverged.step}: not retried; resume with a change (cart runs resume ${run.id} --set lr=…)` })] : null)),
       annotationCard('runs/' + id, run.annotation));
 
     // Every metric series, downsampled by cartd into min/max buckets; live points appended.

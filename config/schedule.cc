@@ -1,9 +1,9 @@
-#include "train/schedule.h"
+#include "config/schedule.h"
 
 #include <algorithm>
 #include <cmath>
 
-namespace cart::train {
+namespace cart::model {
 
 double LearningRate(int64_t step, int64_t total_steps, int64_t warmup, double peak, double floor) {
   if (step < warmup) return peak * static_cast<double>(step + 1) / static_cast<double>(warmup);
@@ -14,4 +14,9 @@ double LearningRate(int64_t step, int64_t total_steps, int64_t warmup, double pe
   return floor + 0.5 * (peak - floor) * (1.0 + std::cos(M_PI * progress));
 }
 
-}  // namespace cart::train
+double ScheduledLr(const TrainConfig& train, int64_t step) {
+  const int64_t horizon = train.lr_decay_steps > 0 ? train.lr_decay_steps : train.steps;
+  return LearningRate(step, horizon, train.warmup, train.lr, train.lr_min);
+}
+
+}  // namespace cart::model
