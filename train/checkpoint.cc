@@ -60,7 +60,14 @@ absl::StatusOr<CheckpointManifest> WriteCheckpoint(const std::string& dir,
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) return absl::InternalError(StrCat("cannot create ", dir, ": ", ec.message()));
-  std::string bytes;
+  const std::string name = StepName(state.step);
+  const fs::path pt = fs::path(dir) / (name + ".pt");
+  // Streamed into the file with a running CRC: a d = 1024 model's checkpoint is 1.4 GiB, and
+  // building it in a string first cost two more copies of it on the training thread.
+  CART_ASSIGN_OR_RETURN(AtomicFileWriter file, AtomicFileWriter::Open(pt.string()));
+  uLong crc = crc32(0L, Z_NULL, 0);
+  int64_t written = 0;
+  absl::Status write_status;
   try {
     torch::serialize::OutputArchive archive;
     torch::serialize::OutputArchive model_archive;
@@ -72,19 +79,29 @@ absl::StatusOr<CheckpointManifest> WriteCheckpoint(const std::string& dir,
     archive.write("step", torch::tensor(state.step, torch::kInt64));
     archive.write("cursor", torch::tensor(state.cursor, torch::kInt64));
     archive.write("rng_cpu", at::detail::getDefaultCPUGenerator().get_state());
-    std::ostringstream os;
-    archive.save_to(os);
-    bytes = os.str();
+    archive.save_to([&](const void* data, size_t n) -> size_t {
+      if (!write_status.ok()) return 0;
+      write_status = file.Write(data, n);
+      if (!write_status.ok()) return 0;
+      const auto* bytes = static_cast<const Bytef*>(data);
+      for (size_t off = 0; off < n;) {  // crc32 takes a uInt length
+        const size_t chunk = std::min<size_t>(n - off, size_t{1} << 30);
+        crc = crc32(crc, bytes + off, static_cast<uInt>(chunk));
+        off += chunk;
+      }
+      written += static_cast<int64_t>(n);
+      return n;
+    });
   } catch (const std::exception& e) {
+    CART_RETURN_IF_ERROR(write_status);
     return FromTorchError(e, "cannot serialize checkpoint");
   }
-  const std::string name = StepName(state.step);
-  const fs::path pt = fs::path(dir) / (name + ".pt");
-  CART_RETURN_IF_ERROR(WriteFileAtomically(pt.string(), bytes));
+  CART_RETURN_IF_ERROR(write_status);
+  CART_RETURN_IF_ERROR(file.Commit());
   CheckpointManifest m;
   m.step = state.step;
-  m.bytes = static_cast<int64_t>(bytes.size());
-  m.crc32 = Crc32(bytes);
+  m.bytes = written;
+  m.crc32 = static_cast<uint32_t>(crc);
   m.cursor = state.cursor;
   m.config_yaml = state.config_yaml;
   m.path = pt.string();

@@ -22,6 +22,7 @@
 #include "train/trainer.h"
 #include "train/zero_shot.h"
 #include "worker/attempt_channel.h"
+#include "worker/checkpoint_uploader.h"
 #include "worker/data_lineage.h"
 
 namespace cart::worker {
@@ -70,9 +71,15 @@ class Session {
   void OnMetrics(const train::MetricRecord& r);
   void OnCheckpoint(const train::CheckpointManifest& m, int64_t total);
 
+  // Hands the trainer's checkpoints to `uploader_` (or, with env.upload_inline, waits for each).
+  void StartUploader();
+  // Waits for the queued uploads; the reason when the final checkpoint was not stored.
+  absl::Status FinishUploads();
+
   const JobEnvironment& env_;
   const cart::v1::Job& job_;
   AttemptChannel channel_;
+  std::unique_ptr<CheckpointUploader> uploader_;
   std::string run_dir_;
   // For "mfu" (Train sets them from the run's config and the device; 0: none logged).
   double train_flops_per_token_ = 0;
@@ -95,31 +102,35 @@ void Session::OnMetrics(const train::MetricRecord& r) {
   channel_.PostMetrics(r.step, std::move(points));
 }
 
+void Session::StartUploader() {
+  UploaderOptions o;
+  o.upload = [this](const std::string& path) {
+    return UploadArtifact(*env_.stub, env_.client, path);
+  };
+  o.announce = [this](const cart::v1::CheckpointNotice& n) { channel_.PostCheckpoint(n); };
+  o.log = [this](const std::string& line) { channel_.PostLog(line); };
+  o.abandoned = [this] { return channel_.fenced() || channel_.gave_up(); };
+  o.outbox_dir = (fs::path(run_dir_) / "outbox").string();
+  o.space_wait_ms = env_.space_wait_ms;
+  uploader_ = std::make_unique<CheckpointUploader>(std::move(o));
+}
+
 void Session::OnCheckpoint(const train::CheckpointManifest& m, int64_t total) {
-  // Upload with retries; a non-final checkpoint that cannot be uploaded is skipped (the next
-  // one will be), a final one is retried until cartd takes it or fences us.
+  // The uploader takes it (a hard link) and training goes on; a final checkpoint is the last.
   const bool final = channel_.stop() || m.step >= total;
-  int64_t backoff_ms = 200;
-  for (int attempt = 0; !channel_.fenced() && !channel_.gave_up(); ++attempt) {
-    absl::StatusOr<std::string> sha = UploadArtifact(*env_.stub, env_.client, m.path);
-    if (sha.ok()) {
-      cart::v1::CheckpointNotice notice;
-      notice.mutable_checkpoint()->set_step(m.step);
-      notice.mutable_checkpoint()->set_sha256(*sha);
-      notice.mutable_checkpoint()->set_size_bytes(m.bytes);
-      notice.set_cursor(m.cursor);
-      notice.set_final(final);
-      channel_.PostCheckpoint(notice);
-      return;
-    }
-    if (!final && attempt >= 3) {
-      channel_.PostLog(
-          StrCat("checkpoint at step ", m.step, " not uploaded: ", Message(sha.status())));
-      return;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(backoff_ms));
-    backoff_ms = std::min<int64_t>(backoff_ms * 2, 5000);
+  if (absl::Status queued = uploader_->Submit({m.step, m.cursor, m.bytes, m.path}, final);
+      !queued.ok()) {
+    channel_.PostLog(StrCat("checkpoint at step ", m.step, " not uploaded: ", Message(queued)));
+    return;
   }
+  if (env_.upload_inline) uploader_->Drain().IgnoreError();  // FinishUploads reports it
+}
+
+absl::Status Session::FinishUploads() {
+  if (uploader_ == nullptr) return absl::OkStatus();
+  absl::Status drained = uploader_->Drain();
+  // Abandoned (fenced, or out of grace): the channel says so; nothing more to report here.
+  return absl::IsCancelled(drained) ? absl::OkStatus() : drained;
 }
 
 // Data lineage: the attempt's files against the run's record; those it has none for recorded.
@@ -207,8 +218,12 @@ JobEnd Session::Train() {
     if (!fetched.ok()) return fail(fetched);
     options.init_from = file;
   }
+  StartUploader();
   absl::StatusOr<train::TrainResult> result = train::Train(config, options);
+  // The checkpoints already written are worth storing whatever the trainer says next.
+  const absl::Status uploads = FinishUploads();
   if (!result.ok()) return fail(result.status());
+  if (!uploads.ok()) return fail(uploads);
   if (result->diverged) {
     end.outcome = JobResult::OUTCOME_FAILED;
     end.error = train::DivergenceMessage(*result->diverged);

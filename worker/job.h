@@ -49,6 +49,13 @@ struct JobEnvironment {
   // Data lineage (worker/data_lineage.h) hashes each data file once per content through this
   // cache, which lives as long as the worker; null: no cache (every attempt hashes).
   data::FileHashCache* hash_cache = nullptr;
+  // Checkpoints are uploaded in the background while training goes on
+  // (worker/checkpoint_uploader.h); `upload_inline`: the training thread waits for each upload
+  // instead (cart-worker
+  // --upload-inline: the behaviour before background uploads, for measuring them).
+  bool upload_inline = false;
+  // How long a final checkpoint cartd refuses for space is retried before the attempt fails.
+  int64_t space_wait_ms = 600'000;
 };
 
 struct JobEnd {

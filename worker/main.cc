@@ -67,6 +67,14 @@ int main(int argc, char** argv) {
                  "what is undelivered (cartd then resumes it from its last checkpoint)")
       ->capture_default_str()
       ->check(CLI::Range(0, 86'400));
+  app.add_option("--space-wait-s", config.space_wait_s,
+                 "Seconds a final checkpoint that cartd refuses for space (its disk floor or "
+                 "quota) is retried before the attempt fails with cartd's reason")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 86'400));
+  app.add_flag("--upload-inline", config.upload_inline,
+               "Make training wait for each checkpoint's upload instead of uploading in the "
+               "background (for measuring the difference: bench/checkpoint_upload.sh)");
   app.add_option("--sample-interval", config.sample_interval_s,
                  "Seconds between two readings of the device (utilisation, memory, temperature, "
                  "power, clocks; CPU use on a CPU) sent to cartd, running or idle (0: none)")

@@ -142,6 +142,8 @@ absl::Status RunWorker(const WorkerConfig& config, const std::atomic<bool>& shut
     watch->Start();
   }
   env.shutdown_grace_ms = config.shutdown_grace_s * 1000;
+  env.space_wait_ms = config.space_wait_s * 1000;
+  env.upload_inline = config.upload_inline;
 
   int64_t jobs = 0;
   backoff_ms = 200;

@@ -32,6 +32,9 @@ struct WorkerConfig {
   int64_t acquire_wait_ms = 10'000;         // long-poll length
   size_t metric_buffer_points = 1'000'000;  // unacknowledged points held before training waits
   int64_t shutdown_grace_s = 120;           // after SIGTERM, time to hand the current run back
+  // A final checkpoint cartd refuses for space is retried this long, then the attempt fails.
+  int64_t space_wait_s = 600;
+  bool upload_inline = false;  // wait for each checkpoint's upload (JobEnvironment)
   // How often the device is read and reported to cartd, running or idle (worker/device_watch.h);
   // 0: never.
   double sample_interval_s = 5;

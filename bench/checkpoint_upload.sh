@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# What checkpointing costs the training loop (printed, not asserted; docs/design.md "Storage"):
+# a real cartd and cart-worker on this machine train a d = 1024, P = 6, vocab 32,000 CART (125M
+# parameters), whose checkpoint (fp32
+# weights and both AdamW moments) is the size of the paper's stage-2 runs', with a checkpoint
+# every EVERY steps, over loopback capped at 1 Gbit/s with tc (a lab's 1 GbE link to cartd; as
+# root, else uncapped and said so). Twice: uploads inline on the training thread (cart-worker
+# --upload-inline, as it was) and in the background (the default). From the run's step times in
+# cartd's database: the median step, what the checkpoint steps took beyond it (the write to local
+# disk, plus the upload when inline), that as a share of the run, and projected to the paper's
+# cadence (a checkpoint every 500 steps) with this run's median step.
+#
+#   bench/checkpoint_upload.sh [BUILD_DIR] [D] [STEPS] [EVERY]   (defaults: build 1024 30 10)
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${1:-$root/build}
+d=${2:-1024}
+steps=${3:-30}
+every=${4:-10}
+bin=$build/bin
+dir=$(mktemp -d)
+capped=0
+pid=
+cleanup() {
+  if [ "$capped" = 1 ]; then tc qdisc del dev lo root 2>/dev/null || true; fi
+  [ -n "$pid" ] && kill "$pid" 2>/dev/null || true
+  rm -rf "$dir"
+}
+trap cleanup EXIT
+"$bin/cart" data synth --vocab 256 --tokens 200000 --val-tokens 0 --out "$dir/synth.bin" >/dev/null
+port=$((20000 + RANDOM % 20000))
+"$bin/cartd" --listen 127.0.0.1:$port --http off --data-dir "$dir/cart" >"$dir/cartd.log" 2>&1 &
+pid=$!
+export CART_SERVER=127.0.0.1:$port CART_CONFIG=/dev/null
+for _ in $(seq 100); do "$bin/cart" sweep ls >/dev/null 2>&1 && break; sleep 0.1; done
+if [ "$(id -u)" = 0 ] && tc qdisc add dev lo root tbf rate 1gbit burst 1mb latency 200ms 2>/dev/null; then
+  capped=1
+  echo "loopback capped at 1 Gbit/s (tc tbf)"
+else
+  echo "loopback NOT capped (tc needs root): upload times are loopback's, not 1 GbE's"
+fi
+
+measure() {  # NAME EVERY WORKER-FLAGS... -> prints a line
+  local name=$1 every=$2; shift 2
+  cat >"$dir/$name.yaml" <<YAML
+name: $name
+base: {vocab: 32000, d: $d, P: 6, R: 2, seq_len: 16, batch: 1, accum: 1, steps: $steps,
+       warmup: 2, log_every: 1, eval_every: 0, checkpoint_every: $every, keep_checkpoints: 2,
+       train_data: $dir/synth.bin}
+YAML
+  "$bin/cart" sweep submit "$dir/$name.yaml" >/dev/null
+  "$bin/cart-worker" --device cpu --threads 2 --exit-when-idle --max-jobs 1 \
+    --cache-dir "$dir/worker-$name" --acquire-wait-ms 1000 "$@" >"$dir/worker-$name.log" 2>&1
+  python3 - "$dir/cart/cart.db" "$name" "$every" "$dir/totals" <<'PY'
+import json, os, sqlite3, statistics, sys
+db, sweep, every, totals = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+con = sqlite3.connect(db)
+rows = con.execute(
+    "SELECT m.step, m.wall_time_us FROM metrics m JOIN runs r ON r.id = m.run_id "
+    "JOIN sweeps s ON s.id = r.sweep_id JOIN metric_names n ON n.id = m.name_id "
+    "WHERE s.name = ? AND n.name = 'loss' ORDER BY m.step", (sweep,)).fetchall()
+size = con.execute("SELECT max(a.size_bytes) FROM artifacts a").fetchone()[0] or 0
+t = {s: w / 1e6 for s, w in rows}
+# Step s's interval ends at its point; a checkpoint written after step s lands in step s + 1's.
+gaps = {s: t[s] - t[s - 1] for s in t if s - 1 in t and s > 2}
+total = sum(gaps.values())
+known = json.load(open(totals)) if os.path.exists(totals) else {}
+known[sweep] = total
+json.dump(known, open(totals, "w"))
+if every == 0:
+    print(f"{sweep:>10}: no checkpoint until the end; steps 3..: {total:.2f} s, median step "
+          f"{statistics.median(gaps.values()):.3f} s")
+    sys.exit(0)
+plain = [g for s, g in gaps.items() if (s - 1) % every != 0]
+ckpt = [g for s, g in gaps.items() if (s - 1) % every == 0]
+med = statistics.median(plain)
+per = sum(g - med for g in ckpt) / max(len(ckpt), 1)
+over = total / known["none"] - 1
+print(f"{sweep:>10}: checkpoint {size / 2**30:.2f} GiB; median step {med:.3f} s; each checkpoint "
+      f"step +{per:.2f} s ({len(ckpt)}); run {total:.2f} s, {100 * over:.2f} % over the run "
+      f"without; at one checkpoint per 500 steps: {100 * per / (500 * med):.3f} % of step time")
+PY
+}
+measure none 0
+measure inline "$every" --upload-inline
+measure background "$every"
+
