@@ -1150,7 +1150,7 @@ Response Dashboard::RunAction(const Request& request, int64_t id, const std::str
                               const std::string& who) {
   absl::StatusOr<json> parsed = action == "extend"
                                     ? ActionBody(request, {"total_steps", "schedule"})
-                                : action == "resume" ? ActionBody(request, {"set"})
+                                : action == "resume" ? ActionBody(request, {"set", "reason"})
                                                      : ActionBody(request, {"reason"});
   if (!parsed.ok()) return Error(parsed.status());
   const json& body = *parsed;
