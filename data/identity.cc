@@ -37,15 +37,17 @@ absl::StatusOr<std::pair<std::string, int64_t>> FileHashCache::Sha256(const std:
     return absl::FailedPreconditionError(StrCat(path, ": not a regular file"));
   }
   const int64_t size = static_cast<int64_t>(st.st_size);
-  Key key{path, st.st_dev, st.st_ino, size, Nanos(st.st_mtim), Nanos(st.st_ctim)};
+  const Stamp stamp{st.st_dev, st.st_ino, size, Nanos(st.st_mtim), Nanos(st.st_ctim)};
   {
     absl::MutexLock lock(&mu_);
-    if (auto it = hashes_.find(key); it != hashes_.end()) return std::make_pair(it->second, size);
+    if (auto it = hashes_.find(path); it != hashes_.end() && it->second.first == stamp) {
+      return std::make_pair(it->second.second, size);
+    }
   }
   std::string sha = Sha256File(path);
   if (sha.empty()) return absl::FailedPreconditionError(StrCat(path, ": cannot be read"));
   absl::MutexLock lock(&mu_);
-  hashes_[key] = sha;
+  hashes_[path] = {stamp, sha};
   return std::make_pair(std::move(sha), size);
 }
 

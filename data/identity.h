@@ -26,9 +26,9 @@ struct FileIdentity {
   std::string tokenizer_sha256;  // of the tokenizer's own files; empty when they cannot be read
 };
 
-// Remembers the sha256 of files by (path, device, inode, size, modification and change times),
-// so that a worker hashes a 2 GB training file once, not before every attempt: a file written
-// again gets new times and is hashed again. Thread-safe.
+// Remembers each path's sha256 with the file's (device, inode, size, modification and change
+// times), so that a worker hashes a 2 GB training file once, not before every attempt: a file
+// written again gets new times and is hashed again, replacing the path's entry. Thread-safe.
 class FileHashCache {
  public:
   // The sha256 of the file's bytes and its size; NotFound naming `path` when it is missing, a
@@ -36,9 +36,9 @@ class FileHashCache {
   absl::StatusOr<std::pair<std::string, int64_t>> Sha256(const std::string& path);
 
  private:
-  using Key = std::tuple<std::string, dev_t, ino_t, int64_t, int64_t, int64_t>;
+  using Stamp = std::tuple<dev_t, ino_t, int64_t, int64_t, int64_t>;
   absl::Mutex mu_;
-  std::map<Key, std::string> hashes_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::pair<Stamp, std::string>> hashes_ ABSL_GUARDED_BY(mu_);  // by path
 };
 
 // The identity of a token file (NAME.bin with NAME.json; data/token_file.h). DataLoss naming the

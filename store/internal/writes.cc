@@ -125,7 +125,7 @@ absl::StatusOr<bool> ResumeOne(Database& db, int64_t run_id, const Audit& audit,
         "run ", run_id, " diverged (loss ", run.diverged->loss, " at step ", run.diverged->step,
         "); resuming it unchanged would replay the same steps to the same loss. Resume it with a "
         "change: cart runs resume ",
-        run_id, " --set lr=... (keys: lr, lr_min, warmup, clip, dtype)"));
+        run_id, " --set lr=..."));
   }
   if (change) {
     CART_RETURN_IF_ERROR(
