@@ -9,7 +9,6 @@
 #include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
-#include <random>
 #include <thread>
 
 #include "cart/v1/scheduler.grpc.pb.h"
@@ -29,12 +28,6 @@ namespace cart::cli {
 namespace {
 
 using cart::v1::RunState;
-
-std::string NewRequestId() {
-  std::random_device rd;
-  return fmt::format("{:016x}{:016x}", (uint64_t{rd()} << 32) | rd(),
-                     (uint64_t{rd()} << 32) | rd());
-}
 
 struct SubmitArgs {
   Conn conn;
@@ -58,7 +51,7 @@ void RunSubmit(const SubmitArgs& sa, const std::string& text, const model::Sweep
   }
   req.set_spec_yaml(text);
   req.set_file_name(sa.file);
-  req.set_request_id(sa.request_id.empty() ? NewRequestId() : sa.request_id);
+  req.set_request_id(sa.request_id.empty() ? RandomHex(16) : sa.request_id);
   // The summary needs only the counts; --json prints every run.
   if (!sa.conn.json) req.set_run_limit(1);
   auto resp = client.Call<cart::v1::SubmitSweepRequest, cart::v1::SubmitSweepResponse>(

@@ -12,7 +12,6 @@
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
-#include <random>
 #include <thread>
 
 #include "cart/v1/scheduler.grpc.pb.h"
@@ -34,13 +33,6 @@ namespace fs = std::filesystem;
 
 std::atomic<bool> g_interrupted{false};
 void OnSignal(int) { g_interrupted = true; }
-
-std::string RandomToken() {
-  std::random_device rd;
-  std::string t;
-  for (int i = 0; i < 4; ++i) t += fmt::format("{:08x}", rd());
-  return t;
-}
 
 struct UpArgs {
   std::string data_dir = "var/cart";
@@ -156,8 +148,8 @@ absl::Status Up(const UpArgs& a) {
     }
   }
   if (user_token.empty() || worker_token.empty()) {
-    user_token = RandomToken();
-    worker_token = RandomToken();
+    user_token = RandomHex(16);
+    worker_token = RandomHex(16);
     worker_name = "local";
     CART_RETURN_IF_ERROR(
         WriteFileAtomically(tokens_path,

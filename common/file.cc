@@ -61,7 +61,9 @@ absl::Status AtomicFileWriter::Write(const void* data, size_t size) {
   return absl::OkStatus();
 }
 
-absl::Status AtomicFileWriter::Commit() {
+absl::Status AtomicFileWriter::Commit() { return CommitAs(path_); }
+
+absl::Status AtomicFileWriter::CommitAs(const std::string& path) {
   if (file_ == nullptr) return absl::FailedPreconditionError("commit twice: " + path_);
   FILE* f = file_;
   file_ = nullptr;
@@ -72,12 +74,12 @@ absl::Status AtomicFileWriter::Commit() {
     std::remove(tmp_.c_str());
     return s;
   }
-  if (std::rename(tmp_.c_str(), path_.c_str()) != 0) {
-    absl::Status s = ErrnoError("cannot rename onto", path_);
+  if (std::rename(tmp_.c_str(), path.c_str()) != 0) {
+    absl::Status s = ErrnoError("cannot rename onto", path);
     std::remove(tmp_.c_str());
     return s;
   }
-  std::string dir = std::filesystem::path(path_).parent_path().string();
+  std::string dir = std::filesystem::path(path).parent_path().string();
   if (dir.empty()) dir = ".";
   int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
   if (dfd >= 0) {

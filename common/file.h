@@ -30,6 +30,9 @@ class AtomicFileWriter {
   absl::Status Write(std::string_view data) { return Write(data.data(), data.size()); }
   // fsync, rename onto the target, fsync the directory. The writer is done afterwards.
   absl::Status Commit();
+  // The same onto `path` instead, on the same filesystem: for a file named after its contents,
+  // known only once written (a content-addressed blob).
+  absl::Status CommitAs(const std::string& path);
 
  private:
   AtomicFileWriter(std::string path, std::string tmp, FILE* file)

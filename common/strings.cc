@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <random>
 
 namespace cart {
 
@@ -153,6 +154,19 @@ std::optional<size_t> FirstInvalidUtf8(std::string_view text) {
     i += len;
   }
   return std::nullopt;
+}
+
+std::string RandomHex(size_t bytes) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::random_device rd;
+  std::string hex;
+  hex.reserve(2 * bytes);
+  for (size_t i = 0; i < bytes; ++i) {
+    const unsigned byte = rd() & 0xffu;
+    hex += kDigits[byte >> 4];
+    hex += kDigits[byte & 0xfu];
+  }
+  return hex;
 }
 
 }  // namespace cart

@@ -64,6 +64,10 @@ std::string Fixed(double value, int decimals);
 // `value` in scientific notation with two decimals ("3.00e-04"), as learning rates are written.
 std::string Sci(double value);
 
+// `bytes` random bytes from std::random_device as 2 * `bytes` lowercase hex digits (tokens,
+// request ids, store ids).
+std::string RandomHex(size_t bytes);
+
 // The message of a Status as a std::string.
 inline std::string Message(const absl::Status& s) { return std::string(s.message()); }
 

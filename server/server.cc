@@ -116,6 +116,7 @@ const std::vector<std::string_view>& ConfigKeys() {
                                                      "max_artifact_bytes",
                                                      "min_free_artifact_bytes",
                                                      "max_artifact_store_bytes",
+                                                     "artifact_store",
                                                      "keep_checkpoints_per_run",
                                                      "max_log_lines_per_attempt",
                                                      "max_follows_per_caller",
@@ -134,6 +135,50 @@ const std::vector<std::string_view>& ConfigKeys() {
   return keys;
 }
 
+namespace {
+
+// `artifact_store: {kind: cartd}` (the default: <data_dir>/artifacts, every byte through cartd)
+// or `{kind: shared_fs, path: /mnt/lab/cart}` (a filesystem the workers mount too).
+absl::Status ApplyArtifactStore(std::string_view source, const YAML::Node& value,
+                                ServerConfig& config) {
+  if (!value.IsMap()) {
+    return YamlError(source, value, "artifact_store",
+                     "must be a mapping: {kind: cartd} or {kind: shared_fs, path: DIR}");
+  }
+  std::string kind, path;
+  for (const auto& kv : value) {
+    const std::string key = kv.first.as<std::string>();
+    if (key != "kind" && key != "path") {
+      return YamlError(source, kv.first, StrCat("artifact_store.", key),
+                       "unknown key (known: kind, path)");
+    }
+    if (!kv.second.IsScalar()) {
+      return YamlError(source, kv.second, StrCat("artifact_store.", key), "must be a single value");
+    }
+    (key == "kind" ? kind : path) = kv.second.Scalar();
+  }
+  if (kind == "cartd") {
+    if (!path.empty()) {
+      return YamlError(
+          source, value, "artifact_store.path",
+          "kind cartd keeps its artifacts under data_dir; a path needs kind shared_fs");
+    }
+    config.shared_artifact_path.clear();
+  } else if (kind == "shared_fs") {
+    if (path.empty() || path[0] != '/') {
+      return YamlError(source, value, "artifact_store.path",
+                       StrCat("'", path, "' is not an absolute path (kind shared_fs needs one)"));
+    }
+    config.shared_artifact_path = path;
+  } else {
+    return YamlError(source, value, "artifact_store.kind",
+                     StrCat("'", kind, "' is not cartd or shared_fs"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status ApplyConfigYaml(std::string_view text, std::string_view source, ServerConfig& config) {
   CART_ASSIGN_OR_RETURN(YAML::Node root, LoadYaml(text, source));
   if (root.IsNull()) return absl::OkStatus();
@@ -148,6 +193,10 @@ absl::Status ApplyConfigYaml(std::string_view text, std::string_view source, Ser
                        StrCat("unknown key (known: ", StrJoin(keys, ", "), ")"));
     }
     const YAML::Node& value = kv.second;
+    if (key == "artifact_store") {
+      CART_RETURN_IF_ERROR(ApplyArtifactStore(source, value, config));
+      continue;
+    }
     if (!value.IsScalar()) return YamlError(source, value, key, "must be a single value");
     const std::string text_value = value.Scalar();
     auto integer = [&](int64_t min) -> absl::StatusOr<int64_t> {
@@ -405,7 +454,9 @@ store::StoreOptions StoreOptionsFor(const ServerConfig& config) {
 
 ArtifactStoreOptions ArtifactOptionsFor(const ServerConfig& config) {
   ArtifactStoreOptions options;
-  options.root = StrCat(config.data_dir, "/artifacts");
+  options.shared = !config.shared_artifact_path.empty();
+  options.root =
+      options.shared ? config.shared_artifact_path : StrCat(config.data_dir, "/artifacts");
   options.max_bytes = config.max_artifact_bytes;
   options.min_free_bytes = config.min_free_artifact_bytes;
   options.quota_bytes = config.max_artifact_store_bytes;

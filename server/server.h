@@ -5,7 +5,8 @@
 // main() only parses flags into a ServerConfig; tests call RunServer with port 0.
 //
 // Data directory layout: <data_dir>/cart.db (SQLite, WAL; runs, metrics, events and the workers'
-// log lines), <data_dir>/artifacts/ (content-addressed checkpoints).
+// log lines), <data_dir>/artifacts/ (content-addressed checkpoints), unless the artifacts are on
+// a shared filesystem (ServerConfig::shared_artifact_path).
 
 #include <atomic>
 #include <cstdint>
@@ -62,6 +63,10 @@ struct ServerConfig {
   int64_t min_free_artifact_bytes = int64_t{256} << 20;
   // The artifact store may hold at most this many bytes; uploads past it are refused. 0: no quota.
   int64_t max_artifact_store_bytes = 0;
+  // Where checkpoints live: empty, under <data_dir>/artifacts, every byte through cartd; else a
+  // shared filesystem the workers mount too (`artifact_store: {kind: shared_fs, path: ...}`),
+  // which they write to and read from themselves (docs/design.md "Storage").
+  std::string shared_artifact_path;
   // Checkpoints each run keeps in the artifact store (the newest; also any a derived run starts
   // from); older ones are deleted as new ones arrive and when cartd starts. 0: keep every one.
   // Default 3.
@@ -128,7 +133,8 @@ struct ServerConfig {
 };
 
 // Applies a YAML config file's keys onto `config` (keys absent keep their value): the keys are
-// ConfigKeys(), each the ServerConfig field of that name (durations in seconds).
+// ConfigKeys(), each the ServerConfig field of that name (durations in seconds), except
+// `artifact_store`, a mapping that sets shared_artifact_path.
 // InvalidArgument "<source>:<line>: <key>: <reason>" for unknown keys and bad values.
 absl::Status ApplyConfigYaml(std::string_view text, std::string_view source, ServerConfig& config);
 

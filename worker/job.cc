@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <optional>
 #include <thread>
+#include <utility>
 
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -24,6 +25,7 @@
 #include "worker/attempt_channel.h"
 #include "worker/checkpoint_uploader.h"
 #include "worker/data_lineage.h"
+#include "worker/shared_store.h"
 
 namespace cart::worker {
 namespace {
@@ -71,6 +73,17 @@ class Session {
   void OnMetrics(const train::MetricRecord& r);
   void OnCheckpoint(const train::CheckpointManifest& m, int64_t total);
 
+  // Whether this attempt writes and reads checkpoints in cartd's shared store itself
+  // (shared_dir_), said in the run's log either way when cartd has one.
+  void ResolveSharedStore();
+  // Checkpoint `sha256` into `file`: from the shared store when this worker sees it, else (or
+  // when that fails, saying so) from cartd.
+  absl::Status Fetch(const std::string& sha256, const std::string& file);
+  // Stores the checkpoint at `path` where cartd keeps them; its sha256. Into the shared store
+  // (then recorded by cartd) when this worker sees it, else uploaded. A shared write that fails,
+  // or that cartd cannot find or verify, falls back to the upload, saying so; cartd's refusal
+  // for room and an unreachable cartd are returned as they are (the uploader retries them).
+  absl::StatusOr<std::string> Store(const std::string& path);
   // Hands the trainer's checkpoints to `uploader_` (or, with env.upload_inline, waits for each).
   void StartUploader();
   // Waits for the queued uploads; the reason when the final checkpoint was not stored.
@@ -81,6 +94,9 @@ class Session {
   AttemptChannel channel_;
   std::unique_ptr<CheckpointUploader> uploader_;
   std::string run_dir_;
+  std::string shared_dir_;  // where this worker sees cartd's shared store; empty: through cartd
+  // The trainer's file last written into the shared store and its sha256 (the upload thread's).
+  std::pair<std::string, std::string> shared_written_;
   // For "mfu" (Train sets them from the run's config and the device; 0: none logged).
   double train_flops_per_token_ = 0;
   double peak_tflops_ = 0;
@@ -102,11 +118,75 @@ void Session::OnMetrics(const train::MetricRecord& r) {
   channel_.PostMetrics(r.step, std::move(points));
 }
 
+void Session::ResolveSharedStore() {
+  shared_dir_.clear();
+  if (!job_.has_shared_store()) return;
+  if (env_.shared_store_mount == "off") {
+    channel_.PostLog("checkpoints go through cartd: cart-worker --shared-artifacts off");
+    return;
+  }
+  absl::StatusOr<std::string> dir = SharedStoreDir(job_.shared_store(), env_.shared_store_mount);
+  if (!dir.ok()) {
+    channel_.PostLog(StrCat("checkpoints go through cartd: ", Message(dir.status())));
+    return;
+  }
+  shared_dir_ = *dir;
+  channel_.PostLog(StrCat("checkpoints are written to and read from the shared store at ", *dir));
+}
+
+absl::Status Session::Fetch(const std::string& sha256, const std::string& file) {
+  if (!shared_dir_.empty()) {
+    std::error_code ec;
+    if (fs::exists(file, ec) && Sha256File(file) == sha256) return absl::OkStatus();
+    absl::Status copied = CopyFromSharedStore(shared_dir_, sha256, file);
+    if (copied.ok()) return copied;
+    channel_.PostLog(StrCat("checkpoint ", sha256.substr(0, 12),
+                            " not read from the shared store (", Message(copied),
+                            "); downloading it from cartd"));
+  }
+  return FetchArtifact(*env_.stub, env_.client, sha256, file);
+}
+
+absl::StatusOr<std::string> Session::Store(const std::string& path) {
+  if (shared_dir_.empty()) return UploadArtifact(*env_.stub, env_.client, path);
+  std::error_code ec;
+  const int64_t size = static_cast<int64_t>(fs::file_size(path, ec));
+  // A retry after cartd could not be reached records the blob written before.
+  if (shared_written_.first != path) {
+    // Room first: no 1.4 GiB write for a blob cartd would refuse (and remove).
+    absl::Status room = RecordSharedArtifact(*env_.stub, env_.client, "", ec ? -1 : size,
+                                             /*check_only=*/true);
+    auto upload_instead = [&](const absl::Status& why) {
+      channel_.PostLog(StrCat("checkpoint ", path, " not written to the shared store (",
+                              Message(why), "); uploading it to cartd"));
+      return UploadArtifact(*env_.stub, env_.client, path);
+    };
+    if (absl::IsFailedPrecondition(room)) return upload_instead(room);  // no longer shared
+    if (!room.ok()) return room;                                        // no room, or no cartd
+    absl::StatusOr<std::string> sha = WriteToSharedStore(shared_dir_, path);
+    if (!sha.ok()) return upload_instead(sha.status());
+    shared_written_ = {path, *sha};
+  }
+  const std::string sha = shared_written_.second;
+  const absl::Status recorded =
+      RecordSharedArtifact(*env_.stub, env_.client, sha, ec ? -1 : size, /*check_only=*/false);
+  if (recorded.ok()) return sha;
+  if (absl::IsResourceExhausted(recorded)) shared_written_ = {};  // cartd removed it
+  // cartd cannot see or verify what this worker wrote: it takes the bytes instead. Its refusal
+  // for room, or not being reachable, is the uploader's to handle, as for an upload.
+  if (absl::IsNotFound(recorded) || absl::IsDataLoss(recorded) ||
+      absl::IsFailedPrecondition(recorded) || absl::IsInvalidArgument(recorded)) {
+    shared_written_ = {};
+    channel_.PostLog(StrCat("checkpoint ", path, " not recorded from the shared store (",
+                            Message(recorded), "); uploading it to cartd"));
+    return UploadArtifact(*env_.stub, env_.client, path);
+  }
+  return recorded;
+}
+
 void Session::StartUploader() {
   UploaderOptions o;
-  o.upload = [this](const std::string& path) {
-    return UploadArtifact(*env_.stub, env_.client, path);
-  };
+  o.upload = [this](const std::string& path) { return Store(path); };
   o.announce = [this](const cart::v1::CheckpointNotice& n) { channel_.PostCheckpoint(n); };
   o.log = [this](const std::string& line) { channel_.PostLog(line); };
   o.abandoned = [this] { return channel_.fenced() || channel_.gave_up(); };
@@ -201,7 +281,7 @@ JobEnd Session::Train() {
   if (job_.has_resume_from()) {
     const auto& ref = job_.resume_from();
     const std::string file = (fs::path(artifacts) / (ref.sha256() + ".pt")).string();
-    absl::Status fetched = FetchArtifact(*env_.stub, env_.client, ref.sha256(), file);
+    absl::Status fetched = Fetch(ref.sha256(), file);
     if (!fetched.ok()) return fail(fetched);
     absl::Status written =
         WriteFileAtomically((fs::path(run_dir_) / "config.yaml").string(), model::ToYaml(config));
@@ -214,7 +294,7 @@ JobEnd Session::Train() {
     channel_.PostLog(StrCat("resuming from step ", imported->step));
   } else if (job_.has_init_from()) {
     const std::string file = (fs::path(artifacts) / (job_.init_from().sha256() + ".pt")).string();
-    absl::Status fetched = FetchArtifact(*env_.stub, env_.client, job_.init_from().sha256(), file);
+    absl::Status fetched = Fetch(job_.init_from().sha256(), file);
     if (!fetched.ok()) return fail(fetched);
     options.init_from = file;
   }
@@ -258,7 +338,7 @@ JobEnd Session::Evaluate() {
   if (!dir.ok()) return fail(dir.status());
   const std::string file =
       (fs::path(env_.cache_dir) / "artifacts" / (job_.init_from().sha256() + ".pt")).string();
-  absl::Status fetched = FetchArtifact(*env_.stub, env_.client, job_.init_from().sha256(), file);
+  absl::Status fetched = Fetch(job_.init_from().sha256(), file);
   if (!fetched.ok()) return fail(fetched);
   absl::StatusOr<train::CheckpointManifest> ckpt = train::ImportCheckpoint(
       file, (fs::path(run_dir_) / "checkpoints").string(), job_.config_yaml());
@@ -299,6 +379,7 @@ JobEnd Session::Evaluate() {
 
 JobEnd Session::Run() {
   channel_.Start();
+  ResolveSharedStore();
   JobEnd end = job_.kind() == cart::v1::JOB_KIND_EVAL ? Evaluate() : Train();
   if (!end.error.empty()) channel_.PostLog("error: " + end.error);
   JobResult result;
@@ -337,6 +418,19 @@ absl::Status FetchArtifact(cart::v1::WorkerService::Stub& stub, const rpc::Clien
   request.set_sha256(sha256);
   auto reader = stub.GetArtifact(&context, request);
   return rpc::ReceiveArtifact(*reader, path, sha256, StrCat("artifact ", sha256)).status();
+}
+
+absl::Status RecordSharedArtifact(cart::v1::WorkerService::Stub& stub,
+                                  const rpc::ClientConfig& client, const std::string& sha256,
+                                  int64_t size_bytes, bool check_only) {
+  grpc::ClientContext context;
+  rpc::PrepareContext(context, client, 0);
+  cart::v1::RecordArtifactRequest request;
+  request.set_sha256(sha256);
+  request.set_size_bytes(size_bytes);
+  request.set_check_only(check_only);
+  cart::v1::RecordArtifactResponse response;
+  return rpc::FromGrpc(stub.RecordArtifact(&context, request, &response));
 }
 
 absl::StatusOr<std::string> UploadArtifact(cart::v1::WorkerService::Stub& stub,

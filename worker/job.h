@@ -56,6 +56,9 @@ struct JobEnvironment {
   bool upload_inline = false;
   // How long a final checkpoint cartd refuses for space is retried before the attempt fails.
   int64_t space_wait_ms = 600'000;
+  // Where this box mounts cartd's shared artifact store (worker/shared_store.h; cart-worker
+  // --shared-artifacts): empty, at the path cartd names; "off": never write or read it directly.
+  std::string shared_store_mount;
 };
 
 struct JobEnd {
@@ -75,9 +78,15 @@ struct JobEnd {
 JobEnd RunJob(const JobEnvironment& env, const cart::v1::Job& job,
               const std::atomic<bool>& shutdown);
 
-// Downloads artifact `sha256` into `path` (verifying the hash), unless `path` already holds it.
+// Downloads artifact `sha256` into `path` from cartd (verifying the hash), unless `path` already
+// holds it.
 absl::Status FetchArtifact(cart::v1::WorkerService::Stub& stub, const rpc::ClientConfig& client,
                            const std::string& sha256, const std::string& path);
+// Asks cartd to record a blob this worker wrote into its shared store (RecordArtifact), or with
+// `check_only` whether one of `size_bytes` would have room before it is written.
+absl::Status RecordSharedArtifact(cart::v1::WorkerService::Stub& stub,
+                                  const rpc::ClientConfig& client, const std::string& sha256,
+                                  int64_t size_bytes, bool check_only);
 // Uploads the file at `path`; returns its sha256.
 absl::StatusOr<std::string> UploadArtifact(cart::v1::WorkerService::Stub& stub,
                                            const rpc::ClientConfig& client,

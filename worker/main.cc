@@ -72,6 +72,10 @@ int main(int argc, char** argv) {
                  "quota) is retried before the attempt fails with cartd's reason")
       ->capture_default_str()
       ->check(CLI::Range(0, 86'400));
+  app.add_option("--shared-artifacts", config.shared_artifacts,
+                 "Where this box mounts cartd's shared artifact store (artifact_store: kind "
+                 "shared_fs), when not at the path cartd names; 'off': always upload and "
+                 "download through cartd (docs/design.md \"Storage\")");
   app.add_flag("--upload-inline", config.upload_inline,
                "Make training wait for each checkpoint's upload instead of uploading in the "
                "background (for measuring the difference: bench/checkpoint_upload.sh)");

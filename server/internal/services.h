@@ -104,6 +104,9 @@ class WorkerServiceImpl final : public v1::WorkerService::Service {
   grpc::Status PutArtifact(grpc::ServerContext* context,
                            grpc::ServerReader<v1::ArtifactChunk>* reader,
                            v1::PutArtifactResponse* response) override;
+  grpc::Status RecordArtifact(grpc::ServerContext* context,
+                              const v1::RecordArtifactRequest* request,
+                              v1::RecordArtifactResponse* response) override;
   grpc::Status GetArtifact(grpc::ServerContext* context, const v1::GetArtifactRequest* request,
                            grpc::ServerWriter<v1::ArtifactChunk>* writer) override;
   grpc::Status ReportDevice(grpc::ServerContext* context, const v1::DeviceReport* request,

@@ -282,6 +282,11 @@ grpc::Status WorkerServiceImpl::AcquireJob(grpc::ServerContext* context,
   if (!job.ok()) return ToGrpc(job.status());
   if (job->has_value()) {
     *response->mutable_job() = ToJob(**job, ctx_.scheduler->timing().lease_ttl);
+    if (ctx_.artifacts->options().shared) {
+      v1::SharedArtifactStore& shared = *response->mutable_job()->mutable_shared_store();
+      shared.set_path(ctx_.artifacts->options().root);
+      shared.set_store_id(ctx_.artifacts->store_id());
+    }
   }
   return grpc::Status::OK;
 }
@@ -463,6 +468,18 @@ grpc::Status WorkerServiceImpl::PutArtifact(grpc::ServerContext* context,
     return ToGrpc(absl::CancelledError(StrCat("PutArtifact: upload of ", sha256, " cancelled")));
   }
   return ToGrpc((*upload)->Commit());
+}
+
+grpc::Status WorkerServiceImpl::RecordArtifact(grpc::ServerContext* context,
+                                               const v1::RecordArtifactRequest* request,
+                                               v1::RecordArtifactResponse* response) {
+  CART_CHECK_CALLER(who, "RecordArtifact");
+  (void)who;  // content-addressed, as PutArtifact
+  (void)response;
+  if (request->check_only()) {
+    return ToGrpc(ctx_.artifacts->CheckAdopt(request->size_bytes()));
+  }
+  return ToGrpc(ctx_.artifacts->Adopt(request->sha256(), request->size_bytes()));
 }
 
 grpc::Status WorkerServiceImpl::GetArtifact(grpc::ServerContext* context,

@@ -20,6 +20,7 @@ namespace cart::testing {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 TEST(ServiceTest, SweepOfTwoByTwoByTwoSeedsCompletesOnTwoWorkersAndShowsTheRhoTable) {
   Cluster c;
@@ -171,9 +172,47 @@ TEST(ServiceTest, PreemptedRunStopsAtACheckpointAndResumesWithIdenticalLosses) {
   for (const auto& [step, loss] : want) EXPECT_EQ(got[step], loss) << "step " << step;
 }
 
-TEST(ServiceTest, KilledWorkersRunResumesElsewhereFromItsCheckpointWithIdenticalLosses) {
+// The kill tests run with each artifact store: cartd's own (every checkpoint byte through cartd)
+// and a shared filesystem that both workers write to and read from (docs/design.md "Storage").
+class KillTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  bool shared() const { return GetParam() == "shared_fs"; }
+  std::string share(const Cluster& c) const { return c.dir() + "/lab-share"; }
+  // cartd's config for the store under test.
+  std::string StoreConfig(const Cluster& c) const {
+    return shared() ? StrCat("artifact_store: {kind: shared_fs, path: ", share(c), "}\n") : "";
+  }
+  // Every checkpoint cartd recorded for `run` is a blob where the store keeps them; with a shared
+  // store the workers wrote them there themselves (nothing went through cartd's own directory)
+  // and said so in the run's log.
+  void ExpectCheckpointsWhereConfigured(Cluster& c, int64_t run) {
+    const cart::v1::GetRunResponse resp = c.GetRun(run);
+    ASSERT_FALSE(resp.checkpoints().empty());
+    const std::string root = shared() ? share(c) : c.dir() + "/cartd/artifacts";
+    for (const auto& ckpt : resp.checkpoints()) {
+      const std::string blob = StrCat(root, "/", ckpt.sha256().substr(0, 2), "/", ckpt.sha256());
+      EXPECT_TRUE(std::filesystem::exists(blob)) << blob;
+      EXPECT_EQ(std::filesystem::file_size(blob), static_cast<uintmax_t>(ckpt.size_bytes()));
+    }
+    const std::string log = c.Cart({"runs", "logs", StrCat(run)});
+    if (shared()) {
+      EXPECT_FALSE(std::filesystem::exists(c.dir() + "/cartd/artifacts"));
+      EXPECT_THAT(log, HasSubstr("checkpoints are written to and read from the shared store at " +
+                                 share(c)));
+      EXPECT_THAT(log, Not(HasSubstr("uploading it to cartd")));
+      EXPECT_THAT(log, Not(HasSubstr("downloading it from cartd")));
+    } else {
+      EXPECT_THAT(log, Not(HasSubstr("shared store")));
+    }
+  }
+};
+
+INSTANTIATE_TEST_SUITE_P(Stores, KillTest, ::testing::Values("cartd", "shared_fs"),
+                         [](const auto& info) { return info.param; });
+
+TEST_P(KillTest, KilledWorkersRunResumesElsewhereFromItsCheckpointWithIdenticalLosses) {
   Cluster c(/*lease_ttl_s=*/2);
-  c.StartCartd();
+  c.StartCartd(StoreConfig(c));
   const std::string data = c.SynthData();
   const std::string file =
       c.WriteFile("one.yaml", StrCat("name: one\nbase:\n", RunBase(data, 60, 10), "seeds: [7]\n"));
@@ -205,6 +244,7 @@ TEST(ServiceTest, KilledWorkersRunResumesElsewhereFromItsCheckpointWithIdentical
   ASSERT_EQ(got.size(), 60u);
   ASSERT_EQ(want.size(), 60u);
   for (const auto& [step, loss] : want) EXPECT_EQ(got[step], loss) << "step " << step;
+  ExpectCheckpointsWhereConfigured(c, run);
 }
 
 TEST(ServiceTest, CancelStopsWithACheckpointAndResumeFinishesTheRun) {
@@ -362,9 +402,9 @@ TEST(ServiceTest, WorkerPausedPastItsLeaseIsFencedOut) {
   EXPECT_EQ(c.Series(run, "loss").size(), 300u);
 }
 
-TEST(ServiceTest, CartdKilledWhileWorkersStreamRestartsAndLosesNothing) {
+TEST_P(KillTest, CartdKilledWhileWorkersStreamRestartsAndLosesNothing) {
   Cluster c(/*lease_ttl_s=*/5);
-  c.StartCartd();
+  c.StartCartd(StoreConfig(c));
   const std::string data = c.SynthData();
   const std::string file = c.WriteFile("k.yaml", StrCat("name: k\nbase:\n", RunBase(data, 150, 25),
                                                         "grid:\n  R: [1, 2]\nseeds: [1]\n"));
@@ -381,7 +421,7 @@ TEST(ServiceTest, CartdKilledWhileWorkersStreamRestartsAndLosesNothing) {
       std::chrono::seconds(120)));
   c.KillCartd(SIGKILL);
   std::this_thread::sleep_for(std::chrono::seconds(2));
-  c.StartCartd();
+  c.StartCartd(StoreConfig(c));
   ASSERT_TRUE(c.WaitFor(
       [&] {
         for (const auto& r : c.Runs("k")) {
@@ -396,6 +436,7 @@ TEST(ServiceTest, CartdKilledWhileWorkersStreamRestartsAndLosesNothing) {
   for (const auto& r : c.Runs("k")) {
     std::map<int64_t, double> loss = c.Series(r.run_id(), "loss");  // duplicates fail inside
     EXPECT_EQ(loss.size(), 150u) << r.name();
+    ExpectCheckpointsWhereConfigured(c, r.run_id());
   }
 }
 

@@ -12,6 +12,7 @@
 namespace cart::server {
 namespace {
 
+using ::cart::testing::ReadFile;
 using ::cart::testing::StatusIs;
 using ::cart::testing::TempDir;
 using ::cart::testing::WriteFile;
@@ -176,6 +177,133 @@ TEST_F(ArtifactStoreTest, CorruptionOnDiskIsDetectedOnRead) {
   EXPECT_THAT(status, StatusIs(absl::StatusCode::kDataLoss, HasSubstr("corrupt")));
   EXPECT_THAT(store_->Read(Sha256Hex("never stored"), 7, [](std::string_view) { return true; }),
               StatusIs(absl::StatusCode::kNotFound, ::testing::_));
+}
+
+// A shared store (artifact_store: {kind: shared_fs}): blobs a worker wrote under their names are
+// adopted only when whole, hashing to their names and within the store's limits.
+class SharedArtifactStoreTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<ArtifactStore> Open(int64_t quota = 0, int64_t floor = 0) {
+    ArtifactStoreOptions options;
+    options.root = dir_.File("shared");
+    options.max_bytes = 1 << 20;
+    options.quota_bytes = quota;
+    options.min_free_bytes = floor;
+    options.shared = true;
+    absl::StatusOr<std::unique_ptr<ArtifactStore>> store = ArtifactStore::Open(options);
+    EXPECT_TRUE(store.ok()) << store.status();
+    return store.ok() ? std::move(*store) : nullptr;
+  }
+  // What a worker's write leaves: the bytes under the name it gives them.
+  std::string WriteAsWorker(const ArtifactStore& store, const std::string& name,
+                            const std::string& data) {
+    WriteFile(store.FullPath(name), data);
+    return name;
+  }
+  TempDir dir_;
+};
+
+TEST_F(SharedArtifactStoreTest, AWorkersBlobIsAdoptedOnceAndCounted) {
+  auto store = Open();
+  ASSERT_NE(store, nullptr);
+  // The store's id, kept across opens: how a worker tells it sees this store.
+  EXPECT_EQ(store->store_id().size(), 32u);
+  EXPECT_EQ(ReadFile(dir_.File("shared/.cart-store")), store->store_id() + "\n");
+  const std::string data = "a checkpoint a worker wrote";
+  const std::string sha = WriteAsWorker(*store, Sha256Hex(data), data);
+  EXPECT_EQ(store->stored_bytes(), 0);
+  CART_ASSERT_OK(store->Adopt(sha, data.size()));
+  EXPECT_EQ(store->stored_bytes(), static_cast<int64_t>(data.size()));
+  CART_ASSERT_OK(store->Adopt(sha, data.size()));  // idempotent: counted once
+  EXPECT_EQ(store->stored_bytes(), static_cast<int64_t>(data.size()));
+  absl::Status read;
+  std::string back;
+  read = store->Read(sha, 5, [&](std::string_view chunk) {
+    back.append(chunk);
+    return true;
+  });
+  CART_EXPECT_OK(read);
+  EXPECT_EQ(back, data);
+  // An upload of the same blob takes no more room either.
+  CART_ASSERT_OK_AND_ASSIGN(auto upload, store->BeginUpload(sha, data.size()));
+  CART_ASSERT_OK(upload->Append(data));
+  CART_ASSERT_OK(upload->Commit());
+  EXPECT_EQ(store->stored_bytes(), static_cast<int64_t>(data.size()));
+  CART_ASSERT_OK(store->Remove(sha));
+  EXPECT_EQ(store->stored_bytes(), 0);
+  const std::string id = store->store_id();
+  store.reset();
+  store = Open();
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(store->store_id(), id);
+}
+
+TEST_F(SharedArtifactStoreTest, BadBlobsAreRefusedAndRemoved) {
+  auto store = Open();
+  ASSERT_NE(store, nullptr);
+  EXPECT_THAT(store->Adopt(Sha256Hex("never written"), 13),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("not in the shared store")));
+  const std::string sized = WriteAsWorker(*store, Sha256Hex("short"), "short");
+  EXPECT_THAT(store->Adopt(sized, 6),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("has 5 bytes, declared 6")));
+  EXPECT_FALSE(std::filesystem::exists(store->FullPath(sized)));
+  // Bytes under another blob's name (a torn or tampered write).
+  const std::string forged = WriteAsWorker(*store, Sha256Hex("genuine"), "forged!");
+  EXPECT_THAT(store->Adopt(forged, 7), StatusIs(absl::StatusCode::kDataLoss,
+                                                HasSubstr("hashes to " + Sha256Hex("forged!"))));
+  EXPECT_FALSE(std::filesystem::exists(store->FullPath(forged)));
+  EXPECT_EQ(store->stored_bytes(), 0);
+  const std::string big(size_t{1} << 20 | 1, 'x');
+  const std::string too_big = WriteAsWorker(*store, Sha256Hex(big), big);
+  EXPECT_THAT(store->Adopt(too_big, big.size()),
+              StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("the limit is 1048576")));
+  EXPECT_FALSE(std::filesystem::exists(store->FullPath(too_big)));
+  EXPECT_THAT(store->Adopt("../../etc/passwd", 1),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("hex")));
+}
+
+TEST_F(SharedArtifactStoreTest, QuotaAndDiskFloorRefuseAdoptionsAsTheyRefuseUploads) {
+  auto store = Open(/*quota=*/10);
+  ASSERT_NE(store, nullptr);
+  CART_ASSERT_OK(store->Adopt(WriteAsWorker(*store, Sha256Hex("123456"), "123456"), 6));
+  const std::string over = WriteAsWorker(*store, Sha256Hex("abcdef"), "abcdef");
+  EXPECT_THAT(store->Adopt(over, 6), StatusIs(absl::StatusCode::kResourceExhausted,
+                                              HasSubstr("to 12 bytes, past its quota of 10")));
+  EXPECT_FALSE(std::filesystem::exists(store->FullPath(over)));
+  store.reset();
+  store = Open(/*quota=*/0, /*floor=*/int64_t{1} << 60);  // a floor no disk reaches
+  ASSERT_NE(store, nullptr);
+  const std::string floor = WriteAsWorker(*store, Sha256Hex("abcdef"), "abcdef");
+  EXPECT_THAT(store->Adopt(floor, 6),
+              StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("below the floor")));
+  EXPECT_FALSE(std::filesystem::exists(store->FullPath(floor)));
+}
+
+TEST_F(SharedArtifactStoreTest, OnlyASharedStoreAdoptsAndWorkersPartialFilesOutliveARestart) {
+  ArtifactStoreOptions own;
+  own.root = dir_.File("own");
+  CART_ASSERT_OK_AND_ASSIGN(auto cartds, ArtifactStore::Open(own));
+  WriteFile(cartds->FullPath(Sha256Hex("x")), "x");
+  EXPECT_THAT(cartds->Adopt(Sha256Hex("x"), 1),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("not shared")));
+
+  auto store = Open();
+  ASSERT_NE(store, nullptr);
+  // A worker writing while cartd restarts: its partial file stays (cartd's own temporaries go).
+  const std::string partial = dir_.File("shared/incoming/box-1a2b.tmp-77-0");
+  WriteFile(partial, "half a checkpoint");
+  store.reset();
+  store = Open();
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(store->swept_temp_files(), 0);
+  EXPECT_TRUE(std::filesystem::exists(partial));
+  EXPECT_EQ(store->RemoveUnknown([](const std::string&) { return false; }, 3600), 0);
+  EXPECT_TRUE(std::filesystem::exists(partial));
+  // One a worker that died left hours ago goes.
+  std::filesystem::last_write_time(
+      partial, std::filesystem::file_time_type::clock::now() - std::chrono::hours(2));
+  EXPECT_EQ(store->RemoveUnknown([](const std::string&) { return false; }, 3600), 1);
+  EXPECT_FALSE(std::filesystem::exists(partial));
 }
 
 }  // namespace

@@ -423,5 +423,33 @@ TEST(ConfigFileTest, EveryKeyOfTheTableIsParsed) {
   EXPECT_EQ(config.http_max_connections_per_client, 9);
 }
 
+TEST(ConfigFileTest, TheArtifactStoreIsCartdsOwnOrASharedFilesystem) {
+  ServerConfig config;
+  CART_ASSERT_OK(ApplyConfigYaml("artifact_store: {kind: shared_fs, path: /mnt/lab/cart}\n",
+                                 "c.yaml", config));
+  EXPECT_EQ(config.shared_artifact_path, "/mnt/lab/cart");
+  CART_ASSERT_OK(ApplyConfigYaml("artifact_store:\n  kind: cartd\n", "c.yaml", config));
+  EXPECT_EQ(config.shared_artifact_path, "");
+  EXPECT_THAT(
+      ApplyConfigYaml("artifact_store: {kind: nfs, path: /x}\n", "c.yaml", config),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               HasSubstr("c.yaml:1: artifact_store.kind: 'nfs' is not cartd or shared_fs")));
+  EXPECT_THAT(ApplyConfigYaml("artifact_store: {kind: shared_fs}\n", "c.yaml", config),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("artifact_store.path: '' is not an absolute path")));
+  EXPECT_THAT(
+      ApplyConfigYaml("artifact_store: {kind: shared_fs, path: lab/cart}\n", "c.yaml", config),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("'lab/cart' is not an absolute")));
+  EXPECT_THAT(ApplyConfigYaml("artifact_store:\n  kind: shared_fs\n  pth: /x\n", "c.yaml", config),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("c.yaml:3: artifact_store.pth: unknown key (known: kind, path)")));
+  EXPECT_THAT(
+      ApplyConfigYaml("artifact_store: {kind: cartd, path: /x}\n", "c.yaml", config),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("a path needs kind shared_fs")));
+  EXPECT_THAT(ApplyConfigYaml("artifact_store: /mnt/lab\n", "c.yaml", config),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("must be a mapping")));
+  EXPECT_EQ(config.shared_artifact_path, "");  // nothing applied by a refused value
+}
+
 }  // namespace
 }  // namespace cart::server::testing
