@@ -1,23 +1,12 @@
 #include "cli/tensorboard.h"
 
-#include <array>
 #include <cstring>
 
+#include "common/crc32c.h"
 #include "common/file.h"
 
 namespace cart::cli {
 namespace {
-
-constexpr std::array<uint32_t, 256> MakeCrc32cTable() {
-  std::array<uint32_t, 256> table{};
-  for (uint32_t i = 0; i < 256; ++i) {
-    uint32_t c = i;
-    for (int k = 0; k < 8; ++k) c = (c & 1) ? 0x82F63B78u ^ (c >> 1) : c >> 1;
-    table[i] = c;
-  }
-  return table;
-}
-constexpr std::array<uint32_t, 256> kCrc32cTable = MakeCrc32cTable();
 
 // Protocol buffer wire format, the few pieces an Event needs.
 void Varint(std::string& out, uint64_t v) {
@@ -58,11 +47,7 @@ std::string EventHead(int64_t step, double wall_time_s) {
 
 }  // namespace
 
-uint32_t Crc32c(std::string_view data) {
-  uint32_t crc = 0xFFFFFFFFu;
-  for (unsigned char byte : data) crc = kCrc32cTable[(crc ^ byte) & 0xFF] ^ (crc >> 8);
-  return crc ^ 0xFFFFFFFFu;
-}
+uint32_t Crc32c(std::string_view data) { return cart::Crc32c(0, data.data(), data.size()); }
 
 uint32_t MaskedCrc32c(std::string_view data) {
   const uint32_t crc = Crc32c(data);

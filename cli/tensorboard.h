@@ -18,8 +18,8 @@
 
 namespace cart::cli {
 
-// CRC-32C (Castagnoli), as TFRecord frames use it; and its "masked" form
-// ((crc >> 15 | crc << 17) + 0xa282ead8).
+// CRC-32C (Castagnoli, common/crc32c.h) of `data`, as TFRecord frames use it; and its "masked"
+// form ((crc >> 15 | crc << 17) + 0xa282ead8).
 uint32_t Crc32c(std::string_view data);
 uint32_t MaskedCrc32c(std::string_view data);
 

@@ -61,13 +61,19 @@ absl::Status AtomicFileWriter::Write(const void* data, size_t size) {
   return absl::OkStatus();
 }
 
-absl::Status AtomicFileWriter::Commit() { return CommitAs(path_); }
+absl::Status AtomicFileWriter::Commit() { return Finish(path_, /*sync=*/true); }
 
 absl::Status AtomicFileWriter::CommitAs(const std::string& path) {
+  return Finish(path, /*sync=*/true);
+}
+
+absl::Status AtomicFileWriter::CommitWithoutSync() { return Finish(path_, /*sync=*/false); }
+
+absl::Status AtomicFileWriter::Finish(const std::string& path, bool sync) {
   if (file_ == nullptr) return absl::FailedPreconditionError("commit twice: " + path_);
   FILE* f = file_;
   file_ = nullptr;
-  bool ok = std::fflush(f) == 0 && fsync(fileno(f)) == 0;
+  bool ok = std::fflush(f) == 0 && (!sync || fsync(fileno(f)) == 0);
   ok = (std::fclose(f) == 0) && ok;
   if (!ok) {
     absl::Status s = ErrnoError("cannot flush", tmp_);
@@ -79,6 +85,7 @@ absl::Status AtomicFileWriter::CommitAs(const std::string& path) {
     std::remove(tmp_.c_str());
     return s;
   }
+  if (!sync) return absl::OkStatus();
   std::string dir = std::filesystem::path(path).parent_path().string();
   if (dir.empty()) dir = ".";
   int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);

@@ -33,8 +33,13 @@ class AtomicFileWriter {
   // The same onto `path` instead, on the same filesystem: for a file named after its contents,
   // known only once written (a content-addressed blob).
   absl::Status CommitAs(const std::string& path);
+  // The rename without the fsyncs: still atomic to readers and against a killed process (they see
+  // the old file or the whole new one), not against a power cut. For a file whose durable copy is
+  // kept elsewhere: a worker's checkpoint, which cartd's store holds durably once uploaded.
+  absl::Status CommitWithoutSync();
 
  private:
+  absl::Status Finish(const std::string& path, bool sync);
   AtomicFileWriter(std::string path, std::string tmp, FILE* file)
       : path_(std::move(path)), tmp_(std::move(tmp)), file_(file) {}
   std::string path_;

@@ -157,9 +157,17 @@ absl::Status Trainer::Checkpoint(int64_t step) {
   state.step = step;
   state.cursor = reader_->cursor();
   state.config_yaml = model::ToYaml(config_);
+  CheckpointWriteOptions write;
+  write.durable = options_.durable_checkpoints;
+  const auto start = std::chrono::steady_clock::now();
   CART_ASSIGN_OR_RETURN(CheckpointManifest m,
                         WriteCheckpoint(checkpoint_dir_, state, *model_, *optimizer_,
-                                        config_.train.keep_checkpoints));
+                                        config_.train.keep_checkpoints, write));
+  // What the checkpoint cost the training loop, in the run's log (bench/checkpoint_upload.sh).
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  Log(StrCat("checkpoint at step ", step, " written: ", Fixed(m.bytes / 1048576.0, 1), " MiB in ",
+             Fixed(seconds, 2), " s"));
   result_.last_checkpoint = m.path;
   if (options_.on_checkpoint) options_.on_checkpoint(m);
   return absl::OkStatus();

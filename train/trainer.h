@@ -46,6 +46,9 @@ struct TrainOptions {
   // False: no checkpoint is written, not even the last (benchmarks: `cart model bench`). A run
   // trained so cannot be resumed.
   bool write_checkpoints = true;
+  // fsync each checkpoint (train::CheckpointWriteOptions::durable). The worker turns it off: its
+  // local file is a staging copy, and the durable one is the copy cartd's store keeps.
+  bool durable_checkpoints = true;
 };
 
 // Where the loss became non-finite.

@@ -1,5 +1,9 @@
 #include "worker/checkpoint_uploader.h"
 
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
@@ -88,6 +92,10 @@ bool CheckpointUploader::WaitBackoff(int64_t ms) {
 }
 
 void CheckpointUploader::Loop() {
+  // Linux: the niceness of this thread only (glibc's setpriority takes a thread id).
+  if (options_.niceness > 0) {
+    setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), options_.niceness);
+  }
   for (;;) {
     Item item;
     {

@@ -50,6 +50,10 @@ struct UploaderOptions {
   int64_t first_backoff_ms = 200;  // between tries; doubles up to max_backoff_ms
   int64_t max_backoff_ms = 5000;
   int periodic_tries = 4;  // a periodic checkpoint is skipped after this many failed tries
+  // The upload thread's niceness (0: the process's). Below the training threads, a CPU-bound
+  // worker's upload (copying, hashing, sending) takes what training leaves instead of a core from
+  // it; on a GPU the training thread mostly waits for the device, and the upload loses nothing.
+  int niceness = 10;
 };
 
 class CheckpointUploader {

@@ -271,6 +271,9 @@ JobEnd Session::Train() {
   options.out_dir = run_dir_;
   options.device = env_.torch_device;
   options.stop = &channel_.stop();
+  // Written whole and atomically, not fsync'ed: cartd's store holds the durable copy, and an
+  // attempt never resumes from its own local files (docs/design.md "Storage").
+  options.durable_checkpoints = false;
   options.on_metrics = [this](const train::MetricRecord& r) { OnMetrics(r); };
   const int64_t total = config.train.steps;
   options.on_checkpoint = [this, total](const train::CheckpointManifest& m) {

@@ -1,7 +1,10 @@
 // Where the synchronous checkpoint write's time goes, for a checkpoint the size of the paper's
 // d = 1024 runs' (CART d 1024, P 6, vocab 32,000: fp32 weights and both AdamW moments, 1.4 GiB):
-// LibTorch's serializer into a sink that drops the bytes, the CRC-32 of that many bytes, the
-// same bytes written to a file with and without fsync, and train::WriteCheckpoint whole.
+// LibTorch's serializer into a sink that drops the bytes, zlib's CRC-32 and CRC-32C of that many
+// bytes, the same bytes written to a file with and without fsync, and train::WriteCheckpoint whole
+// as it was (each tensor's bytes written from its own memory, zlib's CRC-32, fsync), through the
+// staging buffer, as `cart train` writes it (staged, CRC-32C, fsync) and as a worker writes it
+// (staged, CRC-32C, no fsync: cartd's store holds the durable copy).
 // Medians of timed repetitions, printed; asserts nothing (docs/design.md "Storage").
 //
 //   build/bin/bench-checkpoint [--dir DIR] [--reps N] [--d D]
@@ -20,14 +23,18 @@
 #include <string>
 #include <vector>
 
+#include "common/crc32c.h"
 #include "model/language_model.h"
 #include "train/checkpoint.h"
 
 namespace {
 
+// Each repetition starts with the disk's queue empty (sync(2), untimed): otherwise the previous
+// repetition's 1.4 GiB, still being written back, slows the next.
 double MedianSeconds(const std::function<void()>& f, int reps) {
   std::vector<double> times;
   for (int i = 0; i < reps; ++i) {
+    ::sync();
     const auto t0 = std::chrono::steady_clock::now();
     f();
     times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
@@ -101,27 +108,48 @@ int main(int argc, char** argv) {
         }
       },
       reps);
+  const double t_crc32c = MedianSeconds(
+      [&] {
+        volatile uint32_t crc = cart::Crc32c(0, bytes.data(), bytes.size());
+        (void)crc;
+      },
+      reps);
   const std::string file = dir + "/bench-checkpoint.bin";
   const double t_write = MedianSeconds([&] { WriteFile(file, bytes, false); }, reps);
   const double t_write_sync = MedianSeconds([&] { WriteFile(file, bytes, true); }, reps);
   const std::string ckpt_dir = dir + "/bench-checkpoint";
   cart::train::CheckpointState state;
   state.step = 1;
-  const double t_whole = MedianSeconds(
-      [&] {
-        if (!cart::train::WriteCheckpoint(ckpt_dir, state, *model, optimizer, 1).ok()) {
-          fmt::print("WriteCheckpoint failed\n");
-        }
-      },
-      reps);
-  std::filesystem::remove_all(ckpt_dir);
+  auto whole = [&](bool crc32c, bool durable, bool staged) {
+    cart::train::CheckpointWriteOptions write;
+    write.crc32c = crc32c;
+    write.durable = durable;
+    write.staged = staged;
+    const double s = MedianSeconds(
+        [&] {
+          if (!cart::train::WriteCheckpoint(ckpt_dir, state, *model, optimizer, 1, write).ok()) {
+            fmt::print("WriteCheckpoint failed\n");
+          }
+        },
+        reps);
+    std::filesystem::remove_all(ckpt_dir);
+    return s;
+  };
+  const double t_before = whole(false, true, false);
+  const double t_staged = whole(false, true, true);
+  const double t_train = whole(true, true, true);
+  const double t_worker = whole(true, false, true);
   auto row = [&](const char* what, double s) {
-    fmt::print("{:<52}{:>8.3f} s{:>10.0f} MB/s\n", what, s, bytes.size() / s / 1e6);
+    fmt::print("{:<60}{:>8.3f} s{:>10.0f} MB/s\n", what, s, bytes.size() / s / 1e6);
   };
   row("LibTorch serializer into a sink that drops the bytes", t_serialize);
-  row("CRC-32 (zlib) of the bytes", t_crc);
+  row("CRC-32 (zlib)", t_crc);
+  row(cart::Crc32cInHardware() ? "CRC-32C (the crc32 instruction)" : "CRC-32C (a table)", t_crc32c);
   row("write(2) to a file, no fsync", t_write);
   row("write(2) to a file, fsync", t_write_sync);
-  row("train::WriteCheckpoint (all of it)", t_whole);
+  row("WriteCheckpoint as before: unstaged, zlib CRC-32, fsync", t_before);
+  row("WriteCheckpoint staged, zlib CRC-32, fsync", t_staged);
+  row("WriteCheckpoint for cart train: staged, CRC-32C, fsync", t_train);
+  row("WriteCheckpoint for a worker: staged, CRC-32C, no fsync", t_worker);
   return 0;
 }

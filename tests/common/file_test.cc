@@ -4,6 +4,9 @@
 
 #include <sys/stat.h>
 
+#include <filesystem>
+#include <iterator>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/support/test_support.h"
@@ -21,6 +24,36 @@ TEST(FileTest, AtomicWriteReplacesTheFileAndKeepsASecretPrivateFromTheStart) {
   ASSERT_EQ(stat(path.c_str(), &info), 0);
   EXPECT_EQ(info.st_mode & 0777, 0600u);
   EXPECT_FALSE(ReadWholeFile(dir.File("missing")).ok());
+}
+
+TEST(FileTest, EachCommitPutsTheWholeFileInPlaceAndLeavesNoTemporary) {
+  ::cart::testing::TempDir dir;
+  for (int way = 0; way < 3; ++way) {
+    const std::string path = dir.File("f" + std::to_string(way));
+    auto writer = AtomicFileWriter::Open(path);
+    ASSERT_TRUE(writer.ok()) << writer.status();
+    ASSERT_TRUE(writer->Write("part one, ").ok());
+    ASSERT_TRUE(writer->Write("part two").ok());
+    EXPECT_FALSE(std::filesystem::exists(path));  // nothing under the name until committed
+    const std::string target = way == 2 ? dir.File("named-later") : path;
+    const absl::Status done = way == 0   ? writer->Commit()
+                              : way == 1 ? writer->CommitWithoutSync()
+                                         : writer->CommitAs(target);
+    ASSERT_TRUE(done.ok()) << done;
+    EXPECT_EQ(ReadWholeFile(target).value(), "part one, part two");
+    EXPECT_FALSE(writer->Commit().ok());  // once only
+  }
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path())) {
+    EXPECT_EQ(entry.path().string().find(".tmp-"), std::string::npos) << entry.path();
+  }
+  {  // abandoned: nothing left
+    auto writer = AtomicFileWriter::Open(dir.File("abandoned"));
+    ASSERT_TRUE(writer.ok());
+    ASSERT_TRUE(writer->Write("x").ok());
+  }
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir.path()),
+                          std::filesystem::directory_iterator()),
+            3);
 }
 
 }  // namespace

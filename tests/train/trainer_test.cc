@@ -2,6 +2,8 @@
 
 #include "train/trainer.h"
 
+#include <zlib.h>
+
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -278,6 +280,47 @@ TEST_F(TrainerTest, CorruptNewestCheckpointIsReportedAndSkipped) {
   EXPECT_THAT(logs.front(), HasSubstr("checkpoint skipped"));
   EXPECT_THAT(StrJoin(logs, "\n"), HasSubstr("resumed from"));
   EXPECT_THAT(StrJoin(logs, "\n"), HasSubstr("step-00000004"));
+}
+
+// Checkpoints carry CRC-32C now; a manifest written before it carries zlib's CRC-32 under
+// "crc32", and its checkpoint still verifies and resumes.
+TEST_F(TrainerTest, AnOlderManifestsCrc32StillVerifiesAndResumes) {
+  config_.train.eval_every = 0;
+  TrainOptions o;
+  o.out_dir = dir_.File("run");
+  o.stop_after = 8;
+  CART_ASSERT_OK(Train(config_, o).status());
+  auto ckpts = ListCheckpoints(dir_.File("run/checkpoints"));
+  ASSERT_EQ(ckpts.back().step, 8);
+  EXPECT_TRUE(ckpts.back().crc32c);
+  const std::string json_path = dir_.File("run/checkpoints/step-00000008.json");
+  nlohmann::json j = nlohmann::json::parse(cart::testing::ReadFile(json_path));
+  ASSERT_TRUE(j.contains("crc32c"));
+  const std::string bytes = cart::testing::ReadFile(ckpts.back().path);
+  const uint32_t zlib_crc = static_cast<uint32_t>(
+      crc32(crc32(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(bytes.data()), bytes.size()));
+  ASSERT_NE(zlib_crc, j["crc32c"].get<uint32_t>());  // two different checksums
+  j.erase("crc32c");
+  j["crc32"] = zlib_crc;
+  cart::testing::WriteFile(json_path, j.dump(2));
+  ckpts = ListCheckpoints(dir_.File("run/checkpoints"));
+  EXPECT_FALSE(ckpts.back().crc32c);
+  CART_EXPECT_OK(VerifyCheckpoint(ckpts.back()));
+  j["crc32"] = zlib_crc ^ 1u;  // and a wrong one is caught under its own name
+  cart::testing::WriteFile(json_path, j.dump(2));
+  EXPECT_THAT(VerifyCheckpoint(ListCheckpoints(dir_.File("run/checkpoints")).back()),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("CRC-32 does not match")));
+  j["crc32"] = zlib_crc;
+  cart::testing::WriteFile(json_path, j.dump(2));
+
+  TrainOptions resume;
+  resume.out_dir = dir_.File("run");
+  resume.resume = true;
+  std::vector<std::string> logs;
+  resume.on_log = [&](const std::string& s) { logs.push_back(s); };
+  CART_ASSERT_OK_AND_ASSIGN(TrainResult r, Train(model::RunConfig{}, resume));
+  EXPECT_EQ(r.steps_done, 12);
+  EXPECT_THAT(StrJoin(logs, "\n"), HasSubstr("step-00000008"));
 }
 
 TEST_F(TrainerTest, StopFlagCheckpointsAndReturnsEarly) {
