@@ -97,6 +97,7 @@ class Session {
   std::string shared_dir_;  // where this worker sees cartd's shared store; empty: through cartd
   // The trainer's file last written into the shared store and its sha256 (the upload thread's).
   std::pair<std::string, std::string> shared_written_;
+  bool shared_unseen_ = false;  // cartd did not find a blob written there (the upload thread's)
   // For "mfu" (Train sets them from the run's config and the device; 0: none logged).
   double train_flops_per_token_ = 0;
   double peak_tflops_ = 0;
@@ -148,7 +149,7 @@ absl::Status Session::Fetch(const std::string& sha256, const std::string& file) 
 }
 
 absl::StatusOr<std::string> Session::Store(const std::string& path) {
-  if (shared_dir_.empty()) return UploadArtifact(*env_.stub, env_.client, path);
+  if (shared_dir_.empty() || shared_unseen_) return UploadArtifact(*env_.stub, env_.client, path);
   std::error_code ec;
   const int64_t size = static_cast<int64_t>(fs::file_size(path, ec));
   // A retry after cartd could not be reached records the blob written before.
@@ -177,8 +178,11 @@ absl::StatusOr<std::string> Session::Store(const std::string& path) {
   if (absl::IsNotFound(recorded) || absl::IsDataLoss(recorded) ||
       absl::IsFailedPrecondition(recorded) || absl::IsInvalidArgument(recorded)) {
     shared_written_ = {};
+    // Not where cartd looks (another filesystem under the same id): so for the whole attempt.
+    shared_unseen_ = absl::IsNotFound(recorded);
     channel_.PostLog(StrCat("checkpoint ", path, " not recorded from the shared store (",
-                            Message(recorded), "); uploading it to cartd"));
+                            Message(recorded), "); uploading it to cartd",
+                            shared_unseen_ ? ", and this attempt's later checkpoints too" : ""));
     return UploadArtifact(*env_.stub, env_.client, path);
   }
   return recorded;

@@ -58,25 +58,46 @@ TEST_P(FloorTest, AStoreAtItsDiskFloorFailsTheAttemptWithItsReasonAfterABoundedW
   }
 }
 
-TEST(CheckpointTest, AWorkerThatCannotSeeTheSharedStoreUploadsSayingSo) {
+// A box that mounts the shared filesystem elsewhere (cart-worker --shared-artifacts): at a path
+// where the store is not ("empty"), or where a copy of its id is but not its files ("copy": the
+// worker writes there, and cartd, not finding the blob, has it uploaded instead).
+class ElsewhereTest : public ::testing::TestWithParam<std::string> {};
+
+INSTANTIATE_TEST_SUITE_P(Mounts, ElsewhereTest, ::testing::Values("empty", "copy"),
+                         [](const auto& info) { return info.param; });
+
+TEST_P(ElsewhereTest, AWorkerThatCannotSeeTheSharedStoreUploadsSayingSo) {
   Cluster c;
   const std::string share = c.dir() + "/lab-share";
+  const std::string elsewhere = c.dir() + "/elsewhere";
   c.StartCartd(StrCat("artifact_store: {kind: shared_fs, path: ", share, "}\n"));
   const std::string data = c.SynthData();
   const std::string file =
       c.WriteFile("u.yaml", StrCat("name: u\nbase:\n", RunBase(data, 20, 10), "seeds: [1]\n"));
   c.Cart({"sweep", "submit", file});
   const int64_t run = RunId(c, "u", 0);
-  // This box mounts the filesystem at a path where the store is not (an empty directory).
-  std::filesystem::create_directories(c.dir() + "/elsewhere");
-  c.StartWorker("a", 0, {"--shared-artifacts", c.dir() + "/elsewhere", "--max-jobs", "1"});
+  std::filesystem::create_directories(elsewhere);
+  if (GetParam() == "copy") {
+    std::filesystem::copy_file(share + "/.cart-store", elsewhere + "/.cart-store");
+  }
+  c.StartWorker("a", 0, {"--shared-artifacts", elsewhere, "--max-jobs", "1"});
   ASSERT_TRUE(c.WaitFor([&] { return StateOf(c, run) == "SUCCEEDED"; }, std::chrono::seconds(120)))
       << c.Log("worker-a.log") << c.Log("cartd.log");
   const std::string log = c.Cart({"runs", "logs", StrCat(run)});
-  EXPECT_THAT(log, HasSubstr("checkpoints go through cartd: the shared artifact store is not "
-                             "visible at " +
-                             c.dir() + "/elsewhere"));
-  EXPECT_TRUE(std::filesystem::is_empty(c.dir() + "/elsewhere"));
+  if (GetParam() == "empty") {
+    EXPECT_THAT(log, HasSubstr("checkpoints go through cartd: the shared artifact store is not "
+                               "visible at " +
+                               elsewhere));
+    EXPECT_TRUE(std::filesystem::is_empty(elsewhere));
+  } else {
+    EXPECT_THAT(log, HasSubstr("written to and read from the shared store at " + elsewhere));
+    EXPECT_THAT(log, HasSubstr("not recorded from the shared store"));
+    EXPECT_THAT(log, HasSubstr("is not in the shared store"));
+    EXPECT_THAT(log, HasSubstr("uploading it to cartd, and this attempt's later checkpoints too"));
+    // Once: the checkpoints after the first go straight to cartd.
+    EXPECT_EQ(log.find("not recorded from the shared store"),
+              log.rfind("not recorded from the shared store"));
+  }
   // cartd stored the uploads in the shared store itself.
   const cart::v1::GetRunResponse resp = c.GetRun(run);
   ASSERT_FALSE(resp.checkpoints().empty());

@@ -40,6 +40,15 @@ class TrainerTest : public ::testing::Test {
     config_.data.train_data = dir_.File("synth.bin");
     config_.data.val_data["synth"] = synth_.val_path;
   }
+  // Trains 8 of the run's 12 steps into run/ (checkpoints at 4 and 8), without evaluations.
+  void TrainEightSteps() {
+    config_.train.eval_every = 0;
+    TrainOptions o;
+    o.out_dir = dir_.File("run");
+    o.stop_after = 8;
+    CART_ASSERT_OK(Train(config_, o).status());
+    ASSERT_EQ(ListCheckpoints(dir_.File("run/checkpoints")).back().step, 8);
+  }
   TempDir dir_;
   data::SynthResult synth_;
   model::RunConfig config_;
@@ -247,13 +256,8 @@ TEST_F(TrainerTest, ANonFiniteLossStopsTrainingAndSaysWhere) {
 }
 
 TEST_F(TrainerTest, CorruptNewestCheckpointIsReportedAndSkipped) {
-  config_.train.eval_every = 0;
-  TrainOptions o;
-  o.out_dir = dir_.File("run");
-  o.stop_after = 8;
-  CART_ASSERT_OK(Train(config_, o).status());
+  ASSERT_NO_FATAL_FAILURE(TrainEightSteps());
   auto ckpts = ListCheckpoints(dir_.File("run/checkpoints"));
-  ASSERT_EQ(ckpts.back().step, 8);
   {
     // Flip every bit of the middle byte: writing a fixed value would change nothing in the 1 of
     // 256 files whose byte there already has it (seen once in CI).
@@ -285,13 +289,8 @@ TEST_F(TrainerTest, CorruptNewestCheckpointIsReportedAndSkipped) {
 // Checkpoints carry CRC-32C now; a manifest written before it carries zlib's CRC-32 under
 // "crc32", and its checkpoint still verifies and resumes.
 TEST_F(TrainerTest, AnOlderManifestsCrc32StillVerifiesAndResumes) {
-  config_.train.eval_every = 0;
-  TrainOptions o;
-  o.out_dir = dir_.File("run");
-  o.stop_after = 8;
-  CART_ASSERT_OK(Train(config_, o).status());
+  ASSERT_NO_FATAL_FAILURE(TrainEightSteps());
   auto ckpts = ListCheckpoints(dir_.File("run/checkpoints"));
-  ASSERT_EQ(ckpts.back().step, 8);
   EXPECT_TRUE(ckpts.back().crc32c);
   const std::string json_path = dir_.File("run/checkpoints/step-00000008.json");
   nlohmann::json j = nlohmann::json::parse(cart::testing::ReadFile(json_path));
