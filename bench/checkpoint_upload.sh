@@ -5,7 +5,8 @@
 # weights and both AdamW moments) is the size of the paper's stage-2 runs', with a checkpoint
 # every EVERY steps, over loopback capped at 1 Gbit/s with tc (a lab's 1 GbE link to cartd; as
 # root, else uncapped and said so). Twice: uploads inline on the training thread (cart-worker
-# --upload-inline, as it was) and in the background (the default). From the run's step times in
+# --upload-inline, as it was) and in the background (the default); then with the artifacts on a
+# shared filesystem (a directory here) that the worker writes itself. From the run's step times in
 # cartd's database: the median step, what the checkpoint steps took beyond it (the write to local
 # disk, plus the upload when inline), that as a share of the run, and projected to the paper's
 # cadence (a checkpoint every 500 steps) with the median step of the run without checkpoints: the
@@ -33,11 +34,15 @@ trap cleanup EXIT
 port=$((20000 + RANDOM % 20000))
 # CARTD_NICE=N runs cartd at that niceness: on a lab's network cartd has a machine of its own,
 # here it shares the worker's two cores (0, the default: it competes as it would on one box).
-nice -n "${CARTD_NICE:-0}" "$bin/cartd" --listen 127.0.0.1:$port --http off \
-  --data-dir "$dir/cart" >"$dir/cartd.log" 2>&1 &
-pid=$!
+data_dir=$dir/cart
+start_cartd() {  # [CONFIG-FILE]
+  nice -n "${CARTD_NICE:-0}" "$bin/cartd" --listen 127.0.0.1:$port --http off \
+    --data-dir "$data_dir" ${1:+--config "$1"} >"$dir/cartd.log" 2>&1 &
+  pid=$!
+  for _ in $(seq 100); do "$bin/cart" sweep ls >/dev/null 2>&1 && break; sleep 0.1; done
+}
 export CART_SERVER=127.0.0.1:$port CART_CONFIG=/dev/null
-for _ in $(seq 100); do "$bin/cart" sweep ls >/dev/null 2>&1 && break; sleep 0.1; done
+start_cartd
 if [ "$(id -u)" = 0 ] && tc qdisc add dev lo root tbf rate 1gbit burst 1mb latency 200ms 2>/dev/null; then
   capped=1
   echo "loopback capped at 1 Gbit/s (tc tbf)"
@@ -56,7 +61,7 @@ YAML
   "$bin/cart" sweep submit "$dir/$name.yaml" >/dev/null
   "$bin/cart-worker" --device cpu --threads 2 --exit-when-idle --max-jobs 1 \
     --cache-dir "$dir/worker-$name" --acquire-wait-ms 1000 "$@" >"$dir/worker-$name.log" 2>&1
-  python3 - "$dir/cart/cart.db" "$name" "$every" "$dir/totals" <<'PY'
+  python3 - "$data_dir/cart.db" "$name" "$every" "$dir/totals" <<'PY'
 import json, os, re, sqlite3, statistics, sys
 db, sweep, every, totals = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 con = sqlite3.connect(db)
@@ -103,4 +108,12 @@ PY
 measure none 0
 measure inline "$every" --upload-inline
 measure background "$every"
+# The shared-filesystem backend (artifact_store: kind shared_fs; a directory on this machine's
+# disk standing for the lab's NFS): the worker copies each checkpoint there itself, in the
+# background, and cartd re-reads it to verify it; no upload.
+kill "$pid"; wait "$pid" 2>/dev/null || true
+data_dir=$dir/cart-shared
+echo "artifact_store: {kind: shared_fs, path: $dir/share}" >"$dir/cartd-shared.yaml"
+start_cartd "$dir/cartd-shared.yaml"
+measure shared "$every"
 
