@@ -142,31 +142,23 @@ absl::Status ArtifactStore::Remove(const std::string& sha256) {
   CART_RETURN_IF_ERROR(CheckName(sha256));
   const std::string path = FullPath(sha256);
   std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) {  // already gone
-    Uncount(sha256);
-    return absl::OkStatus();
-  }
-  if (!std::filesystem::remove(path, ec) || ec) {
-    return absl::InternalError(StrCat("cannot remove ", path, ": ", ec.message()));
-  }
+  std::filesystem::remove(path, ec);  // false without an error: already gone
+  if (ec) return absl::InternalError(StrCat("cannot remove ", path, ": ", ec.message()));
   Uncount(sha256);
   return absl::OkStatus();
 }
 
-bool ArtifactStore::Count(const std::string& sha256, int64_t size) {
+void ArtifactStore::Count(const std::string& sha256, int64_t size) {
   absl::MutexLock lock(&mu_);
-  if (!counted_.emplace(sha256, size).second) return false;
-  stored_bytes_ += size;
-  return true;
+  if (counted_.emplace(sha256, size).second) stored_bytes_ += size;
 }
 
-bool ArtifactStore::Uncount(const std::string& sha256) {
+void ArtifactStore::Uncount(const std::string& sha256) {
   absl::MutexLock lock(&mu_);
   auto it = counted_.find(sha256);
-  if (it == counted_.end()) return false;
+  if (it == counted_.end()) return;
   stored_bytes_ -= it->second;
   counted_.erase(it);
-  return true;
 }
 
 bool ArtifactStore::Counted(const std::string& sha256) const {

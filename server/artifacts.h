@@ -143,9 +143,9 @@ class ArtifactStore {
   absl::Status CheckRoom(const std::string& what, int64_t size, int64_t extra_free_bytes) const;
   // FailedPrecondition unless the store is shared; InvalidArgument for a negative size.
   absl::Status CheckShared(int64_t size, const std::string& what) const;
-  // Counts a blob of `size` bytes as stored (false: it was already); Uncount the reverse.
-  bool Count(const std::string& sha256, int64_t size) ABSL_LOCKS_EXCLUDED(mu_);
-  bool Uncount(const std::string& sha256) ABSL_LOCKS_EXCLUDED(mu_);
+  // Counts a blob of `size` bytes as stored, once however often it arrives; Uncount the reverse.
+  void Count(const std::string& sha256, int64_t size) ABSL_LOCKS_EXCLUDED(mu_);
+  void Uncount(const std::string& sha256) ABSL_LOCKS_EXCLUDED(mu_);
   bool Counted(const std::string& sha256) const ABSL_LOCKS_EXCLUDED(mu_);
 
   const ArtifactStoreOptions options_;

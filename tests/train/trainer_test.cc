@@ -49,6 +49,14 @@ class TrainerTest : public ::testing::Test {
     CART_ASSERT_OK(Train(config_, o).status());
     ASSERT_EQ(ListCheckpoints(dir_.File("run/checkpoints")).back().step, 8);
   }
+  // Resumes run/ to its end, its log lines into `logs`.
+  absl::StatusOr<TrainResult> ResumeRun(std::vector<std::string>* logs) {
+    TrainOptions resume;
+    resume.out_dir = dir_.File("run");
+    resume.resume = true;
+    resume.on_log = [logs](const std::string& s) { logs->push_back(s); };
+    return Train(model::RunConfig{}, resume);
+  }
   TempDir dir_;
   data::SynthResult synth_;
   model::RunConfig config_;
@@ -273,12 +281,8 @@ TEST_F(TrainerTest, CorruptNewestCheckpointIsReportedAndSkipped) {
   EXPECT_THAT(VerifyCheckpoint(ckpts.back()),
               StatusIs(absl::StatusCode::kDataLoss, HasSubstr("truncated")));
 
-  TrainOptions resume;
-  resume.out_dir = dir_.File("run");
-  resume.resume = true;
   std::vector<std::string> logs;
-  resume.on_log = [&](const std::string& s) { logs.push_back(s); };
-  CART_ASSERT_OK_AND_ASSIGN(TrainResult r, Train(model::RunConfig{}, resume));
+  CART_ASSERT_OK_AND_ASSIGN(TrainResult r, ResumeRun(&logs));
   EXPECT_EQ(r.steps_done, 12);
   ASSERT_FALSE(logs.empty());
   EXPECT_THAT(logs.front(), HasSubstr("checkpoint skipped"));
@@ -312,12 +316,8 @@ TEST_F(TrainerTest, AnOlderManifestsCrc32StillVerifiesAndResumes) {
   j["crc32"] = zlib_crc;
   cart::testing::WriteFile(json_path, j.dump(2));
 
-  TrainOptions resume;
-  resume.out_dir = dir_.File("run");
-  resume.resume = true;
   std::vector<std::string> logs;
-  resume.on_log = [&](const std::string& s) { logs.push_back(s); };
-  CART_ASSERT_OK_AND_ASSIGN(TrainResult r, Train(model::RunConfig{}, resume));
+  CART_ASSERT_OK_AND_ASSIGN(TrainResult r, ResumeRun(&logs));
   EXPECT_EQ(r.steps_done, 12);
   EXPECT_THAT(StrJoin(logs, "\n"), HasSubstr("step-00000008"));
 }
