@@ -167,8 +167,9 @@ void RegisterReportCommand(CLI::App& app) {
   a->options.out_dir = "report";
   CLI::App* cmd = app.add_subcommand(
       "report",
-      "Write the study's report: every table of the paper beside its published figures, a CSV "
-      "per table and plots (gnuplot), from cartd or a database file (docs/study.md)");
+      "Write the study's report: each claim of the paper with its computed verdict, every table "
+      "beside its published figures, a CSV per table and plots (gnuplot), from cartd or a "
+      "database file (docs/study.md)");
   cmd->add_option("--out", a->options.out_dir, "Directory to write (report.md, tables/, plots/)")
       ->capture_default_str();
   cmd->add_option("--db", a->db,
@@ -180,6 +181,9 @@ void RegisterReportCommand(CLI::App& app) {
   cmd->add_flag("--no-plots", a->no_plots, "Tables and CSVs only (no gnuplot needed)");
   cmd->add_option("--val-set", a->options.val_set,
                   "Validation set of the perplexity tables (default: wiki, else the first)");
+  cmd->add_option("--claims", a->options.claims_file,
+                  "Claims file to decide instead of the paper's compiled-in claims (the form of "
+                  "report/claims.yaml; docs/study.md, \"Claims and verdicts\")");
   cmd->add_option("--title", a->options.title, "Report title")->capture_default_str();
   cmd->add_option("--gnuplot", a->options.gnuplot, "gnuplot binary")->capture_default_str();
   report::StudySweeps& sw = a->options.sweeps;

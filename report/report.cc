@@ -7,8 +7,12 @@
 #include <limits>
 #include <set>
 
+#include "common/file.h"
 #include "common/status.h"
 #include "common/strings.h"
+#include "report/claims.h"
+#include "report/internal/select.h"
+#include "report/stats.h"
 #include "store/results.h"
 
 namespace cart::report {
@@ -18,29 +22,10 @@ constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr char kNone[] = "—";
 constexpr int64_t kCurvePoints = 200;  // points per loss / ρ curve
 
-using Runs = std::vector<const StudyRun*>;
-
-std::string Param(const StudyRun& r, const std::string& key) {
-  auto it = r.params.find(key);
-  return it == r.params.end() ? std::string() : it->second;
-}
-
-// Values in numeric order when all are numbers, else in text order; each once.
-std::vector<std::string> Distinct(const Runs& runs, const std::string& key) {
-  std::set<std::string> seen;
-  for (const StudyRun* r : runs) seen.insert(Param(*r, key));
-  return store::SortedValues(seen);
-}
-
-Runs Where(const Runs& runs, const std::map<std::string, std::string>& match) {
-  Runs out;
-  for (const StudyRun* r : runs) {
-    bool ok = true;
-    for (const auto& [k, v] : match) ok = ok && Param(*r, k) == v;
-    if (ok) out.push_back(r);
-  }
-  return out;
-}
+using internal::Distinct;
+using internal::Param;
+using internal::Runs;
+using internal::Where;
 
 // Statistics of a metric over the finished runs of a cell.
 struct CellValue {
@@ -105,7 +90,7 @@ bool NoteProgress(Section& s, const Runs& runs, const std::string& what) {
   return true;
 }
 
-// A metric by two config keys: one table of "mean ± std", and the published figures (when the
+// A metric by two config keys: one table of "mean ± 95 % CI", and the published figures (when the
 // paper has a table with this id) as their own table with the difference where cells match.
 void PivotTables(Section& s, const Runs& runs, const std::string& metric, const std::string& rk,
                  const std::string& ck, const std::string& id, const std::string& title,
@@ -113,7 +98,7 @@ void PivotTables(Section& s, const Runs& runs, const std::string& metric, const 
   const std::vector<std::string> rows = Distinct(runs, rk), cols = Distinct(runs, ck);
   Table t;
   t.id = id;
-  t.title = fmt::format("{} ({}; mean ± std over seeds)", title, metric);
+  t.title = fmt::format("{} ({}; mean ± 95 % CI over seeds)", title, metric);
   t.columns.push_back(rk + " \\ " + ck);
   for (const std::string& c : cols) t.columns.push_back(ck + "=" + c);
   if (heatmap != nullptr) {
@@ -238,6 +223,7 @@ class Builder {
     CART_RETURN_IF_ERROR(VariableR());
     CART_RETURN_IF_ERROR(Leak());
     Faithfulness();
+    CART_RETURN_IF_ERROR(Claims());
     return report_;
   }
 
@@ -534,32 +520,41 @@ class Builder {
     s.tables.push_back(std::move(t));
     if (compared > 0) {
       s.findings.push_back(fmt::format(
-          "{} of {} ablations move perplexity in the published direction (differences within "
-          "seed noise can flip either way: one seed per variant).",
+          "{} of {} ablations move perplexity in the published direction (the claims table says "
+          "which of them the seeds can tell from seed noise).",
           agree, compared));
     }
   }
 
-  absl::Status VariableR() {
-    Section& s = NewSection("Variable-R inference", options_.sweeps.variable_r);
+  // The variable-R evaluations: the variable_r sweep's, else stage 2's own derived evaluation
+  // jobs; one curve is one trained shape, so with several widths the widest, as the paper does.
+  // `from` says which sweep they came from, `widths` how many widths there were.
+  Runs VariableREvals(std::string* from, size_t* widths) {
     Runs evals;
-    for (const StudyRun& r : runs_[s.sweep]) {
+    *from = options_.sweeps.variable_r;
+    for (const StudyRun& r : runs_[options_.sweeps.variable_r]) {
       if (r.kind == JobKind::kEval) evals.push_back(&r);
     }
-    if (evals.empty()) {  // stage 2's own derived evaluation jobs
+    if (evals.empty()) {
       for (const StudyRun& r : runs_[options_.sweeps.stage2]) {
         if (r.kind == JobKind::kEval) evals.push_back(&r);
       }
-      if (!evals.empty()) s.sweep = options_.sweeps.stage2 + " (its eval jobs)";
+      if (!evals.empty()) *from = options_.sweeps.stage2 + " (its eval jobs)";
     }
-    if (!NoteProgress(s, evals, "evaluation")) return absl::OkStatus();
-    // One curve is one trained shape: with evaluations of several widths (stage 2's own eval
-    // jobs), take the widest, as the paper does, and say so.
     const std::vector<std::string> eval_widths = Distinct(evals, "d");
-    if (eval_widths.size() > 1) {
-      evals = Where(evals, {{"d", eval_widths.back()}});
+    *widths = eval_widths.size();
+    if (eval_widths.size() > 1) evals = Where(evals, {{"d", eval_widths.back()}});
+    return evals;
+  }
+
+  absl::Status VariableR() {
+    Section& s = NewSection("Variable-R inference", options_.sweeps.variable_r);
+    size_t widths = 0;
+    Runs evals = VariableREvals(&s.sweep, &widths);
+    if (!NoteProgress(s, evals, "evaluation")) return absl::OkStatus();
+    if (widths > 1) {
       s.findings.push_back(fmt::format("Evaluations of {} widths found; the table shows d = {}.",
-                                       eval_widths.size(), eval_widths.back()));
+                                       widths, Param(*evals.front(), "d")));
     }
     int64_t finished_evals = 0;
     for (const StudyRun* r : evals) finished_evals += r->finished;
@@ -751,6 +746,49 @@ class Builder {
     }
   }
 
+  // The claims (report/claims.yaml, or options.claims_file) decided over the parts' runs.
+  absl::Status Claims() {
+    std::vector<ClaimSpec> specs;
+    if (options_.claims_file.empty()) {
+      CART_ASSIGN_OR_RETURN(specs, DefaultClaims());
+    } else {
+      CART_ASSIGN_OR_RETURN(std::string text, ReadWholeFile(options_.claims_file));
+      CART_ASSIGN_OR_RETURN(specs, ParseClaims(text, options_.claims_file));
+    }
+    const StudySweeps& sw = options_.sweeps;
+    ClaimInputs in;
+    in.val_set = report_.val_set;
+    in.parts = {{"stage1", Train(runs_[sw.stage1])},
+                {"stage2", Train(runs_[sw.stage2])},
+                {"baselines", Train(runs_[sw.baselines])},
+                {"ablations", Train(runs_[sw.ablations])},
+                {"faithfulness", Train(runs_[sw.faithfulness])},
+                {"leak", Train(runs_[sw.leak])}};
+    std::string from;
+    size_t widths = 0;
+    in.parts["variable_r"] = VariableREvals(&from, &widths);
+    CART_ASSIGN_OR_RETURN(std::vector<ClaimOutcome> outcomes, DecideClaims(source_, specs, in));
+    for (const ClaimOutcome& o : outcomes) {
+      ClaimLine line;
+      line.id = o.spec->id;
+      line.claim = o.spec->claim;
+      line.section = o.spec->section;
+      line.published = o.spec->published;
+      line.verdict = VerdictName(o.verdict);
+      line.evidence = o.evidence;
+      for (const TestOutcome& t : o.tests) {
+        auto num = [](double v) {
+          return std::isnan(v) ? std::string() : fmt::format("{:.6g}", v);
+        };
+        line.tests.push_back({t.label, t.method, num(t.effect), num(t.low), num(t.high), t.unit,
+                              num(t.p), num(t.p_holm), std::to_string(t.n), std::to_string(t.n2),
+                              num(t.detectable), num(t.published), VerdictName(t.verdict), t.note});
+      }
+      report_.claims.push_back(std::move(line));
+    }
+    return absl::OkStatus();
+  }
+
   StudySource& source_;
   const ReportOptions& options_;
   std::map<std::string, std::vector<StudyRun>> runs_;  // by sweep
@@ -789,11 +827,20 @@ PlotSeries MeanCurve(StudySource& source, const std::vector<const StudyRun*>& ru
   return s;
 }
 
+const std::vector<std::string>& ClaimTestColumns() {
+  static const std::vector<std::string> columns = {
+      "test",   "method", "effect", "low",        "high",      "unit",    "p",
+      "p_holm", "n",      "n2",     "detectable", "published", "verdict", "note"};
+  return columns;
+}
+
 std::string FormatStats(double mean, double std, int64_t n, int precision) {
   if (n == 0) return kNone;
   if (std::isnan(mean)) return "NaN";
   if (n == 1) return fmt::format("{:.{}f}", mean, precision);
-  return fmt::format("{:.{}f} ± {:.{}f}", mean, precision, std, precision);
+  const double half = stats::StudentTQuantile(0.975, static_cast<double>(n - 1)) * std /
+                      std::sqrt(static_cast<double>(n));
+  return fmt::format("{:.{}f} ± {:.{}f} (n = {})", mean, precision, half, precision, n);
 }
 
 absl::StatusOr<Report> BuildReport(StudySource& source, const ReportOptions& options) {

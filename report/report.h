@@ -81,6 +81,8 @@ struct ReportOptions {
   bool plots = true;
   std::string gnuplot = "gnuplot";
   bool html = false;  // also write report.html
+  // The claims to decide (the form of report/claims.yaml); empty: the compiled-in ones.
+  std::string claims_file;
 };
 
 // A table as written: header, rows of text cells, and where its published figures come from.
@@ -127,19 +129,39 @@ struct Section {
   std::vector<Plot> plots;
 };
 
+// One claim of the paper with its computed verdict (report/claims.h decides it).
+struct ClaimLine {
+  std::string id;
+  std::string claim;
+  std::string section;    // where the paper says it
+  std::string published;  // what the paper measured
+  std::string verdict;    // "holds", "does not hold", "cannot tell"
+  std::string evidence;   // the decisive test, in one line
+  // Every test behind it, one row each: label, method, effect, low, high, unit, p, Holm p, n,
+  // n2, detectable effect, published effect, verdict, note (ClaimTestColumns).
+  std::vector<std::vector<std::string>> tests;
+};
+
 struct Report {
   std::string title;
   std::string val_set;
+  std::vector<ClaimLine> claims;  // in the claims file's order
   std::vector<Section> sections;
 };
 
-// Builds every section from the source. Errors only when the source fails.
+// The columns of ClaimLine::tests (claim_tests.csv, after the claim's id).
+const std::vector<std::string>& ClaimTestColumns();
+
+// Builds every section from the source and decides the claims. Errors when the source fails, and
+// InvalidArgument (file, line, field) when options.claims_file cannot be read or parsed.
 absl::StatusOr<Report> BuildReport(StudySource& source, const ReportOptions& options);
 
-// Writes out_dir/report.md (and report.html with options.html), out_dir/tables/ID.csv for every
-// table and, with options.plots, out_dir/plots/ID.{svg,png} (the data and gnuplot script beside
-// them). FailedPrecondition names a missing gnuplot and what to install; Internal carries
-// gnuplot's own error; report.md, report.html and the CSVs are written before the plots.
+// Writes out_dir/report.md (and report.html with options.html), which open with the claims and
+// their verdicts; out_dir/claims.md (that table alone), claims.csv (a row per claim) and
+// claim_tests.csv (a row per test); out_dir/tables/ID.csv for every table and, with options.plots,
+// out_dir/plots/ID.{svg,png} (the data and gnuplot script beside them). FailedPrecondition names a
+// missing gnuplot and what to install; Internal carries gnuplot's own error; report.md, report.html
+// and the CSVs are written before the plots.
 absl::Status WriteReport(const Report& report, const ReportOptions& options);
 
 // The published figures (report/paper_figures.yaml): table id -> section and cells.
@@ -149,7 +171,8 @@ struct PaperTable {
 };
 const std::map<std::string, PaperTable>& PaperFigures();
 
-// Formatting shared with the tests: "0.8123 ± 0.0021" (std only when n > 1), "—" when n == 0.
+// Formatting shared with the tests: "0.8123 ± 0.0052 (n = 3)", the half-width of the 95 %
+// Student-t interval from the sample std (only when n > 1), "—" when n == 0.
 std::string FormatStats(double mean, double std, int64_t n, int precision);
 
 }  // namespace cart::report

@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -75,15 +76,61 @@ std::string Html(const std::string& v) {
   return out;
 }
 
+// The claims and their verdicts as a Markdown table (report.md opens with it; claims.md is it).
+std::string ClaimsMarkdown(const Report& r) {
+  if (r.claims.empty()) return "";
+  std::string out = "| claim (paper) | published | verdict | evidence |\n|---|---|---|---|\n";
+  for (const ClaimLine& c : r.claims) {
+    out += fmt::format("| {} | {} | **{}** | {} |\n", Md(c.claim), Md(c.published), c.verdict,
+                       Md(c.evidence));
+  }
+  return out;
+}
+
+std::string ClaimsCsv(const Report& r) {
+  Table t;
+  t.columns = {"id", "verdict", "claim", "evidence", "section", "published"};
+  for (const ClaimLine& c : r.claims) {
+    t.rows.push_back({c.id, c.verdict, c.claim, c.evidence, c.section, c.published});
+  }
+  return Csv(t);
+}
+
+std::string ClaimTestsCsv(const Report& r) {
+  Table t;
+  t.columns = {"claim"};
+  t.columns.insert(t.columns.end(), ClaimTestColumns().begin(), ClaimTestColumns().end());
+  for (const ClaimLine& c : r.claims) {
+    for (const auto& test : c.tests) {
+      std::vector<std::string> row = {c.id};
+      row.insert(row.end(), test.begin(), test.end());
+      t.rows.push_back(std::move(row));
+    }
+  }
+  return Csv(t);
+}
+
 std::string Markdown(const Report& r, bool plots) {
   std::string out = fmt::format("# {}\n\n", r.title);
   out += fmt::format(
-      "Built by `cart report` from the results database alone. Cells are mean ± sample std over "
-      "the finished runs of a config (seeds); \"(k/n done)\" marks cells with unfinished runs and "
+      "Built by `cart report` from the results database alone. Cells are the mean over the "
+      "finished runs of a config (seeds) ± the half-width of its 95 % Student-t interval, with "
+      "n; \"(k/n done)\" marks cells with unfinished runs and "
       "— marks cells with none. Perplexity is on the validation set `{}`. Published figures are "
       "the paper's (arXiv 2606.01495), each table naming where they come from. What each table "
       "answers: docs/study.md.\n\n",
       r.val_set);
+  if (!r.claims.empty()) {
+    out +=
+        "## Claims and verdicts\n\n"
+        "Each claim of the paper decided from the finished runs by its rule in the claims file "
+        "(docs/study.md): **holds** when the 95 % interval of its effect lies on the claimed side "
+        "(or inside the claimed band), **does not hold** when it lies on the other side (or "
+        "outside), **cannot tell** otherwise, with the smallest effect the runs could have "
+        "detected at 80 % power. p-values are two-sided; Holm's correction runs over each "
+        "claim's tests. Every test: [claim_tests.csv](claim_tests.csv).\n\n";
+    out += ClaimsMarkdown(r) + "\n";
+  }
   for (const Section& s : r.sections) {
     out += fmt::format("## {}\n\n_Sweep: `{}`_\n\n", s.title, s.sweep);
     for (const std::string& st : s.status) out += fmt::format("> **Not complete:** {}\n\n", st);
@@ -119,10 +166,31 @@ std::string HtmlPage(const Report& r, bool plots) {
       "table{{border-collapse:collapse;margin:.5em 0 1.5em}}td,th{{border:1px solid #ccc;"
       "padding:.2em .6em;text-align:right}}td:first-child,th:first-child{{text-align:left}}"
       ".missing{{background:#fff4e0;padding:.4em .8em;border-left:4px solid #e0a030}}"
+      "td.verdict{{font-weight:bold;text-align:center;white-space:nowrap}}"
+      ".holds{{background:#dff0d8;color:#2b662b}}.does-not-hold{{background:#f8d7da;"
+      "color:#8a1f2b}}.cannot-tell{{background:#eeeeee;color:#555}}"
+      "td.evidence{{text-align:left;font-size:.9em}}"
       "img{{max-width:100%}}</style></head><body>\n<h1>{0}</h1>\n"
-      "<p>Validation set for perplexity: <code>{1}</code>. Cells: mean ± std over finished runs."
+      "<p>Validation set for perplexity: <code>{1}</code>. Cells: mean ± 95 % CI (Student t) over "
+      "finished runs, with n."
       "</p>\n",
       Html(r.title), Html(r.val_set));
+  if (!r.claims.empty()) {
+    out +=
+        "<h2>Claims and verdicts</h2>\n<p>Decided from the finished runs by each claim's rule "
+        "(95 % intervals, two-sided p-values, Holm's correction within a claim); every test: "
+        "<a href=\"claim_tests.csv\">claim_tests.csv</a>.</p>\n<table><tr><th>claim (paper)</th>"
+        "<th>published</th><th>verdict</th><th>evidence</th></tr>\n";
+    for (const ClaimLine& c : r.claims) {
+      std::string css = c.verdict;
+      std::replace(css.begin(), css.end(), ' ', '-');
+      out += fmt::format(
+          "<tr id=\"claim-{}\"><td>{}</td><td class=\"evidence\">{}</td><td class=\"verdict "
+          "{}\">{}</td><td class=\"evidence\">{}</td></tr>\n",
+          Html(c.id), Html(c.claim), Html(c.published), css, Html(c.verdict), Html(c.evidence));
+    }
+    out += "</table>\n";
+  }
   for (const Section& s : r.sections) {
     out += fmt::format("<h2>{}</h2><p><em>Sweep: {}</em></p>\n", Html(s.title), Html(s.sweep));
     for (const std::string& st : s.status) {
@@ -284,6 +352,9 @@ absl::Status WriteReport(const Report& report, const ReportOptions& options) {
       CART_RETURN_IF_ERROR(Write(out / "tables" / (t.id + ".csv"), Csv(t)));
     }
   }
+  CART_RETURN_IF_ERROR(Write(out / "claims.md", ClaimsMarkdown(report)));
+  CART_RETURN_IF_ERROR(Write(out / "claims.csv", ClaimsCsv(report)));
+  CART_RETURN_IF_ERROR(Write(out / "claim_tests.csv", ClaimTestsCsv(report)));
   // The tables first: a report whose plots fail (gnuplot missing or failing) still has them.
   CART_RETURN_IF_ERROR(Write(out / "report.md", Markdown(report, options.plots)));
   if (options.html) {

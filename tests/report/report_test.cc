@@ -1,11 +1,10 @@
-// The report over a real database with known values: tables, mean ± std over seeds, unfinished
+// The report over a real database with known values: tables, mean ± 95 % CI over seeds, unfinished
 // cells and missing parts shown as such, CSVs equal to the tables, plots drawn as SVG and PNG.
 
 #include "report/report.h"
 
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 
 #include "common/strings.h"
 #include "gmock/gmock.h"
@@ -24,17 +23,11 @@ using ::cart::store::testing::MakeRun;
 using ::cart::store::testing::MakeSweep;
 using ::cart::store::testing::OpenStore;
 using ::cart::store::testing::PointsAt;
+using ::cart::testing::ReadFile;
 using ::cart::testing::StatusIs;
 using ::cart::testing::TempDir;
 using ::testing::HasSubstr;
 using ::testing::Not;
-
-std::string Read(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 int64_t IntParam(const RunRecord& r, const char* key) {
   return ParseInt64(r.params.at(key)).value_or(-1);
@@ -122,8 +115,10 @@ TEST_F(ReportTest, TablesShowMeanAndStdOverSeedsBesideThePublishedFigures) {
   ASSERT_NE(rho, nullptr);
   ASSERT_EQ(rho->rows.size(), 2u);  // d = 256, 512
   EXPECT_EQ(rho->columns, (std::vector<std::string>{"d \\ R", "R=6", "R=8"}));
-  // d = 256, R = 6: seeds give 0.803 and 0.823 -> mean 0.8130, sample std 0.0141.
-  EXPECT_EQ(rho->rows[0], (std::vector<std::string>{"256", "0.8130 ± 0.0141", "0.8140 ± 0.0141"}));
+  // d = 256, R = 6: seeds give 0.803 and 0.823 -> mean 0.8130, sample std 0.0141, and the 95 %
+  // interval's half-width t(0.975, 1) × 0.0141 / √2 = 12.706 × 0.01 = 0.1271.
+  EXPECT_EQ(rho->rows[0], (std::vector<std::string>{"256", "0.8130 ± 0.1271 (n = 2)",
+                                                    "0.8140 ± 0.1271 (n = 2)"}));
   // d = 512, R = 8: one of two seeds finished (0.814): its value, marked incomplete.
   EXPECT_EQ(rho->rows[1][2], "0.8140 (1/2 done)");
   // Published: 0.790 at d = 256, R = 6; ours − published = +0.0230.
@@ -135,7 +130,7 @@ TEST_F(ReportTest, TablesShowMeanAndStdOverSeedsBesideThePublishedFigures) {
   EXPECT_EQ(paper->rows[2][1], "0.8140");  // d = 768: not in this study, no difference
   const Table* ppl = FindTable(report, "wiki_ppl_stage2");
   ASSERT_NE(ppl, nullptr);
-  EXPECT_EQ(ppl->rows[0][1], "41.10 ± 0.71");  // 40.6 and 41.6
+  EXPECT_EQ(ppl->rows[0][1], "41.10 ± 6.35 (n = 2)");  // 40.6 and 41.6: 12.706 × 0.5
 }
 
 TEST_F(ReportTest, MissingPartsSayWhatIsMissingAndTheLeakIsJudgedAgainstTheFloor) {
@@ -169,9 +164,9 @@ TEST_F(ReportTest, MissingPartsSayWhatIsMissingAndTheLeakIsJudgedAgainstTheFloor
   EXPECT_EQ(t->rows[1].back(), "no");
 
   CART_ASSERT_OK(WriteReport(report, options));
-  const std::string md = Read(dir_.File("report/report.md"));
+  const std::string md = ReadFile(dir_.File("report/report.md"));
   EXPECT_THAT(md, HasSubstr("> **Not complete:** no training runs in sweep 'stage1'"));
-  EXPECT_THAT(md, HasSubstr("| 256 | 0.8130 ± 0.0141 | 0.8140 ± 0.0141 |"));
+  EXPECT_THAT(md, HasSubstr("| 256 | 0.8130 ± 0.1271 (n = 2) | 0.8140 ± 0.1271 (n = 2) |"));
   EXPECT_THAT(md, Not(HasSubstr("plots/")));  // --no-plots
 }
 
@@ -188,7 +183,7 @@ TEST_F(ReportTest, CsvFilesEqualTheTablesAndPlotsAreSvgAndPng) {
       ++tables;
       std::string expected = StrJoin(t.columns, ",") + "\n";
       for (const auto& row : t.rows) expected += StrJoin(row, ",") + "\n";
-      EXPECT_EQ(Read(dir_.File("report/tables/" + t.id + ".csv")), expected) << t.id;
+      EXPECT_EQ(ReadFile(dir_.File("report/tables/" + t.id + ".csv")), expected) << t.id;
     }
   }
   EXPECT_GE(tables, 5);
@@ -196,11 +191,11 @@ TEST_F(ReportTest, CsvFilesEqualTheTablesAndPlotsAreSvgAndPng) {
   for (const Section& s : report.sections) {
     for (const Plot& p : s.plots) {
       ++plots;
-      const std::string svg = Read(dir_.File("report/plots/" + p.id + ".svg"));
+      const std::string svg = ReadFile(dir_.File("report/plots/" + p.id + ".svg"));
       EXPECT_EQ(svg.rfind("<?xml", 0), 0u) << p.id;
       EXPECT_THAT(svg, HasSubstr("<svg")) << p.id;
       EXPECT_THAT(svg, HasSubstr("</svg>")) << p.id;
-      const std::string png = Read(dir_.File("report/plots/" + p.id + ".png"));
+      const std::string png = ReadFile(dir_.File("report/plots/" + p.id + ".png"));
       ASSERT_GT(png.size(), 24u) << p.id;
       EXPECT_EQ(png.substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8)) << p.id;
       EXPECT_EQ(png.substr(12, 4), "IHDR") << p.id;
@@ -208,7 +203,7 @@ TEST_F(ReportTest, CsvFilesEqualTheTablesAndPlotsAreSvgAndPng) {
   }
   // rho_heatmap, rho_steps, ppl_vs_R, loss_curves (stage 2) and leak_loss.
   EXPECT_EQ(plots, 5);
-  const std::string html = Read(dir_.File("report/report.html"));
+  const std::string html = ReadFile(dir_.File("report/report.html"));
   EXPECT_THAT(html, HasSubstr("<table>"));
   EXPECT_THAT(html, HasSubstr("plots/rho_heatmap.svg"));
 }
@@ -221,8 +216,9 @@ TEST_F(ReportTest, WithoutGnuplotTheTablesAreStillWrittenAndTheErrorSaysWhatToIn
   CART_ASSERT_OK_AND_ASSIGN(Report report, BuildReport(*source, options));
   EXPECT_THAT(WriteReport(report, options),
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("gnuplot-nox")));
-  EXPECT_THAT(Read(dir_.File("report/report.md")), HasSubstr("| 256 | 0.8130 ± 0.0141"));
-  EXPECT_FALSE(Read(dir_.File("report/tables/rho_stage2.csv")).empty());
+  EXPECT_THAT(ReadFile(dir_.File("report/report.md")),
+              HasSubstr("| 256 | 0.8130 ± 0.1271 (n = 2)"));
+  EXPECT_FALSE(ReadFile(dir_.File("report/tables/rho_stage2.csv")).empty());
 }
 
 // Stage 2's own eval jobs cover every width; the variable-R curve is one trained shape, the widest.

@@ -1,0 +1,846 @@
+#include "report/claims.h"
+
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <set>
+
+#include "common/status.h"
+#include "common/strings.h"
+#include "report/internal/select.h"
+#include "report/stats.h"
+
+namespace cart::report {
+namespace {
+
+using internal::Distinct;
+using internal::Param;
+using internal::Runs;
+using internal::Where;
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+constexpr double kAlpha = 0.05;
+
+// ---- Parsing ------------------------------------------------------------------------------
+
+const std::set<std::string>& Parts() {
+  static const std::set<std::string> parts = {"stage1",       "stage2", "baselines", "ablations",
+                                              "faithfulness", "leak",   "variable_r"};
+  return parts;
+}
+
+std::string Joined(const std::set<std::string>& values) {
+  std::string out;
+  for (const std::string& v : values) out += (out.empty() ? "" : ", ") + v;
+  return out;
+}
+
+class Parser {
+ public:
+  explicit Parser(const std::string& file) : file_(file) {}
+
+  absl::StatusOr<std::vector<ClaimSpec>> Parse(const std::string& text) {
+    YAML::Node root;
+    try {
+      root = YAML::Load(text);
+    } catch (const YAML::Exception& e) {
+      return absl::InvalidArgumentError(
+          fmt::format("{}:{}: not valid YAML: {}", file_, e.mark.line + 1, e.msg));
+    }
+    if (!root.IsMap()) return Bad(root, "the file must map claim ids to claims");
+    std::vector<ClaimSpec> claims;
+    for (const auto& entry : root) {
+      ClaimSpec c;
+      c.id = entry.first.as<std::string>();
+      c.line = entry.first.Mark().line + 1;
+      CART_RETURN_IF_ERROR(ParseClaim(entry.second, c));
+      claims.push_back(std::move(c));
+    }
+    return claims;
+  }
+
+ private:
+  absl::Status Bad(const YAML::Node& n, const std::string& message) const {
+    return absl::InvalidArgumentError(fmt::format("{}:{}: {}", file_, n.Mark().line + 1, message));
+  }
+
+  absl::Status Keys(const YAML::Node& n, const std::string& what,
+                    const std::set<std::string>& allowed) const {
+    if (!n.IsMap()) return Bad(n, fmt::format("{} must be a map", what));
+    for (const auto& kv : n) {
+      const std::string key = kv.first.as<std::string>();
+      if (!allowed.count(key)) {
+        return Bad(kv.first,
+                   fmt::format("unknown key '{}' in {} (allowed: {})", key, what, Joined(allowed)));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<std::string> Text(const YAML::Node& n, const std::string& field) const {
+    if (!n.IsScalar()) return Bad(n, fmt::format("'{}' must be a single value", field));
+    return n.as<std::string>();
+  }
+
+  absl::StatusOr<double> Number(const YAML::Node& n, const std::string& field) const {
+    CART_ASSIGN_OR_RETURN(std::string s, Text(n, field));
+    std::optional<double> v = ParseDouble(s);
+    if (!v || !std::isfinite(*v))
+      return Bad(n, fmt::format("'{}' must be a number, not '{}'", field, s));
+    return *v;
+  }
+
+  absl::Status Part(const YAML::Node& n, std::string& out) const {
+    CART_ASSIGN_OR_RETURN(out, Text(n, "part"));
+    if (!Parts().count(out)) {
+      return Bad(n, fmt::format("unknown part '{}' (allowed: {})", out, Joined(Parts())));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status ParseClaim(const YAML::Node& n, ClaimSpec& c) const {
+    CART_RETURN_IF_ERROR(
+        Keys(n, "claim '" + c.id + "'", {"claim", "section", "published", "part", "tests"}));
+    for (const char* field : {"claim", "section", "part", "tests"}) {
+      if (!n[field]) return Bad(n, fmt::format("claim '{}' has no '{}'", c.id, field));
+    }
+    CART_ASSIGN_OR_RETURN(c.claim, Text(n["claim"], "claim"));
+    CART_ASSIGN_OR_RETURN(c.section, Text(n["section"], "section"));
+    if (n["published"]) {
+      CART_ASSIGN_OR_RETURN(c.published, Text(n["published"], "published"));
+    }
+    CART_RETURN_IF_ERROR(Part(n["part"], c.part));
+    const YAML::Node tests = n["tests"];
+    if (!tests.IsSequence() || tests.size() == 0) {
+      return Bad(tests, fmt::format("claim '{}': 'tests' must be a list of one or more", c.id));
+    }
+    for (const YAML::Node& t : tests) {
+      TestSpec spec;
+      CART_RETURN_IF_ERROR(ParseTest(t, spec));
+      c.tests.push_back(std::move(spec));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status ParseArm(const YAML::Node& n, ArmSpec& arm) const {
+    CART_RETURN_IF_ERROR(Keys(n, "an arm", {"part", "match", "step"}));
+    if (n["part"]) CART_RETURN_IF_ERROR(Part(n["part"], arm.part));
+    if (n["step"]) {
+      CART_ASSIGN_OR_RETURN(arm.step, Text(n["step"], "step"));
+      if (arm.step != "@R" && !ParseInt64(arm.step)) {
+        return Bad(n["step"], fmt::format("step '{}' must be a step number or @R", arm.step));
+      }
+    }
+    if (n["match"]) {
+      if (!n["match"].IsMap()) return Bad(n["match"], "'match' must map config keys to values");
+      for (const auto& kv : n["match"]) {
+        CART_ASSIGN_OR_RETURN(std::string v, Text(kv.second, kv.first.as<std::string>()));
+        if (v[0] == '@' && v != "@min" && v != "@max" && v != "@best") {
+          return Bad(kv.second, fmt::format("selector '{}' of '{}' (allowed: @min, @max, @best)", v,
+                                            kv.first.as<std::string>()));
+        }
+        arm.match.emplace_back(kv.first.as<std::string>(), v);
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status ParseTest(const YAML::Node& n, TestSpec& t) const {
+    CART_RETURN_IF_ERROR(Keys(
+        n, "a test",
+        {"kind", "label", "metric", "a", "b", "direction", "scale", "reference", "reference_metric",
+         "band", "margin", "per", "against", "every_run", "published_effect", "at"}));
+    for (const char* field : {"kind", "label", "metric"}) {
+      if (!n[field]) return Bad(n, fmt::format("a test has no '{}'", field));
+    }
+    static const std::map<std::string, TestSpec::Kind> kinds = {
+        {"compare", TestSpec::Kind::kCompare},
+        {"value", TestSpec::Kind::kValue},
+        {"trend", TestSpec::Kind::kTrend},
+        {"best_at", TestSpec::Kind::kBestAt}};
+    CART_ASSIGN_OR_RETURN(std::string kind, Text(n["kind"], "kind"));
+    if (!kinds.count(kind)) {
+      return Bad(n["kind"],
+                 fmt::format("unknown kind '{}' (allowed: best_at, compare, trend, value)", kind));
+    }
+    t.kind = kinds.at(kind);
+    CART_ASSIGN_OR_RETURN(t.label, Text(n["label"], "label"));
+    CART_ASSIGN_OR_RETURN(t.metric, Text(n["metric"], "metric"));
+    if (n["a"]) CART_RETURN_IF_ERROR(ParseArm(n["a"], t.a));
+    if (n["b"]) CART_RETURN_IF_ERROR(ParseArm(n["b"], t.b));
+    if (n["direction"]) {
+      CART_ASSIGN_OR_RETURN(std::string d, Text(n["direction"], "direction"));
+      if (d == "less") {
+        t.direction = TestSpec::Direction::kLess;
+      } else if (d == "greater") {
+        t.direction = TestSpec::Direction::kGreater;
+      } else if (d == "within") {
+        t.direction = TestSpec::Direction::kWithin;
+      } else {
+        return Bad(n["direction"],
+                   fmt::format("unknown direction '{}' (allowed: greater, less, within)", d));
+      }
+    } else if (t.kind != TestSpec::Kind::kBestAt) {
+      return Bad(n, fmt::format("the {} test '{}' has no 'direction'", kind, t.label));
+    }
+    if (n["scale"]) {
+      CART_ASSIGN_OR_RETURN(std::string s, Text(n["scale"], "scale"));
+      if (s != "log" && s != "linear") {
+        return Bad(n["scale"], fmt::format("unknown scale '{}' (allowed: linear, log)", s));
+      }
+      t.log_scale = s == "log";
+    }
+    if (n["reference"]) {
+      CART_ASSIGN_OR_RETURN(t.reference, Number(n["reference"], "reference"));
+      t.has_reference = true;
+    }
+    if (n["reference_metric"]) {
+      CART_ASSIGN_OR_RETURN(t.reference_metric, Text(n["reference_metric"], "reference_metric"));
+    }
+    if (n["band"]) {
+      const YAML::Node b = n["band"];
+      if (!b.IsSequence() || b.size() != 2) return Bad(b, "'band' must be [low, high]");
+      CART_ASSIGN_OR_RETURN(t.band_low, Number(b[0], "band"));
+      CART_ASSIGN_OR_RETURN(t.band_high, Number(b[1], "band"));
+      if (t.band_low >= t.band_high) return Bad(b, "'band' must be [low, high] with low < high");
+    }
+    if (n["margin"]) {
+      CART_ASSIGN_OR_RETURN(t.margin, Number(n["margin"], "margin"));
+      if (t.margin <= 0) return Bad(n["margin"], "'margin' must be above 0");
+    }
+    if (n["per"]) {
+      if (!n["per"].IsSequence()) return Bad(n["per"], "'per' must be a list of config keys");
+      for (const YAML::Node& k : n["per"]) {
+        CART_ASSIGN_OR_RETURN(std::string key, Text(k, "per"));
+        t.per.push_back(key);
+      }
+    }
+    if (n["against"]) {
+      CART_ASSIGN_OR_RETURN(t.against, Text(n["against"], "against"));
+    }
+    if (n["every_run"]) {
+      CART_ASSIGN_OR_RETURN(std::string e, Text(n["every_run"], "every_run"));
+      if (e != "true" && e != "false") {
+        return Bad(n["every_run"], "'every_run' must be true or false");
+      }
+      t.every_run = e == "true";
+    }
+    if (n["published_effect"]) {
+      CART_ASSIGN_OR_RETURN(t.published_effect, Number(n["published_effect"], "published_effect"));
+      t.has_published_effect = true;
+    }
+    if (n["at"]) {
+      CART_ASSIGN_OR_RETURN(t.at, Text(n["at"], "at"));
+    }
+    return CheckKind(n, kind, t);
+  }
+
+  // What each kind needs, named when missing.
+  absl::Status CheckKind(const YAML::Node& n, const std::string& kind, const TestSpec& t) const {
+    const bool within = t.direction == TestSpec::Direction::kWithin;
+    auto need = [&](bool ok, const std::string& what) {
+      return ok ? absl::OkStatus()
+                : Bad(n, fmt::format("the {} test '{}' needs {}", kind, t.label, what));
+    };
+    switch (t.kind) {
+      case TestSpec::Kind::kCompare:
+        CART_RETURN_IF_ERROR(need(n["a"] && n["b"], "arms 'a' and 'b'"));
+        return need(!within || t.margin > 0, "a 'margin' with direction within");
+      case TestSpec::Kind::kValue:
+        if (within) return need(t.band_low < t.band_high, "a 'band' with direction within");
+        return need(t.has_reference != !t.reference_metric.empty(),
+                    "one of 'reference' and 'reference_metric'");
+      case TestSpec::Kind::kTrend:
+        CART_RETURN_IF_ERROR(need(!t.against.empty(), "'against' (a config key)"));
+        return need(!within, "direction less or greater");
+      case TestSpec::Kind::kBestAt:
+        return need(t.at == "@R" || ParseInt64(t.at).has_value(), "'at' (@R or a step)");
+    }
+    return absl::OkStatus();
+  }
+
+  std::string file_;
+};
+
+// ---- Deciding -----------------------------------------------------------------------------
+
+// The test's p-values for its claim and against it; NaN when the test could not be computed.
+struct Sides {
+  double p_for = kNaN, p_against = kNaN;
+};
+
+// A directional reading of a two-sided p-value: it counts for the claim when the estimate lies
+// on the claimed side of the null.
+Sides Directional(double value, double null, double p, TestSpec::Direction d) {
+  if (std::isnan(p) || std::isnan(value)) return {};
+  if (value == null) return {1, 1};
+  const bool claimed = (value < null) == (d == TestSpec::Direction::kLess);
+  return claimed ? Sides{p, 1} : Sides{1, p};
+}
+
+// Inside [low, high]: both edges one-sided at level α / 2 (the 95 % interval inside); outside:
+// the nearer edge one-sided (the interval wholly beyond it).
+Sides Within(const stats::Estimate& e, double low, double high) {
+  if (std::isnan(e.se) || std::isnan(e.df) || std::isnan(e.value)) return {};
+  auto cdf = [&](double x) {
+    if (e.se == 0) return x > 0 ? 1.0 : x < 0 ? 0.0 : 0.5;
+    return stats::StudentTCdf(x / e.se, e.df);
+  };
+  const double above_low = 1 - cdf(e.value - low);  // p of "the true value is at or below low"
+  const double below_high = cdf(e.value - high);
+  Sides s;
+  s.p_for = std::min(1.0, 2 * std::max(above_low, below_high));
+  if (e.value < low) {
+    s.p_against = std::min(1.0, 2 * cdf(e.value - low));
+  } else if (e.value > high) {
+    s.p_against = std::min(1.0, 2 * (1 - cdf(e.value - high)));
+  } else {
+    s.p_against = 1;
+  }
+  return s;
+}
+
+double Percent(double log_ratio) { return (std::exp(log_ratio) - 1) * 100; }
+
+// The values of an arm's finished runs, with their seeds for pairing.
+struct Sample {
+  std::vector<double> values;
+  std::vector<std::string> seeds;  // "" where a run has no seed
+  std::vector<const StudyRun*> runs;
+};
+
+class Decider {
+ public:
+  Decider(StudySource& source, const ClaimInputs& inputs) : source_(source), inputs_(inputs) {}
+
+  absl::StatusOr<ClaimOutcome> Decide(const ClaimSpec& claim) {
+    ClaimOutcome out;
+    out.spec = &claim;
+    std::vector<Sides> sides;
+    std::vector<bool> every_run_ok;
+    for (const TestSpec& t : claim.tests) {
+      for (const auto& fixed : Expand(t, claim.part)) {
+        CART_RETURN_IF_ERROR(Run(t, claim.part, fixed, out.tests, sides, every_run_ok));
+      }
+    }
+    std::vector<double> p_for, p_against;
+    for (const Sides& s : sides) {
+      p_for.push_back(s.p_for);
+      p_against.push_back(s.p_against);
+    }
+    const std::vector<double> adj_for = stats::Holm(p_for), adj_against = stats::Holm(p_against);
+    bool all_hold = !out.tests.empty(), any_not = false;
+    for (size_t i = 0; i < out.tests.size(); ++i) {
+      TestOutcome& t = out.tests[i];
+      if (adj_for[i] < kAlpha && every_run_ok[i]) {
+        t.verdict = Verdict::kHolds;
+        t.p_holm = adj_for[i];
+      } else if (adj_against[i] < kAlpha) {
+        t.verdict = Verdict::kDoesNotHold;
+        t.p_holm = adj_against[i];
+        if (t.within) t.p = sides[i].p_against;  // "wholly outside" decided it
+      } else {
+        t.verdict = Verdict::kCannotTell;
+        t.p_holm = std::isnan(adj_for[i]) ? kNaN : std::min(adj_for[i], adj_against[i]);
+      }
+      all_hold = all_hold && t.verdict == Verdict::kHolds;
+      any_not = any_not || t.verdict == Verdict::kDoesNotHold;
+    }
+    out.verdict = any_not    ? Verdict::kDoesNotHold
+                  : all_hold ? Verdict::kHolds
+                             : Verdict::kCannotTell;
+    // The decisive test: the first that does not hold; the weakest that holds; the first that
+    // cannot tell.
+    const TestOutcome* decisive = nullptr;
+    for (const TestOutcome& t : out.tests) {
+      if (t.verdict != out.verdict) continue;
+      if (decisive == nullptr || (out.verdict == Verdict::kHolds && t.p_holm > decisive->p_holm)) {
+        decisive = &t;
+      }
+      if (out.verdict != Verdict::kHolds) break;
+    }
+    out.evidence = decisive != nullptr ? Evidence(*decisive) : "no test could be computed";
+    return out;
+  }
+
+ private:
+  using Fixed = std::vector<std::pair<std::string, std::string>>;
+
+  Runs PartRuns(const std::string& part) const {
+    auto it = inputs_.parts.find(part);
+    return it == inputs_.parts.end() ? Runs{} : it->second;
+  }
+
+  // One set of fixed config values per combination of the `per` keys' values.
+  std::vector<Fixed> Expand(const TestSpec& t, const std::string& claim_part) const {
+    std::vector<Fixed> out = {Fixed{}};
+    const Runs runs = PartRuns(t.a.part.empty() ? claim_part : t.a.part);
+    for (const std::string& key : t.per) {
+      std::vector<Fixed> next;
+      for (const Fixed& f : out) {
+        for (const std::string& v : Distinct(runs, key)) {
+          Fixed g = f;
+          g.emplace_back(key, v);
+          next.push_back(std::move(g));
+        }
+      }
+      out = std::move(next);
+    }
+    return out;
+  }
+
+  std::string MetricFor(const std::string& metric, const StudyRun& r) const {
+    std::string m = metric;
+    auto fill = [&](const std::string& key, const std::string& value) {
+      for (size_t at = m.find(key); at != std::string::npos; at = m.find(key)) {
+        m.replace(at, key.size(), value);
+      }
+    };
+    fill("{val}", inputs_.val_set);
+    if (m.find("{floor}") != std::string::npos) {
+      std::string set;
+      for (const auto& [name, v] : r.values) {
+        if (name.rfind("entropy_floor/", 0) == 0) set = name.substr(14);
+      }
+      fill("{floor}", set);
+    }
+    return m;
+  }
+
+  absl::StatusOr<const std::vector<StudyPoint>*> SeriesOf(const StudyRun& r,
+                                                          const std::string& metric) {
+    auto key = std::make_pair(r.id, metric);
+    auto it = series_.find(key);
+    if (it == series_.end()) {
+      CART_ASSIGN_OR_RETURN(std::vector<StudyPoint> points, source_.Series(r.id, metric, 0));
+      it = series_.emplace(key, std::move(points)).first;
+    }
+    return &it->second;
+  }
+
+  // A finished run's metric at the arm's step (its last value without one); nullopt when the run
+  // never logged it there.
+  absl::StatusOr<std::optional<double>> ValueOf(const StudyRun& r, const std::string& metric,
+                                                const std::string& step) {
+    const std::string m = MetricFor(metric, r);
+    if (step.empty()) {
+      auto it = r.values.find(m);
+      if (it == r.values.end()) return std::optional<double>();
+      return std::optional<double>(it->second);
+    }
+    const std::optional<int64_t> at = step == "@R" ? ParseInt64(Param(r, "R")) : ParseInt64(step);
+    if (!at) return std::optional<double>();
+    CART_ASSIGN_OR_RETURN(const std::vector<StudyPoint>* points, SeriesOf(r, m));
+    for (const StudyPoint& p : *points) {
+      if (p.step == *at) return std::optional<double>(p.value);
+    }
+    return std::optional<double>();
+  }
+
+  absl::StatusOr<Sample> SampleOf(const Runs& runs, const std::string& metric,
+                                  const std::string& step) {
+    Sample s;
+    for (const StudyRun* r : runs) {
+      if (!r->finished) continue;
+      CART_ASSIGN_OR_RETURN(std::optional<double> v, ValueOf(*r, metric, step));
+      if (!v) continue;
+      s.values.push_back(*v);
+      s.seeds.push_back(Param(*r, "seed"));
+      s.runs.push_back(r);
+    }
+    return s;
+  }
+
+  // The arm's runs: the part's, narrowed by the fixed values and then by each match in order.
+  // `chosen` gets "KEY = VALUE" for each selector resolved.
+  absl::StatusOr<Runs> Select(const ArmSpec& arm, const std::string& claim_part, const Fixed& fixed,
+                              const std::string& metric, std::vector<std::string>& chosen) {
+    Runs runs = PartRuns(arm.part.empty() ? claim_part : arm.part);
+    for (const auto& [k, v] : fixed) runs = Where(runs, {{k, v}});
+    for (const auto& [key, want] : arm.match) {
+      std::string value = want;
+      if (want == "@min" || want == "@max") {
+        const std::vector<std::string> values = Distinct(runs, key);
+        if (values.empty()) return Runs{};
+        value = want == "@min" ? values.front() : values.back();
+        chosen.push_back(fmt::format("{} = {}", key, value));
+      } else if (want == "@best") {
+        double best = kNaN;
+        for (const std::string& v : Distinct(runs, key)) {
+          CART_ASSIGN_OR_RETURN(Sample s, SampleOf(Where(runs, {{key, v}}), metric, arm.step));
+          if (s.values.empty()) continue;
+          double mean = 0;
+          for (double x : s.values) mean += x / static_cast<double>(s.values.size());
+          if (std::isnan(mean)) continue;
+          if (std::isnan(best) || mean < best) best = mean, value = v;
+        }
+        if (std::isnan(best)) return Runs{};
+        chosen.push_back(fmt::format("{} = {} (best)", key, value));
+      }
+      runs = Where(runs, {{key, value}});
+    }
+    return runs;
+  }
+
+  // Pairs two samples by seed when every run of both has one and the seeds are the same set,
+  // each once: the paired test needs nothing else.
+  static bool PairBySeed(const Sample& a, const Sample& b, std::vector<double>& pa,
+                         std::vector<double>& pb) {
+    if (a.values.size() != b.values.size() || a.values.size() < 2) return false;
+    std::map<std::string, double> by_seed;
+    for (size_t i = 0; i < a.values.size(); ++i) {
+      if (a.seeds[i].empty() || !by_seed.emplace(a.seeds[i], a.values[i]).second) return false;
+    }
+    std::set<std::string> seen;
+    for (size_t i = 0; i < b.values.size(); ++i) {
+      auto it = by_seed.find(b.seeds[i]);
+      if (it == by_seed.end() || !seen.insert(b.seeds[i]).second) return false;
+      pa.push_back(it->second);
+      pb.push_back(b.values[i]);
+    }
+    return true;
+  }
+
+  static std::vector<double> Logs(std::vector<double> v) {
+    for (double& x : v) x = x > 0 ? std::log(x) : kNaN;
+    return v;
+  }
+
+  static std::string Suffix(const Fixed& fixed, const std::vector<std::string>& chosen) {
+    std::vector<std::string> parts;
+    for (const auto& [k, v] : fixed) parts.push_back(fmt::format("{} = {}", k, v));
+    parts.insert(parts.end(), chosen.begin(), chosen.end());
+    std::string out;
+    for (const std::string& p : parts) out += (out.empty() ? " (" : ", ") + p;
+    return out.empty() ? out : out + ")";
+  }
+
+  // What the two arms' selectors chose: the choices both made once, then "A against B".
+  static std::vector<std::string> Against(const std::vector<std::string>& a,
+                                          const std::vector<std::string>& b) {
+    std::vector<std::string> common, only_a, only_b;
+    for (const std::string& x : a) {
+      (std::find(b.begin(), b.end(), x) != b.end() ? common : only_a).push_back(x);
+    }
+    for (const std::string& x : b) {
+      if (std::find(a.begin(), a.end(), x) == a.end()) only_b.push_back(x);
+    }
+    auto join = [](const std::vector<std::string>& v) {
+      std::string out;
+      for (const std::string& x : v) out += (out.empty() ? "" : ", ") + x;
+      return out;
+    };
+    if (!only_a.empty() && !only_b.empty()) {
+      common.push_back(fmt::format("{} against {}", join(only_a), join(only_b)));
+    } else if (!only_a.empty()) {
+      common.push_back(join(only_a));
+    } else if (!only_b.empty()) {
+      common.push_back("against " + join(only_b));
+    }
+    return common;
+  }
+
+  // Fills an outcome from an estimate in the test's scale, as its distance from `origin`.
+  static void FromEstimate(TestOutcome& o, const stats::Estimate& e, bool log_scale,
+                           double origin = 0) {
+    auto shown = [&](double x) { return log_scale ? Percent(x - origin) : x - origin; };
+    o.effect = shown(e.value);
+    o.low = shown(e.low);
+    o.high = shown(e.high);
+    o.p = e.p;
+    o.n = e.n;
+    o.n2 = e.n2;
+    const double mde = stats::DetectableEffect(e.se, e.df);
+    o.detectable = log_scale ? Percent(mde) : mde;
+    o.unit = log_scale ? "%" : "";
+  }
+
+  absl::Status Run(const TestSpec& t, const std::string& claim_part, const Fixed& fixed,
+                   std::vector<TestOutcome>& outcomes, std::vector<Sides>& sides,
+                   std::vector<bool>& every_run_ok) {
+    std::vector<std::string> chosen, b_chosen;
+    CART_ASSIGN_OR_RETURN(Runs a_runs, Select(t.a, claim_part, fixed, t.metric, chosen));
+    TestOutcome o;
+    o.effect = o.low = o.high = o.p = o.p_holm = o.detectable = kNaN;
+    o.published = t.has_published_effect ? t.published_effect : kNaN;
+    auto add = [&](TestOutcome outcome, Sides s, bool every_ok) {
+      outcomes.push_back(std::move(outcome));
+      sides.push_back(s);
+      every_run_ok.push_back(every_ok);
+    };
+    if (t.kind == TestSpec::Kind::kBestAt) return BestAt(t, a_runs, fixed, chosen, o, add);
+    CART_ASSIGN_OR_RETURN(Sample a, SampleOf(a_runs, t.metric, t.a.step));
+    if (a.values.empty()) {
+      o.label = t.label + Suffix(fixed, chosen);
+      o.note = "no finished run with this metric";
+      add(o, {}, false);
+      return absl::OkStatus();
+    }
+    switch (t.kind) {
+      case TestSpec::Kind::kCompare: {
+        CART_ASSIGN_OR_RETURN(Runs b_runs, Select(t.b, claim_part, fixed, t.metric, b_chosen));
+        CART_ASSIGN_OR_RETURN(Sample b, SampleOf(b_runs, t.metric, t.b.step));
+        o.label = t.label + Suffix(fixed, Against(chosen, b_chosen));
+        if (b.values.empty()) {
+          o.note = "no finished run with this metric on the second side";
+          add(o, {}, false);
+          return absl::OkStatus();
+        }
+        std::vector<double> pa, pb;
+        const bool paired = PairBySeed(a, b, pa, pb);
+        if (!paired) pa = a.values, pb = b.values;
+        if (t.log_scale) pa = Logs(pa), pb = Logs(pb);
+        const stats::Estimate e =
+            paired ? stats::PairedDifference(pa, pb) : stats::WelchDifference(pa, pb);
+        o.method = paired ? "paired t" : "Welch t";
+        FromEstimate(o, e, t.log_scale);
+        Sides s;
+        if (t.direction == TestSpec::Direction::kWithin) {
+          const double low = t.log_scale ? std::log1p(-t.margin / 100) : -t.margin;
+          const double high = t.log_scale ? std::log1p(t.margin / 100) : t.margin;
+          s = Within(e, low, high);
+          // The p that decides "inside": the larger of the two one-sided tests, doubled.
+          o.p = s.p_for;
+          o.within = true;
+          o.method += fmt::format(", inside ±{:g}{}", t.margin, t.log_scale ? " %" : "");
+        } else {
+          s = Directional(e.value, 0, e.p, t.direction);
+        }
+        if (std::isnan(e.p) && o.note.empty()) o.note = NoSpread(e);
+        add(o, s, true);
+        return absl::OkStatus();
+      }
+      case TestSpec::Kind::kValue: {
+        o.label = t.label + Suffix(fixed, chosen);
+        std::vector<double> x = a.values;
+        double null = t.reference;
+        if (!t.reference_metric.empty()) {
+          null = 0;
+          for (size_t i = 0; i < x.size(); ++i) {
+            CART_ASSIGN_OR_RETURN(std::optional<double> ref,
+                                  ValueOf(*a.runs[i], t.reference_metric, t.a.step));
+            x[i] = ref ? x[i] - *ref : kNaN;
+          }
+        }
+        if (t.log_scale) {
+          x = Logs(x);
+          null = std::log(null);
+        }
+        const bool within = t.direction == TestSpec::Direction::kWithin;
+        const stats::Estimate e = stats::Mean(x, within ? 0.0 : null);
+        o.method = "one-sample t";
+        // Within a band the effect is the value itself; against a reference, the distance.
+        FromEstimate(o, e, t.log_scale && !within, within ? 0.0 : null);
+        Sides s;
+        bool every_ok = true;
+        if (t.direction == TestSpec::Direction::kWithin) {
+          s = Within(e, t.band_low, t.band_high);
+          o.unit = "";
+          o.level = true;
+          o.within = true;
+          o.p = s.p_for;
+          o.method += fmt::format(", inside [{:g}, {:g}]", t.band_low, t.band_high);
+        } else {
+          s = Directional(e.value, null, e.p, t.direction);
+          int64_t on_side = 0;
+          for (double v : x) {
+            on_side += t.direction == TestSpec::Direction::kLess ? v < null : v > null;
+          }
+          every_ok = !t.every_run || on_side == static_cast<int64_t>(x.size());
+          if (t.every_run && !every_ok) {
+            o.note = fmt::format("{} of {} runs on the claimed side", on_side, x.size());
+          }
+        }
+        if (std::isnan(e.p) && o.note.empty()) o.note = NoSpread(e);
+        add(o, s, every_ok);
+        return absl::OkStatus();
+      }
+      case TestSpec::Kind::kTrend: {
+        o.label = t.label + Suffix(fixed, chosen);
+        std::vector<double> x, y;
+        for (size_t i = 0; i < a.values.size(); ++i) {
+          x.push_back(ParseDouble(Param(*a.runs[i], t.against)).value_or(kNaN));
+          y.push_back(a.values[i]);
+        }
+        const stats::Correlation c = stats::Spearman(x, y);
+        o.method = "Spearman";
+        o.effect = c.r;
+        o.p = c.p;
+        o.n = c.n;
+        o.detectable = DetectableCorrelation(c.n);
+        if (std::isnan(c.p)) {
+          o.note = c.n < 3 ? fmt::format("{} runs: a rank correlation needs 3", c.n)
+                           : "a constant side: no rank correlation";
+        }
+        add(o, Directional(c.r, 0, c.p, t.direction), true);
+        return absl::OkStatus();
+      }
+      case TestSpec::Kind::kBestAt:
+        break;
+    }
+    return absl::OkStatus();
+  }
+
+  // best_at: each other step of the series against the claimed one, paired by run, and claimed
+  // higher there.
+  template <typename Add>
+  absl::Status BestAt(const TestSpec& t, const Runs& runs, const Fixed& fixed,
+                      const std::vector<std::string>& chosen, TestOutcome base, Add& add) {
+    std::map<int64_t, std::vector<std::pair<double, double>>> pairs;  // step -> (there, at)
+    std::set<std::string> claimed_steps;
+    for (const StudyRun* r : runs) {
+      if (!r->finished) continue;
+      const std::optional<int64_t> at =
+          t.at == "@R" ? ParseInt64(Param(*r, "R")) : ParseInt64(t.at);
+      if (!at) continue;
+      CART_ASSIGN_OR_RETURN(const std::vector<StudyPoint>* points,
+                            SeriesOf(*r, MetricFor(t.metric, *r)));
+      std::optional<double> at_value;
+      for (const StudyPoint& p : *points) {
+        if (p.step == *at) at_value = p.value;
+      }
+      if (!at_value) continue;
+      claimed_steps.insert(std::to_string(*at));
+      for (const StudyPoint& p : *points) {
+        if (p.step != *at) pairs[p.step].emplace_back(p.value, *at_value);
+      }
+    }
+    std::string at_text;
+    for (const std::string& s : claimed_steps) at_text += (at_text.empty() ? "" : "/") + s;
+    if (pairs.empty()) {
+      base.label = t.label + Suffix(fixed, chosen);
+      base.note = "no finished evaluation with this metric at the claimed step and another";
+      add(base, Sides{}, false);
+      return absl::OkStatus();
+    }
+    for (const auto& [step, values] : pairs) {
+      TestOutcome o = base;
+      o.label = fmt::format("{} at {} − at {}{}", t.label, step, at_text, Suffix(fixed, chosen));
+      std::vector<double> there, at;
+      for (const auto& [x, y] : values) there.push_back(x), at.push_back(y);
+      if (t.log_scale) there = Logs(there), at = Logs(at);
+      const stats::Estimate e = stats::PairedDifference(there, at);
+      o.method = "paired t";
+      FromEstimate(o, e, t.log_scale);
+      if (std::isnan(e.p)) o.note = NoSpread(e);
+      add(o, Directional(e.value, 0, e.p, TestSpec::Direction::kGreater), true);
+    }
+    return absl::OkStatus();
+  }
+
+  static std::string NoSpread(const stats::Estimate& e) {
+    if (std::isnan(e.value)) return "a diverged run (NaN) among them";
+    if (e.n2 > 0) {
+      return fmt::format("{} and {} runs: each side needs 2 for its spread", e.n, e.n2);
+    }
+    return fmt::format("{} run{}: no estimate of seed noise", e.n, e.n == 1 ? "" : "s");
+  }
+
+  // The smallest |ρ| a rank correlation over n runs detects at 80 % power and α = 0.05, by
+  // Fisher's z with the variance 1.06 / (n − 3) of Fieller, Hartley and Pearson (1957).
+  static double DetectableCorrelation(int64_t n) {
+    if (n <= 3) return kNaN;
+    constexpr double kZAlpha = 1.959963984540054, kZPower = 0.8416212335729143;
+    return std::tanh((kZAlpha + kZPower) * std::sqrt(1.06 / static_cast<double>(n - 3)));
+  }
+
+  StudySource& source_;
+  const ClaimInputs& inputs_;
+  std::map<std::pair<int64_t, std::string>, std::vector<StudyPoint>> series_;
+};
+
+// A number for reading, signed unless it is a level, with a true minus sign (U+2212).
+std::string Number(double v, const std::string& unit, bool level = false) {
+  if (std::isnan(v)) return "NaN";
+  std::string out = unit == "%"         ? fmt::format("{:.2f} %", v)
+                    : std::abs(v) >= 10 ? fmt::format("{:.2f}", v)
+                                        : fmt::format("{:.4f}", v);
+  if (out[0] == '-') {
+    out.replace(0, 1, "\u2212");
+  } else if (!level) {
+    out = "+" + out;
+  }
+  return out;
+}
+
+std::string PValue(double p) {
+  if (std::isnan(p)) return "NaN";
+  if (p < 0.001) return fmt::format("{:.1e}", p);
+  return fmt::format("{:.3f}", p);
+}
+
+}  // namespace
+
+// Generated from report/claims.yaml (report/CMakeLists.txt).
+const char* ClaimsYaml();
+
+absl::StatusOr<std::vector<ClaimSpec>> ParseClaims(const std::string& text,
+                                                   const std::string& file_name) {
+  return Parser(file_name).Parse(text);
+}
+
+absl::StatusOr<std::vector<ClaimSpec>> DefaultClaims() {
+  return ParseClaims(ClaimsYaml(), "report/claims.yaml");
+}
+
+const char* VerdictName(Verdict v) {
+  switch (v) {
+    case Verdict::kHolds:
+      return "holds";
+    case Verdict::kDoesNotHold:
+      return "does not hold";
+    case Verdict::kCannotTell:
+      return "cannot tell";
+  }
+  return "cannot tell";
+}
+
+std::string Evidence(const TestOutcome& t) {
+  if (std::isnan(t.effect) && !t.note.empty()) return fmt::format("{}: {}", t.label, t.note);
+  std::string out;
+  if (t.method == "Spearman") {
+    std::string r = fmt::format("{:+.3f}", t.effect);
+    if (r[0] == '-') r.replace(0, 1, "\u2212");
+    out = fmt::format("{}: ρ_s = {}, Spearman, n = {}, p = {}", t.label, r, t.n, PValue(t.p));
+  } else {
+    out = fmt::format("{}: {}", t.label, Number(t.effect, t.unit, t.level));
+    if (!std::isnan(t.low)) {
+      out +=
+          fmt::format(" [{}, {}]", Number(t.low, t.unit, t.level), Number(t.high, t.unit, t.level));
+    }
+    out += ", " + t.method;
+    out += t.n2 > 0 ? fmt::format(", n = {} + {}", t.n, t.n2) : fmt::format(", n = {}", t.n);
+    out += fmt::format(", p = {}", PValue(t.p));
+  }
+  if (!std::isnan(t.p_holm) && !std::isnan(t.p) && std::abs(t.p_holm - t.p) > 1e-12 &&
+      t.p_holm < 1) {
+    out += fmt::format(" (Holm {})", PValue(t.p_holm));
+  }
+  if (!t.note.empty()) out += "; " + t.note;
+  if (t.verdict == Verdict::kCannotTell) {
+    if (!std::isnan(t.detectable)) {
+      out += fmt::format("; detectable at 80 % power: ±{}",
+                         t.method == "Spearman" ? fmt::format("{:.3f}", t.detectable)
+                                                : Number(t.detectable, t.unit).substr(1));
+    }
+    if (!std::isnan(t.published)) out += fmt::format("; published {}", Number(t.published, t.unit));
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<ClaimOutcome>> DecideClaims(StudySource& source,
+                                                       const std::vector<ClaimSpec>& claims,
+                                                       const ClaimInputs& inputs) {
+  Decider decider(source, inputs);
+  std::vector<ClaimOutcome> out;
+  for (const ClaimSpec& c : claims) {
+    CART_ASSIGN_OR_RETURN(ClaimOutcome o, decider.Decide(c));
+    out.push_back(std::move(o));
+  }
+  return out;
+}
+
+}  // namespace cart::report

@@ -1,0 +1,119 @@
+#pragma once
+
+// The paper's claims decided by the data: each claim (report/claims.yaml) names the runs and the
+// metric it reads, the comparison it makes and its rule; DecideClaims computes, for each, the
+// statistics of report/stats.h and a verdict — holds, does not hold, or cannot tell — with one
+// line of evidence, and for "cannot tell" the smallest effect the data could have detected.
+//
+// The rule, for every test (docs/study.md, "Claims and verdicts"):
+// - directional (less / greater): the test holds when the 95 % interval of the effect lies on the
+//   claimed side of zero (two-sided p < 0.05 after Holm's correction over the claim's tests), and
+//   does not hold when it lies on the other side; otherwise it cannot tell.
+// - within a band or margin: holds when the interval lies inside, does not hold when it lies
+//   wholly outside (each edge a one-sided test at 0.025, Holm-corrected); otherwise cannot tell.
+// - trend: Spearman's ρ with its test, read as a directional test.
+// A claim holds when all of its tests hold and does not hold when any does not. Only finished
+// runs count; a seed that diverged (NaN) makes its comparison NaN: cannot tell, saying so.
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "report/report.h"
+
+namespace cart::report {
+
+// One side of a comparison: runs of a part, narrowed by config values.
+struct ArmSpec {
+  std::string part;  // empty: the claim's part
+  // Config key -> a value, "@min" / "@max" (the extreme value among the runs left) or "@best"
+  // (the value with the lowest mean metric); applied in order.
+  std::vector<std::pair<std::string, std::string>> match;
+  // Empty: the metric's last value. A number, or "@R" (the run's R): that step of its series.
+  std::string step;
+};
+
+struct TestSpec {
+  enum class Kind { kCompare, kValue, kTrend, kBestAt };
+  enum class Direction { kLess, kGreater, kWithin };
+  Kind kind = Kind::kCompare;
+  std::string label;
+  std::string metric;  // "{val}" and "{floor}" are filled in per report / per run
+  ArmSpec a, b;        // b: compare only
+  Direction direction = Direction::kLess;
+  bool log_scale = false;              // compare log values; effects in percent
+  double reference = 0;                // value: against this number ...
+  std::string reference_metric;        // ... or against this metric of the same run
+  bool has_reference = false;          // `reference` was given
+  double band_low = 0, band_high = 0;  // value within
+  double margin = 0;                   // compare within: ± this (percent with log_scale)
+  std::vector<std::string> per;        // one test per value of these keys
+  std::string against;                 // trend: the x axis
+  bool every_run = false;              // value: every run on the claimed side too
+  double published_effect = 0;         // in the test's units
+  bool has_published_effect = false;
+  std::string at;  // best_at: "@R" or a step
+};
+
+struct ClaimSpec {
+  std::string id;
+  std::string claim, section, published, part;
+  std::vector<TestSpec> tests;
+  int line = 0;  // in the claims file, 1-based
+};
+
+// Parses a claims file. InvalidArgument names the file, the line and the field, with the allowed
+// values (an unknown key, a kind or direction that does not exist, a test missing what its kind
+// needs).
+absl::StatusOr<std::vector<ClaimSpec>> ParseClaims(const std::string& text,
+                                                   const std::string& file_name);
+// The compiled-in claims (report/claims.yaml), parsed once; report_test checks they parse.
+absl::StatusOr<std::vector<ClaimSpec>> DefaultClaims();
+
+enum class Verdict { kHolds, kDoesNotHold, kCannotTell };
+const char* VerdictName(Verdict v);  // "holds", "does not hold", "cannot tell"
+
+// One computed test (a test with `per` or best_at gives several).
+struct TestOutcome {
+  std::string label;    // the spec's label with what `per` and the selectors chose
+  std::string method;   // "paired t", "Welch t", "one-sample t", "Spearman"
+  std::string unit;     // "%", or "" for the metric's own unit
+  bool level = false;   // the effect is the metric's value (within a band), not a difference
+  bool within = false;  // a band or margin: p is "inside" unless the test does not hold
+  double effect = 0, low = 0, high = 0;  // low, high: NaN for trends and without spread
+  // Two-sided, uncorrected; within a band or margin: the p of "inside" (two one-sided tests).
+  double p = 0;
+  double p_holm = 0;      // the decisive p after Holm's correction
+  int64_t n = 0, n2 = 0;  // pairs / sample / first arm; second arm (Welch)
+  double detectable = 0;  // smallest effect detectable at 80 % power; NaN: none
+  double published = 0;   // the paper's effect in these units; NaN: none
+  Verdict verdict = Verdict::kCannotTell;
+  std::string note;  // why nothing could be computed, when so
+};
+
+struct ClaimOutcome {
+  const ClaimSpec* spec = nullptr;
+  Verdict verdict = Verdict::kCannotTell;
+  std::string evidence;  // one line: the decisive test's numbers
+  std::vector<TestOutcome> tests;
+};
+
+// The runs of each part, as the report read them (part name -> runs; variable_r: its
+// evaluation jobs), and the report's validation set.
+struct ClaimInputs {
+  std::map<std::string, std::vector<const StudyRun*>> parts;
+  std::string val_set;
+};
+
+// Decides every claim. Errors only when the source fails (a series read).
+absl::StatusOr<std::vector<ClaimOutcome>> DecideClaims(StudySource& source,
+                                                       const std::vector<ClaimSpec>& claims,
+                                                       const ClaimInputs& inputs);
+
+// The evidence line of one test: "perplexity, R = 4 − R = 2: −0.41 % [−0.62, −0.20], paired t,
+// n = 3, p = 0.012", with the detectable effect and the published one beside a "cannot tell".
+std::string Evidence(const TestOutcome& t);
+
+}  // namespace cart::report

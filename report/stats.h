@@ -1,0 +1,78 @@
+#pragma once
+
+// The statistics `cart report` decides the paper's claims with: Student's t (central and
+// noncentral), the one-sample, paired and Welch t tests with their confidence intervals,
+// Spearman's rank correlation with its test, Holm's correction, and the smallest effect a test
+// could have detected. Pure functions over plain vectors; no state, safe from any thread.
+//
+// Conventions, the same in every function:
+// - A NaN anywhere in a sample (a diverged seed) makes the whole result NaN: a run that diverged
+//   is a fact about the config, never silently dropped. `n` still counts it.
+// - p-values are two-sided. Intervals are two-sided at `level` (0.95 unless given).
+// - Where a quantity cannot be estimated (one observation: no spread; zero spread: no scale) it
+//   is NaN, and the caller says "cannot tell"; nothing is made up.
+// Checked against SciPy 1.17 (tests/report/stats_reference.py writes the values stats_test reads).
+
+#include <cstdint>
+#include <vector>
+
+namespace cart::report::stats {
+
+// P(T <= t) for Student's t with df > 0 degrees of freedom (df may be fractional: Welch).
+double StudentTCdf(double t, double df);
+// P(|T| >= |t|): the two-sided tail, computed directly (no 1 - cdf cancellation).
+double StudentTTwoSided(double t, double df);
+// The t with StudentTCdf(t, df) == p, for 0 < p < 1.
+double StudentTQuantile(double p, double df);
+// P(T' <= t) for the noncentral t with df degrees of freedom and noncentrality nc (the statistic
+// of a t test when the true effect is nc standard errors).
+double NoncentralTCdf(double t, double df, double nc);
+
+// An estimate (a mean, or a difference of means) with its interval and the t test of it against
+// a null value.
+struct Estimate {
+  double value = 0;          // the mean, or the difference of means
+  double low = 0, high = 0;  // the confidence interval; NaN when it cannot be estimated
+  double se = 0;             // standard error of `value`
+  double df = 0;             // degrees of freedom of the t test (Welch: fractional)
+  double t = 0;              // (value - null) / se
+  double p = 0;              // two-sided p-value; NaN when se cannot be estimated
+  int64_t n = 0;             // observations: the sample, the pairs, or the first arm (Welch)
+  int64_t n2 = 0;            // Welch: the second arm; otherwise 0
+};
+
+// The mean of x with its t interval, tested against `null`. n < 2: low, high, se and p are NaN.
+// Zero spread: the interval is the point, p is 0 (or 1 when the mean equals null).
+Estimate Mean(const std::vector<double>& x, double null = 0, double level = 0.95);
+// mean(a[i] - b[i]) over pairs (a and b of equal length, pairs matched by the caller): the
+// paired t test. Different lengths: every field NaN, n = 0.
+Estimate PairedDifference(const std::vector<double>& a, const std::vector<double>& b,
+                          double level = 0.95);
+// mean(a) - mean(b) with Welch's unequal-variance t test (Welch–Satterthwaite df). Either arm
+// with fewer than 2 observations: the interval, se and p are NaN.
+Estimate WelchDifference(const std::vector<double>& a, const std::vector<double>& b,
+                         double level = 0.95);
+
+struct Correlation {
+  double r = 0;  // Spearman's rank correlation; NaN when either side is constant
+  double p = 0;  // two-sided, from t = r sqrt((n - 2) / (1 - r^2)) on n - 2 df (as SciPy's
+                 // spearmanr); NaN when n < 3
+  int64_t n = 0;
+};
+// Spearman's ρ of (x[i], y[i]), ties given their mean rank. Different lengths: NaN, n = 0.
+Correlation Spearman(const std::vector<double>& x, const std::vector<double>& y);
+
+// Holm's step-down adjustment of a family of p-values, in their given order: each adjusted value
+// is at least its raw value, at most 1, and their order matches the raw values'. NaN entries are
+// not counted in the family and stay NaN.
+std::vector<double> Holm(const std::vector<double>& p);
+
+// The two-sided power of a t test at `alpha` with df degrees of freedom when the true effect is
+// `nc` standard errors.
+double Power(double nc, double df, double alpha = 0.05);
+// The smallest true effect that a two-sided t test at `alpha` with standard error `se` and df
+// degrees of freedom detects with probability `power` (exact, from the noncentral t). NaN when
+// se or df is NaN or se is 0.
+double DetectableEffect(double se, double df, double alpha = 0.05, double power = 0.8);
+
+}  // namespace cart::report::stats

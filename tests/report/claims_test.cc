@@ -1,0 +1,288 @@
+// The claims decided over a real SQLite database whose values are built so that each verdict
+// comes out as designed (holds, does not hold, cannot tell), with the numbers of the evidence
+// checked against SciPy (values in the comments: scipy.stats.ttest_1samp / spearmanr on the
+// same differences), and the claims file's errors named with file and line.
+
+#include "report/claims.h"
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "common/strings.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "report/report.h"
+#include "tests/store/store_fixture.h"
+#include "tests/support/test_support.h"
+
+namespace cart::report {
+namespace {
+
+using ::cart::store::MetricPoint;
+using ::cart::store::RunRecord;
+using ::cart::store::testing::FinishAllQueued;
+using ::cart::store::testing::MakeRun;
+using ::cart::store::testing::MakeSweep;
+using ::cart::store::testing::OpenStore;
+using ::cart::store::testing::PointsAt;
+using ::cart::testing::ReadFile;
+using ::cart::testing::StatusIs;
+using ::cart::testing::TempDir;
+using ::testing::HasSubstr;
+
+std::string P(const RunRecord& r, const char* key) {
+  auto it = r.params.find(key);
+  return it == r.params.end() ? "" : it->second;
+}
+
+int Seed(const RunRecord& r) { return static_cast<int>(ParseInt64(P(r, "seed")).value_or(0)); }
+
+// The per-seed log-perplexity differences each ablation is built with (seed 1, 2, 3).
+double AblationLogDelta(const RunRecord& r) {
+  const int i = Seed(r) - 1;
+  if (P(r, "kv") == "recompute") return std::vector<double>{-0.10, -0.12, -0.08}[i];
+  if (P(r, "R") == "1") return std::vector<double>{-0.05, -0.06, -0.04}[i];
+  if (P(r, "hyper") == "off") return std::vector<double>{0.01, -0.02, 0.005}[i];
+  return 0;
+}
+
+class ClaimsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    store_ = OpenStore(dir_.File("cart.db"));
+    auto sweep = [&](const std::string& name, std::vector<store::NewRun> runs) {
+      ASSERT_TRUE(store_->CreateSweep(MakeSweep(name, runs), store::Audit{1, "t", "t"}).ok());
+    };
+    std::vector<store::NewRun> stage2, ablations, leak;
+    for (const char* d : {"64", "128"}) {
+      for (const char* r : {"2", "4"}) {
+        for (const char* seed : {"1", "2", "3"}) {
+          stage2.push_back(MakeRun(StrCat(stage2.size()), {{"d", d}, {"R", r}, {"seed", seed}}));
+        }
+      }
+    }
+    const std::map<std::string, std::string> base = {
+        {"kv", "frozen"}, {"core", "shared"}, {"core_attn", "cross"}, {"hyper", "on"}, {"R", "4"}};
+    for (const std::map<std::string, std::string>& change :
+         std::vector<std::map<std::string, std::string>>{
+             {}, {{"kv", "recompute"}}, {{"R", "1"}}, {{"hyper", "off"}}}) {
+      for (const char* seed : {"1", "2", "3"}) {
+        std::map<std::string, std::string> params = base;
+        for (const auto& [k, v] : change) params[k] = v;
+        params["seed"] = seed;
+        ablations.push_back(MakeRun(StrCat(ablations.size()), params));
+      }
+    }
+    for (const char* causal : {"on", "off"}) {
+      for (const char* seed : {"1", "2", "3"}) {
+        leak.push_back(MakeRun(StrCat(leak.size()), {{"cross_causal", causal}, {"seed", seed}}));
+      }
+    }
+    sweep("stage2", stage2);
+    sweep("ablations", ablations);
+    sweep("leak", leak);
+    FinishAllQueued(*store_, [](const RunRecord& r) -> std::vector<MetricPoint> {
+      const int i = Seed(r) - 1;
+      if (!P(r, "cross_causal").empty()) {
+        const bool causal = P(r, "cross_causal") == "on";
+        const double val = causal ? 3.07 + 0.001 * i : std::vector<double>{2.0, 1.9, 2.1}[i];
+        return PointsAt(100, {{"val_loss/synth", val}, {"entropy_floor/synth", 3.06}});
+      }
+      if (!P(r, "kv").empty()) {  // ablations: the baseline 100, 102, 98 times the change
+        const double base = std::vector<double>{100, 102, 98}[i];
+        return PointsAt(100, {{"val_ppl/speeches", base * std::exp(AblationLogDelta(r))}});
+      }
+      // Stage 2: ρ higher at d = 128 by 0.01 with the same seed noise at each R (no R trend);
+      // at d = 128, R = 4 is worse than R = 2 by log-differences 0.05, 0.06, 0.04.
+      const bool wide = P(r, "d") == "128";
+      const double rho = 0.80 + (wide ? 0.01 : 0) + std::vector<double>{0.001, -0.001, 0}[i];
+      double ppl = (wide ? 100.0 : 120.0) + i;
+      if (wide && P(r, "R") == "4") ppl *= std::exp(std::vector<double>{0.05, 0.06, 0.04}[i]);
+      return PointsAt(100, {{"rho_max", rho}, {"val_ppl/speeches", ppl}});
+    });
+  }
+
+  // The report of the database, built (and written with `write`) into report/ without plots.
+  Report Build(bool html = false, const std::string& claims_file = "") {
+    std::unique_ptr<StudySource> source = StoreSource(*store_);
+    ReportOptions options;
+    options.out_dir = dir_.File("report");
+    options.plots = false;
+    options.html = html;
+    options.claims_file = claims_file;
+    absl::StatusOr<Report> report = BuildReport(*source, options);
+    EXPECT_TRUE(report.ok()) << report.status();
+    if (!report.ok()) return Report{};
+    const absl::Status written = WriteReport(*report, options);
+    EXPECT_TRUE(written.ok()) << written;
+    return *report;
+  }
+
+  const ClaimLine& Claim(const Report& report, const std::string& id) {
+    for (const ClaimLine& c : report.claims) {
+      if (c.id == id) return c;
+    }
+    ADD_FAILURE() << "no claim " << id;
+    static const ClaimLine none;
+    return none;
+  }
+
+  TempDir dir_;
+  std::unique_ptr<store::RunStore> store_;
+};
+
+TEST_F(ClaimsTest, EachVerdictComesOutAsTheDataWereBuilt) {
+  const Report report = Build();
+  CART_ASSERT_OK_AND_ASSIGN(std::vector<ClaimSpec> specs, DefaultClaims());
+  ASSERT_EQ(report.claims.size(), specs.size());
+
+  // Holds: recomputing K, V lowers perplexity on every seed. Log-differences −0.10, −0.12, −0.08:
+  // t = −8.660, p = 0.01307; −9.52 % [−13.90 %, −4.91 %] (SciPy).
+  const ClaimLine& kv = Claim(report, "ablation_recompute_kv");
+  EXPECT_EQ(kv.verdict, "holds");
+  EXPECT_THAT(kv.evidence, HasSubstr("−9.52 % [−13.90 %, −4.91 %], paired t, n = 3, p = 0.013"));
+  // Does not hold: R = 1 is built better than the baseline (−0.05, −0.06, −0.04), the paper
+  // says worse.
+  EXPECT_EQ(Claim(report, "ablation_one_loop").verdict, "does not hold");
+  // Cannot tell: no hyper-connection moves +0.01, −0.02, +0.005 (p = 0.874); the evidence gives
+  // the effect the three seeds could have detected beside the published +0.69 %.
+  const ClaimLine& hyper = Claim(report, "ablation_no_hyper");
+  EXPECT_EQ(hyper.verdict, "cannot tell");
+  EXPECT_THAT(hyper.evidence, HasSubstr("p = 0.874"));
+  EXPECT_THAT(hyper.evidence, HasSubstr("detectable at 80 % power: ±"));
+  EXPECT_THAT(hyper.evidence, HasSubstr("published +0.69 %"));
+
+  // ρ: inside its band in every cell; rising with d at both R (Spearman 0.878, p = 0.0213 each,
+  // Holm 0.0426 < 0.05); no trend with R.
+  EXPECT_EQ(Claim(report, "rho_band").verdict, "holds");
+  const ClaimLine& by_d = Claim(report, "rho_rises_with_d");
+  EXPECT_EQ(by_d.verdict, "holds");
+  EXPECT_THAT(by_d.evidence, HasSubstr("ρ_s = +0.878, Spearman, n = 6, p = 0.021 (Holm 0.043)"));
+  EXPECT_EQ(by_d.tests.size(), 2u);  // one per R
+  EXPECT_EQ(Claim(report, "rho_rises_with_R").verdict, "cannot tell");
+
+  // The reversal: stage 2's half is built to hold (p = 0.013), but there is no stage 1.
+  const ClaimLine& reversal = Claim(report, "r_benefit_reversal");
+  EXPECT_EQ(reversal.verdict, "cannot tell");
+  EXPECT_THAT(reversal.evidence, HasSubstr("no finished run with this metric"));
+  ASSERT_EQ(reversal.tests.size(), 2u);
+  EXPECT_EQ(reversal.tests[1].back(), "");  // no note: computed
+  EXPECT_EQ(reversal.tests[1][12], "holds");
+
+  // The leak: every non-causal seed 1 nat below the floor.
+  const ClaimLine& leak = Claim(report, "leak_below_floor");
+  EXPECT_EQ(leak.verdict, "holds");
+  EXPECT_THAT(leak.evidence, HasSubstr("−1.0600 [")) << leak.evidence;
+  // Parts with no runs cannot tell, and say so.
+  EXPECT_EQ(Claim(report, "dense_parity_stored").verdict, "cannot tell");
+  EXPECT_THAT(Claim(report, "faithful_double_residual").evidence,
+              HasSubstr("no finished run with this metric"));
+
+  const std::string md = ReadFile(dir_.File("report/report.md"));
+  EXPECT_EQ(md.find("## Claims and verdicts"), md.find("## "));  // the first section
+  EXPECT_THAT(md, HasSubstr("| **holds** | " + kv.evidence + " |"));
+  EXPECT_THAT(ReadFile(dir_.File("report/claims.md")), HasSubstr("**does not hold**"));
+  const std::string csv = ReadFile(dir_.File("report/claims.csv"));
+  EXPECT_THAT(csv, HasSubstr("id,verdict,claim,evidence,section,published\n"));
+  EXPECT_THAT(csv, HasSubstr("\nablation_one_loop,does not hold,"));
+  const std::string tests = ReadFile(dir_.File("report/claim_tests.csv"));
+  EXPECT_THAT(tests, HasSubstr("claim,test,method,effect,low,high,unit,p,p_holm,n,n2"));
+  EXPECT_THAT(tests, HasSubstr("paired t,-9.51626,-13.9019,-4.90723,%,0.0130725"));
+}
+
+TEST_F(ClaimsTest, TheHtmlReportMarksEachVerdict) {
+  Build(/*html=*/true);
+  const std::string html = ReadFile(dir_.File("report/report.html"));
+  EXPECT_THAT(html, HasSubstr("<tr id=\"claim-ablation_recompute_kv\">"));
+  EXPECT_THAT(html, HasSubstr("class=\"verdict holds\">holds<"));
+  EXPECT_THAT(html, HasSubstr("class=\"verdict does-not-hold\">does not hold<"));
+  EXPECT_THAT(html, HasSubstr("class=\"verdict cannot-tell\">cannot tell<"));
+}
+
+TEST_F(ClaimsTest, AClaimsFileOfTheUsersOwnIsDecidedAndItsErrorsNameTheLine) {
+  const std::string file = dir_.File("mine.yaml");
+  {
+    std::ofstream out(file);
+    out << "wide_is_better:\n"
+           "  claim: wider is better\n"
+           "  section: mine\n"
+           "  part: stage2\n"
+           "  tests:\n"
+           "    - kind: compare\n"
+           "      label: ppl wide - narrow\n"
+           "      metric: \"val_ppl/{val}\"\n"
+           "      a: {match: {d: \"@max\", R: \"2\"}}\n"
+           "      b: {match: {d: \"@min\", R: \"2\"}}\n"
+           "      direction: less\n"
+           "      scale: log\n";
+  }
+  const Report report = Build(false, file);
+  ASSERT_EQ(report.claims.size(), 1u);
+  // 100, 101, 102 against 120, 121, 122 paired by seed.
+  EXPECT_EQ(report.claims[0].verdict, "holds");
+  EXPECT_THAT(report.claims[0].evidence, HasSubstr("(d = 128 against d = 64)"));
+
+  {
+    std::ofstream out(file);
+    out << "x:\n  claim: c\n  section: s\n  part: stage2\n  tests:\n    - kind: compare\n"
+           "      label: l\n      metric: m\n      a: {match: {d: \"@max\"}}\n"
+           "      b: {match: {d: \"@min\"}}\n      direction: sideways\n";
+  }
+  std::unique_ptr<StudySource> source = StoreSource(*store_);
+  ReportOptions options;
+  options.claims_file = file;
+  EXPECT_THAT(BuildReport(*source, options),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr(file + ":11: unknown direction 'sideways' (allowed: greater, "
+                                        "less, within)")));
+}
+
+// Parse errors: each names the file, the line and what is allowed.
+TEST(ClaimsFileTest, ErrorsNameFileLineFieldAndAllowedValues) {
+  auto error = [](const std::string& text) {
+    absl::StatusOr<std::vector<ClaimSpec>> r = ParseClaims(text, "claims.yaml");
+    EXPECT_FALSE(r.ok()) << text;
+    return r.ok() ? std::string() : std::string(r.status().message());
+  };
+  const std::string head = "c:\n  claim: x\n  section: s\n  part: stage2\n  tests:\n";
+  EXPECT_THAT(error(head + "    - kind: guess\n      label: l\n      metric: m\n"),
+              HasSubstr("claims.yaml:6: unknown kind 'guess' (allowed: best_at, compare, trend, "
+                        "value)"));
+  EXPECT_THAT(error(head + "    - kind: value\n      label: l\n      metric: m\n"
+                           "      direction: less\n      colour: red\n"),
+              HasSubstr("claims.yaml:10: unknown key 'colour' in a test (allowed: a, against,"));
+  EXPECT_THAT(error(head + "    - kind: value\n      label: l\n      metric: m\n"
+                           "      direction: less\n"),
+              HasSubstr("claims.yaml:6: the value test 'l' needs one of 'reference' and "
+                        "'reference_metric'"));
+  EXPECT_THAT(error(head + "    - kind: compare\n      label: l\n      metric: m\n"
+                           "      direction: within\n      a: {}\n      b: {}\n"),
+              HasSubstr("needs a 'margin' with direction within"));
+  EXPECT_THAT(error("c:\n  claim: x\n  section: s\n  part: stage9\n  tests: []\n"),
+              HasSubstr("claims.yaml:4: unknown part 'stage9' (allowed: ablations, baselines,"));
+  EXPECT_THAT(error("c:\n  claim: x\n  part: stage2\n  tests: []\n"),
+              HasSubstr("claims.yaml:2: claim 'c' has no 'section'"));
+  EXPECT_THAT(error(head + "    - kind: trend\n      label: l\n      metric: m\n"
+                           "      direction: less\n      against: d\n"
+                           "      a: {match: {d: \"@median\"}}\n"),
+              HasSubstr("claims.yaml:11: selector '@median' of 'd' (allowed: @min, @max, @best)"));
+  EXPECT_THAT(error("c: [unclosed\n"), HasSubstr("claims.yaml:2: not valid YAML"));
+}
+
+TEST(ClaimsFileTest, TheCompiledInClaimsParseAndCoverThePaper) {
+  CART_ASSERT_OK_AND_ASSIGN(std::vector<ClaimSpec> claims, DefaultClaims());
+  std::set<std::string> parts;
+  for (const ClaimSpec& c : claims) {
+    parts.insert(c.part);
+    EXPECT_FALSE(c.section.empty()) << c.id;
+    EXPECT_FALSE(c.published.empty()) << c.id;
+  }
+  // Every part of the study has a claim that reads it.
+  EXPECT_EQ(parts,
+            (std::set<std::string>{"stage2", "faithfulness", "ablations", "variable_r", "leak"}));
+  EXPECT_GE(claims.size(), 15u);
+}
+
+}  // namespace
+}  // namespace cart::report

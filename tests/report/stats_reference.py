@@ -1,0 +1,149 @@
+#!/usr/bin/env python3
+"""The reference values of report/stats.h, computed by SciPy.
+
+stats_test (C++) reads stats_reference.json and checks report/stats.cc against it. This script
+wrote that file, and the `stats_scipy_reference` test runs it again with --check, so the file is
+known to hold SciPy's values and not numbers edited by hand:
+
+    stats_reference.py --write tests/report/stats_reference.json   # after changing a case
+    stats_reference.py --check tests/report/stats_reference.json   # what the test runs
+
+Holm's adjustment is not in SciPy; it is written here from its definition, separately from the
+C++ one. Needs SciPy (deploy/python-requirements.txt pins it).
+"""
+
+import argparse
+import json
+import math
+import sys
+
+import numpy as np
+from scipy import optimize, stats
+
+T_CDF = [(-3.2, 2), (0.5, 4), (2.1, 7.3), (10.0, 3), (-0.01, 30), (1.96, 1000), (40.0, 1.5)]
+T_QUANTILE = [(0.975, 1), (0.975, 2), (0.975, 3), (0.975, 5), (0.975, 10), (0.975, 29.7),
+              (0.9, 4), (0.025, 6), (0.8, 2.5), (0.9995, 2)]
+NCT_CDF = [(2.776, 4, 3.0), (-2.776, 4, 3.0), (1.5, 2, 0.5), (4.3, 2, 5.0), (2.0, 10.5, 2.5),
+           (12.7, 1, 2.0), (0.0, 3, -1.0)]
+ONE_SAMPLE = [
+    ([0.805, 0.801, 0.809], 0.9),
+    ([1.02, 0.97, 1.11, 1.05, 0.99], 1.0),
+    ([-0.41, -0.62, -0.20], 0.0),
+    ([3.0, 3.5], 1.0),
+]
+PAIRED = [
+    ([121.0, 118.2, 123.9], [119.5, 118.9, 120.1]),
+    ([0.80, 0.81, 0.79, 0.82], [0.90, 0.92, 0.89, 0.93]),
+    ([20.35, 20.40, 20.50], [20.14, 20.57, 19.22]),
+]
+WELCH = [
+    ([96.8, 97.4, 95.9], [119.5, 121.0, 120.2]),
+    ([1.0, 2.0, 3.0, 4.0], [2.5, 2.7, 2.4]),
+    ([0.13, 0.2, 0.11, 0.3, 0.25], [4.24, 4.1]),
+]
+SPEARMAN = [
+    ([64, 64, 64, 128, 128, 128], [0.801, 0.799, 0.803, 0.806, 0.804, 0.808]),
+    ([1, 2, 3, 4, 5, 6, 7], [2.0, 1.0, 4.0, 3.0, 7.0, 5.0, 6.0]),
+    ([256, 512, 768, 1024], [0.823, 0.814, 0.800, 0.790]),
+    ([1, 2, 3, 4, 5], [5.0, 3.0, 4.0, 1.0, 2.0]),
+]
+HOLM = [
+    [0.01, 0.04, 0.03, 0.005],
+    [0.2, 0.01],
+    [0.5],
+    [0.04, 0.04, 0.04],
+]
+DETECTABLE = [(1.0, 2), (0.37, 4), (2.5, 9.6), (0.05, 29)]
+
+
+def holm(p):
+    """Holm's step-down adjustment, written from its definition."""
+    m = len(p)
+    order = sorted(range(m), key=lambda i: p[i])
+    out = [0.0] * m
+    running = 0.0
+    for k, i in enumerate(order):
+        running = max(running, min(1.0, (m - k) * p[i]))
+        out[i] = running
+    return out
+
+
+def estimate(result, value):
+    ci = result.confidence_interval(0.95)
+    return {"value": float(value), "low": float(ci.low), "high": float(ci.high),
+            "t": float(result.statistic), "p": float(result.pvalue), "df": float(result.df)}
+
+
+def detectable(se, df, alpha=0.05, power=0.8):
+    critical = stats.t.ppf(1 - alpha / 2, df)
+
+    def gap(nc):
+        # SciPy's nct.cdf gives NaN for some lower tails below 1e-15; they are 0 to this sum.
+        lower = stats.nct.cdf(-critical, df, nc)
+        return stats.nct.sf(critical, df, nc) + (0.0 if math.isnan(lower) else lower) - power
+
+    return se * optimize.brentq(gap, 1e-6, 100.0, xtol=1e-13, rtol=1e-13)
+
+
+def compute():
+    return {
+        "scipy": __import__("scipy").__version__,
+        "t_cdf": [{"t": t, "df": df, "cdf": float(stats.t.cdf(t, df)),
+                   "two_sided": float(2 * stats.t.sf(abs(t), df))} for t, df in T_CDF],
+        "t_quantile": [{"p": p, "df": df, "t": float(stats.t.ppf(p, df))} for p, df in T_QUANTILE],
+        "nct_cdf": [{"t": t, "df": df, "nc": nc, "cdf": float(stats.nct.cdf(t, df, nc))}
+                    for t, df, nc in NCT_CDF],
+        "one_sample": [dict(x=x, null=null, **estimate(stats.ttest_1samp(x, null),
+                                                       np.mean(x)))
+                       for x, null in ONE_SAMPLE],
+        "paired": [dict(a=a, b=b, **estimate(stats.ttest_rel(a, b),
+                                             np.mean(np.array(a) - np.array(b))))
+                   for a, b in PAIRED],
+        "welch": [dict(a=a, b=b, **estimate(stats.ttest_ind(a, b, equal_var=False),
+                                            np.mean(a) - np.mean(b)))
+                  for a, b in WELCH],
+        "spearman": [{"x": x, "y": y, "r": float(stats.spearmanr(x, y).statistic),
+                      "p": float(stats.spearmanr(x, y).pvalue)} for x, y in SPEARMAN],
+        "holm": [{"p": p, "adjusted": holm(p)} for p in HOLM],
+        "detectable": [{"se": se, "df": df, "effect": detectable(se, df)}
+                       for se, df in DETECTABLE],
+    }
+
+
+def close(a, b, path):
+    """Recomputed and stored values agree (to rounding of another SciPy build)."""
+    if isinstance(a, dict):
+        return all(close(a[k], b.get(k), f"{path}.{k}") for k in a if k != "scipy")
+    if isinstance(a, list):
+        return len(a) == len(b) and all(close(x, y, f"{path}[{i}]")
+                                        for i, (x, y) in enumerate(zip(a, b)))
+    if isinstance(a, float) and math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12):
+        return True
+    if a == b:
+        return True
+    print(f"stats_reference: {path}: SciPy gives {a!r}, the file holds {b!r}", file=sys.stderr)
+    return False
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    mode = parser.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--write", metavar="FILE")
+    mode.add_argument("--check", metavar="FILE")
+    args = parser.parse_args()
+    values = compute()
+    if args.write:
+        with open(args.write, "w") as f:
+            json.dump(values, f, indent=1)
+            f.write("\n")
+        return 0
+    with open(args.check) as f:
+        stored = json.load(f)
+    if not close(values, stored, "reference"):
+        return 1
+    print(f"stats_reference: {args.check} holds SciPy {values['scipy']}'s values")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,161 @@
+// report/stats against SciPy's values (stats_reference.json, written by stats_reference.py,
+// which the stats_scipy_reference test re-runs), and the conventions its header states: NaN in,
+// NaN out; one observation, no interval; Holm's adjustment monotone and capped.
+
+#include "report/stats.h"
+
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+
+#include "gtest/gtest.h"
+
+namespace cart::report::stats {
+namespace {
+
+using nlohmann::json;
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+const json& Reference() {
+  static const json* reference = [] {
+    std::ifstream in(std::string(CART_SOURCE_DIR) + "/tests/report/stats_reference.json");
+    return new json(json::parse(in));
+  }();
+  return *reference;
+}
+
+std::vector<double> Doubles(const json& j) { return j.get<std::vector<double>>(); }
+
+// Agreement to a relative 1e-9 (an absolute 1e-12 near zero).
+void ExpectClose(double expected, double actual, const std::string& what) {
+  EXPECT_NEAR(actual, expected, 1e-9 * std::abs(expected) + 1e-12) << what;
+}
+
+void ExpectEstimate(const json& want, const Estimate& got, const std::string& what) {
+  ExpectClose(want["value"], got.value, what + " value");
+  ExpectClose(want["low"], got.low, what + " low");
+  ExpectClose(want["high"], got.high, what + " high");
+  ExpectClose(want["t"], got.t, what + " t");
+  ExpectClose(want["p"], got.p, what + " p");
+  ExpectClose(want["df"], got.df, what + " df");
+}
+
+TEST(StatsTest, ReferenceFileIsSciPys) {
+  ASSERT_TRUE(Reference().contains("scipy"));
+  EXPECT_GE(Reference()["t_cdf"].size(), 5u);
+}
+
+TEST(StatsTest, StudentTCdfAndTwoSidedTailMatchSciPy) {
+  for (const json& c : Reference()["t_cdf"]) {
+    const std::string what = c.dump();
+    ExpectClose(c["cdf"], StudentTCdf(c["t"], c["df"]), what);
+    ExpectClose(c["two_sided"], StudentTTwoSided(c["t"], c["df"]), what);
+  }
+}
+
+TEST(StatsTest, StudentTQuantileMatchesSciPy) {
+  for (const json& c : Reference()["t_quantile"]) {
+    ExpectClose(c["t"], StudentTQuantile(c["p"], c["df"]), c.dump());
+  }
+  EXPECT_TRUE(std::isnan(StudentTQuantile(1.0, 3)));
+  EXPECT_TRUE(std::isnan(StudentTQuantile(0.5, -1)));
+}
+
+TEST(StatsTest, NoncentralTCdfMatchesSciPyToOneInAMillion) {
+  for (const json& c : Reference()["nct_cdf"]) {
+    const double want = c["cdf"];
+    EXPECT_NEAR(NoncentralTCdf(c["t"], c["df"], c["nc"]), want, 1e-6 * want + 1e-10) << c.dump();
+  }
+}
+
+TEST(StatsTest, OneSamplePairedAndWelchMatchSciPy) {
+  for (const json& c : Reference()["one_sample"]) {
+    ExpectEstimate(c, Mean(Doubles(c["x"]), c["null"]), "one sample " + c["x"].dump());
+  }
+  for (const json& c : Reference()["paired"]) {
+    ExpectEstimate(c, PairedDifference(Doubles(c["a"]), Doubles(c["b"])),
+                   "paired " + c["a"].dump());
+  }
+  for (const json& c : Reference()["welch"]) {
+    const Estimate e = WelchDifference(Doubles(c["a"]), Doubles(c["b"]));
+    ExpectEstimate(c, e, "welch " + c["a"].dump());
+    EXPECT_EQ(e.n, static_cast<int64_t>(c["a"].size()));
+    EXPECT_EQ(e.n2, static_cast<int64_t>(c["b"].size()));
+  }
+}
+
+TEST(StatsTest, SpearmanWithTiesMatchesSciPy) {
+  for (const json& c : Reference()["spearman"]) {
+    const Correlation r = Spearman(Doubles(c["x"]), Doubles(c["y"]));
+    ExpectClose(c["r"], r.r, c.dump());
+    ExpectClose(c["p"], r.p, c.dump());
+  }
+}
+
+TEST(StatsTest, HolmMatchesItsDefinition) {
+  for (const json& c : Reference()["holm"]) {
+    const std::vector<double> got = Holm(Doubles(c["p"]));
+    const std::vector<double> want = Doubles(c["adjusted"]);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) ExpectClose(want[i], got[i], c.dump());
+  }
+}
+
+TEST(StatsTest, DetectableEffectMatchesSciPysNoncentralT) {
+  for (const json& c : Reference()["detectable"]) {
+    const double want = c["effect"];
+    EXPECT_NEAR(DetectableEffect(c["se"], c["df"]), want, 1e-5 * want) << c.dump();
+  }
+  // At the detectable effect the power is what was asked for.
+  EXPECT_NEAR(Power(DetectableEffect(1.0, 4) / 1.0, 4), 0.8, 1e-6);
+}
+
+TEST(StatsTest, ADivergedSeedMakesEveryResultNaN) {
+  EXPECT_TRUE(std::isnan(Mean({1.0, kNaN, 2.0}).value));
+  EXPECT_EQ(Mean({1.0, kNaN, 2.0}).n, 3);
+  EXPECT_TRUE(std::isnan(PairedDifference({1.0, 2.0}, {kNaN, 1.0}).low));
+  EXPECT_TRUE(std::isnan(WelchDifference({1.0, 2.0}, {3.0, kNaN}).p));
+  EXPECT_TRUE(std::isnan(Spearman({1.0, 2.0, 3.0}, {1.0, kNaN, 3.0}).r));
+}
+
+TEST(StatsTest, OneObservationHasAValueButNoIntervalOrTest) {
+  const Estimate e = Mean({0.8}, 0.9);
+  EXPECT_DOUBLE_EQ(e.value, 0.8);
+  EXPECT_EQ(e.n, 1);
+  EXPECT_TRUE(std::isnan(e.low) && std::isnan(e.high) && std::isnan(e.p));
+  EXPECT_TRUE(std::isnan(DetectableEffect(e.se, e.df)));
+  const Estimate w = WelchDifference({1.0}, {2.0, 3.0});
+  EXPECT_DOUBLE_EQ(w.value, -1.5);
+  EXPECT_TRUE(std::isnan(w.p));
+  EXPECT_TRUE(std::isnan(PairedDifference({1.0, 2.0}, {1.0}).value));
+}
+
+TEST(StatsTest, ZeroSpreadGivesThePointAndACertainTest) {
+  const Estimate e = Mean({2.0, 2.0, 2.0}, 1.0);
+  EXPECT_EQ(e.low, 2.0);
+  EXPECT_EQ(e.high, 2.0);
+  EXPECT_EQ(e.p, 0.0);
+  EXPECT_EQ(Mean({1.0, 1.0}, 1.0).p, 1.0);
+}
+
+TEST(StatsTest, HolmSkipsNaNAndKeepsTheRawOrder) {
+  const std::vector<double> adjusted = Holm({0.03, kNaN, 0.01, 0.04});
+  EXPECT_TRUE(std::isnan(adjusted[1]));
+  EXPECT_DOUBLE_EQ(adjusted[2], 0.03);  // smallest of three: × 3
+  EXPECT_DOUBLE_EQ(adjusted[0], 0.06);  // × 2
+  EXPECT_DOUBLE_EQ(adjusted[3], 0.06);  // × 1 = 0.04, raised to keep the order
+  EXPECT_DOUBLE_EQ(Holm({0.9, 0.8})[0], 1.0);
+}
+
+TEST(StatsTest, SpearmanNeedsThreePointsForATest) {
+  const Correlation two = Spearman({1.0, 2.0}, {2.0, 1.0});
+  EXPECT_DOUBLE_EQ(two.r, -1.0);
+  EXPECT_TRUE(std::isnan(two.p));
+  EXPECT_TRUE(std::isnan(Spearman({1.0, 1.0, 1.0}, {1.0, 2.0, 3.0}).r));
+  EXPECT_EQ(Spearman({1.0, 2.0, 3.0}, {1.0, 2.0, 3.0}).p, 0.0);
+}
+
+}  // namespace
+}  // namespace cart::report::stats
