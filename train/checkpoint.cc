@@ -148,7 +148,11 @@ absl::StatusOr<CheckpointManifest> WriteCheckpoint(const std::string& dir,
   std::vector<CheckpointManifest> all = ListCheckpoints(dir);
   for (size_t i = 0; i + keep < all.size(); ++i) {
     fs::remove(fs::path(dir) / (StepName(all[i].step) + ".json"), ec);  // manifest first
-    fs::remove(all[i].path, ec);
+    if (write.discard) {
+      write.discard(all[i].path);
+    } else {
+      fs::remove(all[i].path, ec);
+    }
   }
   return m;
 }

@@ -159,6 +159,7 @@ absl::Status Trainer::Checkpoint(int64_t step) {
   state.config_yaml = model::ToYaml(config_);
   CheckpointWriteOptions write;
   write.durable = options_.durable_checkpoints;
+  write.discard = options_.discard_checkpoint;
   const auto start = std::chrono::steady_clock::now();
   CART_ASSIGN_OR_RETURN(CheckpointManifest m,
                         WriteCheckpoint(checkpoint_dir_, state, *model_, *optimizer_,

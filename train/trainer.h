@@ -49,6 +49,9 @@ struct TrainOptions {
   // fsync each checkpoint (train::CheckpointWriteOptions::durable). The worker turns it off: its
   // local file is a staging copy, and the durable one is the copy cartd's store keeps.
   bool durable_checkpoints = true;
+  // Where old checkpoint files go instead of being deleted on the training thread
+  // (train::CheckpointWriteOptions::discard); unset: deleted at once.
+  std::function<void(const std::string& path)> discard_checkpoint;
 };
 
 // Where the loss became non-finite.

@@ -29,10 +29,14 @@ CheckpointUploader::~CheckpointUploader() {
   }
   thread_.join();
   absl::MutexLock lock(&mu_);
-  if (waiting_) {
-    std::error_code ec;
-    fs::remove(waiting_->manifest.path, ec);
-  }
+  std::error_code ec;
+  if (waiting_) fs::remove(waiting_->manifest.path, ec);
+  for (const std::string& path : discards_) fs::remove(path, ec);
+}
+
+void CheckpointUploader::Discard(const std::string& path) {
+  absl::MutexLock lock(&mu_);
+  discards_.push_back(path);
 }
 
 absl::Status CheckpointUploader::Submit(const CheckpointFile& m, bool final) {
@@ -73,7 +77,7 @@ absl::Status CheckpointUploader::Drain() {
   absl::MutexLock lock(&mu_);
   mu_.Await(absl::Condition(
       +[](CheckpointUploader* u) ABSL_EXCLUSIVE_LOCKS_REQUIRED(u->mu_) {
-        return u->stopping_ || (!u->waiting_ && !u->busy_);
+        return u->stopping_ || (!u->waiting_ && !u->busy_ && u->discards_.empty());
       },
       this));
   return final_status_;
@@ -97,21 +101,30 @@ void CheckpointUploader::Loop() {
     setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), options_.niceness);
   }
   for (;;) {
-    Item item;
+    std::optional<Item> next;
+    std::vector<std::string> discards;
     {
       absl::MutexLock lock(&mu_);
       mu_.Await(absl::Condition(
           +[](CheckpointUploader* u) ABSL_EXCLUSIVE_LOCKS_REQUIRED(u->mu_) {
-            return u->stopping_ || u->waiting_.has_value();
+            return u->stopping_ || u->waiting_.has_value() || !u->discards_.empty();
           },
           this));
       if (stopping_) return;
-      item = *std::move(waiting_);
+      discards.swap(discards_);
+      next = std::move(waiting_);
       waiting_.reset();
       busy_ = true;
     }
-    absl::Status done = UploadOne(item);
     std::error_code ec;
+    for (const std::string& path : discards) fs::remove(path, ec);
+    if (!next) {
+      absl::MutexLock lock(&mu_);
+      busy_ = false;
+      continue;
+    }
+    const Item& item = *next;
+    absl::Status done = UploadOne(item);
     fs::remove(item.manifest.path, ec);
     absl::MutexLock lock(&mu_);
     busy_ = false;

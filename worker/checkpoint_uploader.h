@@ -19,6 +19,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -69,7 +70,13 @@ class CheckpointUploader {
   // nothing is queued.
   absl::Status Submit(const CheckpointFile& m, bool final);
 
-  // Waits until every queued checkpoint is stored and announced, skipped, or abandoned. OK;
+  // Deletes `path` (an old checkpoint the trainer's retention dropped) on the upload thread, so
+  // the kernel's freeing of its blocks does not stall the training loop. Whatever is still
+  // queued when the uploader stops is deleted by the destructor.
+  void Discard(const std::string& path);
+
+  // Waits until every queued checkpoint is stored and announced, skipped, or abandoned, and every
+  // discarded file deleted. OK;
   // FailedPrecondition with cartd's reason when the final checkpoint was refused for space past
   // space_wait_ms; Cancelled when it was abandoned.
   absl::Status Drain();
@@ -95,6 +102,7 @@ class CheckpointUploader {
   const UploaderOptions options_;
   mutable absl::Mutex mu_;
   std::optional<Item> waiting_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> discards_ ABSL_GUARDED_BY(mu_);
   bool busy_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status final_status_ ABSL_GUARDED_BY(mu_);

@@ -278,6 +278,8 @@ JobEnd Session::Train() {
   // Written whole and atomically, not fsync'ed: cartd's store holds the durable copy, and an
   // attempt never resumes from its own local files (docs/design.md "Storage").
   options.durable_checkpoints = false;
+  // Old local checkpoints are deleted on the upload thread (StartUploader runs before Train).
+  options.discard_checkpoint = [this](const std::string& path) { uploader_->Discard(path); };
   options.on_metrics = [this](const train::MetricRecord& r) { OnMetrics(r); };
   const int64_t total = config.train.steps;
   options.on_checkpoint = [this, total](const train::CheckpointManifest& m) {

@@ -263,6 +263,24 @@ TEST_F(TrainerTest, ANonFiniteLossStopsTrainingAndSaysWhere) {
   EXPECT_EQ(metrics[0]["loss_nonfinite"], 1);
 }
 
+// With a discard hook (the worker's), retention hands the old files over instead of deleting
+// them, their manifests already gone, so the checkpoint list never shows them.
+TEST_F(TrainerTest, RetentionHandsOldCheckpointFilesToTheDiscardHook) {
+  config_.train.eval_every = 0;
+  std::vector<std::string> discarded;
+  TrainOptions o;
+  o.out_dir = dir_.File("run");
+  o.discard_checkpoint = [&](const std::string& path) { discarded.push_back(path); };
+  CART_ASSERT_OK(Train(config_, o).status());
+  // Checkpoints at 4, 8 and 12 with 2 kept: step 4's file is handed over, still on disk.
+  ASSERT_EQ(discarded.size(), 1u);
+  EXPECT_THAT(discarded[0], HasSubstr("step-00000004.pt"));
+  EXPECT_TRUE(std::filesystem::exists(discarded[0]));
+  const std::vector<CheckpointManifest> listed = ListCheckpoints(dir_.File("run/checkpoints"));
+  ASSERT_EQ(listed.size(), 2u);
+  EXPECT_EQ(listed.front().step, 8);
+}
+
 TEST_F(TrainerTest, CorruptNewestCheckpointIsReportedAndSkipped) {
   ASSERT_NO_FATAL_FAILURE(TrainEightSteps());
   auto ckpts = ListCheckpoints(dir_.File("run/checkpoints"));

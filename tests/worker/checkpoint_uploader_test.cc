@@ -119,6 +119,29 @@ TEST_F(UploaderTest, ANewerCheckpointReplacesAWaitingOneButNeverTheFinalAndSubmi
   EXPECT_TRUE(fs::is_empty(dir_.File("outbox")));
 }
 
+// Old checkpoints the trainer drops are deleted on the upload thread (queued behind an upload in
+// flight, or waking an idle thread), and Drain waits for them.
+TEST_F(UploaderTest, DiscardedFilesAreDeletedOnTheUploadThreadAndDrainWaitsForThem) {
+  absl::Notification release;
+  const std::string old_file = Checkpoint(1).path;
+  auto uploader = std::make_unique<CheckpointUploader>(
+      Options([&](const std::string& path) -> absl::StatusOr<std::string> {
+        release.WaitForNotification();
+        return ReadBack(path);
+      }));
+  CART_ASSERT_OK(uploader->Submit(Checkpoint(10), false));
+  uploader->Discard(old_file);
+  release.Notify();
+  CART_ASSERT_OK(uploader->Drain());
+  EXPECT_FALSE(fs::exists(old_file));
+  EXPECT_EQ(AnnouncedSteps(), (std::vector<int64_t>{10}));
+  // Discarding with nothing to upload wakes the thread too.
+  const std::string another = Checkpoint(2).path;
+  uploader->Discard(another);
+  CART_ASSERT_OK(uploader->Drain());
+  EXPECT_FALSE(fs::exists(another));
+}
+
 TEST_F(UploaderTest, APeriodicCheckpointCartdHasNoRoomForIsSkippedAtOnce) {
   std::atomic<int> calls{0};
   CheckpointUploader uploader(Options([&](const std::string&) -> absl::StatusOr<std::string> {
