@@ -752,18 +752,23 @@ class Decider {
   std::map<std::pair<int64_t, std::string>, std::vector<StudyPoint>> series_;
 };
 
-// A number for reading, signed unless it is a level, with a true minus sign (U+2212).
+// Formatted number text with a true minus sign (U+2212), and a plus unless it is a level.
+std::string Signed(std::string text, bool level) {
+  if (text[0] == '-') {
+    text.replace(0, 1, "\u2212");
+  } else if (!level) {
+    text = "+" + text;
+  }
+  return text;
+}
+
+// A number for reading, signed unless it is a level.
 std::string Number(double v, const std::string& unit, bool level = false) {
   if (std::isnan(v)) return "NaN";
-  std::string out = unit == "%"         ? fmt::format("{:.2f} %", v)
-                    : std::abs(v) >= 10 ? fmt::format("{:.2f}", v)
-                                        : fmt::format("{:.4f}", v);
-  if (out[0] == '-') {
-    out.replace(0, 1, "\u2212");
-  } else if (!level) {
-    out = "+" + out;
-  }
-  return out;
+  return Signed(unit == "%"         ? fmt::format("{:.2f} %", v)
+                : std::abs(v) >= 10 ? fmt::format("{:.2f}", v)
+                                    : fmt::format("{:.4f}", v),
+                level);
 }
 
 std::string PValue(double p) {
@@ -783,7 +788,9 @@ absl::StatusOr<std::vector<ClaimSpec>> ParseClaims(const std::string& text,
 }
 
 absl::StatusOr<std::vector<ClaimSpec>> DefaultClaims() {
-  return ParseClaims(ClaimsYaml(), "report/claims.yaml");
+  static const absl::StatusOr<std::vector<ClaimSpec>>* claims =
+      new absl::StatusOr<std::vector<ClaimSpec>>(ParseClaims(ClaimsYaml(), "report/claims.yaml"));
+  return *claims;
 }
 
 const char* VerdictName(Verdict v) {
@@ -802,9 +809,8 @@ std::string Evidence(const TestOutcome& t) {
   if (std::isnan(t.effect) && !t.note.empty()) return fmt::format("{}: {}", t.label, t.note);
   std::string out;
   if (t.method == "Spearman") {
-    std::string r = fmt::format("{:+.3f}", t.effect);
-    if (r[0] == '-') r.replace(0, 1, "\u2212");
-    out = fmt::format("{}: ρ_s = {}, Spearman, n = {}, p = {}", t.label, r, t.n, PValue(t.p));
+    out = fmt::format("{}: ρ_s = {}, Spearman, n = {}, p = {}", t.label,
+                      Signed(fmt::format("{:.3f}", t.effect), false), t.n, PValue(t.p));
   } else {
     out = fmt::format("{}: {}", t.label, Number(t.effect, t.unit, t.level));
     if (!std::isnan(t.low)) {
@@ -824,7 +830,7 @@ std::string Evidence(const TestOutcome& t) {
     if (!std::isnan(t.detectable)) {
       out += fmt::format("; detectable at 80 % power: ±{}",
                          t.method == "Spearman" ? fmt::format("{:.3f}", t.detectable)
-                                                : Number(t.detectable, t.unit).substr(1));
+                                                : Number(t.detectable, t.unit, /*level=*/true));
     }
     if (!std::isnan(t.published)) out += fmt::format("; published {}", Number(t.published, t.unit));
   }
