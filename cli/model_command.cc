@@ -12,6 +12,7 @@
 #include "config/config.h"
 #include "model/language_model.h"
 #include "model/safetensors.h"
+#include "train/torch_error.h"
 
 namespace cart::cli {
 namespace {
@@ -131,15 +132,20 @@ absl::Status Logits(const std::string& file, const std::string& config_path,
   }
   CART_ASSIGN_OR_RETURN(auto m, model::BuildModel(config.model, 0));
   CART_RETURN_IF_ERROR(model::LoadModel(*m, weights));
-  torch::NoGradGuard no_grad;
-  m->eval();
-  model::ForwardOptions options;
-  options.diagnostics = true;
-  model::DiagnosticTensors diag_tensors;
-  torch::Tensor logits =
-      m->Forward(torch::tensor(ids, torch::kInt64).unsqueeze(0), options, &diag_tensors)[0].to(
-          torch::kFloat64);
-  const model::Diagnostics diag = model::Read(diag_tensors);
+  torch::Tensor logits;
+  model::Diagnostics diag;
+  try {
+    torch::NoGradGuard no_grad;
+    m->eval();
+    model::ForwardOptions options;
+    options.diagnostics = true;
+    model::DiagnosticTensors diag_tensors;
+    logits = m->Forward(torch::tensor(ids, torch::kInt64).unsqueeze(0), options, &diag_tensors)[0]
+                 .to(torch::kFloat64);
+    diag = model::Read(diag_tensors);
+  } catch (const std::exception& e) {
+    return train::FromTorchError(e, StrCat(file, ": the forward pass"));
+  }
   nlohmann::json out;
   out["ids"] = ids;
   out["R_infer"] = config.model.effective_R_infer();

@@ -191,8 +191,12 @@ absl::StatusOr<CheckpointManifest> ImportCheckpoint(const std::string& file, con
     m.step = step.item<int64_t>();
     m.cursor = cursor.item<int64_t>();
   } catch (const std::exception& e) {
-    return FromTorchError(e, StrCat(file, ": not a readable checkpoint"),
-                          absl::StatusCode::kDataLoss);
+    // Out of memory is said as such (the file may well be fine); anything else means the file
+    // is not a checkpoint this build can read.
+    const absl::Status s = FromTorchError(e, "", absl::StatusCode::kDataLoss);
+    return absl::Status(s.code(), absl::IsResourceExhausted(s)
+                                      ? StrCat("reading checkpoint ", file, ": ", s.message())
+                                      : StrCat(file, ": not a readable checkpoint: ", s.message()));
   }
   std::error_code ec;
   fs::create_directories(dir, ec);

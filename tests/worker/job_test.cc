@@ -16,6 +16,7 @@
 #include "config/devices.h"
 #include "data/synth.h"
 #include "tests/server/server_fixture.h"
+#include "tests/train/out_of_memory.h"
 #include "train/device.h"
 #include "worker/worker.h"
 
@@ -62,6 +63,24 @@ class JobTest : public ServerFixture {
     env.heartbeat_interval_ms = 200;
     env.threads = 1;
     return env;
+  }
+
+  // Submits a 4-step run with an evaluation of its final checkpoint at 1 and 2 loops, trains the
+  // run here, and returns the evaluation's job, leased.
+  v1::Job TrainedParentsEvaluation(const std::string& name) {
+    std::string sweep = LongSweep(name);
+    sweep.replace(sweep.find("steps: 100000"), 13, "steps: 4");
+    sweep +=
+        "derived:\n  - name: varR\n    from: {run: 0, checkpoint: final}\n"
+        "    eval_loops: [1, 2]\n";
+    EXPECT_EQ(Submit(sweep).size(), 2u);
+    const v1::Job parent = Lease();
+    EXPECT_NE(parent.kind(), v1::JOB_KIND_EVAL);
+    std::atomic<bool> shutdown{false};
+    EXPECT_EQ(RunJob(Environment(), parent, shutdown).outcome, v1::JobResult::OUTCOME_SUCCEEDED);
+    const v1::Job eval = Lease();
+    EXPECT_EQ(eval.kind(), v1::JOB_KIND_EVAL);
+    return eval;
   }
 
   std::unique_ptr<FakeWorker> worker_;
@@ -160,21 +179,10 @@ TEST_F(JobTest, ShutdownEndsTheJobWithinTheGraceWhenNothingCanBeDelivered) {
 // machine without one, it now fails naming what LibTorch sees; on the CPU it succeeds.
 TEST_F(JobTest, EvaluationJobRunsOnTheWorkersDevice) {
   if (train::CudaDeviceCount() > 0) GTEST_SKIP() << "this machine has a CUDA device";
-  std::string sweep = LongSweep("evaldev");
-  sweep.replace(sweep.find("steps: 100000"), 13, "steps: 4");
-  sweep +=
-      "derived:\n  - name: varR\n    from: {run: 0, checkpoint: final}\n"
-      "    eval_loops: [1, 2]\n";
-  const std::vector<int64_t> ids = Submit(sweep);
-  ASSERT_EQ(ids.size(), 2u);
-  std::atomic<bool> shutdown{false};
-  const v1::Job parent = Lease();
-  ASSERT_NE(parent.kind(), v1::JOB_KIND_EVAL);
-  JobEnvironment env = Environment();
-  EXPECT_EQ(RunJob(env, parent, shutdown).outcome, v1::JobResult::OUTCOME_SUCCEEDED);
-
-  const v1::Job eval = Lease();
+  const v1::Job eval = TrainedParentsEvaluation("evaldev");
   ASSERT_EQ(eval.kind(), v1::JOB_KIND_EVAL);
+  JobEnvironment env = Environment();
+  std::atomic<bool> shutdown{false};
   env.torch_device = "cuda:0";
   const JobEnd on_gpu = RunJob(env, eval, shutdown);
   EXPECT_EQ(on_gpu.outcome, v1::JobResult::OUTCOME_FAILED);
@@ -184,6 +192,40 @@ TEST_F(JobTest, EvaluationJobRunsOnTheWorkersDevice) {
   ASSERT_EQ(again.run_id(), eval.run_id());
   env.torch_device = "cpu";
   EXPECT_EQ(RunJob(env, again, shutdown).outcome, v1::JobResult::OUTCOME_SUCCEEDED);
+}
+
+// An evaluation that runs out of memory goes back to the queue as OUT_OF_MEMORY, as a training
+// run does, so that cartd places it on a device with more memory: it used to end FAILED, because
+// the eval path did not recognise LibTorch's out-of-memory error. Here every CPU allocation fails
+// from the moment the eval job starts (tests/train/out_of_memory.h), so it is the checkpoint's
+// load that runs out, a real LibTorch error thrown from inside LibTorch.
+TEST_F(JobTest, AnEvaluationThatRunsOutOfMemoryIsRequeuedAsOutOfMemory) {
+  const v1::Job eval = TrainedParentsEvaluation("evaloom");
+  ASSERT_EQ(eval.kind(), v1::JOB_KIND_EVAL);
+  const JobEnvironment env = Environment();
+  std::atomic<bool> shutdown{false};
+  JobEnd end;
+  {
+    ::cart::testing::ScopedOutOfMemory no_memory;
+    end = RunJob(env, eval, shutdown);
+  }
+  EXPECT_GT(::cart::testing::OutOfMemoryAllocator::Get().refused(), 0);
+  EXPECT_EQ(end.outcome, v1::JobResult::OUTCOME_OUT_OF_MEMORY) << end.error;
+  EXPECT_NE(end.error.find("out of memory"), std::string::npos) << end.error;
+  EXPECT_NE(end.error.find("not enough memory"), std::string::npos) << end.error;
+  EXPECT_EQ(end.error.find("not a readable checkpoint"), std::string::npos) << end.error;
+
+  // cartd took it as such: queued again (an OOM is not counted as a failed attempt), waiting for
+  // a device with more memory than this worker's.
+  const v1::GetRunResponse after = GetRunResponse(eval.run_id());
+  EXPECT_EQ(after.run().state(), v1::RUN_STATE_QUEUED);
+  bool recorded = false;
+  for (const v1::RunEvent& e : after.events()) {
+    if (e.why().find("out of memory") != std::string::npos) recorded = true;
+  }
+  EXPECT_TRUE(recorded) << "no event says the eval ran out of memory";
+  EXPECT_NE(after.run().waiting_reason().find("ran out of memory"), std::string::npos)
+      << after.run().waiting_reason();
 }
 
 // A drained cart-worker exits when AcquireJob answers with the drain mark (a field of the answer;
