@@ -21,6 +21,7 @@
 #include "server/auth.h"
 #include "server/caller_slots.h"
 #include "server/http/prometheus.h"
+#include "server/run_cursor.h"
 #include "server/scheduler.h"
 #include "store/results.h"
 
@@ -1081,44 +1082,27 @@ Response Dashboard::RunLive(const Request& request, int64_t id) {
   r.content_type = "text/event-stream";
   r.stream = [this, run_id = id, first = *after,
               log_first = *log_after](const StreamWriter& write) {
-    std::map<std::string, int64_t> seen;
-    int64_t log_seen = log_first;
+    // `after` is the last step the page has; the cursor reads from the step after it.
+    MetricCursor metrics(*scheduler_, run_id, first + 1);
+    LogCursor logs(*scheduler_, run_id, log_first);
     bool gone = false;
     absl::Status followed = scheduler_->FollowRun(
         run_id, /*follow=*/true, options_.live_poll, [this] { return options_.stopping(); },
         [&](const RunRecord& run, bool last) -> absl::StatusOr<bool> {
-          absl::StatusOr<std::vector<store::MetricSummary>> names =
-              scheduler_->RunSummaries(run_id);
-          if (!names.ok()) return names.status();
+          // At most 1000 points a metric per event (a longer stretch, as on a page's first
+          // event, comes downsampled) and 1000 log lines (the rest in the next event).
+          CART_ASSIGN_OR_RETURN(std::vector<store::Series> points, metrics.Next(1000));
           json series = json::object();
-          int64_t step = 0;
-          for (const store::MetricSummary& m : *names) {
-            step = std::max(step, m.latest_step);
-            auto it = seen.find(m.name);
-            const int64_t from = (it == seen.end() ? first : it->second) + 1;
-            if (m.latest_step < from) continue;
-            store::SeriesRequest s;
-            s.run_id = run_id;
-            s.metric = m.name;
-            s.from_step = from;
-            s.max_points = 1000;
-            absl::StatusOr<store::Series> got = scheduler_->MetricSeries(s);
-            if (!got.ok() || got->points.empty()) continue;
-            seen[m.name] = got->points.back().step;
-            series[m.name] = SeriesJson(*got);
-          }
+          for (const store::Series& s : points) series[s.metric] = SeriesJson(s);
+          CART_ASSIGN_OR_RETURN(std::vector<store::LogLine> lines, logs.Next(1000));
           json log = json::array();
-          absl::StatusOr<std::vector<store::LogLine>> lines =
-              scheduler_->RunLog(run_id, log_seen, 1000);
-          if (lines.ok()) {
-            for (const store::LogLine& l : *lines) {
-              log.push_back(json{{"id", l.id},
-                                 {"attempt", l.attempt},
-                                 {"at_us", l.wall_time_us},
-                                 {"text", l.text}});
-              log_seen = l.id;
-            }
+          for (const store::LogLine& l : lines) {
+            log.push_back(json{{"id", l.id},
+                               {"attempt", l.attempt},
+                               {"at_us", l.wall_time_us},
+                               {"text", l.text}});
           }
+          const int64_t step = metrics.latest_step();
           const bool news = !series.empty() || !log.empty();
           json data{{"state", std::string(store::RunStateName(run.state))},
                     {"step", step},

@@ -8,6 +8,7 @@
 #include "server/internal/convert.h"
 #include "server/internal/services.h"
 #include "server/internal/tables.h"
+#include "server/run_cursor.h"
 
 namespace cart::server::internal {
 namespace {
@@ -336,31 +337,14 @@ grpc::Status SchedulerServiceImpl::StreamMetrics(grpc::ServerContext* context,
     slot = *std::move(taken);
   }
   const int64_t run_id = request->run_id();
-  // Next step to read, per metric name.
-  std::map<std::string, int64_t> next_step;
-  for (const std::string& name : request->names()) next_step[name] = request->from_step();
-  const bool all_names = request->names_size() == 0;
+  MetricCursor cursor(*ctx_.scheduler, run_id, request->from_step(),
+                      {request->names().begin(), request->names().end()});
   auto read = [&](const store::RunRecord& run, bool last) -> absl::StatusOr<bool> {
-    if (all_names) {
-      CART_ASSIGN_OR_RETURN(std::vector<store::MetricSummary> summaries,
-                            ctx_.scheduler->RunSummaries(run_id));
-      for (const store::MetricSummary& s : summaries) {
-        next_step.emplace(s.name, request->from_step());
-      }
-    }
+    CART_ASSIGN_OR_RETURN(std::vector<store::Series> news, cursor.Next(/*max_points=*/0));
     std::vector<store::MetricPoint> points;
-    for (auto& [name, from] : next_step) {
-      store::SeriesRequest series_request;
-      series_request.run_id = run_id;
-      series_request.metric = name;
-      series_request.max_points = 0;
-      series_request.from_step = from;
-      absl::StatusOr<store::Series> series = ctx_.scheduler->MetricSeries(series_request);
-      if (absl::IsNotFound(series.status())) continue;  // not logged yet
-      CART_RETURN_IF_ERROR(series.status());
-      for (const store::SeriesPoint& p : series->points) {
-        points.push_back(store::MetricPoint{p.step, name, p.value, p.wall_time_us});
-        from = std::max(from, p.step + 1);
+    for (const store::Series& series : news) {
+      for (const store::SeriesPoint& p : series.points) {
+        points.push_back(store::MetricPoint{p.step, series.metric, p.value, p.wall_time_us});
       }
     }
     std::stable_sort(points.begin(), points.end(),
@@ -410,11 +394,10 @@ grpc::Status SchedulerServiceImpl::StreamRunLog(grpc::ServerContext* context,
                                                     ") and after_id (", request->after_id(),
                                                     ") must not be negative")));
   }
-  int64_t after_id = request->after_id();
+  LogCursor cursor(*ctx_.scheduler, run_id, request->after_id());
   bool first = true;
   auto read = [&](const store::RunRecord& run, bool last) -> absl::StatusOr<bool> {
-    CART_ASSIGN_OR_RETURN(std::vector<store::LogLine> lines,
-                          ctx_.scheduler->RunLog(run.id, after_id, 0));
+    CART_ASSIGN_OR_RETURN(std::vector<store::LogLine> lines, cursor.Next(/*limit=*/0));
     size_t begin = 0;
     if (first && request->tail() > 0 && lines.size() > static_cast<size_t>(request->tail())) {
       begin = lines.size() - static_cast<size_t>(request->tail());
@@ -433,7 +416,6 @@ grpc::Status SchedulerServiceImpl::StreamRunLog(grpc::ServerContext* context,
       }
       if (!writer->Write(view)) return false;  // the client went away
     }
-    if (!lines.empty()) after_id = lines.back().id;
     if (last && begin == lines.size()) WriteStateOnly(*writer, run.state);  // the final state
     return true;
   };

@@ -25,6 +25,7 @@
 #include "server/http/http_server.h"
 #include "server/scheduler.h"
 #include "tests/server/server_fixture.h"
+#include "tests/store/store_fixture.h"
 
 namespace cart::server::testing {
 namespace {
@@ -148,6 +149,36 @@ class HttpTest : public ServerFixture {
     headers.insert(headers.end(), extra.begin(), extra.end());
     return Http(port(), "POST", target, headers, body);
   }
+
+  // Submits `sweep`'s first run, starts it on worker "box-gpu0" and streams `losses` (step,
+  // value) for it, acknowledged; the worker and its stream stay open for the test.
+  int64_t RunningWithLoss(const std::string& sweep,
+                          const std::vector<std::pair<int64_t, double>>& losses) {
+    const int64_t run = Submit(sweep).at(0);
+    running_worker_ = MakeWorker("box-gpu0");
+    EXPECT_TRUE(running_worker_->Register().ok());
+    std::optional<v1::Job> job;
+    EXPECT_TRUE(running_worker_->Acquire(0, &job).ok());
+    if (!job.has_value()) {
+      ADD_FAILURE() << "no job for the worker";
+      return run;
+    }
+    running_stream_ = running_worker_->Open(job->run_id(), job->attempt());
+    EXPECT_TRUE(running_stream_->Metrics(losses));
+    v1::SchedulerControl ack;
+    EXPECT_TRUE(running_stream_->Read(&ack));
+    return run;
+  }
+
+  void TearDown() override {  // the stream ends before the server does
+    if (running_stream_ != nullptr) running_stream_->Cancel();
+    running_stream_.reset();
+    running_worker_.reset();
+    ServerFixture::TearDown();
+  }
+
+  std::unique_ptr<FakeWorker> running_worker_;
+  std::unique_ptr<FakeWorker::Stream> running_stream_;
 };
 
 // A sweep's owner (or an admin) deletes it over HTTP and gRPC; another user may not; afterwards
@@ -706,17 +737,30 @@ TEST(HttpServerLimitsTest, KeptConnectionsCarryTheIdleTimeoutAsAKeepAliveHint) {
   EXPECT_THAT(both.body.substr(second), HasSubstr("Connection: close"));
 }
 
+// A run's live stream that cannot read the store ends with an "error" event naming the problem;
+// it used to skip what it could not read and send an update without it, so the page drew a curve
+// with a hole, or a log with lines missing, and no sign of either.
+TEST_F(HttpTest, ALiveStreamEndsWithTheStoresErrorInsteadOfSkippingIt) {
+  const int64_t run = RunningWithLoss(TinySweep("broken"), {{1, 4.0}, {2, 3.5}});
+
+  const std::string db = StrCat(config_.data_dir, "/cart.db");
+  store::testing::ExecOnDatabaseFile(db, "ALTER TABLE run_logs RENAME TO run_logs_away");
+  const Reply broken = Http(port(), "GET", StrCat("/api/v1/runs/", run, "/live"),
+                            {Bearer(kUser)}, "", "\n\n");
+  EXPECT_EQ(broken.status, 200);
+  EXPECT_THAT(broken.body, HasSubstr("event: error"));
+  EXPECT_THAT(broken.body, HasSubstr("run_logs"));
+  EXPECT_THAT(broken.body, Not(HasSubstr("event: update")));
+
+  store::testing::ExecOnDatabaseFile(db, "ALTER TABLE run_logs_away RENAME TO run_logs");
+  const Reply mended = Http(port(), "GET", StrCat("/api/v1/runs/", run, "/live"),
+                            {Bearer(kUser)}, "", "\n\n");
+  EXPECT_THAT(mended.body, HasSubstr("event: update"));
+  EXPECT_THAT(mended.body, HasSubstr(R"("loss")"));
+}
+
 TEST_F(HttpTest, MetricsLiveStreamsAndSeriesFollowARun) {
-  const int64_t run = Submit(TinySweep("live")).at(0);
-  auto worker = MakeWorker("box-gpu0");
-  ASSERT_TRUE(worker->Register().ok());
-  std::optional<v1::Job> job;
-  ASSERT_TRUE(worker->Acquire(0, &job).ok());
-  ASSERT_TRUE(job.has_value());
-  auto stream = worker->Open(job->run_id(), job->attempt());
-  ASSERT_TRUE(stream->Metrics({{1, 4.0}, {2, 3.5}, {3, 9.0}, {4, 3.0}}));
-  v1::SchedulerControl ack;
-  ASSERT_TRUE(stream->Read(&ack));
+  const int64_t run = RunningWithLoss(TinySweep("live"), {{1, 4.0}, {2, 3.5}, {3, 9.0}, {4, 3.0}});
 
   // The series keeps the spike inside a bucket: max 9 in the bucket of steps 3..4.
   json series = Get(StrCat("/api/v1/runs/", run, "/series?metric=loss&points=2")).Json();
@@ -759,7 +803,6 @@ TEST_F(HttpTest, MetricsLiveStreamsAndSeriesFollowARun) {
   EXPECT_EQ(sweeps["sweeps"][0]["runs_estimated"], 1);
   EXPECT_THAT(metrics.body, HasSubstr("cart_jobs_handed_out_total 1"));
   EXPECT_THAT(metrics.body, Not(HasSubstr("NaN")));
-  stream->Cancel();
 }
 
 // The device heartbeat end to end on the server side: a GPU worker's readings (the fields the

@@ -12,7 +12,9 @@
 #include "config/accounting.h"
 #include "config/config.h"
 #include "config/schedule.h"
+#include "server/run_cursor.h"
 #include "store/run_store.h"
+#include "tests/store/store_fixture.h"
 #include "tests/support/test_support.h"
 
 namespace cart::server {
@@ -1334,6 +1336,128 @@ TEST_F(SchedulerTest, RestartedSchedulerGivesLeasesOneTtlOfGrace) {
   clock_.Advance(kTtl + absl::Seconds(1));
   CART_ASSERT_OK_AND_ASSIGN(auto expired, scheduler_->ExpireLeases());
   EXPECT_EQ(expired.size(), 1u);
+}
+
+// ---- What is new since a cursor (server/run_cursor.h): the one reader behind StreamMetrics,
+// StreamRunLog and the dashboard's live events.
+
+TEST_F(SchedulerTest, AMetricCursorReadsEachPointOnceAndFollowsMetricsLoggedLater) {
+  Submit(OneRunSweep("cur"));
+  Register("w", 8 * kGiB);
+  const Job job = Start("w");
+  MetricCursor all(*scheduler_, job.run.id, /*from_step=*/2);
+  MetricCursor named(*scheduler_, job.run.id, 0, {"val_loss", "loss"});
+  CART_ASSERT_OK_AND_ASSIGN(std::vector<store::Series> none, all.Next());
+  EXPECT_TRUE(none.empty());
+  // A named metric not logged yet is no error.
+  CART_ASSERT_OK_AND_ASSIGN(none, named.Next());
+  EXPECT_TRUE(none.empty());
+
+  CART_ASSERT_OK(scheduler_->AppendMetrics(job.run.id, job.attempt,
+                                           {{1, "loss", 4.0, 0}, {2, "loss", 3.0, 0},
+                                            {3, "loss", 2.5, 0}})
+                     .status());
+  CART_ASSERT_OK_AND_ASSIGN(std::vector<store::Series> read, all.Next());
+  ASSERT_EQ(read.size(), 1u);
+  EXPECT_EQ(read[0].metric, "loss");
+  ASSERT_EQ(read[0].points.size(), 2u);  // from step 2
+  EXPECT_EQ(read[0].points[0].step, 2);
+  EXPECT_EQ(read[0].points[1].value, 2.5);
+  EXPECT_EQ(all.latest_step(), 3);
+
+  // rho first appears at step 4: the cursor over every name reads it from its from_step.
+  CART_ASSERT_OK(scheduler_->AppendMetrics(job.run.id, job.attempt,
+                                           {{2, "rho", 0.5, 0}, {4, "loss", 2.0, 0},
+                                            {4, "rho", 0.7, 0}, {4, "val_loss", 2.2, 0}})
+                     .status());
+  CART_ASSERT_OK_AND_ASSIGN(read, all.Next());
+  ASSERT_EQ(read.size(), 3u);  // by name
+  EXPECT_EQ(read[0].metric, "loss");
+  ASSERT_EQ(read[0].points.size(), 1u);
+  EXPECT_EQ(read[0].points[0].step, 4);
+  EXPECT_EQ(read[1].metric, "rho");
+  EXPECT_EQ(read[1].points.size(), 2u);
+  EXPECT_EQ(read[2].metric, "val_loss");
+  CART_ASSERT_OK_AND_ASSIGN(none, all.Next());
+  EXPECT_TRUE(none.empty()) << "points read twice";
+  EXPECT_EQ(all.latest_step(), 4);
+
+  // The named cursor reads its two names only, from step 0.
+  CART_ASSERT_OK_AND_ASSIGN(read, named.Next());
+  ASSERT_EQ(read.size(), 2u);
+  EXPECT_EQ(read[0].metric, "loss");
+  EXPECT_EQ(read[0].points.size(), 4u);
+  EXPECT_EQ(read[1].metric, "val_loss");
+
+  // Capped, a long stretch comes downsampled and the cursor passes all of it.
+  MetricCursor capped(*scheduler_, job.run.id, 0, {"loss"});
+  CART_ASSERT_OK_AND_ASSIGN(read, capped.Next(/*max_points=*/2));
+  ASSERT_EQ(read.size(), 1u);
+  EXPECT_EQ(read[0].points.size(), 2u);
+  EXPECT_EQ(read[0].total_points, 4);
+  CART_ASSERT_OK_AND_ASSIGN(none, capped.Next(2));
+  EXPECT_TRUE(none.empty());
+}
+
+// An error of the store is returned, not skipped, and the cursor stays: the next read after the
+// store recovers has every point. (The dashboard's live view used to skip such a metric and move
+// on, leaving a hole in the curve with no sign of it.)
+TEST_F(SchedulerTest, AMetricCursorReturnsTheStoresErrorsAndKeepsItsPlace) {
+  Submit(OneRunSweep("err"));
+  Register("w", 8 * kGiB);
+  const Job job = Start("w");
+  MetricCursor cursor(*scheduler_, job.run.id, 0);
+  LogCursor logs(*scheduler_, job.run.id, 0);
+  CART_ASSERT_OK(scheduler_->AppendMetrics(job.run.id, job.attempt,
+                                           {{1, "loss", 4.0, 0}, {2, "loss", 3.0, 0}})
+                     .status());
+  store::LogLine line;
+  line.seq = 1;
+  line.text = "step 1";
+  CART_ASSERT_OK(scheduler_->AppendLog(job.run.id, job.attempt, {line}));
+
+  store::testing::ExecOnDatabaseFile(dir_.File("cart.db"),
+                "ALTER TABLE metrics RENAME TO metrics_away;"
+                "ALTER TABLE run_logs RENAME TO run_logs_away;");
+  const absl::Status metrics_gone = cursor.Next().status();
+  EXPECT_FALSE(metrics_gone.ok());
+  EXPECT_THAT(metrics_gone.message(), HasSubstr("metrics"));
+  const absl::Status logs_gone = logs.Next().status();
+  EXPECT_FALSE(logs_gone.ok());
+  EXPECT_THAT(logs_gone.message(), HasSubstr("run_logs"));
+  EXPECT_EQ(logs.after_id(), 0);
+  store::testing::ExecOnDatabaseFile(dir_.File("cart.db"),
+                "ALTER TABLE metrics_away RENAME TO metrics;"
+                "ALTER TABLE run_logs_away RENAME TO run_logs;");
+
+  CART_ASSERT_OK_AND_ASSIGN(std::vector<store::Series> read, cursor.Next());
+  ASSERT_EQ(read.size(), 1u);
+  EXPECT_EQ(read[0].points.size(), 2u);
+  CART_ASSERT_OK_AND_ASSIGN(std::vector<store::LogLine> lines, logs.Next());
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0].text, "step 1");
+  EXPECT_EQ(logs.after_id(), lines[0].id);
+}
+
+TEST_F(SchedulerTest, ALogCursorPagesThroughTheLinesOnce) {
+  Submit(OneRunSweep("log"));
+  Register("w", 8 * kGiB);
+  const Job job = Start("w");
+  std::vector<store::LogLine> lines(3);
+  for (int i = 0; i < 3; ++i) {
+    lines[i].seq = i + 1;
+    lines[i].text = StrCat("line ", i + 1);
+  }
+  CART_ASSERT_OK(scheduler_->AppendLog(job.run.id, job.attempt, lines));
+  LogCursor cursor(*scheduler_, job.run.id, 0);
+  CART_ASSERT_OK_AND_ASSIGN(std::vector<store::LogLine> page, cursor.Next(/*limit=*/2));
+  ASSERT_EQ(page.size(), 2u);
+  EXPECT_EQ(page[1].text, "line 2");
+  CART_ASSERT_OK_AND_ASSIGN(page, cursor.Next(2));
+  ASSERT_EQ(page.size(), 1u);
+  EXPECT_EQ(page[0].text, "line 3");
+  CART_ASSERT_OK_AND_ASSIGN(page, cursor.Next(2));
+  EXPECT_TRUE(page.empty());
 }
 
 }  // namespace

@@ -1,5 +1,8 @@
 #include "tests/store/store_fixture.h"
 
+#include <gtest/gtest.h>
+#include <sqlite3.h>
+
 #include "common/strings.h"
 
 namespace cart::store::testing {
@@ -78,6 +81,17 @@ std::vector<MetricPoint> PointsAt(int64_t step, const std::map<std::string, doub
     points.push_back(MetricPoint{step, name, value, kT0 + step});
   }
   return points;
+}
+
+void ExecOnDatabaseFile(const std::string& path, const std::string& sql) {
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE, nullptr), SQLITE_OK) << path;
+  sqlite3_busy_timeout(db, 5000);
+  char* error = nullptr;
+  EXPECT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &error), SQLITE_OK)
+      << (error != nullptr ? error : "") << " in: " << sql;
+  sqlite3_free(error);
+  sqlite3_close(db);
 }
 
 }  // namespace cart::store::testing

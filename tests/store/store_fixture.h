@@ -37,6 +37,11 @@ std::vector<int64_t> FinishAllQueued(
     const std::function<std::optional<AttemptOutcome>(const RunRecord&)>& outcome_of = nullptr,
     int64_t now_us = kT0);
 
+// Runs `sql` (statements separated by ';') on the SQLite file at `path` through a connection of
+// its own, as another process could while the store is open: to break and mend the schema under
+// a running store. Fails the test on error.
+void ExecOnDatabaseFile(const std::string& path, const std::string& sql);
+
 // One point per name at `step`.
 std::vector<MetricPoint> PointsAt(int64_t step, const std::map<std::string, double>& values);
 
