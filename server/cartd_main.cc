@@ -44,10 +44,18 @@ int main(int argc, char** argv) {
   bool insecure = false;
   std::string http_listen;
   std::string web_dir;
-  app.add_option(
-      "--config", config_file,
-      cart::StrCat("YAML config file (keys: ", cart::StrJoin(cart::server::ConfigKeys(), ", "),
-                   "; docs/architecture.md, cartd config); flags override it"));
+  app.add_option("--config", config_file,
+                 "YAML config file of the keys below (docs/architecture.md, cartd config); "
+                 "flags override it");
+  {
+    cart::server::ServerConfig defaults;
+    defaults.http_listen = "127.0.0.1:8080";  // as main() sets them below
+#ifdef CART_WEB_DIR
+    defaults.web_dir = CART_WEB_DIR;
+#endif
+    app.footer(cart::StrCat("Config file keys (durations in the unit named):\n",
+                            cart::server::ConfigKeysHelp(defaults)));
+  }
   app.add_option("--listen", listen, "host:port to serve on (default 127.0.0.1:7070)");
   app.add_option("--http", http_listen,
                  "host:port of the dashboard, JSON API and /metrics, or 'off' (default "

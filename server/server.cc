@@ -6,7 +6,6 @@
 #include <grpcpp/resource_quota.h>
 #include <netinet/in.h>
 #include <sys/stat.h>
-#include <yaml-cpp/yaml.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -16,7 +15,6 @@
 #include "common/file.h"
 #include "common/status.h"
 #include "common/strings.h"
-#include "common/yaml.h"
 #include "server/artifacts.h"
 #include "server/auth.h"
 #include "server/http/dashboard.h"
@@ -52,12 +50,6 @@ std::string DialHost(std::string_view listen) {
   if (dial.empty() || dial == "0.0.0.0" || dial == "::") dial = "127.0.0.1";
   if (dial.find(':') != std::string::npos) dial = StrCat("[", dial, "]");
   return dial;
-}
-
-absl::Status YamlError(std::string_view source, const YAML::Node& node, const std::string& key,
-                       const std::string& what) {
-  return absl::InvalidArgumentError(
-      StrCat(source, ":", node.Mark().line + 1, ": ", key, ": ", what));
 }
 
 // Applies checkpoint retention to every run (the policy may have changed since the last start),
@@ -100,208 +92,6 @@ bool IsLoopbackListen(std::string_view listen) {
   if (inet_pton(AF_INET, host->c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
   in6_addr v6{};
   return inet_pton(AF_INET6, host->c_str(), &v6) == 1 && IN6_IS_ADDR_LOOPBACK(&v6);
-}
-
-const std::vector<std::string_view>& ConfigKeys() {
-  static const std::vector<std::string_view> keys = {"listen",
-                                                     "data_dir",
-                                                     "tokens",
-                                                     "tls_cert",
-                                                     "tls_key",
-                                                     "insecure",
-                                                     "lease_ttl",
-                                                     "max_acquire_wait",
-                                                     "max_threads",
-                                                     "max_runs_per_sweep",
-                                                     "max_artifact_bytes",
-                                                     "min_free_artifact_bytes",
-                                                     "max_artifact_store_bytes",
-                                                     "artifact_store",
-                                                     "keep_checkpoints_per_run",
-                                                     "max_log_lines_per_attempt",
-                                                     "max_follows_per_caller",
-                                                     "max_big_reads_per_caller",
-                                                     "max_big_reads",
-                                                     "placement",
-                                                     "max_user_priority",
-                                                     "fair_share_half_life",
-                                                     "preemption",
-                                                     "preempt_interval",
-                                                     "http_listen",
-                                                     "http_hosts",
-                                                     "web_dir",
-                                                     "http_idle_timeout",
-                                                     "http_max_connections_per_client"};
-  return keys;
-}
-
-namespace {
-
-// `artifact_store: {kind: cartd}` (the default: <data_dir>/artifacts, every byte through cartd)
-// or `{kind: shared_fs, path: /mnt/lab/cart}` (a filesystem the workers mount too).
-absl::Status ApplyArtifactStore(std::string_view source, const YAML::Node& value,
-                                ServerConfig& config) {
-  if (!value.IsMap()) {
-    return YamlError(source, value, "artifact_store",
-                     "must be a mapping: {kind: cartd} or {kind: shared_fs, path: DIR}");
-  }
-  std::string kind, path;
-  for (const auto& kv : value) {
-    const std::string key = kv.first.as<std::string>();
-    if (key != "kind" && key != "path") {
-      return YamlError(source, kv.first, StrCat("artifact_store.", key),
-                       "unknown key (known: kind, path)");
-    }
-    if (!kv.second.IsScalar()) {
-      return YamlError(source, kv.second, StrCat("artifact_store.", key), "must be a single value");
-    }
-    (key == "kind" ? kind : path) = kv.second.Scalar();
-  }
-  if (kind == "cartd") {
-    if (!path.empty()) {
-      return YamlError(
-          source, value, "artifact_store.path",
-          "kind cartd keeps its artifacts under data_dir; a path needs kind shared_fs");
-    }
-    config.shared_artifact_path.clear();
-  } else if (kind == "shared_fs") {
-    if (path.empty() || path[0] != '/') {
-      return YamlError(source, value, "artifact_store.path",
-                       StrCat("'", path, "' is not an absolute path (kind shared_fs needs one)"));
-    }
-    config.shared_artifact_path = path;
-  } else {
-    return YamlError(source, value, "artifact_store.kind",
-                     StrCat("'", kind, "' is not cartd or shared_fs"));
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
-
-absl::Status ApplyConfigYaml(std::string_view text, std::string_view source, ServerConfig& config) {
-  CART_ASSIGN_OR_RETURN(YAML::Node root, LoadYaml(text, source));
-  if (root.IsNull()) return absl::OkStatus();
-  if (!root.IsMap()) {
-    return absl::InvalidArgumentError(StrCat(source, ": a cartd config must be a mapping"));
-  }
-  for (const auto& kv : root) {
-    const std::string key = kv.first.as<std::string>();
-    const std::vector<std::string_view>& keys = ConfigKeys();
-    if (std::find(keys.begin(), keys.end(), key) == keys.end()) {
-      return YamlError(source, kv.first, key,
-                       StrCat("unknown key (known: ", StrJoin(keys, ", "), ")"));
-    }
-    const YAML::Node& value = kv.second;
-    if (key == "artifact_store") {
-      CART_RETURN_IF_ERROR(ApplyArtifactStore(source, value, config));
-      continue;
-    }
-    if (!value.IsScalar()) return YamlError(source, value, key, "must be a single value");
-    const std::string text_value = value.Scalar();
-    auto integer = [&](int64_t min) -> absl::StatusOr<int64_t> {
-      std::optional<int64_t> v = ParseInt64(text_value);
-      if (!v || *v < min) {
-        return YamlError(source, value, key,
-                         StrCat("'", text_value, "' is not an integer >= ", min));
-      }
-      return *v;
-    };
-    if (key == "listen") {
-      config.listen = text_value;
-    } else if (key == "data_dir") {
-      config.data_dir = text_value;
-    } else if (key == "tokens") {
-      config.tokens_file = text_value;
-    } else if (key == "tls_cert") {
-      config.tls_cert_file = text_value;
-    } else if (key == "tls_key") {
-      config.tls_key_file = text_value;
-    } else if (key == "lease_ttl") {
-      CART_ASSIGN_OR_RETURN(int64_t seconds, integer(1));
-      config.lease_ttl = absl::Seconds(seconds);
-    } else if (key == "insecure") {
-      if (text_value != "true" && text_value != "false") {
-        return YamlError(source, value, key, StrCat("'", text_value, "' is not true or false"));
-      }
-      config.insecure = text_value == "true";
-    } else if (key == "max_artifact_bytes") {
-      CART_ASSIGN_OR_RETURN(config.max_artifact_bytes, integer(1));
-    } else if (key == "max_threads") {
-      CART_ASSIGN_OR_RETURN(int64_t threads, integer(16));
-      config.max_threads = static_cast<int>(threads);
-    } else if (key == "max_acquire_wait") {
-      CART_ASSIGN_OR_RETURN(int64_t seconds, integer(0));
-      config.max_acquire_wait = absl::Seconds(seconds);
-    } else if (key == "max_runs_per_sweep") {
-      CART_ASSIGN_OR_RETURN(config.max_runs_per_sweep, integer(1));
-    } else if (key == "min_free_artifact_bytes") {
-      CART_ASSIGN_OR_RETURN(config.min_free_artifact_bytes, integer(0));
-    } else if (key == "max_artifact_store_bytes") {
-      CART_ASSIGN_OR_RETURN(config.max_artifact_store_bytes, integer(0));
-    } else if (key == "keep_checkpoints_per_run") {
-      CART_ASSIGN_OR_RETURN(config.keep_checkpoints_per_run, integer(0));
-    } else if (key == "max_log_lines_per_attempt") {
-      CART_ASSIGN_OR_RETURN(config.max_log_lines_per_attempt, integer(1));
-    } else if (key == "max_follows_per_caller") {
-      CART_ASSIGN_OR_RETURN(int64_t follows, integer(1));
-      config.max_follows_per_caller = static_cast<int>(std::min<int64_t>(follows, 1 << 20));
-    } else if (key == "max_big_reads_per_caller") {
-      CART_ASSIGN_OR_RETURN(int64_t reads, integer(1));
-      config.max_big_reads_per_caller = static_cast<int>(std::min<int64_t>(reads, 1 << 20));
-    } else if (key == "max_big_reads") {
-      CART_ASSIGN_OR_RETURN(int64_t reads, integer(1));
-      config.max_big_reads = static_cast<int>(std::min<int64_t>(reads, 1 << 20));
-    } else if (key == "http_idle_timeout") {
-      CART_ASSIGN_OR_RETURN(int64_t seconds, integer(1));
-      config.http_idle_timeout = absl::Seconds(std::min<int64_t>(seconds, 86'400));
-    } else if (key == "http_max_connections_per_client") {
-      CART_ASSIGN_OR_RETURN(int64_t connections, integer(1));
-      config.http_max_connections_per_client =
-          static_cast<int>(std::min<int64_t>(connections, 1 << 20));
-    } else if (key == "max_user_priority") {
-      CART_ASSIGN_OR_RETURN(config.max_user_priority, integer(-1'000'000));
-      config.max_user_priority = std::min<int64_t>(config.max_user_priority, 1'000'000);
-    } else if (key == "fair_share_half_life") {
-      CART_ASSIGN_OR_RETURN(int64_t hours, integer(0));
-      config.fair_share_half_life = absl::Hours(std::min<int64_t>(hours, 100'000));
-    } else if (key == "preemption") {
-      if (text_value != "true" && text_value != "false") {
-        return YamlError(source, value, key, StrCat("'", text_value, "' is not true or false"));
-      }
-      config.preemption = text_value == "true";
-    } else if (key == "preempt_interval") {
-      CART_ASSIGN_OR_RETURN(int64_t minutes, integer(1));
-      config.preempt_interval = absl::Minutes(std::min<int64_t>(minutes, 1'000'000));
-    } else if (key == "placement") {
-      if (text_value != "earliest_finish" && text_value != "first_fit") {
-        return YamlError(source, value, key,
-                         StrCat("'", text_value, "' is not earliest_finish or first_fit"));
-      }
-      config.placement = text_value;
-    } else if (key == "http_listen") {
-      config.http_listen = text_value == "off" ? std::string() : text_value;
-    } else if (key == "web_dir") {
-      config.web_dir = text_value;
-    } else if (key == "http_hosts") {
-      config.http_hosts.clear();
-      for (const std::string& part : Split(text_value, ',')) {
-        const std::string name = ToLower(Trim(part));
-        if (name.empty()) continue;
-        if (name.find_first_of(" :/[]") != std::string::npos || name.size() > 253) {
-          return YamlError(source, value, key,
-                           StrCat("'", name,
-                                  "' is not a host name (give names without ports, "
-                                  "comma-separated)"));
-        }
-        config.http_hosts.push_back(name);
-      }
-    } else {
-      // A key of the table that this chain does not parse: a bug, caught by server_test.
-      return absl::InternalError(StrCat("cartd config key ", key, " has no parser"));
-    }
-  }
-  return absl::OkStatus();
 }
 
 absl::Status ValidateServerConfig(const ServerConfig& config) {

@@ -138,9 +138,12 @@ struct ServerConfig {
 // InvalidArgument "<source>:<line>: <key>: <reason>" for unknown keys and bad values.
 absl::Status ApplyConfigYaml(std::string_view text, std::string_view source, ServerConfig& config);
 
-// The keys a cartd config file may set, in the order `cartd --help` lists them (one table, which
-// the parser, its error message and the help read).
+// The keys a cartd config file may set, in the order `cartd --help` lists them (one table, in
+// server/config_file.cc, which the parser, its error message and the help read).
 const std::vector<std::string_view>& ConfigKeys();
+// Each key on a line of its own, "  key: what it sets (default: value)", the defaults as
+// `defaults` holds them: what `cartd --help` prints.
+std::string ConfigKeysHelp(const ServerConfig& defaults);
 
 // Whether the host part of "host:port" is a loopback address (127.0.0.0/8, localhost, ::1).
 bool IsLoopbackListen(std::string_view listen);

@@ -5,7 +5,9 @@
 #include "server/auth.h"
 
 #include <cstdlib>
+#include <set>
 
+#include "common/file.h"
 #include "common/strings.h"
 #include "store/run_store.h"
 #include "tests/server/server_fixture.h"
@@ -396,6 +398,40 @@ TEST(ConfigFileTest, KeysApplyAndUnknownKeysAreNamedWithTheLine) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("cartd.yaml:2: lease_tll")));
   EXPECT_THAT(ApplyConfigYaml("lease_ttl: soon\n", "cartd.yaml", config),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not an integer")));
+}
+
+// The help and the docs show the same table: `cartd --help` prints every key with its default as
+// ServerConfig holds it, and docs/architecture.md's "cartd config" table has a row for each key
+// and no other.
+TEST(ConfigFileTest, TheHelpAndTheDocsListEveryKeyOfTheTable) {
+  ServerConfig defaults;
+  const std::string help = ConfigKeysHelp(defaults);
+  EXPECT_THAT(help, HasSubstr("  lease_ttl: seconds a lease lasts without a heartbeat (default: 60)\n"));
+  EXPECT_THAT(help, HasSubstr("(default: earliest_finish)"));
+  EXPECT_THAT(help, HasSubstr("  fair_share_half_life: hours;"));
+  defaults.lease_ttl = absl::Seconds(90);
+  EXPECT_THAT(ConfigKeysHelp(defaults), HasSubstr("(default: 90)"));
+
+  absl::StatusOr<std::string> doc = ReadWholeFile(StrCat(CART_SOURCE_DIR, "/docs/architecture.md"));
+  ASSERT_TRUE(doc.ok()) << doc.status();
+  const size_t section = doc->find("\n## cartd config\n");
+  ASSERT_NE(section, std::string::npos);
+  const size_t end = doc->find("\n## ", section + 1);
+  std::set<std::string> documented;
+  for (const std::string& line : Split(doc->substr(section, end - section), '\n')) {
+    if (line.rfind("| `", 0) != 0) continue;
+    const std::string first_cell = line.substr(2, line.find(" |", 2) - 2);
+    for (const std::string& part : Split(first_cell, ',')) {
+      const std::string name(Trim(part));
+      documented.insert(name.substr(1, name.size() - 2));  // without the backquotes
+    }
+  }
+  std::set<std::string> table;
+  for (std::string_view key : ConfigKeys()) {
+    table.insert(std::string(key));
+    EXPECT_THAT("\n" + help, HasSubstr(StrCat("\n  ", key, ": "))) << "not in the help";
+  }
+  EXPECT_EQ(documented, table) << "docs/architecture.md's cartd config table differs from the keys";
 }
 
 // The key table is the parser's: every key it lists is parsed (a valid value applies, an invalid

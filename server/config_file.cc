@@ -1,0 +1,269 @@
+// cartd's config file (`cartd --config FILE`, docs/architecture.md "cartd config"): one table of
+// keys, which the parser, its unknown-key error and `cartd --help` all read.
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <functional>
+
+#include "common/status.h"
+#include "common/strings.h"
+#include "common/yaml.h"
+#include "server/server.h"
+
+namespace cart::server {
+namespace {
+
+// One value of the file, with what its errors name: "<source>:<line>: <key>: <reason>".
+struct Value {
+  std::string_view source;
+  const YAML::Node& node;
+  std::string key;
+
+  absl::Status Error(const std::string& what) const { return Error(node, key, what); }
+  absl::Status Error(const YAML::Node& at, const std::string& name, const std::string& what) const {
+    return absl::InvalidArgumentError(
+        StrCat(source, ":", at.Mark().line + 1, ": ", name, ": ", what));
+  }
+  absl::StatusOr<std::string> Scalar() const {
+    if (!node.IsScalar()) return Error("must be a single value");
+    return node.Scalar();
+  }
+  absl::StatusOr<int64_t> Integer(int64_t min, int64_t max) const {
+    CART_ASSIGN_OR_RETURN(std::string text, Scalar());
+    std::optional<int64_t> v = ParseInt64(text);
+    if (!v || *v < min) return Error(StrCat("'", text, "' is not an integer >= ", min));
+    return std::min(*v, max);  // beyond any sensible bound: clamped, not refused
+  }
+};
+
+struct Key {
+  std::string_view name;
+  std::string_view help;  // what it sets (the default comes from ServerConfig, see Shown)
+  std::function<absl::Status(const Value&, ServerConfig&)> apply;
+  std::function<std::string(const ServerConfig&)> show;  // the value as the file would say it
+};
+
+constexpr int64_t kNoMax = INT64_MAX;
+
+Key Text(std::string_view name, std::string ServerConfig::*field, std::string_view help) {
+  return {name, help,
+          [field](const Value& v, ServerConfig& c) -> absl::Status {
+            CART_ASSIGN_OR_RETURN(c.*field, v.Scalar());
+            return absl::OkStatus();
+          },
+          [field](const ServerConfig& c) { return c.*field; }};
+}
+
+template <typename Int>
+Key Integer(std::string_view name, Int ServerConfig::*field, int64_t min, int64_t max,
+            std::string_view help) {
+  return {name, help,
+          [field, min, max](const Value& v, ServerConfig& c) -> absl::Status {
+            CART_ASSIGN_OR_RETURN(int64_t n, v.Integer(min, max));
+            c.*field = static_cast<Int>(n);
+            return absl::OkStatus();
+          },
+          [field](const ServerConfig& c) { return std::to_string(c.*field); }};
+}
+
+// A duration, written as a whole number of `unit`s (absl::Seconds(1), absl::Minutes(1), ...).
+Key Duration(std::string_view name, absl::Duration ServerConfig::*field, absl::Duration unit,
+             int64_t min, int64_t max, std::string_view help) {
+  return {name, help,
+          [field, unit, min, max](const Value& v, ServerConfig& c) -> absl::Status {
+            CART_ASSIGN_OR_RETURN(int64_t n, v.Integer(min, max));
+            c.*field = n * unit;  // saturates at infinity
+            return absl::OkStatus();
+          },
+          [field, unit](const ServerConfig& c) { return std::to_string(c.*field / unit); }};
+}
+
+Key OneOf(std::string_view name, std::string ServerConfig::*field,
+          std::vector<std::string> allowed, std::string_view help) {
+  return {name, help,
+          [field, allowed](const Value& v, ServerConfig& c) -> absl::Status {
+            CART_ASSIGN_OR_RETURN(std::string text, v.Scalar());
+            if (std::find(allowed.begin(), allowed.end(), text) == allowed.end()) {
+              return v.Error(StrCat("'", text, "' is not ", StrJoin(allowed, " or ")));
+            }
+            c.*field = text;
+            return absl::OkStatus();
+          },
+          [field](const ServerConfig& c) { return c.*field; }};
+}
+
+Key Bool(std::string_view name, bool ServerConfig::*field, std::string_view help) {
+  return {name, help,
+          [field](const Value& v, ServerConfig& c) -> absl::Status {
+            CART_ASSIGN_OR_RETURN(std::string text, v.Scalar());
+            if (text != "true" && text != "false") {
+              return v.Error(StrCat("'", text, "' is not true or false"));
+            }
+            c.*field = text == "true";
+            return absl::OkStatus();
+          },
+          [field](const ServerConfig& c) -> std::string { return c.*field ? "true" : "false"; }};
+}
+
+// `artifact_store: {kind: cartd}` (the default: <data_dir>/artifacts, every byte through cartd)
+// or `{kind: shared_fs, path: /mnt/lab/cart}` (a filesystem the workers mount too).
+absl::Status ApplyArtifactStore(const Value& v, ServerConfig& config) {
+  if (!v.node.IsMap()) {
+    return v.Error("must be a mapping: {kind: cartd} or {kind: shared_fs, path: DIR}");
+  }
+  std::string kind, path;
+  for (const auto& kv : v.node) {
+    const std::string key = kv.first.as<std::string>();
+    if (key != "kind" && key != "path") {
+      return v.Error(kv.first, StrCat("artifact_store.", key), "unknown key (known: kind, path)");
+    }
+    if (!kv.second.IsScalar()) {
+      return v.Error(kv.second, StrCat("artifact_store.", key), "must be a single value");
+    }
+    (key == "kind" ? kind : path) = kv.second.Scalar();
+  }
+  if (kind == "cartd") {
+    if (!path.empty()) {
+      return v.Error(v.node, "artifact_store.path",
+                     "kind cartd keeps its artifacts under data_dir; a path needs kind shared_fs");
+    }
+    config.shared_artifact_path.clear();
+  } else if (kind == "shared_fs") {
+    if (path.empty() || path[0] != '/') {
+      return v.Error(v.node, "artifact_store.path",
+                     StrCat("'", path, "' is not an absolute path (kind shared_fs needs one)"));
+    }
+    config.shared_artifact_path = path;
+  } else {
+    return v.Error(v.node, "artifact_store.kind", StrCat("'", kind, "' is not cartd or shared_fs"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ApplyHttpHosts(const Value& v, ServerConfig& config) {
+  CART_ASSIGN_OR_RETURN(std::string text, v.Scalar());
+  std::vector<std::string> hosts;
+  for (const std::string& part : Split(text, ',')) {
+    const std::string name = ToLower(Trim(part));
+    if (name.empty()) continue;
+    if (name.find_first_of(" :/[]") != std::string::npos || name.size() > 253) {
+      return v.Error(StrCat("'", name,
+                            "' is not a host name (give names without ports, comma-separated)"));
+    }
+    hosts.push_back(name);
+  }
+  config.http_hosts = std::move(hosts);
+  return absl::OkStatus();
+}
+
+const std::vector<Key>& Keys() {
+  using C = ServerConfig;
+  static const auto* keys = new std::vector<Key>{
+      Text("listen", &C::listen, "the gRPC address, host:port"),
+      Text("data_dir", &C::data_dir, "the SQLite file and the artifact store"),
+      Text("tokens", &C::tokens_file, "the tokens file, 'TOKEN ROLE NAME' lines (none: no auth)"),
+      Text("tls_cert", &C::tls_cert_file, "PEM certificate chain (with tls_key: TLS on both ports)"),
+      Text("tls_key", &C::tls_key_file, "PEM private key"),
+      Bool("insecure", &C::insecure, "allow plaintext on a non-loopback address"),
+      Duration("lease_ttl", &C::lease_ttl, absl::Seconds(1), 1, kNoMax,
+               "seconds a lease lasts without a heartbeat"),
+      Duration("max_acquire_wait", &C::max_acquire_wait, absl::Seconds(1), 0, kNoMax,
+               "seconds of AcquireJob's longest long poll"),
+      Integer("max_threads", &C::max_threads, 16, 1 << 20,
+              "gRPC server threads (each call in flight holds one)"),
+      Integer("max_runs_per_sweep", &C::max_runs_per_sweep, 1, kNoMax,
+              "the most runs a sweep may expand to"),
+      Integer("max_artifact_bytes", &C::max_artifact_bytes, 1, kNoMax,
+              "bytes of the largest checkpoint upload"),
+      Integer("min_free_artifact_bytes", &C::min_free_artifact_bytes, 0, kNoMax,
+              "uploads that would leave fewer bytes of free disk are refused"),
+      Integer("max_artifact_store_bytes", &C::max_artifact_store_bytes, 0, kNoMax,
+              "the artifact store's quota in bytes (0: none)"),
+      {"artifact_store",
+       "{kind: cartd} (under data_dir) or {kind: shared_fs, path: DIR} (docs/design.md Storage)",
+       ApplyArtifactStore,
+       [](const C& c) -> std::string {
+         return c.shared_artifact_path.empty()
+                    ? "{kind: cartd}"
+                    : StrCat("{kind: shared_fs, path: ", c.shared_artifact_path, "}");
+       }},
+      Integer("keep_checkpoints_per_run", &C::keep_checkpoints_per_run, 0, kNoMax,
+              "checkpoints each run keeps (plus those derived runs name; 0: all)"),
+      Integer("max_log_lines_per_attempt", &C::max_log_lines_per_attempt, 1, kNoMax,
+              "worker log lines stored per attempt"),
+      Integer("max_follows_per_caller", &C::max_follows_per_caller, 1, 1 << 20,
+              "open follow streams per caller"),
+      Integer("max_big_reads_per_caller", &C::max_big_reads_per_caller, 1, 1 << 20,
+              "large reads in progress per caller"),
+      Integer("max_big_reads", &C::max_big_reads, 1, 1 << 20, "large reads in progress in all"),
+      OneOf("placement", &C::placement, {"earliest_finish", "first_fit"},
+            "how free workers get runs (docs/design.md Placement)"),
+      Integer("max_user_priority", &C::max_user_priority, -1'000'000, 1'000'000,
+              "the highest sweep priority a user may set"),
+      Duration("fair_share_half_life", &C::fair_share_half_life, absl::Hours(1), 0, 100'000,
+               "hours; within a priority level the owner with the fewest decayed GPU-hours goes "
+               "first (0: off)"),
+      Bool("preemption", &C::preemption,
+           "stop a run at a checkpoint for waiting work that outranks it"),
+      Duration("preempt_interval", &C::preempt_interval, absl::Minutes(1), 1, 1'000'000,
+               "minutes; a run is preempted at most once per this"),
+      {"http_listen", "the dashboard, JSON API and /metrics, host:port or 'off'",
+       [](const Value& v, C& c) -> absl::Status {
+         CART_ASSIGN_OR_RETURN(std::string text, v.Scalar());
+         c.http_listen = text == "off" ? std::string() : text;
+         return absl::OkStatus();
+       },
+       [](const C& c) { return c.http_listen.empty() ? std::string("off") : c.http_listen; }},
+      {"http_hosts", "more host names the HTTP port answers to, comma-separated", ApplyHttpHosts,
+       [](const C& c) { return StrJoin(c.http_hosts, ", "); }},
+      Text("web_dir", &C::web_dir, "the dashboard's pages"),
+      Duration("http_idle_timeout", &C::http_idle_timeout, absl::Seconds(1), 1, 86'400,
+               "seconds a request has to arrive on a new or idle connection"),
+      Integer("http_max_connections_per_client", &C::http_max_connections_per_client, 1, 1 << 20,
+              "HTTP connections one client address may hold"),
+  };
+  return *keys;
+}
+
+}  // namespace
+
+const std::vector<std::string_view>& ConfigKeys() {
+  static const auto* names = [] {
+    auto* n = new std::vector<std::string_view>;
+    for (const Key& k : Keys()) n->push_back(k.name);
+    return n;
+  }();
+  return *names;
+}
+
+std::string ConfigKeysHelp(const ServerConfig& defaults) {
+  std::string out;
+  for (const Key& k : Keys()) {
+    const std::string shown = k.show(defaults);
+    out += StrCat("  ", k.name, ": ", k.help, " (default: ", shown.empty() ? "none" : shown, ")\n");
+  }
+  return out;
+}
+
+absl::Status ApplyConfigYaml(std::string_view text, std::string_view source, ServerConfig& config) {
+  CART_ASSIGN_OR_RETURN(YAML::Node root, LoadYaml(text, source));
+  if (root.IsNull()) return absl::OkStatus();
+  if (!root.IsMap()) {
+    return absl::InvalidArgumentError(StrCat(source, ": a cartd config must be a mapping"));
+  }
+  for (const auto& kv : root) {
+    const Value value{source, kv.second, kv.first.as<std::string>()};
+    const std::vector<Key>& keys = Keys();
+    auto key = std::find_if(keys.begin(), keys.end(),
+                            [&](const Key& k) { return k.name == value.key; });
+    if (key == keys.end()) {
+      return value.Error(kv.first, value.key,
+                         StrCat("unknown key (known: ", StrJoin(ConfigKeys(), ", "), ")"));
+    }
+    CART_RETURN_IF_ERROR(key->apply(value, config));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace cart::server
