@@ -1,6 +1,7 @@
 #include "server/internal/convert.h"
 
 #include <cmath>
+#include <map>
 #include <tuple>
 
 #include "common/status.h"
@@ -308,6 +309,63 @@ v1::DeviceSample ToProto(const DeviceSample& sample) {
   out.set_process_cpu_percent(sample.process_cpu_percent);
   out.set_process_rss_mib(sample.process_rss_bytes / kMiB);
   return out;
+}
+
+std::optional<store::AttemptOutcome> FromProto(v1::JobResult::Outcome outcome) {
+  switch (outcome) {
+    case v1::JobResult::OUTCOME_SUCCEEDED:
+      return store::AttemptOutcome::kSucceeded;
+    case v1::JobResult::OUTCOME_FAILED:
+      return store::AttemptOutcome::kFailed;
+    case v1::JobResult::OUTCOME_CANCELLED:
+      return store::AttemptOutcome::kCancelled;
+    case v1::JobResult::OUTCOME_DRAINED:
+      return store::AttemptOutcome::kDrained;
+    case v1::JobResult::OUTCOME_OUT_OF_MEMORY:
+      return store::AttemptOutcome::kOutOfMemory;
+    default:
+      return std::nullopt;
+  }
+}
+
+store::NewCheckpoint FromProto(const v1::CheckpointRef& ref, std::string path) {
+  store::NewCheckpoint checkpoint;
+  checkpoint.step = ref.step();
+  checkpoint.sha256 = ref.sha256();
+  checkpoint.size_bytes = ref.size_bytes();
+  checkpoint.path = std::move(path);
+  return checkpoint;
+}
+
+store::LogLine FromProto(const v1::LogLine& line) {
+  store::LogLine out;
+  out.seq = line.seq();
+  out.wall_time_us = line.wall_time_us();
+  out.text = line.text();
+  return out;
+}
+
+v1::RunLogLine ToRunLogLine(const store::LogLine& line) {
+  v1::RunLogLine out;
+  out.set_id(line.id);
+  out.set_attempt(line.attempt);
+  out.set_wall_time_us(line.wall_time_us);
+  out.set_text(line.text);
+  return out;
+}
+
+v1::MetricColumns ToMetricColumns(const store::MetricPoint* begin, const store::MetricPoint* end) {
+  v1::MetricColumns columns;
+  std::map<std::string_view, int32_t> index;
+  for (const store::MetricPoint* p = begin; p != end; ++p) {
+    auto [it, added] = index.emplace(p->name, static_cast<int32_t>(index.size()));
+    if (added) columns.add_names(p->name);
+    columns.add_name_index(it->second);
+    columns.add_steps(p->step);
+    columns.add_values(p->value);
+    columns.add_wall_time_us(p->wall_time_us);
+  }
+  return columns;
 }
 
 }  // namespace cart::server::internal

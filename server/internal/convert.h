@@ -57,8 +57,17 @@ v1::CheckpointRef ToCheckpointRef(const store::CheckpointRecord& checkpoint);
 v1::DataIdentity ToProto(const store::RunDataRecord& record);
 store::RunDataRecord FromProto(const v1::DataIdentity& identity);
 
+// A worker's attempt outcome; nullopt for OUTCOME_UNSPECIFIED and unknown values.
+std::optional<store::AttemptOutcome> FromProto(v1::JobResult::Outcome outcome);
+// The checkpoint a worker reports, stored under `path` (the artifact store's name for its blob).
+store::NewCheckpoint FromProto(const v1::CheckpointRef& ref, std::string path);
+store::LogLine FromProto(const v1::LogLine& line);
+v1::RunLogLine ToRunLogLine(const store::LogLine& line);
+
 store::MetricPoint FromProto(const v1::MetricPoint& point);
 v1::MetricPoint ToProto(const store::MetricPoint& point);
+// Points [begin, end) as columns: each metric name once, each point an index into the names.
+v1::MetricColumns ToMetricColumns(const store::MetricPoint* begin, const store::MetricPoint* end);
 // A device reading off the wire. InvalidArgument naming the field for a time after
 // `latest_us`, a utilisation outside 0..1, memory outside 0..2^40 MiB, a clock outside 0..10^6
 // MHz, or a non-finite temperature or power.

@@ -354,17 +354,7 @@ grpc::Status SchedulerServiceImpl::StreamMetrics(grpc::ServerContext* context,
       view.set_state(ToProto(run.state));
       const size_t end = std::min(points.size(), first + kPointsPerView);
       if (request->columnar()) {
-        v1::MetricColumns& columns = *view.mutable_columns();
-        std::map<std::string_view, int32_t> index;
-        for (size_t i = first; i < end; ++i) {
-          const store::MetricPoint& p = points[i];
-          auto [it, added] = index.emplace(p.name, static_cast<int32_t>(index.size()));
-          if (added) columns.add_names(p.name);
-          columns.add_name_index(it->second);
-          columns.add_steps(p.step);
-          columns.add_values(p.value);
-          columns.add_wall_time_us(p.wall_time_us);
-        }
+        *view.mutable_columns() = ToMetricColumns(&points[first], &points[first] + (end - first));
       } else {
         for (size_t i = first; i < end; ++i) *view.add_points() = ToProto(points[i]);
       }
@@ -407,12 +397,7 @@ grpc::Status SchedulerServiceImpl::StreamRunLog(grpc::ServerContext* context,
       v1::RunLogView view;
       view.set_state(ToProto(run.state));
       for (size_t i = at; i < std::min(lines.size(), at + kPointsPerView); ++i) {
-        const store::LogLine& line = lines[i];
-        v1::RunLogLine* out = view.add_lines();
-        out->set_id(line.id);
-        out->set_attempt(line.attempt);
-        out->set_wall_time_us(line.wall_time_us);
-        out->set_text(line.text);
+        *view.add_lines() = ToRunLogLine(lines[i]);
       }
       if (!writer->Write(view)) return false;  // the client went away
     }

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <optional>
 
 #include "common/status.h"
 #include "common/strings.h"
@@ -71,22 +72,123 @@ class RunJobStream final : public AttemptStream {
   bool ended_ ABSL_GUARDED_BY(mu_) = false;
 };
 
-std::optional<store::AttemptOutcome> FromProto(v1::JobResult::Outcome outcome) {
-  switch (outcome) {
-    case v1::JobResult::OUTCOME_SUCCEEDED:
-      return store::AttemptOutcome::kSucceeded;
-    case v1::JobResult::OUTCOME_FAILED:
-      return store::AttemptOutcome::kFailed;
-    case v1::JobResult::OUTCOME_CANCELLED:
-      return store::AttemptOutcome::kCancelled;
-    case v1::JobResult::OUTCOME_DRAINED:
-      return store::AttemptOutcome::kDrained;
-    case v1::JobResult::OUTCOME_OUT_OF_MEMORY:
-      return store::AttemptOutcome::kOutOfMemory;
-    default:
-      return std::nullopt;
+// The reports of one attempt on its RunJob stream after the hello, one method per kind. Each
+// returns nullopt to read on, or the status the stream ends with.
+class AttemptReports {
+ public:
+  AttemptReports(const ServiceContext& ctx, int64_t run_id, int64_t attempt, RunJobStream& sink)
+      : ctx_(ctx), run_id_(run_id), attempt_(attempt), sink_(sink) {}
+
+  std::optional<grpc::Status> Handle(const v1::WorkerReport& report) {
+    if (report.run_id() != run_id_ || report.attempt() != attempt_) {
+      return ToGrpc(absl::InvalidArgumentError(
+          StrCat("RunJob: report for run ", report.run_id(), " attempt ", report.attempt(),
+                 " on the stream of run ", run_id_, " attempt ", attempt_)));
+    }
+    switch (report.body_case()) {
+      case v1::WorkerReport::kHello:
+        return std::nullopt;  // a repeated hello changes nothing
+      case v1::WorkerReport::kHeartbeat:
+        return Heartbeat(report.heartbeat());
+      case v1::WorkerReport::kMetrics:
+        return Metrics(report.metrics());
+      case v1::WorkerReport::kCheckpoint:
+        return Checkpoint(report.checkpoint().checkpoint());
+      case v1::WorkerReport::kLog:
+        return Log(report.log());
+      case v1::WorkerReport::kResult:
+        return Result(report.result());
+      case v1::WorkerReport::BODY_NOT_SET:
+        break;
+    }
+    return ToGrpc(absl::InvalidArgumentError("RunJob: a report without a body"));
   }
-}
+
+ private:
+  // Extends the lease; a cancel requested since is sent once.
+  std::optional<grpc::Status> Heartbeat(const v1::Heartbeat& heartbeat) {
+    absl::StatusOr<bool> cancel = ctx_.scheduler->Heartbeat(run_id_, attempt_, heartbeat.step());
+    if (!cancel.ok()) return ToGrpc(cancel.status());
+    if (*cancel && !cancel_sent_) {
+      cancel_sent_ = true;
+      sink_.Send(Control{Control::Kind::kCancel, "cancel requested"});
+    }
+    return std::nullopt;
+  }
+
+  // Stores the batch and acknowledges it.
+  std::optional<grpc::Status> Metrics(const v1::MetricBatch& metrics) {
+    const auto& points = metrics.points();
+    if (points.size() > kMaxPointsPerBatch) {
+      return ToGrpc(absl::InvalidArgumentError(StrCat(
+          "RunJob: metric batch of ", points.size(), " points; the limit is ", kMaxPointsPerBatch)));
+    }
+    if (points.empty()) return std::nullopt;
+    std::vector<store::MetricPoint> batch;
+    batch.reserve(points.size());
+    for (const v1::MetricPoint& point : points) batch.push_back(FromProto(point));
+    absl::StatusOr<int64_t> acked = ctx_.scheduler->AppendMetrics(run_id_, attempt_, std::move(batch));
+    if (!acked.ok()) return ToGrpc(acked.status());
+    v1::SchedulerControl ack;
+    ack.mutable_ack()->set_acked_step(*acked);
+    if (!sink_.Write(ack)) return grpc::Status::OK;  // the worker went away; it resends
+    return std::nullopt;
+  }
+
+  // Records a checkpoint whose blob is already stored (uploaded, or written to the shared store
+  // and recorded).
+  std::optional<grpc::Status> Checkpoint(const v1::CheckpointRef& ref) {
+    absl::StatusOr<std::optional<int64_t>> size = ctx_.artifacts->Size(ref.sha256());
+    if (!size.ok()) return ToGrpc(size.status());
+    if (!size->has_value() || **size != ref.size_bytes()) {
+      return ToGrpc(absl::FailedPreconditionError(
+          StrCat("RunJob: checkpoint at step ", ref.step(), " names artifact ", ref.sha256(),
+                 " of ", ref.size_bytes(), " bytes, which is not stored; PutArtifact first")));
+    }
+    absl::StatusOr<store::CheckpointRecord> recorded = ctx_.scheduler->RecordCheckpoint(
+        run_id_, attempt_, FromProto(ref, ArtifactStore::RelativePath(ref.sha256())));
+    if (!recorded.ok()) return ToGrpc(recorded.status());
+    return std::nullopt;
+  }
+
+  std::optional<grpc::Status> Log(const v1::LogLine& line) {
+    // Worker lines are numbered from 1: the number makes a resent line count once and bounds
+    // how many an attempt stores (max_log_lines_per_attempt).
+    if (line.seq() < 1) {
+      return ToGrpc(absl::InvalidArgumentError(
+          StrCat("RunJob: log line with seq ", line.seq(), "; seq starts at 1")));
+    }
+    absl::Status logged = ctx_.scheduler->AppendLog(run_id_, attempt_, {FromProto(line)});
+    if (!logged.ok()) return ToGrpc(logged);
+    return std::nullopt;
+  }
+
+  // The attempt's end: the stream ends with it.
+  grpc::Status Result(const v1::JobResult& result) {
+    const std::optional<store::AttemptOutcome> outcome = FromProto(result.outcome());
+    if (!outcome) {
+      return ToGrpc(absl::InvalidArgumentError(
+          StrCat("RunJob: result of run ", run_id_, " has no outcome")));
+    }
+    std::optional<store::Divergence> diverged;
+    if (result.has_diverged()) {
+      if (*outcome != store::AttemptOutcome::kFailed) {
+        return ToGrpc(absl::InvalidArgumentError(
+            StrCat("RunJob: run ", run_id_, ": a divergence comes with a FAILED result")));
+      }
+      diverged = store::Divergence{result.diverged().step(), result.diverged().loss()};
+    }
+    return ToGrpc(
+        ctx_.scheduler->ReportOutcome(run_id_, attempt_, *outcome, result.error(), diverged)
+            .status());
+  }
+
+  const ServiceContext& ctx_;
+  const int64_t run_id_;
+  const int64_t attempt_;
+  RunJobStream& sink_;
+  bool cancel_sent_ = false;
+};
 
 }  // namespace
 
@@ -334,101 +436,9 @@ grpc::Status WorkerServiceImpl::RunJob(
     }
   } detach{ctx_.scheduler, run_id, sink.get()};
 
-  bool cancel_sent = false;
+  AttemptReports reports(ctx_, run_id, attempt, *sink);
   while (stream->Read(&report)) {
-    if (report.run_id() != run_id || report.attempt() != attempt) {
-      return ToGrpc(absl::InvalidArgumentError(
-          StrCat("RunJob: report for run ", report.run_id(), " attempt ", report.attempt(),
-                 " on the stream of run ", run_id, " attempt ", attempt)));
-    }
-    switch (report.body_case()) {
-      case v1::WorkerReport::kHello:
-        break;  // a repeated hello changes nothing
-      case v1::WorkerReport::kHeartbeat: {
-        absl::StatusOr<bool> cancel =
-            ctx_.scheduler->Heartbeat(run_id, attempt, report.heartbeat().step());
-        if (!cancel.ok()) return ToGrpc(cancel.status());
-        if (*cancel && !cancel_sent) {
-          cancel_sent = true;
-          sink->Send(Control{Control::Kind::kCancel, "cancel requested"});
-        }
-        break;
-      }
-      case v1::WorkerReport::kMetrics: {
-        const auto& points = report.metrics().points();
-        if (points.size() > kMaxPointsPerBatch) {
-          return ToGrpc(
-              absl::InvalidArgumentError(StrCat("RunJob: metric batch of ", points.size(),
-                                                " points; the limit is ", kMaxPointsPerBatch)));
-        }
-        if (points.empty()) break;
-        std::vector<store::MetricPoint> batch;
-        batch.reserve(points.size());
-        for (const v1::MetricPoint& point : points) batch.push_back(FromProto(point));
-        absl::StatusOr<int64_t> acked =
-            ctx_.scheduler->AppendMetrics(run_id, attempt, std::move(batch));
-        if (!acked.ok()) return ToGrpc(acked.status());
-        v1::SchedulerControl ack;
-        ack.mutable_ack()->set_acked_step(*acked);
-        if (!sink->Write(ack)) return grpc::Status::OK;  // the worker went away; it resends
-        break;
-      }
-      case v1::WorkerReport::kCheckpoint: {
-        const v1::CheckpointRef& ref = report.checkpoint().checkpoint();
-        absl::StatusOr<std::optional<int64_t>> size = ctx_.artifacts->Size(ref.sha256());
-        if (!size.ok()) return ToGrpc(size.status());
-        if (!size->has_value() || **size != ref.size_bytes()) {
-          return ToGrpc(absl::FailedPreconditionError(
-              StrCat("RunJob: checkpoint at step ", ref.step(), " names artifact ", ref.sha256(),
-                     " of ", ref.size_bytes(), " bytes, which is not stored; PutArtifact first")));
-        }
-        store::NewCheckpoint checkpoint;
-        checkpoint.step = ref.step();
-        checkpoint.sha256 = ref.sha256();
-        checkpoint.size_bytes = ref.size_bytes();
-        checkpoint.path = ArtifactStore::RelativePath(ref.sha256());
-        absl::StatusOr<store::CheckpointRecord> recorded =
-            ctx_.scheduler->RecordCheckpoint(run_id, attempt, checkpoint);
-        if (!recorded.ok()) return ToGrpc(recorded.status());
-        break;
-      }
-      case v1::WorkerReport::kLog: {
-        // Worker lines are numbered from 1: the number makes a resent line count once and
-        // bounds how many an attempt stores (max_log_lines_per_attempt).
-        if (report.log().seq() < 1) {
-          return ToGrpc(absl::InvalidArgumentError(
-              StrCat("RunJob: log line with seq ", report.log().seq(), "; seq starts at 1")));
-        }
-        store::LogLine line;
-        line.seq = report.log().seq();
-        line.wall_time_us = report.log().wall_time_us();
-        line.text = report.log().text();
-        absl::Status logged = ctx_.scheduler->AppendLog(run_id, attempt, {std::move(line)});
-        if (!logged.ok()) return ToGrpc(logged);
-        break;
-      }
-      case v1::WorkerReport::kResult: {
-        const std::optional<store::AttemptOutcome> outcome = FromProto(report.result().outcome());
-        if (!outcome) {
-          return ToGrpc(absl::InvalidArgumentError(
-              StrCat("RunJob: result of run ", run_id, " has no outcome")));
-        }
-        std::optional<store::Divergence> diverged;
-        if (report.result().has_diverged()) {
-          if (*outcome != store::AttemptOutcome::kFailed) {
-            return ToGrpc(absl::InvalidArgumentError(
-                StrCat("RunJob: run ", run_id, ": a divergence comes with a FAILED result")));
-          }
-          diverged = store::Divergence{report.result().diverged().step(),
-                                       report.result().diverged().loss()};
-        }
-        absl::StatusOr<store::RunRecord> run = ctx_.scheduler->ReportOutcome(
-            run_id, attempt, *outcome, report.result().error(), diverged);
-        return ToGrpc(run.status());
-      }
-      case v1::WorkerReport::BODY_NOT_SET:
-        return ToGrpc(absl::InvalidArgumentError("RunJob: a report without a body"));
-    }
+    if (std::optional<grpc::Status> end = reports.Handle(report)) return *end;
   }
   // The worker closed the stream or went away; its lease runs on until it lapses.
   return grpc::Status::OK;
