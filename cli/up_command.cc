@@ -127,40 +127,48 @@ absl::Status WaitForSweeps(const std::vector<std::string>& names, Call& call) {
   return absl::OkStatus();
 }
 
-absl::Status Up(const UpArgs& a) {
-  CART_RETURN_IF_ERROR(CreatePrivateDir(a.data_dir));
-  // Tokens for this box: one for the person who runs `cart up` (written to the client config;
-  // admin, so that they may also drain this box's workers) and one worker token.
-  const std::string tokens_path = (fs::path(a.data_dir) / "tokens").string();
-  // The worker token is bound to the ids its name covers (server/auth.h): the local workers are
-  // "<name>-0", "<name>-1", ...
-  std::string user_token, worker_token, worker_name = "local";
-  if (absl::StatusOr<std::string> text = ReadWholeFile(tokens_path); text.ok()) {
+// This box's tokens, from <data_dir>/tokens, written there on first use: one for the person who
+// runs `cart up` (written to the client config; admin, so that they may also drain this box's
+// workers) and one worker token. The worker token is bound to the ids its name covers
+// (server/auth.h): the local workers are "<name>-0", "<name>-1", ...
+struct LocalTokens {
+  std::string path;
+  std::string user, worker, worker_name = "local";
+};
+
+absl::StatusOr<LocalTokens> ReadOrWriteTokens(const std::string& data_dir) {
+  LocalTokens t;
+  t.path = (fs::path(data_dir) / "tokens").string();
+  if (absl::StatusOr<std::string> text = ReadWholeFile(t.path); text.ok()) {
     for (const std::string& line : Split(*text, '\n')) {
       std::vector<std::string> f = Split(std::string(Trim(line)), ' ');
-      if (f.size() >= 2 && (f[1] == "admin" || f[1] == "user") && user_token.empty()) {
-        user_token = f[0];
-      }
-      if (f.size() >= 3 && f[1] == "worker" && worker_token.empty()) {
-        worker_token = f[0];
-        worker_name = f[2];
+      if (f.size() >= 2 && (f[1] == "admin" || f[1] == "user") && t.user.empty()) t.user = f[0];
+      if (f.size() >= 3 && f[1] == "worker" && t.worker.empty()) {
+        t.worker = f[0];
+        t.worker_name = f[2];
       }
     }
   }
-  if (user_token.empty() || worker_token.empty()) {
-    user_token = RandomHex(16);
-    worker_token = RandomHex(16);
-    worker_name = "local";
-    CART_RETURN_IF_ERROR(
-        WriteFileAtomically(tokens_path,
-                            StrCat("# written by cart up\n", user_token, " admin local\n",
-                                   worker_token, " worker ", worker_name, "\n"),
-                            0600));
+  if (t.user.empty() || t.worker.empty()) {
+    t.user = RandomHex(16);
+    t.worker = RandomHex(16);
+    t.worker_name = "local";
+    CART_RETURN_IF_ERROR(WriteFileAtomically(
+        t.path,
+        StrCat("# written by cart up\n", t.user, " admin local\n", t.worker, " worker ",
+               t.worker_name, "\n"),
+        0600));
   }
+  return t;
+}
+
+// cartd in this process, on the box's data dir; the user's client config points at it.
+absl::StatusOr<std::unique_ptr<server::ServerHandle>> StartEmbeddedCartd(
+    const UpArgs& a, const LocalTokens& tokens, rpc::ClientConfig& client) {
   server::ServerConfig config;
   config.listen = a.listen;
   config.data_dir = a.data_dir;
-  config.tokens_file = tokens_path;
+  config.tokens_file = tokens.path;
   config.lease_ttl = absl::Seconds(a.lease_ttl_s);
   config.http_listen = a.http == "off" ? std::string() : a.http;
 #ifdef CART_WEB_DIR
@@ -169,116 +177,25 @@ absl::Status Up(const UpArgs& a) {
   // The default dashboard port may belong to another cartd: then any free port will do.
   config.http_any_port_if_busy = !a.http_given;
   CART_ASSIGN_OR_RETURN(std::unique_ptr<server::ServerHandle> server, server::RunServer(config));
-  const std::string address = server->dial_address();
-  rpc::ClientConfig client;
-  client.server = address;
-  client.token = user_token;
+  client.server = server->dial_address();
+  client.token = tokens.user;
   CART_RETURN_IF_ERROR(rpc::WriteClientConfig(client, a.client_config));
   // Every line a user waits for is flushed: under a supervisor, nohup or `| tee` stdout is a
   // file or a pipe, fully buffered, and the addresses would appear only at exit.
-  std::cout << fmt::format("cartd listening on {} (data in {}); client config {}\n", address,
-                           a.data_dir, a.client_config)
+  std::cout << fmt::format("cartd listening on {} (data in {}); client config {}\n",
+                           client.server, a.data_dir, a.client_config)
             << std::flush;
   if (!server->dashboard_url().empty()) {
     // The token rides in the URL's fragment, which the browser never sends to a server; the page
     // keeps it and drops it from the address bar (docs/dashboard.md).
-    std::cout << fmt::format("dashboard: {}#token={}\n", server->dashboard_url(), user_token)
+    std::cout << fmt::format("dashboard: {}#token={}\n", server->dashboard_url(), tokens.user)
               << std::flush;
   }
+  return server;
+}
 
-  const std::string exe =
-      (fs::read_symlink("/proc/self/exe").parent_path() / "cart-worker").string();
-  std::vector<pid_t> workers;
-  for (int i = 0; i < a.workers; ++i) {
-    std::vector<std::string> args = {
-        "--server",        address,
-        "--device",        "cpu",
-        "--worker-id",     fmt::format("{}-{}", worker_name, i),
-        "--threads",       std::to_string(a.threads),
-        "--cache-dir",     (fs::path(a.data_dir) / fmt::format("worker-{}", i)).string(),
-        "--client-config", "/dev/null"};
-    if (i < static_cast<int>(a.worker_memory_mib.size())) {
-      args.insert(args.end(), {"--memory-mib", std::to_string(a.worker_memory_mib[i])});
-    }
-    CART_ASSIGN_OR_RETURN(pid_t pid, SpawnWorker(exe, args, a.threads, worker_token));
-    workers.push_back(pid);
-  }
-  std::cout << fmt::format("started {} local worker(s) ({} thread(s) each)\n", workers.size(),
-                           a.threads)
-            << std::flush;
-  std::signal(SIGINT, OnSignal);
-  std::signal(SIGTERM, OnSignal);
-
-  absl::Status result = absl::OkStatus();
-  auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
-  auto stub = cart::v1::SchedulerService::NewStub(channel);
-  auto call = [&](auto method, const auto& req, auto& resp) {
-    grpc::ClientContext ctx;
-    rpc::PrepareContext(ctx, client, 30'000);
-    return rpc::FromGrpc(((*stub).*method)(&ctx, req, &resp));
-  };
-  if (!a.sweeps.empty()) {
-    std::vector<std::string> names;
-    for (const std::string& file : a.sweeps) {
-      absl::StatusOr<std::string> text = ReadWholeFile(file);
-      if (!text.ok()) {
-        result = text.status();
-        break;
-      }
-      cart::v1::SubmitSweepRequest req;
-      // Bind the runs to the data as it is now (docs/architecture.md "Data lineage").
-      if (absl::StatusOr<model::SweepSpec> spec = model::ParseSweepYaml(*text, file); spec.ok()) {
-        absl::StatusOr<std::vector<cart::v1::DataIdentity>> files =
-            SweepDataIdentities(*spec, nullptr);
-        if (!files.ok()) {
-          result = files.status();
-          break;
-        }
-        for (cart::v1::DataIdentity& f : *files) *req.add_data_files() = std::move(f);
-      }
-      req.set_spec_yaml(*text);
-      req.set_file_name(file);
-      req.set_request_id("cart-up:" + file + ":" + std::to_string(std::hash<std::string>{}(*text)));
-      cart::v1::SubmitSweepResponse resp;
-      result = call(&cart::v1::SchedulerService::Stub::SubmitSweep, req, resp);
-      if (!result.ok()) break;
-      names.push_back(resp.sweep().name());
-      int64_t runs = 0;
-      for (const auto& [state, n] : resp.sweep().runs_by_state()) runs += n;
-      std::cout << fmt::format("{} sweep {} ({} runs)\n",
-                               resp.existing() ? "resuming" : "submitted", names.back(), runs)
-                << std::flush;
-    }
-    if (result.ok()) result = WaitForSweeps(names, call);
-    if (result.ok() && !g_interrupted) {
-      for (const std::string& metric : a.table_metrics) {
-        cart::v1::QueryTableRequest q;
-        q.set_table("pivot");
-        q.set_metric(metric);
-        q.set_rows(a.table_rows);
-        q.set_cols(a.table_cols);
-        q.add_sweeps(names.front());
-        cart::v1::Table table;
-        result = call(&cart::v1::SchedulerService::Stub::QueryTable, q, table);
-        if (!result.ok()) break;
-        std::cout << "\n";
-        PrintResultTable(table, "text", std::cout);
-      }
-    }
-    if (result.ok() && !g_interrupted && !a.report_dir.empty()) {
-      report::ReportOptions options;
-      options.out_dir = a.report_dir;
-      options.html = true;
-      result = ApplyReportSweeps(a.report_sweeps, options.sweeps);
-      if (result.ok()) result = WriteServiceReport(client, options);
-    }
-    g_interrupted = true;
-  } else {
-    std::cout << "press Ctrl-C to stop; in another shell: cart sweep submit FILE\n" << std::flush;
-  }
-  while (!g_interrupted) std::this_thread::sleep_for(std::chrono::milliseconds(200));
-
-  // Workers first (SIGTERM: a running job checkpoints and is requeued), then the server.
+// SIGTERM (a running job checkpoints and is requeued), then SIGKILL after 60 s.
+void StopWorkers(const std::vector<pid_t>& workers) {
   for (pid_t pid : workers) kill(pid, SIGTERM);
   for (pid_t pid : workers) {
     int status = 0;
@@ -290,6 +207,130 @@ absl::Status Up(const UpArgs& a) {
       waitpid(pid, &status, 0);
     }
   }
+}
+
+// a.workers cart-worker processes on the CPU, beside this program, each with a cache dir of its
+// own under the data dir.
+absl::StatusOr<std::vector<pid_t>> StartLocalWorkers(const UpArgs& a, const std::string& address,
+                                                     const LocalTokens& tokens) {
+  const std::string exe =
+      (fs::read_symlink("/proc/self/exe").parent_path() / "cart-worker").string();
+  std::vector<pid_t> workers;
+  for (int i = 0; i < a.workers; ++i) {
+    std::vector<std::string> args = {
+        "--server",        address,
+        "--device",        "cpu",
+        "--worker-id",     fmt::format("{}-{}", tokens.worker_name, i),
+        "--threads",       std::to_string(a.threads),
+        "--cache-dir",     (fs::path(a.data_dir) / fmt::format("worker-{}", i)).string(),
+        "--client-config", "/dev/null"};
+    if (i < static_cast<int>(a.worker_memory_mib.size())) {
+      args.insert(args.end(), {"--memory-mib", std::to_string(a.worker_memory_mib[i])});
+    }
+    absl::StatusOr<pid_t> pid = SpawnWorker(exe, args, a.threads, tokens.worker);
+    if (!pid.ok()) {
+      StopWorkers(workers);  // those already started
+      return pid.status();
+    }
+    workers.push_back(*pid);
+  }
+  std::cout << fmt::format("started {} local worker(s) ({} thread(s) each)\n", workers.size(),
+                           a.threads)
+            << std::flush;
+  return workers;
+}
+
+// Submits each sweep file (bound to its data as it is now: docs/architecture.md "Data lineage"),
+// idempotently, so that `cart up` run again resumes them; returns the sweeps' names.
+template <typename Call>
+absl::StatusOr<std::vector<std::string>> SubmitSweeps(const std::vector<std::string>& files,
+                                                      Call& call) {
+  std::vector<std::string> names;
+  for (const std::string& file : files) {
+    CART_ASSIGN_OR_RETURN(std::string text, ReadWholeFile(file));
+    cart::v1::SubmitSweepRequest req;
+    if (absl::StatusOr<model::SweepSpec> spec = model::ParseSweepYaml(text, file); spec.ok()) {
+      CART_ASSIGN_OR_RETURN(std::vector<cart::v1::DataIdentity> data,
+                            SweepDataIdentities(*spec, nullptr));
+      for (cart::v1::DataIdentity& f : data) *req.add_data_files() = std::move(f);
+    }
+    req.set_spec_yaml(text);
+    req.set_file_name(file);
+    req.set_request_id("cart-up:" + file + ":" + std::to_string(std::hash<std::string>{}(text)));
+    cart::v1::SubmitSweepResponse resp;
+    CART_RETURN_IF_ERROR(call(&cart::v1::SchedulerService::Stub::SubmitSweep, req, resp));
+    names.push_back(resp.sweep().name());
+    int64_t runs = 0;
+    for (const auto& [state, n] : resp.sweep().runs_by_state()) runs += n;
+    std::cout << fmt::format("{} sweep {} ({} runs)\n", resp.existing() ? "resuming" : "submitted",
+                             names.back(), runs)
+              << std::flush;
+  }
+  return names;
+}
+
+// The pivot table of each --table-metric over the first sweep.
+template <typename Call>
+absl::Status PrintTables(const UpArgs& a, const std::string& sweep, Call& call) {
+  for (const std::string& metric : a.table_metrics) {
+    cart::v1::QueryTableRequest q;
+    q.set_table("pivot");
+    q.set_metric(metric);
+    q.set_rows(a.table_rows);
+    q.set_cols(a.table_cols);
+    q.add_sweeps(sweep);
+    cart::v1::Table table;
+    CART_RETURN_IF_ERROR(call(&cart::v1::SchedulerService::Stub::QueryTable, q, table));
+    std::cout << "\n";
+    PrintResultTable(table, "text", std::cout);
+  }
+  return absl::OkStatus();
+}
+
+// The sweeps run to their end, then their tables and report (unless interrupted).
+absl::Status RunSweeps(const UpArgs& a, const rpc::ClientConfig& client) {
+  auto channel = grpc::CreateChannel(client.server, grpc::InsecureChannelCredentials());
+  auto stub = cart::v1::SchedulerService::NewStub(channel);
+  auto call = [&](auto method, const auto& req, auto& resp) {
+    grpc::ClientContext ctx;
+    rpc::PrepareContext(ctx, client, 30'000);
+    return rpc::FromGrpc(((*stub).*method)(&ctx, req, &resp));
+  };
+  CART_ASSIGN_OR_RETURN(std::vector<std::string> names, SubmitSweeps(a.sweeps, call));
+  CART_RETURN_IF_ERROR(WaitForSweeps(names, call));
+  if (g_interrupted) return absl::OkStatus();
+  CART_RETURN_IF_ERROR(PrintTables(a, names.front(), call));
+  if (g_interrupted || a.report_dir.empty()) return absl::OkStatus();
+  report::ReportOptions options;
+  options.out_dir = a.report_dir;
+  options.html = true;
+  CART_RETURN_IF_ERROR(ApplyReportSweeps(a.report_sweeps, options.sweeps));
+  return WriteServiceReport(client, options);
+}
+
+absl::Status Up(const UpArgs& a) {
+  CART_RETURN_IF_ERROR(CreatePrivateDir(a.data_dir));
+  CART_ASSIGN_OR_RETURN(LocalTokens tokens, ReadOrWriteTokens(a.data_dir));
+  rpc::ClientConfig client;
+  CART_ASSIGN_OR_RETURN(std::unique_ptr<server::ServerHandle> server,
+                        StartEmbeddedCartd(a, tokens, client));
+  absl::StatusOr<std::vector<pid_t>> workers = StartLocalWorkers(a, client.server, tokens);
+  if (!workers.ok()) {
+    server->Shutdown();
+    server->Wait();
+    return workers.status();
+  }
+  std::signal(SIGINT, OnSignal);
+  std::signal(SIGTERM, OnSignal);
+  absl::Status result = absl::OkStatus();
+  if (!a.sweeps.empty()) {
+    result = RunSweeps(a, client);
+  } else {
+    std::cout << "press Ctrl-C to stop; in another shell: cart sweep submit FILE\n" << std::flush;
+    while (!g_interrupted) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  // Workers first, then the server.
+  StopWorkers(*workers);
   server->Shutdown();
   server->Wait();
   return result;
