@@ -140,8 +140,9 @@ absl::Status Logits(const std::string& file, const std::string& config_path,
     model::ForwardOptions options;
     options.diagnostics = true;
     model::DiagnosticTensors diag_tensors;
-    logits = m->Forward(torch::tensor(ids, torch::kInt64).unsqueeze(0), options, &diag_tensors)[0]
-                 .to(torch::kFloat64);
+    logits =
+        m->Forward(torch::tensor(ids, torch::kInt64).unsqueeze(0), options, &diag_tensors)[0].to(
+            torch::kFloat64);
     diag = model::Read(diag_tensors);
   } catch (const std::exception& e) {
     return train::FromTorchError(e, StrCat(file, ": the forward pass"));

@@ -112,6 +112,200 @@ void PrintDryRun(const model::SweepSpec& spec, const std::vector<model::Expanded
       amount, time);
 }
 
+struct NameArgs {
+  Conn conn;
+  std::string name;
+};
+
+struct PriorityArgs {
+  std::string name;
+  int64_t priority = 0;
+  Conn conn;
+};
+
+struct DeleteArgs {
+  std::string name;
+  bool yes = false;
+  Conn conn;
+};
+
+// cart sweep submit: validates the file here, then submits it (with --dry-run: expands it here).
+void SubmitCommand(const SubmitArgs& sa) {
+  absl::StatusOr<std::string> text = ReadWholeFile(sa.file);
+  if (!text.ok()) ExitWith(text.status());
+  // Validate locally first: errors name file and line without a round trip.
+  absl::StatusOr<model::SweepSpec> spec = model::ParseSweepYaml(*text, sa.file);
+  if (!spec.ok()) ExitWith(spec.status());
+  // A real submit leaves expansion to cartd, which checks every run and answers with the same
+  // file:line errors (expanding here too cost as much again: 10,000 runs took 1.7 s of client
+  // CPU). A dry run has no cartd: it expands here, reading the parent sweep of derived jobs
+  // from its file beside this one.
+  if (!sa.dry_run) {
+    RunSubmit(sa, *text, *spec);
+    return;
+  }
+  const std::vector<std::string> parent_sweeps = model::ParentSweeps(*spec);
+  std::map<std::string, std::vector<model::ParentRun>> parents;
+  for (const std::string& name : parent_sweeps) {
+    const std::string sibling =
+        (std::filesystem::path(sa.file).parent_path() / (name + ".yaml")).string();
+    absl::StatusOr<std::string> ptext = ReadWholeFile(sibling);
+    if (!ptext.ok()) {
+      ExitWith(absl::NotFoundError(
+          StrCat(sa.file, ": derived jobs start from sweep '", name, "'; a dry run reads ", sibling,
+                 " for its runs (cartd resolves them from its database)")));
+    }
+    absl::StatusOr<model::SweepSpec> pspec = model::ParseSweepYaml(*ptext, sibling);
+    if (!pspec.ok()) ExitWith(pspec.status());
+    absl::StatusOr<std::vector<model::ExpandedRun>> pruns = model::ExpandSweep(*pspec, sibling);
+    if (!pruns.ok()) ExitWith(pruns.status());
+    for (const model::ExpandedRun& r : *pruns) {
+      if (r.kind == JobKind::kTrain) parents[name].push_back(model::AsParentRun(r));
+    }
+  }
+  absl::StatusOr<std::vector<model::ExpandedRun>> runs =
+      model::ExpandSweep(*spec, sa.file, parents);
+  if (!runs.ok()) ExitWith(runs.status());
+  PrintDryRun(*spec, *runs, sa.conn.json);
+}
+
+// cart sweep ls
+void ListCommand(const Conn& ls_conn) {
+  Client client = Client::Connect(ls_conn);
+  auto resp = client.Call<cart::v1::ListSweepsRequest, cart::v1::ListSweepsResponse>(
+      &cart::v1::SchedulerService::Stub::ListSweeps, {});
+  if (ls_conn.json) {
+    std::cout << ToJson(resp) << "\n";
+    return;
+  }
+  Table t;
+  t.Header({"sweep", "created", "queued", "running", "succeeded", "failed", "cancelled",
+            "expected finish", "tags"});
+  for (const auto& s : resp.sweeps()) {
+    auto n = [&](const char* k) {
+      auto it = s.runs_by_state().find(k);
+      return std::to_string(it == s.runs_by_state().end() ? 0 : it->second);
+    };
+    t.Row({s.name(), When(s.created_us()), n("QUEUED"), n("RUNNING"), n("SUCCEEDED"), n("FAILED"),
+           n("CANCELLED"), ExpectedAt(s.expected_finish_us()), TagList(s.tags())});
+  }
+  t.Print(std::cout);
+}
+
+// cart sweep show NAME: the sweep, its expected finish and its runs.
+void ShowCommand(const NameArgs& show) {
+  Client client = Client::Connect(show.conn);
+  cart::v1::GetSweepRequest req;
+  req.set_name(show.name);
+  req.set_run_limit(1);  // the runs come below, in pages
+  auto resp = client.Call<cart::v1::GetSweepRequest, cart::v1::GetSweepResponse>(
+      &cart::v1::SchedulerService::Stub::GetSweep, req);
+  cart::v1::ListRunsRequest list;
+  list.set_sweep(show.name);
+  *resp.mutable_runs() = std::move(*ListAllRuns(client, list).mutable_runs());
+  if (show.conn.json) {
+    std::cout << ToJson(resp) << "\n";
+    return;
+  }
+  std::cout << fmt::format("sweep {} ({} runs, created {})\n", resp.sweep().name(),
+                           resp.runs_size(), When(resp.sweep().created_us()));
+  if (!resp.sweep().tags().empty()) std::cout << "tags: " << TagList(resp.sweep().tags()) << "\n";
+  std::cout << NoteBlock(resp.sweep().note());
+  int64_t unfinished = 0;
+  for (const auto& [state, n] : resp.sweep().runs_by_state()) {
+    if (state == "QUEUED" || state == "BLOCKED" || state == "LEASED" || state == "RUNNING") {
+      unfinished += n;
+    }
+  }
+  if (resp.sweep().expected_finish_us() > 0) {
+    // From cartd's placement plan over the live workers' speeds (docs/design.md "Placement").
+    std::cout << fmt::format("expected finish: {} ({} of {} unfinished runs estimated{})\n",
+                             ExpectedAt(resp.sweep().expected_finish_us()),
+                             resp.sweep().runs_estimated(), unfinished,
+                             resp.sweep().runs_estimated() < unfinished
+                                 ? "; blocked runs, runs no live worker fits and runs of "
+                                   "unknown work have no estimate"
+                                 : "");
+  } else if (unfinished > 0) {
+    std::cout << "expected finish: none yet (no live worker fits its runs, or they are "
+                 "blocked)\n";
+  }
+  PrintRuns(resp.runs(), false);
+}
+
+// cart sweep cancel NAME
+void CancelCommand(const NameArgs& cancel) {
+  Client client = Client::Connect(cancel.conn);
+  cart::v1::CancelSweepRequest req;
+  req.set_name(cancel.name);
+  req.set_reason("cart sweep cancel");
+  auto resp = client.Call<cart::v1::CancelSweepRequest, cart::v1::CancelSweepResponse>(
+      &cart::v1::SchedulerService::Stub::CancelSweep, req);
+  std::cout << fmt::format("cancelling {} runs of {} (running ones stop after a checkpoint)\n",
+                           resp.runs_affected(), cancel.name);
+}
+
+// cart sweep resume NAME
+void ResumeCommand(const NameArgs& resume) {
+  Client client = Client::Connect(resume.conn);
+  cart::v1::ResumeSweepRequest req;
+  req.set_name(resume.name);
+  auto resp = client.Call<cart::v1::ResumeSweepRequest, cart::v1::ResumeSweepResponse>(
+      &cart::v1::SchedulerService::Stub::ResumeSweep, req);
+  std::cout << fmt::format("requeued {} runs of {} from their latest checkpoints\n",
+                           resp.runs_affected(), resume.name);
+}
+
+// cart sweep priority NAME P (an admin's)
+void PriorityCommand(const PriorityArgs& pri) {
+  Client client = Client::Connect(pri.conn);
+  cart::v1::SetSweepPriorityRequest req;
+  req.set_name(pri.name);
+  req.set_priority(pri.priority);
+  auto resp = client.Call<cart::v1::SetSweepPriorityRequest, cart::v1::SetSweepPriorityResponse>(
+      &cart::v1::SchedulerService::Stub::SetSweepPriority, req);
+  std::cout << fmt::format("sweep {} now has priority {} ({} unfinished runs changed)\n", pri.name,
+                           pri.priority, resp.runs_affected());
+}
+
+// cart sweep delete NAME: asks first unless --yes.
+void DeleteCommand(const DeleteArgs& del) {
+  Client client = Client::Connect(del.conn);
+  if (!del.yes) {
+    cart::v1::GetSweepRequest get;
+    get.set_name(del.name);
+    get.set_run_limit(1);
+    auto sweep = client.Call<cart::v1::GetSweepRequest, cart::v1::GetSweepResponse>(
+        &cart::v1::SchedulerService::Stub::GetSweep, get);
+    const std::string question =
+        fmt::format("delete sweep {} with its {} runs, their metrics and checkpoints?", del.name,
+                    sweep.run_total());
+    if (::isatty(STDIN_FILENO) != 1) {
+      ExitWith(
+          absl::FailedPreconditionError(StrCat("not deleting without --yes (", question, ")")));
+    }
+    std::cout << question << " [y/N] " << std::flush;
+    std::string answer;
+    std::getline(std::cin, answer);
+    if (answer != "y" && answer != "yes") {
+      std::cout << "not deleted\n";
+      return;
+    }
+  }
+  cart::v1::DeleteSweepRequest req;
+  req.set_name(del.name);
+  auto resp = client.Call<cart::v1::DeleteSweepRequest, cart::v1::DeleteSweepResponse>(
+      &cart::v1::SchedulerService::Stub::DeleteSweep, req);
+  if (del.conn.json) {
+    std::cout << ToJson(resp) << "\n";
+    return;
+  }
+  std::cout << fmt::format(
+      "deleted sweep {}: {} runs, {} metric points, {} checkpoints ({} files removed)\n", del.name,
+      resp.runs_deleted(), resp.metric_points_deleted(), resp.checkpoints_deleted(),
+      resp.artifacts_removed());
+}
+
 void RegisterSweep(CLI::App& app) {
   CLI::App* sweep = app.add_subcommand("sweep", "Submit, list, inspect, cancel and resume sweeps");
   sweep->require_subcommand(1);
@@ -128,153 +322,32 @@ void RegisterSweep(CLI::App& app) {
   submit->add_option("--request-id", sa->request_id,
                      "Idempotency key; the same key never creates a second sweep");
   AddConnFlags(submit, sa->conn);
-  OnRun(submit, [sa] {
-    absl::StatusOr<std::string> text = ReadWholeFile(sa->file);
-    if (!text.ok()) ExitWith(text.status());
-    // Validate locally first: errors name file and line without a round trip.
-    absl::StatusOr<model::SweepSpec> spec = model::ParseSweepYaml(*text, sa->file);
-    if (!spec.ok()) ExitWith(spec.status());
-    // A real submit leaves expansion to cartd, which checks every run and answers with the same
-    // file:line errors (expanding here too cost as much again: 10,000 runs took 1.7 s of client
-    // CPU). A dry run has no cartd: it expands here, reading the parent sweep of derived jobs
-    // from its file beside this one.
-    if (!sa->dry_run) {
-      RunSubmit(*sa, *text, *spec);
-      return;
-    }
-    const std::vector<std::string> parent_sweeps = model::ParentSweeps(*spec);
-    std::map<std::string, std::vector<model::ParentRun>> parents;
-    for (const std::string& name : parent_sweeps) {
-      const std::string sibling =
-          (std::filesystem::path(sa->file).parent_path() / (name + ".yaml")).string();
-      absl::StatusOr<std::string> ptext = ReadWholeFile(sibling);
-      if (!ptext.ok()) {
-        ExitWith(absl::NotFoundError(
-            StrCat(sa->file, ": derived jobs start from sweep '", name, "'; a dry run reads ",
-                   sibling, " for its runs (cartd resolves them from its database)")));
-      }
-      absl::StatusOr<model::SweepSpec> pspec = model::ParseSweepYaml(*ptext, sibling);
-      if (!pspec.ok()) ExitWith(pspec.status());
-      absl::StatusOr<std::vector<model::ExpandedRun>> pruns = model::ExpandSweep(*pspec, sibling);
-      if (!pruns.ok()) ExitWith(pruns.status());
-      for (const model::ExpandedRun& r : *pruns) {
-        if (r.kind == JobKind::kTrain) parents[name].push_back(model::AsParentRun(r));
-      }
-    }
-    absl::StatusOr<std::vector<model::ExpandedRun>> runs =
-        model::ExpandSweep(*spec, sa->file, parents);
-    if (!runs.ok()) ExitWith(runs.status());
-    PrintDryRun(*spec, *runs, sa->conn.json);
-  });
+  OnRun(submit, [sa] { SubmitCommand(*sa); });
 
   auto ls_conn = std::make_shared<Conn>();
   CLI::App* ls = sweep->add_subcommand("ls", "List sweeps with run counts by state");
   AddConnFlags(ls, *ls_conn);
-  OnRun(ls, [ls_conn] {
-    Client client = Client::Connect(*ls_conn);
-    auto resp = client.Call<cart::v1::ListSweepsRequest, cart::v1::ListSweepsResponse>(
-        &cart::v1::SchedulerService::Stub::ListSweeps, {});
-    if (ls_conn->json) {
-      std::cout << ToJson(resp) << "\n";
-      return;
-    }
-    Table t;
-    t.Header({"sweep", "created", "queued", "running", "succeeded", "failed", "cancelled",
-              "expected finish", "tags"});
-    for (const auto& s : resp.sweeps()) {
-      auto n = [&](const char* k) {
-        auto it = s.runs_by_state().find(k);
-        return std::to_string(it == s.runs_by_state().end() ? 0 : it->second);
-      };
-      t.Row({s.name(), When(s.created_us()), n("QUEUED"), n("RUNNING"), n("SUCCEEDED"), n("FAILED"),
-             n("CANCELLED"), ExpectedAt(s.expected_finish_us()), TagList(s.tags())});
-    }
-    t.Print(std::cout);
-  });
+  OnRun(ls, [ls_conn] { ListCommand(*ls_conn); });
 
-  struct NameArgs {
-    Conn conn;
-    std::string name;
-  };
   auto show = std::make_shared<NameArgs>();
   CLI::App* show_cmd = sweep->add_subcommand("show", "A sweep and its runs");
   show_cmd->add_option("name", show->name, "Sweep name")->required();
   AddConnFlags(show_cmd, show->conn);
-  OnRun(show_cmd, [show] {
-    Client client = Client::Connect(show->conn);
-    cart::v1::GetSweepRequest req;
-    req.set_name(show->name);
-    req.set_run_limit(1);  // the runs come below, in pages
-    auto resp = client.Call<cart::v1::GetSweepRequest, cart::v1::GetSweepResponse>(
-        &cart::v1::SchedulerService::Stub::GetSweep, req);
-    cart::v1::ListRunsRequest list;
-    list.set_sweep(show->name);
-    *resp.mutable_runs() = std::move(*ListAllRuns(client, list).mutable_runs());
-    if (show->conn.json) {
-      std::cout << ToJson(resp) << "\n";
-      return;
-    }
-    std::cout << fmt::format("sweep {} ({} runs, created {})\n", resp.sweep().name(),
-                             resp.runs_size(), When(resp.sweep().created_us()));
-    if (!resp.sweep().tags().empty()) std::cout << "tags: " << TagList(resp.sweep().tags()) << "\n";
-    std::cout << NoteBlock(resp.sweep().note());
-    int64_t unfinished = 0;
-    for (const auto& [state, n] : resp.sweep().runs_by_state()) {
-      if (state == "QUEUED" || state == "BLOCKED" || state == "LEASED" || state == "RUNNING") {
-        unfinished += n;
-      }
-    }
-    if (resp.sweep().expected_finish_us() > 0) {
-      // From cartd's placement plan over the live workers' speeds (docs/design.md "Placement").
-      std::cout << fmt::format("expected finish: {} ({} of {} unfinished runs estimated{})\n",
-                               ExpectedAt(resp.sweep().expected_finish_us()),
-                               resp.sweep().runs_estimated(), unfinished,
-                               resp.sweep().runs_estimated() < unfinished
-                                   ? "; blocked runs, runs no live worker fits and runs of "
-                                     "unknown work have no estimate"
-                                   : "");
-    } else if (unfinished > 0) {
-      std::cout << "expected finish: none yet (no live worker fits its runs, or they are "
-                   "blocked)\n";
-    }
-    PrintRuns(resp.runs(), false);
-  });
+  OnRun(show_cmd, [show] { ShowCommand(*show); });
 
   auto cancel = std::make_shared<NameArgs>();
   CLI::App* cancel_cmd = sweep->add_subcommand("cancel", "Cancel every unfinished run of a sweep");
   cancel_cmd->add_option("name", cancel->name, "Sweep name")->required();
   AddConnFlags(cancel_cmd, cancel->conn);
-  OnRun(cancel_cmd, [cancel] {
-    Client client = Client::Connect(cancel->conn);
-    cart::v1::CancelSweepRequest req;
-    req.set_name(cancel->name);
-    req.set_reason("cart sweep cancel");
-    auto resp = client.Call<cart::v1::CancelSweepRequest, cart::v1::CancelSweepResponse>(
-        &cart::v1::SchedulerService::Stub::CancelSweep, req);
-    std::cout << fmt::format("cancelling {} runs of {} (running ones stop after a checkpoint)\n",
-                             resp.runs_affected(), cancel->name);
-  });
+  OnRun(cancel_cmd, [cancel] { CancelCommand(*cancel); });
 
   auto resume = std::make_shared<NameArgs>();
   CLI::App* resume_cmd =
       sweep->add_subcommand("resume", "Requeue the cancelled and failed runs of a sweep");
   resume_cmd->add_option("name", resume->name, "Sweep name")->required();
   AddConnFlags(resume_cmd, resume->conn);
-  OnRun(resume_cmd, [resume] {
-    Client client = Client::Connect(resume->conn);
-    cart::v1::ResumeSweepRequest req;
-    req.set_name(resume->name);
-    auto resp = client.Call<cart::v1::ResumeSweepRequest, cart::v1::ResumeSweepResponse>(
-        &cart::v1::SchedulerService::Stub::ResumeSweep, req);
-    std::cout << fmt::format("requeued {} runs of {} from their latest checkpoints\n",
-                             resp.runs_affected(), resume->name);
-  });
+  OnRun(resume_cmd, [resume] { ResumeCommand(*resume); });
 
-  struct PriorityArgs {
-    std::string name;
-    int64_t priority = 0;
-    Conn conn;
-  };
   auto pri = std::make_shared<PriorityArgs>();
   CLI::App* priority_cmd =
       sweep->add_subcommand("priority",
@@ -285,22 +358,8 @@ void RegisterSweep(CLI::App& app) {
       ->required()
       ->check(CLI::Range(int64_t{-1'000'000}, int64_t{1'000'000}));
   AddConnFlags(priority_cmd, pri->conn);
-  OnRun(priority_cmd, [pri] {
-    Client client = Client::Connect(pri->conn);
-    cart::v1::SetSweepPriorityRequest req;
-    req.set_name(pri->name);
-    req.set_priority(pri->priority);
-    auto resp = client.Call<cart::v1::SetSweepPriorityRequest, cart::v1::SetSweepPriorityResponse>(
-        &cart::v1::SchedulerService::Stub::SetSweepPriority, req);
-    std::cout << fmt::format("sweep {} now has priority {} ({} unfinished runs changed)\n",
-                             pri->name, pri->priority, resp.runs_affected());
-  });
+  OnRun(priority_cmd, [pri] { PriorityCommand(*pri); });
 
-  struct DeleteArgs {
-    std::string name;
-    bool yes = false;
-    Conn conn;
-  };
   auto del = std::make_shared<DeleteArgs>();
   CLI::App* delete_cmd = sweep->add_subcommand(
       "delete",
@@ -310,42 +369,7 @@ void RegisterSweep(CLI::App& app) {
   delete_cmd->add_flag("--yes", del->yes,
                        "Delete without asking (needed when stdin is no terminal)");
   AddConnFlags(delete_cmd, del->conn);
-  OnRun(delete_cmd, [del] {
-    Client client = Client::Connect(del->conn);
-    if (!del->yes) {
-      cart::v1::GetSweepRequest get;
-      get.set_name(del->name);
-      get.set_run_limit(1);
-      auto sweep = client.Call<cart::v1::GetSweepRequest, cart::v1::GetSweepResponse>(
-          &cart::v1::SchedulerService::Stub::GetSweep, get);
-      const std::string question =
-          fmt::format("delete sweep {} with its {} runs, their metrics and checkpoints?", del->name,
-                      sweep.run_total());
-      if (::isatty(STDIN_FILENO) != 1) {
-        ExitWith(
-            absl::FailedPreconditionError(StrCat("not deleting without --yes (", question, ")")));
-      }
-      std::cout << question << " [y/N] " << std::flush;
-      std::string answer;
-      std::getline(std::cin, answer);
-      if (answer != "y" && answer != "yes") {
-        std::cout << "not deleted\n";
-        return;
-      }
-    }
-    cart::v1::DeleteSweepRequest req;
-    req.set_name(del->name);
-    auto resp = client.Call<cart::v1::DeleteSweepRequest, cart::v1::DeleteSweepResponse>(
-        &cart::v1::SchedulerService::Stub::DeleteSweep, req);
-    if (del->conn.json) {
-      std::cout << ToJson(resp) << "\n";
-      return;
-    }
-    std::cout << fmt::format(
-        "deleted sweep {}: {} runs, {} metric points, {} checkpoints ({} files removed)\n",
-        del->name, resp.runs_deleted(), resp.metric_points_deleted(), resp.checkpoints_deleted(),
-        resp.artifacts_removed());
-  });
+  OnRun(delete_cmd, [del] { DeleteCommand(*del); });
   AddAnnotateCommands(sweep, /*sweep=*/true);
 }
 

@@ -153,11 +153,11 @@ absl::StatusOr<LocalTokens> ReadOrWriteTokens(const std::string& data_dir) {
     t.user = RandomHex(16);
     t.worker = RandomHex(16);
     t.worker_name = "local";
-    CART_RETURN_IF_ERROR(WriteFileAtomically(
-        t.path,
-        StrCat("# written by cart up\n", t.user, " admin local\n", t.worker, " worker ",
-               t.worker_name, "\n"),
-        0600));
+    CART_RETURN_IF_ERROR(
+        WriteFileAtomically(t.path,
+                            StrCat("# written by cart up\n", t.user, " admin local\n", t.worker,
+                                   " worker ", t.worker_name, "\n"),
+                            0600));
   }
   return t;
 }
@@ -182,8 +182,8 @@ absl::StatusOr<std::unique_ptr<server::ServerHandle>> StartEmbeddedCartd(
   CART_RETURN_IF_ERROR(rpc::WriteClientConfig(client, a.client_config));
   // Every line a user waits for is flushed: under a supervisor, nohup or `| tee` stdout is a
   // file or a pipe, fully buffered, and the addresses would appear only at exit.
-  std::cout << fmt::format("cartd listening on {} (data in {}); client config {}\n",
-                           client.server, a.data_dir, a.client_config)
+  std::cout << fmt::format("cartd listening on {} (data in {}); client config {}\n", client.server,
+                           a.data_dir, a.client_config)
             << std::flush;
   if (!server->dashboard_url().empty()) {
     // The token rides in the URL's fragment, which the browser never sends to a server; the page

@@ -79,8 +79,8 @@ Key Duration(std::string_view name, absl::Duration ServerConfig::*field, absl::D
           [field, unit](const ServerConfig& c) { return std::to_string(c.*field / unit); }};
 }
 
-Key OneOf(std::string_view name, std::string ServerConfig::*field,
-          std::vector<std::string> allowed, std::string_view help) {
+Key OneOf(std::string_view name, std::string ServerConfig::*field, std::vector<std::string> allowed,
+          std::string_view help) {
   return {name, help,
           [field, allowed](const Value& v, ServerConfig& c) -> absl::Status {
             CART_ASSIGN_OR_RETURN(std::string text, v.Scalar());
@@ -148,8 +148,8 @@ absl::Status ApplyHttpHosts(const Value& v, ServerConfig& config) {
     const std::string name = ToLower(Trim(part));
     if (name.empty()) continue;
     if (name.find_first_of(" :/[]") != std::string::npos || name.size() > 253) {
-      return v.Error(StrCat("'", name,
-                            "' is not a host name (give names without ports, comma-separated)"));
+      return v.Error(
+          StrCat("'", name, "' is not a host name (give names without ports, comma-separated)"));
     }
     hosts.push_back(name);
   }
@@ -163,7 +163,8 @@ const std::vector<Key>& Keys() {
       Text("listen", &C::listen, "the gRPC address, host:port"),
       Text("data_dir", &C::data_dir, "the SQLite file and the artifact store"),
       Text("tokens", &C::tokens_file, "the tokens file, 'TOKEN ROLE NAME' lines (none: no auth)"),
-      Text("tls_cert", &C::tls_cert_file, "PEM certificate chain (with tls_key: TLS on both ports)"),
+      Text("tls_cert", &C::tls_cert_file,
+           "PEM certificate chain (with tls_key: TLS on both ports)"),
       Text("tls_key", &C::tls_key_file, "PEM private key"),
       Bool("insecure", &C::insecure, "allow plaintext on a non-loopback address"),
       Duration("lease_ttl", &C::lease_ttl, absl::Seconds(1), 1, kNoMax,
@@ -255,8 +256,8 @@ absl::Status ApplyConfigYaml(std::string_view text, std::string_view source, Ser
   for (const auto& kv : root) {
     const Value value{source, kv.second, kv.first.as<std::string>()};
     const std::vector<Key>& keys = Keys();
-    auto key = std::find_if(keys.begin(), keys.end(),
-                            [&](const Key& k) { return k.name == value.key; });
+    auto key =
+        std::find_if(keys.begin(), keys.end(), [&](const Key& k) { return k.name == value.key; });
     if (key == keys.end()) {
       return value.Error(kv.first, value.key,
                          StrCat("unknown key (known: ", StrJoin(ConfigKeys(), ", "), ")"));

@@ -1097,10 +1097,8 @@ Response Dashboard::RunLive(const Request& request, int64_t id) {
           CART_ASSIGN_OR_RETURN(std::vector<store::LogLine> lines, logs.Next(1000));
           json log = json::array();
           for (const store::LogLine& l : lines) {
-            log.push_back(json{{"id", l.id},
-                               {"attempt", l.attempt},
-                               {"at_us", l.wall_time_us},
-                               {"text", l.text}});
+            log.push_back(json{
+                {"id", l.id}, {"attempt", l.attempt}, {"at_us", l.wall_time_us}, {"text", l.text}});
           }
           const int64_t step = metrics.latest_step();
           const bool news = !series.empty() || !log.empty();

@@ -120,14 +120,16 @@ class AttemptReports {
   std::optional<grpc::Status> Metrics(const v1::MetricBatch& metrics) {
     const auto& points = metrics.points();
     if (points.size() > kMaxPointsPerBatch) {
-      return ToGrpc(absl::InvalidArgumentError(StrCat(
-          "RunJob: metric batch of ", points.size(), " points; the limit is ", kMaxPointsPerBatch)));
+      return ToGrpc(
+          absl::InvalidArgumentError(StrCat("RunJob: metric batch of ", points.size(),
+                                            " points; the limit is ", kMaxPointsPerBatch)));
     }
     if (points.empty()) return std::nullopt;
     std::vector<store::MetricPoint> batch;
     batch.reserve(points.size());
     for (const v1::MetricPoint& point : points) batch.push_back(FromProto(point));
-    absl::StatusOr<int64_t> acked = ctx_.scheduler->AppendMetrics(run_id_, attempt_, std::move(batch));
+    absl::StatusOr<int64_t> acked =
+        ctx_.scheduler->AppendMetrics(run_id_, attempt_, std::move(batch));
     if (!acked.ok()) return ToGrpc(acked.status());
     v1::SchedulerControl ack;
     ack.mutable_ack()->set_acked_step(*acked);
@@ -167,8 +169,8 @@ class AttemptReports {
   grpc::Status Result(const v1::JobResult& result) {
     const std::optional<store::AttemptOutcome> outcome = FromProto(result.outcome());
     if (!outcome) {
-      return ToGrpc(absl::InvalidArgumentError(
-          StrCat("RunJob: result of run ", run_id_, " has no outcome")));
+      return ToGrpc(
+          absl::InvalidArgumentError(StrCat("RunJob: result of run ", run_id_, " has no outcome")));
     }
     std::optional<store::Divergence> diverged;
     if (result.has_diverged()) {

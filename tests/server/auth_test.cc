@@ -406,7 +406,8 @@ TEST(ConfigFileTest, KeysApplyAndUnknownKeysAreNamedWithTheLine) {
 TEST(ConfigFileTest, TheHelpAndTheDocsListEveryKeyOfTheTable) {
   ServerConfig defaults;
   const std::string help = ConfigKeysHelp(defaults);
-  EXPECT_THAT(help, HasSubstr("  lease_ttl: seconds a lease lasts without a heartbeat (default: 60)\n"));
+  EXPECT_THAT(help,
+              HasSubstr("  lease_ttl: seconds a lease lasts without a heartbeat (default: 60)\n"));
   EXPECT_THAT(help, HasSubstr("(default: earliest_finish)"));
   EXPECT_THAT(help, HasSubstr("  fair_share_half_life: hours;"));
   defaults.lease_ttl = absl::Seconds(90);

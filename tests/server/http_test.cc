@@ -745,16 +745,16 @@ TEST_F(HttpTest, ALiveStreamEndsWithTheStoresErrorInsteadOfSkippingIt) {
 
   const std::string db = StrCat(config_.data_dir, "/cart.db");
   store::testing::ExecOnDatabaseFile(db, "ALTER TABLE run_logs RENAME TO run_logs_away");
-  const Reply broken = Http(port(), "GET", StrCat("/api/v1/runs/", run, "/live"),
-                            {Bearer(kUser)}, "", "\n\n");
+  const Reply broken =
+      Http(port(), "GET", StrCat("/api/v1/runs/", run, "/live"), {Bearer(kUser)}, "", "\n\n");
   EXPECT_EQ(broken.status, 200);
   EXPECT_THAT(broken.body, HasSubstr("event: error"));
   EXPECT_THAT(broken.body, HasSubstr("run_logs"));
   EXPECT_THAT(broken.body, Not(HasSubstr("event: update")));
 
   store::testing::ExecOnDatabaseFile(db, "ALTER TABLE run_logs_away RENAME TO run_logs");
-  const Reply mended = Http(port(), "GET", StrCat("/api/v1/runs/", run, "/live"),
-                            {Bearer(kUser)}, "", "\n\n");
+  const Reply mended =
+      Http(port(), "GET", StrCat("/api/v1/runs/", run, "/live"), {Bearer(kUser)}, "", "\n\n");
   EXPECT_THAT(mended.body, HasSubstr("event: update"));
   EXPECT_THAT(mended.body, HasSubstr(R"("loss")"));
 }

@@ -1353,10 +1353,11 @@ TEST_F(SchedulerTest, AMetricCursorReadsEachPointOnceAndFollowsMetricsLoggedLate
   CART_ASSERT_OK_AND_ASSIGN(none, named.Next());
   EXPECT_TRUE(none.empty());
 
-  CART_ASSERT_OK(scheduler_->AppendMetrics(job.run.id, job.attempt,
-                                           {{1, "loss", 4.0, 0}, {2, "loss", 3.0, 0},
-                                            {3, "loss", 2.5, 0}})
-                     .status());
+  CART_ASSERT_OK(
+      scheduler_
+          ->AppendMetrics(job.run.id, job.attempt,
+                          {{1, "loss", 4.0, 0}, {2, "loss", 3.0, 0}, {3, "loss", 2.5, 0}})
+          .status());
   CART_ASSERT_OK_AND_ASSIGN(std::vector<store::Series> read, all.Next());
   ASSERT_EQ(read.size(), 1u);
   EXPECT_EQ(read[0].metric, "loss");
@@ -1366,9 +1367,12 @@ TEST_F(SchedulerTest, AMetricCursorReadsEachPointOnceAndFollowsMetricsLoggedLate
   EXPECT_EQ(all.latest_step(), 3);
 
   // rho first appears at step 4: the cursor over every name reads it from its from_step.
-  CART_ASSERT_OK(scheduler_->AppendMetrics(job.run.id, job.attempt,
-                                           {{2, "rho", 0.5, 0}, {4, "loss", 2.0, 0},
-                                            {4, "rho", 0.7, 0}, {4, "val_loss", 2.2, 0}})
+  CART_ASSERT_OK(scheduler_
+                     ->AppendMetrics(job.run.id, job.attempt,
+                                     {{2, "rho", 0.5, 0},
+                                      {4, "loss", 2.0, 0},
+                                      {4, "rho", 0.7, 0},
+                                      {4, "val_loss", 2.2, 0}})
                      .status());
   CART_ASSERT_OK_AND_ASSIGN(read, all.Next());
   ASSERT_EQ(read.size(), 3u);  // by name
@@ -1408,17 +1412,17 @@ TEST_F(SchedulerTest, AMetricCursorReturnsTheStoresErrorsAndKeepsItsPlace) {
   const Job job = Start("w");
   MetricCursor cursor(*scheduler_, job.run.id, 0);
   LogCursor logs(*scheduler_, job.run.id, 0);
-  CART_ASSERT_OK(scheduler_->AppendMetrics(job.run.id, job.attempt,
-                                           {{1, "loss", 4.0, 0}, {2, "loss", 3.0, 0}})
-                     .status());
+  CART_ASSERT_OK(
+      scheduler_->AppendMetrics(job.run.id, job.attempt, {{1, "loss", 4.0, 0}, {2, "loss", 3.0, 0}})
+          .status());
   store::LogLine line;
   line.seq = 1;
   line.text = "step 1";
   CART_ASSERT_OK(scheduler_->AppendLog(job.run.id, job.attempt, {line}));
 
   store::testing::ExecOnDatabaseFile(dir_.File("cart.db"),
-                "ALTER TABLE metrics RENAME TO metrics_away;"
-                "ALTER TABLE run_logs RENAME TO run_logs_away;");
+                                     "ALTER TABLE metrics RENAME TO metrics_away;"
+                                     "ALTER TABLE run_logs RENAME TO run_logs_away;");
   const absl::Status metrics_gone = cursor.Next().status();
   EXPECT_FALSE(metrics_gone.ok());
   EXPECT_THAT(metrics_gone.message(), HasSubstr("metrics"));
@@ -1427,8 +1431,8 @@ TEST_F(SchedulerTest, AMetricCursorReturnsTheStoresErrorsAndKeepsItsPlace) {
   EXPECT_THAT(logs_gone.message(), HasSubstr("run_logs"));
   EXPECT_EQ(logs.after_id(), 0);
   store::testing::ExecOnDatabaseFile(dir_.File("cart.db"),
-                "ALTER TABLE metrics_away RENAME TO metrics;"
-                "ALTER TABLE run_logs_away RENAME TO run_logs;");
+                                     "ALTER TABLE metrics_away RENAME TO metrics;"
+                                     "ALTER TABLE run_logs_away RENAME TO run_logs;");
 
   CART_ASSERT_OK_AND_ASSIGN(std::vector<store::Series> read, cursor.Next());
   ASSERT_EQ(read.size(), 1u);
