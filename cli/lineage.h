@@ -1,8 +1,8 @@
 #pragma once
 
-// Data lineage on the client (docs/architecture.md "Data lineage"): the identities of the data
-// files a sweep names, taken where it is submitted, so that each run is bound to the bytes its
-// submitter saw; and `cart data identify`.
+// Data lineage on the client (docs/architecture.md "Runs are bound to their data by content"): the
+// identities of the data files a sweep names, taken where it is submitted, so that each run is
+// bound to the bytes its submitter saw; and `cart data identify`.
 
 #include <string>
 #include <vector>

@@ -240,8 +240,9 @@ absl::StatusOr<std::vector<pid_t>> StartLocalWorkers(const UpArgs& a, const std:
   return workers;
 }
 
-// Submits each sweep file (bound to its data as it is now: docs/architecture.md "Data lineage"),
-// idempotently, so that `cart up` run again resumes them; returns the sweeps' names.
+// Submits each sweep file (bound to its data as it is now: docs/architecture.md "Runs are bound to
+// their data by content"), idempotently, so that `cart up` run again resumes them; returns the
+// sweeps' names.
 template <typename Call>
 absl::StatusOr<std::vector<std::string>> SubmitSweeps(const std::vector<std::string>& files,
                                                       Call& call) {

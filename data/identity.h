@@ -1,8 +1,9 @@
 #pragma once
 
-// The identity of a data file, for data lineage (docs/architecture.md "Data lineage"): what a run
-// trained on, recorded when its sweep is submitted (by the client that can see the files) or by
-// the first worker that opens them, and checked by every later attempt before it trains.
+// The identity of a data file, for data lineage (docs/architecture.md "Runs are bound to their data
+// by content"): what a run trained on, recorded when its sweep is submitted (by the client that can
+// see the files) or by the first worker that opens them, and checked by every later attempt before
+// it trains.
 
 #include <sys/types.h>
 

@@ -1,7 +1,8 @@
-// RunStore's data lineage (docs/architecture.md "Data lineage"): which data files each run reads
-// and, once recorded, their identities. Rows are written at submit (CreateSweep, with what the
-// submitting client could hash) and by the first worker that opens a file (RecordRunData), and
-// read with the run when it is leased (Claim::data), so that every attempt checks its files.
+// RunStore's data lineage (docs/architecture.md "Runs are bound to their data by content"): which
+// data files each run reads and, once recorded, their identities. Rows are written at submit
+// (CreateSweep, with what the submitting client could hash) and by the first worker that opens a
+// file (RecordRunData), and read with the run when it is leased (Claim::data), so that every
+// attempt checks its files.
 #include "common/status.h"
 #include "common/strings.h"
 #include "store/internal/records.h"

@@ -1,10 +1,11 @@
 #pragma once
 
-// Data lineage on the worker (docs/architecture.md "Data lineage"): before an attempt trains or
-// evaluates, every data file its run reads is compared with the identity cartd recorded for it
-// (at submit, or by the run's first worker). A file that differs fails the attempt, naming the
-// file and both identities: a run never goes on, silently, on other bytes than it started on.
-// Files the run has no identity for yet are recorded with cartd (RecordRunData).
+// Data lineage on the worker (docs/architecture.md "Runs are bound to their data by content"):
+// before an attempt trains or evaluates, every data file its run reads is compared with the
+// identity cartd recorded for it (at submit, or by the run's first worker). A file that differs
+// fails the attempt, naming the file and both identities: a run never goes on, silently, on other
+// bytes than it started on. Files the run has no identity for yet are recorded with cartd
+// (RecordRunData).
 
 #include <string>
 #include <vector>

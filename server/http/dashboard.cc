@@ -695,7 +695,7 @@ Response Dashboard::SweepRuns(const Request& request, const std::string& name) {
   json rows = json::array();
   // One answer holds at most max_answer_bytes of rows (estimated from their params, which
   // dominate; the first always goes in): past it the page is cut short, "truncated" says so, and
-  // the next page starts at offset + runs.length (docs/architecture.md, "Bounded answers").
+  // the next page starts at offset + runs.length (docs/architecture.md, "No answer is unbounded").
   size_t bytes = 0;
   bool truncated = false;
   for (const store::RunRow& row : result->rows) {

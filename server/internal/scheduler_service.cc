@@ -20,7 +20,7 @@ constexpr absl::Duration kFollowPoll = absl::Seconds(1);
 
 // The most runs one answer carries (ListRuns, GetSweep, SubmitSweep): a limit of 0 ("every run")
 // or a larger one gets this many, fewer when their views pass ServiceContext::max_answer_bytes,
-// and the caller pages with offset (docs/architecture.md, "Bounded answers"). Before, one
+// and the caller pages with offset (docs/architecture.md, "No answer is unbounded"). Before, one
 // ListRuns of a 10,000-run sweep with 20 KB paths answered 211 MB.
 constexpr int64_t kMaxRunsPerAnswer = 1000;
 

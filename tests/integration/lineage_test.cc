@@ -1,7 +1,7 @@
-// Data lineage end to end (docs/architecture.md "Data lineage"): real cartd and cart-worker
-// processes, the run's data files recorded at submit or by its first worker, a worker whose file
-// at the run's path is another build refused before it trains, and the run resumed exactly once
-// the recorded file is back.
+// Data lineage end to end (docs/architecture.md "Runs are bound to their data by content"): real
+// cartd and cart-worker processes, the run's data files recorded at submit or by its first worker,
+// a worker whose file at the run's path is another build refused before it trains, and the run
+// resumed exactly once the recorded file is back.
 
 #include <signal.h>
 
