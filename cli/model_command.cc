@@ -165,6 +165,35 @@ absl::Status Logits(const std::string& file, const std::string& config_path,
   return absl::OkStatus();
 }
 
+struct Opts {
+  std::string config, out, file, ids, dtype = "fp32";
+  std::vector<std::string> sets;
+  int64_t seed = 42;
+  int R_infer = 0;
+  bool json = false;
+};
+
+// cart model params CONFIG: parameter, FLOP and memory accounting.
+void ParamsCommand(const Opts& opts) {
+  absl::StatusOr<RunConfig> c = LoadConfig(opts.config, opts.sets);
+  if (!c.ok()) ExitWith(c.status());
+  PrintParams(*c, opts.json);
+}
+
+// cart model init CONFIG: a seeded, untrained model as safetensors.
+void InitCommand(const Opts& opts) {
+  absl::StatusOr<RunConfig> c = LoadConfig(opts.config, opts.sets);
+  if (!c.ok()) ExitWith(c.status());
+  absl::Status s = Init(*c, opts.seed, opts.out, opts.dtype);
+  if (!s.ok()) ExitWith(s);
+}
+
+// cart model logits FILE --ids: one forward pass, as JSON.
+void LogitsCommand(const Opts& opts) {
+  absl::Status s = Logits(opts.file, opts.config, opts.sets, opts.ids, opts.R_infer);
+  if (!s.ok()) ExitWith(s);
+}
+
 }  // namespace
 
 void RegisterModelCommands(CLI::App& app) {
@@ -172,13 +201,6 @@ void RegisterModelCommands(CLI::App& app) {
       app.add_subcommand("model", "Parameter accounting, init, logits and the training benchmark");
   model_cmd->require_subcommand(1);
 
-  struct Opts {
-    std::string config, out, file, ids, dtype = "fp32";
-    std::vector<std::string> sets;
-    int64_t seed = 42;
-    int R_infer = 0;
-    bool json = false;
-  };
   auto opts = std::make_shared<Opts>();
 
   CLI::App* params =
@@ -186,11 +208,7 @@ void RegisterModelCommands(CLI::App& app) {
   params->add_option("config", opts->config, "Run-config YAML (defaults if omitted)");
   params->add_option("--set", opts->sets, "Override a config key: key=value (repeatable)");
   params->add_flag("--json", opts->json, "Print JSON");
-  OnRun(params, [opts] {
-    absl::StatusOr<RunConfig> c = LoadConfig(opts->config, opts->sets);
-    if (!c.ok()) ExitWith(c.status());
-    PrintParams(*c, opts->json);
-  });
+  OnRun(params, [opts] { ParamsCommand(*opts); });
 
   CLI::App* init =
       model_cmd->add_subcommand("init", "Write a seeded, untrained model as safetensors");
@@ -199,12 +217,7 @@ void RegisterModelCommands(CLI::App& app) {
   init->add_option("--seed", opts->seed, "Initialisation seed")->capture_default_str();
   init->add_option("--out", opts->out, "Output .safetensors file")->required();
   init->add_option("--dtype", opts->dtype, "fp32 or bf16")->capture_default_str();
-  OnRun(init, [opts] {
-    absl::StatusOr<RunConfig> c = LoadConfig(opts->config, opts->sets);
-    if (!c.ok()) ExitWith(c.status());
-    absl::Status s = Init(*c, opts->seed, opts->out, opts->dtype);
-    if (!s.ok()) ExitWith(s);
-  });
+  OnRun(init, [opts] { InitCommand(*opts); });
 
   CLI::App* logits = model_cmd->add_subcommand("logits", "Logits of a model on given ids, as JSON");
   logits->add_option("file", opts->file, "Model .safetensors (as written by init or export)")
@@ -214,10 +227,7 @@ void RegisterModelCommands(CLI::App& app) {
   logits->add_option("--set", opts->sets, "Override a config key: key=value (repeatable)");
   logits->add_option("--ids", opts->ids, "Comma-separated token ids")->required();
   logits->add_option("--R-infer", opts->R_infer, "Loops at inference, 1..16");
-  OnRun(logits, [opts] {
-    absl::Status s = Logits(opts->file, opts->config, opts->sets, opts->ids, opts->R_infer);
-    if (!s.ok()) ExitWith(s);
-  });
+  OnRun(logits, [opts] { LogitsCommand(*opts); });
 
   RegisterModelBenchCommand(*model_cmd);
 }

@@ -68,136 +68,178 @@ void PrintMetricLog(int64_t run_id, bool follow, const Conn& conn) {
   if (!s.ok()) client.Fail(s);
 }
 
+struct LsArgs {
+  Conn conn;
+  std::string sweep;
+  std::vector<std::string> states;
+  std::vector<std::string> tags;
+};
+
+struct IdArgs {
+  Conn conn;
+  int64_t id = 0;
+  int64_t steps = 0;
+  bool follow = false;
+  std::string schedule;          // extend: stretch | hold | "" (cartd asks when it matters)
+  std::vector<std::string> set;  // resume: key=value changes
+};
+
+struct LogArgs {
+  Conn conn;
+  int64_t id = 0;
+  bool follow = false;
+  bool metrics = false;
+  int tail = 0;
+};
+
+// cart runs ls: the runs of a sweep, by state and tag.
+void ListCommand(const LsArgs& la) {
+  cart::v1::ListRunsRequest req;
+  req.set_sweep(la.sweep);
+  for (const std::string& tag : la.tags) req.add_tags(tag);
+  for (const std::string& s : la.states) {
+    RunState state;
+    if (!cart::v1::RunState_Parse("RUN_STATE_" + ToUpper(s), &state)) {
+      ExitWith(absl::InvalidArgumentError(StrCat(
+          "--state: '", s,
+          "' is not one of QUEUED, BLOCKED, LEASED, RUNNING, SUCCEEDED, FAILED, CANCELLED")));
+    }
+    req.add_states(state);
+  }
+  Client client = Client::Connect(la.conn);
+  cart::v1::ListRunsResponse resp = ListAllRuns(client, req);
+  if (la.conn.json) {
+    std::cout << ToJson(resp) << "\n";
+    return;
+  }
+  PrintRuns(resp.runs(), false);
+}
+
+// cart runs show ID: config, state, why it waits, events, checkpoints.
+void ShowCommand(const IdArgs& sh) {
+  Client client = Client::Connect(sh.conn);
+  cart::v1::GetRunRequest req;
+  req.set_run_id(sh.id);
+  auto resp = client.Call<cart::v1::GetRunRequest, cart::v1::GetRunResponse>(
+      &cart::v1::SchedulerService::Stub::GetRun, req);
+  if (sh.conn.json) {
+    std::cout << ToJson(resp) << "\n";
+    return;
+  }
+  const auto& r = resp.run();
+  std::cout << fmt::format("run {} ({})  {}  attempt {}/{}  step {}/{}  {}\n", r.run_id(), r.name(),
+                           Colored(StateName(r.state())), r.attempt(), r.max_attempts(), r.step(),
+                           r.total_steps(), Progress(r));
+  if (!r.waiting_reason().empty()) std::cout << "waiting: " << r.waiting_reason() << "\n";
+  if (r.has_diverged()) {
+    std::cout << fmt::format(
+        "diverged: loss {} at step {}; not retried (resume with a change: cart runs resume {} "
+        "--set lr=...)\n",
+        r.diverged().loss(), r.diverged().step(), r.run_id());
+  }
+  if (!r.worker_id().empty()) std::cout << "worker: " << r.worker_id() << "\n";
+  for (const auto& tag : r.tags()) {
+    std::cout << fmt::format("tag: {} ({}, {})\n", tag.name(), tag.who(), When(tag.at_us()));
+  }
+  std::cout << NoteBlock(r.note());
+  if (r.expected_finish_us() > 0) {
+    std::cout << "expected finish: " << ExpectedAt(r.expected_finish_us()) << "\n";
+  }
+  std::cout << fmt::format("params: {:.2f}M stored, {:.2f}M effective; memory estimate {}\n",
+                           r.stored_params() / 1e6, r.effective_params() / 1e6,
+                           Mib(r.memory_estimate_mib()));
+  if (!r.latest().empty()) {
+    std::cout << "latest:";
+    for (const auto& [k, v] : r.latest()) {
+      if (k.rfind("sys/", 0) == 0 || k.rfind("h_norm/", 0) == 0 || k.rfind("rel_update/", 0) == 0)
+        continue;
+      std::cout << fmt::format(" {}={:.5g}", k, v);
+    }
+    std::cout << "\n";
+  }
+  if (!resp.data().empty()) {
+    std::cout << "data (docs/architecture.md \"Data lineage\"):\n";
+    for (const auto& d : resp.data()) {
+      if (d.sha256().empty()) {
+        std::cout << fmt::format("  {} {}: not recorded yet (its first worker records it)\n",
+                                 d.role(), d.path());
+        continue;
+      }
+      std::string what = fmt::format("{} bytes", d.size_bytes());
+      if (d.tokens() >= 0)
+        what += fmt::format(", {} tokens, tokenizer {}", d.tokens(), d.tokenizer());
+      std::cout << fmt::format("  {} {}: sha256 {}\n    {}; recorded by {}, {}\n", d.role(),
+                               d.path(), d.sha256(), what, d.recorded_by(), When(d.recorded_us()));
+    }
+  }
+  if (!resp.checkpoints().empty()) {
+    std::cout << "checkpoints:";
+    for (const auto& c : resp.checkpoints()) {
+      std::cout << " " << c.step() << (c.final() ? " (final)" : "");
+    }
+    std::cout << "\n";
+  }
+  Table t;
+  t.Header({"time", "from", "to", "who", "why"});
+  for (const auto& e : resp.events())
+    t.Row({When(e.time_us()), e.from_state(), e.to_state(), e.who(), e.why()});
+  t.Print(std::cout);
+}
+
+// cart runs logs ID: the worker log lines (or, with --metrics, the metric log).
+void LogsCommand(const LogArgs& lg) {
+  if (lg.metrics) {
+    PrintMetricLog(lg.id, lg.follow, lg.conn);
+    return;
+  }
+  Client client = Client::Connect(lg.conn);
+  cart::v1::StreamRunLogRequest req;
+  req.set_run_id(lg.id);
+  req.set_follow(lg.follow);
+  req.set_tail(lg.tail);
+  grpc::ClientContext ctx;
+  rpc::PrepareContext(ctx, client.config(), 0);
+  auto reader = client.stub().StreamRunLog(&ctx, req);
+  cart::v1::RunLogView view;
+  while (reader->Read(&view)) {
+    for (const auto& line : view.lines()) {
+      if (lg.conn.json) {
+        nlohmann::json j = {{"id", line.id()},
+                            {"attempt", line.attempt()},
+                            {"wall_time_us", line.wall_time_us()},
+                            {"text", line.text()}};
+        std::cout << j.dump() << std::endl;
+      } else {
+        std::cout << fmt::format("{}  attempt {}  {}", When(line.wall_time_us()), line.attempt(),
+                                 line.text())
+                  << std::endl;
+      }
+    }
+  }
+  grpc::Status s = reader->Finish();
+  if (!s.ok()) client.Fail(s);
+}
+
 void RegisterRuns(CLI::App& app) {
   CLI::App* runs =
       app.add_subcommand("runs", "List, inspect, cancel, resume, extend, tag and annotate runs");
   runs->require_subcommand(1);
 
-  struct LsArgs {
-    Conn conn;
-    std::string sweep;
-    std::vector<std::string> states;
-    std::vector<std::string> tags;
-  };
   auto la = std::make_shared<LsArgs>();
   CLI::App* ls = runs->add_subcommand("ls", "List runs");
   ls->add_option("--sweep", la->sweep, "Only this sweep");
   ls->add_option("--state", la->states, "Only these states (QUEUED, RUNNING, …; repeatable)");
   ls->add_option("--tag", la->tags, "Only runs carrying this tag (repeatable: every one)");
   AddConnFlags(ls, la->conn);
-  OnRun(ls, [la] {
-    cart::v1::ListRunsRequest req;
-    req.set_sweep(la->sweep);
-    for (const std::string& tag : la->tags) req.add_tags(tag);
-    for (const std::string& s : la->states) {
-      RunState state;
-      if (!cart::v1::RunState_Parse("RUN_STATE_" + ToUpper(s), &state)) {
-        ExitWith(absl::InvalidArgumentError(StrCat(
-            "--state: '", s,
-            "' is not one of QUEUED, BLOCKED, LEASED, RUNNING, SUCCEEDED, FAILED, CANCELLED")));
-      }
-      req.add_states(state);
-    }
-    Client client = Client::Connect(la->conn);
-    cart::v1::ListRunsResponse resp = ListAllRuns(client, req);
-    if (la->conn.json) {
-      std::cout << ToJson(resp) << "\n";
-      return;
-    }
-    PrintRuns(resp.runs(), false);
-  });
+  OnRun(ls, [la] { ListCommand(*la); });
 
-  struct IdArgs {
-    Conn conn;
-    int64_t id = 0;
-    int64_t steps = 0;
-    bool follow = false;
-    std::string schedule;          // extend: stretch | hold | "" (cartd asks when it matters)
-    std::vector<std::string> set;  // resume: key=value changes
-  };
   auto sh = std::make_shared<IdArgs>();
   CLI::App* show =
       runs->add_subcommand("show", "One run: config, state, why it waits, events, checkpoints");
   show->add_option("id", sh->id, "Run id")->required();
   AddConnFlags(show, sh->conn);
-  OnRun(show, [sh] {
-    Client client = Client::Connect(sh->conn);
-    cart::v1::GetRunRequest req;
-    req.set_run_id(sh->id);
-    auto resp = client.Call<cart::v1::GetRunRequest, cart::v1::GetRunResponse>(
-        &cart::v1::SchedulerService::Stub::GetRun, req);
-    if (sh->conn.json) {
-      std::cout << ToJson(resp) << "\n";
-      return;
-    }
-    const auto& r = resp.run();
-    std::cout << fmt::format("run {} ({})  {}  attempt {}/{}  step {}/{}  {}\n", r.run_id(),
-                             r.name(), Colored(StateName(r.state())), r.attempt(), r.max_attempts(),
-                             r.step(), r.total_steps(), Progress(r));
-    if (!r.waiting_reason().empty()) std::cout << "waiting: " << r.waiting_reason() << "\n";
-    if (r.has_diverged()) {
-      std::cout << fmt::format(
-          "diverged: loss {} at step {}; not retried (resume with a change: cart runs resume {} "
-          "--set lr=...)\n",
-          r.diverged().loss(), r.diverged().step(), r.run_id());
-    }
-    if (!r.worker_id().empty()) std::cout << "worker: " << r.worker_id() << "\n";
-    for (const auto& tag : r.tags()) {
-      std::cout << fmt::format("tag: {} ({}, {})\n", tag.name(), tag.who(), When(tag.at_us()));
-    }
-    std::cout << NoteBlock(r.note());
-    if (r.expected_finish_us() > 0) {
-      std::cout << "expected finish: " << ExpectedAt(r.expected_finish_us()) << "\n";
-    }
-    std::cout << fmt::format("params: {:.2f}M stored, {:.2f}M effective; memory estimate {}\n",
-                             r.stored_params() / 1e6, r.effective_params() / 1e6,
-                             Mib(r.memory_estimate_mib()));
-    if (!r.latest().empty()) {
-      std::cout << "latest:";
-      for (const auto& [k, v] : r.latest()) {
-        if (k.rfind("sys/", 0) == 0 || k.rfind("h_norm/", 0) == 0 || k.rfind("rel_update/", 0) == 0)
-          continue;
-        std::cout << fmt::format(" {}={:.5g}", k, v);
-      }
-      std::cout << "\n";
-    }
-    if (!resp.data().empty()) {
-      std::cout << "data (docs/architecture.md \"Data lineage\"):\n";
-      for (const auto& d : resp.data()) {
-        if (d.sha256().empty()) {
-          std::cout << fmt::format("  {} {}: not recorded yet (its first worker records it)\n",
-                                   d.role(), d.path());
-          continue;
-        }
-        std::string what = fmt::format("{} bytes", d.size_bytes());
-        if (d.tokens() >= 0)
-          what += fmt::format(", {} tokens, tokenizer {}", d.tokens(), d.tokenizer());
-        std::cout << fmt::format("  {} {}: sha256 {}\n    {}; recorded by {}, {}\n", d.role(),
-                                 d.path(), d.sha256(), what, d.recorded_by(),
-                                 When(d.recorded_us()));
-      }
-    }
-    if (!resp.checkpoints().empty()) {
-      std::cout << "checkpoints:";
-      for (const auto& c : resp.checkpoints()) {
-        std::cout << " " << c.step() << (c.final() ? " (final)" : "");
-      }
-      std::cout << "\n";
-    }
-    Table t;
-    t.Header({"time", "from", "to", "who", "why"});
-    for (const auto& e : resp.events())
-      t.Row({When(e.time_us()), e.from_state(), e.to_state(), e.who(), e.why()});
-    t.Print(std::cout);
-  });
+  OnRun(show, [sh] { ShowCommand(*sh); });
 
-  struct LogArgs {
-    Conn conn;
-    int64_t id = 0;
-    bool follow = false;
-    bool metrics = false;
-    int tail = 0;
-  };
   auto lg = std::make_shared<LogArgs>();
   CLI::App* logs = runs->add_subcommand(
       "logs",
@@ -208,38 +250,7 @@ void RegisterRuns(CLI::App& app) {
   logs->add_option("--tail", lg->tail, "Only the last N lines already stored (0: all)")
       ->check(CLI::NonNegativeNumber);
   AddConnFlags(logs, lg->conn);
-  OnRun(logs, [lg] {
-    if (lg->metrics) {
-      PrintMetricLog(lg->id, lg->follow, lg->conn);
-      return;
-    }
-    Client client = Client::Connect(lg->conn);
-    cart::v1::StreamRunLogRequest req;
-    req.set_run_id(lg->id);
-    req.set_follow(lg->follow);
-    req.set_tail(lg->tail);
-    grpc::ClientContext ctx;
-    rpc::PrepareContext(ctx, client.config(), 0);
-    auto reader = client.stub().StreamRunLog(&ctx, req);
-    cart::v1::RunLogView view;
-    while (reader->Read(&view)) {
-      for (const auto& line : view.lines()) {
-        if (lg->conn.json) {
-          nlohmann::json j = {{"id", line.id()},
-                              {"attempt", line.attempt()},
-                              {"wall_time_us", line.wall_time_us()},
-                              {"text", line.text()}};
-          std::cout << j.dump() << std::endl;
-        } else {
-          std::cout << fmt::format("{}  attempt {}  {}", When(line.wall_time_us()), line.attempt(),
-                                   line.text())
-                    << std::endl;
-        }
-      }
-    }
-    grpc::Status s = reader->Finish();
-    if (!s.ok()) client.Fail(s);
-  });
+  OnRun(logs, [lg] { LogsCommand(*lg); });
 
   auto simple = [&](const char* name, const char* help, auto call) {
     auto a = std::make_shared<IdArgs>();

@@ -246,6 +246,18 @@ absl::Status RunEval(const EvalArgs& args) {
   return absl::OkStatus();
 }
 
+// cart train CONFIG: one run in this process, without cartd.
+void TrainCommand(const TrainArgs& targs) {
+  absl::Status s = RunTrain(targs);
+  if (!s.ok()) ExitWith(s);
+}
+
+// cart eval CHECKPOINT: perplexity and zero-shot scores of a checkpoint.
+void EvalCommand(const EvalArgs& eargs) {
+  absl::Status s = RunEval(eargs);
+  if (!s.ok()) ExitWith(s);
+}
+
 }  // namespace
 
 void RegisterTrainCommands(CLI::App& app) {
@@ -260,10 +272,7 @@ void RegisterTrainCommands(CLI::App& app) {
   train->add_option("--set", targs->sets, "Override a config key: key=value (repeatable)");
   train->add_flag("--quiet", targs->quiet, "Print only the summary");
   train->add_option("--device", targs->device, "auto | cpu | cuda | cuda:N")->capture_default_str();
-  OnRun(train, [targs] {
-    absl::Status s = RunTrain(*targs);
-    if (!s.ok()) ExitWith(s);
-  });
+  OnRun(train, [targs] { TrainCommand(*targs); });
 
   auto eargs = std::make_shared<EvalArgs>();
   CLI::App* eval = app.add_subcommand(
@@ -290,10 +299,7 @@ void RegisterTrainCommands(CLI::App& app) {
                  "lm-evaluation-harness scores causal models); each result records which");
   eval->add_flag("--json", eargs->json, "Print JSON");
   eval->add_option("--device", eargs->device, "auto | cpu | cuda | cuda:N")->capture_default_str();
-  OnRun(eval, [eargs] {
-    absl::Status s = RunEval(*eargs);
-    if (!s.ok()) ExitWith(s);
-  });
+  OnRun(eval, [eargs] { EvalCommand(*eargs); });
 }
 
 }  // namespace cart::cli
