@@ -323,6 +323,9 @@ std::shared_ptr<const store::SweepKeys> Dashboard::Keys(const std::string& sweep
     return nullptr;
   }
   auto shared = std::make_shared<const store::SweepKeys>(std::move(*keys));
+  // A sweep whose runs have logged nothing yet is not kept: its first points must show on the
+  // next page load, not 5 s later (and reading it again is cheap, there are no points to scan).
+  if (shared->metrics.empty()) return shared;
   absl::MutexLock lock(&mu_);
   if (keys_.size() > 256) keys_.clear();
   keys_[sweep] = CachedKeys{now, shared};

@@ -47,8 +47,9 @@ class TokenTable;
 namespace cart::server::http {
 
 struct DashboardOptions {
-  // The folder with index.html, app.js, style.css and node_modules/uplot (installed by
-  // deploy/install-deps.sh). Empty or missing: the API and /metrics only.
+  // The folder with index.html, static/ (the script's ES modules, style.css) and
+  // node_modules/uplot (installed by deploy/install-deps.sh). Empty or missing: the API and
+  // /metrics only.
   std::string web_dir;
   // Not owned; nullptr or an empty table: authentication off.
   const TokenTable* tokens = nullptr;

@@ -1,8 +1,10 @@
 // ctest label `browser`: headless Debian chromium (playwright-core) against a real cartd with a
 // real worker training a tiny run. Checks that the run page's loss chart gains points while the
 // test watches, that Cancel is refused without a token and works with one, that a config value
-// holding <script> is shown as text, that the Data table shows the run's recorded training file, and that tags and a note written on the run page reach cartd
-// and filter the runs table. Screenshots of every page go to --out.
+// holding <script> is shown as text, that the Data table shows the run's recorded training file,
+// that tags and a note written on the run page reach cartd and filter the runs table, that a
+// finished grid fills the pivot, groups and parallel-coordinates tabs, and that a tab left stops
+// its refresh. Screenshots of every page go to --out.
 'use strict';
 const fs = require('fs');
 const path = require('path');
@@ -150,6 +152,38 @@ const { Cluster, args, waitFor, tinySweep } = require('./lib');
     await page.click('#tags .tag-remove');
     await waitFor('the tag to go', async () => (await page.locator('#tags .tag').count()) === 0, 10000);
     check((await c.api(`runs/${runId}`)).tags.length === 0, 'the tag is removed from the run page');
+
+    // A finished grid (layers x R, two seeds) in the sweep page's other tabs: the pivot table holds a
+    // mean ± std per cell, the groups chart a curve per R, parallel coordinates a line per run.
+    const grid = tinySweep('tabs', data, 30).replace('seeds: [1]', 'grid:\n  layers: [2, 4]\n  R: [1, 2]\nseeds: [1, 2]');
+    fs.writeFileSync(c.file('tabs.yaml'), grid);
+    c.cart(['sweep', 'submit', c.file('tabs.yaml')]);
+    await waitFor('the grid to finish', async () => {
+      const r = await c.api('sweeps/tabs/runs');
+      return r.runs.length === 8 && r.runs.every((x) => x.state === 'SUCCEEDED') ? r : null;
+    }, 180000);
+    await open('#/sweep/tabs');
+    await waitFor('the runs table', async () => (await page.locator('#runs-table tbody tr').count()) === 8, 10000);
+    // Leaving the Runs tab stops its refresh (every 10 s): no runs page is asked for after.
+    let refreshes = 0;
+    page.on('request', (r) => { if (/\/api\/v1\/sweeps\/tabs\/runs\?offset=/.test(r.url())) ++refreshes; });
+    await page.click('button[data-tab=pivot]');
+    await waitFor('the pivot table', () => page.locator('#pivot-table tbody td').count(), 10000);
+    const cells = await page.locator('#pivot-table tbody td').allTextContents();
+    check(cells.length === 4 && cells.every((t) => /^\d+\.\d{4} ± \d+\.\d{3}$/.test(t)),
+      `the pivot of ρ by layers x R has a mean ± std in each of its 4 cells (${JSON.stringify(cells)})`);
+    await shot('sweep-pivot');
+    await page.click('button[data-tab=groups]');
+    await waitFor('the groups chart', () => page.locator('.uplot').count(), 10000);
+    const legend = await page.locator('.uplot .u-legend').textContent();
+    check(legend.includes('R=1 (4 runs)') && legend.includes('R=2 (4 runs)'), 'the groups chart has a curve per R over 4 runs each');
+    await shot('sweep-groups');
+    await page.click('button[data-tab=parallel]');
+    await waitFor('the parallel coordinates', () => page.locator('#parallel-svg polyline').count(), 10000);
+    check(await page.locator('#parallel-svg polyline').count() === 8, 'parallel coordinates draw one line per run');
+    await shot('sweep-parallel');
+    await page.waitForTimeout(11000);
+    check(refreshes === 0, `the Runs tab stopped refreshing when another tab opened (${refreshes} refreshes after)`);
   } catch (e) {
     failures.push(String(e && e.stack ? e.stack : e));
   } finally {

@@ -45,7 +45,7 @@ World& TheWorld() {
     std::filesystem::create_directories(w->dir + "/web/static");
     if (!cart::WriteFileAtomically(w->dir + "/web/index.html", "<!doctype html><title>t</title>")
              .ok() ||
-        !cart::WriteFileAtomically(w->dir + "/web/static/app.js", "void 0;").ok()) {
+        !cart::WriteFileAtomically(w->dir + "/web/static/main.js", "void 0;").ok()) {
       Die("cannot write the web folder");
     }
     cart::store::StoreOptions store_options;

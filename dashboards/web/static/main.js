@@ -1,0 +1,44 @@
+// CART Lab dashboard: one page, four views (#/ sweeps, #/sweep/NAME, #/run/ID, #/workers), all
+// read from cartd's JSON API (docs/dashboard.md). ES modules, no build step: this file routes;
+// each view is a module under pages/, on shared modules for the DOM, the API, tables and charts.
+import {fail, show} from './notice.js';
+import {viewRun} from './pages/run.js';
+import {viewSweep} from './pages/sweep.js';
+import {viewSweeps} from './pages/sweeps.js';
+import {viewWorkers} from './pages/workers.js';
+import {setupToken, takeTokenFromAddress} from './token.js';
+import {Scope} from './view.js';
+
+const main = document.getElementById('main');
+let scope = new Scope();  // what the current view must stop when the route changes
+
+async function route() {
+  scope.leave();
+  scope = new Scope();
+  show('');
+  main.replaceChildren();
+  const hash = location.hash.replace(/^#/, '') || '/';
+  const parts = hash.split('/').filter(Boolean).map(decodeURIComponent);
+  document.querySelectorAll('[data-nav]').forEach((a) => {
+    a.classList.toggle('active', (parts[0] || 'sweeps') === a.dataset.nav);
+  });
+  try {
+    if (parts[0] === 'sweep' && parts[1]) {
+      await viewSweep(main, scope, parts[1]);
+    } else if (parts[0] === 'run' && parts[1]) {
+      await viewRun(main, scope, parts[1]);
+    } else if (parts[0] === 'workers') {
+      await viewWorkers(main, scope);
+    } else {
+      await viewSweeps(main, scope);
+    }
+  } catch (e) {
+    fail(e);
+  }
+  document.body.dataset.ready = hash;
+}
+
+takeTokenFromAddress();
+setupToken(route);
+window.addEventListener('hashchange', route);
+route();

@@ -1,0 +1,57 @@
+// #/ : every sweep with its progress, tokens, throughput and expected finish.
+import {api} from '../api.js';
+import {h, stateChip} from '../dom.js';
+import {fmtDuration, fmtTime, fmtTokens} from '../format.js';
+import {emptyRow, table} from '../table.js';
+import {refreshedCard} from '../view.js';
+
+const heads = [
+  'sweep',
+  'runs finished',
+  'by state',
+  'tokens done / planned',
+  'tokens/s',
+  'expected finish',
+  'created',
+  'tags',
+];
+
+function sweepRow(s) {
+  const pct = s.runs ? Math.round(100 * s.finished / s.runs) : 0;
+  const tok = s.planned_tokens ? Math.round(100 * s.done_tokens / s.planned_tokens) : 0;
+  const states =
+      Object.entries(s.states).map(([k, v]) => h('span', {}, stateChip(k), ' ', String(v), ' '));
+  const bar = h('span', {class: 'bar'}, Object.assign(h('span'), {style: `width:${pct}%`}));
+  const finish = {class: 'num', text: '-'};
+  if (s.expected_finish_us) {
+    finish.text = `in ${fmtDuration(s.eta_s)} (${fmtTime(s.expected_finish_us)})`;
+    finish.title = `${s.runs_estimated} of ${s.unfinished} unfinished runs estimated ` +
+        '(cartd\'s placement plan)';
+  } else {
+    finish.title = 'no estimate: nothing left, or no live worker fits its runs';
+  }
+  return h(
+      'tr', {},
+      h('td', {}, h('a', {href: '#/sweep/' + encodeURIComponent(s.name), text: s.name}),
+        s.cancelled ? h('span', {class: 'muted', text: ' (cancelled)'}) : null),
+      h('td', {}, bar, ` ${s.finished}/${s.runs}`), h('td', {}, states), h('td', {
+        class: 'num',
+        text: `${fmtTokens(s.done_tokens)} / ${fmtTokens(s.planned_tokens)} (${tok}%)`,
+      }),
+      h('td', {
+        class: 'num',
+        text: s.tokens_per_s ? fmtTokens(Math.round(s.tokens_per_s)) + '/s' : '-',
+      }),
+      h('td', finish), h('td', {text: fmtTime(s.created_us)}),
+      h('td', {text: (s.tags || []).join(', ')}));
+}
+
+export async function viewSweeps(main, scope) {
+  await refreshedCard(main, scope, 'Sweeps', 5000, async (card) => {
+    const data = await api('sweeps');
+    const rows = data.sweeps.slice().reverse().map(sweepRow);
+    card.replaceChildren(table(
+        heads,
+        rows.length ? rows : emptyRow(heads.length, 'No sweeps yet: cart sweep submit FILE')));
+  });
+}
