@@ -66,6 +66,49 @@ void SendAndPrint(Client& client, const AnnotateArgs& a, bool sweep,
   std::cout << (resp.note().text().empty() ? "note: (none)\n" : NoteBlock(resp.note()));
 }
 
+// `cart runs|sweep tag|untag TARGET TAGS...`: adds (or removes) the tags and prints the result.
+void TagCommand(const AnnotateArgs& a, bool add, bool sweep) {
+  Client client = Client::Connect(a.conn);
+  cart::v1::AnnotateRequest req;
+  SetTarget(client, a.target, sweep, &req);
+  for (const std::string& tag : a.tags) {
+    *(add ? req.add_add_tags() : req.add_remove_tags()) = tag;
+  }
+  SendAndPrint(client, a, sweep, req, /*note_too=*/false);
+}
+
+// `cart runs|sweep note TARGET [TEXT | --file F | --clear]`: writes, clears or shows the note.
+void NoteCommand(const AnnotateArgs& a, bool sweep) {
+  const int given = !a.text.empty() + !a.file.empty() + a.clear;
+  if (given > 1) {
+    ExitWith(absl::InvalidArgumentError("give the note as text, --file or --clear, not several"));
+  }
+  Client client = Client::Connect(a.conn);
+  cart::v1::AnnotateRequest req;
+  SetTarget(client, a.target, sweep, &req);
+  if (!a.file.empty()) {
+    std::stringstream text;
+    if (a.file == "-") {
+      text << std::cin.rdbuf();
+    } else {
+      std::ifstream in(a.file, std::ios::binary);
+      if (!in) ExitWith(absl::NotFoundError(StrCat("--file ", a.file, ": cannot be read")));
+      text << in.rdbuf();
+    }
+    if (std::optional<size_t> bad = FirstInvalidUtf8(text.str())) {
+      ExitWith(absl::InvalidArgumentError(
+          StrCat("--file ", a.file, ": not UTF-8 text (byte ", *bad, ")")));
+    }
+    req.set_set_note(true);
+    req.set_note(text.str());
+  } else if (!a.text.empty() || a.clear) {
+    req.set_set_note(true);
+    req.set_note(a.text);
+  }
+  // With nothing to change, the same call answers what is there (an empty change is a no-op).
+  SendAndPrint(client, a, sweep, req, /*note_too=*/true);
+}
+
 }  // namespace
 
 void AddAnnotateCommands(CLI::App* parent, bool sweep) {
@@ -80,15 +123,7 @@ void AddAnnotateCommands(CLI::App* parent, bool sweep) {
     cmd->add_option("target", a->target, target_help)->required();
     cmd->add_option("tags", a->tags, "Tags")->required();
     AddConnFlags(cmd, a->conn);
-    OnRun(cmd, [a, add, sweep] {
-      Client client = Client::Connect(a->conn);
-      cart::v1::AnnotateRequest req;
-      SetTarget(client, a->target, sweep, &req);
-      for (const std::string& tag : a->tags) {
-        *(add ? req.add_add_tags() : req.add_remove_tags()) = tag;
-      }
-      SendAndPrint(client, *a, sweep, req, /*note_too=*/false);
-    });
+    OnRun(cmd, [a, add, sweep] { TagCommand(*a, add, sweep); });
   }
 
   auto a = std::make_shared<AnnotateArgs>();
@@ -99,36 +134,7 @@ void AddAnnotateCommands(CLI::App* parent, bool sweep) {
   note->add_option("--file", a->file, "Read the new note from this file ('-': standard input)");
   note->add_flag("--clear", a->clear, "Remove the note");
   AddConnFlags(note, a->conn);
-  OnRun(note, [a, sweep] {
-    const int given = !a->text.empty() + !a->file.empty() + a->clear;
-    if (given > 1) {
-      ExitWith(absl::InvalidArgumentError("give the note as text, --file or --clear, not several"));
-    }
-    Client client = Client::Connect(a->conn);
-    cart::v1::AnnotateRequest req;
-    SetTarget(client, a->target, sweep, &req);
-    if (!a->file.empty()) {
-      std::stringstream text;
-      if (a->file == "-") {
-        text << std::cin.rdbuf();
-      } else {
-        std::ifstream in(a->file, std::ios::binary);
-        if (!in) ExitWith(absl::NotFoundError(StrCat("--file ", a->file, ": cannot be read")));
-        text << in.rdbuf();
-      }
-      if (std::optional<size_t> bad = FirstInvalidUtf8(text.str())) {
-        ExitWith(absl::InvalidArgumentError(
-            StrCat("--file ", a->file, ": not UTF-8 text (byte ", *bad, ")")));
-      }
-      req.set_set_note(true);
-      req.set_note(text.str());
-    } else if (!a->text.empty() || a->clear) {
-      req.set_set_note(true);
-      req.set_note(a->text);
-    }
-    // With nothing to change, the same call answers what is there (an empty change is a no-op).
-    SendAndPrint(client, *a, sweep, req, /*note_too=*/true);
-  });
+  OnRun(note, [a, sweep] { NoteCommand(*a, sweep); });
 }
 
 }  // namespace cart::cli

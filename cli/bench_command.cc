@@ -312,6 +312,10 @@ absl::Status RunBench(const BenchArgs& args) {
   return absl::OkStatus();
 }
 
+void BenchCommand(const BenchArgs& args) {
+  if (absl::Status s = RunBench(args); !s.ok()) ExitWith(s);
+}
+
 }  // namespace
 
 void RegisterModelBenchCommand(CLI::App& model_cmd) {
@@ -331,10 +335,7 @@ void RegisterModelBenchCommand(CLI::App& model_cmd) {
                     "The device's peak in TFLOP/s for MFU (default: the card's bf16 peak from "
                     "the built-in table)");
   bench->add_flag("--json", args->json, "Print JSON");
-  OnRun(bench, [args] {
-    absl::Status s = RunBench(*args);
-    if (!s.ok()) ExitWith(s);
-  });
+  OnRun(bench, [args] { BenchCommand(*args); });
 }
 
 }  // namespace cart::cli

@@ -42,13 +42,65 @@ std::string DownloadCheckpoint(Client& client, int64_t run_id, int64_t step,
   return *sha256;
 }
 
+struct ExportArgs {
+  Conn conn;
+  std::string source, out, dtype = "fp32";
+  int64_t step = 0;
+};
+
+// `cart export SOURCE --out FILE`: from a `cart train` folder, or a run's checkpoint downloaded
+// from cartd (removed again however this ends).
+void ExportCommand(const ExportArgs& a) {
+  ExportRequest req;
+  req.out = a.out;
+  req.dtype = a.dtype;
+  std::string download;
+  // The downloaded checkpoint goes away however this ends (ExitWith throws).
+  struct RemoveDownload {
+    const std::string& path;
+    ~RemoveDownload() {
+      if (!path.empty()) std::remove(path.c_str());
+    }
+  } remove_download{download};
+  if (std::filesystem::is_directory(a.source)) {
+    req.run_dir = a.source;
+    req.step = a.step;
+    req.source = a.source;
+  } else {
+    Client client = Client::Connect(a.conn);
+    cart::v1::GetRunRequest get;
+    if (std::optional<int64_t> id = ParseInt64(a.source)) {
+      get.set_run_id(*id);
+    } else {
+      get.set_name(a.source);
+    }
+    const cart::v1::GetRunResponse run =
+        client.Call<cart::v1::GetRunRequest, cart::v1::GetRunResponse>(
+            &cart::v1::SchedulerService::Stub::GetRun, get);
+    download = StrCat(a.out, ".download-", getpid());
+    const std::string sha256 = DownloadCheckpoint(client, run.run().run_id(), a.step, download);
+    req.checkpoint_file = download;
+    req.config_yaml = run.run().config_yaml();
+    req.source = StrCat("run ", run.run().run_id(), " (", run.run().name(), ")");
+    req.metadata = {{"cart_run", run.run().name()}, {"cart_checkpoint_sha256", sha256}};
+  }
+  absl::StatusOr<ExportResult> result = ExportModel(req);
+  if (!result.ok()) ExitWith(result.status());
+  if (a.conn.json) {
+    std::cout << nlohmann::json{{"source", req.source},
+                                {"step", result->step},
+                                {"parameters", result->parameters},
+                                {"out", a.out}}
+                     .dump()
+              << "\n";
+    return;
+  }
+  std::cout << fmt::format("exported {} at step {}: {} parameters ({}) -> {}\n", req.source,
+                           result->step, result->parameters, a.dtype, a.out);
+}
+
 void RegisterExport(CLI::App& app) {
-  struct Args {
-    Conn conn;
-    std::string source, out, dtype = "fp32";
-    int64_t step = 0;
-  };
-  auto a = std::make_shared<Args>();
+  auto a = std::make_shared<ExportArgs>();
   CLI::App* cmd = app.add_subcommand(
       "export",
       "A checkpoint as safetensors with docs/model.md §8 names: from a `cart train` directory, "
@@ -60,54 +112,7 @@ void RegisterExport(CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--dtype", a->dtype, "Weights as fp32 or bf16")->capture_default_str();
   AddConnFlags(cmd, a->conn);
-  OnRun(cmd, [a] {
-    ExportRequest req;
-    req.out = a->out;
-    req.dtype = a->dtype;
-    std::string download;
-    // The downloaded checkpoint goes away however this ends (ExitWith throws).
-    struct RemoveDownload {
-      const std::string& path;
-      ~RemoveDownload() {
-        if (!path.empty()) std::remove(path.c_str());
-      }
-    } remove_download{download};
-    if (std::filesystem::is_directory(a->source)) {
-      req.run_dir = a->source;
-      req.step = a->step;
-      req.source = a->source;
-    } else {
-      Client client = Client::Connect(a->conn);
-      cart::v1::GetRunRequest get;
-      if (std::optional<int64_t> id = ParseInt64(a->source)) {
-        get.set_run_id(*id);
-      } else {
-        get.set_name(a->source);
-      }
-      const cart::v1::GetRunResponse run =
-          client.Call<cart::v1::GetRunRequest, cart::v1::GetRunResponse>(
-              &cart::v1::SchedulerService::Stub::GetRun, get);
-      download = StrCat(a->out, ".download-", getpid());
-      const std::string sha256 = DownloadCheckpoint(client, run.run().run_id(), a->step, download);
-      req.checkpoint_file = download;
-      req.config_yaml = run.run().config_yaml();
-      req.source = StrCat("run ", run.run().run_id(), " (", run.run().name(), ")");
-      req.metadata = {{"cart_run", run.run().name()}, {"cart_checkpoint_sha256", sha256}};
-    }
-    absl::StatusOr<ExportResult> result = ExportModel(req);
-    if (!result.ok()) ExitWith(result.status());
-    if (a->conn.json) {
-      std::cout << nlohmann::json{{"source", req.source},
-                                  {"step", result->step},
-                                  {"parameters", result->parameters},
-                                  {"out", a->out}}
-                       .dump()
-                << "\n";
-      return;
-    }
-    std::cout << fmt::format("exported {} at step {}: {} parameters ({}) -> {}\n", req.source,
-                             result->step, result->parameters, a->dtype, a->out);
-  });
+  OnRun(cmd, [a] { ExportCommand(*a); });
 }
 
 }  // namespace

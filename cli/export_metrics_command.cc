@@ -84,15 +84,26 @@ int64_t ExportRun(Client& client, const cart::v1::RunView& run,
   return points;
 }
 
+struct ExportMetricsArgs {
+  Conn conn;
+  std::string target, format = "tensorboard", out;
+  std::vector<std::string> metrics;
+};
+
+void ExportMetricsCommand(const ExportMetricsArgs& a) {
+  Client client = Client::Connect(a.conn);
+  const std::vector<cart::v1::RunView> runs = RunsOf(client, a.target);
+  int64_t points = 0;
+  for (const cart::v1::RunView& run : runs) points += ExportRun(client, run, a.metrics, a.out);
+  std::cout << "wrote " << points << " points of " << runs.size() << " run"
+            << (runs.size() == 1 ? "" : "s") << " to " << a.out << " (tensorboard --logdir "
+            << a.out << ")\n";
+}
+
 }  // namespace
 
 void RegisterExportMetricsCommand(CLI::App& app) {
-  struct Args {
-    Conn conn;
-    std::string target, format = "tensorboard", out;
-    std::vector<std::string> metrics;
-  };
-  auto a = std::make_shared<Args>();
+  auto a = std::make_shared<ExportMetricsArgs>();
   CLI::App* cmd = app.add_subcommand(
       "export-metrics",
       "Write a run's or a sweep's metrics as TensorBoard event files (one folder per run)");
@@ -104,15 +115,7 @@ void RegisterExportMetricsCommand(CLI::App& app) {
       ->required();
   cmd->add_option("--metric", a->metrics, "Only these metrics (repeatable; default: every one)");
   AddConnFlags(cmd, a->conn);
-  OnRun(cmd, [a] {
-    Client client = Client::Connect(a->conn);
-    const std::vector<cart::v1::RunView> runs = RunsOf(client, a->target);
-    int64_t points = 0;
-    for (const cart::v1::RunView& run : runs) points += ExportRun(client, run, a->metrics, a->out);
-    std::cout << "wrote " << points << " points of " << runs.size() << " run"
-              << (runs.size() == 1 ? "" : "s") << " to " << a->out << " (tensorboard --logdir "
-              << a->out << ")\n";
-  });
+  OnRun(cmd, [a] { ExportMetricsCommand(*a); });
 }
 
 }  // namespace cart::cli

@@ -30,17 +30,46 @@ namespace {
 
 using cart::v1::RunState;
 
+struct ResultsArgs {
+  Conn conn;
+  cart::v1::QueryTableRequest req;
+  std::string table, format = "text";
+  std::vector<std::string> sweeps;
+  std::vector<std::string> tags;
+  int64_t run_id = 0;
+  std::string db;
+};
+
+// `cart results TABLE`: the table from cartd, or with --db from the database file directly.
+void ResultsCommand(const ResultsArgs& a) {
+  cart::v1::QueryTableRequest req = a.req;
+  req.set_table(a.table);
+  req.set_run_id(a.run_id);
+  for (const auto& s : a.sweeps) req.add_sweeps(s);
+  for (const auto& tag : a.tags) req.add_tags(tag);
+  cart::v1::Table t;
+#ifdef CART_CLI_WITH_SERVER
+  if (!a.db.empty()) {
+    std::unique_ptr<store::RunStore> store = OpenDatabaseFile(a.db, "--db");
+    absl::StatusOr<cart::v1::Table> table = server::QueryTableOverStore(*store, req);
+    if (!table.ok()) ExitWith(table.status());
+    t = *std::move(table);
+  }
+#endif
+  if (a.db.empty()) {
+    Client client = Client::Connect(a.conn);
+    t = client.Call<cart::v1::QueryTableRequest, cart::v1::Table>(
+        &cart::v1::SchedulerService::Stub::QueryTable, req);
+  }
+  if (a.conn.json || a.format == "json") {
+    std::cout << ToJson(t) << "\n";
+    return;
+  }
+  PrintResultTable(t, a.format, std::cout);
+}
+
 void RegisterResults(CLI::App& app) {
-  struct Args {
-    Conn conn;
-    cart::v1::QueryTableRequest req;
-    std::string table, format = "text";
-    std::vector<std::string> sweeps;
-    std::vector<std::string> tags;
-    int64_t run_id = 0;
-    std::string db;
-  };
-  auto a = std::make_shared<Args>();
+  auto a = std::make_shared<ResultsArgs>();
   CLI::App* results = app.add_subcommand(
       "results", "Paper tables from the results database: pivot, best, deltas, series, ranks");
   results->add_option("table", a->table, "pivot | best | deltas | series | ranks")
@@ -77,31 +106,7 @@ void RegisterResults(CLI::App& app) {
       ->check(CLI::IsMember({"text", "csv", "markdown", "json"}))
       ->capture_default_str();
   AddConnFlags(results, a->conn);
-  OnRun(results, [a] {
-    a->req.set_table(a->table);
-    a->req.set_run_id(a->run_id);
-    for (const auto& s : a->sweeps) a->req.add_sweeps(s);
-    for (const auto& tag : a->tags) a->req.add_tags(tag);
-    cart::v1::Table t;
-#ifdef CART_CLI_WITH_SERVER
-    if (!a->db.empty()) {
-      std::unique_ptr<store::RunStore> store = OpenDatabaseFile(a->db, "--db");
-      absl::StatusOr<cart::v1::Table> table = server::QueryTableOverStore(*store, a->req);
-      if (!table.ok()) ExitWith(table.status());
-      t = *std::move(table);
-    }
-#endif
-    if (a->db.empty()) {
-      Client client = Client::Connect(a->conn);
-      t = client.Call<cart::v1::QueryTableRequest, cart::v1::Table>(
-          &cart::v1::SchedulerService::Stub::QueryTable, a->req);
-    }
-    if (a->conn.json || a->format == "json") {
-      std::cout << ToJson(t) << "\n";
-      return;
-    }
-    PrintResultTable(t, a->format, std::cout);
-  });
+  OnRun(results, [a] { ResultsCommand(*a); });
 }
 
 }  // namespace

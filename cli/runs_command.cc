@@ -220,6 +220,82 @@ void LogsCommand(const LogArgs& lg) {
   if (!s.ok()) client.Fail(s);
 }
 
+// The calls behind `cart runs cancel|resume|extend`.
+cart::v1::RunResponse CancelRun(Client& c, const IdArgs& a) {
+  cart::v1::CancelRunRequest req;
+  req.set_run_id(a.id);
+  req.set_reason("cart runs cancel");
+  return c.Call<cart::v1::CancelRunRequest, cart::v1::RunResponse>(
+      &cart::v1::SchedulerService::Stub::CancelRun, req);
+}
+
+cart::v1::RunResponse ResumeRun(Client& c, const IdArgs& a) {
+  cart::v1::ResumeRunRequest req;
+  req.set_run_id(a.id);
+  for (const std::string& s : a.set) req.add_set(s);
+  return c.Call<cart::v1::ResumeRunRequest, cart::v1::RunResponse>(
+      &cart::v1::SchedulerService::Stub::ResumeRun, req);
+}
+
+cart::v1::RunResponse ExtendRun(Client& c, const IdArgs& a) {
+  cart::v1::ExtendRunRequest req;
+  req.set_run_id(a.id);
+  req.set_total_steps(a.steps);
+  if (a.schedule == "stretch") req.set_schedule(cart::v1::EXTEND_SCHEDULE_STRETCH);
+  if (a.schedule == "hold") req.set_schedule(cart::v1::EXTEND_SCHEDULE_HOLD);
+  return c.Call<cart::v1::ExtendRunRequest, cart::v1::RunResponse>(
+      &cart::v1::SchedulerService::Stub::ExtendRun, req);
+}
+
+using RunAction = cart::v1::RunResponse (*)(Client&, const IdArgs&);
+
+// One action on one run: the call, then the run's new state (and, after an extension, the
+// learning rate on each side of it).
+void RunActionCommand(const IdArgs& a, RunAction call) {
+  Client client = Client::Connect(a.conn);
+  const cart::v1::RunResponse resp = call(client, a);
+  if (a.conn.json) {
+    std::cout << ToJson(resp) << "\n";
+    return;
+  }
+  std::cout << fmt::format("run {} ({}): {}\n", resp.run().run_id(), resp.run().name(),
+                           StateName(resp.run().state()));
+  if (resp.schedule() != cart::v1::EXTEND_SCHEDULE_UNSPECIFIED) {
+    std::cout << fmt::format(
+        "learning rate {:.2e} at its last step -> {:.2e} on the first step of the extension "
+        "(schedule {})\n",
+        resp.lr_before(), resp.lr_after(),
+        resp.schedule() == cart::v1::EXTEND_SCHEDULE_HOLD ? "hold" : "stretch");
+  }
+}
+
+void AddResumeFlags(CLI::App* cmd, IdArgs& a) {
+  cmd->add_option("--set", a.set,
+                  "KEY=VALUE: change the run's config before it resumes (lr, lr_min, warmup, "
+                  "clip, dtype); a run that diverged resumes only with one (repeatable)");
+}
+
+void AddExtendFlags(CLI::App* cmd, IdArgs& a) {
+  cmd->add_option("--steps", a.steps, "New total steps (larger than the current)")->required();
+  cmd->add_option("--schedule", a.schedule,
+                  "The learning rate after the run's last step: stretch (the cosine "
+                  "recomputed over the new total, a warm restart) or hold (go on at the "
+                  "final rate). Without it cartd stretches when the rate changes at most 2x "
+                  "and refuses otherwise (docs/design.md \"Extending a run\")")
+      ->check(CLI::IsMember({"stretch", "hold"}));
+}
+
+// `cart runs NAME ID`, with the action's own flags (`add_flags`, may be null).
+void AddRunAction(CLI::App* runs, const char* name, const char* help, RunAction call,
+                  void (*add_flags)(CLI::App*, IdArgs&)) {
+  auto a = std::make_shared<IdArgs>();
+  CLI::App* cmd = runs->add_subcommand(name, help);
+  cmd->add_option("id", a->id, "Run id")->required();
+  if (add_flags != nullptr) add_flags(cmd, *a);
+  AddConnFlags(cmd, a->conn);
+  OnRun(cmd, [a, call] { RunActionCommand(*a, call); });
+}
+
 void RegisterRuns(CLI::App& app) {
   CLI::App* runs =
       app.add_subcommand("runs", "List, inspect, cancel, resume, extend, tag and annotate runs");
@@ -252,69 +328,12 @@ void RegisterRuns(CLI::App& app) {
   AddConnFlags(logs, lg->conn);
   OnRun(logs, [lg] { LogsCommand(*lg); });
 
-  auto simple = [&](const char* name, const char* help, auto call) {
-    auto a = std::make_shared<IdArgs>();
-    CLI::App* cmd = runs->add_subcommand(name, help);
-    cmd->add_option("id", a->id, "Run id")->required();
-    if (std::string(name) == "resume") {
-      cmd->add_option("--set", a->set,
-                      "KEY=VALUE: change the run's config before it resumes (lr, lr_min, warmup, "
-                      "clip, dtype); a run that diverged resumes only with one (repeatable)");
-    }
-    if (std::string(name) == "extend") {
-      cmd->add_option("--steps", a->steps, "New total steps (larger than the current)")->required();
-      cmd->add_option("--schedule", a->schedule,
-                      "The learning rate after the run's last step: stretch (the cosine "
-                      "recomputed over the new total, a warm restart) or hold (go on at the "
-                      "final rate). Without it cartd stretches when the rate changes at most 2x "
-                      "and refuses otherwise (docs/design.md \"Extending a run\")")
-          ->check(CLI::IsMember({"stretch", "hold"}));
-    }
-    AddConnFlags(cmd, a->conn);
-    OnRun(cmd, [a, call] {
-      Client client = Client::Connect(a->conn);
-      cart::v1::RunResponse resp = call(client, *a);
-      if (a->conn.json) {
-        std::cout << ToJson(resp) << "\n";
-        return;
-      }
-      std::cout << fmt::format("run {} ({}): {}\n", resp.run().run_id(), resp.run().name(),
-                               StateName(resp.run().state()));
-      if (resp.schedule() != cart::v1::EXTEND_SCHEDULE_UNSPECIFIED) {
-        std::cout << fmt::format(
-            "learning rate {:.2e} at its last step -> {:.2e} on the first step of the extension "
-            "(schedule {})\n",
-            resp.lr_before(), resp.lr_after(),
-            resp.schedule() == cart::v1::EXTEND_SCHEDULE_HOLD ? "hold" : "stretch");
-      }
-    });
-  };
-  simple("cancel", "Cancel a run (a running one stops after a final checkpoint)",
-         [](Client& c, const IdArgs& a) {
-           cart::v1::CancelRunRequest req;
-           req.set_run_id(a.id);
-           req.set_reason("cart runs cancel");
-           return c.Call<cart::v1::CancelRunRequest, cart::v1::RunResponse>(
-               &cart::v1::SchedulerService::Stub::CancelRun, req);
-         });
-  simple("resume", "Requeue a cancelled or failed run from its latest checkpoint",
-         [](Client& c, const IdArgs& a) {
-           cart::v1::ResumeRunRequest req;
-           req.set_run_id(a.id);
-           for (const std::string& s : a.set) req.add_set(s);
-           return c.Call<cart::v1::ResumeRunRequest, cart::v1::RunResponse>(
-               &cart::v1::SchedulerService::Stub::ResumeRun, req);
-         });
-  simple("extend", "Train a run further: raise its total steps and requeue it",
-         [](Client& c, const IdArgs& a) {
-           cart::v1::ExtendRunRequest req;
-           req.set_run_id(a.id);
-           req.set_total_steps(a.steps);
-           if (a.schedule == "stretch") req.set_schedule(cart::v1::EXTEND_SCHEDULE_STRETCH);
-           if (a.schedule == "hold") req.set_schedule(cart::v1::EXTEND_SCHEDULE_HOLD);
-           return c.Call<cart::v1::ExtendRunRequest, cart::v1::RunResponse>(
-               &cart::v1::SchedulerService::Stub::ExtendRun, req);
-         });
+  AddRunAction(runs, "cancel", "Cancel a run (a running one stops after a final checkpoint)",
+               &CancelRun, nullptr);
+  AddRunAction(runs, "resume", "Requeue a cancelled or failed run from its latest checkpoint",
+               &ResumeRun, &AddResumeFlags);
+  AddRunAction(runs, "extend", "Train a run further: raise its total steps and requeue it",
+               &ExtendRun, &AddExtendFlags);
   AddAnnotateCommands(runs, /*sweep=*/false);
 }
 

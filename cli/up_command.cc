@@ -337,6 +337,10 @@ absl::Status Up(const UpArgs& a) {
   return result;
 }
 
+void UpCommand(const UpArgs& a) {
+  if (absl::Status s = Up(a); !s.ok()) ExitWith(s);
+}
+
 }  // namespace
 
 void RegisterUpCommand(CLI::App& app) {
@@ -368,10 +372,7 @@ void RegisterUpCommand(CLI::App& app) {
                  "stage2, baselines, ablations, faithfulness, leak, variable_r)");
   up->add_option("--client-config", a->client_config, "Where to write the client config")
       ->capture_default_str();
-  OnRun(up, [a] {
-    absl::Status s = Up(*a);
-    if (!s.ok()) ExitWith(s);
-  });
+  OnRun(up, [a] { UpCommand(*a); });
 }
 
 }  // namespace cart::cli
