@@ -6,9 +6,12 @@
 #   2. at 10 million metric points (bench-store's stage-2 database: 36 runs x 10 metrics x 27,777
 #      steps): the API behind a run's page and a sweep's pages, and the time to first chart in a
 #      real browser (bench/dashboard_browser.js, Debian chromium).
-# Usage: bench/dashboard_bench.sh [BUILD_DIR]
+# Usage: bench/dashboard_bench.sh [BUILD_DIR] [WEB_DIR]  (WEB_DIR: the pages the browser part
+# loads, e.g. an older checkout's dashboards/web to compare; default: this tree's)
 set -euo pipefail
 build=${1:-build}
+web_args=()
+if [ -n "${2:-}" ]; then web_args=(--web-dir "$2"); fi
 dir=$(mktemp -d)
 pid=; pid2=
 trap 'kill $pid $pid2 2>/dev/null || true; rm -rf "$dir"' EXIT
@@ -45,7 +48,7 @@ mkdir -p "$dir/big"
 mv "$dir/store/bench.db" "$dir/big/cart.db"
 http=$((http + 2))
 "$build/bin/cartd" --listen 127.0.0.1:$((port + 2)) --http 127.0.0.1:$http --data-dir "$dir/big" \
-  >"$dir/cartd2.log" 2>&1 &
+  "${web_args[@]}" >"$dir/cartd2.log" 2>&1 &
 pid2=$!
 for _ in $(seq 100); do curl -sf "http://127.0.0.1:$http/healthz" >/dev/null && break; sleep 0.1; done
 api sweeps

@@ -24,9 +24,20 @@ size_t VisibleWidth(const std::string& s) {
 std::string CellText(const cart::v1::TableCell& c, bool with_n) {
   if (!c.text().empty() || c.n() == 0) return c.text().empty() ? "-" : c.text();
   std::string s = fmt::format("{:.4f}", c.mean());
-  if (c.n() > 1) s += fmt::format(" ± {:.4f}", c.std());
+  // ± the half-width of the mean's 95 % interval, as `cart report` and the dashboard write it.
+  if (c.n() > 1) s += fmt::format(" ± {:.4f}", (c.ci_high() - c.ci_low()) / 2);
   if (with_n && c.n() > 1) s += fmt::format(" ({})", c.n());
   return s;
+}
+
+// Whether any cell is a mean over several runs (and so shows an interval).
+bool HasSpread(const cart::v1::Table& table) {
+  for (const auto& row : table.rows()) {
+    for (const auto& c : row.cells()) {
+      if (c.text().empty() && c.n() > 1) return true;
+    }
+  }
+  return false;
 }
 
 std::string CsvEscape(const std::string& s) {
@@ -95,6 +106,9 @@ void PrintResultTable(const cart::v1::Table& table, const std::string& format, s
     t.Row(cells);
   }
   t.Print(out);
+  if (HasSpread(table)) {
+    out << "(± : half the 95 % confidence interval of the mean over the (n) runs, Student's t)\n";
+  }
 }
 
 }  // namespace cart::cli

@@ -62,7 +62,19 @@ done
 "$bin/cart" up --data-dir "$out/cart" --listen 127.0.0.1:0 --workers 2 --threads 1 \
   --client-config "$out/client.yaml" "${sweeps[@]}" --rows d --cols R \
   --metric rho_max --metric val_ppl/speeches --report "$out/report"
+# Which machine produced these floats (the verdicts must agree across CPU models, and float
+# results differ between them): the CPU's name, family, model and stepping, and the BLAS.
+{
+  echo "cpu: $(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"
+  for k in 'cpu family' model stepping; do
+    echo "$k: $(grep -m1 "^$k[[:space:]]*:" /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"
+  done
+  echo "cores: $(nproc)"
+  echo "blas: $(readlink -f /usr/lib/x86_64-linux-gnu/libblas.so.3 2>/dev/null || echo unknown)"
+  echo "wall_s: $(( $(date +%s) - start ))"
+} > "$out/report/machine.txt"
 echo "study: finished in $(( $(date +%s) - start )) s; report: $out/report/report.md (and .html)"
+echo "study: the machine: $(head -1 "$out/report/machine.txt") ($out/report/machine.txt)"
 echo "study: the claims and their verdicts ($out/report/claims.md; deploy/quote-claims.sh puts it"
 echo "study: into README.md):"
 cat "$out/report/claims.md"

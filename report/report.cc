@@ -12,7 +12,6 @@
 #include "common/strings.h"
 #include "report/claims.h"
 #include "report/internal/select.h"
-#include "report/stats.h"
 #include "store/results.h"
 
 namespace cart::report {
@@ -48,7 +47,7 @@ CellValue Stat(const Runs& runs, const std::string& metric) {
 
 std::string Text(const CellValue& c, int precision) {
   if (c.total == 0) return kNone;
-  std::string s = FormatStats(c.stats.mean, c.stats.std, c.stats.n, precision);
+  std::string s = FormatStats(c.stats, precision);
   if (c.stats.n < c.total) s += fmt::format(" ({}/{} done)", c.stats.n, c.total);
   return s;
 }
@@ -607,7 +606,7 @@ class Builder {
         }
         const store::CellStats st = store::Summarize(it->second);
         const bool ppl = m.find("ppl") != std::string::npos;
-        row.push_back(FormatStats(st.mean, st.std, st.n, ppl ? 2 : 4));
+        row.push_back(FormatStats(st, ppl ? 2 : 4));
         if (ppl) {
           lines[m].label = m;
           lines[m].x.push_back(static_cast<double>(r));
@@ -834,13 +833,12 @@ const std::vector<std::string>& ClaimTestColumns() {
   return columns;
 }
 
-std::string FormatStats(double mean, double std, int64_t n, int precision) {
-  if (n == 0) return kNone;
-  if (std::isnan(mean)) return "NaN";
-  if (n == 1) return fmt::format("{:.{}f}", mean, precision);
-  const double half = stats::StudentTQuantile(0.975, static_cast<double>(n - 1)) * std /
-                      std::sqrt(static_cast<double>(n));
-  return fmt::format("{:.{}f} ± {:.{}f} (n = {})", mean, precision, half, precision, n);
+std::string FormatStats(const store::CellStats& c, int precision) {
+  if (c.n == 0) return kNone;
+  if (std::isnan(c.mean)) return "NaN";
+  if (c.n == 1) return fmt::format("{:.{}f}", c.mean, precision);
+  return fmt::format("{:.{}f} ± {:.{}f} (n = {})", c.mean, precision, (c.ci_high - c.ci_low) / 2,
+                     precision, c.n);
 }
 
 absl::StatusOr<Report> BuildReport(StudySource& source, const ReportOptions& options) {

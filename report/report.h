@@ -22,7 +22,8 @@
 
 namespace cart::store {
 class RunStore;
-}
+struct CellStats;
+}  // namespace cart::store
 
 namespace cart::report {
 
@@ -171,8 +172,8 @@ struct PaperTable {
 };
 const std::map<std::string, PaperTable>& PaperFigures();
 
-// Formatting shared with the tests: "0.8123 ± 0.0052 (n = 3)", the half-width of the 95 %
-// Student-t interval from the sample std (only when n > 1), "—" when n == 0.
-std::string FormatStats(double mean, double std, int64_t n, int precision);
+// Formatting shared with the tests: "0.8123 ± 0.0052 (n = 3)", the half-width of the cell's 95 %
+// Student-t interval (store::CellStats; only when n > 1), "—" when n == 0.
+std::string FormatStats(const store::CellStats& stats, int precision);
 
 }  // namespace cart::report

@@ -16,14 +16,14 @@
 #include <cstdint>
 #include <vector>
 
+#include "common/student_t.h"
+
 namespace cart::report::stats {
 
-// P(T <= t) for Student's t with df > 0 degrees of freedom (df may be fractional: Welch).
-double StudentTCdf(double t, double df);
-// P(|T| >= |t|): the two-sided tail, computed directly (no 1 - cdf cancellation).
-double StudentTTwoSided(double t, double df);
-// The t with StudentTCdf(t, df) == p, for 0 < p < 1.
-double StudentTQuantile(double p, double df);
+// Student's t distribution itself (common/student_t.h, shared with the results tables).
+using cart::stats::StudentTCdf;
+using cart::stats::StudentTQuantile;
+using cart::stats::StudentTTwoSided;
 // P(T' <= t) for the noncentral t with df degrees of freedom and noncentrality nc (the statistic
 // of a t test when the true effect is nc standard errors).
 double NoncentralTCdf(double t, double df, double nc);

@@ -13,6 +13,7 @@
 
 #include "common/status.h"
 #include "common/strings.h"
+#include "common/student_t.h"
 #include "store/internal/records.h"
 #include "store/internal/writer.h"
 #include "store/run_store.h"
@@ -151,7 +152,14 @@ CellStats Summarize(const std::vector<double>& values) {
     for (double v : values) sum_sq += (v - stats.mean) * (v - stats.mean);
     stats.std = std::sqrt(sum_sq / (values.size() - 1));
   }
-  if (std::isnan(stats.mean)) stats.std = kNaN;
+  if (std::isnan(stats.mean)) {
+    stats.std = kNaN;
+  } else if (values.size() >= 2) {
+    const double n = static_cast<double>(values.size());
+    const double half = cart::stats::StudentTQuantile(0.975, n - 1) * stats.std / std::sqrt(n);
+    stats.ci_low = stats.mean - half;
+    stats.ci_high = stats.mean + half;
+  }
   return stats;
 }
 

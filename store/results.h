@@ -8,6 +8,7 @@
 // bottom work on their results.
 
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <optional>
 #include <set>
@@ -36,11 +37,16 @@ enum class SummaryField {
 // Whether smaller or larger values of a metric are better (perplexity: kMin; accuracy, ρ: kMax).
 enum class Goal { kMin, kMax };
 
-// Mean, sample standard deviation and count over the runs in one cell (typically one per seed).
-// std is 0 when n < 2. A NaN value (a diverged run) makes mean and std NaN.
+// Mean, sample standard deviation, the mean's 95 % confidence interval and count over the runs
+// in one cell (typically one per seed). std is 0 when n < 2. The interval is Student's t over the
+// n runs (mean ± t(0.975, n - 1) std / sqrt(n)), NaN when n < 2. A NaN value (a diverged run)
+// makes mean, std and the interval NaN. Every view of a mean over seeds shows this interval: the
+// dashboard, `cart results` and `cart report`.
 struct CellStats {
   double mean = 0;
   double std = 0;
+  double ci_low = std::numeric_limits<double>::quiet_NaN();
+  double ci_high = std::numeric_limits<double>::quiet_NaN();
   int64_t n = 0;  // 0: no run in this cell
 };
 
@@ -153,7 +159,7 @@ std::vector<BestCell> BestPerRow(const PivotTable& table, Goal goal);
 // Config values in numeric order when every one is a number ("256" < "1024"), else in text order.
 std::vector<std::string> SortedValues(const std::set<std::string>& values);
 
-// Mean, sample std and count of `values`.
+// Mean, sample std, 95 % interval and count of `values`.
 CellStats Summarize(const std::vector<double>& values);
 
 // Ranks 1..n of `values` (1 = best under `goal`), ties sharing the mean of their ranks.

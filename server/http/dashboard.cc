@@ -747,6 +747,9 @@ Response Dashboard::SweepPivot(const Request& request, const std::string& name) 
     for (const store::CellStats& c : row) {
       r.push_back(json{{"mean", c.n ? Num(c.mean) : json(nullptr)},
                        {"std", c.n > 1 ? Num(c.std) : json(nullptr)},
+                       // The 95 % interval of the mean (Student t over the cell's runs).
+                       {"ci_low", c.n > 1 ? Num(c.ci_low) : json(nullptr)},
+                       {"ci_high", c.n > 1 ? Num(c.ci_high) : json(nullptr)},
                        {"n", c.n}});
     }
     cells.push_back(r);
@@ -823,15 +826,18 @@ Response Dashboard::SweepGroups(const Request& request, const std::string& name)
   json groups = json::array();
   for (const std::string& group : order) {
     json steps = json::array(), mean = json::array(), sd = json::array(), n = json::array();
+    json low = json::array(), high = json::array();
     const auto& bins = values[group];
     for (int64_t b = 0; b < g; ++b) {
       if (bins[b].empty()) continue;
-      // Mean and sample std over the group's runs: the results queries' one helper and rule
-      // (a NaN run makes both NaN, sent as null).
+      // Mean, sample std and the mean's 95 % interval over the group's runs: the results
+      // queries' one helper and rule (a NaN run makes them NaN, sent as null).
       const store::CellStats st = store::Summarize(bins[b]);
       steps.push_back((b + 1) * (max_step + 1) / g);
       mean.push_back(Num(st.mean));
       sd.push_back(st.n > 1 ? Num(st.std) : json(nullptr));
+      low.push_back(st.n > 1 ? Num(st.ci_low) : json(nullptr));
+      high.push_back(st.n > 1 ? Num(st.ci_high) : json(nullptr));
       n.push_back(st.n);
     }
     groups.push_back(json{{"value", group},
@@ -839,6 +845,8 @@ Response Dashboard::SweepGroups(const Request& request, const std::string& name)
                           {"step", steps},
                           {"mean", mean},
                           {"std", sd},
+                          {"ci_low", low},
+                          {"ci_high", high},
                           {"n", n}});
   }
   return Json(json{{"by", by},

@@ -30,6 +30,10 @@ v1::TableCell Stats(const CellStats& stats) {
   cell.set_mean(stats.mean);
   cell.set_std(stats.std);
   cell.set_n(stats.n);
+  if (stats.n >= 2) {
+    cell.set_ci_low(stats.ci_low);
+    cell.set_ci_high(stats.ci_high);
+  }
   return cell;
 }
 

@@ -153,8 +153,9 @@ const { Cluster, args, waitFor, tinySweep } = require('./lib');
     await waitFor('the tag to go', async () => (await page.locator('#tags .tag').count()) === 0, 10000);
     check((await c.api(`runs/${runId}`)).tags.length === 0, 'the tag is removed from the run page');
 
-    // A finished grid (layers x R, two seeds) in the sweep page's other tabs: the pivot table holds a
-    // mean ± std per cell, the groups chart a curve per R, parallel coordinates a line per run.
+    // A finished grid (layers x R, two seeds) in the sweep page's other tabs: the pivot table holds
+    // a mean ± half its 95 % interval per cell, the groups chart a curve per R, parallel
+    // coordinates a line per run.
     const grid = tinySweep('tabs', data, 30).replace('seeds: [1]', 'grid:\n  layers: [2, 4]\n  R: [1, 2]\nseeds: [1, 2]');
     fs.writeFileSync(c.file('tabs.yaml'), grid);
     c.cart(['sweep', 'submit', c.file('tabs.yaml')]);
@@ -170,8 +171,18 @@ const { Cluster, args, waitFor, tinySweep } = require('./lib');
     await page.click('button[data-tab=pivot]');
     await waitFor('the pivot table', () => page.locator('#pivot-table tbody td').count(), 10000);
     const cells = await page.locator('#pivot-table tbody td').allTextContents();
-    check(cells.length === 4 && cells.every((t) => /^\d+\.\d{4} ± \d+\.\d{3}$/.test(t)),
-      `the pivot of ρ by layers x R has a mean ± std in each of its 4 cells (${JSON.stringify(cells)})`);
+    check(cells.length === 4 && cells.every((t) => /^\d+\.\d{4} ± \d+\.\d{3} n 2$/.test(t)),
+      `the pivot of ρ by layers x R has a mean ± half its interval and n in each of its 4 cells (${JSON.stringify(cells)})`);
+    // The ± is half the 95 % interval of the mean over two runs: t(0.975, 1) · s / √2, with
+    // t(0.975, 1) = 12.706204736174698 (SciPy), from the server's own std.
+    const piv = await c.api('sweeps/tabs/pivot?metric=rho_max&rows=layers&cols=R&value=latest');
+    const flat = piv.cells.flat();
+    check(flat.length === 4 && flat.every((x) => x.n === 2 &&
+          Math.abs((x.ci_high - x.ci_low) / 2 - 12.706204736174698 * x.std / Math.SQRT2) <= 1e-9 * (1 + x.std) &&
+          Math.abs((x.ci_high + x.ci_low) / 2 - x.mean) <= 1e-12 * (1 + Math.abs(x.mean))),
+      `the pivot's intervals are mean ± t(0.975, 1) · std / √2 (${JSON.stringify(flat)})`);
+    check(cells.every((t, i) => t.startsWith(`${flat[i].mean.toFixed(4)} ± ${((flat[i].ci_high - flat[i].ci_low) / 2).toFixed(3)}`)),
+      'each pivot cell shows its mean and the half width of its interval');
     await shot('sweep-pivot');
     await page.click('button[data-tab=groups]');
     await waitFor('the groups chart', () => page.locator('.uplot').count(), 10000);

@@ -4,6 +4,7 @@ runs ls`, `cart results` and `cart results series` print (as JSON) to the last d
 extend, follow and the errors behave as the CLI's do. Run by tests/python/run.sh."""
 
 import json
+import math
 import os
 import socket
 import subprocess
@@ -197,19 +198,37 @@ class CartlabTest(unittest.TestCase):
         self.assertEqual(len(coarse), 2)
 
     def test_table_equals_cart_results_pivot_to_the_last_digit(self):
-        mine = self.lab.table("pivot", metric="loss", rows="R", cols="seed")
-        cli = json.loads(CLUSTER.cart(["results", "pivot", "--metric", "loss", "--rows", "R",
-                                       "--cols", "seed", "--format", "json"]))
-        self.assertEqual(list(mine.columns), cli["columns"])
-        self.assertEqual(len(mine), len(cli["rows"]))
-        for i, row in enumerate(cli["rows"]):
-            for j, cell in enumerate(row["cells"]):
-                if cell.get("text"):
-                    self.assertEqual(mine.iat[i, j], cell["text"])
-                else:
+        # A pivot of one run per cell, and the deltas of R's groups over two seeds each (whose
+        # cells carry the 95 % interval of their mean).
+        spread = 0
+        for kind, args, flags in (
+                ("pivot", dict(metric="loss", rows="R", cols="seed"),
+                 ["--metric", "loss", "--rows", "R", "--cols", "seed"]),
+                ("deltas", dict(metric="loss", baseline="R=1", group_by="R"),
+                 ["--metric", "loss", "--baseline", "R=1", "--group-by", "R"])):
+            mine = self.lab.table(kind, **args)
+            cli = json.loads(CLUSTER.cart(["results", kind] + flags + ["--format", "json"]))
+            self.assertEqual(list(mine.columns), cli["columns"])
+            self.assertEqual(len(mine), len(cli["rows"]))
+            for i, row in enumerate(cli["rows"]):
+                for j, cell in enumerate(row["cells"]):
+                    if cell.get("text"):
+                        self.assertEqual(mine.iat[i, j], cell["text"])
+                        continue
+                    n = int(cell.get("n", 0))
                     self.assertEqual(mine.iat[i, j], cell.get("mean", 0.0))
-                    self.assertEqual(mine.attrs["n"].iat[i, j], int(cell.get("n", 0)))
+                    self.assertEqual(mine.attrs["n"].iat[i, j], n)
                     self.assertEqual(mine.attrs["std"].iat[i, j], cell.get("std", 0.0))
+                    for end in ("ci_low", "ci_high"):  # the 95 % interval: two runs or more
+                        if n > 1:
+                            self.assertEqual(mine.attrs[end].iat[i, j], cell[end])
+                        else:
+                            self.assertTrue(math.isnan(mine.attrs[end].iat[i, j]))
+                    if n > 1:
+                        spread += 1
+                        self.assertLess(cell["ci_low"], cell["mean"])
+                        self.assertGreater(cell["ci_high"], cell["mean"])
+        self.assertGreater(spread, 0, "no cell averaged two seeds")
 
     def test_open_db_reads_the_same_frames_without_cartd(self):
         db = cartlab.open_db(CLUSTER.file("cartd/cart.db"))
@@ -235,6 +254,8 @@ class CartlabTest(unittest.TestCase):
             self.assertEqual(mine.attrs["title"], theirs.attrs["title"])
             pd.testing.assert_frame_equal(mine.attrs["std"], theirs.attrs["std"])
             pd.testing.assert_frame_equal(mine.attrs["n"], theirs.attrs["n"])
+            pd.testing.assert_frame_equal(mine.attrs["ci_low"], theirs.attrs["ci_low"])
+            pd.testing.assert_frame_equal(mine.attrs["ci_high"], theirs.attrs["ci_high"])
         with self.assertRaises(cartlab.CartError) as e:
             db.table("pivot", metric="loss", rows="RR", cols="seed", cart=cart)
         self.assertIn("'RR'", e.exception.message)

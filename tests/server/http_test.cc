@@ -631,10 +631,10 @@ TEST_F(HttpTest, GroupsMeanFollowsTheResultsRuleForADivergedSeed) {
     ASSERT_TRUE(worker->Acquire(1000, &job).ok());
     ASSERT_TRUE(job.has_value());
     streams.push_back(worker->Open(job->run_id(), job->attempt()));
-    // One seed learns (4, 3, 2, 1); the other diverges at step 3.
+    // One seed learns (4, 3, 2, 1); the other (6, 5) diverges at step 3.
     ASSERT_TRUE(streams.back()->Metrics(
         i == 0 ? std::vector<std::pair<int64_t, double>>{{1, 4}, {2, 3}, {3, 2}, {4, 1}}
-               : std::vector<std::pair<int64_t, double>>{{1, 4}, {2, 3}, {3, nan}, {4, nan}}));
+               : std::vector<std::pair<int64_t, double>>{{1, 6}, {2, 5}, {3, nan}, {4, nan}}));
   }
   for (int64_t run : runs) {
     ASSERT_TRUE(::cart::testing::WaitUntil([&] { return GetRun(run).step() == 4; }));
@@ -643,11 +643,17 @@ TEST_F(HttpTest, GroupsMeanFollowsTheResultsRuleForADivergedSeed) {
   ASSERT_EQ(r.status, 200) << r.body;
   const json group = r.Json()["groups"].at(0);
   ASSERT_EQ(group["mean"].size(), 4u) << r.body;
-  EXPECT_DOUBLE_EQ(group["mean"][0].get<double>(), 4);
-  EXPECT_DOUBLE_EQ(group["mean"][1].get<double>(), 3);
+  EXPECT_DOUBLE_EQ(group["mean"][0].get<double>(), 5);
+  EXPECT_DOUBLE_EQ(group["mean"][1].get<double>(), 4);
+  // The band is the mean's 95 % interval: {4, 6} has s = √2, so mean ± t(0.975, 1) · √2 / √2
+  // with t(0.975, 1) = 12.706204736174698 (SciPy).
+  EXPECT_NEAR(group["ci_low"][0].get<double>(), 5 - 12.706204736174698, 1e-9);
+  EXPECT_NEAR(group["ci_high"][0].get<double>(), 5 + 12.706204736174698, 1e-9);
   EXPECT_TRUE(group["mean"][2].is_null()) << "a diverged seed must not vanish from the mean";
   EXPECT_TRUE(group["mean"][3].is_null());
   EXPECT_TRUE(group["std"][3].is_null());
+  EXPECT_TRUE(group["ci_low"][3].is_null());
+  EXPECT_TRUE(group["ci_high"][3].is_null());
   EXPECT_EQ(group["n"][3], 2);
 }
 

@@ -430,6 +430,21 @@ TEST(ResultsMathTest, SummarizeGivesMeanSampleStdAndCount) {
   EXPECT_TRUE(std::isnan(Summarize({1.0, std::nan("")}).mean)) << "a diverged seed shows";
 }
 
+// The 95 % interval of the mean: mean ± t(0.975, n − 1) · s / √n, with t from SciPy
+// (scipy.stats.t.ppf(0.975, 3) = 3.182446305284263), so the bounds are 0.445739743239121 and
+// 4.5542602567608785 for {1, 2, 3, 4}.
+TEST(ResultsMathTest, SummarizeGivesTheStudentTIntervalOfTheMean) {
+  CellStats s = Summarize({1, 2, 3, 4});
+  EXPECT_NEAR(s.ci_low, 0.445739743239121, 1e-9);
+  EXPECT_NEAR(s.ci_high, 4.5542602567608785, 1e-9);
+  // Two runs: t(0.975, 1) = 12.706204736174698 and s = √0.5 for {0, 1}.
+  CellStats two = Summarize({0, 1});
+  EXPECT_NEAR(two.ci_high - two.mean, 12.706204736174698 * std::sqrt(0.5) / std::sqrt(2.0), 1e-9);
+  EXPECT_TRUE(std::isnan(Summarize({7}).ci_low)) << "one run has no interval";
+  EXPECT_TRUE(std::isnan(Summarize({7}).ci_high));
+  EXPECT_TRUE(std::isnan(Summarize({1.0, std::nan("")}).ci_low)) << "a diverged seed has none";
+}
+
 TEST(ResultsMathTest, RanksShareTiesAndPutNanLast) {
   EXPECT_THAT(Ranks({3, 1, 3, 2}, Goal::kMin), ElementsAre(3.5, 1, 3.5, 2));
   EXPECT_THAT(Ranks({3, 1, 3, 2}, Goal::kMax), ElementsAre(1.5, 4, 1.5, 3));

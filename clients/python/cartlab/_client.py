@@ -256,8 +256,9 @@ class Client:
         """A results table, the same query as `cart results KIND` (pivot, best, deltas, series,
         ranks) with the same arguments. The frame holds each cell's mean (or its text for label
         cells; NaN for an empty cell) under the table's columns; `frame.attrs` has "title", and
-        "std" and "n" frames of the same shape (the standard deviation over seeds and the runs
-        each cell aggregates). `tags`: only runs carrying every one of them (`--tag`)."""
+        "std", "ci_low", "ci_high" and "n" frames of the same shape (the standard deviation over
+        seeds, the mean's 95 % Student-t interval, NaN below two runs, and the runs each cell
+        aggregates). `tags`: only runs carrying every one of them (`--tag`)."""
         request = scheduler_pb2.QueryTableRequest(
             table=kind, metric=metric, rows=rows, cols=cols, sweeps=list(sweeps),
             baseline=baseline, group_by=group_by, run_id=self.run_id(run) if run else 0,
@@ -387,15 +388,19 @@ class Client:
 def table_frame(table: Any) -> pd.DataFrame:
     """A results Table (scheduler.proto) as table() returns it."""
     columns = list(table.columns)
-    means, stds, ns = [], [], []
+    nan = float("nan")
+    means, stds, lows, highs, ns = [], [], [], [], []
     for row in table.rows:
-        means.append([c.text if c.text else (c.mean if c.n > 0 else float("nan"))
-                      for c in row.cells])
-        stds.append([c.std if c.n > 0 and not c.text else float("nan") for c in row.cells])
+        means.append([c.text if c.text else (c.mean if c.n > 0 else nan) for c in row.cells])
+        stds.append([c.std if c.n > 0 and not c.text else nan for c in row.cells])
+        lows.append([c.ci_low if c.n > 1 and not c.text else nan for c in row.cells])
+        highs.append([c.ci_high if c.n > 1 and not c.text else nan for c in row.cells])
         ns.append([c.n for c in row.cells])
     frame = pd.DataFrame(means, columns=columns)
     frame.attrs["title"] = table.title
     frame.attrs["std"] = pd.DataFrame(stds, columns=columns)
+    frame.attrs["ci_low"] = pd.DataFrame(lows, columns=columns)
+    frame.attrs["ci_high"] = pd.DataFrame(highs, columns=columns)
     frame.attrs["n"] = pd.DataFrame(ns, columns=columns)
     return frame
 

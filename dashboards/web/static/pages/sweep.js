@@ -203,10 +203,15 @@ async function sweepPivot(el, sweep) {
       const f = hi > lo ? (v - lo) / (hi - lo) : 0.5;
       return `background: hsl(${220 - 190 * f}, 70%, ${88 - 30 * f}%)`;
     };
+    // A cell: the mean, ± half its 95 % interval where there are two runs or more, and n.
     const cell = (c) => {
-      const text = c.n ? fmt(c.mean) + (c.std !== null ? ' ± ' + fmt(c.std, 3) : '') : '–';
-      const td = h('td', {class: c.n ? '' : 'empty', text, title: `n = ${c.n}`});
-      if (c.n && c.mean !== null) td.setAttribute('style', color(c.mean));
+      if (!c.n) return h('td', {class: 'empty', text: '–', title: 'n = 0'});
+      const ci = c.ci_low !== null && c.ci_high !== null;
+      const text = fmt(c.mean) + (ci ? ' ± ' + fmt((c.ci_high - c.ci_low) / 2, 3) : '');
+      const title = `n = ${c.n}` +
+          (ci ? `, 95 % interval [${fmt(c.ci_low)}, ${fmt(c.ci_high)}], std ${fmt(c.std, 3)}` : '');
+      const td = h('td', {title}, text, h('span', {class: 'n', text: ` n ${c.n}`}));
+      if (c.mean !== null) td.setAttribute('style', color(c.mean));
       return td;
     };
     out.replaceChildren(
@@ -218,8 +223,8 @@ async function sweepPivot(el, sweep) {
             t.row_values.map((r, i) => h('tr', {}, h('th', {text: r}), t.cells[i].map(cell))))),
         h('p', {
           class: 'muted',
-          text: `${t.metric} (${t.value}), mean ± sample std over the runs in each cell; ` +
-              `colour from ${fmt(lo)} to ${fmt(hi)}.`,
+          text: `${t.metric} (${t.value}): the mean over the n runs of each cell ± half its ` +
+              `95 % confidence interval (Student's t); colour from ${fmt(lo)} to ${fmt(hi)}.`,
         }));
   };
   for (const s of [metricSel, rowSel, colSel, valueSel]) {
@@ -261,17 +266,18 @@ async function sweepGroups(el, sweep) {
       });
       const c = palette[i % palette.length];
       const base = data.length;
-      data.push(pick((j) => gr.mean[j] - (gr.std[j] || 0)));
-      data.push(pick((j) => gr.mean[j] + (gr.std[j] || 0)));
+      // The band is the mean's 95 % interval; a step with one run has none (the band closes).
+      data.push(pick((j) => gr.ci_low[j] ?? gr.mean[j]));
+      data.push(pick((j) => gr.ci_high[j] ?? gr.mean[j]));
       data.push(pick((j) => gr.mean[j]));
       const label = `${g.by}=${gr.value}`;
-      names.push(`${label} −σ`, `${label} +σ`, `${label} (${gr.runs} runs)`);
+      names.push(`${label} 95 % low`, `${label} 95 % high`, `${label} (${gr.runs} runs)`);
       series.push({width: 0, stroke: c}, {width: 0, stroke: c}, {width: 2});
       colors.push(c, c, c);
       bands.push({series: [base + 1, base], fill: c + '33'});
     });
     lineChart(
-        out, `${g.metric} by ${g.by}: mean ± std over runs`, names, data,
+        out, `${g.metric} by ${g.by}: mean and its 95 % interval over runs`, names, data,
         {width: 900, height: 320, series, bands, colors});
     const cut = g.truncated ? ' (the first ones only: narrow with a filter)' : '';
     out.append(h('p', {class: 'muted', text: `${g.runs} runs${cut}.`}));
