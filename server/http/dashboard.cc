@@ -747,9 +747,10 @@ Response Dashboard::SweepPivot(const Request& request, const std::string& name) 
     for (const store::CellStats& c : row) {
       r.push_back(json{{"mean", c.n ? Num(c.mean) : json(nullptr)},
                        {"std", c.n > 1 ? Num(c.std) : json(nullptr)},
-                       // The 95 % interval of the mean (Student t over the cell's runs).
-                       {"ci_low", c.n > 1 ? Num(c.ci_low) : json(nullptr)},
-                       {"ci_high", c.n > 1 ? Num(c.ci_high) : json(nullptr)},
+                       // The 95 % interval of the mean (Student t over the cell's runs);
+                       // Summarize leaves it NaN, sent as null, below two runs.
+                       {"ci_low", Num(c.ci_low)},
+                       {"ci_high", Num(c.ci_high)},
                        {"n", c.n}});
     }
     cells.push_back(r);
@@ -836,8 +837,8 @@ Response Dashboard::SweepGroups(const Request& request, const std::string& name)
       steps.push_back((b + 1) * (max_step + 1) / g);
       mean.push_back(Num(st.mean));
       sd.push_back(st.n > 1 ? Num(st.std) : json(nullptr));
-      low.push_back(st.n > 1 ? Num(st.ci_low) : json(nullptr));
-      high.push_back(st.n > 1 ? Num(st.ci_high) : json(nullptr));
+      low.push_back(Num(st.ci_low));  // NaN (null) below two runs
+      high.push_back(Num(st.ci_high));
       n.push_back(st.n);
     }
     groups.push_back(json{{"value", group},
