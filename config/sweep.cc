@@ -115,6 +115,91 @@ absl::Status ParseDerived(std::string_view file, const YAML::Node& node, Derived
   return absl::OkStatus();
 }
 
+absl::Status ParseExtraSeeds(std::string_view file, const YAML::Node& node, ExtraSeeds& extra) {
+  if (!node.IsMap())
+    return At(file, node, "extra_seeds: each entry must be {at: {...}, seeds: [...]}");
+  extra.line = node.Mark().line + 1;
+  bool has_at = false;
+  for (const auto& kv : node) {
+    const std::string key = kv.first.as<std::string>();
+    const YAML::Node& v = kv.second;
+    if (key == "at") {
+      has_at = true;
+      if (!v.IsMap() || v.size() == 0) {
+        return At(file, v,
+                  "extra_seeds.at: must map one or more grid keys to values (the same seeds at "
+                  "every point belong in seeds)");
+      }
+      for (const auto& a : v) {
+        if (!a.second.IsScalar()) {
+          return At(file, a.second,
+                    StrCat("extra_seeds.at.", a.first.as<std::string>(), ": must be one value"));
+        }
+        extra.at.emplace_back(a.first.as<std::string>(), a.second.Scalar());
+      }
+    } else if (key == "seeds") {
+      if (!v.IsSequence() || v.size() == 0) {
+        return At(file, v, "extra_seeds.seeds: must be a non-empty list");
+      }
+      for (const auto& e : v) {
+        CART_ASSIGN_OR_RETURN(int64_t s, Int(file, e, "extra_seeds.seeds"));
+        if (std::find(extra.seeds.begin(), extra.seeds.end(), s) != extra.seeds.end()) {
+          return At(file, e, StrCat("extra_seeds.seeds: ", s, " is listed twice"));
+        }
+        extra.seeds.push_back(s);
+      }
+    } else {
+      return At(file, kv.first, StrCat("extra_seeds: unknown key '", key, "' (known: at, seeds)"));
+    }
+  }
+  if (!has_at) return At(file, node, "extra_seeds: every entry needs at: {grid key: value}");
+  if (extra.seeds.empty()) return At(file, node, "extra_seeds: every entry needs seeds: [...]");
+  return absl::OkStatus();
+}
+
+// A config value in its stored form (`1e-3` and `0.001` are one learning rate).
+std::string Canonical(const std::string& key, const std::string& value) {
+  RunConfig probe;
+  if (!SetKey(probe, key, value).ok()) return value;
+  absl::StatusOr<std::string> stored = GetKey(probe, key);
+  return stored.ok() ? *stored : value;
+}
+
+// What can only be checked once the whole file is read: each `at` key is a grid key and its value
+// one of that key's grid values, and no extra seed is one of `seeds` (the run would be there
+// twice).
+absl::Status CheckExtraSeeds(const SweepSpec& spec, std::string_view file) {
+  for (const ExtraSeeds& extra : spec.extra_seeds) {
+    const std::string where = StrCat(file, ":", extra.line, ": extra_seeds");
+    for (const auto& [key, value] : extra.at) {
+      auto g = std::find_if(spec.grid.begin(), spec.grid.end(),
+                            [&](const auto& kv) { return kv.first == key; });
+      if (g == spec.grid.end()) {
+        std::vector<std::string> keys;
+        for (const auto& kv : spec.grid) keys.push_back(kv.first);
+        return absl::InvalidArgumentError(StrCat(
+            where, ".at: '", key,
+            "' is not a grid key (grid keys: ", keys.empty() ? "none" : StrJoin(keys, ", "), ")"));
+      }
+      const std::string want = Canonical(key, value);
+      const bool found = std::any_of(g->second.begin(), g->second.end(),
+                                     [&](const auto& v) { return Canonical(key, v) == want; });
+      if (!found) {
+        return absl::InvalidArgumentError(StrCat(where, ".at.", key, ": ", value,
+                                                 " is not one of the grid's values (",
+                                                 StrJoin(g->second, ", "), ")"));
+      }
+    }
+    for (int64_t s : extra.seeds) {
+      if (std::find(spec.seeds.begin(), spec.seeds.end(), s) != spec.seeds.end()) {
+        return absl::InvalidArgumentError(
+            StrCat(where, ".seeds: ", s, " is already one of seeds, at every point"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<SweepSpec> ParseSweepYaml(std::string_view text, std::string_view file) {
@@ -176,6 +261,15 @@ absl::StatusOr<SweepSpec> ParseSweepYaml(std::string_view text, std::string_view
           CART_ASSIGN_OR_RETURN(int64_t s, Int(file, e, "seeds"));
           spec.seeds.push_back(s);
         }
+      } else if (key == "extra_seeds") {
+        if (!v.IsSequence() || v.size() == 0) {
+          return At(file, v, "extra_seeds: must be a non-empty list of {at: {...}, seeds: [...]}");
+        }
+        for (const auto& e : v) {
+          ExtraSeeds extra;
+          CART_RETURN_IF_ERROR(ParseExtraSeeds(file, e, extra));
+          spec.extra_seeds.push_back(std::move(extra));
+        }
       } else if (key == "priority") {
         CART_ASSIGN_OR_RETURN(spec.priority, Int(file, v, "priority"));
       } else if (key == "max_attempts") {
@@ -213,14 +307,15 @@ absl::StatusOr<SweepSpec> ParseSweepYaml(std::string_view text, std::string_view
       } else {
         return At(file, kv.first,
                   StrCat("unknown key '", key,
-                         "' (known: name, base, grid, variants, seeds, priority, max_attempts, "
-                         "max_runs, derived)"));
+                         "' (known: name, base, grid, variants, seeds, extra_seeds, priority, "
+                         "max_attempts, max_runs, derived)"));
       }
     }
   } catch (const YAML::Exception& e) {
     return absl::InvalidArgumentError(StrCat(file, ":", e.mark.line + 1, ": ", e.msg));
   }
   if (spec.name.empty()) return absl::InvalidArgumentError(StrCat(file, ": name: missing"));
+  CART_RETURN_IF_ERROR(CheckExtraSeeds(spec, file));
   return spec;
 }
 
@@ -295,7 +390,8 @@ absl::Status FinishRun(const SweepSpec& spec, std::string_view file, ExpandedRun
 }
 
 // The grid's runs: every point (an odometer over the grid, last key fastest), every variant,
-// every seed, in that order.
+// every seed, in that order; then each extra_seeds entry's runs, point by point in the same order
+// (so adding an entry never renumbers the grid's runs).
 absl::StatusOr<std::vector<ExpandedRun>> ExpandGrid(const SweepSpec& spec, std::string_view file,
                                                     const GridSize& size) {
   RunConfig base;
@@ -303,35 +399,91 @@ absl::StatusOr<std::vector<ExpandedRun>> ExpandGrid(const SweepSpec& spec, std::
     CART_RETURN_IF_ERROR(ApplyYaml(base, spec.base_yaml, StrCat(file, " (base)")));
   }
   static const std::vector<std::pair<std::string, std::string>> kNoOverrides;
-  std::vector<ExpandedRun> runs;
-  std::vector<size_t> pos(spec.grid.size(), 0);
+  const size_t variants = std::max<size_t>(1, spec.variants.size());
   const int64_t points = size.per_point > 0 ? size.runs / size.per_point : 0;
-  for (int64_t i = 0; i < points; ++i) {
-    for (size_t v = 0; v < std::max<size_t>(1, spec.variants.size()); ++v) {
-      const auto& overrides = spec.variants.empty() ? kNoOverrides : spec.variants[v];
-      for (int64_t seed : spec.seeds) {
-        ExpandedRun r;
-        r.index = static_cast<int64_t>(runs.size());
-        r.name = StrCat(spec.name, "/", r.index);
-        r.config = base;
-        for (size_t g = 0; g < spec.grid.size(); ++g) {
-          const auto& [key, values] = spec.grid[g];
-          CART_RETURN_IF_ERROR(SetKey(r.config, key, values[pos[g]]));
-          r.params[key] = values[pos[g]];
-        }
-        for (const auto& [key, value] : overrides) {
-          CART_RETURN_IF_ERROR(SetKey(r.config, key, value));
-          r.params[key] = value;
-        }
-        r.config.train.seed = seed;
-        CART_RETURN_IF_ERROR(FinishRun(spec, file, r));
-        runs.push_back(std::move(r));
+  std::vector<ExpandedRun> runs;
+  // One run at grid point `pos`, variant `v`, with `seed`.
+  auto add = [&](const std::vector<size_t>& pos, size_t v, int64_t seed) -> absl::Status {
+    ExpandedRun r;
+    r.index = static_cast<int64_t>(runs.size());
+    r.name = StrCat(spec.name, "/", r.index);
+    r.config = base;
+    for (size_t g = 0; g < spec.grid.size(); ++g) {
+      const auto& [key, values] = spec.grid[g];
+      CART_RETURN_IF_ERROR(SetKey(r.config, key, values[pos[g]]));
+      r.params[key] = values[pos[g]];
+    }
+    for (const auto& [key, value] : spec.variants.empty() ? kNoOverrides : spec.variants[v]) {
+      CART_RETURN_IF_ERROR(SetKey(r.config, key, value));
+      r.params[key] = value;
+    }
+    r.config.train.seed = seed;
+    CART_RETURN_IF_ERROR(FinishRun(spec, file, r));
+    runs.push_back(std::move(r));
+    return absl::OkStatus();
+  };
+  // Calls `f(pos)` at every grid point in odometer order.
+  auto each_point = [&](auto&& f) -> absl::Status {
+    std::vector<size_t> pos(spec.grid.size(), 0);
+    for (int64_t i = 0; i < points; ++i) {
+      CART_RETURN_IF_ERROR(f(pos));
+      for (size_t g = spec.grid.size(); g-- > 0;) {
+        if (++pos[g] < spec.grid[g].second.size()) break;
+        pos[g] = 0;
       }
     }
-    for (size_t g = spec.grid.size(); g-- > 0;) {
-      if (++pos[g] < spec.grid[g].second.size()) break;
-      pos[g] = 0;
+    return absl::OkStatus();
+  };
+  CART_RETURN_IF_ERROR(each_point([&](const std::vector<size_t>& pos) -> absl::Status {
+    for (size_t v = 0; v < variants; ++v) {
+      for (int64_t seed : spec.seeds) CART_RETURN_IF_ERROR(add(pos, v, seed));
     }
+    return absl::OkStatus();
+  }));
+  if (spec.extra_seeds.empty()) return runs;
+
+  // Which points each entry names (ParseSweepYaml checked its keys and values), counted against
+  // max_runs before any of their runs is built.
+  auto matches = [&](const ExtraSeeds& extra, const std::vector<size_t>& pos) {
+    for (const auto& [key, value] : extra.at) {
+      for (size_t g = 0; g < spec.grid.size(); ++g) {
+        if (spec.grid[g].first == key &&
+            Canonical(key, spec.grid[g].second[pos[g]]) != Canonical(key, value)) {
+          return false;
+        }
+      }
+    }
+    return true;
+  };
+  int64_t total = static_cast<int64_t>(runs.size());
+  std::set<std::pair<std::vector<size_t>, int64_t>> seeded;  // (point, extra seed)
+  for (const ExtraSeeds& extra : spec.extra_seeds) {
+    CART_RETURN_IF_ERROR(each_point([&](const std::vector<size_t>& pos) -> absl::Status {
+      if (!matches(extra, pos)) return absl::OkStatus();
+      for (int64_t seed : extra.seeds) {
+        if (!seeded.emplace(pos, seed).second) {
+          return absl::InvalidArgumentError(
+              StrCat(file, ":", extra.line, ": extra_seeds: seed ", seed,
+                     " is given twice at one grid point (an earlier entry names it too)"));
+        }
+      }
+      total += static_cast<int64_t>(variants * extra.seeds.size());
+      return absl::OkStatus();
+    }));
+  }
+  if (total > spec.max_runs) {
+    return absl::ResourceExhaustedError(
+        StrCat(file, ": the grid expands to ", total,
+               " runs with its extra seeds, more than max_runs = ", spec.max_runs));
+  }
+  for (const ExtraSeeds& extra : spec.extra_seeds) {
+    CART_RETURN_IF_ERROR(each_point([&](const std::vector<size_t>& pos) -> absl::Status {
+      if (!matches(extra, pos)) return absl::OkStatus();
+      for (size_t v = 0; v < variants; ++v) {
+        for (int64_t seed : extra.seeds) CART_RETURN_IF_ERROR(add(pos, v, seed));
+      }
+      return absl::OkStatus();
+    }));
   }
   return runs;
 }

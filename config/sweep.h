@@ -11,6 +11,9 @@
 //     - {}              # with every grid point and seed ({}: the base as it is)
 //     - {core: unshared, core_attn: self}
 //   seeds: [42]
+//   extra_seeds:        # optional: more seeds at some grid points only, run after the grid
+//     - at: {d: 1024, P: 6}   # grid keys and values; every point that has them
+//       seeds: [43, 44]       # seeds not in `seeds`
 //   priority: 10          # higher runs first
 //   max_attempts: 3       # attempts per run before FAILED
 //   max_runs: 10000       # refuse a grid that expands past this
@@ -49,6 +52,14 @@ struct DerivedSpec {
   std::string set_maps_yaml;  // `set` entries that are mappings (tasks, val_data), as YAML
 };
 
+// More seeds at the grid points that have the given values (`extra_seeds:`): where a decision
+// reads only a few points of a grid, those get the seeds it needs without multiplying the rest.
+struct ExtraSeeds {
+  std::vector<std::pair<std::string, std::string>> at;  // grid key -> value, as written
+  std::vector<int64_t> seeds;
+  int line = 0;  // 1-based line of the entry in the sweep file, for errors found at expansion
+};
+
 struct SweepSpec {
   std::string name;
   std::string base_yaml;  // the `base` mapping as YAML text
@@ -56,6 +67,7 @@ struct SweepSpec {
   // Each entry: config overrides applied after the grid point (empty: none), file order.
   std::vector<std::vector<std::pair<std::string, std::string>>> variants;
   std::vector<int64_t> seeds = {42};
+  std::vector<ExtraSeeds> extra_seeds;  // runs after the grid's, in file order
   int64_t priority = 0;
   int64_t max_attempts = 3;
   int64_t max_runs = 10000;

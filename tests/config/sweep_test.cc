@@ -125,6 +125,105 @@ TEST(SweepTest, GridPastTheLimitIsRefusedWithTheCount) {
               StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("expands to 110 runs")));
 }
 
+TEST(SweepTest, ExtraSeedsAddRunsAtTheNamedPointsAfterTheGridWithoutRenumberingIt) {
+  constexpr char kYaml[] = R"(name: s1
+base: {vocab: 100, steps: 10, lr: 1e-3}
+grid:
+  d: [64, 128]
+  R: [2, 4]
+  P: [1, 2]
+seeds: [42]
+extra_seeds:
+  - at: {d: 128, P: 2}
+    seeds: [43, 44]
+)";
+  constexpr char kPlain[] = R"(name: s1
+base: {vocab: 100, steps: 10, lr: 1e-3}
+grid: {d: [64, 128], R: [2, 4], P: [1, 2]}
+seeds: [42]
+)";
+  CART_ASSERT_OK_AND_ASSIGN(SweepSpec spec, ParseSweepYaml(kYaml, "s1.yaml"));
+  CART_ASSERT_OK_AND_ASSIGN(auto runs, ExpandSweep(spec, "s1.yaml"));
+  ASSERT_EQ(runs.size(), 12u);  // 8 grid runs, then 2 points × 2 seeds
+  // The grid's runs are numbered as without the entry.
+  CART_ASSERT_OK_AND_ASSIGN(SweepSpec plain, ParseSweepYaml(kPlain, "plain.yaml"));
+  CART_ASSERT_OK_AND_ASSIGN(auto plain_runs, ExpandSweep(plain, "plain.yaml"));
+  ASSERT_EQ(plain_runs.size(), 8u);
+  for (size_t i = 0; i < 8; ++i) EXPECT_EQ(runs[i].params, plain_runs[i].params) << i;
+  const std::vector<std::pair<std::string, std::string>> want = {
+      {"2", "43"}, {"2", "44"}, {"4", "43"}, {"4", "44"}};
+  for (size_t i = 8; i < 12; ++i) {
+    EXPECT_EQ(runs[i].name, StrCat("s1/", i));
+    EXPECT_EQ(runs[i].params.at("d"), "128");
+    EXPECT_EQ(runs[i].params.at("P"), "2");
+    EXPECT_EQ(runs[i].params.at("R"), want[i - 8].first);
+    EXPECT_EQ(runs[i].params.at("seed"), want[i - 8].second);
+    EXPECT_EQ(runs[i].config.train.seed, std::stoll(want[i - 8].second));
+  }
+  // A value is matched in its stored form, as the grid's own (1e-3 and 0.001 are one rate).
+  CART_ASSERT_OK_AND_ASSIGN(SweepSpec lr,
+                            ParseSweepYaml("name: l\nbase: {vocab: 100, d: 64, steps: 10}\n"
+                                           "grid: {lr: [1e-3, 2e-3]}\nextra_seeds:\n"
+                                           "  - {at: {lr: 0.001}, seeds: [7]}\n",
+                                           "lr.yaml"));
+  CART_ASSERT_OK_AND_ASSIGN(auto lr_runs, ExpandSweep(lr, "lr.yaml"));
+  ASSERT_EQ(lr_runs.size(), 3u);
+  EXPECT_EQ(lr_runs[2].params.at("seed"), "7");
+  EXPECT_EQ(lr_runs[2].config.train.lr, 1e-3);
+}
+
+TEST(SweepTest, ExtraSeedsErrorsNameFileLineAndWhatIsAllowed) {
+  auto parse = [](const std::string& extra) {
+    return ParseSweepYaml(StrCat("name: a\nbase: {vocab: 100, steps: 10}\ngrid:\n  d: [64, 128]\n"
+                                 "  R: [2, 4]\nseeds: [1, 2]\nextra_seeds:\n",
+                                 extra),
+                          "a.yaml");
+  };
+  EXPECT_THAT(parse("  - at: {P: 2}\n    seeds: [3]\n"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("a.yaml:8: extra_seeds.at: 'P' is not a grid key (grid keys: d, "
+                                 "R)")));
+  EXPECT_THAT(parse("  - at: {d: 96}\n    seeds: [3]\n"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("a.yaml:8: extra_seeds.at.d: 96 is not one of the grid's values "
+                                 "(64, 128)")));
+  EXPECT_THAT(parse("  - at: {d: 128}\n    seeds: [2, 3]\n"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("a.yaml:8: extra_seeds.seeds: 2 is already one of seeds")));
+  EXPECT_THAT(parse("  - at: {d: 128}\n    seeds: [3, 3]\n"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("a.yaml:9: extra_seeds.seeds: 3 is listed twice")));
+  EXPECT_THAT(parse("  - at: {}\n    seeds: [3]\n"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("a.yaml:8: extra_seeds.at: must map one or more grid keys")));
+  EXPECT_THAT(parse("  - seeds: [3]\n"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("a.yaml:8: extra_seeds: every entry needs at:")));
+  EXPECT_THAT(parse("  - at: {d: 64}\n    seed: [3]\n"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("a.yaml:9: extra_seeds: unknown key 'seed' (known: at, seeds)")));
+  EXPECT_THAT(parse("  - at: {d: 64}\n    seeds: [x]\n"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("a.yaml:9: extra_seeds.seeds: 'x' is not an integer")));
+  // Two entries giving one point the same seed: the run would be there twice.
+  CART_ASSERT_OK_AND_ASSIGN(
+      SweepSpec twice, parse("  - at: {d: 128}\n    seeds: [3]\n  - at: {R: 4}\n    seeds: [3]\n"));
+  EXPECT_THAT(
+      ExpandSweep(twice, "a.yaml"),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               HasSubstr("a.yaml:10: extra_seeds: seed 3 is given twice at one grid point")));
+  // Counted against max_runs before any extra run is built.
+  CART_ASSERT_OK_AND_ASSIGN(SweepSpec many,
+                            ParseSweepYaml("name: m\nmax_runs: 10\nbase: {vocab: 100, d: 64}\n"
+                                           "grid: {R: [2, 4]}\nseeds: [1, 2, 3, 4]\nextra_seeds:\n"
+                                           "  - {at: {R: 4}, seeds: [5, 6, 7]}\n",
+                                           "m.yaml"));
+  EXPECT_THAT(ExpandSweep(many, "m.yaml"),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       HasSubstr("m.yaml: the grid expands to 11 runs with its extra seeds, more "
+                                 "than max_runs = 10")));
+}
+
 // ---- The paper's program as sweep files (sweeps/paper/).
 
 SweepSpec LoadPaperSweep(const std::string& name) {

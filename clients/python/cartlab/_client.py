@@ -286,10 +286,11 @@ class Client:
                request_id: Optional[str] = None, data_identity: bool = True,
                cart: Optional[str] = None) -> Dict[str, Any]:
         """Submits a sweep: a sweep file's path, or the sweep as a dict (the file's keys: name,
-        base, grid, variants, seeds, priority, max_attempts). Returns {"sweep": name, "existing":
-        whether an earlier submit with the same request_id made it, "runs": a runs() frame of
-        the expanded runs (a dry run stores nothing; its run ids are 0)}. A bad file raises
-        CartError INVALID_ARGUMENT naming file, line and key, as `cart sweep submit` prints.
+        base, grid, variants, seeds, extra_seeds, priority, max_attempts). Returns {"sweep":
+        name, "existing": whether an earlier submit with the same request_id made it, "runs": a
+        runs() frame of the expanded runs (a dry run stores nothing; its run ids are 0)}. A bad
+        file raises CartError INVALID_ARGUMENT naming file, line and key, as `cart sweep submit`
+        prints.
 
         With `data_identity` (and a `cart` program: `cart`, $CART_BIN or PATH), the data files
         the sweep names that this machine can read are hashed here (`cart data identify`) and
