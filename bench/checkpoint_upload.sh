@@ -4,14 +4,17 @@
 # parameters), whose checkpoint (fp32
 # weights and both AdamW moments) is the size of the paper's stage-2 runs', with a checkpoint
 # every EVERY steps, over loopback capped at 1 Gbit/s with tc (a lab's 1 GbE link to cartd; as
-# root, else uncapped and said so). Twice: uploads inline on the training thread (cart-worker
-# --upload-inline, as it was) and in the background (the default); then with the artifacts on a
-# shared filesystem (a directory here) that the worker writes itself. From the run's step times in
+# root, else uncapped and said so). Three times: the write and the upload on the training thread
+# (cart-worker --upload-inline --write-checkpoints-inline, as it first was), the write on the
+# training thread and the upload in the background (--write-checkpoints-inline, as it was next),
+# and both in the background (the default: the loop only serializes into memory); then with the
+# artifacts on a shared filesystem (a directory here) that the worker writes itself. From the run's step times in
 # cartd's database: the median step, what the checkpoint steps took beyond it (the write to local
 # disk, plus the upload when inline), that as a share of the run, and projected to the paper's
 # cadence (a checkpoint every 500 steps) with the median step of the run without checkpoints: the
-# checkpoint step's extra time, the synchronous write alone (from the trainer's log line), and all
-# the run lost (the steps beside each upload, slowed by it on these two cores, included).
+# checkpoint step's extra time, what the training loop waited for the write (from the trainer's
+# log line), and all the run lost (the steps beside each upload and background write, slowed by
+# them on these two cores, included).
 #
 #   bench/checkpoint_upload.sh [BUILD_DIR] [D] [STEPS] [EVERY]   (defaults: build 1024 30 10)
 set -euo pipefail
@@ -70,11 +73,13 @@ rows = con.execute(
     "JOIN sweeps s ON s.id = r.sweep_id JOIN metric_names n ON n.id = m.name_id "
     "WHERE s.name = ? AND n.name = 'loss' ORDER BY m.step", (sweep,)).fetchall()
 size = con.execute("SELECT max(a.size_bytes) FROM artifacts a").fetchone()[0] or 0
-# The trainer logs each synchronous write: "checkpoint at step N written: X MiB in S s".
+# The trainer logs what each checkpoint cost the training loop: the whole write, "checkpoint at
+# step N written: X MiB in S s", or, written in the background, "... X MiB serialized in S s on
+# the training loop, then in W s in the background".
 writes = [float(m.group(1)) for (text,) in con.execute(
     "SELECT l.text FROM run_logs l JOIN runs r ON r.id = l.run_id JOIN sweeps s "
     "ON s.id = r.sweep_id WHERE s.name = ?", (sweep,))
-    for m in [re.search(r"written: [0-9.]+ MiB in ([0-9.]+) s", text)] if m]
+    for m in [re.search(r"written: [0-9.]+ MiB (?:in|serialized in) ([0-9.]+) s", text)] if m]
 t = {s: w / 1e6 for s, w in rows}
 # Step s's interval ends at its point; a checkpoint written after step s lands in step s + 1's.
 gaps = {s: t[s] - t[s - 1] for s in t if s - 1 in t and s > 2}
@@ -97,16 +102,17 @@ lost = (total - known["none"]) / max(len(ckpt), 1)
 step = known["step"]  # a step with no checkpoint and no upload beside it
 write = statistics.median(writes) if writes else float("nan")
 print(f"{sweep:>10}: checkpoint {size / 2**30:.2f} GiB; median step {med:.3f} s; each checkpoint "
-      f"step +{per:.2f} s ({len(ckpt)}), of which the synchronous write "
+      f"step +{per:.2f} s ({len(ckpt)}), of which the loop's write "
       f"{write:.2f} s; the run lost {lost:.2f} s per checkpoint "
       f"({total:.2f} s vs {known['none']:.2f} s). At one checkpoint per 500 steps of "
-      f"{step:.3f} s: the checkpoint step {100 * per / (500 * step):.3f} %, the synchronous "
+      f"{step:.3f} s: the checkpoint step {100 * per / (500 * step):.3f} %, the loop's "
       f"write {100 * write / (500 * step):.3f} %, all that was lost "
       f"{100 * lost / (500 * step):.3f} % of step time")
 PY
 }
 measure none 0
-measure inline "$every" --upload-inline
+measure inline "$every" --upload-inline --write-checkpoints-inline
+measure bg-upload "$every" --write-checkpoints-inline
 measure background "$every"
 # The shared-filesystem backend (artifact_store: kind shared_fs; a directory on this machine's
 # disk standing for the lab's NFS): the worker copies each checkpoint there itself, in the

@@ -3,6 +3,7 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -67,7 +68,123 @@ absl::StatusOr<CheckpointManifest> ReadManifest(const fs::path& json_path) {
   }
 }
 
+// Writes the checkpoint's archive through `sink` (LibTorch's serializer; the sink returns the
+// bytes it took, fewer to stop). Throws what the serializer throws.
+void SaveArchive(const CheckpointState& state, torch::nn::Module& model,
+                 torch::optim::Optimizer& optimizer,
+                 const std::function<size_t(const void*, size_t)>& sink) {
+  torch::serialize::OutputArchive archive;
+  torch::serialize::OutputArchive model_archive;
+  model.save(model_archive);
+  archive.write("model", model_archive);
+  torch::serialize::OutputArchive optimizer_archive;
+  optimizer.save(optimizer_archive);
+  archive.write("optimizer", optimizer_archive);
+  archive.write("step", torch::tensor(state.step, torch::kInt64));
+  archive.write("cursor", torch::tensor(state.cursor, torch::kInt64));
+  archive.write("rng_cpu", at::detail::getDefaultCPUGenerator().get_state());
+  archive.save_to(sink);
+}
+
+// After the .pt file is committed: its manifest (atomically, last), then retention.
+absl::StatusOr<CheckpointManifest> FinishCheckpoint(const std::string& dir,
+                                                    const CheckpointState& state, int64_t bytes,
+                                                    uint32_t crc, int64_t keep,
+                                                    const CheckpointWriteOptions& write) {
+  const std::string name = StepName(state.step);
+  CheckpointManifest m;
+  m.step = state.step;
+  m.bytes = bytes;
+  m.crc32 = crc;
+  m.crc32c = write.crc32c;
+  m.cursor = state.cursor;
+  m.config_yaml = state.config_yaml;
+  m.path = (fs::path(dir) / (name + ".pt")).string();
+  CART_ASSIGN_OR_RETURN(AtomicFileWriter manifest,
+                        AtomicFileWriter::Open((fs::path(dir) / (name + ".json")).string()));
+  CART_RETURN_IF_ERROR(manifest.Write(ManifestJson(m, name + ".pt").dump(2) + "\n"));
+  CART_RETURN_IF_ERROR(write.durable ? manifest.Commit() : manifest.CommitWithoutSync());
+
+  std::error_code ec;
+  std::vector<CheckpointManifest> all = ListCheckpoints(dir);
+  for (size_t i = 0; i + keep < all.size(); ++i) {
+    fs::remove(fs::path(dir) / (StepName(all[i].step) + ".json"), ec);  // manifest first
+    if (write.discard) {
+      write.discard(all[i].path);
+    } else {
+      fs::remove(all[i].path, ec);
+    }
+  }
+  return m;
+}
+
 }  // namespace
+
+void CheckpointBytes::Append(const void* data, size_t n) {
+  const char* bytes = static_cast<const char*>(data);
+  while (n > 0) {
+    const size_t block = static_cast<size_t>(size_) / kBlock;
+    const size_t off = static_cast<size_t>(size_) % kBlock;
+    if (block == blocks_.size()) blocks_.push_back(std::make_unique<char[]>(kBlock));
+    const size_t take = std::min(n, kBlock - off);
+    std::memcpy(blocks_[block].get() + off, bytes, take);
+    bytes += take;
+    n -= take;
+    size_ += static_cast<int64_t>(take);
+  }
+}
+
+absl::Status CheckpointBytes::ForEachPiece(
+    const std::function<absl::Status(const char*, size_t)>& f) const {
+  for (size_t block = 0; static_cast<int64_t>(block * kBlock) < size_; ++block) {
+    const size_t n = std::min(kBlock, static_cast<size_t>(size_) - block * kBlock);
+    CART_RETURN_IF_ERROR(f(blocks_[block].get(), n));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SerializeCheckpoint(const CheckpointState& state, torch::nn::Module& model,
+                                 torch::optim::Optimizer& optimizer, CheckpointBytes& out) {
+  out.Clear();
+  try {
+    SaveArchive(state, model, optimizer, [&](const void* data, size_t n) -> size_t {
+      out.Append(data, n);
+      return n;
+    });
+  } catch (const std::exception& e) {
+    return FromTorchError(e, "cannot serialize checkpoint");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<CheckpointManifest> CommitCheckpoint(const std::string& dir,
+                                                    const CheckpointState& state,
+                                                    const CheckpointBytes& bytes, int64_t keep,
+                                                    const CheckpointWriteOptions& write) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return absl::InternalError(StrCat("cannot create ", dir, ": ", ec.message()));
+  const fs::path pt = fs::path(dir) / (StepName(state.step) + ".pt");
+  CART_ASSIGN_OR_RETURN(AtomicFileWriter file, AtomicFileWriter::Open(pt.string()));
+  uint32_t crc = 0;
+  CART_RETURN_IF_ERROR(bytes.ForEachPiece([&](const char* data, size_t n) {
+    crc = ExtendChecksum(write.crc32c, crc, data, n);
+    return file.Write(data, n);
+  }));
+  CART_RETURN_IF_ERROR(write.durable ? file.Commit() : file.CommitWithoutSync());
+  return FinishCheckpoint(dir, state, bytes.size(), crc, keep, write);
+}
+
+std::vector<std::string> RemoveInterruptedWrites(const std::string& dir) {
+  std::vector<std::string> removed;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.find(".tmp-") == std::string::npos || !entry.is_regular_file(ec)) continue;
+    if (fs::remove(entry.path(), ec)) removed.push_back(name);
+  }
+  return removed;
+}
 
 absl::StatusOr<CheckpointManifest> WriteCheckpoint(const std::string& dir,
                                                    const CheckpointState& state,
@@ -98,17 +215,7 @@ absl::StatusOr<CheckpointManifest> WriteCheckpoint(const std::string& dir,
     return write_status.ok();
   };
   try {
-    torch::serialize::OutputArchive archive;
-    torch::serialize::OutputArchive model_archive;
-    model.save(model_archive);
-    archive.write("model", model_archive);
-    torch::serialize::OutputArchive optimizer_archive;
-    optimizer.save(optimizer_archive);
-    archive.write("optimizer", optimizer_archive);
-    archive.write("step", torch::tensor(state.step, torch::kInt64));
-    archive.write("cursor", torch::tensor(state.cursor, torch::kInt64));
-    archive.write("rng_cpu", at::detail::getDefaultCPUGenerator().get_state());
-    archive.save_to([&](const void* data, size_t n) -> size_t {
+    SaveArchive(state, model, optimizer, [&](const void* data, size_t n) -> size_t {
       if (!write_status.ok()) return 0;
       const char* bytes = static_cast<const char*>(data);
       if (!write.staged) {
@@ -132,29 +239,7 @@ absl::StatusOr<CheckpointManifest> WriteCheckpoint(const std::string& dir,
   }
   CART_RETURN_IF_ERROR(write_status);
   CART_RETURN_IF_ERROR(write.durable ? file.Commit() : file.CommitWithoutSync());
-  CheckpointManifest m;
-  m.step = state.step;
-  m.bytes = written;
-  m.crc32 = crc;
-  m.crc32c = write.crc32c;
-  m.cursor = state.cursor;
-  m.config_yaml = state.config_yaml;
-  m.path = pt.string();
-  CART_ASSIGN_OR_RETURN(AtomicFileWriter manifest,
-                        AtomicFileWriter::Open((fs::path(dir) / (name + ".json")).string()));
-  CART_RETURN_IF_ERROR(manifest.Write(ManifestJson(m, name + ".pt").dump(2) + "\n"));
-  CART_RETURN_IF_ERROR(write.durable ? manifest.Commit() : manifest.CommitWithoutSync());
-
-  std::vector<CheckpointManifest> all = ListCheckpoints(dir);
-  for (size_t i = 0; i + keep < all.size(); ++i) {
-    fs::remove(fs::path(dir) / (StepName(all[i].step) + ".json"), ec);  // manifest first
-    if (write.discard) {
-      write.discard(all[i].path);
-    } else {
-      fs::remove(all[i].path, ec);
-    }
-  }
-  return m;
+  return FinishCheckpoint(dir, state, written, crc, keep, write);
 }
 
 std::vector<CheckpointManifest> ListCheckpoints(const std::string& dir,

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -60,6 +61,43 @@ absl::StatusOr<CheckpointManifest> WriteCheckpoint(const std::string& dir,
                                                    torch::nn::Module& model,
                                                    torch::optim::Optimizer& optimizer, int64_t keep,
                                                    const CheckpointWriteOptions& write = {});
+
+// A checkpoint serialized into memory, to be written by CommitCheckpoint on another thread while
+// training goes on (docs/design.md "Storage"). Clear() keeps the blocks: the next checkpoint is
+// serialized into memory already mapped, instead of faulting 1.4 GiB in again on the training
+// thread.
+class CheckpointBytes {
+ public:
+  void Append(const void* data, size_t n);
+  void Clear() { size_ = 0; }
+  int64_t size() const { return size_; }
+  // Calls `f(data, n)` over the bytes in order; stops at the first error.
+  absl::Status ForEachPiece(const std::function<absl::Status(const char*, size_t)>& f) const;
+
+ private:
+  static constexpr size_t kBlock = size_t{4} << 20;
+  std::vector<std::unique_ptr<char[]>> blocks_;
+  int64_t size_ = 0;
+};
+
+// The first half of WriteCheckpoint, on the training thread: `model`, `optimizer`, the step, the
+// cursor and the CPU RNG state serialized into `out` (cleared first). Tensors on a GPU are copied
+// to the host here, so that the checkpoint is of this moment whatever training does next.
+absl::Status SerializeCheckpoint(const CheckpointState& state, torch::nn::Module& model,
+                                 torch::optim::Optimizer& optimizer, CheckpointBytes& out);
+
+// The second half, on any thread: writes `bytes` (of `state`) into `dir` as WriteCheckpoint does
+// (checksum, atomic file, then manifest), then applies retention. Touches neither model nor
+// optimizer; `bytes` must stay unchanged until it returns.
+absl::StatusOr<CheckpointManifest> CommitCheckpoint(const std::string& dir,
+                                                    const CheckpointState& state,
+                                                    const CheckpointBytes& bytes, int64_t keep,
+                                                    const CheckpointWriteOptions& write = {});
+
+// Removes what a killed write left in `dir`: AtomicFileWriter's "<name>.tmp-<pid>-<n>" files
+// (a checkpoint's are as large as the checkpoint). Only for a directory no other process writes.
+// The names removed.
+std::vector<std::string> RemoveInterruptedWrites(const std::string& dir);
 
 // Every checkpoint manifest in `dir`, oldest first (unreadable manifests are skipped and listed
 // in `problems`).

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -96,6 +97,11 @@ class Trainer {
   absl::Status Emit(const MetricRecord& record);
   absl::Status Evaluate(int64_t step);
   absl::Status Checkpoint(int64_t step);
+  // Whether the background write (if any) has ended, and then what a finished checkpoint does
+  // (log line, result, on_checkpoint), or its error. `wait`: blocks until it ends.
+  absl::Status FinishCheckpoint(bool wait);
+  // What the trainer does once checkpoint `m` is on disk.
+  void Checkpointed(const CheckpointManifest& m, const std::string& how);
 
   RunConfig config_;
   const TrainOptions& options_;
@@ -109,6 +115,20 @@ class Trainer {
   torch::Device device_ = torch::kCPU;
   bool mixed_precision_ = false;
   TrainResult result_;
+  // The serialized checkpoint being written in the background (its memory kept for the next),
+  // and that write. Declared last: a trainer leaving on an error waits for the write (the
+  // future's destructor) before the bytes it reads are freed.
+  CheckpointBytes checkpoint_bytes_;
+  struct Written {
+    absl::StatusOr<CheckpointManifest> manifest;
+    double seconds = 0;  // the write's, on its thread
+  };
+  struct PendingWrite {
+    int64_t step = 0;
+    double serialize_seconds = 0;  // what the training loop waited for
+    std::future<Written> done;
+  };
+  std::optional<PendingWrite> pending_;
 };
 
 absl::Status Trainer::Emit(const MetricRecord& record) {
@@ -153,6 +173,7 @@ absl::Status Trainer::Evaluate(int64_t step) {
 }
 
 absl::Status Trainer::Checkpoint(int64_t step) {
+  CART_RETURN_IF_ERROR(FinishCheckpoint(/*wait=*/true));  // at most one write in flight
   CheckpointState state;
   state.step = step;
   state.cursor = reader_->cursor();
@@ -160,18 +181,59 @@ absl::Status Trainer::Checkpoint(int64_t step) {
   CheckpointWriteOptions write;
   write.durable = options_.durable_checkpoints;
   write.discard = options_.discard_checkpoint;
+  const int64_t keep = config_.train.keep_checkpoints;
   const auto start = std::chrono::steady_clock::now();
-  CART_ASSIGN_OR_RETURN(CheckpointManifest m,
-                        WriteCheckpoint(checkpoint_dir_, state, *model_, *optimizer_,
-                                        config_.train.keep_checkpoints, write));
-  // What the checkpoint cost the training loop, in the run's log (bench/checkpoint_upload.sh).
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  Log(StrCat("checkpoint at step ", step, " written: ", Fixed(m.bytes / 1048576.0, 1), " MiB in ",
-             Fixed(seconds, 2), " s"));
+  auto since = [](std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+  };
+  if (!options_.background_checkpoints) {
+    CART_ASSIGN_OR_RETURN(CheckpointManifest m, WriteCheckpoint(checkpoint_dir_, state, *model_,
+                                                                *optimizer_, keep, write));
+    // What the checkpoint cost the training loop, in the run's log (bench/checkpoint_upload.sh).
+    Checkpointed(m, StrCat("in ", Fixed(since(start), 2), " s"));
+    return absl::OkStatus();
+  }
+  CART_RETURN_IF_ERROR(SerializeCheckpoint(state, *model_, *optimizer_, checkpoint_bytes_));
+  PendingWrite w;
+  w.step = step;
+  w.serialize_seconds = since(start);
+  // The thread reads only the bytes, the directory and the options, none of which the loop
+  // changes before FinishCheckpoint has waited for it.
+  w.done = std::async(std::launch::async, [this, since, state = std::move(state), keep, write] {
+    const auto began = std::chrono::steady_clock::now();
+    Written out{CommitCheckpoint(checkpoint_dir_, state, checkpoint_bytes_, keep, write)};
+    out.seconds = since(began);
+    return out;
+  });
+  pending_ = std::move(w);
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::FinishCheckpoint(bool wait) {
+  if (!pending_) return absl::OkStatus();
+  if (!wait && pending_->done.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+    return absl::OkStatus();
+  }
+  PendingWrite w = std::move(*pending_);
+  pending_.reset();
+  Written written = w.done.get();
+  if (!written.manifest.ok()) {
+    const absl::Status& s = written.manifest.status();
+    return absl::Status(s.code(),
+                        StrCat("checkpoint at step ", w.step, " not written: ", s.message()));
+  }
+  // Both halves, in the run's log (bench/checkpoint_upload.sh reads the first as the loop's cost).
+  Checkpointed(*written.manifest,
+               StrCat("serialized in ", Fixed(w.serialize_seconds, 2), " s on the training loop, ",
+                      "then in ", Fixed(written.seconds, 2), " s in the background"));
+  return absl::OkStatus();
+}
+
+void Trainer::Checkpointed(const CheckpointManifest& m, const std::string& how) {
+  Log(StrCat("checkpoint at step ", m.step, " written: ", Fixed(m.bytes / 1048576.0, 1), " MiB ",
+             how));
   result_.last_checkpoint = m.path;
   if (options_.on_checkpoint) options_.on_checkpoint(m);
-  return absl::OkStatus();
 }
 
 absl::Status Trainer::Prepare() {
@@ -182,6 +244,9 @@ absl::Status Trainer::Prepare() {
   std::error_code ec;
   fs::create_directories(checkpoint_dir_, ec);
   if (ec) return absl::InternalError(StrCat("cannot create ", checkpoint_dir_, ": ", ec.message()));
+  for (const std::string& name : RemoveInterruptedWrites(checkpoint_dir_)) {
+    Log(StrCat("removed ", name, " from ", checkpoint_dir_, ": a write that was interrupted"));
+  }
   if (options_.resume) {
     CART_ASSIGN_OR_RETURN(config_, model::LoadRunConfigFile(config_path_));
     if (options_.extend_to > 0) config_.train.steps = options_.extend_to;
@@ -367,6 +432,7 @@ absl::StatusOr<TrainResult> Trainer::Run() {
     CART_ASSIGN_OR_RETURN(StepResult s, Step(lr, log_step));
     ++step;
     ++steps_since;
+    CART_RETURN_IF_ERROR(FinishCheckpoint(/*wait=*/false));  // announce a finished write
     result_.final_loss = s.loss;
     if (options_.on_step) options_.on_step(step, s.loss);
     if (!std::isfinite(s.loss)) {
@@ -375,6 +441,7 @@ absl::StatusOr<TrainResult> Trainer::Run() {
       // Which NaN the arithmetic left is noise ("-nan"): one spelling in messages and the store.
       const double loss = std::isnan(s.loss) ? std::numeric_limits<double>::quiet_NaN() : s.loss;
       Log(DivergenceMessage(Divergence{step, loss}));
+      CART_RETURN_IF_ERROR(FinishCheckpoint(/*wait=*/true));  // the last good one, if in flight
       result_.diverged = Divergence{step, loss};
       result_.steps_done = step;
       return result_;
@@ -404,6 +471,7 @@ absl::StatusOr<TrainResult> Trainer::Run() {
     }
     if (stopped) break;
   }
+  CART_RETURN_IF_ERROR(FinishCheckpoint(/*wait=*/true));
   if (step == start_step && step == total) Log(StrCat("nothing to do: already at step ", step));
   result_.steps_done = step;
   result_.finished = step >= total;

@@ -50,8 +50,16 @@ struct TrainOptions {
   // local file is a staging copy, and the durable one is the copy cartd's store keeps.
   bool durable_checkpoints = true;
   // Where old checkpoint files go instead of being deleted on the training thread
-  // (train::CheckpointWriteOptions::discard); unset: deleted at once.
+  // (train::CheckpointWriteOptions::discard); unset: deleted at once. With
+  // background_checkpoints it is called from the writing thread.
   std::function<void(const std::string& path)> discard_checkpoint;
+  // The training loop only serializes each checkpoint into memory (SerializeCheckpoint); a
+  // thread writes it to disk (CommitCheckpoint) while training goes on, and on_checkpoint is
+  // called on the training thread at the first step after the write has finished. At most one
+  // write is in flight: the next checkpoint, and the end of training, wait for it. Costs a
+  // checkpoint's size in host memory (kept between checkpoints). The worker turns it on; off,
+  // the loop streams the checkpoint to disk itself (docs/design.md "Storage").
+  bool background_checkpoints = false;
 };
 
 // Where the loss became non-finite.

@@ -278,6 +278,9 @@ JobEnd Session::Train() {
   // Written whole and atomically, not fsync'ed: cartd's store holds the durable copy, and an
   // attempt never resumes from its own local files (docs/design.md "Storage").
   options.durable_checkpoints = false;
+  // The loop serializes each checkpoint into memory; a thread writes it (docs/design.md
+  // "Storage"): a GPU waits for the copy to the host, not for the disk.
+  options.background_checkpoints = !env_.write_inline;
   // Old local checkpoints are deleted on the upload thread (StartUploader runs before Train).
   options.discard_checkpoint = [this](const std::string& path) { uploader_->Discard(path); };
   options.on_metrics = [this](const train::MetricRecord& r) { OnMetrics(r); };

@@ -54,6 +54,10 @@ struct JobEnvironment {
   // instead (cart-worker
   // --upload-inline: the behaviour before background uploads, for measuring them).
   bool upload_inline = false;
+  // The training loop only serializes each checkpoint into memory and a thread writes it to disk
+  // (train::TrainOptions::background_checkpoints); `write_inline`: the loop writes it itself
+  // (cart-worker --write-checkpoints-inline, as before, for measuring the difference).
+  bool write_inline = false;
   // How long a final checkpoint cartd refuses for space is retried before the attempt fails.
   int64_t space_wait_ms = 600'000;
   // Where this box mounts cartd's shared artifact store (worker/shared_store.h; cart-worker

@@ -79,6 +79,10 @@ int main(int argc, char** argv) {
   app.add_flag("--upload-inline", config.upload_inline,
                "Make training wait for each checkpoint's upload instead of uploading in the "
                "background (for measuring the difference: bench/checkpoint_upload.sh)");
+  app.add_flag("--write-checkpoints-inline", config.write_inline,
+               "Make the training loop write each checkpoint to local disk itself instead of "
+               "serializing it into memory for a thread to write (for measuring the difference: "
+               "bench/checkpoint_upload.sh)");
   app.add_option("--sample-interval", config.sample_interval_s,
                  "Seconds between two readings of the device (utilisation, memory, temperature, "
                  "power, clocks; CPU use on a CPU) sent to cartd, running or idle (0: none)")

@@ -144,6 +144,7 @@ absl::Status RunWorker(const WorkerConfig& config, const std::atomic<bool>& shut
   env.shutdown_grace_ms = config.shutdown_grace_s * 1000;
   env.space_wait_ms = config.space_wait_s * 1000;
   env.upload_inline = config.upload_inline;
+  env.write_inline = config.write_inline;
   env.shared_store_mount = config.shared_artifacts;
 
   int64_t jobs = 0;

@@ -35,6 +35,7 @@ struct WorkerConfig {
   // A final checkpoint cartd refuses for space is retried this long, then the attempt fails.
   int64_t space_wait_s = 600;
   bool upload_inline = false;  // wait for each checkpoint's upload (JobEnvironment)
+  bool write_inline = false;   // the training loop writes each checkpoint itself (JobEnvironment)
   // Where this box mounts cartd's shared artifact store; empty: at cartd's path; "off": never.
   std::string shared_artifacts;
   // How often the device is read and reported to cartd, running or idle (worker/device_watch.h);

@@ -10,6 +10,7 @@
 #include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "common/strings.h"
 #include "data/synth.h"
@@ -338,6 +339,128 @@ TEST_F(TrainerTest, AnOlderManifestsCrc32StillVerifiesAndResumes) {
   CART_ASSERT_OK_AND_ASSIGN(TrainResult r, ResumeRun(&logs));
   EXPECT_EQ(r.steps_done, 12);
   EXPECT_THAT(StrJoin(logs, "\n"), HasSubstr("step-00000008"));
+}
+
+// Background checkpoints (the worker's): the loop serializes into memory and a thread writes.
+// The same run trained both ways leaves checkpoints of the same weights, and the same metrics;
+// each checkpoint is announced once, in step order, on the training thread, after its manifest
+// is on disk; retention and the discard hook work as before; the run resumes from them.
+TEST_F(TrainerTest, BackgroundCheckpointsAreTheSameFilesAnnouncedInOrderOnTheTrainingThread) {
+  config_.train.eval_every = 0;
+  TrainOptions inline_write;
+  inline_write.out_dir = dir_.File("inline");
+  CART_ASSERT_OK(Train(config_, inline_write).status());
+
+  const std::thread::id loop = std::this_thread::get_id();
+  std::vector<int64_t> announced;
+  std::vector<std::string> discarded, logs;
+  bool on_loop = true, manifest_there = true;
+  TrainOptions bg;
+  bg.out_dir = dir_.File("bg");
+  bg.background_checkpoints = true;
+  bg.on_checkpoint = [&](const CheckpointManifest& m) {
+    announced.push_back(m.step);
+    on_loop = on_loop && std::this_thread::get_id() == loop;
+    manifest_there = manifest_there && std::filesystem::exists(m.path) && VerifyCheckpoint(m).ok();
+  };
+  bg.discard_checkpoint = [&](const std::string& path) { discarded.push_back(path); };
+  bg.on_log = [&](const std::string& line) { logs.push_back(line); };
+  CART_ASSERT_OK_AND_ASSIGN(TrainResult r, Train(config_, bg));
+  EXPECT_TRUE(r.finished);
+  EXPECT_EQ(announced, (std::vector<int64_t>{4, 8, 12}));
+  EXPECT_TRUE(on_loop);
+  EXPECT_TRUE(manifest_there);
+  EXPECT_THAT(r.last_checkpoint, HasSubstr("step-00000012.pt"));
+  ASSERT_EQ(discarded.size(), 1u);
+  EXPECT_THAT(discarded[0], HasSubstr("step-00000004.pt"));
+  EXPECT_THAT(StrJoin(logs, "\n"),
+              HasSubstr("serialized in"));  // what the loop waited for, said apart
+
+  const std::vector<CheckpointManifest> a = ListCheckpoints(dir_.File("inline/checkpoints"));
+  const std::vector<CheckpointManifest> b = ListCheckpoints(dir_.File("bg/checkpoints"));
+  ASSERT_EQ(a.size(), 2u);
+  ASSERT_EQ(b.size(), 2u);
+  // Not byte for byte: LibTorch writes the optimizer's state in the order of a hash map keyed by
+  // tensor addresses, which differ between two models in one process. The weights are compared.
+  auto weights = [&](const CheckpointManifest& m) {
+    auto model = model::BuildModel(config_.model, 1).value();
+    EXPECT_TRUE(LoadCheckpoint(m, *model, nullptr).ok());
+    return model->parameters();
+  };
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].step, b[i].step);
+    EXPECT_EQ(a[i].cursor, b[i].cursor);
+    const std::vector<torch::Tensor> wa = weights(a[i]), wb = weights(b[i]);
+    ASSERT_EQ(wa.size(), wb.size());
+    for (size_t k = 0; k < wa.size(); ++k) {
+      EXPECT_TRUE(torch::equal(wa[k], wb[k])) << "step " << a[i].step << ", tensor " << k;
+    }
+  }
+  EXPECT_EQ(Losses(ReadMetrics(dir_.File("inline/metrics.jsonl"))),
+            Losses(ReadMetrics(dir_.File("bg/metrics.jsonl"))));
+
+  // Stopped at step 6 with background writes, then resumed the same way: bit for bit the run.
+  TrainOptions half;
+  half.out_dir = dir_.File("split");
+  half.background_checkpoints = true;
+  half.stop_after = 6;
+  CART_ASSERT_OK(Train(config_, half).status());
+  EXPECT_EQ(ListCheckpoints(dir_.File("split/checkpoints")).back().step, 6);
+  TrainOptions rest = half;
+  rest.stop_after = 0;
+  rest.resume = true;
+  CART_ASSERT_OK(Train(model::RunConfig{}, rest).status());
+  EXPECT_EQ(Losses(ReadMetrics(dir_.File("inline/metrics.jsonl"))),
+            Losses(ReadMetrics(dir_.File("split/metrics.jsonl"))));
+}
+
+// A killed write leaves AtomicFileWriter's temporary file, as large as a checkpoint; a resume
+// removes it (and says so) instead of letting them pile up attempt after attempt.
+TEST_F(TrainerTest, AResumeRemovesTheTemporaryFileOfAnInterruptedWrite) {
+  ASSERT_NO_FATAL_FAILURE(TrainEightSteps());
+  const std::string left = dir_.File("run/checkpoints/step-00000012.pt.tmp-4242-0");
+  cart::testing::WriteFile(left, std::string(4096, 'x'));
+  std::vector<std::string> logs;
+  CART_ASSERT_OK_AND_ASSIGN(TrainResult r, ResumeRun(&logs));
+  EXPECT_EQ(r.steps_done, 12);
+  EXPECT_FALSE(std::filesystem::exists(left));
+  EXPECT_THAT(StrJoin(logs, "\n"), HasSubstr("removed step-00000012.pt.tmp-4242-0 from "));
+  EXPECT_THAT(StrJoin(logs, "\n"), HasSubstr("a write that was interrupted"));
+}
+
+// The two halves of a background write give WriteCheckpoint's file: the same bytes, size and
+// checksum; the memory is kept and reused for a smaller checkpoint without leftovers.
+TEST(CheckpointBytesTest, SerializeThenCommitWritesWhatWriteCheckpointWrites) {
+  TempDir dir;
+  model::ModelConfig mc = TinyRun().model;
+  auto build = [&](int64_t d) {
+    model::ModelConfig c = mc;
+    c.d = d;
+    return model::BuildModel(c, 7).value();
+  };
+  CheckpointBytes bytes;  // kept across both: the second, smaller, reuses the first's blocks
+  for (int64_t d : {128, 64}) {
+    auto model = build(d);
+    torch::optim::AdamW optimizer(model->parameters(), torch::optim::AdamWOptions(1e-3));
+    for (auto& p : model->parameters()) p.mutable_grad() = torch::ones_like(p);
+    optimizer.step();
+    CheckpointState state{5, 17, "d: " + std::to_string(d) + "\n"};
+    CheckpointWriteOptions w;
+    w.durable = false;
+    const auto rng = at::detail::getDefaultCPUGenerator().get_state();
+    CART_ASSERT_OK_AND_ASSIGN(CheckpointManifest a, WriteCheckpoint(dir.File(StrCat("a", d)), state,
+                                                                    *model, optimizer, 2, w));
+    CART_ASSERT_OK(SerializeCheckpoint(state, *model, optimizer, bytes));
+    EXPECT_EQ(bytes.size(), a.bytes);
+    CART_ASSERT_OK_AND_ASSIGN(CheckpointManifest b,
+                              CommitCheckpoint(dir.File(StrCat("b", d)), state, bytes, 2, w));
+    EXPECT_TRUE(at::equal(rng, at::detail::getDefaultCPUGenerator().get_state()));
+    EXPECT_EQ(b.bytes, a.bytes);
+    EXPECT_EQ(b.crc32, a.crc32);
+    EXPECT_EQ(b.cursor, 17);
+    EXPECT_EQ(cart::testing::ReadFile(a.path), cart::testing::ReadFile(b.path)) << "d " << d;
+    CART_EXPECT_OK(VerifyCheckpoint(ListCheckpoints(dir.File(StrCat("b", d))).back()));
+  }
 }
 
 TEST_F(TrainerTest, StopFlagCheckpointsAndReturnsEarly) {
