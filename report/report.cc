@@ -24,6 +24,7 @@ constexpr int64_t kCurvePoints = 200;  // points per loss / ρ curve
 using internal::Distinct;
 using internal::Param;
 using internal::Runs;
+using internal::SameConfigBut;
 using internal::Where;
 
 // Statistics of a metric over the finished runs of a cell.
@@ -698,11 +699,44 @@ class Builder {
     return absl::OkStatus();
   }
 
+  // The faithfulness part's runs. Its reference arm (the reference code's gate, weight decay on
+  // every parameter) is often the ablations' baseline itself, so a faithfulness sweep may leave
+  // it out: then the ablations' runs of the same recipe (every config key but gate, weight-decay
+  // scope and seed equal to one of the faithfulness runs') stand in for it, trained once
+  // (docs/study.md). `borrowed` counts them.
+  Runs FaithfulnessRuns(size_t* borrowed = nullptr) {
+    Runs runs = Train(runs_[options_.sweeps.faithfulness]);
+    if (borrowed != nullptr) *borrowed = 0;
+    if (runs.empty() || !Where(runs, {{"gate", "paper"}, {"weight_decay_scope", "all"}}).empty()) {
+      return runs;
+    }
+    const Runs reference = Where(Train(runs_[options_.sweeps.ablations]),
+                                 {{"gate", "paper"}, {"weight_decay_scope", "all"}});
+    const Runs own = runs;
+    for (const StudyRun* r : reference) {
+      for (const StudyRun* f : own) {
+        if (SameConfigBut(*r, *f, {"gate", "weight_decay_scope", "seed"})) {
+          runs.push_back(r);
+          if (borrowed != nullptr) ++*borrowed;
+          break;
+        }
+      }
+    }
+    return runs;
+  }
+
   void Faithfulness() {
     Section& s = NewSection("Faithfulness: the double residual and where ρ comes from",
                             options_.sweeps.faithfulness);
-    const Runs runs = Train(runs_[s.sweep]);
+    size_t borrowed = 0;
+    const Runs runs = FaithfulnessRuns(&borrowed);
     if (!NoteProgress(s, runs, "training")) return;
+    if (borrowed > 0) {
+      s.findings.push_back(fmt::format(
+          "The reference arm (gate: paper, weight decay on every parameter) is the {} runs of "
+          "sweep '{}' with the same config: the ablations' baseline, trained once for both.",
+          borrowed, options_.sweeps.ablations));
+    }
     Table t;
     t.id = "faithfulness";
     t.title = "Gate form × weight-decay scope";
@@ -757,12 +791,10 @@ class Builder {
     const StudySweeps& sw = options_.sweeps;
     ClaimInputs in;
     in.val_set = report_.val_set;
-    in.parts = {{"stage1", Train(runs_[sw.stage1])},
-                {"stage2", Train(runs_[sw.stage2])},
-                {"baselines", Train(runs_[sw.baselines])},
-                {"ablations", Train(runs_[sw.ablations])},
-                {"faithfulness", Train(runs_[sw.faithfulness])},
-                {"leak", Train(runs_[sw.leak])}};
+    in.parts = {
+        {"stage1", Train(runs_[sw.stage1])},       {"stage2", Train(runs_[sw.stage2])},
+        {"baselines", Train(runs_[sw.baselines])}, {"ablations", Train(runs_[sw.ablations])},
+        {"faithfulness", FaithfulnessRuns()},      {"leak", Train(runs_[sw.leak])}};
     std::string from;
     size_t widths = 0;
     in.parts["variable_r"] = VariableREvals(&from, &widths);

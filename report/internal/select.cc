@@ -27,4 +27,13 @@ Runs Where(const Runs& runs, const std::map<std::string, std::string>& match) {
   return out;
 }
 
+bool SameConfigBut(const StudyRun& a, const StudyRun& b, const std::set<std::string>& but) {
+  for (const StudyRun* x : {&a, &b}) {
+    for (const auto& [k, v] : x->params) {
+      if (!but.count(k) && Param(a, k) != Param(b, k)) return false;
+    }
+  }
+  return true;
+}
+
 }  // namespace cart::report::internal

@@ -3,6 +3,7 @@
 // Picking runs by config values: what the report's tables and the claims both narrow runs by.
 
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -19,5 +20,7 @@ std::string Param(const StudyRun& r, const std::string& key);
 std::vector<std::string> Distinct(const Runs& runs, const std::string& key);
 // The runs whose config has every (key, value) of `match`.
 Runs Where(const Runs& runs, const std::map<std::string, std::string>& match);
+// Whether two runs have the same value of every config key either has, except `but`'s.
+bool SameConfigBut(const StudyRun& a, const StudyRun& b, const std::set<std::string>& but);
 
 }  // namespace cart::report::internal

@@ -270,6 +270,90 @@ TEST(ClaimsFileTest, ErrorsNameFileLineFieldAndAllowedValues) {
   EXPECT_THAT(error("c: [unclosed\n"), HasSubstr("claims.yaml:2: not valid YAML"));
 }
 
+// A faithfulness sweep without its reference arm takes the ablations' baseline of the same recipe
+// (the scaled-down study trains it once for both parts): the table shows it, the claims pair by
+// seed against it, and a baseline of another recipe is not taken.
+TEST(FaithfulnessReferenceTest, TheAblationsBaselineOfTheSameRecipeIsTheReferenceArm) {
+  for (const char* ablation_steps : {"600", "800"}) {
+    SCOPED_TRACE(ablation_steps);
+    TempDir dir;
+    std::unique_ptr<store::RunStore> store = OpenStore(dir.File("cart.db"));
+    const std::map<std::string, std::string> recipe = {
+        {"d", "64"},           {"R", "4"},      {"steps", "600"},  {"kv", "frozen"},
+        {"core", "shared"},    {"hyper", "on"}, {"gate", "paper"}, {"weight_decay_scope", "all"},
+        {"core_attn", "cross"}};
+    std::vector<store::NewRun> ablations, faithfulness;
+    for (const std::map<std::string, std::string>& change :
+         std::vector<std::map<std::string, std::string>>{{}, {{"R", "1"}}}) {
+      for (const char* seed : {"1", "2", "3"}) {
+        std::map<std::string, std::string> params = recipe;
+        for (const auto& [k, v] : change) params[k] = v;
+        params["seed"] = seed;
+        params["steps"] = ablation_steps;
+        ablations.push_back(MakeRun(StrCat(ablations.size()), params));
+      }
+    }
+    for (const std::map<std::string, std::string>& change :
+         std::vector<std::map<std::string, std::string>>{{{"gate", "delta"}},
+                                                         {{"weight_decay_scope", "matrices"}}}) {
+      for (const char* seed : {"1", "2", "3"}) {
+        std::map<std::string, std::string> params = recipe;
+        for (const auto& [k, v] : change) params[k] = v;
+        params["seed"] = seed;
+        faithfulness.push_back(MakeRun(StrCat(faithfulness.size()), params));
+      }
+    }
+    ASSERT_TRUE(
+        store->CreateSweep(MakeSweep("ablations", ablations), store::Audit{1, "t", "t"}).ok());
+    ASSERT_TRUE(
+        store->CreateSweep(MakeSweep("faithfulness", faithfulness), store::Audit{1, "t", "t"})
+            .ok());
+    FinishAllQueued(*store, [](const RunRecord& r) -> std::vector<MetricPoint> {
+      const int i = Seed(r) - 1;
+      double ppl = std::vector<double>{100, 102, 98}[i];
+      if (P(r, "R") == "1") ppl *= 1.5;
+      // The stated update: log-differences +0.005, −0.004, +0.006 against the reference arm.
+      if (P(r, "gate") == "delta") ppl *= std::exp(std::vector<double>{0.005, -0.004, 0.006}[i]);
+      const double rho = P(r, "weight_decay_scope") == "matrices" ? 0.91 : 0.80;
+      return PointsAt(100, {{"val_ppl/speeches", ppl}, {"rho_max", rho + 0.001 * i}});
+    });
+    std::unique_ptr<StudySource> source = StoreSource(*store);
+    ReportOptions options;
+    options.out_dir = dir.File("report");
+    options.plots = false;
+    CART_ASSERT_OK_AND_ASSIGN(Report report, BuildReport(*source, options));
+    const Section* section = nullptr;
+    for (const Section& s : report.sections) {
+      if (s.sweep == "faithfulness") section = &s;
+    }
+    ASSERT_NE(section, nullptr);
+    ASSERT_EQ(section->tables.size(), 1u);
+    std::vector<std::string> arms;
+    for (const std::vector<std::string>& row : section->tables[0].rows)
+      arms.push_back(row[0] + "/" + row[1]);
+    const ClaimLine* stated = nullptr;
+    for (const ClaimLine& c : report.claims) {
+      if (c.id == "faithful_double_residual") stated = &c;
+    }
+    ASSERT_NE(stated, nullptr);
+    if (std::string(ablation_steps) == "600") {
+      EXPECT_EQ(arms, (std::vector<std::string>{"delta/all", "paper/all", "paper/matrices"}));
+      EXPECT_EQ(section->tables[0].rows[1][4], "100.00 ± 4.97 (n = 3)");  // 100, 102, 98
+      EXPECT_THAT(section->findings.front(),
+                  HasSubstr("is the 3 runs of sweep 'ablations' with the same config"));
+      // Mean +0.00233, sd 0.00551 over the seeds: exp(0.00233 ± 4.303 × 0.00318) − 1.
+      EXPECT_EQ(stated->verdict, "holds");
+      EXPECT_THAT(stated->evidence,
+                  HasSubstr("+0.23 % [−1.13 %, +1.61 %], paired t, inside ±2 %, n = 3"));
+    } else {
+      // Another recipe (800 steps) is not the reference: the arm is missing, and said so.
+      EXPECT_EQ(arms, (std::vector<std::string>{"delta/all", "paper/matrices"}));
+      EXPECT_EQ(stated->verdict, "cannot tell");
+      EXPECT_THAT(stated->evidence, HasSubstr("no finished run with this metric"));
+    }
+  }
+}
+
 TEST(ClaimsFileTest, TheCompiledInClaimsParseAndCoverThePaper) {
   CART_ASSERT_OK_AND_ASSIGN(std::vector<ClaimSpec> claims, DefaultClaims());
   std::set<std::string> parts;
