@@ -344,7 +344,11 @@ class Decider {
         if (t.within) t.p = sides[i].p_against;  // "wholly outside" decided it
       } else {
         t.verdict = Verdict::kCannotTell;
-        t.p_holm = std::isnan(adj_for[i]) ? kNaN : std::min(adj_for[i], adj_against[i]);
+        // Within a margin the p shown is the one for "inside" (the claim's side): its Holm value
+        // goes with it, not the smaller one of "wholly outside".
+        t.p_holm = std::isnan(adj_for[i]) ? kNaN
+                   : t.within             ? adj_for[i]
+                                          : std::min(adj_for[i], adj_against[i]);
       }
       all_hold = all_hold && t.verdict == Verdict::kHolds;
       any_not = any_not || t.verdict == Verdict::kDoesNotHold;

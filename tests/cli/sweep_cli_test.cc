@@ -21,7 +21,7 @@ TEST(SweepCliTest, DryRunOfEachPaperFilePrintsRunsTokensAndEstimatedHours) {
   const std::vector<std::pair<std::string, std::string>> expected = {
       {"stage1", "64 runs (64 train, 0 eval"},     {"stage2", "48 runs (36 train, 12 eval"},
       {"baselines", "6 runs (6 train, 0 eval"},    {"ablations", "6 runs (6 train, 0 eval"},
-      {"faithfulness", "4 runs (4 train, 0 eval"}, {"leak", "2 runs (2 train, 0 eval"},
+      {"faithfulness", "3 runs (3 train, 0 eval"}, {"leak", "2 runs (2 train, 0 eval"},
       {"variable_r", "3 runs (0 train, 3 eval"}};
   for (const auto& [name, counts] : expected) {
     CommandResult r = RunCart("sweep submit --dry-run " + kPaper + name + ".yaml");

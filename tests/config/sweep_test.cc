@@ -255,7 +255,7 @@ TEST(PaperSweepsTest, EachFileExpandsToTheProgramsRunCounts) {
   EXPECT_EQ(CountKind(stage2, JobKind::kTrain), 36);  // 4 d × 3 R × 3 seeds
   EXPECT_EQ(CountKind(stage2, JobKind::kEval), 12);   // variable-R of every R = 6 model
   EXPECT_EQ(ExpandPaper("baselines").size(), 6u);     // 2 depths × 3 seeds
-  EXPECT_EQ(ExpandPaper("faithfulness").size(), 4u);  // 2 gates × 2 decay scopes
+  EXPECT_EQ(ExpandPaper("faithfulness").size(), 3u);  // the other 3 of 2 gates × 2 scopes
   EXPECT_EQ(ExpandPaper("leak").size(), 2u);          // causal and not
   EXPECT_EQ(ExpandPaper("ablations").size(), 6u);     // baseline and five ablations
 
@@ -275,6 +275,26 @@ TEST(PaperSweepsTest, EachFileExpandsToTheProgramsRunCounts) {
     EXPECT_FALSE(r.config.train.eval_bos);  // lm-eval's default
     EXPECT_EQ(r.parent_index, -1);
     EXPECT_TRUE(r.parent_name.rfind("stage2/", 0) == 0) << r.parent_name;
+  }
+}
+
+// The faithfulness questions' reference arm is not trained again: it is the ablations' baseline,
+// which only holds while both files keep one recipe (cart report takes the ablations' runs whose
+// config equals a faithfulness run's but for gate, weight-decay scope and seed).
+TEST(PaperSweepsTest, FaithfulnessSharesItsRecipeWithTheAblationsBaseline) {
+  const std::vector<ExpandedRun> faithfulness = ExpandPaper("faithfulness");
+  const std::vector<ExpandedRun> ablations = ExpandPaper("ablations");
+  ASSERT_FALSE(faithfulness.empty());
+  ASSERT_FALSE(ablations.empty());
+  std::map<std::string, std::string> reference = ablations.front().params;
+  EXPECT_EQ(reference.at("gate"), "paper");
+  EXPECT_EQ(reference.at("weight_decay_scope"), "all");
+  for (const ExpandedRun& r : faithfulness) {
+    std::map<std::string, std::string> params = r.params;
+    EXPECT_FALSE(params.at("gate") == "paper" && params.at("weight_decay_scope") == "all")
+        << r.name << ": the reference arm is trained by the ablations";
+    for (const char* key : {"gate", "weight_decay_scope"}) params[key] = reference[key];
+    EXPECT_EQ(params, reference) << r.name;
   }
 }
 

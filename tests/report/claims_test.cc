@@ -314,6 +314,10 @@ TEST(FaithfulnessReferenceTest, TheAblationsBaselineOfTheSameRecipeIsTheReferenc
       if (P(r, "R") == "1") ppl *= 1.5;
       // The stated update: log-differences +0.005, −0.004, +0.006 against the reference arm.
       if (P(r, "gate") == "delta") ppl *= std::exp(std::vector<double>{0.005, -0.004, 0.006}[i]);
+      // Decay on matrices only: −0.05, 0, −0.02, a mean just outside ±2 % with a wide interval.
+      if (P(r, "weight_decay_scope") == "matrices") {
+        ppl *= std::exp(std::vector<double>{-0.05, 0.0, -0.02}[i]);
+      }
       const double rho = P(r, "weight_decay_scope") == "matrices" ? 0.91 : 0.80;
       return PointsAt(100, {{"val_ppl/speeches", ppl}, {"rho_max", rho + 0.001 * i}});
     });
@@ -331,11 +335,13 @@ TEST(FaithfulnessReferenceTest, TheAblationsBaselineOfTheSameRecipeIsTheReferenc
     std::vector<std::string> arms;
     for (const std::vector<std::string>& row : section->tables[0].rows)
       arms.push_back(row[0] + "/" + row[1]);
-    const ClaimLine* stated = nullptr;
+    const ClaimLine *stated = nullptr, *scope = nullptr;
     for (const ClaimLine& c : report.claims) {
       if (c.id == "faithful_double_residual") stated = &c;
+      if (c.id == "faithful_decay_scope") scope = &c;
     }
     ASSERT_NE(stated, nullptr);
+    ASSERT_NE(scope, nullptr);
     if (std::string(ablation_steps) == "600") {
       EXPECT_EQ(arms, (std::vector<std::string>{"delta/all", "paper/all", "paper/matrices"}));
       EXPECT_EQ(section->tables[0].rows[1][4], "100.00 ± 4.97 (n = 3)");  // 100, 102, 98
@@ -345,6 +351,10 @@ TEST(FaithfulnessReferenceTest, TheAblationsBaselineOfTheSameRecipeIsTheReferenc
       EXPECT_EQ(stated->verdict, "holds");
       EXPECT_THAT(stated->evidence,
                   HasSubstr("+0.23 % [−1.13 %, +1.61 %], paired t, inside ±2 %, n = 3"));
+      // Cannot tell: "inside ±2 %" has p = 1 (the mean is outside), and no smaller Holm value of
+      // the other side's test beside it.
+      EXPECT_EQ(scope->verdict, "cannot tell");
+      EXPECT_THAT(scope->evidence, HasSubstr("inside ±2 %, n = 3, p = 1.000; detectable"));
     } else {
       // Another recipe (800 steps) is not the reference: the arm is missing, and said so.
       EXPECT_EQ(arms, (std::vector<std::string>{"delta/all", "paper/matrices"}));
