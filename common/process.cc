@@ -3,6 +3,8 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -66,6 +68,20 @@ absl::StatusOr<pid_t> Spawn(const std::string& exe, const std::vector<std::strin
     _exit(127);
   }
   return pid;
+}
+
+int ThisThreadsNiceness() {
+  return getpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)));
+}
+
+void LowerThisThreadsPriority(int niceness) {
+  const auto tid = static_cast<id_t>(syscall(SYS_gettid));
+  if (niceness > ThisThreadsNiceness()) setpriority(PRIO_PROCESS, tid, niceness);
+  // ioprio_set(IOPRIO_WHO_PROCESS, tid, class best-effort (2) << 13 | level 7): glibc has no
+  // wrapper.
+  constexpr int kWhoProcess = 1, kClassBestEffort = 2, kClassShift = 13, kLowestLevel = 7;
+  syscall(SYS_ioprio_set, kWhoProcess, static_cast<int>(tid),
+          (kClassBestEffort << kClassShift) | kLowestLevel);
 }
 
 }  // namespace cart

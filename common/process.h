@@ -32,4 +32,12 @@ struct SpawnOptions {
 absl::StatusOr<pid_t> Spawn(const std::string& exe, const std::vector<std::string>& args,
                             const SpawnOptions& options = {});
 
+// Puts the calling thread (only it: on Linux a nice value is a thread's) at `niceness` unless it
+// already runs at that or lower, and its disk I/O at the lowest level of the best-effort class:
+// background work (checkpoint writes and uploads) takes what the training threads leave. Threads
+// it starts later inherit both. Best effort: what the kernel refuses is left as it was.
+void LowerThisThreadsPriority(int niceness);
+// The calling thread's nice value.
+int ThisThreadsNiceness();
+
 }  // namespace cart

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "common/file.h"
+#include "common/process.h"
 #include "common/status.h"
 #include "common/strings.h"
 #include "config/schedule.h"
@@ -200,6 +201,7 @@ absl::Status Trainer::Checkpoint(int64_t step) {
   // The thread reads only the bytes, the directory and the options, none of which the loop
   // changes before FinishCheckpoint has waited for it.
   w.done = std::async(std::launch::async, [this, since, state = std::move(state), keep, write] {
+    if (options_.background_niceness > 0) LowerThisThreadsPriority(options_.background_niceness);
     const auto began = std::chrono::steady_clock::now();
     Written out{CommitCheckpoint(checkpoint_dir_, state, checkpoint_bytes_, keep, write)};
     out.seconds = since(began);

@@ -60,6 +60,10 @@ struct TrainOptions {
   // checkpoint's size in host memory (kept between checkpoints). The worker turns it on; off,
   // the loop streams the checkpoint to disk itself (docs/design.md "Storage").
   bool background_checkpoints = false;
+  // The writing thread's nice value (and its disk I/O at the best-effort class's lowest level;
+  // common/process.h LowerThisThreadsPriority): on a box whose cores train, the write takes what
+  // training leaves instead of slowing the steps beside it. 0: the process's.
+  int background_niceness = 10;
 };
 
 // Where the loss became non-finite.

@@ -1,9 +1,5 @@
 #include "worker/checkpoint_uploader.h"
 
-#include <sys/resource.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
@@ -11,6 +7,7 @@
 
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/process.h"
 #include "common/status.h"
 #include "common/strings.h"
 
@@ -96,10 +93,7 @@ bool CheckpointUploader::WaitBackoff(int64_t ms) {
 }
 
 void CheckpointUploader::Loop() {
-  // Linux: the niceness of this thread only (glibc's setpriority takes a thread id).
-  if (options_.niceness > 0) {
-    setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), options_.niceness);
-  }
+  if (options_.niceness > 0) LowerThisThreadsPriority(options_.niceness);
   for (;;) {
     std::optional<Item> next;
     std::vector<std::string> discards;

@@ -1,11 +1,16 @@
-// common/process: Spawn starts the program with the asked environment and output.
+// common/process: Spawn starts the program with the asked environment and output; a background
+// thread's priority is lowered for that thread alone.
 
 #include "common/process.h"
 
+#include <sys/syscall.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
+#include <thread>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -52,6 +57,32 @@ TEST(ProcessTest, AProgramThatCannotBeExecutedExitsWith127) {
   absl::StatusOr<pid_t> pid = Spawn("/nonexistent/program", {});
   ASSERT_TRUE(pid.ok()) << pid.status();
   EXPECT_EQ(ExitStatus(*pid), 127);
+}
+
+int ThisThreadsIoPriority() {
+  constexpr int kWhoProcess = 1;
+  return static_cast<int>(syscall(SYS_ioprio_get, kWhoProcess, static_cast<int>(gettid())));
+}
+
+TEST(ThreadPriorityTest, OnlyTheCallingThreadAndTheThreadsItStartsAreLowered) {
+  const int before = ThisThreadsNiceness();
+  const int io_before = ThisThreadsIoPriority();
+  int lowered = -100, io = -1, inherited = -100, again = -100;
+  std::thread([&] {
+    LowerThisThreadsPriority(10);
+    lowered = ThisThreadsNiceness();
+    io = ThisThreadsIoPriority();
+    std::thread([&] { inherited = ThisThreadsNiceness(); }).join();
+    LowerThisThreadsPriority(5);  // never raised back
+    again = ThisThreadsNiceness();
+  }).join();
+  EXPECT_EQ(lowered, std::max(before, 10));
+  EXPECT_EQ(io, (2 << 13) | 7);  // best-effort class, level 7
+  EXPECT_EQ(inherited, lowered);
+  EXPECT_EQ(again, lowered);
+  // This thread is as it was.
+  EXPECT_EQ(ThisThreadsNiceness(), before);
+  EXPECT_EQ(ThisThreadsIoPriority(), io_before);
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 
 #include <zlib.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -12,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "common/process.h"
 #include "common/strings.h"
 #include "data/synth.h"
 #include "gtest/gtest.h"
@@ -363,9 +365,19 @@ TEST_F(TrainerTest, BackgroundCheckpointsAreTheSameFilesAnnouncedInOrderOnTheTra
     on_loop = on_loop && std::this_thread::get_id() == loop;
     manifest_there = manifest_there && std::filesystem::exists(m.path) && VerifyCheckpoint(m).ok();
   };
-  bg.discard_checkpoint = [&](const std::string& path) { discarded.push_back(path); };
+  // The writing thread calls discard_checkpoint: it runs at the background niceness, the
+  // training thread as it was.
+  const int loop_niceness = ThisThreadsNiceness();
+  int writer_niceness = -100;
+  bg.discard_checkpoint = [&](const std::string& path) {
+    discarded.push_back(path);
+    writer_niceness = ThisThreadsNiceness();
+  };
   bg.on_log = [&](const std::string& line) { logs.push_back(line); };
   CART_ASSERT_OK_AND_ASSIGN(TrainResult r, Train(config_, bg));
+  EXPECT_EQ(writer_niceness, std::max(loop_niceness, bg.background_niceness));
+  EXPECT_EQ(bg.background_niceness, 10);
+  EXPECT_EQ(ThisThreadsNiceness(), loop_niceness);
   EXPECT_TRUE(r.finished);
   EXPECT_EQ(announced, (std::vector<int64_t>{4, 8, 12}));
   EXPECT_TRUE(on_loop);
