@@ -7,7 +7,7 @@
 # root, else uncapped and said so). Three times: the write and the upload on the training thread
 # (cart-worker --upload-inline --write-checkpoints-inline, as it first was), the write on the
 # training thread and the upload in the background (--write-checkpoints-inline, as it was next),
-# and both in the background (the default: the loop only serializes into memory); then with the
+# and both in the background (the default: the loop only copies the tensors into host memory); then with the
 # artifacts on a shared filesystem (a directory here) that the worker writes itself. From the run's step times in
 # cartd's database: the median step, what the checkpoint steps took beyond it (the write to local
 # disk, plus the upload when inline), that as a share of the run, and projected to the paper's
@@ -74,12 +74,13 @@ rows = con.execute(
     "WHERE s.name = ? AND n.name = 'loss' ORDER BY m.step", (sweep,)).fetchall()
 size = con.execute("SELECT max(a.size_bytes) FROM artifacts a").fetchone()[0] or 0
 # The trainer logs what each checkpoint cost the training loop: the whole write, "checkpoint at
-# step N written: X MiB in S s", or, written in the background, "... X MiB serialized in S s on
-# the training loop, then in W s in the background".
+# step N written: X MiB in S s", or, written in the background, "... X MiB copied in S s on
+# the training loop, then written in W s in the background" ("serialized in" before the loop
+# only copied).
 writes = [float(m.group(1)) for (text,) in con.execute(
     "SELECT l.text FROM run_logs l JOIN runs r ON r.id = l.run_id JOIN sweeps s "
     "ON s.id = r.sweep_id WHERE s.name = ?", (sweep,))
-    for m in [re.search(r"written: [0-9.]+ MiB (?:in|serialized in) ([0-9.]+) s", text)] if m]
+    for m in [re.search(r"written: [0-9.]+ MiB (?:in|serialized in|copied in) ([0-9.]+) s", text)] if m]
 t = {s: w / 1e6 for s, w in rows}
 # Step s's interval ends at its point; a checkpoint written after step s lands in step s + 1's.
 gaps = {s: t[s] - t[s - 1] for s in t if s - 1 in t and s > 2}

@@ -7,6 +7,9 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <string>
+#include <type_traits>
+#include <unordered_map>
 
 #include "common/crc32c.h"
 #include "common/file.h"
@@ -82,7 +85,9 @@ void SaveArchive(const CheckpointState& state, torch::nn::Module& model,
   archive.write("optimizer", optimizer_archive);
   archive.write("step", torch::tensor(state.step, torch::kInt64));
   archive.write("cursor", torch::tensor(state.cursor, torch::kInt64));
-  archive.write("rng_cpu", at::detail::getDefaultCPUGenerator().get_state());
+  archive.write("rng_cpu", state.rng_cpu.defined()
+                               ? state.rng_cpu
+                               : at::detail::getDefaultCPUGenerator().get_state());
   archive.save_to(sink);
 }
 
@@ -120,59 +125,116 @@ absl::StatusOr<CheckpointManifest> FinishCheckpoint(const std::string& dir,
 
 }  // namespace
 
-void CheckpointBytes::Append(const void* data, size_t n) {
-  const char* bytes = static_cast<const char*>(data);
-  while (n > 0) {
-    const size_t block = static_cast<size_t>(size_) / kBlock;
-    const size_t off = static_cast<size_t>(size_) % kBlock;
-    if (block == blocks_.size()) blocks_.push_back(std::make_unique<char[]>(kBlock));
-    const size_t take = std::min(n, kBlock - off);
-    std::memcpy(blocks_[block].get() + off, bytes, take);
-    bytes += take;
-    n -= take;
-    size_ += static_cast<int64_t>(take);
+namespace {
+
+// `to` = `from`, on the CPU, reusing `to`'s memory when it has the shape and type.
+void CopyToHost(torch::Tensor& to, const torch::Tensor& from) {
+  if (!from.defined()) {
+    to = torch::Tensor();
+    return;
+  }
+  if (!to.defined() || to.sizes() != from.sizes() || to.scalar_type() != from.scalar_type()) {
+    to = torch::empty(from.sizes(), from.options().device(torch::kCPU));
+  }
+  to.copy_(from);
+}
+
+// The key of `p`'s state in an optimizer's state map: LibTorch keys it by the parameter's
+// TensorImpl, as its address in text before 2.x and as the address itself since; the map's own
+// key type says which.
+using OptimizerStateKey =
+    std::decay_t<decltype(std::declval<torch::optim::Optimizer&>().state())>::key_type;
+template <typename Key = OptimizerStateKey>
+Key StateKey(const torch::Tensor& p) {
+  if constexpr (std::is_same_v<Key, std::string>) {
+    std::ostringstream text;  // as LibTorch 1.x writes it (c10::guts::to_string, gone in 2.x)
+    text << static_cast<const void*>(p.unsafeGetTensorImpl());
+    return text.str();
+  } else {
+    return static_cast<Key>(p.unsafeGetTensorImpl());
   }
 }
 
-absl::Status CheckpointBytes::ForEachPiece(
-    const std::function<absl::Status(const char*, size_t)>& f) const {
-  for (size_t block = 0; static_cast<int64_t>(block * kBlock) < size_; ++block) {
-    const size_t n = std::min(kBlock, static_cast<size_t>(size_) - block * kBlock);
-    CART_RETURN_IF_ERROR(f(blocks_[block].get(), n));
+}  // namespace
+
+CheckpointSnapshot::CheckpointSnapshot(std::shared_ptr<torch::nn::Module> copy)
+    : model_(std::move(copy)) {}
+
+absl::Status CheckpointSnapshot::Take(torch::nn::Module& model, torch::optim::AdamW& optimizer) {
+  torch::NoGradGuard no_grad;
+  const std::vector<torch::Tensor> from = model.parameters(), to = model_->parameters();
+  const std::vector<torch::Tensor> from_buffers = model.buffers(), to_buffers = model_->buffers();
+  if (from.size() != to.size() || from_buffers.size() != to_buffers.size()) {
+    return absl::FailedPreconditionError(
+        StrCat("checkpoint snapshot: the model has ", from.size(), " parameters and ",
+               from_buffers.size(), " buffers, its copy ", to.size(), " and ", to_buffers.size()));
   }
+  std::unordered_map<const void*, size_t> index;
+  for (size_t i = 0; i < from.size(); ++i) {
+    if (from[i].sizes() != to[i].sizes() || from[i].scalar_type() != to[i].scalar_type()) {
+      return absl::FailedPreconditionError(
+          StrCat("checkpoint snapshot: parameter ", i, " differs in shape or type from its copy"));
+    }
+    index[from[i].unsafeGetTensorImpl()] = i;
+  }
+  for (size_t i = 0; i < from_buffers.size(); ++i) {
+    if (from_buffers[i].sizes() != to_buffers[i].sizes()) {
+      return absl::FailedPreconditionError(
+          StrCat("checkpoint snapshot: buffer ", i, " differs in shape from its copy"));
+    }
+  }
+  auto copy_of = [&](const torch::Tensor& p) -> absl::StatusOr<torch::Tensor> {
+    auto it = index.find(p.unsafeGetTensorImpl());
+    if (it == index.end()) {
+      return absl::FailedPreconditionError(
+          "checkpoint snapshot: the optimizer holds a tensor that is not a model parameter");
+    }
+    return to[it->second];
+  };
+  if (!optimizer_) {  // the copy's groups hold the copies of the optimizer's parameters, in order
+    std::vector<torch::optim::OptimizerParamGroup> groups;
+    for (auto& group : optimizer.param_groups()) {
+      std::vector<torch::Tensor> params;
+      for (const torch::Tensor& p : group.params()) {
+        CART_ASSIGN_OR_RETURN(torch::Tensor q, copy_of(p));
+        params.push_back(q);
+      }
+      groups.emplace_back(std::move(params), group.options().clone());
+    }
+    optimizer_ = std::make_unique<torch::optim::AdamW>(
+        std::move(groups), static_cast<const torch::optim::AdamWOptions&>(optimizer.defaults()));
+  }
+  if (optimizer_->param_groups().size() != optimizer.param_groups().size()) {
+    return absl::FailedPreconditionError("checkpoint snapshot: the optimizer's groups changed");
+  }
+  for (size_t i = 0; i < from.size(); ++i) to[i].copy_(from[i]);
+  for (size_t i = 0; i < from_buffers.size(); ++i) to_buffers[i].copy_(from_buffers[i]);
+  for (size_t g = 0; g < optimizer.param_groups().size(); ++g) {
+    auto& src = optimizer.param_groups()[g];
+    auto& dst = optimizer_->param_groups()[g];
+    dst.set_options(src.options().clone());
+    if (src.params().size() != dst.params().size()) {
+      return absl::FailedPreconditionError("checkpoint snapshot: the optimizer's groups changed");
+    }
+    for (size_t k = 0; k < src.params().size(); ++k) {
+      const OptimizerStateKey key = StateKey(dst.params()[k]);
+      auto it = optimizer.state().find(StateKey(src.params()[k]));
+      if (it == optimizer.state().end()) {  // not stepped yet: no state, as in the original
+        optimizer_->state().erase(key);
+        continue;
+      }
+      const auto& a = static_cast<const torch::optim::AdamWParamState&>(*it->second);
+      std::unique_ptr<torch::optim::OptimizerParamState>& slot = optimizer_->state()[key];
+      if (!slot) slot = std::make_unique<torch::optim::AdamWParamState>();
+      auto& b = static_cast<torch::optim::AdamWParamState&>(*slot);
+      b.step(a.step());
+      CopyToHost(b.exp_avg(), a.exp_avg());
+      CopyToHost(b.exp_avg_sq(), a.exp_avg_sq());
+      CopyToHost(b.max_exp_avg_sq(), a.max_exp_avg_sq());
+    }
+  }
+  rng_ = at::detail::getDefaultCPUGenerator().get_state();
   return absl::OkStatus();
-}
-
-absl::Status SerializeCheckpoint(const CheckpointState& state, torch::nn::Module& model,
-                                 torch::optim::Optimizer& optimizer, CheckpointBytes& out) {
-  out.Clear();
-  try {
-    SaveArchive(state, model, optimizer, [&](const void* data, size_t n) -> size_t {
-      out.Append(data, n);
-      return n;
-    });
-  } catch (const std::exception& e) {
-    return FromTorchError(e, "cannot serialize checkpoint");
-  }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<CheckpointManifest> CommitCheckpoint(const std::string& dir,
-                                                    const CheckpointState& state,
-                                                    const CheckpointBytes& bytes, int64_t keep,
-                                                    const CheckpointWriteOptions& write) {
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) return absl::InternalError(StrCat("cannot create ", dir, ": ", ec.message()));
-  const fs::path pt = fs::path(dir) / (StepName(state.step) + ".pt");
-  CART_ASSIGN_OR_RETURN(AtomicFileWriter file, AtomicFileWriter::Open(pt.string()));
-  uint32_t crc = 0;
-  CART_RETURN_IF_ERROR(bytes.ForEachPiece([&](const char* data, size_t n) {
-    crc = ExtendChecksum(write.crc32c, crc, data, n);
-    return file.Write(data, n);
-  }));
-  CART_RETURN_IF_ERROR(write.durable ? file.Commit() : file.CommitWithoutSync());
-  return FinishCheckpoint(dir, state, bytes.size(), crc, keep, write);
 }
 
 std::vector<std::string> RemoveInterruptedWrites(const std::string& dir) {

@@ -116,17 +116,17 @@ class Trainer {
   torch::Device device_ = torch::kCPU;
   bool mixed_precision_ = false;
   TrainResult result_;
-  // The serialized checkpoint being written in the background (its memory kept for the next),
-  // and that write. Declared last: a trainer leaving on an error waits for the write (the
-  // future's destructor) before the bytes it reads are freed.
-  CheckpointBytes checkpoint_bytes_;
+  // The copy of model and optimizer being written in the background (its memory kept for the
+  // next), and that write. Declared last: a trainer leaving on an error waits for the write (the
+  // future's destructor) before the copy it reads is freed.
+  std::optional<CheckpointSnapshot> snapshot_;
   struct Written {
     absl::StatusOr<CheckpointManifest> manifest;
     double seconds = 0;  // the write's, on its thread
   };
   struct PendingWrite {
     int64_t step = 0;
-    double serialize_seconds = 0;  // what the training loop waited for
+    double copy_seconds = 0;  // what the training loop waited for
     std::future<Written> done;
   };
   std::optional<PendingWrite> pending_;
@@ -194,16 +194,18 @@ absl::Status Trainer::Checkpoint(int64_t step) {
     Checkpointed(m, StrCat("in ", Fixed(since(start), 2), " s"));
     return absl::OkStatus();
   }
-  CART_RETURN_IF_ERROR(SerializeCheckpoint(state, *model_, *optimizer_, checkpoint_bytes_));
+  CART_RETURN_IF_ERROR(snapshot_->Take(*model_, *optimizer_));
+  state.rng_cpu = snapshot_->rng();
   PendingWrite w;
   w.step = step;
-  w.serialize_seconds = since(start);
-  // The thread reads only the bytes, the directory and the options, none of which the loop
+  w.copy_seconds = since(start);
+  // The thread reads only the snapshot, the directory and the options, none of which the loop
   // changes before FinishCheckpoint has waited for it.
   w.done = std::async(std::launch::async, [this, since, state = std::move(state), keep, write] {
     if (options_.background_niceness > 0) LowerThisThreadsPriority(options_.background_niceness);
     const auto began = std::chrono::steady_clock::now();
-    Written out{CommitCheckpoint(checkpoint_dir_, state, checkpoint_bytes_, keep, write)};
+    Written out{WriteCheckpoint(checkpoint_dir_, state, snapshot_->model(), snapshot_->optimizer(),
+                                keep, write)};
     out.seconds = since(began);
     return out;
   });
@@ -226,8 +228,8 @@ absl::Status Trainer::FinishCheckpoint(bool wait) {
   }
   // Both halves, in the run's log (bench/checkpoint_upload.sh reads the first as the loop's cost).
   Checkpointed(*written.manifest,
-               StrCat("serialized in ", Fixed(w.serialize_seconds, 2), " s on the training loop, ",
-                      "then in ", Fixed(written.seconds, 2), " s in the background"));
+               StrCat("copied in ", Fixed(w.copy_seconds, 2), " s on the training loop, ",
+                      "then written in ", Fixed(written.seconds, 2), " s in the background"));
   return absl::OkStatus();
 }
 
@@ -420,6 +422,11 @@ absl::StatusOr<TrainResult> Trainer::Run() {
   model_->to(device_);
   model_->train();
   BuildOptimizer();
+  if (options_.background_checkpoints) {  // the copy a checkpoint is taken into, on the host
+    CART_ASSIGN_OR_RETURN(std::shared_ptr<model::LanguageModel> copy,
+                          model::BuildModel(config_.model, config_.train.seed));
+    snapshot_.emplace(std::move(copy));
+  }
   CART_ASSIGN_OR_RETURN(int64_t step, RestoreOrInit());
   metrics_.open(metrics_path_, std::ios::app);
 

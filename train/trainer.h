@@ -53,12 +53,12 @@ struct TrainOptions {
   // (train::CheckpointWriteOptions::discard); unset: deleted at once. With
   // background_checkpoints it is called from the writing thread.
   std::function<void(const std::string& path)> discard_checkpoint;
-  // The training loop only serializes each checkpoint into memory (SerializeCheckpoint); a
-  // thread writes it to disk (CommitCheckpoint) while training goes on, and on_checkpoint is
-  // called on the training thread at the first step after the write has finished. At most one
-  // write is in flight: the next checkpoint, and the end of training, wait for it. Costs a
-  // checkpoint's size in host memory (kept between checkpoints). The worker turns it on; off,
-  // the loop streams the checkpoint to disk itself (docs/design.md "Storage").
+  // The training loop only copies model and optimizer into host memory (CheckpointSnapshot); a
+  // thread serializes the copy and writes it to disk (WriteCheckpoint) while training goes on,
+  // and on_checkpoint is called on the training thread at the first step after the write has
+  // finished. At most one write is in flight: the next checkpoint, and the end of training, wait
+  // for it. Costs a checkpoint's size in host memory (kept between checkpoints). The worker
+  // turns it on; off, the loop streams the checkpoint to disk itself (docs/design.md "Storage").
   bool background_checkpoints = false;
   // The writing thread's nice value (and its disk I/O at the best-effort class's lowest level;
   // common/process.h LowerThisThreadsPriority): on a box whose cores train, the write takes what

@@ -11,7 +11,9 @@
 #include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <thread>
+#include <type_traits>
 
 #include "common/process.h"
 #include "common/strings.h"
@@ -386,7 +388,7 @@ TEST_F(TrainerTest, BackgroundCheckpointsAreTheSameFilesAnnouncedInOrderOnTheTra
   ASSERT_EQ(discarded.size(), 1u);
   EXPECT_THAT(discarded[0], HasSubstr("step-00000004.pt"));
   EXPECT_THAT(StrJoin(logs, "\n"),
-              HasSubstr("serialized in"));  // what the loop waited for, said apart
+              HasSubstr("copied in"));  // what the loop waited for, said apart
 
   const std::vector<CheckpointManifest> a = ListCheckpoints(dir_.File("inline/checkpoints"));
   const std::vector<CheckpointManifest> b = ListCheckpoints(dir_.File("bg/checkpoints"));
@@ -440,39 +442,129 @@ TEST_F(TrainerTest, AResumeRemovesTheTemporaryFileOfAnInterruptedWrite) {
   EXPECT_THAT(StrJoin(logs, "\n"), HasSubstr("a write that was interrupted"));
 }
 
-// The two halves of a background write give WriteCheckpoint's file: the same bytes, size and
-// checksum; the memory is kept and reused for a smaller checkpoint without leftovers.
-TEST(CheckpointBytesTest, SerializeThenCommitWritesWhatWriteCheckpointWrites) {
-  TempDir dir;
-  model::ModelConfig mc = TinyRun().model;
-  auto build = [&](int64_t d) {
-    model::ModelConfig c = mc;
-    c.d = d;
-    return model::BuildModel(c, 7).value();
-  };
-  CheckpointBytes bytes;  // kept across both: the second, smaller, reuses the first's blocks
-  for (int64_t d : {128, 64}) {
-    auto model = build(d);
-    torch::optim::AdamW optimizer(model->parameters(), torch::optim::AdamWOptions(1e-3));
-    for (auto& p : model->parameters()) p.mutable_grad() = torch::ones_like(p);
-    optimizer.step();
-    CheckpointState state{5, 17, "d: " + std::to_string(d) + "\n"};
-    CheckpointWriteOptions w;
-    w.durable = false;
-    const auto rng = at::detail::getDefaultCPUGenerator().get_state();
-    CART_ASSERT_OK_AND_ASSIGN(CheckpointManifest a, WriteCheckpoint(dir.File(StrCat("a", d)), state,
-                                                                    *model, optimizer, 2, w));
-    CART_ASSERT_OK(SerializeCheckpoint(state, *model, optimizer, bytes));
-    EXPECT_EQ(bytes.size(), a.bytes);
-    CART_ASSERT_OK_AND_ASSIGN(CheckpointManifest b,
-                              CommitCheckpoint(dir.File(StrCat("b", d)), state, bytes, 2, w));
-    EXPECT_TRUE(at::equal(rng, at::detail::getDefaultCPUGenerator().get_state()));
-    EXPECT_EQ(b.bytes, a.bytes);
-    EXPECT_EQ(b.crc32, a.crc32);
-    EXPECT_EQ(b.cursor, 17);
-    EXPECT_EQ(cart::testing::ReadFile(a.path), cart::testing::ReadFile(b.path)) << "d " << d;
-    CART_EXPECT_OK(VerifyCheckpoint(ListCheckpoints(dir.File(StrCat("b", d))).back()));
+// What an AdamW optimizer holds, in group order: each group's learning rate and weight decay,
+// each parameter's step and moments (as one list of tensors; a step as a one-element tensor).
+std::vector<torch::Tensor> OptimizerContents(torch::optim::AdamW& optimizer) {
+  std::vector<torch::Tensor> out;
+  for (auto& group : optimizer.param_groups()) {
+    const auto& o = static_cast<const torch::optim::AdamWOptions&>(group.options());
+    out.push_back(torch::tensor({o.lr(), o.weight_decay()}, torch::kFloat64));
+    for (const torch::Tensor& p : group.params()) {
+      // The state's key: the TensorImpl's address, as text before LibTorch 2.x.
+      auto it = std::find_if(optimizer.state().begin(), optimizer.state().end(), [&](auto& kv) {
+        if constexpr (std::is_same_v<std::decay_t<decltype(kv.first)>, std::string>) {
+          std::ostringstream text;
+          text << static_cast<const void*>(p.unsafeGetTensorImpl());
+          return kv.first == text.str();
+        } else {
+          return kv.first == p.unsafeGetTensorImpl();
+        }
+      });
+      if (it == optimizer.state().end()) {
+        out.push_back(torch::tensor(-1, torch::kInt64));
+        continue;
+      }
+      const auto& s = static_cast<const torch::optim::AdamWParamState&>(*it->second);
+      out.push_back(torch::tensor(s.step(), torch::kInt64));
+      out.push_back(s.exp_avg());
+      out.push_back(s.exp_avg_sq());
+    }
   }
+  return out;
+}
+
+// Two groups as the trainer makes them (matrices decayed, the rest not).
+std::unique_ptr<torch::optim::AdamW> TwoGroupAdamW(torch::nn::Module& model, double lr) {
+  std::vector<torch::Tensor> decay, rest;
+  for (const torch::Tensor& p : model.parameters()) (p.dim() >= 2 ? decay : rest).push_back(p);
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  groups.emplace_back(decay, std::make_unique<torch::optim::AdamWOptions>(
+                                 torch::optim::AdamWOptions(lr).weight_decay(0.1)));
+  groups.emplace_back(rest, std::make_unique<torch::optim::AdamWOptions>(
+                                torch::optim::AdamWOptions(lr).weight_decay(0.0)));
+  return std::make_unique<torch::optim::AdamW>(std::move(groups), torch::optim::AdamWOptions(lr));
+}
+
+void StepWithGradients(torch::nn::Module& model, torch::optim::AdamW& optimizer, double g) {
+  for (auto& p : model.parameters()) p.mutable_grad() = torch::full_like(p, g);
+  optimizer.step();
+}
+
+// A snapshot taken on the training thread, written later while training went on, restores what
+// the model and optimizer held when it was taken: the weights, each group's options (the
+// learning rate of that step), each parameter's step and moments and the RNG state, as a
+// checkpoint written at that moment does; a second snapshot reuses the first's memory; a model
+// of another structure is refused.
+TEST(CheckpointSnapshotTest, WrittenLaterItRestoresWhatWasThereWhenTaken) {
+  TempDir dir;
+  const model::ModelConfig mc = TinyRun().model;
+  auto model = model::BuildModel(mc, 7).value();
+  auto optimizer = TwoGroupAdamW(*model, 1e-3);
+  StepWithGradients(*model, *optimizer, 0.5);
+  CheckpointSnapshot snapshot(model::BuildModel(mc, 99).value());  // other values, overwritten
+  CART_ASSERT_OK(snapshot.Take(*model, *optimizer));
+  CheckpointState state{5, 17, "d: 64\n"};
+  CheckpointWriteOptions w;
+  w.durable = false;
+  CART_ASSERT_OK_AND_ASSIGN(CheckpointManifest now,
+                            WriteCheckpoint(dir.File("now"), state, *model, *optimizer, 2, w));
+  const torch::Tensor rng_then = at::detail::getDefaultCPUGenerator().get_state();
+  const void* first_copy = snapshot.model().parameters()[0].data_ptr();
+
+  // Training goes on: other weights, moments, steps and learning rate, and the RNG moves.
+  static_cast<torch::optim::AdamWOptions&>(optimizer->param_groups()[0].options()).lr(5e-4);
+  StepWithGradients(*model, *optimizer, -2.0);
+  torch::rand({16});
+  state.rng_cpu = snapshot.rng();
+  CART_ASSERT_OK_AND_ASSIGN(
+      CheckpointManifest later,
+      WriteCheckpoint(dir.File("later"), state, snapshot.model(), snapshot.optimizer(), 2, w));
+  EXPECT_EQ(later.step, 5);
+  EXPECT_EQ(later.cursor, 17);
+  CART_EXPECT_OK(VerifyCheckpoint(later));
+
+  auto restore = [&](const CheckpointManifest& m, std::vector<torch::Tensor>* weights,
+                     std::vector<torch::Tensor>* moments, torch::Tensor* rng) {
+    auto fresh = model::BuildModel(mc, 3).value();
+    auto fresh_optimizer = TwoGroupAdamW(*fresh, 1.0);
+    ASSERT_TRUE(LoadCheckpoint(m, *fresh, fresh_optimizer.get()).ok());
+    *weights = fresh->parameters();
+    *moments = OptimizerContents(*fresh_optimizer);
+    *rng = at::detail::getDefaultCPUGenerator().get_state();
+  };
+  std::vector<torch::Tensor> wa, ma, wb, mb;
+  torch::Tensor ra, rb;
+  ASSERT_NO_FATAL_FAILURE(restore(now, &wa, &ma, &ra));
+  ASSERT_NO_FATAL_FAILURE(restore(later, &wb, &mb, &rb));
+  ASSERT_EQ(wa.size(), wb.size());
+  for (size_t k = 0; k < wa.size(); ++k) EXPECT_TRUE(torch::equal(wa[k], wb[k])) << "weight " << k;
+  ASSERT_EQ(ma.size(), mb.size());
+  for (size_t k = 0; k < ma.size(); ++k) EXPECT_TRUE(torch::equal(ma[k], mb[k])) << "entry " << k;
+  // The copy's options are the step's it was taken at (a loaded optimizer keeps its own).
+  EXPECT_EQ(static_cast<const torch::optim::AdamWOptions&>(
+                snapshot.optimizer().param_groups()[0].options())
+                .lr(),
+            1e-3);
+  EXPECT_TRUE(torch::equal(ra, rng_then));
+  EXPECT_TRUE(torch::equal(rb, rng_then));
+  // And not what the model holds now.
+  EXPECT_FALSE(torch::equal(wb[0], model->parameters()[0]));
+
+  // A second snapshot copies into the same memory and holds the new values.
+  CART_ASSERT_OK(snapshot.Take(*model, *optimizer));
+  EXPECT_EQ(snapshot.model().parameters()[0].data_ptr(), first_copy);
+  EXPECT_TRUE(torch::equal(snapshot.model().parameters()[0], model->parameters()[0]));
+  const std::vector<torch::Tensor> mine = OptimizerContents(snapshot.optimizer()),
+                                   theirs = OptimizerContents(*optimizer);
+  ASSERT_EQ(mine.size(), theirs.size());
+  for (size_t k = 0; k < mine.size(); ++k) EXPECT_TRUE(torch::equal(mine[k], theirs[k])) << k;
+
+  model::ModelConfig narrow = mc;  // wider
+  narrow.d = 128;
+  auto other = model::BuildModel(narrow, 7).value();
+  auto other_optimizer = TwoGroupAdamW(*other, 1e-3);
+  EXPECT_THAT(snapshot.Take(*other, *other_optimizer),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("differs")));
 }
 
 TEST_F(TrainerTest, StopFlagCheckpointsAndReturnsEarly) {
