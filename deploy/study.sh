@@ -63,14 +63,23 @@ done
   --client-config "$out/client.yaml" "${sweeps[@]}" --rows d --cols R \
   --metric rho_max --metric val_ppl/speeches --report "$out/report"
 # Which machine produced these floats (the verdicts must agree across CPU models, and float
-# results differ between them): the CPU's name, family, model and stepping, and the BLAS.
+# results differ between them): the CPU's name, family, model and stepping, LibTorch and its BLAS.
 {
   echo "cpu: $(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"
   for k in 'cpu family' model stepping; do
     echo "$k: $(grep -m1 "^$k[[:space:]]*:" /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"
   done
   echo "cores: $(nproc)"
-  echo "blas: $(readlink -f /usr/lib/x86_64-linux-gnu/libblas.so.3 2>/dev/null || echo unknown)"
+  # The LibTorch the workers ran and the BLAS it calls: Debian's links the system libblas.so.3
+  # (an alternative: OpenBLAS or the reference BLAS); PyPI's carries MKL inside libtorch_cpu.
+  libs=$(ldd "$bin/cart-worker" 2>/dev/null || true)
+  torch_cpu=$(awk '/libtorch_cpu\.so/ { print $3; exit }' <<<"$libs")
+  echo "libtorch: ${torch_cpu:-unknown}"
+  if grep -q 'libblas\.so' <<<"$libs"; then
+    echo "blas: $(readlink -f "$(awk '/libblas\.so/ { print $3; exit }' <<<"$libs")")"
+  else
+    echo "blas: none beside libtorch_cpu (its own, MKL in PyPI's LibTorch)"
+  fi
   echo "wall_s: $(( $(date +%s) - start ))"
 } > "$out/report/machine.txt"
 echo "study: finished in $(( $(date +%s) - start )) s; report: $out/report/report.md (and .html)"

@@ -151,6 +151,19 @@ Scheduler::Scheduler(store::RunStore* store, Clock* clock, SchedulerOptions opti
       std::tie(worker.speed, worker.speed_source) = SpeedFor(worker.info, nullptr);
     }
   }
+  RecoverRunning();
+  // Runs preempted within the interval before a restart are not preempted again within it.
+  if (options_.preemption) {
+    const int64_t since_us = absl::ToUnixMicros(clock->Now() - options_.preempt_interval);
+    absl::StatusOr<std::map<int64_t, int64_t>> recent = store_->RecentPreemptions(since_us);
+    if (recent.ok()) {
+      absl::MutexLock lock(&mu_);
+      last_preempted_us_ = *std::move(recent);
+    } else {
+      std::fprintf(stderr, "cartd: could not read recent preemptions: %s\n",
+                   Message(recent.status()).c_str());
+    }
+  }
   if (options_.expiry_interval > absl::ZeroDuration()) {
     expiry_thread_ = std::thread([this] { ExpiryLoop(); });
   }
@@ -597,14 +610,15 @@ std::pair<double, std::string> Scheduler::SpeedFor(const WorkerInfo& info, const
   return {info.device_kind == "cpu" ? 0.01 : 0.5, "guess"};
 }
 
-void Scheduler::NoteClaim(const Job& job, const std::string& worker_id) {
+void Scheduler::NoteClaim(const Job& job, const std::string& worker_id,
+                          std::optional<int64_t> done_steps) {
   Running r;
   r.worker_id = worker_id;
   r.attempt = job.attempt;
   r.work_hours = job.run.work_hours;
   r.steps = job.run.steps;
   r.claimed_us = NowMicros();
-  const int64_t done = job.resume_from ? job.resume_from->step : 0;
+  const int64_t done = done_steps.value_or(job.resume_from ? job.resume_from->step : 0);
   r.done_steps_at_claim = done;
   r.remaining_hours_at_claim = store::RemainingWorkHours(r.work_hours, r.steps, done);
   r.priority = job.run.priority;
@@ -624,6 +638,32 @@ void Scheduler::NoteClaim(const Job& job, const std::string& worker_id) {
   progress_.erase(job.run.id);  // this attempt's pace is measured from its own reports
   running_[job.run.id] = std::move(r);
   not_placed_.erase(job.run.id);
+}
+
+void Scheduler::RecoverRunning() {
+  store::RunPageRequest live;
+  live.filter.states = {RunState::kLeased, RunState::kRunning};
+  live.limit = 0;
+  absl::StatusOr<store::RunPage> page = store_->ListRunPage(live);
+  if (!page.ok()) {
+    std::fprintf(stderr, "cartd: could not read the runs held before this start: %s\n",
+                 Message(page.status()).c_str());
+    return;
+  }
+  for (const store::RunRow& row : page->rows) {
+    if (row.worker_id.empty()) continue;
+    Job job;
+    job.run = row.run;
+    job.attempt = row.run.attempt;
+    job.kind = row.run.kind;
+    if (absl::StatusOr<std::optional<store::CheckpointRecord>> latest =
+            store_->LatestCheckpoint(row.run.id);
+        latest.ok()) {
+      job.resume_from = *latest;
+    }
+    // Its pace is measured from here: the steps it reports from now on, over the time from now.
+    NoteClaim(job, row.worker_id, row.step);
+  }
 }
 
 void Scheduler::MeasureSpeed(int64_t run_id, double tokens_per_s) {
@@ -1373,6 +1413,10 @@ absl::StatusOr<std::vector<int64_t>> Scheduler::Preempt() {
     }
   }
   for (const Ask& ask : controls) {
+    if (absl::Status kept = store_->RecordPreemption(ask.run_id, now_us); !kept.ok()) {
+      std::fprintf(stderr, "cartd: run %lld: preemption time not stored (%s)\n",
+                   static_cast<long long>(ask.run_id), Message(kept).c_str());
+    }
     store::LogLine line;
     line.wall_time_us = now_us;
     line.text = StrCat("cartd: preempted at a checkpoint for other work: ", ask.control.reason);

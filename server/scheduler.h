@@ -539,8 +539,13 @@ class Scheduler {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Fair share's usage per owner (store::RunStore::DecayedUsage), cached for a minute.
   absl::StatusOr<std::map<std::string, double>> Usage(int64_t now_us);
-  // Records a claimed run for placement's plan and speed measurement.
-  void NoteClaim(const Job& job, const std::string& worker_id);
+  // Records a claimed run for placement's plan and speed measurement; `done_steps`, when given,
+  // is how far the attempt had come (a run recovered at startup), else its resume checkpoint's.
+  void NoteClaim(const Job& job, const std::string& worker_id,
+                 std::optional<int64_t> done_steps = std::nullopt);
+  // At startup: the runs leased or running when cartd stopped, noted as claims of their workers,
+  // so that placement, preemption and the expected finish see those workers busy at once.
+  void RecoverRunning();
   // Folds a reported tokens/s into the worker's and its device's measured speed.
   void MeasureSpeed(int64_t run_id, double tokens_per_s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Lowers the job's micro-batch and raises its gradient accumulation (same global batch) so that

@@ -59,7 +59,11 @@ constexpr char kSelectQueuedWork[] = CART_PLACEABLE_SELECT
 constexpr char kSelectUsage[] =
     "SELECT s.created_by, a.started_us, coalesce(a.ended_us, ?1) FROM attempts AS a "
     "JOIN runs AS r ON r.id = a.run_id JOIN sweeps AS s ON s.id = r.sweep_id "
-    "WHERE a.started_us IS NOT NULL AND coalesce(a.ended_us, ?1) >= ?2";
+    "WHERE a.started_us IS NOT NULL AND coalesce(a.ended_us, ?1) >= ?2 "
+    "UNION ALL SELECT owner, started_us, ended_us FROM deleted_usage WHERE ended_us >= ?2";
+constexpr char kSetLastPreempted[] = "UPDATE runs SET last_preempted_us = ?2 WHERE id = ?1";
+constexpr char kSelectRecentPreemptions[] =
+    "SELECT id, last_preempted_us FROM runs WHERE last_preempted_us >= ?";
 constexpr char kSelectQueuedFit[] =
     "SELECT 1 FROM runs WHERE id = ? AND status = 'QUEUED' AND min_memory_bytes <= ? "
     "AND oom_memory_bytes < ?";
@@ -215,6 +219,27 @@ absl::StatusOr<std::map<std::string, double>> RunStore::DecayedUsage(int64_t now
       usage[row.ColumnText(0)] += us / 3.6e9;
     }));
     return usage;
+  });
+}
+
+absl::Status RunStore::RecordPreemption(int64_t run_id, int64_t now_us) {
+  return writer_
+      ->Run<bool>([&](WriteContext& ctx) -> absl::StatusOr<bool> {
+        CART_RETURN_IF_ERROR(Exec(ctx.db(), kSetLastPreempted, run_id, now_us));
+        return true;
+      })
+      .status();
+}
+
+absl::StatusOr<std::map<int64_t, int64_t>> RunStore::RecentPreemptions(int64_t since_us) {
+  using Out = std::map<int64_t, int64_t>;
+  return internal::ReadSnapshot<Out>(*readers_, [&](Database& db) -> absl::StatusOr<Out> {
+    CART_ASSIGN_OR_RETURN(auto select, db.Cached(kSelectRecentPreemptions));
+    select->BindAll(since_us);
+    Out out;
+    CART_RETURN_IF_ERROR(select->ForEachRow(
+        [&](const Statement& row) { out[row.ColumnInt64(0)] = row.ColumnInt64(1); }));
+    return out;
   });
 }
 

@@ -139,7 +139,7 @@ class RunStore {
   // (FailedPrecondition, nothing deleted) while one of its runs is LEASED or RUNNING (a worker
   // still writes to it), and while runs of another sweep derive from its runs: their start
   // checkpoints are kept as long as they exist (the message names those sweeps). NotFound for an
-  // unknown sweep.
+  // unknown sweep. The hours its attempts ran stay in its owner's fair-share usage.
   absl::StatusOr<DeletedSweep> DeleteSweep(const std::string& name);
   // Sets the sweep's priority and that of its runs not yet finished (QUEUED, BLOCKED, LEASED,
   // RUNNING), with an event on the sweep. Returns how many runs changed. NotFound for an unknown
@@ -148,8 +148,13 @@ class RunStore {
                                            const Audit& audit);
   // GPU-hours used per sweep owner (sweeps.created_by), each hour of an attempt weighed by
   // 2^(-age / half_life), age measured back from now_us; attempts that ended more than ten
-  // half-lives ago are left out. A running attempt counts up to now.
+  // half-lives ago are left out. A running attempt counts up to now. Deleted sweeps' attempts
+  // count as they did before the deletion.
   absl::StatusOr<std::map<std::string, double>> DecayedUsage(int64_t now_us, int64_t half_life_us);
+  // Preemption's memory: RecordPreemption notes that the run was asked to stop for other work at
+  // now_us; RecentPreemptions returns each run's last such time at or after since_us, by run id.
+  absl::Status RecordPreemption(int64_t run_id, int64_t now_us);
+  absl::StatusOr<std::map<int64_t, int64_t>> RecentPreemptions(int64_t since_us);
 
   // ---- Workers and leases
 

@@ -306,6 +306,21 @@ ALTER TABLE runs ADD COLUMN diverged_step INTEGER;
 ALTER TABLE runs ADD COLUMN diverged_loss TEXT;
 )sql";
 
+// Version 14: what fair share and preemption must remember. deleted_usage keeps the attempts'
+// hours of a deleted sweep's runs, per owner, so that deleting a sweep does not give its owner a
+// clean slate; runs.last_preempted_us keeps when a run was last asked to stop for other work, so
+// that a restarted cartd does not preempt it again within the interval.
+constexpr char kSchemaV14[] = R"sql(
+CREATE TABLE deleted_usage(
+  owner TEXT NOT NULL,
+  started_us INTEGER NOT NULL,
+  ended_us INTEGER NOT NULL
+);
+CREATE INDEX deleted_usage_by_end ON deleted_usage(ended_us);
+ALTER TABLE runs ADD COLUMN last_preempted_us INTEGER;
+CREATE INDEX runs_preempted ON runs(last_preempted_us) WHERE last_preempted_us IS NOT NULL;
+)sql";
+
 absl::Status Apply(Database& db, const Migration& migration) {
   Transaction txn(&db);
   CART_RETURN_IF_ERROR(txn.Begin(Transaction::Mode::kImmediate));
@@ -342,6 +357,7 @@ const std::vector<Migration>& Migrations() {
       {11, "run_tags, sweep_tags, and a note on runs and sweeps", kSchemaV11},
       {12, "data_files and run_data: the data each run reads (lineage)", kSchemaV12},
       {13, "runs.diverged_step, diverged_loss: runs failed on a non-finite loss", kSchemaV13},
+      {14, "deleted_usage and runs.last_preempted_us: fair share and preemption kept", kSchemaV14},
   };
   return *kAll;
 }

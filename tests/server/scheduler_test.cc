@@ -724,6 +724,19 @@ class PreemptionTest : public SchedulerTest {
     EXPECT_TRUE(asked.ok()) << asked.status();
     return asked.ok() ? *asked : std::vector<int64_t>{};
   }
+  // Alice's run at priority 1 trains on worker "w" and has a checkpoint; Bob's at priority 5
+  // waits, so Alice's is asked to stop and hands "w" back DRAINED. Returns {Alice's, Bob's}.
+  std::pair<int64_t, int64_t> PreemptLowForHigh() {
+    Register("w", kHuge);
+    const int64_t low = SubmitAs("user:alice", "low", 1);
+    Job job = Start("w");
+    EXPECT_TRUE(scheduler_->RecordCheckpoint(low, job.attempt, Checkpoint(4)).ok());
+    const int64_t high = SubmitAs("user:bob", "high", 5);
+    EXPECT_EQ(PreemptNow(), std::vector<int64_t>{low});
+    EXPECT_TRUE(
+        scheduler_->ReportOutcome(low, job.attempt, store::AttemptOutcome::kDrained, "").ok());
+    return {low, high};
+  }
   static int Preempts(RecordingStream& stream) {
     int n = 0;
     for (const Control& c : stream.controls()) n += c.kind == Control::Kind::kPreempt;
@@ -802,14 +815,7 @@ TEST_F(PreemptionTest, OffByDefaultAndNotWhileAWorkerIsFree) {
 }
 
 TEST_F(PreemptionTest, ARunIsPreemptedAtMostOncePerInterval) {
-  Register("w", kHuge);
-  const int64_t low = SubmitAs("user:alice", "low", 1);
-  Job job = Start("w");
-  CART_ASSERT_OK(scheduler_->RecordCheckpoint(low, job.attempt, Checkpoint(4)).status());
-  const int64_t high = SubmitAs("user:bob", "high", 5);
-  ASSERT_EQ(PreemptNow(), std::vector<int64_t>{low});
-  CART_ASSERT_OK(
-      scheduler_->ReportOutcome(low, job.attempt, store::AttemptOutcome::kDrained, "").status());
+  const auto [low, high] = PreemptLowForHigh();
   ASSERT_EQ(Start("w").run.id, high);
   Register("w2", kHuge);
   Job resumed = Start("w2");  // the preempted run, from its checkpoint
@@ -817,6 +823,43 @@ TEST_F(PreemptionTest, ARunIsPreemptedAtMostOncePerInterval) {
   SubmitAs("user:bob", "high-2", 5);
   clock_.Advance(absl::Minutes(59));
   EXPECT_TRUE(PreemptNow().empty()) << "preempted twice within the interval";
+  clock_.Advance(absl::Minutes(2));
+  EXPECT_EQ(PreemptNow(), std::vector<int64_t>{low});
+}
+
+// A restarted cartd knows from the store which workers still train: a worker whose run started
+// before the restart is busy, not free, so waiting work of a higher priority preempts that run
+// (the worker's reconnecting stream gets the ask) instead of waiting for a worker that is not free.
+TEST_F(PreemptionTest, ARestartedSchedulerSeesTheWorkersStillTraining) {
+  Register("w", kHuge);
+  const int64_t low = SubmitAs("user:alice", "low", 1);
+  Job job = Start("w");
+  CART_ASSERT_OK(scheduler_->RecordCheckpoint(low, job.attempt, Checkpoint(4)).status());
+
+  clock_.Advance(absl::Seconds(1));
+  scheduler_ = Preempting(absl::Hours(1));  // cartd restarts; the worker trains on
+  SubmitAs("user:bob", "high", 5);
+  EXPECT_EQ(PreemptNow(), std::vector<int64_t>{low});
+  auto stream = std::make_shared<RecordingStream>();
+  CART_ASSERT_OK(scheduler_->AttachStream(low, job.attempt, stream));
+  EXPECT_EQ(Preempts(*stream), 1);
+}
+
+// When a run was last preempted is kept in the store: a restarted cartd does not ask it to stop
+// again within the interval.
+TEST_F(PreemptionTest, ARestartedSchedulerRemembersWhomItPreempted) {
+  const auto [low, high] = PreemptLowForHigh();
+
+  clock_.Advance(absl::Seconds(1));
+  scheduler_ = Preempting(absl::Hours(1));  // cartd restarts
+  ASSERT_EQ(Start("w").run.id, high);
+  Register("w2", kHuge);
+  Job resumed = Start("w2");
+  ASSERT_EQ(resumed.run.id, low);
+  ASSERT_TRUE(resumed.resume_from.has_value());
+  SubmitAs("user:bob", "high-2", 5);
+  clock_.Advance(absl::Minutes(59));
+  EXPECT_TRUE(PreemptNow().empty()) << "preempted again within the interval after a restart";
   clock_.Advance(absl::Minutes(2));
   EXPECT_EQ(PreemptNow(), std::vector<int64_t>{low});
 }

@@ -762,6 +762,50 @@ TEST_F(RunStoreTest, DecayedUsageWeighsEachHourByItsAge) {
   EXPECT_TRUE(usage.empty());
 }
 
+// Deleting a sweep does not give its owner a clean slate: the hours its attempts ran still count,
+// decaying as before, beside the owner's other sweeps.
+TEST_F(RunStoreTest, DecayedUsageKeepsTheHoursOfADeletedSweep) {
+  constexpr int64_t kHour = 3'600'000'000;
+  // A sweep of user:a's with one run that trained from `from` to `to`.
+  auto trained = [&](const std::string& sweep, int64_t from, int64_t to) {
+    auto created = store_->CreateSweep(MakeSweep(sweep, {MakeRun("r", {})}), By("user:a", kT0));
+    ASSERT_TRUE(created.ok()) << created.status();
+    const Claim claim = ClaimExpecting(created->run_ids[0], from);
+    CART_ASSERT_OK(store_->MarkRunning(claim.run.id, claim.attempt, from));
+    CART_ASSERT_OK(store_->RecordAttemptOutcome(claim.run.id, claim.attempt,
+                                                AttemptOutcome::kSucceeded, By("worker:w1", to)));
+  };
+  trained("gone", kT0, kT0 + 2 * kHour);
+  trained("kept", kT0 + 2 * kHour, kT0 + 3 * kHour);
+  CART_ASSERT_OK_AND_ASSIGN(auto before, store_->DecayedUsage(kT0 + 27 * kHour, 24 * kHour));
+  ASSERT_NEAR(before["user:a"], 2.0 * 0.5 + 1.0 * 0.5, 0.1);  // about a half-life ago
+
+  CART_ASSERT_OK(store_->DeleteSweep("gone").status());
+  CART_ASSERT_OK_AND_ASSIGN(auto after, store_->DecayedUsage(kT0 + 27 * kHour, 24 * kHour));
+  EXPECT_DOUBLE_EQ(after["user:a"], before["user:a"]);
+  CART_ASSERT_OK(store_->DeleteSweep("kept").status());
+  CART_ASSERT_OK_AND_ASSIGN(after, store_->DecayedUsage(kT0 + 27 * kHour, 24 * kHour));
+  EXPECT_NEAR(after["user:a"], before["user:a"], 1e-9);
+  // They still age out after ten half-lives.
+  CART_ASSERT_OK_AND_ASSIGN(after, store_->DecayedUsage(kT0 + 300 * kHour, 24 * kHour));
+  EXPECT_TRUE(after.empty());
+}
+
+// When a run was last asked to stop for other work: the latest time per run, from a given time.
+TEST_F(RunStoreTest, RecentPreemptionsKeepsEachRunsLatest) {
+  CART_ASSERT_OK_AND_ASSIGN(
+      auto created,
+      store_->CreateSweep(MakeSweep("s", {MakeRun("a", {}), MakeRun("b", {})}), By("user:a", kT0)));
+  const int64_t a = created.run_ids[0], b = created.run_ids[1];
+  CART_ASSERT_OK(store_->RecordPreemption(a, kT0 + 10));
+  CART_ASSERT_OK(store_->RecordPreemption(b, kT0 + 20));
+  CART_ASSERT_OK(store_->RecordPreemption(a, kT0 + 30));
+  CART_ASSERT_OK_AND_ASSIGN(auto recent, store_->RecentPreemptions(kT0));
+  EXPECT_EQ(recent, (std::map<int64_t, int64_t>{{a, kT0 + 30}, {b, kT0 + 20}}));
+  CART_ASSERT_OK_AND_ASSIGN(recent, store_->RecentPreemptions(kT0 + 25));
+  EXPECT_EQ(recent, (std::map<int64_t, int64_t>{{a, kT0 + 30}}));
+}
+
 // An admin's new priority reaches the sweep and its unfinished runs, and the claim order.
 TEST_F(RunStoreTest, SetSweepPriorityMovesItsUnfinishedRuns) {
   CART_ASSERT_OK_AND_ASSIGN(
