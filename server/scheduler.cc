@@ -152,18 +152,6 @@ Scheduler::Scheduler(store::RunStore* store, Clock* clock, SchedulerOptions opti
     }
   }
   RecoverRunning();
-  // Runs preempted within the interval before a restart are not preempted again within it.
-  if (options_.preemption) {
-    const int64_t since_us = absl::ToUnixMicros(clock->Now() - options_.preempt_interval);
-    absl::StatusOr<std::map<int64_t, int64_t>> recent = store_->RecentPreemptions(since_us);
-    if (recent.ok()) {
-      absl::MutexLock lock(&mu_);
-      last_preempted_us_ = *std::move(recent);
-    } else {
-      std::fprintf(stderr, "cartd: could not read recent preemptions: %s\n",
-                   Message(recent.status()).c_str());
-    }
-  }
   if (options_.expiry_interval > absl::ZeroDuration()) {
     expiry_thread_ = std::thread([this] { ExpiryLoop(); });
   }
@@ -644,26 +632,36 @@ void Scheduler::RecoverRunning() {
   store::RunPageRequest live;
   live.filter.states = {RunState::kLeased, RunState::kRunning};
   live.limit = 0;
-  absl::StatusOr<store::RunPage> page = store_->ListRunPage(live);
-  if (!page.ok()) {
+  if (absl::StatusOr<store::RunPage> page = store_->ListRunPage(live); page.ok()) {
+    for (const store::RunRow& row : page->rows) {
+      if (row.worker_id.empty()) continue;
+      Job job;
+      job.run = row.run;
+      job.attempt = row.run.attempt;
+      job.kind = row.run.kind;
+      if (absl::StatusOr<std::optional<store::CheckpointRecord>> latest =
+              store_->LatestCheckpoint(row.run.id);
+          latest.ok()) {
+        job.resume_from = *latest;
+      }
+      // Its pace is measured from here: the steps it reports from now on, over the time from now.
+      NoteClaim(job, row.worker_id, row.step);
+    }
+  } else {
     std::fprintf(stderr, "cartd: could not read the runs held before this start: %s\n",
                  Message(page.status()).c_str());
+  }
+  // Runs preempted within the interval before a restart are not preempted again within it.
+  if (!options_.preemption) return;
+  absl::StatusOr<std::map<int64_t, int64_t>> recent =
+      store_->RecentPreemptions(NowMicros() - absl::ToInt64Microseconds(options_.preempt_interval));
+  if (!recent.ok()) {
+    std::fprintf(stderr, "cartd: could not read recent preemptions: %s\n",
+                 Message(recent.status()).c_str());
     return;
   }
-  for (const store::RunRow& row : page->rows) {
-    if (row.worker_id.empty()) continue;
-    Job job;
-    job.run = row.run;
-    job.attempt = row.run.attempt;
-    job.kind = row.run.kind;
-    if (absl::StatusOr<std::optional<store::CheckpointRecord>> latest =
-            store_->LatestCheckpoint(row.run.id);
-        latest.ok()) {
-      job.resume_from = *latest;
-    }
-    // Its pace is measured from here: the steps it reports from now on, over the time from now.
-    NoteClaim(job, row.worker_id, row.step);
-  }
+  absl::MutexLock lock(&mu_);
+  last_preempted_us_ = *std::move(recent);
 }
 
 void Scheduler::MeasureSpeed(int64_t run_id, double tokens_per_s) {

@@ -544,7 +544,8 @@ class Scheduler {
   void NoteClaim(const Job& job, const std::string& worker_id,
                  std::optional<int64_t> done_steps = std::nullopt);
   // At startup: the runs leased or running when cartd stopped, noted as claims of their workers,
-  // so that placement, preemption and the expected finish see those workers busy at once.
+  // so that placement, preemption and the expected finish see those workers busy at once; and
+  // each run's last preemption within the interval, so that none is preempted twice within it.
   void RecoverRunning();
   // Folds a reported tokens/s into the worker's and its device's measured speed.
   void MeasureSpeed(int64_t run_id, double tokens_per_s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -53,10 +53,10 @@ constexpr char kArtifactsOfSweep[] =
     "WHERE r.sweep_id = ?";
 // The hours the sweep's attempts ran, kept for fair share (its owner's usage outlives the sweep).
 constexpr char kKeepUsageOfSweep[] =
-    "INSERT INTO deleted_usage(owner, started_us, ended_us) SELECT s.created_by, a.started_us, "
+    "INSERT INTO deleted_usage(owner, started_us, ended_us) SELECT ?2, a.started_us, "
     "coalesce(a.ended_us, a.lease_expires_us) FROM attempts AS a JOIN runs AS r ON r.id = "
-    "a.run_id JOIN sweeps AS s ON s.id = r.sweep_id WHERE r.sweep_id = ?1 AND a.started_us IS "
-    "NOT NULL AND coalesce(a.ended_us, a.lease_expires_us) > a.started_us";
+    "a.run_id WHERE r.sweep_id = ?1 AND a.started_us IS NOT NULL AND "
+    "coalesce(a.ended_us, a.lease_expires_us) > a.started_us";
 // Child rows before their runs, runs before the sweep (foreign keys are on). Each uses an index:
 // one that starts with run_id, or events_by_sweep.
 constexpr const char* kDeleteSweepRows[] = {
@@ -238,7 +238,7 @@ absl::StatusOr<DeletedSweep> RunStore::DeleteSweep(const std::string& name) {
           select->ForEachRow([&](const auto& row) { named.push_back(row.ColumnText(0)); }));
       CART_ASSIGN_OR_RETURN(out.run_ids, RunIdsOfSweep(db, sweep.id));
     }
-    CART_RETURN_IF_ERROR(Exec(db, kKeepUsageOfSweep, sweep.id));
+    CART_RETURN_IF_ERROR(Exec(db, kKeepUsageOfSweep, sweep.id, sweep.created_by));
     for (size_t i = 0; i < std::size(kDeleteSweepRows); ++i) {
       CART_ASSIGN_OR_RETURN(auto del, db.Cached(kDeleteSweepRows[i]));
       del->BindAll(sweep.id);
