@@ -16,6 +16,7 @@
 #include <cctype>
 #include <cstdio>
 #include <list>
+#include <nlohmann/json.hpp>
 #include <thread>
 #include <type_traits>
 
@@ -94,33 +95,152 @@ void WriteSimple(Stream& stream, bhttp::status status, const std::string& text) 
   bhttp::write(stream, res, ec);
 }
 
+using Parser = bhttp::request_parser<bhttp::string_body>;
+
 // The parser every request is read with: the connection's header and body limits.
-void Limit(bhttp::request_parser<bhttp::string_body>& parser, const HttpServerOptions& options) {
+void Limit(Parser& parser, const HttpServerOptions& options) {
   parser.body_limit(static_cast<uint64_t>(options.max_body_bytes));
   parser.header_limit(static_cast<uint32_t>(options.max_header_bytes));
+  parser.eager(true);  // the body as it comes, not one chunk per call
 }
 
-// The answer to a request the parser refused for a limit (414, 431 or 413); nullopt for other
-// errors, which close the connection without an answer (nothing usable was sent).
-std::optional<Response> LimitRefusal(const beast::error_code& ec, std::string_view seen,
-                                     const HttpServerOptions& options) {
+Response Refusal(int status, std::string_view error, std::string_view code) {
   Response r;
+  r.status = status;
+  r.body = nlohmann::json{{"error", error}, {"code", code}}.dump(
+      -1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return r;
+}
+
+// The answer to a request the parser refused: 414 or 431 past the header limit, 413 past the
+// body limit, 400 for anything else that is not a well-formed request (Beast's reason named).
+// `consumed`: the bytes of this request the parser has taken (Beast takes the request line, then
+// each header field, as each completes); `seen`: what it had not taken.
+Response ParseRefusal(const beast::error_code& ec, int64_t consumed, std::string_view seen,
+                      const HttpServerOptions& options) {
   if (ec == bhttp::error::header_limit) {
-    // The request line alone past the limit is a URI too long (414); else the headers (431).
-    const bool line_too_long = seen.find("\r\n") == std::string_view::npos;
-    r.status = line_too_long ? 414 : 431;
-    r.body = StrCat("{\"error\":\"", line_too_long ? "request line" : "request line and headers",
-                    " longer than ", options.max_header_bytes, " bytes\",\"code\":\"",
-                    line_too_long ? "URI_TOO_LONG" : "HEADERS_TOO_LARGE", "\"}");
-    return r;
+    // The request line alone past the limit is a URI too long (414); else the headers (431). A
+    // line Beast has taken was complete, and a long field after it is a header's.
+    const bool line_too_long =
+        consumed == 0 &&
+        seen.substr(0, static_cast<size_t>(options.max_header_bytes)).find("\r\n") ==
+            std::string_view::npos;
+    return Refusal(line_too_long ? 414 : 431,
+                   StrCat(line_too_long ? "request line" : "request line and headers",
+                          " longer than ", options.max_header_bytes, " bytes"),
+                   line_too_long ? "URI_TOO_LONG" : "HEADERS_TOO_LARGE");
   }
   if (ec == bhttp::error::body_limit) {
-    r.status = 413;
-    r.body = StrCat("{\"error\":\"request body larger than ", options.max_body_bytes,
-                    " bytes\",\"code\":\"PAYLOAD_TOO_LARGE\"}");
-    return r;
+    return Refusal(413, StrCat("request body larger than ", options.max_body_bytes, " bytes"),
+                   "PAYLOAD_TOO_LARGE");
+  }
+  return Refusal(400, StrCat("not a well-formed HTTP/1.1 request: ", ec.message()),
+                 "INVALID_ARGUMENT");
+}
+
+// What reading one request ended with: a whole request in the parser, an answer that refuses
+// it (the connection closes after it), or nothing to answer (the client closed or went silent
+// before sending a byte of it, or the socket failed).
+struct ReadOutcome {
+  enum Kind { kRequest, kRefused, kGone } kind = kGone;
+  Response refusal;  // kRefused
+};
+
+ReadOutcome Refused(Response refusal) { return ReadOutcome{ReadOutcome::kRefused, refusal}; }
+
+// The header's own rules that Beast leaves to the server (RFC 9112 §3.2): an HTTP/1.1 request
+// names exactly one Host, an HTTP/1.0 one at most.
+std::optional<Response> HeaderRefusal(const Parser& parser) {
+  const auto& fields = parser.get();
+  const size_t hosts = fields.count(bhttp::field::host);
+  if (hosts > 1 || (hosts == 0 && fields.version() >= 11)) {
+    return Refusal(400, StrCat("a request must name one Host; this one names ", hosts),
+                   "INVALID_ARGUMENT");
   }
   return std::nullopt;
+}
+
+size_t FieldCount(const Parser& parser) {
+  return static_cast<size_t>(std::distance(parser.get().begin(), parser.get().end()));
+}
+
+// Reads one request into `parser` from what `buffer` holds and what `fill(buffer, room, ec)`
+// appends (at most `room` bytes; ec set at the end of the input or on a socket error). The one
+// reading path of the port and of ParseRequest (so the fuzz target runs it):
+// - `buffer` never holds more than max_header_bytes unread: Beast parses the header, each chunk
+//   line and the trailer section (RFC 9112 §7.1.2) only once all of it has arrived, so this bound
+//   is what keeps a chunk line or a trailer from growing without limit (a trailer field of 64 KiB
+//   once made Beast throw std::length_error and end cartd);
+// - the trailer fields count against max_header_bytes together with the header (431);
+// - no exception leaves it: one (an allocation, a field Beast cannot store) refuses the request
+//   with 400, as the rest of the connection's work cannot be trusted to be in step.
+template <class Fill>
+ReadOutcome ReadRequest(Fill&& fill, beast::flat_buffer& buffer, Parser& parser,
+                        const HttpServerOptions& options) {
+  const size_t window = static_cast<size_t>(std::max<int64_t>(options.max_header_bytes, 64));
+  try {
+    std::optional<size_t> header_fields;  // set once the header is parsed
+    int64_t consumed = 0;                 // bytes of this request the parser has taken
+    int64_t header_bytes = 0;             // the request line and header
+    while (!parser.is_done()) {
+      beast::error_code ec;
+      if (buffer.size() > 0) {
+        const size_t used = parser.put(buffer.data(), ec);
+        if (ec && ec != bhttp::error::need_more) {
+          const std::string_view seen(static_cast<const char*>(buffer.data().data()),
+                                      buffer.size());
+          return Refused(ParseRefusal(ec, consumed, seen, options));
+        }
+        buffer.consume(used);
+        consumed += static_cast<int64_t>(used);
+        if (!header_fields && parser.is_header_done()) {
+          header_fields = FieldCount(parser);
+          header_bytes = consumed;
+          if (std::optional<Response> refusal = HeaderRefusal(parser)) {
+            return Refused(*std::move(refusal));
+          }
+        }
+        if (parser.is_done()) break;
+        if (used > 0 && !ec) continue;  // progress: offer the rest before reading more
+      }
+      if (buffer.size() >= window) {
+        // Only a chunk line or the trailer section can fill the window: the header would have
+        // met Beast's header limit first, and body bytes are consumed as they come.
+        return Refused(Refusal(431,
+                               StrCat("a chunk line or the trailer fields longer than ",
+                                      options.max_header_bytes, " bytes"),
+                               "HEADERS_TOO_LARGE"));
+      }
+      ec = {};
+      fill(buffer, window - buffer.size(), ec);
+      if (ec) {
+        if (!parser.got_some() && buffer.size() == 0) return {};  // nothing begun: gone
+        if (ec != asio::error::eof && ec != asio::ssl::error::stream_truncated) return {};
+        beast::error_code eof_ec;
+        if (buffer.size() == 0) parser.put_eof(eof_ec);  // a request without a length ends here
+        if (parser.is_done()) break;
+        return Refused(
+            Refusal(400, "the request ended before it was complete", "INVALID_ARGUMENT"));
+      }
+    }
+    // The trailer's fields (those after the header's) count against the header limit.
+    int64_t trailer_bytes = 0;
+    size_t index = 0;
+    for (const auto& field : parser.get()) {
+      if (index++ < header_fields.value_or(0)) continue;
+      trailer_bytes += static_cast<int64_t>(field.name_string().size() + field.value().size() + 4);
+    }
+    if (header_bytes + trailer_bytes > options.max_header_bytes) {
+      return Refused(Refusal(431,
+                             StrCat("request line, headers and trailer fields longer than ",
+                                    options.max_header_bytes, " bytes"),
+                             "HEADERS_TOO_LARGE"));
+    }
+    return ReadOutcome{ReadOutcome::kRequest, {}};
+  } catch (const std::exception& e) {
+    return Refused(
+        Refusal(400, StrCat("the request cannot be read: ", e.what()), "INVALID_ARGUMENT"));
+  }
 }
 
 int64_t SteadyMicros() {
@@ -155,36 +275,30 @@ std::string PercentDecode(std::string_view text, bool plus_is_space) {
   return out;
 }
 
-Parsed ParseRequest(std::string_view bytes, const HttpServerOptions& options) {
+Parsed ParseRequest(std::string_view bytes, const HttpServerOptions& options, size_t read_size) {
   Parsed out;
-  bhttp::request_parser<bhttp::string_body> parser;
+  Parser parser;
   Limit(parser, options);
-  parser.eager(true);
-  beast::error_code ec;
+  beast::flat_buffer buffer;
   size_t used = 0;
-  // Fed as a socket would deliver it: the parser consumes what it can, the rest follows.
-  while (!ec && used < bytes.size() && !parser.is_done()) {
-    const size_t n = parser.put(asio::buffer(bytes.data() + used, bytes.size() - used), ec);
-    if (ec == bhttp::error::need_more) {
-      ec = {};
-      break;
+  // Fed as a socket would deliver it: at most read_size bytes per read, then the end.
+  auto fill = [&](beast::flat_buffer& into, size_t room, beast::error_code& ec) {
+    const size_t n = std::min({room, std::max<size_t>(read_size, 1), bytes.size() - used});
+    if (n == 0) {
+      ec = asio::error::eof;
+      return;
     }
-    if (n == 0 && !ec) break;
+    asio::buffer_copy(into.prepare(n), asio::buffer(bytes.data() + used, n));
+    into.commit(n);
     used += n;
-  }
-  if (!ec && !parser.is_done()) {
-    parser.put_eof(ec);  // the client closed: a request without length ends here, or is partial
-  }
-  if (!ec && parser.is_done()) {
+  };
+  ReadOutcome read = ReadRequest(fill, buffer, parser, options);
+  if (read.kind == ReadOutcome::kRequest) {
     out.request = ToRequest(parser.get());
-    return out;
-  }
-  const std::string_view seen = bytes.substr(0, static_cast<size_t>(options.max_header_bytes));
-  if (std::optional<Response> refusal = LimitRefusal(ec, seen, options)) {
-    out.refusal = *std::move(refusal);
+  } else if (read.kind == ReadOutcome::kRefused) {
+    out.refusal = std::move(read.refusal);
   } else {
-    out.refusal.status = 400;
-    out.refusal.body = R"({"error":"not an HTTP/1.1 request","code":"INVALID_ARGUMENT"})";
+    out.refusal = Refusal(400, "no request was sent", "INVALID_ARGUMENT");
   }
   return out;
 }
@@ -210,6 +324,9 @@ struct HttpServer::Impl {
     // socket timeout (SO_RCVTIMEO) does not, as Asio retries a read that timed out.
     std::atomic<int64_t> deadline_us{0};
     bool cut = false;  // the watchdog shut it down (guarded by mu)
+    // Whether a byte of the current request's answer may have gone out (the connection's thread
+    // only): an error before that is answered 500, after it the connection just closes.
+    bool answer_started = false;
   };
   absl::Mutex mu;
   std::list<Connection> connections ABSL_GUARDED_BY(mu);
@@ -246,23 +363,24 @@ void HttpServer::Impl::LingeringClose(Stream& stream, Connection& self) {
 template <class Stream>
 void HttpServer::Impl::Serve(Stream& stream, Connection& self) {
   beast::flat_buffer buffer;
+  auto fill = [&](beast::flat_buffer& into, size_t room, beast::error_code& ec) {
+    const size_t n = stream.read_some(into.prepare(std::min<size_t>(room, 65536)), ec);
+    into.commit(n);
+  };
   while (!stopping.load()) {
-    bhttp::request_parser<bhttp::string_body> parser;
+    Parser parser;
     Limit(parser, options);
-    beast::error_code ec;
     Arm(self.deadline_us, options.idle_timeout);  // the whole request, not each byte
-    bhttp::read(stream, buffer, parser, ec);
+    ReadOutcome read = ReadRequest(fill, buffer, parser, options);
     Arm(self.deadline_us, options.send_timeout);
-    // What the parser has not consumed: on a header-limit error it starts at the line or field
-    // it could not finish (Beast consumes the request line and each field as they complete).
-    const std::string_view seen(static_cast<const char*>(buffer.data().data()),
-                                buffer.data().size());
-    if (std::optional<Response> refusal = LimitRefusal(ec, seen, options)) {
-      WriteSimple(stream, static_cast<bhttp::status>(refusal->status), refusal->body);
+    if (read.kind == ReadOutcome::kGone) return;  // closed, timed out, or silent
+    if (read.kind == ReadOutcome::kRefused) {
+      self.answer_started = true;
+      WriteSimple(stream, static_cast<bhttp::status>(read.refusal.status), read.refusal.body);
       LingeringClose(stream, self);
       return;
     }
-    if (ec) return;  // closed, timed out, or not HTTP
+    beast::error_code ec;
     const bhttp::request<bhttp::string_body>& in = parser.get();
     Response response;
     self.deadline_us.store(0);  // the handler's time is not the client's
@@ -285,6 +403,7 @@ void HttpServer::Impl::Serve(Stream& stream, Connection& self) {
       for (const auto& [name, value] : response.headers) head.set(name, value);
       bhttp::response_serializer<bhttp::empty_body> serializer{head};
       Arm(self.deadline_us, options.send_timeout);
+      self.answer_started = true;
       bhttp::write_header(stream, serializer, ec);
       if (ec) return;
       self.deadline_us.store(0);  // a stream waits for news as long as it likes
@@ -314,6 +433,7 @@ void HttpServer::Impl::Serve(Stream& stream, Connection& self) {
     out.body() = std::move(response.body);
     out.prepare_payload();
     Arm(self.deadline_us, options.send_timeout);
+    self.answer_started = true;
     if (in.method() == bhttp::verb::head) {
       // HEAD: the headers a GET would carry, Content-Length included, and no body.
       bhttp::response<bhttp::empty_body> head{out.result(), out.version()};
@@ -324,6 +444,7 @@ void HttpServer::Impl::Serve(Stream& stream, Connection& self) {
       bhttp::write(stream, out, ec);
     }
     if (ec || !out.keep_alive()) return;
+    self.answer_started = false;
   }
 }
 
@@ -346,14 +467,32 @@ void HttpServer::Impl::Run(tcp::socket socket, Connection* self) {
     s.shutdown(tcp::socket::shutdown_both, ec);
     s.close(ec);
   };
+  // The one handler of whatever a connection's work throws: it ends this connection (with a 500
+  // when no answer had begun) and never the process.
+  auto guarded = [&](auto& stream) {
+    try {
+      Serve(stream, *self);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "cartd: http connection from %s ended by an error: %s\n",
+                   self->client.c_str(), e.what());
+      if (!self->answer_started) {
+        Arm(self->deadline_us, options.send_timeout);
+        WriteSimple(stream, bhttp::status::internal_server_error,
+                    R"({"error":"internal error","code":"INTERNAL"})");
+      }
+    } catch (...) {
+      std::fprintf(stderr, "cartd: http connection from %s ended by an unknown error\n",
+                   self->client.c_str());
+    }
+  };
   if (ssl) {
     asio::ssl::stream<tcp::socket> stream(std::move(socket), *ssl);
     beast::error_code ec;
     stream.handshake(asio::ssl::stream_base::server, ec);
-    if (!ec) Serve(stream, *self);
+    if (!ec) guarded(stream);
     finish(stream.next_layer());
   } else {
-    Serve(socket, *self);
+    guarded(socket);
     finish(socket);
   }
 }
@@ -419,8 +558,15 @@ void HttpServer::Impl::AcceptLoop() {
     Connection* connection = &connections.back();
     connection->fd = socket.native_handle();
     connection->client = std::move(client);
-    connection->thread = std::thread(
-        [this, connection, s = std::move(socket)]() mutable { Run(std::move(s), connection); });
+    try {
+      connection->thread = std::thread(
+          [this, connection, s = std::move(socket)]() mutable { Run(std::move(s), connection); });
+    } catch (const std::system_error& e) {
+      // No thread to be had (the process's limit): this connection is dropped, not the port.
+      // The socket moved into the lambda and closed with it.
+      std::fprintf(stderr, "cartd: http connection refused, no thread: %s\n", e.what());
+      connections.pop_back();
+    }
   }
 }
 

@@ -79,7 +79,8 @@ struct HttpServerOptions {
   // Each write of an answer (and each chunk of a stream) must complete within this.
   absl::Duration send_timeout = absl::Seconds(30);
   int64_t max_body_bytes = 1 << 20;  // larger requests get 413
-  // The request line and headers together; more gets 414 (the line alone is too long) or 431.
+  // The request line and headers together, and with them a chunked body's trailer fields; more
+  // gets 414 (the line alone is too long) or 431. It also bounds each chunk line.
   int64_t max_header_bytes = 16 << 10;
   // Nice value of the connection threads (Linux: per thread), so that on a saturated box the
   // dashboard waits and the workers' gRPC calls do not. 0: same priority as the rest.
@@ -113,14 +114,17 @@ class HttpServer {
 // "%XX" and '+' decoding of one URL component; nullopt-free: malformed escapes stay as they are.
 std::string PercentDecode(std::string_view text, bool plus_is_space);
 
-// One request parsed from `bytes` (everything the client sent) with the connection's parser and
-// limits, as a connection reads it: the Request, or the answer the connection gives instead
-// (400 for what is not HTTP, 414/431/413 past max_header_bytes or max_body_bytes) and closes.
-// The fuzz target tests/fuzz/http_request_fuzz.cc feeds it bytes and routes what it returns.
+// One request parsed from `bytes` (everything the client sent) by the connection's own reading
+// path and limits, delivered at most `read_size` bytes per read as a socket would: the Request,
+// or the answer the connection gives instead and closes with (400 for what is not a well-formed
+// HTTP/1.1 request or names no single Host, 414/431 past max_header_bytes, which the trailer
+// fields count against too, 413 past max_body_bytes). The fuzz target
+// tests/fuzz/http_request_fuzz.cc feeds it bytes and routes what it returns.
 struct Parsed {
   std::optional<Request> request;  // set when a whole request was read
   Response refusal;                // otherwise
 };
-Parsed ParseRequest(std::string_view bytes, const HttpServerOptions& options);
+Parsed ParseRequest(std::string_view bytes, const HttpServerOptions& options,
+                    size_t read_size = 65536);
 
 }  // namespace cart::server::http

@@ -1,5 +1,6 @@
 // Fuzz target: the HTTP port's request path, from the bytes a client sends to the answer: the
-// parser with the connection's limits (server/http/http_server.h ParseRequest), then the
+// connection's reading path and limits (server/http/http_server.h ParseRequest: chunked bodies,
+// trailers and limits included), in one read and in small ones, then the
 // dashboard's router and handlers (server/http/dashboard.h) over a real store with one sweep
 // of a few runs. Authentication is off, as on a loopback cartd without a tokens file, so every
 // route, changes included, is reachable. Streamed answers (live events) are not run: they wait
@@ -79,10 +80,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   World& world = TheWorld();
   const std::string_view bytes(reinterpret_cast<const char*>(data), size);
   cart::server::http::Parsed parsed = cart::server::http::ParseRequest(bytes, world.limits);
+  // The same bytes in small reads (a size the input picks, 1..61 bytes) end the same way: how
+  // a client's bytes arrive never changes what the port answers. Chunked bodies and trailers
+  // are read across many calls this way.
+  const cart::server::http::Parsed pieces =
+      cart::server::http::ParseRequest(bytes, world.limits, 1 + size % 61);
+  if (parsed.request.has_value() != pieces.request.has_value()) std::abort();
   if (!parsed.request) {
     if (parsed.refusal.status < 400 || parsed.refusal.status > 499) std::abort();
+    if (pieces.refusal.status != parsed.refusal.status) std::abort();
     return 0;
   }
+  if (parsed.request->body != pieces.request->body) std::abort();
   parsed.request->peer = "127.0.0.1";
   const cart::server::http::Response response = world.dashboard->Handle(*parsed.request);
   // Whatever was asked, the answer is a status the port can send.

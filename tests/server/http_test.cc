@@ -670,6 +670,100 @@ TEST_F(HttpTest, OversizedRequestLinesAndHeadersGet414And431) {
   EXPECT_EQ(big_header.Json()["code"], "HEADERS_TOO_LARGE");
 }
 
+// A chunked request's trailer, sent after the body, escaped every limit: a trailer field of 64 KiB
+// or more made Beast throw std::length_error on the connection's thread, outside any handler, and
+// cartd ended ("terminate called ... field value too large"). Now chunk lines and trailers are
+// bounded and count against the header limit, and cartd answers the next client.
+TEST_F(HttpTest, AChunkedRequestsTrailerCannotEndCartdAndCountsAgainstTheHeaderLimit) {
+  const std::string head =
+      StrCat("POST /api/v1/runs/1/cancel HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n",
+             Bearer(kUser),
+             "\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n");
+  const Reply huge =
+      Raw(port(), StrCat(head, "0\r\nX-Big: ", std::string(70'000, 'a'), "\r\n\r\n"));
+  EXPECT_EQ(huge.status, 431) << huge.head;
+  EXPECT_EQ(huge.Json()["code"], "HEADERS_TOO_LARGE");
+  EXPECT_THAT(huge.body, HasSubstr("trailer"));
+  // Many small trailer fields, each well under the limit, together past it.
+  std::string many;
+  for (int i = 0; i < 20; ++i) many += StrCat("X-T", i, ": ", std::string(1000, 'b'), "\r\n");
+  const Reply summed = Raw(port(), StrCat(head, "0\r\n", many, "\r\n"));
+  EXPECT_EQ(summed.status, 431) << summed.head;
+  EXPECT_THAT(summed.body, HasSubstr("trailer fields longer than 16384 bytes"));
+  // A chunk line that never ends (a 70 KiB extension) is bounded the same way.
+  const Reply extension =
+      Raw(port(), StrCat("POST /api/v1/runs/1/cancel HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                         "Transfer-Encoding: chunked\r\n\r\n2;x=",
+                         std::string(70'000, 'e'), "\r\n{}\r\n0\r\n\r\n"));
+  EXPECT_EQ(extension.status, 431) << extension.head;
+  // cartd is still there, and a chunked request with a small trailer is served as any other.
+  EXPECT_EQ(Get("/healthz").status, 200);
+  const Reply small = Raw(port(), StrCat(head, "0\r\nX-Checksum: 1\r\n\r\n"));
+  EXPECT_EQ(small.status, 404) << small.head << small.body;  // no run 1: routed, answered
+}
+
+// What the parser refused without an answer (the connection just closed) now gets a 400 that
+// names the problem, and an HTTP/1.1 request names exactly one Host (RFC 9112 section 3.2). Each
+// input is read in one piece and one byte at a time, with the same outcome.
+TEST(ParseRequestTest, MalformedRequestsGetA400ThatNamesTheProblem) {
+  const http::HttpServerOptions limits;
+  struct Case {
+    std::string bytes;
+    int status;
+    std::string says;
+  };
+  const std::string chunked = "POST /a HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n";
+  const std::vector<Case> cases = {
+      {chunked + "zz\r\n{}\r\n0\r\n\r\n", 400, "bad chunk"},
+      {"POST /a HTTP/1.1\r\nHost: h\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n"
+       "2\r\n{}\r\n0\r\n\r\n",
+       400, "Transfer-Encoding"},
+      {"GET /a HTTP/1.1\r\nHost: h\r\nHost: evil.example\r\n\r\n", 400, "names 2"},
+      {"GET /a HTTP/1.1\r\n\r\n", 400, "names 0"},
+      {"POST /a HTTP/1.1\r\nHost: h\r\nContent-Length: 10\r\n\r\n{}", 400, "ended before"},
+      {StrCat("GET /a HTTP/1.1\r\nHost: h\r\nX-Big: ", std::string(20'000, 'b'), "\r\n\r\n"), 431,
+       "headers"},
+      {StrCat("GET /a?", std::string(20'000, 'q'), " HTTP/1.1\r\nHost: h\r\n\r\n"), 414,
+       "request line"},
+      {StrCat(chunked, "0\r\nX-Big: ", std::string(70'000, 'a'), "\r\n\r\n"), 431, "trailer"},
+  };
+  for (const Case& c : cases) {
+    for (size_t read_size : {size_t{65536}, size_t{1}}) {
+      const http::Parsed parsed = http::ParseRequest(c.bytes, limits, read_size);
+      EXPECT_FALSE(parsed.request.has_value()) << c.bytes.substr(0, 80);
+      EXPECT_EQ(parsed.refusal.status, c.status) << c.bytes.substr(0, 80);
+      EXPECT_THAT(parsed.refusal.body, HasSubstr(c.says)) << c.bytes.substr(0, 80);
+    }
+  }
+  // A well-formed chunked request with a trailer reads whole, the trailer among its headers.
+  const http::Parsed good =
+      http::ParseRequest(chunked + "1\r\n{\r\n1\r\n}\r\n0\r\nX-Sum: 7\r\n\r\n", limits, 1);
+  ASSERT_TRUE(good.request.has_value()) << good.refusal.body;
+  EXPECT_EQ(good.request->body, "{}");
+  EXPECT_EQ(good.request->Header("x-sum"), "7");
+}
+
+// An exception outside the handler (here Beast refusing to store a header field of 70 KiB that
+// the handler's answer carries) ended the process; now it ends that connection with a 500, and
+// the port serves the next request.
+TEST(HttpServerLimitsTest, AnErrorOnAConnectionsThreadEndsOnlyThatConnection) {
+  http::HttpServerOptions options;
+  options.listen = "127.0.0.1:0";
+  options.thread_nice = 0;
+  auto server = http::HttpServer::Start(options, [](const http::Request& request) {
+    http::Response r;
+    r.body = R"({"ok":true})";
+    if (request.path == "/huge") r.headers.emplace_back("X-Huge", std::string(70'000, 'h'));
+    return r;
+  });
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::string close = " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+  const Reply huge = Raw((*server)->port(), StrCat("GET /huge", close));
+  EXPECT_EQ(huge.status, 500) << huge.head;
+  EXPECT_EQ(huge.Json()["code"], "INTERNAL");
+  EXPECT_EQ(Raw((*server)->port(), StrCat("GET /fine", close)).status, 200);
+}
+
 // An HTTP server on a loopback port that answers every request {"ok":true}.
 absl::StatusOr<std::unique_ptr<http::HttpServer>> StartOkServer(http::HttpServerOptions options) {
   options.listen = "127.0.0.1:0";
