@@ -1,3 +1,7 @@
+// The Scheduler (server/scheduler.h): the order of each operation and its locking. Decisions are
+// made beside it: placement.h, preemption.h, worker_registry.h, submission.h; its reads are in
+// scheduler_queries.cc.
+
 #include "server/scheduler.h"
 
 #include <algorithm>
@@ -14,16 +18,14 @@
 #include "config/accounting.h"
 #include "config/config.h"
 #include "config/devices.h"
-#include "config/schedule.h"
+#include "config/run_changes.h"
 #include "config/sweep.h"
 #include "server/placement.h"
+#include "server/preemption.h"
+#include "server/submission.h"
 
 namespace cart::server {
 namespace {
-
-// Placement and preemption weigh the first queued runs by priority and work; a bigger queue is
-// placed as it shrinks.
-constexpr int64_t kMostWeighed = 4000;
 
 // A run asked to stop for other work that has not handed its worker back after this long no
 // longer counts as a worker about to be free (an old worker ignores the control).
@@ -45,84 +47,6 @@ absl::Status CheckReason(const std::string& reason) {
 using store::RunRecord;
 using store::RunState;
 
-// What a worker's device is called: its name, or its kind ("cpu") when it reported none. The
-// store records workers by it and measured speeds are kept per it.
-std::string DeviceLabel(const WorkerInfo& info) {
-  return info.device_name.empty() ? info.device_kind : info.device_name;
-}
-
-// Moves what it can out of `expanded`: a 10,000-run sweep is tens of MB of params and YAML.
-store::NewRun ToNewRun(model::ExpandedRun&& expanded, int64_t max_attempts,
-                       const std::map<std::string, store::DataFileIdentity>& data_files) {
-  store::NewRun run;
-  for (model::DataFile& file : model::DataFiles(expanded.config)) {
-    store::RunDataRecord record;
-    record.role = std::move(file.role);
-    if (auto it = data_files.find(file.path); it != data_files.end()) {
-      record.identity = it->second;
-      record.recorded_by = "submit";
-    }
-    record.path = std::move(file.path);
-    run.data.push_back(std::move(record));
-  }
-  // Store run names are plain names; the user-facing "<sweep>/<index>" is rebuilt from them.
-  run.name = StrCat(expanded.index);
-  run.config_yaml = std::move(expanded.config_yaml);
-  run.params = std::move(expanded.params);
-  run.kind = expanded.kind;
-  run.eval_loops = std::move(expanded.eval_loops);
-  run.stored_params = expanded.stored_params;
-  run.effective_params = expanded.effective_params;
-  run.memory_estimate_bytes = expanded.memory_estimate_bytes;
-  run.min_memory_bytes = expanded.min_memory_bytes;
-  run.work_hours =
-      model::EstimateRunCost(expanded.config, expanded.kind == JobKind::kEval, expanded.eval_loops)
-          .rtx3090_hours;
-  run.max_attempts = static_cast<int>(max_attempts);
-  if (expanded.parent_index >= 0 || expanded.parent_run_id > 0) {
-    if (expanded.parent_run_id > 0) {
-      run.parent_run_id = expanded.parent_run_id;
-    } else {
-      run.parent_name = StrCat(expanded.parent_index);
-    }
-    run.parent_checkpoint = expanded.parent_checkpoint_step < 0
-                                ? std::string("final")
-                                : StrCat(expanded.parent_checkpoint_step);
-  }
-  return run;
-}
-
-// What a dry run shows for a run that is not stored.
-RunRecord PreviewRun(const model::SweepSpec& spec, const store::NewRun& run, int64_t now_us) {
-  RunRecord record;
-  record.sweep_name = spec.name;
-  record.name = run.name;
-  record.config_yaml = run.config_yaml;
-  record.params = run.params;
-  auto int_param = [&](const char* key) -> std::optional<int64_t> {
-    auto it = run.params.find(key);
-    return it == run.params.end() ? std::nullopt : ParseInt64(it->second);
-  };
-  record.d = int_param("d").value_or(0);
-  record.r = int_param("R");
-  record.p = int_param("P");
-  record.seed = int_param("seed").value_or(0);
-  record.steps = int_param("steps").value_or(0);
-  record.stored_params = run.stored_params;
-  record.effective_params = run.effective_params;
-  record.memory_estimate_bytes = run.memory_estimate_bytes;
-  record.min_memory_bytes = run.min_memory_bytes;
-  record.state =
-      run.parent_name.empty() && !run.parent_run_id ? RunState::kQueued : RunState::kBlocked;
-  record.parent_run_id = run.parent_run_id;
-  record.priority = spec.priority;
-  record.max_attempts = run.max_attempts;
-  record.parent_checkpoint = run.parent_checkpoint;
-  record.created_us = now_us;
-  record.updated_us = now_us;
-  return record;
-}
-
 }  // namespace
 
 std::string FormatGiB(int64_t bytes) {
@@ -137,19 +61,13 @@ Scheduler::Scheduler(store::RunStore* store, Clock* clock, SchedulerOptions opti
       options_(std::move(options)),
       grace_end_us_(absl::ToUnixMicros(clock->Now() + (options_.startup_grace < absl::ZeroDuration()
                                                            ? options_.lease_ttl
-                                                           : options_.startup_grace))) {
+                                                           : options_.startup_grace))),
+      workers_(options_.lease_ttl + options_.max_acquire_wait) {
   // Workers registered before a restart may acquire again without re-registering.
   absl::StatusOr<std::vector<store::WorkerRecord>> known = store_->ListWorkers();
   if (known.ok()) {
     absl::MutexLock lock(&mu_);
-    for (const store::WorkerRecord& record : *known) {
-      Worker& worker = workers_[record.id];
-      worker.info.id = record.id;
-      worker.info.device_name = record.device;
-      worker.info.memory_bytes = record.memory_bytes;
-      worker.last_seen_us = record.last_seen_us;
-      std::tie(worker.speed, worker.speed_source) = SpeedFor(worker.info, nullptr);
-    }
+    for (const store::WorkerRecord& record : *known) workers_.Restore(record);
   }
   RecoverRunning();
   if (options_.expiry_interval > absl::ZeroDuration()) {
@@ -243,82 +161,21 @@ absl::StatusOr<SubmitResult> Scheduler::SubmitSweep(const SubmitRequest& request
     absl::MutexLock lock(&mu_);
     --submits_in_flight_;
   };
-  const std::string file = request.file_name.empty() ? "sweep" : request.file_name;
-  CART_ASSIGN_OR_RETURN(model::SweepSpec spec, model::ParseSweepYaml(request.spec_yaml, file));
-  if (spec.name.empty()) {
-    return absl::InvalidArgumentError(StrCat(file, ": name: a sweep needs a name"));
-  }
-  if (!IsAdmin(request.who) && spec.priority > options_.max_user_priority && !request.dry_run) {
-    return absl::PermissionDeniedError(
-        StrCat(file, ": priority: ", spec.priority, " is above the highest a user may set (",
-               options_.max_user_priority,
-               "); an admin may raise a sweep's priority (cart sweep priority NAME N)"));
-  }
-  // The file's own max_runs may only lower the server's limit.
-  spec.max_runs = std::min(spec.max_runs, options_.max_runs_per_sweep);
-  // Derived jobs may start from the trained runs of sweeps already in the store.
-  std::map<std::string, std::vector<model::ParentRun>> parent_sweeps;
-  for (const std::string& name : model::ParentSweeps(spec)) {
-    store::RunFilter filter;
-    filter.sweeps = {name};
-    CART_ASSIGN_OR_RETURN(std::vector<RunRecord> records, store_->ListRuns(filter));
-    std::vector<model::ParentRun>& parents = parent_sweeps[name];
-    for (const RunRecord& record : records) {
-      if (record.kind != JobKind::kTrain) continue;
-      absl::StatusOr<model::RunConfig> config =
-          model::ParseRunConfigYaml(record.config_yaml, StrCat("run ", record.id));
-      if (!config.ok()) return absl::InternalError(Message(config.status()));
-      model::ParentRun parent;
-      parent.run_id = record.id;
-      parent.index = ParseInt64(record.name).value_or(-1);
-      parent.name = StrCat(name, "/", record.name);
-      parent.config = *std::move(config);
-      for (const std::string& k : model::ScalarKeys()) {
-        parent.params[k] = model::GetKey(parent.config, k).value();
-      }
-      parents.push_back(std::move(parent));
-    }
-    if (records.empty()) parent_sweeps.erase(name);  // reported by ExpandSweep as unknown
-  }
-  CART_ASSIGN_OR_RETURN(std::vector<model::ExpandedRun> expanded,
-                        model::ExpandSweep(spec, file, parent_sweeps));
-
-  store::NewSweep sweep;
-  sweep.name = spec.name;
-  sweep.spec_text = request.spec_yaml;
-  sweep.priority = spec.priority;
-  sweep.client_request_id = request.request_id;
+  const SubmitLimits limits{options_.max_runs_per_sweep, options_.max_user_priority};
+  CART_ASSIGN_OR_RETURN(PreparedSweep prepared,
+                        PrepareSweep(*store_, request, IsAdmin(request.who), limits));
   const int64_t now_us = NowMicros();
+  if (request.dry_run) return PreviewSweep(prepared, request.run_limit, now_us);
+  store::NewSweep& sweep = prepared.sweep;
   if (sweep.client_request_id.empty()) {
     absl::MutexLock lock(&mu_);
     sweep.client_request_id = StrCat("cartd-", now_us, "-", ++request_counter_);
   }
-  sweep.runs.reserve(expanded.size());
-  for (model::ExpandedRun& run : expanded) {
-    sweep.runs.push_back(ToNewRun(std::move(run), spec.max_attempts, request.data_files));
-  }
-  expanded = {};
-  CART_RETURN_IF_ERROR(CheckParentSteps(sweep));
-
-  SubmitResult result;
-  if (request.dry_run) {
-    result.sweep.name = spec.name;
-    result.sweep.spec_text = request.spec_yaml;
-    result.sweep.priority = spec.priority;
-    result.sweep.created_us = now_us;
-    for (const store::NewRun& run : sweep.runs) {
-      RunRecord preview = PreviewRun(spec, run, now_us);
-      ++result.sweep.run_counts[preview.state];
-      if (request.run_limit <= 0 || static_cast<int64_t>(result.runs.size()) < request.run_limit) {
-        result.runs.push_back(std::move(preview));
-      }
-    }
-    return result;
-  }
   const std::string who = request.who.empty() ? "user" : request.who;
   CART_ASSIGN_OR_RETURN(store::CreatedSweep created,
                         store_->CreateSweep(sweep, store::Audit{now_us, who, "submitted"}));
-  sweep = {};  // the runs are read back below; do not hold both copies
+  prepared = {};  // the runs are read back below; do not hold both copies
+  SubmitResult result;
   result.sweep = created.sweep;
   result.existing = !created.created;
   store::RunPageRequest page;
@@ -427,10 +284,6 @@ absl::StatusOr<RunRecord> Scheduler::CancelRun(int64_t run_id, const std::string
   return after;
 }
 
-// The config keys a resume may change: each changes the trajectory from the checkpoint on, and
-// none changes the model's shape, the data order or a column the store keeps apart.
-constexpr std::string_view kResumeKeys[] = {"lr", "lr_min", "warmup", "clip", "dtype"};
-
 absl::StatusOr<RunRecord> Scheduler::ResumeRun(int64_t run_id, const std::string& who,
                                                const std::vector<std::string>& set) {
   CART_RETURN_IF_ERROR(CheckRunOwner(run_id, who, "resume"));
@@ -440,32 +293,12 @@ absl::StatusOr<RunRecord> Scheduler::ResumeRun(int64_t run_id, const std::string
     CART_ASSIGN_OR_RETURN(RunRecord current, store_->GetRun(run_id));
     CART_ASSIGN_OR_RETURN(model::RunConfig config,
                           model::ParseRunConfigYaml(current.config_yaml, StrCat("run ", run_id)));
-    std::vector<std::string> changed;
-    for (const std::string& item : set) {
-      const size_t eq = item.find('=');
-      const std::string key = item.substr(0, eq);
-      if (std::find(std::begin(kResumeKeys), std::end(kResumeKeys), key) == std::end(kResumeKeys)) {
-        return absl::InvalidArgumentError(
-            StrCat("resume --set ", ValidUtf8(item.substr(0, 200)), ": a resume may change only ",
-                   StrJoin(kResumeKeys, ", "),
-                   " (keys that change the run from its checkpoint on without changing its "
-                   "model or data)"));
-      }
-      const std::string before = model::GetKey(config, key).value_or("");
-      CART_RETURN_IF_ERROR(model::ApplyOverrides(config, {item}));
-      const std::string after = model::GetKey(config, key).value_or("");
-      if (after != before) changed.push_back(StrCat(key, " ", before, " -> ", after));
-    }
-    if (changed.empty()) {
-      return absl::InvalidArgumentError(
-          StrCat("resume --set ", StrJoin(set, " "), ": no value differs from the run's config"));
-    }
-    CART_RETURN_IF_ERROR(model::Validate(config));
-    change = store::ConfigChange{model::ToYaml(config), {}};
+    CART_ASSIGN_OR_RETURN(model::ResumeChange resumed, model::ApplyResumeSet(config, set));
+    change = store::ConfigChange{model::ToYaml(resumed.config), {}};
     for (const std::string& k : model::ScalarKeys()) {
-      change->params[k] = model::GetKey(config, k).value();
+      change->params[k] = model::GetKey(resumed.config, k).value();
     }
-    why = StrCat("resumed with ", StrJoin(changed, ", "));
+    why = StrCat("resumed with ", StrJoin(resumed.changed, ", "));
   }
   CART_ASSIGN_OR_RETURN(RunRecord run,
                         store_->ResumeRun(run_id, store::Audit{NowMicros(), who, why}, change));
@@ -495,34 +328,28 @@ absl::StatusOr<ExtendOutcome> Scheduler::ExtendRun(int64_t run_id, int64_t total
   CART_ASSIGN_OR_RETURN(RunRecord run, store_->GetRun(run_id));
   CART_ASSIGN_OR_RETURN(model::RunConfig config,
                         model::ParseRunConfigYaml(run.config_yaml, StrCat("run ", run_id)));
+  const model::Extension plan = model::PlanExtension(config, total_steps);
   ExtendOutcome out;
-  out.from_step = config.train.steps;
-  out.lr_before = model::ScheduledLr(config.train, out.from_step - 1);
-  model::RunConfig stretched = config, held = config;
-  stretched.train.steps = held.train.steps = total_steps;
-  stretched.train.lr_decay_steps = 0;
-  if (held.train.lr_decay_steps == 0) held.train.lr_decay_steps = out.from_step;
-  const double stretch_lr = model::ScheduledLr(stretched.train, out.from_step);
+  out.from_step = plan.from_step;
+  out.lr_before = plan.lr_before;
   const bool extendable = run.state == RunState::kSucceeded && total_steps > out.from_step;
   if (schedule == ExtendSchedule::kAsk) {
-    const double ratio = stretch_lr / std::max(out.lr_before, 1e-300);
-    if (extendable && (ratio > 2 || ratio < 0.5)) {
+    if (extendable && !plan.StretchIsGentle()) {
       return absl::FailedPreconditionError(StrCat(
           "extending run ", run_id, " from ", out.from_step, " to ", total_steps,
           " steps with the cosine recomputed over the new total would change its learning rate "
           "from ",
-          Sci(out.lr_before), " at step ", out.from_step, " to ", Sci(stretch_lr), " at step ",
-          out.from_step + 1, " (", Fixed(ratio, 1),
+          Sci(out.lr_before), " at step ", out.from_step, " to ", Sci(plan.stretched_lr),
+          " at step ", out.from_step + 1, " (", Fixed(plan.StretchRatio(), 1),
           "x): a warm restart. Say which: --schedule stretch for that, or --schedule hold to go "
           "on at ",
-          Sci(model::ScheduledLr(held.train, out.from_step)),
-          " (docs/design.md \"Extending a run\")"));
+          Sci(plan.held_lr), " (docs/design.md \"Extending a run\")"));
     }
     schedule = ExtendSchedule::kStretch;
   }
   out.schedule = schedule;
-  const model::RunConfig& chosen = schedule == ExtendSchedule::kHold ? held : stretched;
-  out.lr_after = model::ScheduledLr(chosen.train, out.from_step);
+  const model::RunConfig& chosen = schedule == ExtendSchedule::kHold ? plan.held : plan.stretched;
+  out.lr_after = schedule == ExtendSchedule::kHold ? plan.held_lr : plan.stretched_lr;
   CART_RETURN_IF_ERROR(model::Validate(chosen));
   const std::string why =
       StrCat("schedule ", ExtendScheduleName(schedule), ": learning rate ", Sci(out.lr_before),
@@ -569,33 +396,11 @@ absl::StatusOr<WorkerTiming> Scheduler::RegisterWorker(const WorkerInfo& worker)
   CART_RETURN_IF_ERROR(store_->RegisterWorker(worker.id, device, usable.memory_bytes, now_us));
   {
     absl::MutexLock lock(&mu_);
-    auto known = workers_.find(worker.id);
-    auto [speed, source] = SpeedFor(usable, known == workers_.end() ? nullptr : &known->second);
-    Worker& w = workers_[worker.id];
-    w.info = usable;
-    w.draining = false;
-    w.last_seen_us = now_us;
-    w.speed = speed;
-    w.speed_source = std::move(source);
+    workers_.Register(usable, now_us);
   }
   // A bigger device may fit runs nobody could take; a re-registered one is no longer draining.
   WakePollers();
   return timing();
-}
-
-std::pair<double, std::string> Scheduler::SpeedFor(const WorkerInfo& info, const Worker* known) {
-  if (info.speed_factor > 0) return {info.speed_factor, "reported"};
-  if (known != nullptr && known->measured) return {known->speed, known->speed_source};
-  const std::string device = DeviceLabel(info);
-  if (auto it = device_speed_.find(device); it != device_speed_.end()) {
-    return {it->second, StrCat("measured on ", device)};
-  }
-  if (std::optional<double> peak = model::PeakSpeedRelativeTo3090(info.device_name);
-      peak && info.device_kind != "cpu") {
-    return {*peak, "card peak"};
-  }
-  // No figure for this device (a CPU, an unlisted card): its first run's tokens/s replaces this.
-  return {info.device_kind == "cpu" ? 0.01 : 0.5, "guess"};
 }
 
 void Scheduler::NoteClaim(const Job& job, const std::string& worker_id,
@@ -670,21 +475,10 @@ void Scheduler::MeasureSpeed(int64_t run_id, double tokens_per_s) {
       !(tokens_per_s > 0)) {
     return;
   }
-  auto w = workers_.find(run->second.worker_id);
-  if (w == workers_.end() || w->second.info.speed_factor > 0) return;  // reported speeds win
   // What an RTX 3090 would reach on this run (its work estimate), against what this device did.
   const double rtx3090_tokens_per_s =
       static_cast<double>(run->second.tokens) / (run->second.work_hours * 3600.0);
-  const double measured = tokens_per_s / rtx3090_tokens_per_s;
-  // The first measurement is taken whole; later ones move a moving average, so that one run's
-  // warm-up or a throttled spell does not swing the speed.
-  Worker& worker = w->second;
-  worker.speed = worker.measured ? 0.8 * worker.speed + 0.2 * measured : measured;
-  worker.measured = true;
-  worker.speed_source = "measured";
-  const std::string device = DeviceLabel(worker.info);
-  auto [it, fresh] = device_speed_.try_emplace(device, measured);
-  if (!fresh) it->second = 0.8 * it->second + 0.2 * measured;
+  workers_.MeasureSpeed(run->second.worker_id, tokens_per_s / rtx3090_tokens_per_s);
 }
 
 absl::StatusOr<std::optional<store::Claim>> Scheduler::Place(const std::string& worker_id,
@@ -701,7 +495,7 @@ absl::StatusOr<std::optional<store::Claim>> Scheduler::Place(const std::string& 
   std::vector<PlacementWorker> others;
   {
     absl::MutexLock lock(&mu_);
-    for (PlacementWorker& w : FleetLocked(now_us, worker_id, BusyHoursLocked(now_us))) {
+    for (PlacementWorker& w : workers_.Fleet(now_us, worker_id, BusyHoursLocked(now_us))) {
       if (w.id == worker_id) {
         asker = std::move(w);
         asker.free_in_hours = 0;
@@ -732,8 +526,8 @@ absl::StatusOr<std::optional<store::Claim>> Scheduler::Place(const std::string& 
 std::map<std::string, double> Scheduler::BusyHoursLocked(int64_t now_us) {
   std::map<std::string, double> busy_hours;
   for (const auto& [run_id, r] : running_) {
-    auto w = workers_.find(r.worker_id);
-    if (w == workers_.end() || w->second.speed <= 0) continue;
+    const WorkerRegistry::Worker* w = workers_.Find(r.worker_id);
+    if (w == nullptr || w->speed <= 0) continue;
     // Hours of wall time left: at the pace its steps have gone so far once it has reported
     // progress (the estimate may be far off: a CPU, a throttled card), else the estimate less
     // the time it has run (the whole estimate again once it has overrun).
@@ -745,89 +539,12 @@ std::map<std::string, double> Scheduler::BusyHoursLocked(int64_t now_us) {
       left = elapsed / static_cast<double>(done) *
              static_cast<double>(std::max<int64_t>(r.steps - p->second, 0));
     } else {
-      const double estimate = r.remaining_hours_at_claim / w->second.speed;
+      const double estimate = r.remaining_hours_at_claim / w->speed;
       left = estimate > elapsed ? estimate - elapsed : estimate;
     }
     busy_hours[r.worker_id] = left;
   }
   return busy_hours;
-}
-
-std::vector<PlacementWorker> Scheduler::FleetLocked(
-    int64_t now_us, const std::string& asker, const std::map<std::string, double>& busy_hours) {
-  const int64_t lost_after_us =
-      absl::ToInt64Microseconds(options_.lease_ttl + options_.max_acquire_wait);
-  std::vector<PlacementWorker> fleet;
-  for (const auto& [id, w] : workers_) {
-    const auto busy = busy_hours.find(id);
-    // Idle workers count while they poll; draining or silent ones take nothing.
-    if (id != asker &&
-        (w.draining || (busy == busy_hours.end() && now_us - w.last_seen_us > lost_after_us))) {
-      continue;
-    }
-    PlacementWorker p;
-    p.id = id;
-    p.device = DeviceLabel(w.info);
-    p.memory_bytes = w.info.memory_bytes;
-    p.speed = w.speed;
-    p.free_in_hours = busy == busy_hours.end() ? 0 : busy->second;
-    fleet.push_back(std::move(p));
-  }
-  return fleet;
-}
-
-absl::StatusOr<std::shared_ptr<const Forecast>> Scheduler::ExpectedFinish() {
-  const int64_t now_us = NowMicros();
-  int64_t generation = 0;
-  {
-    absl::MutexLock lock(&mu_);
-    // Planned again after any claim, submit, outcome or new worker (they bump generation_), and
-    // at least every 10 s as the running runs' pace moves.
-    if (forecast_ && forecast_generation_ == generation_ && now_us >= forecast_->at_us &&
-        now_us - forecast_->at_us < 10'000'000) {
-      return forecast_;
-    }
-    generation = generation_;
-  }
-  const std::optional<int64_t> largest = MaxWorkerMemory();
-  std::vector<store::PlaceableRun> queued;
-  if (largest) {
-    CART_ASSIGN_OR_RETURN(queued, store_->ListQueuedWork(kMostWeighed, *largest));
-  }
-  std::map<std::string, double> usage;
-  if (options_.fair_share_half_life > absl::ZeroDuration() && !queued.empty()) {
-    CART_ASSIGN_OR_RETURN(usage, Usage(now_us));
-    for (const store::PlaceableRun& r : queued) usage.try_emplace(r.owner, 0.0);
-  }
-  Forecast forecast;
-  forecast.at_us = now_us;
-  auto note = [&](int64_t run_id, int64_t sweep_id, double hours) {
-    const int64_t at = now_us + static_cast<int64_t>(hours * 3.6e9);
-    forecast.run_finish_us[run_id] = at;
-    int64_t& sweep = forecast.sweep_finish_us[sweep_id];
-    sweep = std::max(sweep, at);
-    ++forecast.sweep_estimated_runs[sweep_id];
-  };
-  std::vector<PlacementWorker> fleet;
-  {
-    absl::MutexLock lock(&mu_);
-    const std::map<std::string, double> busy_hours = BusyHoursLocked(now_us);
-    for (const auto& [run_id, r] : running_) {
-      const auto left = busy_hours.find(r.worker_id);
-      if (left != busy_hours.end() && r.work_hours > 0) note(run_id, r.sweep_id, left->second);
-    }
-    fleet = FleetLocked(now_us, "", busy_hours);
-  }
-  std::map<int64_t, int64_t> sweep_of;
-  for (const store::PlaceableRun& r : queued) sweep_of[r.id] = r.sweep_id;
-  for (const PlannedRun& p : PlanQueue(std::move(fleet), std::move(queued), usage)) {
-    note(p.run_id, sweep_of[p.run_id], p.finish_in_hours);
-  }
-  auto shared = std::make_shared<const Forecast>(std::move(forecast));
-  absl::MutexLock lock(&mu_);
-  forecast_ = shared;
-  forecast_generation_ = generation;
-  return shared;
 }
 
 absl::StatusOr<std::map<std::string, double>> Scheduler::Usage(int64_t now_us) {
@@ -880,20 +597,20 @@ absl::StatusOr<std::optional<Job>> Scheduler::Acquire(const std::string& worker_
     {
       absl::MutexLock lock(&mu_);
       if (shutdown_) return absl::UnavailableError("cartd is shutting down; retry later");
-      auto it = workers_.find(worker_id);
-      if (it == workers_.end()) {
+      WorkerRegistry::Worker* worker = workers_.Find(worker_id);
+      if (worker == nullptr) {
         return absl::FailedPreconditionError(
             StrCat("worker '", worker_id, "' is not registered; call RegisterWorker first"));
       }
-      if (it->second.draining) {
+      if (worker->draining) {
         absl::Status draining = absl::FailedPreconditionError(
             StrCat("worker '", worker_id, "' is draining: take no new job and exit"));
         draining.SetPayload(kDrainingPayload, absl::Cord("1"));
         return draining;
       }
-      memory = it->second.info.memory_bytes;
+      memory = worker->info.memory_bytes;
       generation = generation_;
-      it->second.last_seen_us = NowMicros();
+      worker->last_seen_us = NowMicros();
       // A worker asking for a job holds none: whatever it ran has ended (or was cancelled
       // before it started).
       for (auto r = running_.begin(); r != running_.end();) {
@@ -946,6 +663,11 @@ int Scheduler::submits_in_flight() {
   return submits_in_flight_;
 }
 
+std::optional<int64_t> Scheduler::MaxWorkerMemory() {
+  absl::MutexLock lock(&mu_);
+  return workers_.MaxMemory();
+}
+
 absl::Status Scheduler::DrainWorker(const std::string& worker_id, const std::string& who) {
   if (!IsAdmin(who)) {
     return absl::PermissionDeniedError(
@@ -953,11 +675,11 @@ absl::Status Scheduler::DrainWorker(const std::string& worker_id, const std::str
   }
   {
     absl::MutexLock lock(&mu_);
-    auto it = workers_.find(worker_id);
-    if (it == workers_.end()) {
+    WorkerRegistry::Worker* worker = workers_.Find(worker_id);
+    if (worker == nullptr) {
       return absl::NotFoundError(StrCat("worker '", worker_id, "' is not registered"));
     }
-    it->second.draining = true;
+    worker->draining = true;
     // An idle worker in a long poll hears it now.
     ++generation_;
     pollers_cv_.SignalAll();
@@ -986,11 +708,9 @@ std::vector<WorkerStatus> Scheduler::ListWorkers(bool device_history) {
   }
   std::map<std::string, FleetWatch::Device> devices = fleet_.Devices(device_history);
   const int64_t now_us = NowMicros();
-  const int64_t lost_after_us =
-      absl::ToInt64Microseconds(options_.lease_ttl + options_.max_acquire_wait);
   std::vector<WorkerStatus> out;
   absl::MutexLock lock(&mu_);
-  for (const auto& [id, worker] : workers_) {
+  for (const auto& [id, worker] : workers_.all()) {
     WorkerStatus status;
     status.info = worker.info;
     status.speed = worker.speed;
@@ -1009,7 +729,7 @@ std::vector<WorkerStatus> Scheduler::ListWorkers(bool device_history) {
       status.idle_while_queued = d->second.idle_while_queued;
     }
     // A drained worker exits: once it is not seen it is lost, not draining for ever.
-    const bool stale = now_us - status.last_seen_us > lost_after_us;
+    const bool stale = workers_.Lost(status.last_seen_us, now_us);
     if (worker.draining && !stale) {
       status.state = "draining";
     } else if (status.run_id != 0) {
@@ -1029,13 +749,13 @@ absl::StatusOr<int> Scheduler::RecordDeviceSamples(const std::string& worker_id,
                                                    const std::vector<DeviceSample>& samples) {
   {
     absl::MutexLock lock(&mu_);
-    auto it = workers_.find(worker_id);
-    if (it == workers_.end()) {
+    WorkerRegistry::Worker* worker = workers_.Find(worker_id);
+    if (worker == nullptr) {
       return absl::FailedPreconditionError(
           StrCat("worker '", worker_id, "' is not registered; call RegisterWorker first"));
     }
-    it->second.last_seen_us = NowMicros();
-    WorkerInfo& info = it->second.info;
+    worker->last_seen_us = NowMicros();
+    WorkerInfo& info = worker->info;
     if (!device.kind.empty()) info.device_kind = device.kind;
     if (!device.name.empty()) info.device_name = device.name;
     info.device_index = device.index;
@@ -1067,14 +787,10 @@ absl::Status Scheduler::AccountIdle() {
   CART_ASSIGN_OR_RETURN(store::RunPage waiting, store_->ListRunPage(queued));
   std::set<std::string> holders;
   for (const store::RunRow& row : holding.rows) holders.insert(row.worker_id);
-  const int64_t lost_after_us =
-      absl::ToInt64Microseconds(options_.lease_ttl + options_.max_acquire_wait);
   std::set<std::string> idle;
   if (waiting.total > 0) {
     absl::MutexLock lock(&mu_);
-    for (const auto& [id, w] : workers_) {
-      if (!holders.count(id) && now_us - w.last_seen_us <= lost_after_us) idle.insert(id);
-    }
+    idle = workers_.Idle(now_us, holders);
   }
   fleet_.AccountIdle(idle, dt_us);
   return absl::OkStatus();
@@ -1090,6 +806,17 @@ absl::StatusOr<std::string> Scheduler::WorkerOfAttempt(int64_t run_id, int64_t a
   return absl::FailedPreconditionError(StrCat("run ", run_id, " has no attempt ", attempt));
 }
 
+absl::StatusOr<std::vector<store::RunDataRecord>> Scheduler::RecordRunData(
+    int64_t run_id, int64_t attempt, const std::string& worker_id,
+    std::vector<store::RunDataRecord> files) {
+  const int64_t now_us = NowMicros();
+  for (store::RunDataRecord& f : files) {
+    f.recorded_by = StrCat("worker ", worker_id, " (attempt ", attempt, ")");
+    f.recorded_us = now_us;
+  }
+  return store_->RecordRunData(run_id, attempt, files, now_us);
+}
+
 absl::Status Scheduler::AttachStream(int64_t run_id, int64_t attempt,
                                      std::shared_ptr<AttemptStream> stream) {
   CART_RETURN_IF_ERROR(store_->MarkRunning(run_id, attempt, NowMicros()));
@@ -1100,9 +827,9 @@ absl::Status Scheduler::AttachStream(int64_t run_id, int64_t attempt,
   {
     absl::MutexLock lock(&mu_);
     if (shutdown_) return absl::UnavailableError("cartd is shutting down; reconnect later");
-    auto it = workers_.find(worker_id);
-    draining = it != workers_.end() && it->second.draining;
-    if (it != workers_.end()) it->second.last_seen_us = NowMicros();
+    WorkerRegistry::Worker* worker = workers_.Find(worker_id);
+    draining = worker != nullptr && worker->draining;
+    if (worker != nullptr) worker->last_seen_us = NowMicros();
     streams_.push_back(OpenStream{run_id, attempt, worker_id, stream});
     if (auto ask = preempt_asked_.find(run_id);
         ask != preempt_asked_.end() && ask->second.attempt == attempt) {
@@ -1249,8 +976,9 @@ absl::StatusOr<RunRecord> Scheduler::ReportOutcome(int64_t run_id, int64_t attem
       int64_t memory = 0;
       {
         absl::MutexLock lock(&mu_);
-        auto it = workers_.find(worker_id);
-        if (it != workers_.end()) memory = it->second.info.memory_bytes;
+        if (const WorkerRegistry::Worker* worker = workers_.Find(worker_id); worker != nullptr) {
+          memory = worker->info.memory_bytes;
+        }
       }
       if (memory <= 0) {
         // Without the device size the floor cannot be set; retrying as a failure still ends.
@@ -1298,31 +1026,7 @@ absl::StatusOr<std::vector<int64_t>> Scheduler::Preempt() {
   if (fair) {
     CART_ASSIGN_OR_RETURN(usage, Usage(now_us));
   }
-  auto used = [&](const std::string& owner) {
-    const auto it = usage.find(owner);
-    return it == usage.end() ? 0.0 : it->second;
-  };
-  // Served first by placement: higher priority, then the owner with less usage, then longest.
-  std::sort(queued.begin(), queued.end(),
-            [&](const store::PlaceableRun& a, const store::PlaceableRun& b) {
-              if (a.priority != b.priority) return a.priority > b.priority;
-              if (fair && used(a.owner) != used(b.owner)) return used(a.owner) < used(b.owner);
-              if (a.RemainingHours() != b.RemainingHours()) {
-                return a.RemainingHours() > b.RemainingHours();
-              }
-              return a.id < b.id;
-            });
-  struct Candidate {
-    int64_t run_id;
-    const Running* run;
-    int64_t memory_bytes;
-  };
-  struct Ask {
-    int64_t run_id;
-    int64_t attempt;
-    Control control;
-  };
-  std::vector<Ask> controls;  // sent once mu_ is released
+  std::vector<PreemptionAsk> asks;  // their controls are sent once mu_ is released
   {
     absl::MutexLock lock(&mu_);
     // Asks that are over: the run handed its worker back, or its attempt changed.
@@ -1335,95 +1039,49 @@ absl::StatusOr<std::vector<int64_t>> Scheduler::Preempt() {
     for (auto it = last_preempted_us_.begin(); it != last_preempted_us_.end();) {
       it = now_us - it->second >= interval_us ? last_preempted_us_.erase(it) : std::next(it);
     }
-    const int64_t lost_after_us =
-        absl::ToInt64Microseconds(options_.lease_ttl + options_.max_acquire_wait);
-    std::map<std::string, int64_t> busy;  // worker -> its run
-    for (const auto& [run_id, r] : running_) busy[r.worker_id] = run_id;
-    // A free worker that fits waiting work is placement's to use: nothing is preempted.
-    for (const auto& [id, w] : workers_) {
-      if (w.draining || busy.count(id) || now_us - w.last_seen_us > lost_after_us) continue;
-      for (const store::PlaceableRun& q : queued) {
-        if (Fits(q, w.info.memory_bytes)) return asked;
-      }
-    }
-    std::map<std::string, int> held;  // owner -> workers their runs hold (asked ones excluded)
-    int pending = 0;                  // asked runs still handing back: workers about to be free
-    std::vector<Candidate> candidates;
+    std::set<std::string> holding;
+    std::vector<PreemptionCandidate> running;
     for (const auto& [run_id, r] : running_) {
+      holding.insert(r.worker_id);
+      PreemptionCandidate c;
+      c.run_id = run_id;
+      c.attempt = r.attempt;
+      c.owner = r.owner;
+      c.priority = r.priority;
+      c.claimed_us = r.claimed_us;
+      const WorkerRegistry::Worker* worker = workers_.Find(r.worker_id);
+      if (worker != nullptr) c.memory_bytes = worker->info.memory_bytes;
       if (auto ask = preempt_asked_.find(run_id); ask != preempt_asked_.end()) {
-        if (now_us - ask->second.asked_us < kPreemptPendingUs) ++pending;
-        continue;
+        c.asked = now_us - ask->second.asked_us < kPreemptPendingUs
+                      ? PreemptionCandidate::Asked::kHandingBack
+                      : PreemptionCandidate::Asked::kOverdue;
       }
-      ++held[r.owner];
-      const auto w = workers_.find(r.worker_id);
-      if (!r.trains || !r.has_checkpoint || last_preempted_us_.count(run_id) ||
-          w == workers_.end()) {
-        continue;
-      }
-      candidates.push_back(Candidate{run_id, &r, w->second.info.memory_bytes});
+      c.preemptible =
+          r.trains && r.has_checkpoint && !last_preempted_us_.count(run_id) && worker != nullptr;
+      running.push_back(std::move(c));
     }
-    // Whether waiting run `q` outranks running run `r`; Why says so in words, for the one chosen.
-    auto outranks = [&](const store::PlaceableRun& q, const Running& r) {
-      return q.priority > r.priority ||
-             (fair && q.priority == r.priority && q.owner != r.owner &&
-              used(q.owner) < used(r.owner) && held[r.owner] - held[q.owner] >= 2);
-    };
-    auto why = [&](const store::PlaceableRun& q, const Running& r) {
-      if (q.priority > r.priority) {
-        return StrCat("run ", q.id, " of ", q.owner, " waits at priority ", q.priority, " > ",
-                      r.priority);
-      }
-      return StrCat("fair share: run ", q.id, " of ", q.owner, " waits (", held[q.owner],
-                    " workers, ", Fixed(used(q.owner), 1), " decayed GPU-h) while ", r.owner,
-                    " holds ", held[r.owner], " (", Fixed(used(r.owner), 1), " GPU-h)");
-    };
-    for (const store::PlaceableRun& q : queued) {
-      if (candidates.empty() && pending == 0) break;
-      bool waits_for_any = false;
-      for (const auto& [run_id, r] : running_) waits_for_any = waits_for_any || outranks(q, r);
-      if (!waits_for_any) continue;
-      if (pending > 0) {  // a worker already being handed back serves it
-        --pending;
-        ++held[q.owner];
-        continue;
-      }
-      // The victim: lowest priority, then the owner holding most, then most used, then the
-      // attempt that started last.
-      const Candidate* victim = nullptr;
-      auto key = [&](const Candidate& x) {
-        return std::make_tuple(-x.run->priority, held[x.run->owner], used(x.run->owner),
-                               x.run->claimed_us);
-      };
-      for (const Candidate& c : candidates) {
-        if (!Fits(q, c.memory_bytes) || !outranks(q, *c.run)) continue;
-        if (victim == nullptr || key(c) > key(*victim)) victim = &c;
-      }
-      if (victim == nullptr) continue;
-      const std::string reason = why(q, *victim->run);  // before the counts move
-      --held[victim->run->owner];
-      ++held[q.owner];
-      preempt_asked_[victim->run_id] = PreemptAsk{victim->run->attempt, now_us, reason};
-      last_preempted_us_[victim->run_id] = now_us;
-      controls.push_back(
-          Ask{victim->run_id, victim->run->attempt, Control{Control::Kind::kPreempt, reason}});
-      asked.push_back(victim->run_id);
-      candidates.erase(candidates.begin() + (victim - candidates.data()));
+    asks = ChoosePreemptions(std::move(queued), workers_.FreeMemory(now_us, holding), running,
+                             usage, fair);
+    for (const PreemptionAsk& ask : asks) {
+      preempt_asked_[ask.run_id] = PreemptAsk{ask.attempt, now_us, ask.reason};
+      last_preempted_us_[ask.run_id] = now_us;
     }
   }
-  for (const Ask& ask : controls) {
+  for (const PreemptionAsk& ask : asks) {
     if (absl::Status kept = store_->RecordPreemption(ask.run_id, now_us); !kept.ok()) {
       std::fprintf(stderr, "cartd: run %lld: preemption time not stored (%s)\n",
                    static_cast<long long>(ask.run_id), Message(kept).c_str());
     }
     store::LogLine line;
     line.wall_time_us = now_us;
-    line.text = StrCat("cartd: preempted at a checkpoint for other work: ", ask.control.reason);
+    line.text = StrCat("cartd: preempted at a checkpoint for other work: ", ask.reason);
     (void)store_->AppendLog(ask.run_id, ask.attempt, {line});  // the control goes out regardless
     PushControl(
         [&](const OpenStream& s) { return s.run_id == ask.run_id && s.attempt == ask.attempt; },
-        ask.control);
+        Control{Control::Kind::kPreempt, ask.reason});
     stats_.AddPreemption();
     BumpRun(ask.run_id);
+    asked.push_back(ask.run_id);
   }
   return asked;
 }
@@ -1469,179 +1127,7 @@ void Scheduler::ExpiryLoop() {
   }
 }
 
-// ---- Queries
-
-std::optional<int64_t> Scheduler::MaxWorkerMemory() {
-  absl::MutexLock lock(&mu_);
-  std::optional<int64_t> max;
-  for (const auto& [id, worker] : workers_) {
-    if (!max || worker.info.memory_bytes > *max) max = worker.info.memory_bytes;
-  }
-  return max;
-}
-
-absl::StatusOr<std::string> Scheduler::WaitingReason(const RunRecord& run) {
-  return Explain(run, MaxWorkerMemory());
-}
-
-absl::Status Scheduler::CheckParentSteps(const store::NewSweep& sweep) {
-  // Runs only move forward, so a run whose checkpoints already pass step S will never write S
-  // again: a derived run naming a step that retention removed (or that was never saved) would
-  // wait for ever. Refuse it at submit instead.
-  std::map<int64_t, std::vector<store::CheckpointRecord>> checkpoints;  // by parent run
-  for (const store::NewRun& run : sweep.runs) {
-    if (!run.parent_run_id || run.parent_checkpoint == "final") continue;
-    const std::optional<int64_t> step = ParseInt64(run.parent_checkpoint);
-    if (!step) continue;
-    auto it = checkpoints.find(*run.parent_run_id);
-    if (it == checkpoints.end()) {
-      CART_ASSIGN_OR_RETURN(std::vector<store::CheckpointRecord> list,
-                            store_->ListCheckpoints(*run.parent_run_id));
-      it = checkpoints.emplace(*run.parent_run_id, std::move(list)).first;
-    }
-    const std::vector<store::CheckpointRecord>& have = it->second;
-    if (have.empty() || have.back().step < *step) continue;  // it may still get there
-    bool found = false;
-    std::vector<std::string> steps;
-    for (const store::CheckpointRecord& c : have) {
-      found |= c.step == *step;
-      steps.push_back(StrCat(c.step));
-    }
-    if (found) continue;
-    return absl::FailedPreconditionError(
-        StrCat("sweep '", sweep.name, "': run ", run.name, " starts from run ", *run.parent_run_id,
-               "'s checkpoint at step ", *step, ", which that run does not have (it has steps ",
-               StrJoin(steps, ", "),
-               "; cartd keeps the newest keep_checkpoints_per_run of each run and "
-               "those derived runs name when submitted): name one of those steps or final"));
-  }
-  return absl::OkStatus();
-}
-
-int64_t Scheduler::ReportedStep(int64_t run_id) {
-  absl::MutexLock lock(&mu_);
-  auto it = progress_.find(run_id);
-  return it == progress_.end() ? 0 : it->second;
-}
-
-std::string Scheduler::Explain(const RunRecord& run, std::optional<int64_t> max_memory) {
-  std::string reason;
-  if (run.state == RunState::kBlocked && run.parent_run_id) {
-    const std::string what = run.parent_checkpoint == "final"
-                                 ? std::string("its final checkpoint")
-                                 : StrCat("a checkpoint at step ", run.parent_checkpoint);
-    std::string parent_state = "unknown";
-    if (absl::StatusOr<RunRecord> parent = store_->GetRun(*run.parent_run_id); parent.ok()) {
-      parent_state = std::string(RunStateName(parent->state));
-    }
-    reason = StrCat("waiting for parent run ", *run.parent_run_id, " (", parent_state, ") to have ",
-                    what);
-  } else if (run.state == RunState::kQueued) {
-    // The least it can train in: micro-batch lowered to fit (FitToDevice).
-    const int64_t least =
-        run.min_memory_bytes > 0 ? run.min_memory_bytes : run.memory_estimate_bytes;
-    const int64_t need = std::max(least, run.oom_memory_bytes + 1);
-    if (!max_memory) {
-      reason = "no worker is registered";
-    } else if (run.oom_memory_bytes > 0 && *max_memory <= run.oom_memory_bytes) {
-      reason = StrCat("ran out of memory on a ", FormatGiB(run.oom_memory_bytes),
-                      " device; waits for a device with more (largest registered ",
-                      FormatGiB(*max_memory), ")");
-    } else if (least > *max_memory) {
-      reason = StrCat("memory estimate ", FormatGiB(run.memory_estimate_bytes),
-                      " exceeds every registered worker (largest ", FormatGiB(*max_memory), ")",
-                      least < run.memory_estimate_bytes
-                          ? StrCat("; even at micro-batch 1 it needs ", FormatGiB(least))
-                          : std::string());
-    } else if (run.oom_memory_bytes > 0) {
-      reason = StrCat("waiting for a free worker with more than ", FormatGiB(run.oom_memory_bytes),
-                      " (ran out of memory on one that size)");
-    } else {
-      reason = StrCat("waiting for a free worker with at least ", FormatGiB(need), " of memory");
-    }
-    absl::MutexLock lock(&mu_);
-    if (auto it = not_placed_.find(run.id); it != not_placed_.end()) {
-      reason = StrCat(reason, "; last ", it->second);
-    }
-  }
-  return reason;
-}
-
-absl::StatusOr<RunInfo> Scheduler::Describe(RunRecord record, std::optional<int64_t> max_memory) {
-  RunInfo info;
-  info.run = std::move(record);
-  info.step = ReportedStep(info.run.id);
-  if (info.run.attempt > 0) {
-    if (absl::StatusOr<std::string> w = WorkerOfAttempt(info.run.id, info.run.attempt); w.ok()) {
-      info.worker_id = *w;
-    }
-  }
-  info.waiting_reason = Explain(info.run, max_memory);
-  if (!store::IsTerminal(info.run.state)) {
-    CART_ASSIGN_OR_RETURN(std::shared_ptr<const Forecast> forecast, ExpectedFinish());
-    const auto at = forecast->run_finish_us.find(info.run.id);
-    if (at != forecast->run_finish_us.end()) info.expected_finish_us = at->second;
-  }
-  return info;
-}
-
-absl::StatusOr<RunDetails> Scheduler::GetRun(int64_t run_id) {
-  CART_ASSIGN_OR_RETURN(RunRecord run, store_->GetRun(run_id));
-  RunDetails details;
-  CART_ASSIGN_OR_RETURN(details.info, Describe(std::move(run), MaxWorkerMemory()));
-  CART_ASSIGN_OR_RETURN(details.events, store_->RunEvents(run_id));
-  CART_ASSIGN_OR_RETURN(details.checkpoints, store_->ListCheckpoints(run_id));
-  CART_ASSIGN_OR_RETURN(details.summaries, store_->RunSummaries(run_id));
-  CART_ASSIGN_OR_RETURN(details.data, store_->RunData(run_id));
-  for (const store::MetricSummary& s : details.summaries) {
-    details.info.step = std::max(details.info.step, s.latest_step);
-  }
-  return details;
-}
-
-absl::StatusOr<std::vector<store::RunDataRecord>> Scheduler::RecordRunData(
-    int64_t run_id, int64_t attempt, const std::string& worker_id,
-    std::vector<store::RunDataRecord> files) {
-  const int64_t now_us = NowMicros();
-  for (store::RunDataRecord& f : files) {
-    f.recorded_by = StrCat("worker ", worker_id, " (attempt ", attempt, ")");
-    f.recorded_us = now_us;
-  }
-  return store_->RecordRunData(run_id, attempt, files, now_us);
-}
-
-absl::StatusOr<std::vector<RunInfo>> Scheduler::ListRuns(const store::RunFilter& filter,
-                                                         int64_t limit, int64_t offset,
-                                                         int64_t* total) {
-  // One paged read gives the records, workers, steps and latest values; only a blocked run costs
-  // one more read (its parent's state, for the waiting reason).
-  store::RunPageRequest page;
-  page.filter = filter;
-  page.limit = limit;
-  page.offset = offset;
-  page.metrics = {"loss", "rho_max", "tokens_per_s", "mfu"};
-  CART_ASSIGN_OR_RETURN(store::RunPage rows, store_->ListRunPage(page));
-  if (total != nullptr) *total = rows.total;
-  const std::optional<int64_t> max_memory = MaxWorkerMemory();
-  CART_ASSIGN_OR_RETURN(std::shared_ptr<const Forecast> forecast, ExpectedFinish());
-  std::vector<RunInfo> out;
-  out.reserve(rows.rows.size());
-  for (store::RunRow& row : rows.rows) {
-    RunInfo info;
-    info.run = std::move(row.run);
-    info.worker_id = std::move(row.worker_id);
-    info.step = std::max(ReportedStep(info.run.id), row.step);
-    // The last step may come after the last metric record (log_every need not divide steps).
-    if (info.run.state == RunState::kSucceeded) info.step = std::max(info.step, info.run.steps);
-    info.waiting_reason = Explain(info.run, max_memory);
-    info.latest = std::move(row.latest);
-    if (auto at = forecast->run_finish_us.find(info.run.id); at != forecast->run_finish_us.end()) {
-      info.expected_finish_us = at->second;
-    }
-    out.push_back(std::move(info));
-  }
-  return out;
-}
+// ---- Following runs
 
 int64_t Scheduler::RunVersion(int64_t run_id) {
   absl::MutexLock lock(&mu_);
@@ -1658,87 +1144,6 @@ int64_t Scheduler::WaitForRunChange(int64_t run_id, int64_t seen, absl::Time dea
   }
   --watch.waiters;
   return watch.version;
-}
-
-absl::StatusOr<std::vector<store::SweepRecord>> Scheduler::ListSweeps() {
-  return store_->ListSweeps();
-}
-
-absl::StatusOr<std::vector<RunRecord>> Scheduler::ListRunRecords(const store::RunFilter& filter) {
-  return store_->ListRuns(filter);
-}
-
-absl::StatusOr<store::RunPage> Scheduler::ListRunPage(const store::RunPageRequest& request) {
-  return store_->ListRunPage(request);
-}
-
-absl::StatusOr<std::vector<store::SweepProgress>> Scheduler::ListSweepProgress() {
-  return store_->ListSweepProgress();
-}
-
-absl::StatusOr<store::SweepKeys> Scheduler::GetSweepKeys(const std::string& sweep) {
-  return store_->GetSweepKeys(sweep);
-}
-
-absl::StatusOr<store::StoreTotals> Scheduler::Totals() { return store_->Totals(); }
-
-absl::StatusOr<std::vector<store::AttemptRecord>> Scheduler::ListAttempts(int64_t run_id) {
-  return store_->ListAttempts(run_id);
-}
-
-absl::StatusOr<store::SweepRecord> Scheduler::GetSweep(const std::string& name) {
-  return store_->GetSweep(name);
-}
-
-absl::StatusOr<int64_t> Scheduler::FindRun(const std::string& name) {
-  const size_t slash = name.rfind('/');
-  if (slash == std::string::npos || slash == 0 || slash + 1 == name.size()) {
-    return absl::InvalidArgumentError(StrCat("run name '", name, "' is not '<sweep>/<index>'"));
-  }
-  CART_ASSIGN_OR_RETURN(RunRecord run,
-                        store_->FindRun(name.substr(0, slash), name.substr(slash + 1)));
-  return run.id;
-}
-
-absl::StatusOr<std::vector<store::MetricSummary>> Scheduler::RunSummaries(int64_t run_id) {
-  return store_->RunSummaries(run_id);
-}
-
-absl::StatusOr<store::Series> Scheduler::MetricSeries(const store::SeriesRequest& request) {
-  return store_->MetricSeries(request);
-}
-
-absl::StatusOr<std::vector<store::LogLine>> Scheduler::RunLog(int64_t run_id, int64_t after_id,
-                                                              int64_t limit) {
-  return store_->RunLog(run_id, after_id, limit);
-}
-
-absl::StatusOr<store::CheckpointRecord> Scheduler::Checkpoint(int64_t run_id, int64_t step) {
-  CART_ASSIGN_OR_RETURN(std::vector<store::CheckpointRecord> all, store_->ListCheckpoints(run_id));
-  const store::CheckpointRecord* chosen = nullptr;
-  for (const store::CheckpointRecord& c : all) {  // by step
-    if (step == 0 || c.step == step) chosen = &c;
-  }
-  if (chosen != nullptr) return *chosen;
-  std::vector<std::string> steps;
-  for (const store::CheckpointRecord& c : all) steps.push_back(StrCat(c.step));
-  return absl::NotFoundError(StrCat(
-      "run ", run_id, " has no checkpoint", step == 0 ? std::string() : StrCat(" at step ", step),
-      steps.empty() ? std::string(" yet") : StrCat("; it has steps ", StrJoin(steps, ", "))));
-}
-
-absl::StatusOr<store::PivotTable> Scheduler::Pivot(const store::PivotRequest& request) {
-  return store_->Pivot(request);
-}
-
-absl::StatusOr<std::vector<store::AblationRow>> Scheduler::Ablation(
-    const store::AblationRequest& request) {
-  return store_->Ablation(request);
-}
-
-absl::StatusOr<store::StageComparison> Scheduler::CompareStages(
-    const store::StageComparisonRequest& request) {
-  return store_->CompareStages(request);
 }
 
 absl::Status Scheduler::FollowRun(

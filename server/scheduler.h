@@ -7,6 +7,12 @@
 // durable fact lives in store::RunStore; the scheduler keeps in memory only what a restart may
 // lose: which streams are open, which workers were asked to drain, worker host names and versions.
 //
+// It orchestrates and locks; the rules it applies live beside it (docs/architecture.md "The
+// scheduler orchestrates; its rules live beside it"): submission.h makes a sweep file into runs,
+// placement.h and preemption.h decide who runs what, worker_registry.h keeps the workers, their
+// speeds and when one counts as lost, config/run_changes.h says what a resume or an extension may
+// change. Its queries are in scheduler_queries.cc.
+//
 // Time. Timestamps and lease deadlines come from the injected Clock (a FakeClock in tests). Long
 // polls (Acquire) and the expiry thread's period are real time: they pace threads, not leases.
 //
@@ -39,6 +45,8 @@
 #include "server/fleet.h"
 #include "server/placement.h"
 #include "server/stats.h"
+#include "server/submission.h"
+#include "server/worker_registry.h"
 #include "store/run_store.h"
 
 namespace cart::server {
@@ -92,32 +100,12 @@ struct SchedulerOptions {
   absl::Duration preempt_interval = absl::Hours(1);
 };
 
-// A worker as it registers (RegisterWorker). Memory in bytes.
 // The typed mark on Acquire's FailedPrecondition for a draining worker (a status payload under
 // this URL), so that the gRPC side answers `drain: true` without reading the message's words.
 inline constexpr char kDrainingPayload[] = "type.cart-lab/worker-draining";
 inline bool IsDraining(const absl::Status& status) {
   return status.GetPayload(kDrainingPayload).has_value();
 }
-
-struct WorkerInfo {
-  std::string id;  // stable per box and device, e.g. "labbox3-gpu0"
-  std::string hostname;
-  std::string version;       // cart-worker version
-  std::string device_kind;   // "cuda" or "cpu"
-  std::string device_name;   // e.g. "NVIDIA GeForce RTX 3090"
-  int device_index = 0;      // CUDA's index of the card on its box; 0 for the CPU
-  int64_t memory_bytes = 0;  // the device's
-  // Kept back from memory_bytes (model::UsableMemoryBytes); negative: the default reserve. Runs
-  // are placed and fitted into memory_bytes minus the reserve, which is also what the store
-  // records as the worker's memory.
-  int64_t memory_reserve_bytes = -1;
-  int64_t free_disk_bytes = 0;
-  // Training speed as a multiple of an RTX 3090, as the worker reports it (cart-worker
-  // --speed-factor: tests and replays); 0: not reported, cartd measures it.
-  double speed_factor = 0;
-  std::string uuid;  // the device's NVML UUID; empty for a CPU
-};
 
 // What a worker says of its device with each ReportDevice (as at registration).
 struct DeviceIdentity {
@@ -184,18 +172,6 @@ class AttemptStream {
   virtual void Close() = 0;
 };
 
-struct SubmitRequest {
-  std::string spec_yaml;   // the sweep file's text
-  std::string file_name;   // for error messages
-  std::string request_id;  // idempotency key; empty: a fresh one (not idempotent)
-  bool dry_run = false;
-  std::string who;        // "user:<name>"
-  int64_t run_limit = 0;  // at most this many runs in SubmitResult::runs; 0: all
-  // Data file identities the submitting client took, by path (data lineage): each run's files
-  // with one of these paths are recorded with it; the others wait for the first worker.
-  std::map<std::string, store::DataFileIdentity> data_files;
-};
-
 // What an extension does to the learning-rate schedule (docs/design.md "Extending a run").
 enum class ExtendSchedule {
   kAsk,      // stretch when the rate at the extension point changes at most 2x; else refuse
@@ -210,13 +186,6 @@ struct ExtendOutcome {
   int64_t from_step = 0;  // steps trained before: the last step trained is this one (1-based)
   double lr_before = 0;   // the learning rate of that step
   double lr_after = 0;    // and of the next, the first of the extension
-};
-
-struct SubmitResult {
-  store::SweepRecord sweep;  // dry run: id 0, name, priority and spec only
-  // The runs in index order; dry run: id 0, state QUEUED or BLOCKED as they would start.
-  std::vector<store::RunRecord> runs;
-  bool existing = false;  // request_id matched an earlier submit: nothing was written
 };
 
 // Expected finish times (docs/design.md "Placement"): a running run's from its pace (or its work
@@ -397,7 +366,7 @@ class Scheduler {
   // this; tests call it after advancing a FakeClock.
   absl::StatusOr<std::vector<store::ExpiredLease>> ExpireLeases();
 
-  // ---- Queries (what the services and the dashboard read; none of them reaches the store)
+  // ---- Queries (scheduler_queries.cc): what the services and the dashboard read
 
   absl::StatusOr<std::vector<store::SweepRecord>> ListSweeps();  // by id
   absl::StatusOr<store::SweepRecord> GetSweep(const std::string& name);
@@ -478,14 +447,10 @@ class Scheduler {
   absl::StatusOr<std::string> WorkerOfAttempt(int64_t run_id, int64_t attempt);
 
  private:
-  struct Worker {
-    WorkerInfo info;
-    bool draining = false;
-    int64_t last_seen_us = 0;
-    double speed = 0;  // × an RTX 3090 (SpeedFor)
-    std::string speed_source;
-    bool measured = false;  // speed comes from its own runs' tokens/s
-  };
+  // Placement, preemption and the expected finish weigh the first queued runs by priority and
+  // work; a bigger queue is placed as it shrinks.
+  static constexpr int64_t kMostWeighed = 4000;
+
   // A leased run as placement sees it: whose, how much work, how far.
   struct Running {
     std::string worker_id;
@@ -521,22 +486,12 @@ class Scheduler {
   void WakePollers();
   void BumpRun(int64_t run_id);
   void BumpRunLocked(int64_t run_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The worker's speed and where it comes from: reported, measured, its device's measured speed,
-  // its card's peak relative to an RTX 3090, or a guess.
-  std::pair<double, std::string> SpeedFor(const WorkerInfo& info, const Worker* known)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Chooses and claims a run for the worker (SchedulerOptions::placement); nullopt when it should
   // wait.
   absl::StatusOr<std::optional<store::Claim>> Place(const std::string& worker_id, int64_t memory);
   // Hours each busy worker's current run has left, by worker id: at the pace its steps have gone
   // once it has reported progress, else its work at the worker's speed less the time it has run.
   std::map<std::string, double> BusyHoursLocked(int64_t now_us) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The live workers placement plans onto (not draining, seen within a lease TTL plus a long
-  // poll), each free after its `busy_hours` (BusyHoursLocked); `asker` is included however long
-  // ago it was seen.
-  std::vector<PlacementWorker> FleetLocked(int64_t now_us, const std::string& asker,
-                                           const std::map<std::string, double>& busy_hours)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Fair share's usage per owner (store::RunStore::DecayedUsage), cached for a minute.
   absl::StatusOr<std::map<std::string, double>> Usage(int64_t now_us);
   // Records a claimed run for placement's plan and speed measurement; `done_steps`, when given,
@@ -547,7 +502,7 @@ class Scheduler {
   // so that placement, preemption and the expected finish see those workers busy at once; and
   // each run's last preemption within the interval, so that none is preempted twice within it.
   void RecoverRunning();
-  // Folds a reported tokens/s into the worker's and its device's measured speed.
+  // Folds a reported tokens/s into the run's worker's measured speed (WorkerRegistry).
   void MeasureSpeed(int64_t run_id, double tokens_per_s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Lowers the job's micro-batch and raises its gradient accumulation (same global batch) so that
   // its estimate fits a worker with `memory_bytes`, and notes it in the run's log.
@@ -563,9 +518,6 @@ class Scheduler {
   absl::Status CheckSweepOwner(const std::string& sweep, const std::string& who,
                                std::string_view action);
   absl::Status CheckRunOwner(int64_t run_id, const std::string& who, std::string_view action);
-  // FailedPrecondition when a derived run names a step of a run from another sweep that the run
-  // has passed without keeping a checkpoint there (retention removed it, or it was never saved).
-  absl::Status CheckParentSteps(const store::NewSweep& sweep);
   // The latest step the run's worker reported since this scheduler started; 0 when none.
   int64_t ReportedStep(int64_t run_id);
   // Why a QUEUED or BLOCKED run is not running (`max_memory`: the largest registered device);
@@ -587,7 +539,7 @@ class Scheduler {
   int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
   int waiting_acquires_ ABSL_GUARDED_BY(mu_) = 0;
   int submits_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
-  std::map<std::string, Worker> workers_ ABSL_GUARDED_BY(mu_);
+  WorkerRegistry workers_ ABSL_GUARDED_BY(mu_);
   std::vector<OpenStream> streams_ ABSL_GUARDED_BY(mu_);
   // Per run: a counter bumped on every change, and the followers waiting for it. A change wakes
   // only its own run's followers, not every follower of every run.
@@ -599,8 +551,6 @@ class Scheduler {
   std::map<int64_t, RunWatch> run_watches_ ABSL_GUARDED_BY(mu_);
   std::map<int64_t, int64_t> progress_ ABSL_GUARDED_BY(mu_);  // run -> latest reported step
   std::map<int64_t, Running> running_ ABSL_GUARDED_BY(mu_);   // leased runs, by id
-  // Measured speed (× an RTX 3090) per device name: a new worker of a known kind starts there.
-  std::map<std::string, double> device_speed_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, double> usage_ ABSL_GUARDED_BY(mu_);  // Usage()'s cache
   int64_t usage_at_us_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<int64_t, PreemptAsk> preempt_asked_ ABSL_GUARDED_BY(mu_);   // by run id

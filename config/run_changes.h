@@ -1,0 +1,46 @@
+#pragma once
+
+// What may change in a run after it was submitted, as pure functions over its config: a resume's
+// `--set` (docs/design.md "Resuming with a change") and an extension's learning-rate schedule
+// (docs/design.md "Extending a run"). cartd applies them; the store keeps the result.
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "config/config.h"
+
+namespace cart::model {
+
+// The keys a resume may change: each changes the trajectory from the checkpoint on, and none
+// changes the model's shape, the data order or a column the store keeps apart.
+const std::vector<std::string_view>& ResumeKeys();
+
+// A resume's change to a run's config.
+struct ResumeChange {
+  RunConfig config;                  // with the values set, validated
+  std::vector<std::string> changed;  // "lr 0.001 -> 0.0005", one per key whose value changed
+};
+// `set`: "key=value" items, applied in order. InvalidArgument naming the item for a key a resume
+// may not change (with the keys it may), a value SetKey refuses, or when no value differs; the
+// config's own check (Validate) otherwise.
+absl::StatusOr<ResumeChange> ApplyResumeSet(RunConfig config, const std::vector<std::string>& set);
+
+// A finished run extended to `total_steps`: its config under each schedule an extension may take,
+// and the learning rates around the extension point.
+struct Extension {
+  int64_t from_step = 0;    // steps trained: the last step trained is this one (1-based)
+  double lr_before = 0;     // the rate of that step
+  RunConfig stretched;      // the cosine recomputed over the new total: a warm restart
+  RunConfig held;           // goes on at the rate the run's own schedule ends with
+  double stretched_lr = 0;  // the first extension step's rate under each
+  double held_lr = 0;
+  // The stretched rate over the one before: a plain extension stretches only within [0.5, 2].
+  double StretchRatio() const;
+  bool StretchIsGentle() const;
+};
+Extension PlanExtension(const RunConfig& config, int64_t total_steps);
+
+}  // namespace cart::model
