@@ -57,12 +57,16 @@ struct BenchArgs {
   std::vector<std::string> sets;
   int64_t steps = 10, warmup = 3;
   double peak_tflops = 0;
+  double memory_gib = 0;  // fit each width into this much; 0: the CUDA card's own, none on a CPU
   bool json = false;
 };
 
 struct BenchRow {
   int64_t d = 0;
-  int64_t batch = 0, seq_len = 0;
+  int64_t batch = 0, seq_len = 0;  // batch: sequences per optimizer step
+  int64_t micro_batch = 0, accum = 0;
+  // Set when the width does not fit the device even at micro-batch 1: why, and nothing measured.
+  std::optional<std::string> not_fitted;
   double seconds_per_step = 0, tokens_per_s = 0, train_flops_per_token = 0;
   std::optional<double> mfu;
   // The paper's convention: 6 × effective parameters per token (no attention products), which
@@ -152,6 +156,8 @@ absl::StatusOr<BenchRow> BenchOne(const model::RunConfig& config, const BenchArg
   BenchRow row;
   row.d = c.model.d;
   row.batch = c.train.batch * c.train.accum;
+  row.micro_batch = c.train.batch;
+  row.accum = c.train.accum;
   row.seq_len = c.train.seq_len;
   row.seconds_per_step = step_seconds[step_seconds.size() / 2];
   row.tokens_per_s = static_cast<double>(row.batch * row.seq_len) / row.seconds_per_step;
@@ -227,11 +233,40 @@ absl::Status RunBench(const BenchArgs& args) {
     return absl::InternalError(StrCat("cannot make a temporary directory from ", pattern));
   }
   const fs::path dir = pattern;
+  // Each width runs at the micro-batch cartd would give this card (model::FitMicroBatch into
+  // what the reserve leaves, the global batch kept by accumulation), or is reported as not
+  // fitting: an 8 GB card cannot hold d >= 768 at micro-batch 8, T 1024.
+  std::optional<int64_t> memory = train::CudaDeviceMemoryBytes(device);
+  if (args.memory_gib > 0) memory = static_cast<int64_t>(args.memory_gib * (1 << 30));
+  std::optional<int64_t> usable;
+  if (memory) usable = model::UsableMemoryBytes(*memory, -1);
   std::vector<BenchRow> rows;
   absl::Status status;
   for (int64_t d : widths) {
     model::RunConfig c = base;
     c.model.d = d;
+    if (usable) {
+      // Fitted at the precision the step will run in (dtype auto is fp32 on a CPU).
+      model::RunConfig fitting = c;
+      if (!train::UsesMixedPrecision(c.train.dtype, device)) {
+        fitting.train.dtype = model::DType::kFloat32;
+      }
+      const std::optional<model::MicroBatchFit> fit = model::FitMicroBatch(fitting, *usable);
+      if (!fit) {
+        BenchRow row;
+        row.d = d;
+        row.not_fitted = fmt::format(
+            "does not fit at micro-batch 1: {:.2f} GiB estimated, {:.2f} GiB usable of {:.2f}",
+            static_cast<double>(model::MinTrainingBytes(fitting)) / (1 << 30),
+            static_cast<double>(*usable) / (1 << 30), static_cast<double>(*memory) / (1 << 30));
+        if (!args.json)
+          std::cerr << fmt::format("cart model bench: d = {} {}\n", d, *row.not_fitted);
+        rows.push_back(std::move(row));
+        continue;
+      }
+      c.train.batch = fit->batch;
+      c.train.accum = fit->accum;
+    }
     absl::StatusOr<BenchRow> row = BenchOne(c, args, device, dir, peak);
     if (!row.ok()) {
       status = absl::Status(row.status().code(), StrCat("d = ", d, ": ", Message(row.status())));
@@ -251,10 +286,18 @@ absl::Status RunBench(const BenchArgs& args) {
                           {"built_with_cuda", train::BuiltWithCuda()},
                           {"mixed_precision_bf16", bf16},
                           {"peak_tflops", peak ? nlohmann::json(*peak) : nlohmann::json()},
+                          {"memory_bytes", memory ? nlohmann::json(*memory) : nlohmann::json()},
                           {"rows", nlohmann::json::array()}};
     for (const BenchRow& r : rows) {
+      if (r.not_fitted) {
+        out["rows"].push_back({{"d", r.d}, {"fits", false}, {"reason", *r.not_fitted}});
+        continue;
+      }
       nlohmann::json j = {
           {"d", r.d},
+          {"fits", true},
+          {"micro_batch", r.micro_batch},
+          {"accum", r.accum},
           {"tokens_per_step", r.batch * r.seq_len},
           {"seconds_per_step", r.seconds_per_step},
           {"tokens_per_s", r.tokens_per_s},
@@ -286,13 +329,23 @@ absl::Status RunBench(const BenchArgs& args) {
             << (peak ? fmt::format("{:.1f} TFLOP/s ({})", *peak, peak_source)
                      : std::string("no known peak (give --peak-tflops)"))
             << "\n";
-  std::cout << fmt::format("{:>6}{:>11}{:>12}{:>9}{:>9}{:>9}{:>11}{:>10}{:>14}{:>8}\n", "d",
-                           "tokens/s", "3090 paper", "TFLOP/s", "MFU", "MFU 6N", "paper MFU",
-                           "peak MiB", "estimate MiB", "est/pk");
+  if (usable) {
+    std::cout << fmt::format(
+        "micro-batch fitted to {:.2f} GiB usable of {:.2f} GiB (cartd's fit; global batch kept)\n",
+        static_cast<double>(*usable) / (1 << 30), static_cast<double>(*memory) / (1 << 30));
+  }
+  std::cout << fmt::format("{:>6}{:>8}{:>11}{:>12}{:>9}{:>9}{:>9}{:>11}{:>10}{:>14}{:>8}\n", "d",
+                           "micro", "tokens/s", "3090 paper", "TFLOP/s", "MFU", "MFU 6N",
+                           "paper MFU", "peak MiB", "estimate MiB", "est/pk");
   for (const BenchRow& r : rows) {
+    if (r.not_fitted) {
+      std::cout << fmt::format("{:>6}  {}\n", r.d, *r.not_fitted);
+      continue;
+    }
     const std::optional<PaperFigure>& p = r.paper;
     std::cout << fmt::format(
-        "{:>6}{:>11.0f}{:>12}{:>9.2f}{:>9}{:>9}{:>11}{:>10}{:>14}{:>8}\n", r.d, r.tokens_per_s,
+        "{:>6}{:>8}{:>11.0f}{:>12}{:>9.2f}{:>9}{:>9}{:>11}{:>10}{:>14}{:>8}\n", r.d,
+        fmt::format("{}x{}", r.micro_batch, r.accum), r.tokens_per_s,
         p ? fmt::format("{:.0f}", p->tokens_per_s) : "-",
         r.tokens_per_s * r.train_flops_per_token / 1e12, Percent(r.mfu), Percent(r.mfu_6n),
         p ? Percent(p->mfu) : "-", Mib(r.peak_bytes), Mib(r.estimate_bytes),
@@ -300,9 +353,11 @@ absl::Status RunBench(const BenchArgs& args) {
                                                  static_cast<double>(*r.peak_bytes))
                      : "-");
   }
-  if (!rows.empty()) {
-    std::cout << "peak: "
-              << (rows.front().peak_kind == "RSS growth"
+  const auto measured =
+      std::find_if(rows.begin(), rows.end(), [](const BenchRow& r) { return !r.not_fitted; });
+  if (measured != rows.end()) {
+    std::cout << "micro: sequences per micro-batch x micro-batches per step; peak: "
+              << (measured->peak_kind == "RSS growth"
                       ? "growth of the process's peak resident set over its size when the row "
                         "began (\"-\": an earlier row had set the peak higher; measure one width "
                         "per call)"
@@ -334,6 +389,9 @@ void RegisterModelBenchCommand(CLI::App& model_cmd) {
   bench->add_option("--peak-tflops", args->peak_tflops,
                     "The device's peak in TFLOP/s for MFU (default: the card's bf16 peak from "
                     "the built-in table)");
+  bench->add_option("--memory-gib", args->memory_gib,
+                    "Fit each width into this much device memory, as cartd fits a run to a "
+                    "worker (default: the CUDA card's own; none on the CPU)");
   bench->add_flag("--json", args->json, "Print JSON");
   OnRun(bench, [args] { BenchCommand(*args); });
 }

@@ -21,8 +21,13 @@
 #   --steps N          timed steps per width (default 10)
 #
 # Needs: CMake >= 3.22, Ninja, a C++20 compiler, PyTorch 2.x, and for a CUDA PyTorch a CUDA
-# toolkit (CUDAToolkit_ROOT, CUDA_HOME, nvcc on PATH, or NVIDIA's nvidia-cuda-nvcc wheel in the
-# same environment). Exits non-zero when a step fails; prints the time it took.
+# toolkit of the same major version (CUDAToolkit_ROOT, CUDA_HOME, nvcc on PATH, or NVIDIA's
+# nvidia-cuda-nvcc wheel in the same environment). Every one of them is checked before anything
+# runs, and all that are missing are listed at once. A built tree given with --build-dir is
+# configured again only when it was configured against another LibTorch. Each step has a time
+# limit (GPU_CHECK_LIMITS="configure build tests bench series" in seconds overrides them). Where
+# nvidia-smi lists a card that PyTorch cannot use (a driver older than the wheel's CUDA needs, a
+# CPU wheel), it fails naming both. Exits non-zero when a step fails; prints the time it took.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -42,7 +47,7 @@ while [ $# -gt 0 ]; do
     --device) device=$2; shift 2 ;;
     --peak-tflops) peak=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
-    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,/^set -euo pipefail/{/^set -euo/!s/^# \{0,1\}//p}' "$0"; exit 0 ;;
     *) echo "gpu-check: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -51,6 +56,12 @@ if [ -z "$bundle" ] && [ -d "$root/gpu-bundle/prefix" ]; then bundle=$root/gpu-b
 start=$(date +%s)
 say() { echo "gpu-check: $*"; }
 fail() { echo "gpu-check: FAILED: $*" >&2; exit 1; }
+# Time limits per step, in seconds: configure, build, GPU tests, benchmark, device series.
+read -r limit_configure limit_build limit_tests limit_bench limit_series \
+  <<<"${GPU_CHECK_LIMITS:-600 5400 1800 1800 120}"
+# Runs "$@" for at most $1 seconds; 124 when it ran out of time.
+bounded() { local seconds=$1; shift; timeout --kill-after=10 "$seconds" "$@"; }
+timed_out() { [ "$1" = 124 ] || [ "$1" = 137 ]; }
 
 # 1. PyTorch: its LibTorch, its CUDA version, whether it sees a card.
 if ! info=$("$python" - <<'PY' 2>/dev/null
@@ -67,8 +78,84 @@ fi
 { read -r torch_version; read -r torch_cuda; read -r prefix; read -r has_cuda; read -r card || true; } \
   <<<"$info"
 say "PyTorch $torch_version (CUDA ${torch_cuda:-none}), LibTorch config in $prefix"
-if [ "$has_cuda" = 1 ]; then say "CUDA device 0: $card"; else
-  say "PyTorch sees no CUDA device: the GPU steps below are skipped"; fi
+
+# 1b. A card the driver lists but PyTorch cannot use is a failure, not a CPU check: the lab would
+#     train on the CPU without knowing. nvidia-smi speaks for the driver (as NVML does).
+listed="" driver=""
+if command -v nvidia-smi >/dev/null 2>&1; then
+  listed=$(bounded 30 nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 || true)
+  driver=$(bounded 30 nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null |
+             head -1 || true)
+fi
+# The oldest driver each CUDA major version runs on (NVIDIA's CUDA compatibility table, Linux).
+min_driver() {
+  case ${1%%.*} in
+    11) echo 450 ;; 12) echo 525 ;; 13) echo 580 ;; *) echo "" ;;
+  esac
+}
+if [ "$has_cuda" = 1 ]; then
+  say "CUDA device 0: $card"
+elif [ -n "$listed" ]; then
+  if [ -z "$torch_cuda" ]; then
+    fail "nvidia-smi lists $listed (driver $driver) but PyTorch $torch_version is a CPU build: install a CUDA wheel of PyTorch (pip install torch --index-url https://download.pytorch.org/whl/cuXYZ) or pass --python"
+  fi
+  need=$(min_driver "$torch_cuda")
+  if [ -n "$need" ] && [ -n "$driver" ] && [ "${driver%%.*}" -lt "$need" ] 2>/dev/null; then
+    fail "nvidia-smi lists $listed with driver $driver, but PyTorch $torch_version is built for CUDA $torch_cuda, which needs driver $need or newer: upgrade the driver, or install a PyTorch wheel for an older CUDA (the driver supports up to the CUDA version nvidia-smi shows)"
+  fi
+  fail "nvidia-smi lists $listed (driver ${driver:-unknown}) but PyTorch $torch_version (CUDA $torch_cuda) sees no CUDA device: check CUDA_VISIBLE_DEVICES, the driver's modules and that the driver supports CUDA $torch_cuda"
+else
+  say "PyTorch sees no CUDA device and nvidia-smi lists none: the GPU steps below are skipped"
+fi
+
+# 1c. Every prerequisite at once, before anything is built.
+missing=()
+if [ "$do_build" = 1 ]; then
+  if ! command -v cmake >/dev/null 2>&1; then
+    missing+=("cmake 3.22 or newer (apt-get install cmake, or pip install cmake)")
+  else
+    cmake_version=$(cmake --version | sed -n 's/^cmake version \([0-9.]*\).*/\1/p')
+    if ! printf '3.22\n%s\n' "$cmake_version" | sort -V -C; then
+      missing+=("cmake 3.22 or newer (this one is $cmake_version)")
+    fi
+  fi
+  command -v ninja >/dev/null 2>&1 || missing+=("ninja (apt-get install ninja-build, or pip install ninja)")
+  if ! command -v "${CXX:-c++}" >/dev/null 2>&1 && ! command -v g++ >/dev/null 2>&1 &&
+     ! command -v clang++ >/dev/null 2>&1; then
+    missing+=("a C++20 compiler (apt-get install g++)")
+  fi
+  if [ -n "$torch_cuda" ]; then
+    nvcc=""
+    for candidate in "${CUDACXX:-}" "${CUDAToolkit_ROOT:+$CUDAToolkit_ROOT/bin/nvcc}" \
+                     "${CUDA_HOME:+$CUDA_HOME/bin/nvcc}" "$(command -v nvcc 2>/dev/null || true)" \
+                     /usr/local/cuda/bin/nvcc; do
+      if [ -n "$candidate" ] && [ -x "$candidate" ]; then nvcc=$candidate; break; fi
+    done
+    if [ -z "$nvcc" ]; then
+      site=$("$python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' 2>/dev/null || true)
+      for wheel_cuda in "$site"/nvidia/cu*; do
+        [ -x "$wheel_cuda/bin/nvcc" ] && nvcc=$wheel_cuda/bin/nvcc && break
+      done
+    fi
+    if [ -z "$nvcc" ]; then
+      missing+=("nvcc for CUDA $torch_cuda (set CUDAToolkit_ROOT or CUDA_HOME, or pip install nvidia-cuda-nvcc into $python's environment)")
+    else
+      nvcc_version=$("$nvcc" --version 2>/dev/null | sed -n 's/.*release \([0-9.]*\).*/\1/p')
+      if [ "${nvcc_version%%.*}" != "${torch_cuda%%.*}" ]; then
+        missing+=("nvcc of CUDA ${torch_cuda%%.*}.x to match PyTorch's CUDA $torch_cuda ($nvcc is CUDA ${nvcc_version:-unknown})")
+      fi
+    fi
+  fi
+  if [ -n "$bundle" ] && [ ! -f "$bundle/prefix/.cart-bundle" ]; then
+    missing+=("the C++ libraries bundle: $bundle is not one (make gpu-bundle on a Debian 12 box)")
+  fi
+fi
+command -v timeout >/dev/null 2>&1 || missing+=("timeout (coreutils)")
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "gpu-check: FAILED: missing prerequisites (${#missing[@]}):" >&2
+  for m in "${missing[@]}"; do echo "gpu-check:   - $m" >&2; done
+  exit 1
+fi
 
 # 2. Configure and build cart-torch and the GPU tests against that LibTorch.
 if [ "$do_build" = 1 ]; then
@@ -100,11 +187,26 @@ if [ "$do_build" = 1 ]; then
     export PATH=$bp/bin:$PATH
     say "C++ libraries from the bundle in $bundle"
   fi
-  cmake "${cmake_args[@]}" >"$build.configure.log" 2>&1 ||
-    { tail -30 "$build.configure.log" >&2; fail "configure (log: $build.configure.log)"; }
+  # A tree already configured against this LibTorch is reused as it is (the build is
+  # incremental); one configured against another is configured again.
+  if [ -f "$build/build.ninja" ] && grep -qF "$prefix" "$build/CMakeCache.txt" 2>/dev/null; then
+    say "reusing $build (configured against this LibTorch)"
+  else
+    rc=0
+    bounded "$limit_configure" cmake "${cmake_args[@]}" >"$build.configure.log" 2>&1 || rc=$?
+    if [ "$rc" != 0 ]; then
+      tail -30 "$build.configure.log" >&2
+      timed_out "$rc" && fail "configure took more than $limit_configure s (log: $build.configure.log)"
+      fail "configure (log: $build.configure.log)"
+    fi
+  fi
   say "building cart-torch and gpu_test in $build"
-  cmake --build "$build" --target cart-torch gpu_test cartd cart-worker ||
+  rc=0
+  bounded "$limit_build" cmake --build "$build" --target cart-torch gpu_test cartd cart-worker || rc=$?
+  if [ "$rc" != 0 ]; then
+    timed_out "$rc" && fail "the build took more than $limit_build s"
     fail "build (cmake --build $build --target cart-torch gpu_test cartd cart-worker)"
+  fi
 fi
 [ -x "$build/bin/cart-torch" ] || fail "no $build/bin/cart-torch: build first or drop --no-build"
 
@@ -112,8 +214,11 @@ fi
 say "ctest -L gpu"
 ctest_log=$(mktemp)
 trap 'rm -f "$ctest_log"' EXIT
-if ! (cd "$build" && ctest -L gpu --output-on-failure -V) >"$ctest_log" 2>&1; then
+rc=0
+(cd "$build" && bounded "$limit_tests" ctest -L gpu --output-on-failure -V) >"$ctest_log" 2>&1 || rc=$?
+if [ "$rc" != 0 ]; then
   tail -60 "$ctest_log" >&2
+  timed_out "$rc" && fail "ctest -L gpu took more than $limit_tests s"
   fail "ctest -L gpu"
 fi
 ran=$(grep -c '^\(.*: \)\?\[       OK \]' "$ctest_log" || true)
@@ -131,10 +236,15 @@ bench=("$build/bin/cart-torch" model bench)
 [ -n "$peak" ] && bench+=(--peak-tflops "$peak")
 if [ "$has_cuda" = 1 ]; then
   say "cart model bench --device $device at the paper's shapes (bf16 autocast)"
-  "${bench[@]}" --device "$device" --steps "$steps" || fail "cart model bench on $device"
+  rc=0
+  bounded "$limit_bench" "${bench[@]}" --device "$device" --steps "$steps" || rc=$?
+  if [ "$rc" != 0 ]; then
+    timed_out "$rc" && fail "cart model bench on $device took more than $limit_bench s"
+    fail "cart model bench on $device"
+  fi
 else
   say "no CUDA device: skipping the benchmark at the paper's shapes; checking the command on the CPU"
-  "${bench[@]}" --device cpu --d 64,128 --steps 3 --warmup 1 \
+  bounded "$limit_bench" "${bench[@]}" --device cpu --d 64,128 --steps 3 --warmup 1 \
     --set P=2 --set R=2 --set seq_len=64 --set batch=2 --set vocab=512 ||
     fail "cart model bench on the CPU"
 fi
@@ -162,7 +272,7 @@ cartd_pid=$!
   --acquire-wait-ms 1000 --client-config /dev/null >"$series_dir/worker.log" 2>&1 &
 worker_pid=$!
 series=""
-for _ in $(seq 1 30); do
+for _ in $(seq 1 "$limit_series"); do
   sleep 1
   series=$("$python" -c "
 import urllib.request
@@ -177,7 +287,7 @@ kill $worker_pid $cartd_pid 2>/dev/null || true
 wait $worker_pid $cartd_pid 2>/dev/null || true
 if ! grep -q '^cart_device_utilization_ratio' <<<"$series"; then
   tail -5 "$series_dir/cartd.log" "$series_dir/worker.log" >&2
-  fail "no cart_device_ series on /metrics within 30 s"
+  fail "no cart_device_ series on /metrics within $limit_series s"
 fi
 sed 's/^/gpu-check:   /' <<<"$series"
 say "done in $(( $(date +%s) - start )) s"

@@ -85,9 +85,22 @@ std::optional<int64_t> PeakDeviceMemoryBytes(c10::Device device) {
 void ResetPeakDeviceMemory(c10::Device device) {
 #if CART_TORCH_CUDA
   if (device.is_cuda() && device.index() < CudaDeviceCount()) {
+    // The caching allocator is set up lazily, at the first CUDA allocation; its statistics
+    // cannot be reset before that ("did you call init?"), and `cart model bench` resets them
+    // before its first step. One small allocation sets it up.
+    (void)at::empty({1}, at::TensorOptions().device(device));
     c10::cuda::CUDACachingAllocator::resetPeakStats(device.index());
   }
 #endif
+}
+
+std::optional<int64_t> CudaDeviceMemoryBytes(c10::Device device) {
+#if CART_TORCH_CUDA
+  if (device.is_cuda() && device.index() < CudaDeviceCount()) {
+    return static_cast<int64_t>(at::cuda::getDeviceProperties(device.index())->totalGlobalMem);
+  }
+#endif
+  return std::nullopt;
 }
 
 std::optional<std::string> CudaDeviceName(c10::Device device) {

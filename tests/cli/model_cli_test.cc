@@ -78,6 +78,33 @@ TEST(ModelCliTest, BenchMeasuresTheTrainingStepOfEachWidth) {
   EXPECT_THAT(why, HasSubstr("--d: '100' is not a width"));
 }
 
+// Each width runs at the micro-batch cartd would give the device (the global batch kept by
+// accumulation), and one that does not fit even at micro-batch 1 is reported and skipped: the
+// bench used to run every width at micro-batch 8 and an 8 GB card died at d >= 768. The memory
+// here is --memory-gib's, as a card's would be on a GPU.
+TEST(ModelCliTest, BenchFitsEachWidthToTheDevicesMemoryOrSaysItDoesNotFit) {
+  const std::string shape = " --set P=1 --set R=2 --set seq_len=512 --set batch=8 --set vocab=256";
+  auto [code, out] = Cart("model bench --device cpu --d 64,4096 --steps 1 --warmup 0" + shape +
+                          " --memory-gib 1.05 --json");
+  ASSERT_EQ(code, 0) << out;
+  nlohmann::json j = nlohmann::json::parse(out);
+  const int64_t memory = j["memory_bytes"].get<int64_t>();
+  EXPECT_EQ(memory, static_cast<int64_t>(1.05 * (1 << 30)));
+  ASSERT_EQ(j["rows"].size(), 2u);
+  const nlohmann::json& small = j["rows"][0];
+  ASSERT_TRUE(small["fits"].get<bool>()) << small;
+  const int64_t micro = small["micro_batch"].get<int64_t>();
+  EXPECT_LT(micro, 8);  // lowered from the configured 8
+  EXPECT_EQ(micro * small["accum"].get<int64_t>(), 8);
+  EXPECT_EQ(small["tokens_per_step"].get<int64_t>(), 8 * 512);
+  // What it was fitted into: the card's memory less the reserve (1 GiB at this size).
+  EXPECT_LE(small["estimate_bytes"].get<int64_t>(), memory - (int64_t{1} << 30));
+  const nlohmann::json& big = j["rows"][1];
+  EXPECT_FALSE(big["fits"].get<bool>());
+  EXPECT_THAT(big["reason"].get<std::string>(), HasSubstr("does not fit at micro-batch 1"));
+  EXPECT_FALSE(big.contains("tokens_per_s"));
+}
+
 TEST(ModelCliTest, InitThenLogitsIsSeededAndHonoursRInfer) {
   TempDir dir;
   WriteFile(dir.File("run.yaml"), "vocab: 40\nd: 64\nP: 1\nR: 3\n");

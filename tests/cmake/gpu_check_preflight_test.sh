@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# deploy/gpu-check.sh's checks before anything runs, with a fake PyTorch (a `python` that answers
+# what the script asks of torch) and a fake nvidia-smi, on a PATH that holds only what is named:
+# - a card the driver lists that PyTorch cannot use fails, naming the driver and the wheel's CUDA
+#   (it used to skip the GPU steps and exit 0);
+# - every missing build prerequisite is listed in one run (they used to surface one at a time).
+# Usage: gpu_check_preflight_test.sh SOURCE_DIR
+set -euo pipefail
+src=$1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+failures=0
+check() {  # check NAME CONDITION-TEXT: a failed expectation, with the output
+  echo "FAIL: $1" >&2
+  sed 's/^/  | /' "$tmp/out" >&2
+  failures=$((failures + 1))
+}
+# The tools gpu-check.sh itself runs, and nothing else.
+mkdir -p "$tmp/base"
+for tool in bash dirname date sed grep mktemp rm cat seq sleep timeout head tail sort tr env; do
+  ln -s "$(command -v "$tool")" "$tmp/base/$tool"
+done
+# fake_python DIR VERSION CUDA AVAILABLE
+fake_python() {
+  mkdir -p "$1"
+  printf '#!/bin/bash\ncat >/dev/null 2>&1 || true\nprintf "%%s\\n" "%s" "%s" "/fake/torch/cmake" "%s" ""\n' \
+    "$2" "$3" "$4" >"$1/python"
+  chmod +x "$1/python"
+}
+# fake_smi DIR NAME DRIVER
+fake_smi() {
+  mkdir -p "$1"
+  cat >"$1/nvidia-smi" <<SMI
+#!/bin/bash
+case "\$*" in
+  *driver_version*) echo "$3" ;;
+  *name*) echo "$2" ;;
+esac
+SMI
+  chmod +x "$1/nvidia-smi"
+}
+run() {  # run PATH ARGS...: gpu-check's exit status in $rc, its output in $tmp/out
+  local path=$1; shift
+  rc=0
+  env -i PATH="$path" HOME="$tmp" bash "$src/deploy/gpu-check.sh" "$@" >"$tmp/out" 2>&1 || rc=$?
+}
+
+# 1. A CUDA 13.2 wheel, a 3090 on a 535 driver: PyTorch sees no device.
+fake_python "$tmp/cu132" 2.15.0+cu132 13.2 0
+fake_smi "$tmp/smi535" "NVIDIA GeForce RTX 3090" 535.104.05
+run "$tmp/cu132:$tmp/smi535:$tmp/base" --python "$tmp/cu132/python" --build-dir "$tmp/b" --no-build
+[ "$rc" = 1 ] || check "an old driver: exit $rc, not 1"
+grep -q "driver 535.104.05" "$tmp/out" || check "an old driver: the driver is not named"
+grep -q "CUDA 13.2, which needs driver 580 or newer" "$tmp/out" || check "an old driver: the need is not named"
+grep -q "skipped" "$tmp/out" && check "an old driver: the GPU steps were skipped instead"
+
+# 2. A CPU wheel on the same box.
+fake_python "$tmp/cpu" 2.15.0+cpu "" 0
+run "$tmp/cpu:$tmp/smi535:$tmp/base" --python "$tmp/cpu/python" --build-dir "$tmp/b" --no-build
+[ "$rc" = 1 ] || check "a CPU wheel beside a card: exit $rc, not 1"
+grep -q "is a CPU build" "$tmp/out" || check "a CPU wheel beside a card: not said"
+
+# 3. A driver new enough, yet no device (CUDA_VISIBLE_DEVICES, modules): still a failure.
+fake_smi "$tmp/smi580" "NVIDIA GeForce RTX 3090" 580.65.06
+run "$tmp/cu132:$tmp/smi580:$tmp/base" --python "$tmp/cu132/python" --build-dir "$tmp/b" --no-build
+[ "$rc" = 1 ] || check "a card PyTorch cannot see: exit $rc, not 1"
+grep -q "lists NVIDIA GeForce RTX 3090 (driver 580.65.06) but PyTorch .* sees no CUDA device" "$tmp/out" ||
+  check "a card PyTorch cannot see: not said"
+
+# 4. A box with a usable card and none of the build tools: all four listed in one run.
+fake_python "$tmp/cuda-ok" 2.15.0+cu132 13.2 1
+run "$tmp/cuda-ok:$tmp/base" --python "$tmp/cuda-ok/python" --build-dir "$tmp/b"
+[ "$rc" = 1 ] || check "missing tools: exit $rc, not 1"
+grep -q "missing prerequisites (4)" "$tmp/out" || check "missing tools: not all four counted"
+for what in "cmake 3.22" "ninja" "a C++20 compiler" "nvcc for CUDA 13.2"; do
+  grep -q -- "- $what" "$tmp/out" || check "missing tools: '$what' is not listed"
+done
+
+if [ "$failures" -gt 0 ]; then
+  echo "gpu_check_preflight: $failures failure(s)" >&2
+  exit 1
+fi
+echo "gpu_check_preflight: 4 cases pass"
