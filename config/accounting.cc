@@ -103,13 +103,18 @@ std::optional<MicroBatchFit> FitMicroBatch(const RunConfig& c, int64_t memory_by
     const int64_t mid = fits + (too_big - fits) / 2;
     (bytes(mid) <= memory_bytes ? fits : too_big) = mid;
   }
-  int64_t best = 1;
-  for (int64_t i = 1; i <= global / i; ++i) {
-    if (global % i != 0) continue;
-    if (i <= fits) best = std::max(best, i);
-    if (global / i <= fits) best = std::max(best, global / i);
-  }
+  const int64_t best = LargestDivisorAtMost(global, fits);
   return MicroBatchFit{best, global / best, bytes(best)};
+}
+
+int64_t LargestDivisorAtMost(int64_t n, int64_t limit) {
+  int64_t best = 1;
+  for (int64_t i = 1; i <= n / i; ++i) {
+    if (n % i != 0) continue;
+    if (i <= limit) best = std::max(best, i);
+    if (n / i <= limit) best = std::max(best, n / i);
+  }
+  return best;
 }
 int64_t MinTrainingBytes(const RunConfig& c) {
   return EstimateTrainingBytes(c.model, c.train.seq_len, 1, c.train.dtype != DType::kFloat32);

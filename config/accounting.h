@@ -55,6 +55,8 @@ struct MicroBatchFit {
   int64_t bytes = 0;  // EstimateTrainingBytes at that micro-batch
 };
 std::optional<MicroBatchFit> FitMicroBatch(const RunConfig& c, int64_t memory_bytes);
+// The largest divisor of `n` (>= 1) that is at most `limit`; 1 when none above 1 is.
+int64_t LargestDivisorAtMost(int64_t n, int64_t limit);
 // The estimate at a micro-batch of 1: the least memory the run can train in.
 int64_t MinTrainingBytes(const RunConfig& c);
 

@@ -1,15 +1,18 @@
 #pragma once
 
 // What may change in a run after it was submitted, as pure functions over its config: a resume's
-// `--set` (docs/design.md "Resuming with a change") and an extension's learning-rate schedule
-// (docs/design.md "Extending a run"). cartd applies them; the store keeps the result.
+// `--set` (docs/design.md "Resuming with a change"), an extension's learning-rate schedule
+// (docs/design.md "Extending a run") and the micro-batch a device gets (docs/design.md
+// "Out-of-memory lowers the micro-batch"). cartd applies them; the store keeps the result.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "config/accounting.h"
 #include "config/config.h"
 
 namespace cart::model {
@@ -42,5 +45,15 @@ struct Extension {
   bool StretchIsGentle() const;
 };
 Extension PlanExtension(const RunConfig& config, int64_t total_steps);
+
+// The micro-batch a run trains at on a device with `memory_bytes` usable: the configured one when
+// its estimate fits, else the largest that does (FitMicroBatch; the configured one when even 1
+// does not), and never above `cap` (> 0: the run ran out of memory at a larger one). The global
+// batch is kept by accumulation, so the run's results keep their meaning.
+MicroBatchFit MicroBatchOnDevice(const RunConfig& config, int64_t memory_bytes, int64_t cap);
+
+// The micro-batch to retry at after running out of memory at `micro`: the largest divisor of the
+// global batch `global` below it. nullopt at micro-batch 1: only a bigger device helps then.
+std::optional<int64_t> SmallerMicroBatch(int64_t global, int64_t micro);
 
 }  // namespace cart::model

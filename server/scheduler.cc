@@ -569,16 +569,21 @@ void Scheduler::FitToDevice(Job& job, const std::string& worker_id, int64_t memo
   const std::string source = StrCat("run ", job.run.id, " config");
   absl::StatusOr<model::RunConfig> config = model::ParseRunConfigYaml(job.run.config_yaml, source);
   if (!config.ok()) return;  // stored configs parse; if not, the worker reports the error
-  const std::optional<model::MicroBatchFit> fit = model::FitMicroBatch(*config, memory_bytes);
-  if (!fit || fit->batch == config->train.batch) return;
-  const std::string note =
-      StrCat("cartd: micro-batch ", config->train.batch, " -> ", fit->batch,
-             ", gradient accumulation ", config->train.accum, " -> ", fit->accum, " (global batch ",
-             fit->batch * fit->accum, " kept) to fit worker '", worker_id, "' (",
-             FormatGiB(memory_bytes), " usable after its reserve; estimate ",
-             FormatGiB(job.run.memory_estimate_bytes), " -> ", FormatGiB(fit->bytes), ")");
-  config->train.batch = fit->batch;
-  config->train.accum = fit->accum;
+  const model::MicroBatchFit fit =
+      model::MicroBatchOnDevice(*config, memory_bytes, job.run.micro_batch_cap);
+  if (fit.batch == config->train.batch) return;
+  const std::optional<model::MicroBatchFit> fitted = model::FitMicroBatch(*config, memory_bytes);
+  const bool capped = !fitted || fitted->batch > fit.batch;
+  const std::string note = StrCat(
+      "cartd: micro-batch ", config->train.batch, " -> ", fit.batch, ", gradient accumulation ",
+      config->train.accum, " -> ", fit.accum, " (global batch ", fit.batch * fit.accum, " kept) ",
+      capped ? StrCat("as the run ran out of memory at a larger one (cap ", job.run.micro_batch_cap,
+                      "), on worker '", worker_id, "'")
+             : StrCat("to fit worker '", worker_id, "'"),
+      " (", FormatGiB(memory_bytes), " usable after its reserve; estimate ",
+      FormatGiB(job.run.memory_estimate_bytes), " -> ", FormatGiB(fit.bytes), ")");
+  config->train.batch = fit.batch;
+  config->train.accum = fit.accum;
   job.run.config_yaml = model::ToYaml(*config);
   store::LogLine line;
   line.wall_time_us = NowMicros();
@@ -635,7 +640,9 @@ absl::StatusOr<std::optional<Job>> Scheduler::Acquire(const std::string& worker_
       job.init_from = std::move(c.parent_checkpoint);
       job.data = std::move(c.data);
       job.run = std::move(c.run);
-      if (job.run.memory_estimate_bytes > memory) FitToDevice(job, worker_id, memory);
+      if (job.run.memory_estimate_bytes > memory || job.run.micro_batch_cap > 0) {
+        FitToDevice(job, worker_id, memory);
+      }
       NoteClaim(job, worker_id);
       // Workers that waited planned with this one free: they plan again.
       if (options_.placement == SchedulerOptions::Placement::kEarliestFinish) WakePollers();
@@ -988,10 +995,41 @@ absl::StatusOr<RunRecord> Scheduler::ReportOutcome(int64_t run_id, int64_t attem
       }
       store::RetryRequest retry;
       retry.counted = false;
-      retry.oom_memory_bytes = memory;
-      result = store_->RetryAttempt(
-          run_id, attempt, retry,
-          store::Audit{now_us, who, StrCat(why, " (device ", FormatGiB(memory), ")")});
+      // A smaller micro-batch first (the global batch kept by accumulation), at the same device
+      // size: on a lab whose cards are all one size a memory floor would strand the run for
+      // ever. Only at micro-batch 1 does it wait for a device with more memory.
+      std::optional<int64_t> smaller;
+      int64_t micro = 0;
+      // (Training only: an evaluation does not train in micro-batches.)
+      if (absl::StatusOr<RunRecord> run = store_->GetRun(run_id);
+          run.ok() && run->kind == JobKind::kTrain) {
+        if (absl::StatusOr<model::RunConfig> config =
+                model::ParseRunConfigYaml(run->config_yaml, StrCat("run ", run_id));
+            config.ok()) {
+          micro = model::MicroBatchOnDevice(*config, memory, run->micro_batch_cap).batch;
+          smaller = model::SmallerMicroBatch(config->train.batch * config->train.accum, micro);
+        }
+      }
+      if (smaller) {
+        retry.micro_batch_cap = *smaller;
+        why = StrCat(why, " (device ", FormatGiB(memory), ", micro-batch ", micro,
+                     "): retried at micro-batch ", *smaller,
+                     " with more accumulation, the global batch kept");
+      } else {
+        retry.oom_memory_bytes = memory;
+        why = StrCat(why, " (device ", FormatGiB(memory),
+                     micro == 1 ? ", already at micro-batch 1" : "",
+                     "): waits for a device with more memory");
+      }
+      if (smaller) {  // logged while the attempt is current (the log is fenced as reports are)
+        store::LogLine line;
+        line.wall_time_us = now_us;
+        line.text = StrCat("cartd: out of memory at micro-batch ", micro, " on worker '", worker_id,
+                           "' (", FormatGiB(memory), "): the next attempt trains at ",
+                           "micro-batch ", *smaller, ", the global batch kept by accumulation");
+        (void)store_->AppendLog(run_id, attempt, {line});  // the run's event says it too
+      }
+      result = store_->RetryAttempt(run_id, attempt, retry, store::Audit{now_us, who, why});
       break;
     }
   }

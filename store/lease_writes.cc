@@ -69,6 +69,9 @@ constexpr char kSelectQueuedFit[] =
     "AND oom_memory_bytes < ?";
 constexpr char kRaiseOomFloor[] =
     "UPDATE runs SET oom_memory_bytes = max(oom_memory_bytes, ?) WHERE id = ?";
+constexpr char kLowerMicroBatchCap[] =
+    "UPDATE runs SET micro_batch_cap = CASE WHEN micro_batch_cap = 0 THEN ?1 "
+    "ELSE min(micro_batch_cap, ?1) END WHERE id = ?2";
 constexpr char kSelectAttemptFloor[] = "SELECT attempt_floor, max_attempts FROM runs WHERE id = ?";
 constexpr char kInsertAttempt[] =
     "INSERT INTO attempts(run_id, attempt, worker_id, leased_us, lease_expires_us) "
@@ -393,9 +396,10 @@ absl::StatusOr<RunRecord> RunStore::RecordAttemptOutcome(int64_t run_id, int64_t
 absl::StatusOr<RunRecord> RunStore::RetryAttempt(int64_t run_id, int64_t attempt,
                                                  const RetryRequest& retry, const Audit& audit) {
   CART_RETURN_IF_ERROR(internal::ValidateAudit(audit));
-  if (retry.oom_memory_bytes < 0) {
-    return absl::InvalidArgumentError(
-        StrCat("run ", run_id, ": negative OOM memory ", retry.oom_memory_bytes));
+  if (retry.oom_memory_bytes < 0 || retry.micro_batch_cap < 0) {
+    return absl::InvalidArgumentError(StrCat("run ", run_id, ": negative OOM memory ",
+                                             retry.oom_memory_bytes, " or micro-batch cap ",
+                                             retry.micro_batch_cap));
   }
   return writer_->Run<RunRecord>([&](WriteContext& ctx) -> absl::StatusOr<RunRecord> {
     Database& db = ctx.db();
@@ -418,6 +422,9 @@ absl::StatusOr<RunRecord> RunStore::RetryAttempt(int64_t run_id, int64_t attempt
     if (retry.oom_memory_bytes > 0) {
       CART_RETURN_IF_ERROR(Exec(db, kRaiseOomFloor, retry.oom_memory_bytes, run_id));
     }
+    if (retry.micro_batch_cap > 0) {
+      CART_RETURN_IF_ERROR(Exec(db, kLowerMicroBatchCap, retry.micro_batch_cap, run_id));
+    }
     const int64_t counted = fence.attempt - floor;
     RunState to = RunState::kQueued;
     std::string why = audit.why;
@@ -430,10 +437,11 @@ absl::StatusOr<RunRecord> RunStore::RetryAttempt(int64_t run_id, int64_t attempt
     } else {
       why = StrCat(why, "; requeued (", counted, " of ", max_attempts, " attempts spent)");
     }
-    CART_RETURN_IF_ERROR(EndAttempt(
-        db, run_id, attempt,
-        retry.oom_memory_bytes > 0 ? AttemptOutcome::kOutOfMemory : AttemptOutcome::kFailed,
-        audit.at_us, audit.why));
+    CART_RETURN_IF_ERROR(EndAttempt(db, run_id, attempt,
+                                    retry.oom_memory_bytes > 0 || retry.micro_batch_cap > 0
+                                        ? AttemptOutcome::kOutOfMemory
+                                        : AttemptOutcome::kFailed,
+                                    audit.at_us, audit.why));
     CART_RETURN_IF_ERROR(Exec(db, kSetCancelRequested, 0, run_id));
     CART_RETURN_IF_ERROR(
         ChangeState(db, run_id, fence.state, to, Audit{audit.at_us, audit.who, why}));

@@ -89,6 +89,9 @@ struct RetryRequest {
   // > 0: the attempt ran out of memory on a device with this much memory, bytes. The run's
   // placement floor (RunRecord::oom_memory_bytes) rises to it, never falls.
   int64_t oom_memory_bytes = 0;
+  // > 0: the attempt ran out of memory and the run retries at a micro-batch of at most this
+  // (RunRecord::micro_batch_cap; it only falls). The attempt is recorded as OUT_OF_MEMORY.
+  int64_t micro_batch_cap = 0;
 };
 
 struct HeartbeatReply {

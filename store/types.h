@@ -228,6 +228,9 @@ struct RunRecord {
   // The largest device memory the run ran out of memory on (RetryAttempt); it is only placed on
   // devices with more. 0: never ran out of memory.
   int64_t oom_memory_bytes = 0;
+  // The largest micro-batch it may train at, set when it ran out of memory at a larger one
+  // (RetryAttempt); cartd fits its jobs under it, the global batch kept. 0: no cap.
+  int64_t micro_batch_cap = 0;
   double work_hours = 0;  // the whole run's work in RTX 3090 hours; 0: unknown
   // Set when its last attempt ended on a non-finite loss (FAILED, not retried); cleared when it
   // resumes with a change.

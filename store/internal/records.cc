@@ -17,7 +17,7 @@ namespace {
   "r.parent_checkpoint, r.created_us, r.updated_us, r.oom_memory_bytes, r.params_json, "     \
   "r.min_memory_bytes, r.kind, r.eval_loops, r.work_hours, r.note, r.note_by, r.note_us, "   \
   "(SELECT json_group_array(json_array(t.tag, t.who, t.at_us)) FROM run_tags AS t "          \
-  "WHERE t.run_id = r.id), r.diverged_step, r.diverged_loss "                                \
+  "WHERE t.run_id = r.id), r.diverged_step, r.diverged_loss, r.micro_batch_cap "             \
   "FROM runs AS r JOIN sweeps AS s ON s.id = r.sweep_id "
 
 constexpr char kSelectRunById[] = CART_RUN_SELECT "WHERE r.id = ?";
@@ -120,6 +120,7 @@ absl::StatusOr<RunRecord> ReadRun(const Statement& row) {
     // Stored as text ("nan", "inf", "-inf"): SQLite keeps no NaN in a REAL column.
     run.diverged = Divergence{*step, std::strtod(row.ColumnText(34).c_str(), nullptr)};
   }
+  run.micro_batch_cap = row.ColumnInt64(35);
   return run;
 }
 

@@ -321,6 +321,13 @@ ALTER TABLE runs ADD COLUMN last_preempted_us INTEGER;
 CREATE INDEX runs_preempted ON runs(last_preempted_us) WHERE last_preempted_us IS NOT NULL;
 )sql";
 
+// Version 15: the largest micro-batch a run may train at, set when it ran out of memory at a
+// larger one (0: no cap). cartd lowers the micro-batch, keeping the global batch, before it waits
+// for a device with more memory.
+constexpr char kSchemaV15[] = R"sql(
+ALTER TABLE runs ADD COLUMN micro_batch_cap INTEGER NOT NULL DEFAULT 0;
+)sql";
+
 absl::Status Apply(Database& db, const Migration& migration) {
   Transaction txn(&db);
   CART_RETURN_IF_ERROR(txn.Begin(Transaction::Mode::kImmediate));
@@ -358,6 +365,7 @@ const std::vector<Migration>& Migrations() {
       {12, "data_files and run_data: the data each run reads (lineage)", kSchemaV12},
       {13, "runs.diverged_step, diverged_loss: runs failed on a non-finite loss", kSchemaV13},
       {14, "deleted_usage and runs.last_preempted_us: fair share and preemption kept", kSchemaV14},
+      {15, "runs.micro_batch_cap: the micro-batch lowered after an out-of-memory", kSchemaV15},
   };
   return *kAll;
 }

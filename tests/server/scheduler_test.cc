@@ -898,8 +898,11 @@ TEST_F(PreemptionTest, FairShareTakesAWorkerFromTheOwnerHoldingMore) {
   EXPECT_TRUE(PreemptNow().empty()) << "one worker each: level";
 }
 
-TEST_F(SchedulerTest, OutOfMemoryRunIsNeverPlacedOnThatMemorySizeAgain) {
-  SubmitResult sweep = Submit(OneRunSweep("s", 0, /*max_attempts=*/1));
+// At micro-batch 1 there is nothing left to lower: the run waits for a device with more memory.
+TEST_F(SchedulerTest, OutOfMemoryAtMicroBatchOneIsNeverPlacedOnThatMemorySizeAgain) {
+  SubmitResult sweep = Submit(
+      "name: s\nbase: {d: 64, vocab: 100, P: 1, R: 2, steps: 10, batch: 1}\n"
+      "max_attempts: 1\n");
   Register("small-a", 8 * kGiB);
   Job job = Start("small-a");
   CART_ASSERT_OK_AND_ASSIGN(
@@ -926,6 +929,68 @@ TEST_F(SchedulerTest, OutOfMemoryRunIsNeverPlacedOnThatMemorySizeAgain) {
   std::optional<Job> retry = AcquireNow("big");
   ASSERT_TRUE(retry.has_value());
   EXPECT_EQ(retry->run.id, job.run.id);
+}
+
+// An out-of-memory used to strand a run for ever on a lab whose cards are all one size: cartd
+// set the worker's memory as the run's floor and waited for a bigger card. Now it lowers the
+// micro-batch (the global batch kept by accumulation) and retries on the same size, down to 1;
+// only then does it wait for more memory. The stored config stays as submitted.
+TEST_F(SchedulerTest, AnOutOfMemoryLowersTheMicroBatchBeforeWaitingForMoreMemory) {
+  Submit(
+      "name: s\nbase: {d: 64, vocab: 100, P: 1, R: 2, steps: 10, batch: 8, accum: 1}\n"
+      "max_attempts: 1\n");
+  Register("w", 24 * kGiB);
+  struct Step {
+    int64_t micro;  // what the attempt trains at
+    int64_t cap;    // the run's cap after it runs out of memory
+  };
+  for (const Step& step : {Step{8, 4}, Step{4, 2}, Step{2, 1}}) {
+    Job job = Start("w");
+    CART_ASSERT_OK_AND_ASSIGN(model::RunConfig sent,
+                              model::ParseRunConfigYaml(job.run.config_yaml, "job"));
+    EXPECT_EQ(sent.train.batch, step.micro);
+    EXPECT_EQ(sent.train.batch * sent.train.accum, 8) << "the global batch changed";
+    CART_ASSERT_OK_AND_ASSIGN(
+        store::RunRecord run,
+        scheduler_->ReportOutcome(job.run.id, job.attempt, store::AttemptOutcome::kOutOfMemory,
+                                  "CUDA out of memory"));
+    EXPECT_EQ(run.state, RunState::kQueued);  // not counted, despite max_attempts 1
+    EXPECT_EQ(run.micro_batch_cap, step.cap);
+    EXPECT_EQ(run.oom_memory_bytes, 0) << "a floor was set while a smaller micro-batch was left";
+    CART_ASSERT_OK_AND_ASSIGN(RunDetails details, scheduler_->GetRun(job.run.id));
+    EXPECT_THAT(
+        details.events.back().why,
+        HasSubstr(StrCat("micro-batch ", step.micro, "): retried at micro-batch ", step.cap)));
+    EXPECT_THAT(details.info.run.config_yaml, HasSubstr("batch: 8"));  // as submitted
+    auto log = scheduler_->RunLog(job.run.id, 0, 0);
+    ASSERT_TRUE(log.ok() && !log->empty());
+    EXPECT_THAT(log->back().text,
+                HasSubstr(StrCat("the next attempt trains at micro-batch ", step.cap)));
+  }
+  // The fourth attempt trains at micro-batch 1 (its log says why); out of memory there, the run
+  // waits for a device with more memory than this one.
+  Job last = Start("w");
+  CART_ASSERT_OK_AND_ASSIGN(model::RunConfig sent,
+                            model::ParseRunConfigYaml(last.run.config_yaml, "job"));
+  EXPECT_EQ(sent.train.batch, 1);
+  EXPECT_EQ(sent.train.accum, 8);
+  auto log = scheduler_->RunLog(last.run.id, 0, 0);
+  ASSERT_TRUE(log.ok() && !log->empty());
+  EXPECT_THAT(log->back().text, HasSubstr("as the run ran out of memory at a larger one (cap 1)"));
+  CART_ASSERT_OK_AND_ASSIGN(
+      store::RunRecord run,
+      scheduler_->ReportOutcome(last.run.id, last.attempt, store::AttemptOutcome::kOutOfMemory,
+                                "CUDA out of memory"));
+  EXPECT_EQ(run.oom_memory_bytes, 24 * kGiB);
+  CART_ASSERT_OK_AND_ASSIGN(RunDetails details, scheduler_->GetRun(last.run.id));
+  EXPECT_THAT(details.events.back().why, HasSubstr("already at micro-batch 1"));
+  EXPECT_FALSE(AcquireNow("w").has_value());
+  Register("big", 48 * kGiB);
+  std::optional<Job> bigger = AcquireNow("big");
+  ASSERT_TRUE(bigger.has_value());
+  CART_ASSERT_OK_AND_ASSIGN(model::RunConfig on_big,
+                            model::ParseRunConfigYaml(bigger->run.config_yaml, "job"));
+  EXPECT_EQ(on_big.train.batch, 1) << "the cap holds on a bigger card too";
 }
 
 TEST_F(SchedulerTest, DerivedJobIsBlockedUntilItsParentHasTheFinalCheckpoint) {

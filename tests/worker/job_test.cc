@@ -15,6 +15,7 @@
 #include "config/config.h"
 #include "config/devices.h"
 #include "data/synth.h"
+#include "server/scheduler.h"
 #include "tests/server/server_fixture.h"
 #include "tests/train/out_of_memory.h"
 #include "train/device.h"
@@ -226,6 +227,66 @@ TEST_F(JobTest, AnEvaluationThatRunsOutOfMemoryIsRequeuedAsOutOfMemory) {
   EXPECT_TRUE(recorded) << "no event says the eval ran out of memory";
   EXPECT_NE(after.run().waiting_reason().find("ran out of memory"), std::string::npos)
       << after.run().waiting_reason();
+}
+
+// A training attempt that runs out of memory at micro-batch 4 is retried at micro-batch 2 with
+// twice the accumulation (cartd caps the run's micro-batch), on the same device, and finishes with
+// the losses of a run submitted at micro-batch 2, bit for bit: the retry is that run. Every CPU
+// allocation fails while the first attempt runs (tests/train/out_of_memory.h), a real LibTorch
+// out-of-memory error. Before, the run waited for ever for a device with more memory.
+TEST_F(JobTest, AnOutOfMemoryRetriesAtASmallerMicroBatchWithTheLossesOfARunStartedThere) {
+  std::string sweep = LongSweep("oomfit");
+  sweep.replace(sweep.find("steps: 100000"), 13, "steps: 6");
+  std::string reference = sweep;
+  reference.replace(reference.find("oomfit"), 6, "oomref");
+  // batch 4 with the default accumulation 4: a global batch of 16, retried as 2 x 8.
+  reference.replace(reference.find("batch: 4"), 8, "batch: 2, accum: 8");
+  const std::vector<int64_t> run = Submit(sweep);
+  ASSERT_EQ(run.size(), 1u);
+  const v1::Job job = Lease();
+  const JobEnvironment env = Environment();
+  std::atomic<bool> shutdown{false};
+  JobEnd first;
+  {
+    ::cart::testing::ScopedOutOfMemory no_memory;
+    first = RunJob(env, job, shutdown);
+  }
+  ASSERT_EQ(first.outcome, v1::JobResult::OUTCOME_OUT_OF_MEMORY) << first.error;
+  const v1::GetRunResponse after = GetRunResponse(run[0]);
+  EXPECT_EQ(after.run().state(), v1::RUN_STATE_QUEUED);
+  bool said = false;
+  for (const v1::RunEvent& e : after.events()) {
+    said |= e.why().find("retried at micro-batch 2") != std::string::npos;
+  }
+  EXPECT_TRUE(said) << "no event says the micro-batch was lowered";
+
+  const v1::Job retry = Lease();
+  ASSERT_EQ(retry.run_id(), run[0]);
+  CART_ASSERT_OK_AND_ASSIGN(model::RunConfig sent,
+                            model::ParseRunConfigYaml(retry.config_yaml(), "retry"));
+  EXPECT_EQ(sent.train.batch, 2);
+  EXPECT_EQ(sent.train.accum, 8);
+  ASSERT_EQ(RunJob(env, retry, shutdown).outcome, v1::JobResult::OUTCOME_SUCCEEDED);
+
+  const std::vector<int64_t> ref = Submit(reference);
+  ASSERT_EQ(ref.size(), 1u);
+  ASSERT_EQ(RunJob(env, Lease(), shutdown).outcome, v1::JobResult::OUTCOME_SUCCEEDED);
+  auto losses = [&](int64_t id) {
+    store::SeriesRequest request;
+    request.run_id = id;
+    request.metric = "loss";
+    request.max_points = 0;
+    absl::StatusOr<store::Series> series = server_->scheduler().MetricSeries(request);
+    EXPECT_TRUE(series.ok()) << series.status();
+    std::vector<std::pair<int64_t, double>> out;
+    if (series.ok()) {
+      for (const store::SeriesPoint& p : series->points) out.emplace_back(p.step, p.value);
+    }
+    return out;
+  };
+  const auto retried = losses(run[0]);
+  EXPECT_EQ(retried.size(), 6u);
+  EXPECT_EQ(retried, losses(ref[0]));  // bit for bit
 }
 
 // A drained cart-worker exits when AcquireJob answers with the drain mark (a field of the answer;
