@@ -17,9 +17,11 @@
 #include "cart/v1/scheduler.grpc.pb.h"
 #include "cli/commands.h"
 #include "cli/lineage.h"
+#include "cli/local_workers.h"
 #include "cli/report_command.h"
 #include "cli/table.h"
 #include "common/file.h"
+#include "common/nvidia.h"
 #include "common/process.h"
 #include "common/status.h"
 #include "common/strings.h"
@@ -39,7 +41,8 @@ struct UpArgs {
   std::string listen = "127.0.0.1:7070";
   std::string http = "127.0.0.1:8080";
   bool http_given = false;  // --http was on the command line: no fallback to a free port
-  int workers = 2;
+  int workers = 2;          // CPU workers, where they train on the CPU
+  std::string device = "auto";
   int threads = 1;
   std::vector<std::string> sweeps;  // submitted in order; the tables read the first
   std::string table_rows = "d", table_cols = "R";
@@ -209,17 +212,21 @@ void StopWorkers(const std::vector<pid_t>& workers) {
   }
 }
 
-// a.workers cart-worker processes on the CPU, beside this program, each with a cache dir of its
-// own under the data dir.
+// The cart-worker processes beside this program (one per usable GPU, or a.workers on the CPU:
+// cli/local_workers.h), each with a cache dir of its own under the data dir.
 absl::StatusOr<std::vector<pid_t>> StartLocalWorkers(const UpArgs& a, const std::string& address,
                                                      const LocalTokens& tokens) {
   const std::string exe =
       (fs::read_symlink("/proc/self/exe").parent_path() / "cart-worker").string();
+  CART_ASSIGN_OR_RETURN(
+      LocalWorkerPlan plan,
+      PlanLocalWorkers(a.device, a.workers, UsableGpuCount(), CART_WORKER_CUDA != 0));
+  if (!plan.note.empty()) std::cout << "cart up: " << plan.note << "\n";
   std::vector<pid_t> workers;
-  for (int i = 0; i < a.workers; ++i) {
+  for (int i = 0; i < static_cast<int>(plan.devices.size()); ++i) {
     std::vector<std::string> args = {
         "--server",        address,
-        "--device",        "cpu",
+        "--device",        plan.devices[static_cast<size_t>(i)],
         "--worker-id",     fmt::format("{}-{}", tokens.worker_name, i),
         "--threads",       std::to_string(a.threads),
         "--cache-dir",     (fs::path(a.data_dir) / fmt::format("worker-{}", i)).string(),
@@ -234,8 +241,8 @@ absl::StatusOr<std::vector<pid_t>> StartLocalWorkers(const UpArgs& a, const std:
     }
     workers.push_back(*pid);
   }
-  std::cout << fmt::format("started {} local worker(s) ({} thread(s) each)\n", workers.size(),
-                           a.threads)
+  std::cout << fmt::format("started {} local worker(s) on {} ({} thread(s) each)\n", workers.size(),
+                           StrJoin(plan.devices, ", "), a.threads)
             << std::flush;
   return workers;
 }
@@ -346,7 +353,9 @@ void UpCommand(const UpArgs& a) {
 void RegisterUpCommand(CLI::App& app) {
   auto a = std::make_shared<UpArgs>();
   CLI::App* up = app.add_subcommand(
-      "up", "Run cartd and local CPU workers on this box (and optionally one sweep to the end)");
+      "up",
+      "Run cartd and local workers on this box, one per GPU or on the CPU (and optionally one "
+      "sweep to the end)");
   up->add_option("--data-dir", a->data_dir, "Database, artifacts, tokens")->capture_default_str();
   up->add_option("--listen", a->listen, "cartd address")->capture_default_str();
   up->add_option("--http", a->http,
@@ -354,7 +363,11 @@ void RegisterUpCommand(CLI::App& app) {
                  "docs/dashboard.md)")
       ->capture_default_str()
       ->each([a](const std::string&) { a->http_given = true; });
-  up->add_option("--workers", a->workers, "Local cart-worker processes")->capture_default_str();
+  up->add_option("--device", a->device,
+                 "auto: one worker per usable NVIDIA GPU, else CPU workers; cpu; cuda")
+      ->capture_default_str();
+  up->add_option("--workers", a->workers, "Local cart-worker processes on the CPU")
+      ->capture_default_str();
   up->add_option("--threads", a->threads, "CPU threads per worker")->capture_default_str();
   up->add_option("--worker-memory-mib", a->worker_memory_mib,
                  "Device memory each worker reports, MiB (repeatable, one per worker)");

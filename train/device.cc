@@ -103,6 +103,26 @@ std::optional<int64_t> CudaDeviceMemoryBytes(c10::Device device) {
   return std::nullopt;
 }
 
+std::string DeviceLine(c10::Device device, bool mixed_precision, std::string_view asked,
+                       int driver_gpus) {
+  const std::string precision = mixed_precision ? "bf16 autocast" : "fp32";
+  if (device.is_cuda()) {
+    return StrCat(device.str(), " (", CudaDeviceName(device).value_or("unnamed"), "), ", precision);
+  }
+  std::string line = StrCat(device.str(), ", ", precision);
+  if (asked == "cpu") return line;
+  if (driver_gpus > 0) {
+    return StrCat(line, ", though the driver lists ", driver_gpus,
+                  " NVIDIA GPU(s): WARNING, LibTorch sees no CUDA device (",
+                  BuiltWithCuda() ? "a driver older than this LibTorch's CUDA needs, or "
+                                    "CUDA_VISIBLE_DEVICES hides them"
+                                  : "this build's LibTorch has no CUDA; build against a CUDA "
+                                    "LibTorch 2.x, docs/gpu.md",
+                  ")");
+  }
+  return StrCat(line, ", because there is no CUDA device");
+}
+
 std::optional<std::string> CudaDeviceName(c10::Device device) {
 #if CART_TORCH_CUDA
   if (device.is_cuda() && device.index() < CudaDeviceCount()) {

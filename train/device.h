@@ -58,6 +58,13 @@ std::optional<int64_t> CudaDeviceMemoryBytes(c10::Device device);
 // True when this build was compiled against a CUDA LibTorch (whether or not a card is present).
 bool BuiltWithCuda();
 
+// The device and precision a run trains with, in words, for the first line of its log:
+// "cuda:0 (NVIDIA GeForce RTX 3090), bf16 autocast", or "cpu, fp32" with why when `asked` was
+// not "cpu": no CUDA device, or (a warning) a driver listing `driver_gpus` cards that LibTorch
+// does not see, with the likely cause.
+std::string DeviceLine(c10::Device device, bool mixed_precision, std::string_view asked,
+                       int driver_gpus);
+
 // The fp32 matrix-multiply rate this process reaches on the CPU with its current thread setting
 // (UseThreads), TFLOP/s: 1024 × 1024 products for about `seconds` after one to warm up. What a
 // CPU worker divides by for its runs' MFU; a CPU has no datasheet peak to take.

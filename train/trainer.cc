@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "common/file.h"
+#include "common/nvidia.h"
 #include "common/process.h"
 #include "common/status.h"
 #include "common/strings.h"
@@ -264,6 +265,10 @@ absl::Status Trainer::Prepare() {
   RetainFreedMemory();
   CART_ASSIGN_OR_RETURN(device_, ResolveDevice(options_.device));
   mixed_precision_ = UsesMixedPrecision(config_.train.dtype, device_);
+  // Every run says where it trains: `--device auto` falling back to the CPU used to be silent.
+  Log(StrCat("device: ",
+             DeviceLine(device_, mixed_precision_, options_.device,
+                        device_.is_cuda() || options_.device == "cpu" ? 0 : UsableGpuCount())));
 
   CART_ASSIGN_OR_RETURN(data::TokenFile train_file, data::TokenFile::Open(config_.data.train_data));
   train_file_.emplace(std::move(train_file));

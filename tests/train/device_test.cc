@@ -43,5 +43,17 @@ TEST(ResolveDeviceTest, AbsentCudaDeviceSaysHowManyThereAre) {
   }
 }
 
+// Every run's log opens with where it trains; `--device auto` falling back to the CPU used to say
+// nothing, and a card the driver lists but LibTorch cannot use went unnoticed.
+TEST(DeviceLineTest, SaysWhereARunTrainsAndWarnsOfACardLibTorchDoesNotSee) {
+  const c10::Device cpu(c10::kCPU);
+  EXPECT_EQ(DeviceLine(cpu, false, "cpu", 2), "cpu, fp32");
+  EXPECT_EQ(DeviceLine(cpu, false, "auto", 0), "cpu, fp32, because there is no CUDA device");
+  const std::string warned = DeviceLine(cpu, false, "auto", 2);
+  EXPECT_THAT(warned, HasSubstr("though the driver lists 2 NVIDIA GPU(s): WARNING, LibTorch sees "
+                                "no CUDA device"));
+  EXPECT_THAT(warned, HasSubstr(BuiltWithCuda() ? "driver older" : "has no CUDA"));
+}
+
 }  // namespace
 }  // namespace cart::train
