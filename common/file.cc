@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <climits>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -21,6 +22,14 @@ absl::Status ErrnoError(std::string_view what, const std::string& path) {
   std::string msg = StrCat(what, " ", path, ": ", std::strerror(err));
   if (err == ENOENT) return absl::NotFoundError(msg);
   if (err == EACCES || err == EPERM) return absl::PermissionDeniedError(msg);
+  // What the caller named wrongly is the caller's to fix, not an internal error.
+  if (err == ENAMETOOLONG) {
+    return absl::InvalidArgumentError(StrCat(msg, " (a path is at most ", PATH_MAX,
+                                             " bytes and each of its names at most ", NAME_MAX,
+                                             ")"));
+  }
+  if (err == ENOTDIR || err == EISDIR || err == ELOOP) return absl::InvalidArgumentError(msg);
+  if (err == ENOSPC || err == EDQUOT) return absl::ResourceExhaustedError(msg);
   return absl::InternalError(msg);
 }
 

@@ -39,9 +39,24 @@ constexpr size_t kMaxReasonBytes = 1000;
 bool IsAdmin(std::string_view who) { return who.rfind("admin:", 0) == 0; }
 
 absl::Status CheckReason(const std::string& reason) {
-  if (reason.size() <= kMaxReasonBytes) return absl::OkStatus();
-  return absl::InvalidArgumentError(StrCat("reason: ", reason.size(), " bytes is more than ",
-                                           kMaxReasonBytes, "; say it in fewer words"));
+  if (reason.size() > kMaxReasonBytes) {
+    return absl::InvalidArgumentError(StrCat("reason: ", reason.size(), " bytes is more than ",
+                                             kMaxReasonBytes, "; say it in fewer words"));
+  }
+  // Text a person wrote: UTF-8 without control characters but tab and newline (a NUL byte was
+  // stored and cut every view of the event at it).
+  if (const std::optional<size_t> bad = FirstInvalidUtf8(reason)) {
+    return absl::InvalidArgumentError(StrCat("reason: byte ", *bad, " is not UTF-8"));
+  }
+  for (size_t i = 0; i < reason.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(reason[i]);
+    if ((c < 0x20 && c != '\t' && c != '\n') || c == 0x7f) {
+      return absl::InvalidArgumentError(StrCat("reason: byte ", i, " is a control character (",
+                                               static_cast<int>(c),
+                                               "); a reason is text: letters, tab and newline"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 using store::RunRecord;

@@ -41,6 +41,10 @@ absl::StatusOr<std::shared_ptr<const Forecast>> Scheduler::ExpectedFinish() {
   Forecast forecast;
   forecast.at_us = now_us;
   auto note = [&](int64_t run_id, int64_t sweep_id, double hours) {
+    // A finish more than a century away is no estimate: the run has none (and hours × 3.6e9 past
+    // 2^63 µs once wrapped to a time in the past, so an impossible plan read as "now").
+    constexpr double kMostHours = 24.0 * 365 * 100;
+    if (!(hours >= 0 && hours <= kMostHours)) return;
     const int64_t at = now_us + static_cast<int64_t>(hours * 3.6e9);
     forecast.run_finish_us[run_id] = at;
     int64_t& sweep = forecast.sweep_finish_us[sweep_id];

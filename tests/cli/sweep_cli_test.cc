@@ -65,6 +65,12 @@ TEST(SweepCliTest, CarelessInputGetsAClearErrorNotAnAbort) {
     EXPECT_NE(r.exit_code, 0) << file << ": " << r.output;
     EXPECT_THAT(r.output, HasSubstr(message)) << file;
   }
+  // A file name over 255 bytes: the limit named, not "internal error ... please report it".
+  CommandResult long_name =
+      RunCart("sweep submit --dry-run " + dir.File(std::string(300, 'n') + ".yaml"));
+  EXPECT_NE(long_name.exit_code, 0);
+  EXPECT_THAT(long_name.output, HasSubstr("each of its names at most 255"));
+  EXPECT_THAT(long_name.output, Not(HasSubstr("internal error")));
 }
 
 }  // namespace

@@ -111,6 +111,17 @@ class SchedulerTest : public ::testing::Test {
 
   // The placement tests give the memory a run may use: no reserve unless they ask for one
   // (negative: cartd's default).
+  // An RTX 3090 worker with a huge memory that reports its speed (× a 3090).
+  void RegisterAtSpeed(const std::string& id, double speed_factor) {
+    WorkerInfo worker;
+    worker.id = id;
+    worker.device_kind = "cuda";
+    worker.device_name = "NVIDIA GeForce RTX 3090";
+    worker.memory_bytes = kHuge;
+    worker.memory_reserve_bytes = 0;
+    worker.speed_factor = speed_factor;
+    CART_ASSERT_OK(scheduler_->RegisterWorker(worker).status());
+  }
   void Register(const std::string& id, int64_t memory, int64_t reserve = 0) {
     WorkerInfo worker;
     worker.id = id;
@@ -584,6 +595,15 @@ TEST_F(SchedulerTest, LongTextIsBoundedRefusedFromUsersAndCutFromWorkers) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("reason: 5000 bytes")));
   EXPECT_THAT(scheduler_->CancelSweep("s", "user:test", essay),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("reason")));
+  // A NUL byte, another control character, bytes that are not UTF-8: refused, naming the byte.
+  EXPECT_THAT(scheduler_->CancelRun(first.run.id, "user:test", std::string("stop\0here", 9)),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("reason: byte 4 is a control character (0)")));
+  EXPECT_THAT(scheduler_->CancelRun(first.run.id, "user:test", "bell\a"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("byte 4")));
+  EXPECT_THAT(scheduler_->CancelRun(first.run.id, "user:test", "caf\xe9"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("byte 3 is not UTF-8")));
+  EXPECT_EQ(StateOf(first.run.id), RunState::kRunning) << "a refused cancel went through";
   // A worker's long error is stored cut, and the attempt still ends.
   CART_ASSERT_OK_AND_ASSIGN(
       store::RunRecord after,
@@ -637,18 +657,31 @@ TEST_F(SchedulerTest, DrainedAttemptIsRequeuedWithoutCounting) {
   EXPECT_EQ(second.resume_from->step, 5);
 }
 
+// A plan a worker could never finish (a reported speed of 1e-9 × a 3090 on a billion steps) has no
+// expected finish: hours × 3.6e9 overflowed and the run and its sweep were shown finishing "now".
+TEST_F(SchedulerTest, AnImpossiblePlanHasNoExpectedFinishInsteadOfNow) {
+  RegisterAtSpeed("slow", 1e-9);
+  SubmitResult sweep = Submit(R"(name: never
+base: {d: 1024, vocab: 100, P: 1, R: 2, seq_len: 64, batch: 2, steps: 1000000000}
+)");
+  ASSERT_EQ(sweep.runs.size(), 1u);
+  ASSERT_GT(sweep.runs[0].work_hours / 1e-9, 24.0 * 365 * 100);
+  CART_ASSERT_OK_AND_ASSIGN(std::shared_ptr<const Forecast> f, scheduler_->ExpectedFinish());
+  EXPECT_EQ(f->run_finish_us.count(sweep.runs[0].id), 0u);
+  EXPECT_EQ(f->sweep_finish_us.count(sweep.sweep.id), 0u);
+  Job job = Start("slow");  // running: its pace is the estimate until it reports steps
+  clock_.Advance(absl::Seconds(20));
+  CART_ASSERT_OK_AND_ASSIGN(f, scheduler_->ExpectedFinish());
+  EXPECT_EQ(f->run_finish_us.count(job.run.id), 0u);
+  CART_ASSERT_OK_AND_ASSIGN(RunDetails details, scheduler_->GetRun(job.run.id));
+  EXPECT_EQ(details.info.expected_finish_us, 0);
+}
+
 // Expected finish: a running run's from its work at its worker's speed until it reports steps,
 // then from its pace; a queued run's after what the plan puts before it on the same worker; the
 // sweep's the latest; finished runs have none.
 TEST_F(SchedulerTest, ExpectedFinishFollowsThePlanAndThePace) {
-  WorkerInfo worker;
-  worker.id = "w";
-  worker.device_kind = "cuda";
-  worker.device_name = "NVIDIA GeForce RTX 3090";
-  worker.memory_bytes = kHuge;
-  worker.memory_reserve_bytes = 0;
-  worker.speed_factor = 0.5;  // reported: twice an RTX 3090's hours
-  CART_ASSERT_OK(scheduler_->RegisterWorker(worker).status());
+  RegisterAtSpeed("w", 0.5);  // reported: twice an RTX 3090's hours
   SubmitResult sweep = Submit(R"(name: eta
 base: {d: 64, vocab: 100, P: 1, R: 2, seq_len: 64, batch: 2}
 grid: {steps: [1000, 500]}
@@ -685,7 +718,7 @@ grid: {steps: [1000, 500]}
   clock_.Advance(absl::Seconds(11));  // past the forecast's cache
   // Seen again (a worker asks for its next job at once; one silent for a lease TTL and a long
   // poll is lost, and nothing is planned onto it).
-  CART_ASSERT_OK(scheduler_->RegisterWorker(worker).status());
+  RegisterAtSpeed("w", 0.5);
   CART_ASSERT_OK_AND_ASSIGN(f, scheduler_->ExpectedFinish());
   EXPECT_EQ(f->run_finish_us.count(first.run.id), 0u);
   EXPECT_EQ(f->sweep_estimated_runs.at(sweep.sweep.id), 1);
