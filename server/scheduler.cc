@@ -783,7 +783,15 @@ absl::StatusOr<int> Scheduler::RecordDeviceSamples(const std::string& worker_id,
     info.device_index = device.index;
     info.uuid = device.uuid;
   }
-  return fleet_.Record(worker_id, samples);
+  // A reading stamped ahead of cartd's clock (a worker's clock set wrong) would hide every real
+  // one until that time: readings stamped more than a minute ahead are dropped.
+  const int64_t latest_us = NowMicros() + 60'000'000;
+  std::vector<DeviceSample> kept;
+  kept.reserve(samples.size());
+  for (const DeviceSample& s : samples) {
+    if (s.at_us <= latest_us) kept.push_back(s);
+  }
+  return fleet_.Record(worker_id, kept);
 }
 
 absl::Status Scheduler::AccountIdle() {

@@ -315,7 +315,9 @@ class Scheduler {
   // Readings of a worker's device (its ReportDevice heartbeat), oldest first; `device` fills in
   // what a cartd restarted since the worker registered does not know (its store keeps the id,
   // the device's name and memory: not its kind, index or UUID). Counts the worker as seen.
-  // FailedPrecondition for an unregistered worker. Returns how many readings were new.
+  // Readings stamped more than a minute ahead of the scheduler's clock are dropped (they would
+  // hide the real ones until then). FailedPrecondition for an unregistered worker. Returns how
+  // many readings were new.
   absl::StatusOr<int> RecordDeviceSamples(const std::string& worker_id,
                                           const DeviceIdentity& device,
                                           const std::vector<DeviceSample>& samples);

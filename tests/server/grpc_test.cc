@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <filesystem>
+#include <functional>
 #include <limits>
 #include <random>
 #include <thread>
@@ -101,6 +102,49 @@ TEST_F(GrpcTest, WorkerRegistersAcquiresAndGetsMetricsAcked) {
 
 // A worker's FAILED result with a divergence reaches the run over the wire: FAILED at once, the
 // step and loss in the run's view, and a resume over gRPC needs a change.
+// What a worker says of itself is bounded, each refusal naming the field and its limit: a 4 MiB
+// host name made every ListWorkers answer megabytes long, 2^44 + 1 MiB of memory registered as
+// 1 MiB (MiB × 2^20 overflowed), and a speed of 5e-324 planned runs never to finish.
+TEST_F(GrpcTest, AWorkersRegistrationIsBoundedFieldByField) {
+  auto worker = MakeWorker("w-bounds");
+  auto attempt = [&](const std::function<void(v1::RegisterWorkerRequest&)>& change) {
+    v1::RegisterWorkerRequest request;
+    request.set_worker_id("w-bounds");
+    request.set_hostname("box");
+    request.mutable_device()->set_kind("cuda");
+    request.mutable_device()->set_memory_mib(24 * 1024);
+    change(request);
+    grpc::ClientContext context;
+    Prepare(context, worker_token_);
+    v1::RegisterWorkerResponse response;
+    return worker->stub()->RegisterWorker(&context, request, &response);
+  };
+  struct Case {
+    std::function<void(v1::RegisterWorkerRequest&)> change;
+    std::string says;
+  };
+  const std::vector<Case> cases = {
+      {[](auto& r) { r.set_hostname(std::string(4 << 20, 'h')); },
+       "hostname is 4194304 bytes; at most 255"},
+      {[](auto& r) { r.mutable_device()->set_name(std::string(300, 'n')); },
+       "device.name is 300 bytes; at most 256"},
+      {[](auto& r) { r.mutable_device()->set_memory_mib((int64_t{1} << 44) + 1); },
+       "device.memory_mib is 17592186044417; at most 1073741824"},
+      {[](auto& r) { r.mutable_device()->set_memory_reserve_mib(48 * 1024); },
+       "device.memory_reserve_mib (49152) is more than device.memory_mib (24576)"},
+      {[](auto& r) { r.set_free_disk_mib(-1); }, "free_disk_mib is -1"},
+      {[](auto& r) { r.mutable_device()->set_speed_factor(5e-324); },
+       "speed_factor must be 0 (measure it) or between 1e-6 and 1000"},
+  };
+  for (const Case& c : cases) {
+    const grpc::Status refused = attempt(c.change);
+    EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << c.says;
+    EXPECT_THAT(refused.error_message(), ::testing::HasSubstr(c.says));
+  }
+  // Within the bounds it registers.
+  EXPECT_TRUE(attempt([](auto& r) { r.mutable_device()->set_speed_factor(0.25); }).ok());
+}
+
 TEST_F(GrpcTest, ADivergenceReportedOnTheStreamFailsTheRunAndResumeNeedsAChange) {
   auto worker = MakeWorker("w1");
   ASSERT_TRUE(worker->Register().ok());

@@ -931,6 +931,28 @@ TEST_F(PreemptionTest, FairShareTakesAWorkerFromTheOwnerHoldingMore) {
   EXPECT_TRUE(PreemptNow().empty()) << "one worker each: level";
 }
 
+// A device reading stamped ahead of cartd's clock (a worker's clock set wrong) is dropped: one
+// stamped ten minutes ahead used to hide every real reading for those ten minutes.
+TEST_F(SchedulerTest, DeviceReadingsStampedAheadOfTheClockAreDropped) {
+  Register("w", 24 * kGiB);
+  const int64_t now = absl::ToUnixMicros(clock_.Now());
+  DeviceSample ahead;
+  ahead.at_us = now + 600'000'000;
+  ahead.utilization = 0.99;
+  DeviceSample real;
+  real.at_us = now;
+  real.utilization = 0.25;
+  CART_ASSERT_OK_AND_ASSIGN(int added,
+                            scheduler_->RecordDeviceSamples("w", DeviceIdentity{}, {ahead}));
+  EXPECT_EQ(added, 0);
+  CART_ASSERT_OK_AND_ASSIGN(added, scheduler_->RecordDeviceSamples("w", DeviceIdentity{}, {real}));
+  EXPECT_EQ(added, 1);
+  const std::vector<WorkerStatus> workers = scheduler_->ListWorkers();
+  ASSERT_EQ(workers.size(), 1u);
+  ASSERT_EQ(workers[0].device.size(), 1u);
+  EXPECT_EQ(workers[0].device[0].utilization, 0.25);
+}
+
 // At micro-batch 1 there is nothing left to lower: the run waits for a device with more memory.
 TEST_F(SchedulerTest, OutOfMemoryAtMicroBatchOneIsNeverPlacedOnThatMemorySizeAgain) {
   SubmitResult sweep = Submit(
