@@ -368,11 +368,11 @@ Response Dashboard::Handle(const Request& request) {
   const bool api = path.rfind(kApiPrefix, 0) == 0;
   // Before anything else, pages included: a DNS-rebinding page would read them as its own.
   if (!AllowedHost(request.Header("host"), options_.allowed_hosts, machine_name_)) {
+    // Said without naming the machine: the asker is a page of another site, not the lab.
     return Error(absl::StatusCode::kPermissionDenied,
                  StrCat("Host '", ValidUtf8(request.Header("host")),
-                        "' is not a name of this cartd (allowed: IP addresses, localhost, ",
-                        machine_name_.empty() ? "" : StrCat(machine_name_, ", "),
-                        "and the names in cartd's http_hosts)"));
+                        "' is not a name of this cartd (allowed: IP addresses, localhost, this "
+                        "machine's name and the names in cartd's http_hosts)"));
   }
   if (path == "/healthz") return Json(json{{"ok", true}});
   if (!api && path != "/metrics") {

@@ -540,6 +540,10 @@ TEST_F(HttpTest, RequestsUnderAnotherSitesNameAreRefused) {
   const Reply read = request("GET", "/api/v1/sweeps", evil);
   EXPECT_EQ(read.status, 403);
   EXPECT_THAT(read.Json()["error"].get<std::string>(), HasSubstr("not a name of this cartd"));
+  // ... without telling another site's page what this machine is called.
+  char machine[256] = {0};
+  ASSERT_EQ(gethostname(machine, sizeof(machine) - 1), 0);
+  EXPECT_THAT(read.body, Not(HasSubstr(machine)));
   EXPECT_EQ(request("GET", "/", evil).status, 403);  // the pages too
   const Reply cancel =
       request("POST", StrCat("/api/v1/runs/", run, "/cancel"), evil,
