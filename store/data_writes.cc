@@ -3,6 +3,8 @@
 // (CreateSweep, with what the submitting client could hash) and by the first worker that opens a
 // file (RecordRunData), and read with the run when it is leased (Claim::data), so that every
 // attempt checks its files.
+#include <algorithm>
+
 #include "common/status.h"
 #include "common/strings.h"
 #include "store/internal/records.h"
@@ -20,6 +22,10 @@ using internal::WriteContext;
 
 namespace internal {
 namespace {
+
+// The most data files one run reads, and so the most rows it has in run_data: a train file and
+// up to 64 validation and 64 task sets (config/config.cc).
+constexpr size_t kMaxRunDataRoles = 129;
 
 constexpr char kInsertDataFile[] =
     "INSERT INTO data_files(sha256, size_bytes, tokens, tokenizer, tokenizer_sha256) "
@@ -126,6 +132,23 @@ absl::StatusOr<std::vector<RunDataRecord>> RunStore::RecordRunData(
   return writer_->Run<Out>([&](WriteContext& ctx) -> absl::StatusOr<Out> {
     Database& db = ctx.db();
     CART_RETURN_IF_ERROR(internal::CheckFence(db, run_id, attempt, "data record").status());
+    // A run reads at most kMaxRunDataRoles files (a config names a train file and at most 64
+    // validation and 64 task sets): rows for more would be invented roles, kept for good
+    // (thousands of them made one run's answer 78 MB). A role it has no row for is still taken
+    // (a run stored before lineage has rows for some of its files only).
+    CART_ASSIGN_OR_RETURN(const std::vector<RunDataRecord> known,
+                          internal::LoadRunData(db, run_id));
+    size_t roles = known.size();
+    for (const RunDataRecord& f : files) {
+      const bool is_new = std::none_of(known.begin(), known.end(),
+                                       [&](const RunDataRecord& k) { return k.role == f.role; });
+      if (is_new && ++roles > internal::kMaxRunDataRoles) {
+        return absl::InvalidArgumentError(
+            StrCat("run ", run_id, ": data role '", f.role, "' would make ", roles,
+                   " files for one run; a run reads at most ", internal::kMaxRunDataRoles,
+                   " (a train file, 64 validation and 64 task sets)"));
+      }
+    }
     CART_RETURN_IF_ERROR(internal::WriteRunData(db, run_id, files, now_us));
     return internal::LoadRunData(db, run_id);
   });

@@ -141,6 +141,20 @@ TEST_F(LineageTest, OnlyTheCurrentAttemptRecordsAndMalformedEntriesAreRefusedNam
   ASSERT_EQ(rows.size(), 2u);
   EXPECT_EQ(rows[1].role, "task:lambada");
   EXPECT_EQ(rows[1].identity->tokens, -1);
+  // Up to what a config can name (129 files); invented roles past it are refused, whatever
+  // calls they come in (thousands of them made one run's answer 78 MB).
+  std::vector<RunDataRecord> more;
+  for (int i = 0; i < 127; ++i) {
+    more.push_back(Row(StrCat("val:v", i), StrCat("v", i, ".bin"), Identity('4')));
+  }
+  CART_ASSERT_OK_AND_ASSIGN(rows, store_->RecordRunData(id, claim.attempt, more, kT0));
+  EXPECT_EQ(rows.size(), 129u);
+  EXPECT_THAT(
+      store_->RecordRunData(id, claim.attempt, {Row("val:one-more", "x.bin", Identity('5'))}, kT0),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               HasSubstr("would make 130 files for one run; a run reads at most 129")));
+  CART_ASSERT_OK_AND_ASSIGN(read, store_->RunData(id));
+  EXPECT_EQ(read.size(), 129u);
 }
 
 TEST_F(LineageTest, DerivedRunsInheritTheFirstAttemptsRecordAndNewOnesTheParentsAtSubmit) {
