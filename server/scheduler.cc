@@ -254,9 +254,7 @@ absl::StatusOr<store::DeletedSweep> Scheduler::DeleteSweep(const std::string& na
                                                            const std::string& who) {
   CART_RETURN_IF_ERROR(CheckSweepOwner(name, who, "delete"));
   CART_ASSIGN_OR_RETURN(store::DeletedSweep deleted, store_->DeleteSweep(name));
-  if (options_.release_artifact) {
-    for (const std::string& sha : deleted.released_artifacts) options_.release_artifact(sha);
-  }
+  ReleaseArtifacts(deleted.released_artifacts);
   // Followers of the deleted runs wake up, find them gone and end their streams.
   for (int64_t id : deleted.run_ids) BumpRun(id);
   std::fprintf(stderr, "cartd: %s deleted sweep '%s' (%lld runs, %lld metric points, %zu blobs)\n",
@@ -924,10 +922,23 @@ absl::StatusOr<int64_t> Scheduler::AppendMetrics(int64_t run_id, int64_t attempt
   return acked;
 }
 
+void Scheduler::ReleaseArtifacts(const std::vector<std::string>& shas) {
+  if (!options_.release_artifact || shas.empty()) return;
+  // Deleted only while no checkpoint names them, checked in the same write as the deletion:
+  // blobs are shared by content, and another run may have recorded the same one since.
+  if (absl::Status removed = store_->RemoveUnnamedArtifacts(shas, options_.release_artifact);
+      !removed.ok()) {
+    // What is left on disk is removed as unknown when cartd next starts.
+    std::fprintf(stderr, "cartd: releasing %zu blobs: %s\n", shas.size(), Message(removed).c_str());
+  }
+}
+
 absl::StatusOr<store::CheckpointRecord> Scheduler::RecordCheckpoint(
-    int64_t run_id, int64_t attempt, const store::NewCheckpoint& checkpoint) {
-  CART_ASSIGN_OR_RETURN(store::CheckpointRecord record,
-                        store_->RecordCheckpoint(run_id, attempt, checkpoint, NowMicros()));
+    int64_t run_id, int64_t attempt, const store::NewCheckpoint& checkpoint,
+    const std::function<absl::Status()>& blob_present) {
+  CART_ASSIGN_OR_RETURN(
+      store::CheckpointRecord record,
+      store_->RecordCheckpoint(run_id, attempt, checkpoint, NowMicros(), blob_present));
   if (options_.keep_checkpoints > 0) {
     // The checkpoint is recorded whatever happens here; an artifact whose removal fails now is
     // removed as unknown when cartd next starts.
@@ -936,8 +947,8 @@ absl::StatusOr<store::CheckpointRecord> Scheduler::RecordCheckpoint(
     if (!released.ok()) {
       std::fprintf(stderr, "cartd: checkpoint retention of run %lld: %s\n",
                    static_cast<long long>(run_id), Message(released.status()).c_str());
-    } else if (options_.release_artifact) {
-      for (const std::string& sha : *released) options_.release_artifact(sha);
+    } else {
+      ReleaseArtifacts(*released);
     }
   }
   {

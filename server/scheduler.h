@@ -342,8 +342,11 @@ class Scheduler {
   // Stores log lines of the attempt (fenced; idempotent on seq) and wakes log followers.
   absl::Status AppendLog(int64_t run_id, int64_t attempt, const std::vector<store::LogLine>& lines);
   // Records a checkpoint whose artifact is already stored; derived runs waiting for it go QUEUED.
-  absl::StatusOr<store::CheckpointRecord> RecordCheckpoint(int64_t run_id, int64_t attempt,
-                                                           const store::NewCheckpoint& checkpoint);
+  // `blob_present` (store::RunStore::RecordCheckpoint) asks, inside the write, whether the blob
+  // is still on disk.
+  absl::StatusOr<store::CheckpointRecord> RecordCheckpoint(
+      int64_t run_id, int64_t attempt, const store::NewCheckpoint& checkpoint,
+      const std::function<absl::Status()>& blob_present = nullptr);
   // Ends the attempt as the worker reports it (store::AttemptOutcome): SUCCEEDED; CANCELLED;
   // DRAINED (requeued, not counted); FAILED (requeued, counted, until max_attempts); OUT_OF_MEMORY
   // (requeued, not counted, placed only on devices with more memory than this worker's).
@@ -512,6 +515,9 @@ class Scheduler {
   // Sends `control` to the open streams of the runs `select` accepts (outside mu_).
   template <typename Select>
   void PushControl(Select select, const Control& control);
+  // Hands the blobs no checkpoint names any more to release_artifact, each only while that is
+  // still so (store::RunStore::RemoveUnnamedArtifacts).
+  void ReleaseArtifacts(const std::vector<std::string>& shas);
   // Cancels pushed to streams of runs that now have a cancel request or were cancelled.
   void PushCancels(const std::vector<int64_t>& run_ids, const std::string& reason);
   absl::StatusOr<RunInfo> Describe(store::RunRecord run, std::optional<int64_t> max_memory);

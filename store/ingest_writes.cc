@@ -169,13 +169,14 @@ absl::StatusOr<int64_t> RunStore::AppendLog(int64_t run_id, int64_t attempt,
   });
 }
 
-absl::StatusOr<CheckpointRecord> RunStore::RecordCheckpoint(int64_t run_id, int64_t attempt,
-                                                            const NewCheckpoint& checkpoint,
-                                                            int64_t now_us) {
+absl::StatusOr<CheckpointRecord> RunStore::RecordCheckpoint(
+    int64_t run_id, int64_t attempt, const NewCheckpoint& checkpoint, int64_t now_us,
+    const std::function<absl::Status()>& blob_present) {
   CART_RETURN_IF_ERROR(internal::ValidateCheckpoint(run_id, checkpoint));
   return writer_->Run<CheckpointRecord>([&](WriteContext& ctx) -> absl::StatusOr<CheckpointRecord> {
     Database& db = ctx.db();
     CART_RETURN_IF_ERROR(CheckFence(db, run_id, attempt, "checkpoint").status());
+    if (blob_present) CART_RETURN_IF_ERROR(blob_present());
     std::optional<int64_t> known_size;
     {
       CART_ASSIGN_OR_RETURN(auto size, db.Cached(kSelectArtifactSize));

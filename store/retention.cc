@@ -28,6 +28,7 @@ constexpr char kDeleteOldCheckpoints[] =
     "                AND child.parent_checkpoint = CAST(c.step AS TEXT)) "
     "RETURNING sha256";
 constexpr char kSelectArtifactNames[] = "SELECT sha256 FROM artifacts";
+constexpr char kSelectArtifactNamed[] = "SELECT 1 FROM artifacts WHERE sha256 = ?";
 
 }  // namespace
 
@@ -53,6 +54,23 @@ absl::StatusOr<std::vector<std::string>> RunStore::PruneCheckpoints(std::optiona
     }
     return internal::ReleaseUnnamedArtifacts(db, forgotten);
   });
+}
+
+absl::Status RunStore::RemoveUnnamedArtifacts(
+    const std::vector<std::string>& shas, const std::function<void(const std::string&)>& remove) {
+  for (const std::string& sha : shas) {
+    CART_RETURN_IF_ERROR(writer_
+                             ->Run<bool>([&](WriteContext& ctx) -> absl::StatusOr<bool> {
+                               CART_ASSIGN_OR_RETURN(auto named,
+                                                     ctx.db().Cached(kSelectArtifactNamed));
+                               named->BindAll(sha);
+                               CART_ASSIGN_OR_RETURN(bool row, named->Step());
+                               if (!row) remove(sha);
+                               return !row;
+                             })
+                             .status());
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<std::string>> RunStore::ArtifactNames() {

@@ -232,10 +232,18 @@ class RunStore {
   // Records a checkpoint (and its artifact, content-addressed by sha256). The same step again
   // points the checkpoint at the new artifact. Derived runs waiting for this step go QUEUED.
   // InvalidArgument for a malformed sha256 or path; FailedPrecondition when the sha256 is already
-  // recorded with another size.
-  absl::StatusOr<CheckpointRecord> RecordCheckpoint(int64_t run_id, int64_t attempt,
-                                                    const NewCheckpoint& checkpoint,
-                                                    int64_t now_us);
+  // recorded with another size. `blob_present`, when given, is asked inside the write whether the
+  // blob is on disk (its error is returned and nothing is recorded): with RemoveUnnamedArtifacts
+  // it makes "recorded" and "deleted from disk" exclusive, so no checkpoint names a deleted blob.
+  absl::StatusOr<CheckpointRecord> RecordCheckpoint(
+      int64_t run_id, int64_t attempt, const NewCheckpoint& checkpoint, int64_t now_us,
+      const std::function<absl::Status()>& blob_present = nullptr);
+  // Calls `remove` (which deletes a blob from disk) for each of `shas` that no artifact names,
+  // inside the write, one at a time: a checkpoint recorded for the same content since it was
+  // released (blobs are shared by content) keeps its blob. What DeleteSweep and PruneCheckpoints
+  // release goes through here.
+  absl::Status RemoveUnnamedArtifacts(const std::vector<std::string>& shas,
+                                      const std::function<void(const std::string&)>& remove);
   // Records the identities of data files the attempt opened (data lineage): a role the run has
   // no identity for takes this one (a role it has no row for gets one), and so do its derived
   // runs, at any depth, whose row of the same role and path has none; a role already recorded

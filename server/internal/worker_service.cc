@@ -140,15 +140,19 @@ class AttemptReports {
   // Records a checkpoint whose blob is already stored (uploaded, or written to the shared store
   // and recorded).
   std::optional<grpc::Status> Checkpoint(const v1::CheckpointRef& ref) {
-    absl::StatusOr<std::optional<int64_t>> size = ctx_.artifacts->Size(ref.sha256());
-    if (!size.ok()) return ToGrpc(size.status());
-    if (!size->has_value() || **size != ref.size_bytes()) {
-      return ToGrpc(absl::FailedPreconditionError(
-          StrCat("RunJob: checkpoint at step ", ref.step(), " names artifact ", ref.sha256(),
-                 " of ", ref.size_bytes(), " bytes, which is not stored; PutArtifact first")));
-    }
+    // Asked inside the store's write, so that a sweep deleted meanwhile cannot remove the same
+    // blob (shared by content) between this check and the record.
+    auto blob_present = [&]() -> absl::Status {
+      CART_ASSIGN_OR_RETURN(std::optional<int64_t> size, ctx_.artifacts->Size(ref.sha256()));
+      if (!size.has_value() || *size != ref.size_bytes()) {
+        return absl::FailedPreconditionError(
+            StrCat("RunJob: checkpoint at step ", ref.step(), " names artifact ", ref.sha256(),
+                   " of ", ref.size_bytes(), " bytes, which is not stored; PutArtifact first"));
+      }
+      return absl::OkStatus();
+    };
     absl::StatusOr<store::CheckpointRecord> recorded = ctx_.scheduler->RecordCheckpoint(
-        run_id_, attempt_, FromProto(ref, ArtifactStore::RelativePath(ref.sha256())));
+        run_id_, attempt_, FromProto(ref, ArtifactStore::RelativePath(ref.sha256())), blob_present);
     if (!recorded.ok()) return ToGrpc(recorded.status());
     return std::nullopt;
   }

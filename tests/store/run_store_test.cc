@@ -3,6 +3,7 @@
 
 #include "store/run_store.h"
 
+#include <set>
 #include <utility>
 
 #include "common/clock.h"
@@ -736,6 +737,56 @@ TEST_F(RunStoreTest, DeleteSweepRemovesEverythingOfItsRunsUnlessSomethingStillNe
   EXPECT_EQ(x.state, RunState::kRunning);
   CART_ASSERT_OK(
       store_->CreateSweep(MakeSweep("s", {MakeRun("again", {})}, 0), By("u", kT0 + 1)).status());
+}
+
+// Blobs are shared by content: a deleted sweep's checkpoint and another run's may be one file.
+// DeleteSweep used to hand its unnamed blobs to cartd, which deleted them after the write, so a
+// checkpoint recorded for the same bytes in between named a file that was then gone. Now the
+// blob is deleted only inside a write that finds it still unnamed, and a record asks inside its
+// write whether the blob is on disk: whichever comes first, no checkpoint names a deleted blob.
+TEST_F(RunStoreTest, ABlobReleasedByADeletedSweepIsKeptForARunThatRecordsTheSameBytes) {
+  std::set<std::string> on_disk = {kSha1};
+  auto remove = [&](const std::string& sha) { on_disk.erase(sha); };
+  auto present = [&]() -> absl::Status {
+    return on_disk.count(kSha1) ? absl::OkStatus()
+                                : absl::FailedPreconditionError("blob not stored");
+  };
+  CART_ASSERT_OK_AND_ASSIGN(auto a,
+                            store_->CreateSweep(MakeSweep("a", {MakeRun("r", {})}), By("u", kT0)));
+  Claim first = ClaimExpecting(a.run_ids[0], kT0);
+  CART_ASSERT_OK(store_->MarkRunning(first.run.id, first.attempt, kT0));
+  CART_ASSERT_OK(store_->RecordCheckpoint(first.run.id, first.attempt, {1, kSha1, 10, "a/1"}, kT0));
+  CART_ASSERT_OK(store_->RecordAttemptOutcome(first.run.id, first.attempt,
+                                              AttemptOutcome::kSucceeded, By("worker:w1", kT0)));
+  CART_ASSERT_OK_AND_ASSIGN(auto b,
+                            store_->CreateSweep(MakeSweep("b", {MakeRun("r", {})}), By("u", kT0)));
+  Claim second = ClaimExpecting(b.run_ids[0], kT0);
+  CART_ASSERT_OK(store_->MarkRunning(second.run.id, second.attempt, kT0));
+
+  // Sweep a is deleted; before its blob goes, run b records a checkpoint of the same bytes.
+  CART_ASSERT_OK_AND_ASSIGN(DeletedSweep gone, store_->DeleteSweep("a"));
+  ASSERT_THAT(gone.released_artifacts, ElementsAre(kSha1));
+  CART_ASSERT_OK(
+      store_->RecordCheckpoint(second.run.id, second.attempt, {1, kSha1, 10, "a/1"}, kT0, present));
+  CART_ASSERT_OK(store_->RemoveUnnamedArtifacts(gone.released_artifacts, remove));
+  EXPECT_EQ(on_disk.count(kSha1), 1u) << "the blob run b's checkpoint names was deleted";
+
+  // The other order: b's run is deleted and its blob removed first; a record of the same bytes
+  // afterwards is refused (the worker uploads again) instead of naming a missing file.
+  CART_ASSERT_OK(store_->RecordAttemptOutcome(second.run.id, second.attempt,
+                                              AttemptOutcome::kSucceeded, By("worker:w1", kT0)));
+  CART_ASSERT_OK_AND_ASSIGN(auto c,
+                            store_->CreateSweep(MakeSweep("c", {MakeRun("r", {})}), By("u", kT0)));
+  Claim third = ClaimExpecting(c.run_ids[0], kT0);
+  CART_ASSERT_OK(store_->MarkRunning(third.run.id, third.attempt, kT0));
+  CART_ASSERT_OK_AND_ASSIGN(gone, store_->DeleteSweep("b"));
+  CART_ASSERT_OK(store_->RemoveUnnamedArtifacts(gone.released_artifacts, remove));
+  EXPECT_EQ(on_disk.count(kSha1), 0u);
+  EXPECT_THAT(
+      store_->RecordCheckpoint(third.run.id, third.attempt, {1, kSha1, 10, "a/1"}, kT0, present),
+      StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("blob not stored")));
+  CART_ASSERT_OK_AND_ASSIGN(std::vector<std::string> names, store_->ArtifactNames());
+  EXPECT_TRUE(names.empty());
 }
 
 // Fair share's usage: an attempt's hours per sweep owner, each weighed by 2^(-age / half-life).
