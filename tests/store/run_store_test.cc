@@ -751,17 +751,19 @@ TEST_F(RunStoreTest, ABlobReleasedByADeletedSweepIsKeptForARunThatRecordsTheSame
     return on_disk.count(kSha1) ? absl::OkStatus()
                                 : absl::FailedPreconditionError("blob not stored");
   };
-  CART_ASSERT_OK_AND_ASSIGN(auto a,
-                            store_->CreateSweep(MakeSweep("a", {MakeRun("r", {})}), By("u", kT0)));
-  Claim first = ClaimExpecting(a.run_ids[0], kT0);
-  CART_ASSERT_OK(store_->MarkRunning(first.run.id, first.attempt, kT0));
+  // A one-run sweep whose run is claimed and running.
+  auto running = [&](const std::string& sweep) {
+    auto created = store_->CreateSweep(MakeSweep(sweep, {MakeRun("r", {})}), By("u", kT0));
+    EXPECT_TRUE(created.ok()) << created.status();
+    Claim claim = created.ok() ? ClaimExpecting(created->run_ids[0], kT0) : Claim{};
+    EXPECT_TRUE(store_->MarkRunning(claim.run.id, claim.attempt, kT0).ok());
+    return claim;
+  };
+  Claim first = running("a");
   CART_ASSERT_OK(store_->RecordCheckpoint(first.run.id, first.attempt, {1, kSha1, 10, "a/1"}, kT0));
   CART_ASSERT_OK(store_->RecordAttemptOutcome(first.run.id, first.attempt,
                                               AttemptOutcome::kSucceeded, By("worker:w1", kT0)));
-  CART_ASSERT_OK_AND_ASSIGN(auto b,
-                            store_->CreateSweep(MakeSweep("b", {MakeRun("r", {})}), By("u", kT0)));
-  Claim second = ClaimExpecting(b.run_ids[0], kT0);
-  CART_ASSERT_OK(store_->MarkRunning(second.run.id, second.attempt, kT0));
+  Claim second = running("b");
 
   // Sweep a is deleted; before its blob goes, run b records a checkpoint of the same bytes.
   CART_ASSERT_OK_AND_ASSIGN(DeletedSweep gone, store_->DeleteSweep("a"));
@@ -775,10 +777,7 @@ TEST_F(RunStoreTest, ABlobReleasedByADeletedSweepIsKeptForARunThatRecordsTheSame
   // afterwards is refused (the worker uploads again) instead of naming a missing file.
   CART_ASSERT_OK(store_->RecordAttemptOutcome(second.run.id, second.attempt,
                                               AttemptOutcome::kSucceeded, By("worker:w1", kT0)));
-  CART_ASSERT_OK_AND_ASSIGN(auto c,
-                            store_->CreateSweep(MakeSweep("c", {MakeRun("r", {})}), By("u", kT0)));
-  Claim third = ClaimExpecting(c.run_ids[0], kT0);
-  CART_ASSERT_OK(store_->MarkRunning(third.run.id, third.attempt, kT0));
+  Claim third = running("c");
   CART_ASSERT_OK_AND_ASSIGN(gone, store_->DeleteSweep("b"));
   CART_ASSERT_OK(store_->RemoveUnnamedArtifacts(gone.released_artifacts, remove));
   EXPECT_EQ(on_disk.count(kSha1), 0u);
