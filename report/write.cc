@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 #include <sys/wait.h>
+#include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -9,10 +10,12 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <set>
 #include <sstream>
 
 #include "common/file.h"
+#include "common/process.h"
 #include "common/status.h"
 #include "common/strings.h"
 #include "report/report.h"
@@ -232,6 +235,20 @@ std::string Gq(const std::string& v) {
   return out + "'";
 }
 
+// `program` as exec needs it: a name with a slash as it is, else the first executable of that
+// name in PATH; nullopt when there is none.
+std::optional<std::string> OnPath(const std::string& program) {
+  if (program.find('/') != std::string::npos) {
+    return access(program.c_str(), X_OK) == 0 ? std::optional<std::string>(program) : std::nullopt;
+  }
+  const char* path = std::getenv("PATH");
+  for (const std::string& dir : Split(path != nullptr ? path : "/usr/bin:/bin", ':')) {
+    const std::string candidate = (fs::path(dir.empty() ? "." : dir) / program).string();
+    if (access(candidate.c_str(), X_OK) == 0) return candidate;
+  }
+  return std::nullopt;
+}
+
 std::string G(double v) { return std::isnan(v) ? std::string("NaN") : fmt::format("{:.8g}", v); }
 
 // The data file and script of one plot; the script writes NAME.svg and NAME.png.
@@ -374,9 +391,17 @@ absl::Status WriteReport(const Report& report, const ReportOptions& options) {
     }
     if (!all.empty()) {
       CART_RETURN_IF_ERROR(Write(out / "plots" / "all.gp", all));
-      const std::string cmd = fmt::format("cd '{}' && '{}' all.gp > gnuplot.log 2>&1",
-                                          (out / "plots").string(), options.gnuplot);
-      const int rc = std::system(cmd.c_str());
+      // Started without a shell (a quote or a space in --out is only a character of a path),
+      // in the plots folder, whose files the scripts load by name.
+      const fs::path plots = fs::absolute(out / "plots");
+      SpawnOptions spawn;
+      spawn.output_path = (plots / "gnuplot.log").string();
+      int rc = 127 << 8;  // as a shell reports a program it cannot run
+      if (const std::optional<std::string> exe = OnPath(options.gnuplot)) {
+        absl::StatusOr<pid_t> pid = Spawn(
+            *exe, {"-e", StrCat("cd ", Gq(plots.string())), (plots / "all.gp").string()}, spawn);
+        if (pid.ok() && waitpid(*pid, &rc, 0) != *pid) rc = 127 << 8;
+      }
       if (rc != 0) {
         std::ifstream log(out / "plots" / "gnuplot.log");
         std::stringstream text;

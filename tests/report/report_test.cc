@@ -208,6 +208,19 @@ TEST_F(ReportTest, CsvFilesEqualTheTablesAndPlotsAreSvgAndPng) {
   EXPECT_THAT(html, HasSubstr("plots/rho_heatmap.svg"));
 }
 
+// gnuplot is started without a shell: a quote in --out used to end the shell's quoted path, and
+// the plots failed (or the rest of the path ran as a command).
+TEST_F(ReportTest, PlotsAreDrawnWhateverCharactersTheOutputFolderHas) {
+  std::unique_ptr<StudySource> source = StoreSource(*store_);
+  ReportOptions options;
+  options.out_dir = dir_.File("o'brien's report; touch pwned");
+  CART_ASSERT_OK_AND_ASSIGN(Report report, BuildReport(*source, options));
+  CART_ASSERT_OK(WriteReport(report, options));
+  const std::string svg = ReadFile(options.out_dir + "/plots/rho_heatmap.svg");
+  EXPECT_THAT(svg, HasSubstr("</svg>"));
+  EXPECT_FALSE(std::filesystem::exists("pwned"));
+}
+
 TEST_F(ReportTest, WithoutGnuplotTheTablesAreStillWrittenAndTheErrorSaysWhatToInstall) {
   std::unique_ptr<StudySource> source = StoreSource(*store_);
   ReportOptions options;
