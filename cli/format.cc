@@ -49,8 +49,11 @@ std::string Mib(int64_t mib) {
 std::string When(int64_t us) {
   if (us <= 0) return "-";
   std::time_t t = us / 1'000'000;
+  std::tm local{};
+  // localtime_r: std::localtime returns one static buffer, which another thread may overwrite.
+  if (localtime_r(&t, &local) == nullptr) return "-";
   char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", std::localtime(&t));
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", &local);
   return buf;
 }
 
