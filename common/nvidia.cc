@@ -11,10 +11,16 @@
 
 namespace cart {
 
-int NvmlGpuCount() {
+void* OpenNvml(std::string* named_error) {
   const char* named = std::getenv("CART_NVML_LIBRARY");
-  void* nvml =
-      dlopen(named != nullptr && *named != 0 ? named : "libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+  const bool chosen = named != nullptr && *named != 0;
+  void* nvml = dlopen(chosen ? named : "libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (nvml == nullptr && chosen && named_error != nullptr) *named_error = dlerror();
+  return nvml;
+}
+
+int NvmlGpuCount() {
+  void* nvml = OpenNvml();
   if (nvml == nullptr) return 0;
   using Init = int (*)();
   using Count = int (*)(unsigned int*);

@@ -7,9 +7,16 @@
 // cart-worker's device readings), so a box without a driver simply has no card.
 
 #include <optional>
+#include <string>
 #include <string_view>
 
 namespace cart {
+
+// NVML's library, loaded with dlopen: the one CART_NVML_LIBRARY names, else the driver's
+// libnvidia-ml.so.1; the caller dlcloses it. nullptr when it cannot be loaded; `named_error`,
+// when given, then holds dlerror()'s reason if the library was one the user named (no driver is
+// no error).
+void* OpenNvml(std::string* named_error = nullptr);
 
 // The cards NVML lists; 0 without a driver or when NVML cannot start.
 int NvmlGpuCount();

@@ -62,13 +62,16 @@ Extension PlanExtension(const RunConfig& config, int64_t total_steps) {
   return out;
 }
 
-MicroBatchFit MicroBatchOnDevice(const RunConfig& config, int64_t memory_bytes, int64_t cap) {
+MicroBatchFit MicroBatchOnDevice(const RunConfig& config, int64_t memory_bytes, int64_t cap,
+                                 bool* capped) {
   const int64_t global = config.train.batch * config.train.accum;
   int64_t micro = config.train.batch;
   if (const std::optional<MicroBatchFit> fit = FitMicroBatch(config, memory_bytes)) {
     micro = fit->batch;
   }
-  if (cap > 0 && micro > cap) micro = LargestDivisorAtMost(global, cap);
+  const bool lowered = cap > 0 && micro > cap;
+  if (lowered) micro = LargestDivisorAtMost(global, cap);
+  if (capped != nullptr) *capped = lowered;
   const bool bf16 = config.train.dtype != DType::kFloat32;  // as FitMicroBatch counts it
   return MicroBatchFit{micro, global / micro,
                        EstimateTrainingBytes(config.model, config.train.seq_len, micro, bf16)};

@@ -124,6 +124,7 @@ if [ "$do_build" = 1 ]; then
      ! command -v clang++ >/dev/null 2>&1; then
     missing+=("a C++20 compiler (apt-get install g++)")
   fi
+  nvcc_wheel=""  # NVIDIA's nvcc wheel beside PyTorch, when no toolkit is named (step 2 uses it)
   if [ -n "$torch_cuda" ]; then
     nvcc=""
     for candidate in "${CUDACXX:-}" "${CUDAToolkit_ROOT:+$CUDAToolkit_ROOT/bin/nvcc}" \
@@ -134,7 +135,10 @@ if [ "$do_build" = 1 ]; then
     if [ -z "$nvcc" ]; then
       site=$("$python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' 2>/dev/null || true)
       for wheel_cuda in "$site"/nvidia/cu*; do
-        [ -x "$wheel_cuda/bin/nvcc" ] && nvcc=$wheel_cuda/bin/nvcc && break
+        if [ -x "$wheel_cuda/bin/nvcc" ]; then
+          nvcc=$wheel_cuda/bin/nvcc nvcc_wheel=$wheel_cuda
+          break
+        fi
       done
     fi
     if [ -z "$nvcc" ]; then
@@ -161,18 +165,11 @@ fi
 if [ "$do_build" = 1 ]; then
   cmake_args=(-S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
               -DCART_WITH_TORCH=ON -DCART_BUILD_BENCH=OFF -DCART_BROWSER_TESTS=OFF "-DCMAKE_PREFIX_PATH=$prefix")
-  if [ -n "$torch_cuda" ] && [ -z "${CUDAToolkit_ROOT:-}${CUDACXX:-}${CUDA_HOME:-}" ] &&
-     ! command -v nvcc >/dev/null && [ ! -x /usr/local/cuda/bin/nvcc ]; then
-    # No toolkit named: NVIDIA's nvcc wheel beside PyTorch, if it is there.
-    site=$("$python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-    for wheel_cuda in "$site"/nvidia/cu*; do
-      if [ -x "$wheel_cuda/bin/nvcc" ]; then
-        "$root/deploy/cuda-toolkit-view.sh" "$wheel_cuda" "$build/cuda-toolkit"
-        cmake_args+=("-DCUDAToolkit_ROOT=$build/cuda-toolkit")
-        say "CUDA toolkit from the nvcc wheel in $wheel_cuda"
-        break
-      fi
-    done
+  if [ -n "$nvcc_wheel" ]; then
+    # No toolkit named: a toolkit view of NVIDIA's wheels beside PyTorch (found in 1c).
+    "$root/deploy/cuda-toolkit-view.sh" "$nvcc_wheel" "$build/cuda-toolkit"
+    cmake_args+=("-DCUDAToolkit_ROOT=$build/cuda-toolkit")
+    say "CUDA toolkit from the nvcc wheel in $nvcc_wheel"
   fi
   if [ -n "$bundle" ]; then
     [ -f "$bundle/prefix/.cart-bundle" ] || fail "$bundle is not a gpu bundle (make gpu-bundle)"

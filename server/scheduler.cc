@@ -582,11 +582,10 @@ void Scheduler::FitToDevice(Job& job, const std::string& worker_id, int64_t memo
   const std::string source = StrCat("run ", job.run.id, " config");
   absl::StatusOr<model::RunConfig> config = model::ParseRunConfigYaml(job.run.config_yaml, source);
   if (!config.ok()) return;  // stored configs parse; if not, the worker reports the error
+  bool capped = false;
   const model::MicroBatchFit fit =
-      model::MicroBatchOnDevice(*config, memory_bytes, job.run.micro_batch_cap);
+      model::MicroBatchOnDevice(*config, memory_bytes, job.run.micro_batch_cap, &capped);
   if (fit.batch == config->train.batch) return;
-  const std::optional<model::MicroBatchFit> fitted = model::FitMicroBatch(*config, memory_bytes);
-  const bool capped = !fitted || fitted->batch > fit.batch;
   const std::string note = StrCat(
       "cartd: micro-batch ", config->train.batch, " -> ", fit.batch, ", gradient accumulation ",
       config->train.accum, " -> ", fit.accum, " (global batch ", fit.batch * fit.accum, " kept) ",

@@ -10,6 +10,9 @@
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
+#include <string>
+
+#include "common/nvidia.h"
 
 namespace cart::worker {
 
@@ -79,12 +82,13 @@ int64_t ProcessCpuTicks() {
 }  // namespace
 
 SystemMetrics::SystemMetrics() {
-  const char* named = std::getenv("CART_NVML_LIBRARY");
-  const bool chosen = named != nullptr && *named != 0;
-  void* handle = dlopen(chosen ? named : "libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+  std::string named_error;
+  void* handle = OpenNvml(&named_error);
   if (handle == nullptr) {
     // Without a driver there is no NVML, which is fine; a library the user named must load.
-    if (chosen) std::fprintf(stderr, "cart-worker: CART_NVML_LIBRARY: %s\n", dlerror());
+    if (!named_error.empty()) {
+      std::fprintf(stderr, "cart-worker: CART_NVML_LIBRARY: %s\n", named_error.c_str());
+    }
     return;
   }
   auto* n = new Nvml();

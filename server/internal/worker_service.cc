@@ -314,12 +314,16 @@ grpc::Status WorkerServiceImpl::RecordRunData(grpc::ServerContext* context,
 
 namespace {
 
-// What a worker may say of itself at registration: each text within its bound, each
-// amount within what a device can hold (2^30 MiB of memory, 2^40 MiB of disk: so that MiB × 2^20
-// cannot overflow), a reported speed from 1e-6 to 1000 × an RTX 3090 (0: measure it). A 4 MiB
-// host name used to make every ListWorkers answer megabytes long, 2^44 + 1 MiB registered as
-// 1 MiB, and a speed of 5e-324 planned runs to finish never.
+// What a worker may say of itself at registration: its device memory given, each text within
+// its bound, each amount within what a device can hold (2^30 MiB of memory, 2^40 MiB of disk: so
+// that MiB × 2^20 cannot overflow), a reported speed from 1e-6 to 1000 × an RTX 3090 (0: measure
+// it). A 4 MiB host name used to make every ListWorkers answer megabytes long, 2^44 + 1 MiB
+// registered as 1 MiB, and a speed of 5e-324 planned runs to finish never.
 absl::Status CheckRegistrationBounds(const v1::RegisterWorkerRequest& request) {
+  if (!request.has_device() || request.device().memory_mib() <= 0) {
+    return absl::InvalidArgumentError(StrCat("RegisterWorker: worker '", request.worker_id(),
+                                             "' gives no device memory (device.memory_mib)"));
+  }
   const std::string who = StrCat("RegisterWorker: worker '", request.worker_id(), "': ");
   struct Text {
     const char* field;
@@ -341,6 +345,10 @@ absl::Status CheckRegistrationBounds(const v1::RegisterWorkerRequest& request) {
   if (device.memory_mib() > kMostMemoryMib) {
     return absl::InvalidArgumentError(
         StrCat(who, "device.memory_mib is ", device.memory_mib(), "; at most ", kMostMemoryMib));
+  }
+  if (device.has_memory_reserve_mib() && device.memory_reserve_mib() < 0) {
+    return absl::InvalidArgumentError(
+        StrCat(who, "device.memory_reserve_mib must be >= 0, got ", device.memory_reserve_mib()));
   }
   if (device.has_memory_reserve_mib() && device.memory_reserve_mib() > device.memory_mib()) {
     return absl::InvalidArgumentError(
@@ -372,11 +380,6 @@ grpc::Status WorkerServiceImpl::RegisterWorker(grpc::ServerContext* context,
       !bound.ok()) {
     return ToGrpc(bound);
   }
-  if (!request->has_device() || request->device().memory_mib() <= 0) {
-    return ToGrpc(
-        absl::InvalidArgumentError(StrCat("RegisterWorker: worker '", request->worker_id(),
-                                          "' gives no device memory (device.memory_mib)")));
-  }
   if (absl::Status bounded = CheckRegistrationBounds(*request); !bounded.ok()) {
     return ToGrpc(bounded);
   }
@@ -389,12 +392,6 @@ grpc::Status WorkerServiceImpl::RegisterWorker(grpc::ServerContext* context,
   worker.device_index = request->device().index();
   worker.memory_bytes = request->device().memory_mib() * kMiB;
   if (request->device().has_memory_reserve_mib()) {
-    if (request->device().memory_reserve_mib() < 0) {
-      return ToGrpc(
-          absl::InvalidArgumentError(StrCat("RegisterWorker: worker '", request->worker_id(),
-                                            "': device.memory_reserve_mib must be >= 0, got ",
-                                            request->device().memory_reserve_mib())));
-    }
     worker.memory_reserve_bytes = request->device().memory_reserve_mib() * kMiB;
   }
   worker.free_disk_bytes = request->free_disk_mib() * kMiB;
