@@ -323,7 +323,9 @@ struct HttpServer::Impl {
     // pending). The watchdog shuts the socket down past it, which ends the blocking call: a
     // socket timeout (SO_RCVTIMEO) does not, as Asio retries a read that timed out.
     std::atomic<int64_t> deadline_us{0};
-    bool cut = false;  // the watchdog shut it down (guarded by mu)
+    // The watchdog shut it down: its reads end at once and its client has seen the close. Set
+    // under mu; read by the connection's own thread too, to skip lingering on a dead socket.
+    std::atomic<bool> cut{false};
     // Whether a byte of the current request's answer may have gone out (the connection's thread
     // only): an error before that is answered 500, after it the connection just closes.
     bool answer_started = false;
@@ -348,6 +350,9 @@ struct HttpServer::Impl {
 // can discard the answer before the client reads it (RFC 9112 §9.6).
 template <class Stream>
 void HttpServer::Impl::LingeringClose(Stream& stream, Connection& self) {
+  // A connection the watchdog cut has nothing left to drain, and the watchdog would not cut a
+  // second time a read that waited.
+  if (self.cut.load()) return;
   if constexpr (std::is_same_v<Stream, tcp::socket>) {
     beast::error_code ec;
     stream.shutdown(tcp::socket::shutdown_send, ec);
@@ -531,7 +536,14 @@ void HttpServer::Impl::AcceptLoop() {
     for (const Connection& c : connections) {
       // A connection the watchdog cut is ending (its client has seen the close, its thread may
       // not have finished yet): it no longer holds the client's share.
-      if (!c.done.load() && !c.cut && c.client == client) ++from_client;
+      if (!c.done.load() && !c.cut.load() && c.client == client) ++from_client;
+    }
+    // The same for the port's limit: connections the watchdog cut are ending, and a flood of
+    // them (all cut at once on a busy box, their threads at a lower priority) must not keep
+    // refusing new clients while their threads wind down.
+    int live = 0;
+    for (const Connection& c : connections) {
+      if (!c.done.load() && !c.cut.load()) ++live;
     }
     if (from_client >= options.max_connections_per_client) {
       SetTimeout(socket.native_handle(), SO_SNDTIMEO, absl::Seconds(1));
@@ -544,7 +556,7 @@ void HttpServer::Impl::AcceptLoop() {
       socket.close(ec);
       continue;
     }
-    if (static_cast<int>(connections.size()) >= options.max_connections) {
+    if (live >= options.max_connections) {
       SetTimeout(socket.native_handle(), SO_SNDTIMEO, absl::Seconds(1));
       if (!ssl) {
         WriteSimple(socket, bhttp::status::service_unavailable,
@@ -580,9 +592,9 @@ void HttpServer::Impl::Watchdog() {
     const int64_t now = SteadyMicros();
     for (Connection& c : connections) {
       const int64_t deadline = c.deadline_us.load();
-      if (!c.done.load() && !c.cut && deadline != 0 && now > deadline) {
+      if (!c.done.load() && !c.cut.load() && deadline != 0 && now > deadline) {
         ::shutdown(c.fd, SHUT_RDWR);  // ends the blocked read or write; the thread then exits
-        c.cut = true;
+        c.cut.store(true);
       }
     }
     mu.AwaitWithTimeout(
