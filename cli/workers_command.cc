@@ -59,6 +59,13 @@ void ListCommand(const Conn& lc) {
            fmt::format("{:.2f}", w.idle_while_queued_hours()), When(w.last_seen_us())});
   }
   t.Print(std::cout);
+  // Why a worker takes nothing, under the table: its disk below its own floor.
+  for (const auto& w : resp.workers()) {
+    if (w.state() != "disk_full") continue;
+    std::cout << w.worker_id() << ": disk full, " << Mib(w.free_disk_mib())
+              << " free in its cache directory, below its floor of " << Mib(w.disk_floor_mib())
+              << " (cart-worker --min-free-disk-mib): it takes no job until there is room\n";
+  }
 }
 
 // cart workers drain ID

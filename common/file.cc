@@ -29,11 +29,21 @@ absl::Status ErrnoError(std::string_view what, const std::string& path) {
                                              ")"));
   }
   if (err == ENOTDIR || err == EISDIR || err == ELOOP) return absl::InvalidArgumentError(msg);
-  if (err == ENOSPC || err == EDQUOT) return absl::ResourceExhaustedError(msg);
+  if (err == ENOSPC || err == EDQUOT) return NoSpaceError(std::move(msg));
   return absl::InternalError(msg);
 }
 
 }  // namespace
+
+absl::Status NoSpaceError(std::string message) {
+  absl::Status status = absl::ResourceExhaustedError(std::move(message));
+  status.SetPayload(kNoSpacePayload, absl::Cord("1"));
+  return status;
+}
+
+bool IsNoSpace(const absl::Status& status) {
+  return absl::IsResourceExhausted(status) && status.GetPayload(kNoSpacePayload).has_value();
+}
 
 absl::StatusOr<AtomicFileWriter> AtomicFileWriter::Open(const std::string& path, mode_t mode) {
   static std::atomic<int> counter{0};

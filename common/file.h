@@ -47,6 +47,14 @@ class AtomicFileWriter {
   FILE* file_ = nullptr;
 };
 
+// A write that failed for want of room on its filesystem (ENOSPC, EDQUOT): ResourceExhausted,
+// with the payload kNoSpacePayload, which tells it from a device out of memory (also
+// ResourceExhausted, train/torch_error.h). The message names the file and the operation.
+inline constexpr char kNoSpacePayload[] = "cart.dev/no-space";
+absl::Status NoSpaceError(std::string message);
+// Whether `status` is such a failure (the payload survives cart::WithContext, common/status.h).
+bool IsNoSpace(const absl::Status& status);
+
 // Writes the whole of `data` to `path` atomically.
 absl::Status WriteFileAtomically(const std::string& path, std::string_view data,
                                  mode_t mode = 0644);

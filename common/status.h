@@ -2,8 +2,26 @@
 
 // Error propagation helpers for absl::Status / absl::StatusOr at module boundaries.
 
+#include <string>
+#include <string_view>
+
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/cord.h"
+
+namespace cart {
+
+// `status` with `prefix` before its message, its code and payloads kept (a payload such as
+// common/file.h's kNoSpacePayload says what kind of failure it is). OK stays OK.
+inline absl::Status WithContext(const absl::Status& status, std::string_view prefix) {
+  if (status.ok()) return status;
+  absl::Status out(status.code(), std::string(prefix) + std::string(status.message()));
+  status.ForEachPayload(
+      [&](absl::string_view url, const absl::Cord& payload) { out.SetPayload(url, payload); });
+  return out;
+}
+
+}  // namespace cart
 
 #define CART_CONCAT_INNER_(a, b) a##b
 #define CART_CONCAT_(a, b) CART_CONCAT_INNER_(a, b)

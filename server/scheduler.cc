@@ -633,6 +633,13 @@ absl::StatusOr<std::optional<Job>> Scheduler::Acquire(const std::string& worker_
       for (auto r = running_.begin(); r != running_.end();) {
         r = r->second.worker_id == worker_id ? running_.erase(r) : std::next(r);
       }
+      if (worker->info.DiskFull()) {
+        // No job for a worker below its own disk floor: it waits out its poll (it asks again
+        // with a fresh reading) and stays alive meanwhile.
+        while (!shutdown_ && !pollers_cv_.WaitWithDeadline(&mu_, deadline)) {
+        }
+        return std::optional<Job>();
+      }
     }
     absl::StatusOr<std::optional<store::Claim>> claim = Place(worker_id, memory);
     if (!claim.ok()) {
@@ -669,6 +676,15 @@ absl::StatusOr<std::optional<Job>> Scheduler::Acquire(const std::string& worker_
     }
     --waiting_acquires_;
     if (shutdown_ || absl::Now() >= deadline) return std::optional<Job>();
+  }
+}
+
+void Scheduler::NoteWorkerDisk(const std::string& worker_id, int64_t free_bytes,
+                               int64_t floor_bytes) {
+  absl::MutexLock lock(&mu_);
+  if (WorkerRegistry::Worker* worker = workers_.Find(worker_id); worker != nullptr) {
+    worker->info.free_disk_bytes = free_bytes;
+    worker->info.disk_floor_bytes = floor_bytes;
   }
 }
 
@@ -755,6 +771,8 @@ std::vector<WorkerStatus> Scheduler::ListWorkers(bool device_history) {
       status.state = "busy";
     } else if (stale) {
       status.state = "lost";
+    } else if (worker.info.DiskFull()) {
+      status.state = "disk_full";
     } else {
       status.state = "idle";
     }

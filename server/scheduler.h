@@ -124,8 +124,9 @@ struct WorkerTiming {
 // A registered worker as ListWorkers shows it.
 struct WorkerStatus {
   WorkerInfo info;
-  // "idle", "busy", "draining", "lost" (not seen for a lease TTL + long poll; a drained worker
-  // that exited is lost too)
+  // "idle", "busy", "draining", "disk_full" (idle, its free disk below its own floor: handed
+  // no job), "lost" (not seen for a lease TTL + long poll; a drained worker that exited is lost
+  // too)
   std::string state;
   int64_t run_id = 0;    // the run it holds a lease on; 0 when none
   std::string run_name;  // "<sweep>/<index>" of that run
@@ -305,6 +306,11 @@ class Scheduler {
   // nullopt when none came, or on shutdown. FailedPrecondition for an unregistered or draining
   // worker.
   absl::StatusOr<std::optional<Job>> Acquire(const std::string& worker_id, absl::Duration wait);
+  // What a worker says of its disk as it asks (AcquireJob): free bytes in its cache directory
+  // and its own floor (0: none). Below the floor its Acquire hands nothing: it waits out the
+  // poll and returns empty, the worker staying alive and shown as disk_full. An unregistered
+  // worker is ignored (Acquire answers it).
+  void NoteWorkerDisk(const std::string& worker_id, int64_t free_bytes, int64_t floor_bytes);
   // Asks a worker to finish and exit: its open streams get a drain control, its next Acquire
   // fails. Idempotent. NotFound for an unknown worker.
   absl::Status DrainWorker(const std::string& worker_id, const std::string& who);

@@ -61,8 +61,11 @@ std::vector<PlacementWorker> WorkerRegistry::Fleet(
   std::vector<PlacementWorker> fleet;
   for (const auto& [id, w] : workers_) {
     const auto busy = busy_hours.find(id);
-    // Idle workers count while they poll; draining or silent ones take nothing.
-    if (id != asker && (w.draining || (busy == busy_hours.end() && Lost(w.last_seen_us, now_us)))) {
+    // Idle workers count while they poll; draining or silent ones take nothing, nor does an
+    // idle one whose disk is full (it polls, but is handed nothing until it has room).
+    const bool idle = busy == busy_hours.end();
+    if (id != asker &&
+        (w.draining || (idle && (Lost(w.last_seen_us, now_us) || w.info.DiskFull())))) {
       continue;
     }
     PlacementWorker p;

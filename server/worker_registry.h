@@ -39,7 +39,11 @@ struct WorkerInfo {
   // are placed and fitted into memory_bytes minus the reserve, which is also what the store
   // records as the worker's memory.
   int64_t memory_reserve_bytes = -1;
-  int64_t free_disk_bytes = 0;
+  int64_t free_disk_bytes = 0;  // in its cache directory, at registration and at each ask
+  // The worker's own floor (cart-worker --min-free-disk-mib), from its asks; 0: none. Below it
+  // the worker is disk_full: cartd hands it no job until its free space is back above.
+  int64_t disk_floor_bytes = 0;
+  bool DiskFull() const { return disk_floor_bytes > 0 && free_disk_bytes < disk_floor_bytes; }
   // Training speed as a multiple of an RTX 3090, as the worker reports it (cart-worker
   // --speed-factor: tests and replays); 0: not reported, cartd measures it.
   double speed_factor = 0;
@@ -82,7 +86,8 @@ class WorkerRegistry {
   // The largest registered device's usable memory; nullopt with no worker.
   std::optional<int64_t> MaxMemory() const;
 
-  // The live workers placement plans onto (not draining, not lost), each free after its
+  // The live workers placement plans onto (not draining, not lost, not idle with a full disk),
+  // each free after its
   // `busy_hours` (by worker id; a worker listed there counts as live however long unseen);
   // `asker` is included whatever its state.
   std::vector<PlacementWorker> Fleet(int64_t now_us, const std::string& asker,

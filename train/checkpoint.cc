@@ -277,18 +277,22 @@ absl::StatusOr<CheckpointManifest> WriteCheckpoint(const std::string& dir,
     return write_status.ok();
   };
   try {
+    // Once a write has failed (a full disk), the sink takes the rest without writing it, and the
+    // failure is returned after the serializer finishes. Telling LibTorch's serializer "fewer
+    // bytes" instead makes it throw, and it does so again from its writer's destructor while that
+    // exception unwinds: std::terminate, the whole worker gone for one full disk.
     SaveArchive(state, model, optimizer, [&](const void* data, size_t n) -> size_t {
-      if (!write_status.ok()) return 0;
+      if (!write_status.ok()) return n;
       const char* bytes = static_cast<const char*>(data);
       if (!write.staged) {
         write_status = file.Write(data, n);
-        if (!write_status.ok()) return 0;
+        if (!write_status.ok()) return n;
       }
       for (size_t off = 0; write.staged && off < n;) {
         const size_t take = std::min(n - off, kStagingBytes - staging.size());
         staging.insert(staging.end(), bytes + off, bytes + off + take);
         off += take;
-        if (staging.size() == kStagingBytes && !flush()) return 0;
+        if (staging.size() == kStagingBytes && !flush()) return n;
       }
       crc = ExtendChecksum(write.crc32c, crc, data, n);
       written += static_cast<int64_t>(n);

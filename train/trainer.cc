@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -137,10 +138,17 @@ absl::Status Trainer::Emit(const MetricRecord& record) {
   nlohmann::json j;
   j["step"] = record.step;
   for (const auto& [k, v] : record.values) j[k] = v;
+  errno = 0;
   metrics_ << j.dump() << "\n";
   metrics_.flush();
-  if (!metrics_)
-    return absl::InternalError("cannot append to metrics.jsonl in " + options_.out_dir);
+  if (!metrics_) {
+    // The stream keeps no reason; the failed write's errno is the one to tell a full disk by.
+    const int err = errno;
+    const std::string what = StrCat("cannot append to metrics.jsonl in ", options_.out_dir,
+                                    err != 0 ? StrCat(": ", std::strerror(err)) : "");
+    if (err == ENOSPC || err == EDQUOT) return NoSpaceError(what);
+    return absl::InternalError(what);
+  }
   if (options_.on_metrics) options_.on_metrics(record);
   return absl::OkStatus();
 }
@@ -223,9 +231,8 @@ absl::Status Trainer::FinishCheckpoint(bool wait) {
   pending_.reset();
   Written written = w.done.get();
   if (!written.manifest.ok()) {
-    const absl::Status& s = written.manifest.status();
-    return absl::Status(s.code(),
-                        StrCat("checkpoint at step ", w.step, " not written: ", s.message()));
+    return WithContext(written.manifest.status(),
+                       StrCat("checkpoint at step ", w.step, " not written: "));
   }
   // Both halves, in the run's log (bench/checkpoint_upload.sh reads the first as the loop's cost).
   Checkpointed(*written.manifest,

@@ -33,14 +33,28 @@ namespace {
 namespace fs = std::filesystem;
 using cart::v1::JobResult;
 
-// The end of an attempt that failed with `s`: out-of-memory (ResourceExhausted, see
-// train/torch_error.h) requeues the run as OUT_OF_MEMORY so that cartd can place it again with a
-// smaller micro-batch; anything else is FAILED.
-JobEnd Failed(const absl::Status& s) {
+// The end of an attempt that failed with `s`:
+// - for want of room on this worker's disk (a write that met ENOSPC, common/file.h IsNoSpace,
+//   or any failure while the cache directory is below the worker's floor): DRAINED, the run
+//   handed back without counting an attempt, as the disk is the worker's fault and not the
+//   run's; the worker then takes no job until it has room (worker/worker.cc);
+// - out of device memory (ResourceExhausted without that mark, train/torch_error.h):
+//   OUT_OF_MEMORY, so that cartd places it again with a smaller micro-batch;
+// - anything else: FAILED.
+JobEnd Failed(const absl::Status& s, const JobEnvironment& env) {
   JobEnd end;
+  end.error = Message(s);
+  const int64_t free_mib = SystemMetrics::FreeDiskMib(env.cache_dir);
+  if (IsNoSpace(s) || (env.min_free_disk_mib > 0 && free_mib < env.min_free_disk_mib)) {
+    end.outcome = JobResult::OUTCOME_DRAINED;
+    end.no_space = true;
+    end.error = StrCat("this worker's disk is full (", free_mib, " MiB free in ", env.cache_dir,
+                       ", floor ", env.min_free_disk_mib, " MiB): ", Message(s),
+                       "; handed back without counting an attempt");
+    return end;
+  }
   end.outcome = s.code() == absl::StatusCode::kResourceExhausted ? JobResult::OUTCOME_OUT_OF_MEMORY
                                                                  : JobResult::OUTCOME_FAILED;
-  end.error = Message(s);
   return end;
 }
 
@@ -252,7 +266,7 @@ absl::StatusOr<std::string> Session::PrepareRunDir() {
 
 JobEnd Session::Train() {
   JobEnd end;
-  auto fail = [&](const absl::Status& s) { return Failed(s); };
+  auto fail = [&](const absl::Status& s) { return Failed(s, env_); };
   absl::StatusOr<model::RunConfig> parsed =
       model::ParseRunConfigYaml(job_.config_yaml(), StrCat("run ", job_.run_name()));
   if (!parsed.ok()) return fail(parsed.status());
@@ -339,7 +353,7 @@ JobEnd Session::Train() {
 
 JobEnd Session::Evaluate() {
   JobEnd end;
-  auto fail = [&](const absl::Status& s) { return Failed(s); };
+  auto fail = [&](const absl::Status& s) { return Failed(s, env_); };
   absl::StatusOr<model::RunConfig> config =
       model::ParseRunConfigYaml(job_.config_yaml(), StrCat("run ", job_.run_name()));
   if (!config.ok()) return fail(config.status());

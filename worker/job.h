@@ -60,6 +60,9 @@ struct JobEnvironment {
   bool write_inline = false;
   // How long a final checkpoint cartd refuses for space is retried before the attempt fails.
   int64_t space_wait_ms = 600'000;
+  // The worker's own disk floor (WorkerConfig::min_free_disk_mib): an attempt that fails while
+  // the cache directory has less free is handed back as the disk's fault, not the run's.
+  int64_t min_free_disk_mib = 0;
   // Where this box mounts cartd's shared artifact store (worker/shared_store.h; cart-worker
   // --shared-artifacts): empty, at the path cartd names; "off": never write or read it directly.
   std::string shared_store_mount;
@@ -71,6 +74,9 @@ struct JobEnd {
   bool gave_up = false;  // the shutdown grace ran out before the result was delivered
   bool drain_requested = false;
   bool preempted = false;  // stopped at a checkpoint for other work; the worker asks again
+  // Handed back (DRAINED) because this worker's disk is full: the worker frees what it can and
+  // takes no job until it has room.
+  bool no_space = false;
   std::string error;
   // FAILED on a non-finite loss: where (cartd then fails the run without retrying it).
   std::optional<cart::v1::Divergence> diverged;

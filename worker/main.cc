@@ -72,6 +72,12 @@ int main(int argc, char** argv) {
                  "quota) is retried before the attempt fails with cartd's reason")
       ->capture_default_str()
       ->check(CLI::Range(0, 86'400));
+  app.add_option("--min-free-disk-mib", config.min_free_disk_mib,
+                 "Free space (MiB) the cache directory must keep: below it the worker takes no "
+                 "job until there is room, and a run that fails for want of room is handed back "
+                 "without counting an attempt (0: no floor)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
   app.add_option("--shared-artifacts", config.shared_artifacts,
                  "Where this box mounts cartd's shared artifact store (artifact_store: kind "
                  "shared_fs), when not at the path cartd names; 'off': always upload and "

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <iostream>
@@ -50,6 +51,35 @@ cart::v1::DeviceSample ToProto(const DeviceReading& r) {
 
 const char* OutcomeName(cart::v1::JobResult::Outcome o) {
   return cart::v1::JobResult::Outcome_Name(o).c_str() + 8;  // without "OUTCOME_"
+}
+
+// Frees what the cache directory holds that cartd also keeps, while no job runs: the directories
+// of ended attempts (every checkpoint in them was stored by cartd or belongs to an attempt that
+// is over) and downloaded checkpoints (fetched again when needed). Returns a line saying what
+// went, empty when nothing did. Only done below the disk floor: otherwise the last attempt's
+// directory stays for `cart export <dir>`.
+std::string Reclaim(const std::string& cache_dir) {
+  namespace fs = std::filesystem;
+  int64_t bytes = 0;
+  int dirs = 0, files = 0;
+  std::error_code ec;
+  for (const char* sub : {"runs", "artifacts"}) {
+    const fs::path root = fs::path(cache_dir) / sub;
+    if (!fs::is_directory(root, ec)) continue;
+    for (const fs::directory_entry& entry : fs::directory_iterator(root, ec)) {
+      const bool dir = entry.is_directory(ec);
+      if (!dir && entry.is_regular_file(ec)) bytes += static_cast<int64_t>(entry.file_size(ec));
+      for (const fs::directory_entry& f : dir ? fs::recursive_directory_iterator(entry.path(), ec)
+                                              : fs::recursive_directory_iterator()) {
+        if (f.is_regular_file(ec)) bytes += static_cast<int64_t>(f.file_size(ec));
+      }
+      if (fs::remove_all(entry.path(), ec) > 0) ++(dir ? dirs : files);
+    }
+  }
+  if (dirs == 0 && files == 0) return "";
+  return StrCat("freed ", Fixed(bytes / 1048576.0, 1), " MiB: ", dirs,
+                " run directories of ended attempts and ", files,
+                " downloaded checkpoints (cartd keeps every checkpoint)");
 }
 
 }  // namespace
@@ -147,13 +177,44 @@ absl::Status RunWorker(const WorkerConfig& config, const std::atomic<bool>& shut
   env.write_inline = config.write_inline;
   env.shared_store_mount = config.shared_artifacts;
 
+  env.min_free_disk_mib = config.min_free_disk_mib;
+
   int64_t jobs = 0;
   backoff_ms = 200;
+  bool disk_full = false;  // below `needed_mib` at the last look (said once per change)
+  // The free space this worker needs before it takes a job: its floor, or, after an attempt
+  // that ran out of room, more than it had then by a floor's worth (at least 64 MiB), so that
+  // a run needing more than the floor leaves is not taken and handed back over and over.
+  int64_t needed_mib = config.min_free_disk_mib;
   while (!shutdown && (config.max_jobs == 0 || jobs < config.max_jobs)) {
+    // Below it the worker still asks (cartd sees it alive and shows it as disk_full) but cartd
+    // hands it nothing; it looks again before each ask.
+    int64_t free_mib = SystemMetrics::FreeDiskMib(config.cache_dir);
+    if (needed_mib > 0 && free_mib < needed_mib && !disk_full) {
+      if (std::string freed = Reclaim(config.cache_dir); !freed.empty()) {
+        Say(worker_id, freed);
+        free_mib = SystemMetrics::FreeDiskMib(config.cache_dir);
+      }
+    }
+    if ((needed_mib > 0 && free_mib < needed_mib) != disk_full) {
+      disk_full = !disk_full;
+      Say(worker_id, disk_full
+                         ? StrCat("disk full: ", free_mib, " MiB free in ", config.cache_dir,
+                                  ", below the ", needed_mib, " MiB this worker needs (its floor, ",
+                                  config.min_free_disk_mib, " MiB by --min-free-disk-mib",
+                                  needed_mib > config.min_free_disk_mib
+                                      ? ", raised after a run ran out of room"
+                                      : "",
+                                  "); taking no job until there is room")
+                         : StrCat("disk has room again: ", free_mib, " MiB free in ",
+                                  config.cache_dir, "; taking jobs"));
+      if (!disk_full) needed_mib = config.min_free_disk_mib;
+    }
     cart::v1::AcquireJobRequest req;
     req.set_worker_id(worker_id);
     req.set_wait_ms(config.acquire_wait_ms);
-    req.set_free_disk_mib(SystemMetrics::FreeDiskMib(config.cache_dir));
+    req.set_free_disk_mib(std::max<int64_t>(0, free_mib));
+    req.set_disk_floor_mib(needed_mib);
     cart::v1::AcquireJobResponse resp;
     grpc::ClientContext ctx;
     rpc::PrepareContext(ctx, config.client, config.acquire_wait_ms + 10'000);
@@ -194,6 +255,14 @@ absl::Status RunWorker(const WorkerConfig& config, const std::atomic<bool>& shut
                    ? "DRAINED (preempted at a checkpoint for other work; it resumes later)"
                    : OutcomeName(end.outcome),
                end.error.empty() ? "" : ": " + end.error));
+    if (end.no_space) {
+      // Whatever the attempt left is of no further use: its checkpoints are cartd's. Then the
+      // worker waits for room beyond what it had.
+      if (std::string freed = Reclaim(config.cache_dir); !freed.empty()) Say(worker_id, freed);
+      const int64_t free_mib = SystemMetrics::FreeDiskMib(config.cache_dir);
+      needed_mib = free_mib + std::max<int64_t>(config.min_free_disk_mib, 64);
+      disk_full = false;  // said afresh at the next look
+    }
     if (end.drain_requested) {
       Say(worker_id, "drain requested; exiting");
       break;

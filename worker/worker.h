@@ -34,6 +34,10 @@ struct WorkerConfig {
   int64_t shutdown_grace_s = 120;           // after SIGTERM, time to hand the current run back
   // A final checkpoint cartd refuses for space is retried this long, then the attempt fails.
   int64_t space_wait_s = 600;
+  // Free space (MiB) the cache directory must keep: below it the worker takes no job (cartd is
+  // told, and shows the worker as disk_full) until there is room again; an attempt that fails
+  // for want of room is handed back without counting (docs/design.md "A worker's disk fills").
+  int64_t min_free_disk_mib = 1024;
   bool upload_inline = false;  // wait for each checkpoint's upload (JobEnvironment)
   bool write_inline = false;   // the training loop writes each checkpoint itself (JobEnvironment)
   // Where this box mounts cartd's shared artifact store; empty: at cartd's path; "off": never.

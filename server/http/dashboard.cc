@@ -1224,6 +1224,7 @@ Response Dashboard::ListWorkers() {
                 {"uuid", w.info.uuid},
                 {"memory_bytes", w.info.memory_bytes},
                 {"free_disk_bytes", w.info.free_disk_bytes},
+                {"disk_floor_bytes", w.info.disk_floor_bytes},
                 {"state", w.state},
                 {"run_id", w.run_id},
                 {"run_name", w.run_name},

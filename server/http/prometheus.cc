@@ -54,9 +54,16 @@ void RenderFleet(prometheus::Registry& registry, const std::vector<WorkerStatus>
                      .Name("cart_worker_idle_while_queued_seconds_total")
                      .Help("Seconds the worker's device held no run while runs were queued")
                      .Register(registry);
+  auto& free_disk = gauge("cart_worker_free_disk_bytes",
+                          "Free space in the worker's cache directory at its last ask for a job");
+  auto& disk_full = gauge("cart_worker_disk_full",
+                          "1 while the worker's free disk is below its own floor "
+                          "(cart-worker --min-free-disk-mib): it is handed no job");
   const double now_s = static_cast<double>(now_us) / 1e6;
   for (const WorkerStatus& w : fleet) {
     up.Add({{"worker", w.info.id}}).Set(w.state == "lost" ? 0 : 1);
+    free_disk.Add({{"worker", w.info.id}}).Set(static_cast<double>(w.info.free_disk_bytes));
+    disk_full.Add({{"worker", w.info.id}}).Set(w.info.DiskFull() ? 1 : 0);
     idle_now.Add({{"worker", w.info.id}}).Set(w.idle_while_queued ? 1 : 0);
     idle_s.Add({{"worker", w.info.id}}).Increment(w.idle_while_queued_s);
     const prometheus::Labels device = {{"worker", w.info.id},
@@ -203,7 +210,7 @@ absl::StatusOr<std::string> RenderPrometheus(Scheduler& scheduler,
   }
 
   std::map<std::string, int> worker_states = {
-      {"idle", 0}, {"busy", 0}, {"draining", 0}, {"lost", 0}};
+      {"idle", 0}, {"busy", 0}, {"draining", 0}, {"disk_full", 0}, {"lost", 0}};
   const std::vector<WorkerStatus> fleet = scheduler.ListWorkers();
   for (const WorkerStatus& w : fleet) ++worker_states[w.state];
   auto& workers =
@@ -214,7 +221,8 @@ absl::StatusOr<std::string> RenderPrometheus(Scheduler& scheduler,
       .Help("Workers seen within a lease TTL (not lost)")
       .Register(registry)
       .Add({})
-      .Set(worker_states["idle"] + worker_states["busy"] + worker_states["draining"]);
+      .Set(worker_states["idle"] + worker_states["busy"] + worker_states["draining"] +
+           worker_states["disk_full"]);
 
   RenderFleet(registry, fleet, scheduler.NowMicros());
 

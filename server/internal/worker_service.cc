@@ -22,6 +22,8 @@ constexpr int kMaxPointsPerBatch = 10'000;
 // this (a worker's clock may run a little fast; one far ahead would hide every later reading).
 constexpr int kMaxDeviceSamples = 1000;
 constexpr int64_t kMaxAheadUs = int64_t{10} * 60 * 1'000'000;
+// The most free disk a worker may report (1 EiB in MiB): a larger number is a bug, not a disk.
+constexpr int64_t kMostDiskMib = int64_t{1} << 40;
 
 // The RunJob stream as the scheduler sees it. Writes (acks from the handler thread, controls from
 // whichever thread cancels or drains) are serialized by mu_; Read runs concurrently on the handler
@@ -341,7 +343,6 @@ absl::Status CheckRegistrationBounds(const v1::RegisterWorkerRequest& request) {
     }
   }
   constexpr int64_t kMostMemoryMib = int64_t{1} << 30;
-  constexpr int64_t kMostDiskMib = int64_t{1} << 40;
   if (device.memory_mib() > kMostMemoryMib) {
     return absl::InvalidArgumentError(
         StrCat(who, "device.memory_mib is ", device.memory_mib(), "; at most ", kMostMemoryMib));
@@ -414,6 +415,16 @@ grpc::Status WorkerServiceImpl::AcquireJob(grpc::ServerContext* context,
   if (request->wait_ms() < 0) {
     return ToGrpc(absl::InvalidArgumentError("AcquireJob: wait_ms must not be negative"));
   }
+  for (const auto& [field, mib] :
+       {std::pair<const char*, int64_t>{"free_disk_mib", request->free_disk_mib()},
+        {"disk_floor_mib", request->disk_floor_mib()}}) {
+    if (mib < 0 || mib > kMostDiskMib) {
+      return ToGrpc(absl::InvalidArgumentError(
+          StrCat("AcquireJob: ", field, " is ", mib, "; allowed 0 to ", kMostDiskMib)));
+    }
+  }
+  ctx_.scheduler->NoteWorkerDisk(request->worker_id(), request->free_disk_mib() * kMiB,
+                                 request->disk_floor_mib() * kMiB);
   // Never wait past the client's own deadline.
   absl::Duration wait = absl::Milliseconds(request->wait_ms());
   const auto deadline = context->deadline();

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cctype>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -153,20 +154,44 @@ void Cluster::KillCartd(int signal) {
   cartd_ = -1;
 }
 
+std::vector<std::string> Cluster::WorkerArgs(const std::string& id, const std::string& server,
+                                             int64_t memory_mib,
+                                             const std::vector<std::string>& extra) {
+  std::vector<std::string> args = {"--server",          server, "--token",         worker_token_,
+                                   "--device",          "cpu",  "--worker-id",     WorkerId(id),
+                                   "--threads",         "1",    "--cache-dir",     CacheDir(id),
+                                   "--acquire-wait-ms", "1000", "--client-config", "/dev/null"};
+  if (memory_mib > 0) args.insert(args.end(), {"--memory-mib", StrCat(memory_mib)});
+  args.insert(args.end(), extra.begin(), extra.end());
+  return args;
+}
+
 pid_t Cluster::StartWorker(const std::string& id, int64_t memory_mib,
                            const std::vector<std::string>& extra) {
   auto host = hosts_.find(id);
   const std::string server =
       host == hosts_.end() ? address() : StrCat(host->second.cartd_ip, ":", port_);
+  pid_t pid = Spawn(BinDir() + "/cart-worker", WorkerArgs(id, server, memory_mib, extra),
+                    "worker-" + id + ".log", host == hosts_.end() ? "" : host->second.netns);
+  workers_.push_back(pid);
+  return pid;
+}
+
+pid_t Cluster::StartWorkerOnSmallDisk(const std::string& id, int64_t disk_mib,
+                                      const std::vector<std::string>& extra, std::string* why) {
+  const CommandResult probe = RunCommand("unshare -rm sh -c 'mount -t tmpfs tmpfs /mnt' 2>&1");
+  if (probe.exit_code != 0) {
+    *why = "a mount namespace with a tmpfs cannot be made here (unshare -rm: " + probe.output + ")";
+    return -1;
+  }
+  std::filesystem::create_directories(CacheDir(id));
+  // unshare and sh exec into cart-worker: the pid returned is the worker's.
   std::vector<std::string> args = {
-      "--server",          server, "--token",         worker_token_,
-      "--device",          "cpu",  "--worker-id",     WorkerId(id),
-      "--threads",         "1",    "--cache-dir",     dir_.File("worker-" + id),
-      "--acquire-wait-ms", "1000", "--client-config", "/dev/null"};
-  if (memory_mib > 0) args.insert(args.end(), {"--memory-mib", StrCat(memory_mib)});
-  args.insert(args.end(), extra.begin(), extra.end());
-  pid_t pid = Spawn(BinDir() + "/cart-worker", args, "worker-" + id + ".log",
-                    host == hosts_.end() ? "" : host->second.netns);
+      "-rm",        "sh",
+      "-c",         StrCat("mount -t tmpfs -o size=", disk_mib, "m tmpfs \"$0\" && exec \"$@\""),
+      CacheDir(id), BinDir() + "/cart-worker"};
+  for (std::string& a : WorkerArgs(id, address(), 0, extra)) args.push_back(std::move(a));
+  pid_t pid = Spawn("/usr/bin/unshare", args, "worker-" + id + ".log");
   workers_.push_back(pid);
   return pid;
 }
@@ -282,6 +307,15 @@ std::string RunBase(const std::string& data, int steps, int checkpoint_every) {
   steps: )",
                 steps, "\n  checkpoint_every: ", checkpoint_every, "\n  train_data: ", data,
                 "\n  val_data:\n    synth: ", data.substr(0, data.size() - 4), ".val.bin\n");
+}
+
+void ExpectStraightLosses(Cluster& c, int64_t run, size_t steps) {
+  const std::map<int64_t, double> want =
+      StraightLosses(c.GetRun(run).run().config_yaml(), c.dir() + "/straight");
+  const std::map<int64_t, double> got = c.Series(run, "loss");
+  ASSERT_EQ(want.size(), steps);
+  ASSERT_EQ(got.size(), steps);
+  for (const auto& [step, loss] : want) EXPECT_EQ(got.at(step), loss) << "step " << step;
 }
 
 std::map<int64_t, double> StraightLosses(const std::string& config_yaml,

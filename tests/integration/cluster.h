@@ -41,6 +41,14 @@ class Cluster {
   // Starts a worker with the id WorkerId(id); returns its pid.
   pid_t StartWorker(const std::string& id, int64_t memory_mib = 0,
                     const std::vector<std::string>& extra = {});
+  // Starts worker `id` as StartWorker does, its cache directory a tmpfs of `disk_mib` MiB that
+  // only it sees: a mount and user namespace of its own (`unshare -rm`, which needs no root where
+  // the kernel allows unprivileged user namespaces, as Debian's does). Returns -1 with the reason
+  // when such a namespace cannot be made. The test reaches that disk through
+  // /proc/<pid>/root<CacheDir(id)>.
+  pid_t StartWorkerOnSmallDisk(const std::string& id, int64_t disk_mib,
+                               const std::vector<std::string>& extra, std::string* why);
+  std::string CacheDir(const std::string& id) const { return dir_.File("worker-" + id); }
   void Signal(pid_t pid, int signal);
   void Wait(pid_t pid);
 
@@ -70,6 +78,8 @@ class Cluster {
  private:
   pid_t Spawn(const std::string& exe, const std::vector<std::string>& args, const std::string& log,
               const std::string& netns = "");
+  std::vector<std::string> WorkerArgs(const std::string& id, const std::string& server,
+                                      int64_t memory_mib, const std::vector<std::string>& extra);
   void Connect();
 
   TempDir dir_;
@@ -95,6 +105,9 @@ std::string RunBase(const std::string& data, int steps, int checkpoint_every = 1
 // match bit for bit.
 std::map<int64_t, double> StraightLosses(const std::string& config_yaml,
                                          const std::string& out_dir);
+// Expects run `run`'s stored losses to be those of its config trained straight through here
+// (StraightLosses, under c.dir()/straight), bit for bit, at each of `steps` steps.
+void ExpectStraightLosses(Cluster& c, int64_t run, size_t steps);
 // A run's state name without the RUN_STATE_ prefix ("RUNNING").
 std::string StateOf(Cluster& c, int64_t run);
 // The id of run `index` of `sweep`.

@@ -106,13 +106,7 @@ TEST(LineageTest, AWorkerWithAnotherFileAtTheRunsPathIsRefusedAndTheRunResumesEx
       << c.Log("worker-b.log") << c.Log("cartd.log");
   EXPECT_THAT(c.Cart({"runs", "logs", StrCat(run)}),
               HasSubstr("data matches the run's record: train, val:synth"));
-  cart::v1::GetRunResponse done = c.GetRun(run);
-  const std::map<int64_t, double> want =
-      StraightLosses(done.run().config_yaml(), c.dir() + "/straight");
-  const std::map<int64_t, double> got = c.Series(run, "loss");
-  ASSERT_EQ(want.size(), 60u);
-  ASSERT_EQ(got.size(), 60u);
-  for (const auto& [step, loss] : want) EXPECT_EQ(got.at(step), loss) << "step " << step;
+  ExpectStraightLosses(c, run, 60);
 }
 
 TEST(LineageTest, TheFirstWorkerRecordsWhatTheSubmitterCouldNotReadAndDerivedRunsInheritIt) {

@@ -66,12 +66,7 @@ TEST(NetworkTest, ACutLinkMovesTheRunToAnotherHostAndTheLossesMatchAnUninterrupt
   EXPECT_TRUE(lost) << "no event records the lapsed lease";
 
   // The same run trained straight through in this process.
-  const std::map<int64_t, double> want =
-      StraightLosses(resp.run().config_yaml(), c.dir() + "/straight");
-  const std::map<int64_t, double> got = c.Series(run, "loss");
-  ASSERT_EQ(want.size(), 120u);
-  ASSERT_EQ(got.size(), 120u);
-  for (const auto& [step, loss] : want) EXPECT_EQ(got.at(step), loss) << "step " << step;
+  ExpectStraightLosses(c, run, 120);
 }
 
 }  // namespace

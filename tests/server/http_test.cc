@@ -946,6 +946,41 @@ v1::DeviceSample HotReading() {
   return hot;
 }
 
+// A worker whose disk is below its own floor (cart-worker --min-free-disk-mib) stays alive and
+// is handed nothing while runs wait; it shows as disk_full in ListWorkers, the workers page and
+// /metrics, and takes the run once it reports room.
+TEST_F(HttpTest, AWorkerBelowItsDiskFloorIsHandedNothingAndShownAsDiskFull) {
+  Submit(TinySweep("disk"));
+  auto a = MakeWorker("box-gpu0");
+  ASSERT_TRUE(a->Register().ok());
+  a->SetDisk(3, 4);
+  std::optional<v1::Job> job;
+  ASSERT_TRUE(a->Acquire(300, &job).ok());
+  EXPECT_FALSE(job.has_value()) << "a worker below its disk floor was handed a run";
+  const json workers = Get("/api/v1/workers").Json()["workers"];
+  ASSERT_EQ(workers.size(), 1u);
+  EXPECT_EQ(workers[0]["state"], "disk_full");
+  EXPECT_EQ(workers[0]["free_disk_bytes"], 3 << 20);
+  EXPECT_EQ(workers[0]["disk_floor_bytes"], 4 << 20);
+  const std::string m = Get("/metrics", kWorker).body;
+  EXPECT_THAT(m, HasSubstr(R"(cart_worker_disk_full{worker="box-gpu0"} 1)"));
+  EXPECT_THAT(m, HasSubstr(R"(cart_worker_free_disk_bytes{worker="box-gpu0"} 3145728)"));
+  EXPECT_THAT(m, HasSubstr(R"(cart_workers{state="disk_full"} 1)"));
+  EXPECT_THAT(m, HasSubstr("cart_workers_alive 1"));
+  // A bound on what it may say, named.
+  a->SetDisk(-1, 4);
+  const grpc::Status refused = a->Acquire(0, &job);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(refused.error_message(), HasSubstr("free_disk_mib is -1; allowed 0 to"));
+  // Room again: the run is handed out, and the worker is no longer disk_full.
+  a->SetDisk(5, 4);
+  ASSERT_TRUE(a->Acquire(0, &job).ok());
+  EXPECT_TRUE(job.has_value());
+  EXPECT_EQ(Get("/api/v1/workers").Json()["workers"][0]["state"], "busy");
+  EXPECT_THAT(Get("/metrics", kWorker).body,
+              HasSubstr(R"(cart_worker_disk_full{worker="box-gpu0"} 0)"));
+}
+
 TEST_F(HttpTest, DeviceReadingsIdleTimeAndTheCardsRunReachMetricsAndTheWorkersPage) {
   Submit(TinySweep("fleet"));
   auto a = MakeWorker("box-gpu0");

@@ -43,6 +43,8 @@ grpc::Status FakeWorker::Acquire(int64_t wait_ms, std::optional<v1::Job>* job, b
   v1::AcquireJobRequest request;
   request.set_worker_id(id_);
   request.set_wait_ms(wait_ms);
+  request.set_free_disk_mib(free_disk_mib_);
+  request.set_disk_floor_mib(disk_floor_mib_);
   v1::AcquireJobResponse response;
   grpc::Status status = stub_->AcquireJob(&context, request, &response);
   job->reset();

@@ -36,6 +36,11 @@ class FakeWorker {
   // AcquireJob with wait_ms; nullopt (and ok status) when no job came. `drain`, when given, is
   // set to the answer's drain mark.
   grpc::Status Acquire(int64_t wait_ms, std::optional<v1::Job>* job, bool* drain = nullptr);
+  // What its next asks say of its disk (AcquireJobRequest free_disk_mib, disk_floor_mib).
+  void SetDisk(int64_t free_mib, int64_t floor_mib) {
+    free_disk_mib_ = free_mib;
+    disk_floor_mib_ = floor_mib;
+  }
 
   // One RunJob stream: opened with a hello for (run, attempt).
   class Stream {
@@ -77,6 +82,8 @@ class FakeWorker {
   std::string id_;
   int64_t memory_mib_;
   std::string token_;
+  int64_t free_disk_mib_ = 0;
+  int64_t disk_floor_mib_ = 0;
 };
 
 // A cartd started in-process with RunServer on 127.0.0.1:0.

@@ -30,12 +30,21 @@ function deviceCell(values, lo, hi, text, cls) {
 }
 
 const gib = (b) => (b / 2 ** 30).toFixed(1);
+const mib = (b) => Math.round(b / 2 ** 20);
 
 function workerRow(w) {
   const d = w.device || {utilization: [], memory_used_bytes: [], temperature_c: [], power_w: []};
   const last = w.latest;
   const total = last ? last.memory_total_bytes : w.memory_bytes;
-  const chip = w.state === 'busy' ? 'RUNNING' : w.state === 'lost' ? 'FAILED' : '';
+  const chip = w.state === 'busy'                               ? 'RUNNING' :
+      w.state === 'lost' || w.state === 'disk_full' ? 'FAILED' :
+                                                      '';
+  // A full disk says how full, and why the worker takes nothing.
+  const stateTitle = w.state === 'disk_full' ?
+      `${mib(w.free_disk_bytes)} MiB free in its cache directory, below its floor of ` +
+          `${mib(w.disk_floor_bytes)} MiB (cart-worker --min-free-disk-mib): it takes no job ` +
+          'until there is room' :
+      '';
   const idle = w.idle_while_queued ? h('span', {
     class: 'state QUEUED',
     title: 'holds no run while runs are queued',
@@ -49,7 +58,8 @@ function workerRow(w) {
   const mfu = w.run_mfu !== null && w.run_mfu !== undefined;
   return h(
       'tr', {'data-worker': w.id}, h('td', {text: w.id}),
-      h('td', {}, h('span', {class: 'state ' + chip, text: w.state}), idle),
+      h('td', {}, h('span', {class: 'state ' + chip, text: w.state.replace('_', ' '), title: stateTitle}),
+        idle),
       h('td', {text: `${w.device_kind} ${w.device_name}`}),
       deviceCell(
           d.utilization, 0, 1, last ? `${Math.round(100 * last.utilization)} %` : '-', 'util'),
