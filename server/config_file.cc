@@ -179,6 +179,9 @@ const std::vector<Key>& Keys() {
               "bytes of the largest checkpoint upload"),
       Integer("min_free_artifact_bytes", &C::min_free_artifact_bytes, 0, kNoMax,
               "uploads that would leave fewer bytes of free disk are refused"),
+      Integer("min_free_store_bytes", &C::min_free_store_bytes, 0, kNoMax,
+              "below this much free disk under data_dir cartd takes no new change and hands out "
+              "no job until there is room (0: only a failed write tells)"),
       Integer("max_artifact_store_bytes", &C::max_artifact_store_bytes, 0, kNoMax,
               "the artifact store's quota in bytes (0: none)"),
       {"artifact_store",

@@ -77,6 +77,7 @@ Scheduler::Scheduler(store::RunStore* store, Clock* clock, SchedulerOptions opti
       grace_end_us_(absl::ToUnixMicros(clock->Now() + (options_.startup_grace < absl::ZeroDuration()
                                                            ? options_.lease_ttl
                                                            : options_.startup_grace))),
+      room_(options_.store_dir, options_.min_free_store_bytes),
       workers_(options_.lease_ttl + options_.max_acquire_wait) {
   // Workers registered before a restart may acquire again without re-registering.
   absl::StatusOr<std::vector<store::WorkerRecord>> known = store_->ListWorkers();
@@ -163,6 +164,7 @@ void Scheduler::PushCancels(const std::vector<int64_t>& run_ids, const std::stri
 // ---- Sweeps
 
 absl::StatusOr<SubmitResult> Scheduler::SubmitSweep(const SubmitRequest& request) {
+  CART_RETURN_IF_ERROR(room_.CheckRoom("submitting a sweep"));
   {
     absl::MutexLock lock(&mu_);
     if (submits_in_flight_ >= options_.max_concurrent_submits) {
@@ -244,6 +246,7 @@ absl::StatusOr<int64_t> Scheduler::CancelSweep(const std::string& name, const st
 
 absl::StatusOr<int64_t> Scheduler::ResumeSweep(const std::string& name, const std::string& who) {
   CART_RETURN_IF_ERROR(CheckSweepOwner(name, who, "resume"));
+  CART_RETURN_IF_ERROR(room_.CheckRoom("resuming a sweep"));
   CART_ASSIGN_OR_RETURN(int64_t changed,
                         store_->ResumeSweep(name, store::Audit{NowMicros(), who, "resumed"}));
   if (changed > 0) WakePollers();
@@ -300,6 +303,7 @@ absl::StatusOr<RunRecord> Scheduler::CancelRun(int64_t run_id, const std::string
 absl::StatusOr<RunRecord> Scheduler::ResumeRun(int64_t run_id, const std::string& who,
                                                const std::vector<std::string>& set) {
   CART_RETURN_IF_ERROR(CheckRunOwner(run_id, who, "resume"));
+  CART_RETURN_IF_ERROR(room_.CheckRoom("resuming a run"));
   std::optional<store::ConfigChange> change;
   std::string why = "resumed";
   if (!set.empty()) {
@@ -336,6 +340,7 @@ absl::StatusOr<ExtendOutcome> Scheduler::ExtendRun(int64_t run_id, int64_t total
                                                    ExtendSchedule schedule,
                                                    const std::string& who) {
   CART_RETURN_IF_ERROR(CheckRunOwner(run_id, who, "extend"));
+  CART_RETURN_IF_ERROR(room_.CheckRoom("extending a run"));
   // The state and the step count are checked once, by the store, inside the write (a check here
   // would read outside it); this re-resolves the config with the new steps and schedule.
   CART_ASSIGN_OR_RETURN(RunRecord run, store_->GetRun(run_id));
@@ -379,13 +384,15 @@ absl::StatusOr<ExtendOutcome> Scheduler::ExtendRun(int64_t run_id, int64_t total
 absl::StatusOr<RunRecord> Scheduler::AnnotateRun(int64_t run_id,
                                                  const store::AnnotationChange& change,
                                                  const std::string& who) {
-  return store_->AnnotateRun(run_id, change, store::Audit{NowMicros(), who, ""});
+  CART_RETURN_IF_ERROR(room_.CheckRoom("changing tags or notes"));
+  return Noted(store_->AnnotateRun(run_id, change, store::Audit{NowMicros(), who, ""}));
 }
 
 absl::StatusOr<store::SweepRecord> Scheduler::AnnotateSweep(const std::string& name,
                                                             const store::AnnotationChange& change,
                                                             const std::string& who) {
-  return store_->AnnotateSweep(name, change, store::Audit{NowMicros(), who, ""});
+  CART_RETURN_IF_ERROR(room_.CheckRoom("changing tags or notes"));
+  return Noted(store_->AnnotateSweep(name, change, store::Audit{NowMicros(), who, ""}));
 }
 
 // ---- Workers
@@ -633,15 +640,15 @@ absl::StatusOr<std::optional<Job>> Scheduler::Acquire(const std::string& worker_
       for (auto r = running_.begin(); r != running_.end();) {
         r = r->second.worker_id == worker_id ? running_.erase(r) : std::next(r);
       }
-      if (worker->info.DiskFull()) {
-        // No job for a worker below its own disk floor: it waits out its poll (it asks again
-        // with a fresh reading) and stays alive meanwhile.
+      if (worker->info.DiskFull() || room_.full()) {
+        // No job for a worker below its own disk floor, nor from a cartd whose disk is full (a
+        // lease is a write): it waits out its poll (and asks again) and stays alive meanwhile.
         while (!shutdown_ && !pollers_cv_.WaitWithDeadline(&mu_, deadline)) {
         }
         return std::optional<Job>();
       }
     }
-    absl::StatusOr<std::optional<store::Claim>> claim = Place(worker_id, memory);
+    absl::StatusOr<std::optional<store::Claim>> claim = Noted(Place(worker_id, memory));
     if (!claim.ok()) {
       if (claim.status().code() == absl::StatusCode::kNotFound) {
         return absl::FailedPreconditionError(Message(claim.status()));
@@ -899,7 +906,7 @@ void Scheduler::DetachStream(int64_t run_id, const AttemptStream* stream) {
 
 absl::StatusOr<bool> Scheduler::Heartbeat(int64_t run_id, int64_t attempt, int64_t step) {
   CART_ASSIGN_OR_RETURN(store::HeartbeatReply reply,
-                        store_->Heartbeat(run_id, attempt, NowMicros()));
+                        Noted(store_->Heartbeat(run_id, attempt, NowMicros())));
   absl::MutexLock lock(&mu_);
   int64_t& progress = progress_[run_id];
   progress = std::max(progress, step);
@@ -908,7 +915,7 @@ absl::StatusOr<bool> Scheduler::Heartbeat(int64_t run_id, int64_t attempt, int64
 
 absl::Status Scheduler::AppendLog(int64_t run_id, int64_t attempt,
                                   const std::vector<store::LogLine>& lines) {
-  CART_RETURN_IF_ERROR(store_->AppendLog(run_id, attempt, lines).status());
+  CART_RETURN_IF_ERROR(Noted(store_->AppendLog(run_id, attempt, lines).status()));
   BumpRun(run_id);
   return absl::OkStatus();
 }
@@ -926,7 +933,8 @@ absl::StatusOr<int64_t> Scheduler::AppendMetrics(int64_t run_id, int64_t attempt
       tokens_step = p.step;
     }
   }
-  CART_ASSIGN_OR_RETURN(int64_t acked, store_->AppendMetrics(run_id, attempt, std::move(points)));
+  CART_ASSIGN_OR_RETURN(int64_t acked,
+                        Noted(store_->AppendMetrics(run_id, attempt, std::move(points))));
   stats_.AddIngest(count,
                    std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   {
@@ -937,6 +945,13 @@ absl::StatusOr<int64_t> Scheduler::AppendMetrics(int64_t run_id, int64_t attempt
     BumpRunLocked(run_id);
   }
   return acked;
+}
+
+absl::Status Scheduler::Noted(absl::Status status) {
+  if (std::optional<std::string> changed = room_.NoteWrite(status, NowMicros())) {
+    std::fprintf(stderr, "cartd: %s\n", changed->c_str());
+  }
+  return status;
 }
 
 void Scheduler::ReleaseArtifacts(const std::vector<std::string>& shas) {
@@ -955,7 +970,7 @@ absl::StatusOr<store::CheckpointRecord> Scheduler::RecordCheckpoint(
     const std::function<absl::Status()>& blob_present) {
   CART_ASSIGN_OR_RETURN(
       store::CheckpointRecord record,
-      store_->RecordCheckpoint(run_id, attempt, checkpoint, NowMicros(), blob_present));
+      Noted(store_->RecordCheckpoint(run_id, attempt, checkpoint, NowMicros(), blob_present)));
   if (options_.keep_checkpoints > 0) {
     // The checkpoint is recorded whatever happens here; an artifact whose removal fails now is
     // removed as unknown when cartd next starts.
@@ -1084,7 +1099,7 @@ absl::StatusOr<RunRecord> Scheduler::ReportOutcome(int64_t run_id, int64_t attem
       break;
     }
   }
-  if (!result.ok()) return result.status();
+  if (!result.ok()) return Noted(result.status());
   if (outcome == AttemptOutcome::kFailed || outcome == AttemptOutcome::kOutOfMemory) {
     stats_.AddRetry();
   }
@@ -1177,8 +1192,9 @@ absl::StatusOr<std::vector<int64_t>> Scheduler::Preempt() {
 
 absl::StatusOr<std::vector<store::ExpiredLease>> Scheduler::ExpireLeases() {
   const int64_t now_us = NowMicros();
-  if (now_us < grace_end_us_) return std::vector<store::ExpiredLease>();
-  CART_ASSIGN_OR_RETURN(std::vector<store::ExpiredLease> expired, store_->ExpireLeases(now_us));
+  if (now_us < grace_end_us_.load()) return std::vector<store::ExpiredLease>();
+  CART_ASSIGN_OR_RETURN(std::vector<store::ExpiredLease> expired,
+                        Noted(store_->ExpireLeases(now_us)));
   if (!expired.empty()) {
     stats_.AddLeaseExpiries(static_cast<int64_t>(expired.size()));
     {
@@ -1203,6 +1219,15 @@ void Scheduler::ExpiryLoop() {
       mu_.AwaitWithDeadline(absl::Condition(&shutdown_), absl::Now() + options_.expiry_interval);
       if (shutdown_) return;
     }
+    if (std::optional<std::string> changed = room_.Look(NowMicros())) {
+      std::fprintf(stderr, "cartd: %s\n", changed->c_str());
+      // Heartbeats failed while the disk was full: a lease TTL for them to come through again
+      // before any lease is taken back (a run is not charged for cartd's disk).
+      if (!room_.full()) {
+        grace_end_us_.store(NowMicros() + absl::ToInt64Microseconds(options_.lease_ttl));
+      }
+    }
+    if (room_.full()) continue;  // every step below writes; said once, when it became full
     absl::StatusOr<std::vector<store::ExpiredLease>> expired = ExpireLeases();
     if (!expired.ok()) {
       std::fprintf(stderr, "cartd: lease expiry failed: %s\n", Message(expired.status()).c_str());

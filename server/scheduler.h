@@ -26,6 +26,7 @@
 //
 // Thread-safety: every method is thread-safe.
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -45,6 +46,7 @@
 #include "server/fleet.h"
 #include "server/placement.h"
 #include "server/stats.h"
+#include "server/store_room.h"
 #include "server/submission.h"
 #include "server/worker_registry.h"
 #include "store/run_store.h"
@@ -89,6 +91,10 @@ struct SchedulerOptions {
   // weighed down by half every `fair_share_half_life` since it was used, are fewest (plus what the
   // plan already gives them). Zero: off (one queue, longest first). Default 24 h.
   absl::Duration fair_share_half_life = absl::Hours(24);
+  // cartd's own disk (server/store_room.h): a directory on the database's filesystem (empty:
+  // only failed writes tell) and the free space below which cartd takes no new change.
+  std::string store_dir;
+  int64_t min_free_store_bytes = int64_t{64} << 20;
   // Preemption at a checkpoint (docs/design.md "Preemption"): when no worker is free and a queued
   // run would be served before a running one (a higher priority; or, with fair share on, the same
   // priority, an owner with less decayed usage, and the running run's owner holding at least two
@@ -396,6 +402,8 @@ class Scheduler {
   absl::StatusOr<std::vector<store::AttemptRecord>> ListAttempts(int64_t run_id);
   // Counters for /metrics.
   const SchedulerStats& stats() const { return stats_; }
+  // Room on cartd's own disk (server/store_room.h): /metrics and the dashboard show it.
+  StoreRoom::State store_room() const { return room_.state(); }
   // The expected finish of every unfinished run and sweep that has one (Forecast). Planned again
   // after a claim, submit, outcome or registration, and at least every 10 s of clock time;
   // between those the last one is returned (it plans the whole queue).
@@ -495,6 +503,14 @@ class Scheduler {
 
   // Wakes long polls: something may have become claimable.
   void WakePollers();
+  // Notes a store write's result in room_ (a failure for want of room makes cartd full, said
+  // once in its log) and returns it unchanged.
+  absl::Status Noted(absl::Status status);
+  template <class T>
+  absl::StatusOr<T> Noted(absl::StatusOr<T> result) {
+    if (!result.ok()) Noted(result.status()).IgnoreError();
+    return result;
+  }
   void BumpRun(int64_t run_id);
   void BumpRunLocked(int64_t run_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Chooses and claims a run for the worker (SchedulerOptions::placement); nullopt when it should
@@ -544,11 +560,14 @@ class Scheduler {
   store::RunStore* const store_;
   Clock* const clock_;
   const SchedulerOptions options_;
-  const int64_t grace_end_us_;
+  // No lease expires before this (Unix µs): the startup grace, pushed on by a lease TTL when
+  // cartd's disk has room again (workers' heartbeats failed while it was full).
+  std::atomic<int64_t> grace_end_us_;
 
   absl::Mutex mu_;
   absl::CondVar pollers_cv_;  // generation_ changed or shutting down
   SchedulerStats stats_;
+  StoreRoom room_;
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
   int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
   int waiting_acquires_ ABSL_GUARDED_BY(mu_) = 0;

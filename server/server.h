@@ -61,6 +61,9 @@ struct ServerConfig {
   int64_t max_artifact_bytes = int64_t{64} << 30;
   // Uploads that would leave less free disk than this are refused. Default 256 MiB; 0: no floor.
   int64_t min_free_artifact_bytes = int64_t{256} << 20;
+  // Free space on data_dir's filesystem below which cartd takes no new change and hands out no
+  // job until there is room (server/store_room.h; docs/design.md "cartd's disk fills").
+  int64_t min_free_store_bytes = int64_t{64} << 20;
   // The artifact store may hold at most this many bytes; uploads past it are refused. 0: no quota.
   int64_t max_artifact_store_bytes = 0;
   // Where checkpoints live: empty, under <data_dir>/artifacts, every byte through cartd; else a

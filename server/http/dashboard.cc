@@ -374,7 +374,15 @@ Response Dashboard::Handle(const Request& request) {
                         "' is not a name of this cartd (allowed: IP addresses, localhost, this "
                         "machine's name and the names in cartd's http_hosts)"));
   }
-  if (path == "/healthz") return Json(json{{"ok", true}});
+  if (path == "/healthz") {
+    // Up, and whether its disk has room (the dashboard's banner; server/store_room.h). Said
+    // without the data directory's path: anyone may ask.
+    const StoreRoom::State room = scheduler_->store_room();
+    json store{{"full", room.full}, {"needed_bytes", room.needed_bytes}};
+    if (room.free_bytes >= 0) store["free_bytes"] = room.free_bytes;
+    if (room.full) store["since_us"] = room.since_us;
+    return Json(json{{"ok", true}, {"store", store}});
+  }
   if (!api && path != "/metrics") {
     if (request.method != "GET" && request.method != "HEAD") {
       return Error(absl::StatusCode::kInvalidArgument,

@@ -225,6 +225,32 @@ absl::StatusOr<std::string> RenderPrometheus(Scheduler& scheduler,
            worker_states["disk_full"]);
 
   RenderFleet(registry, fleet, scheduler.NowMicros());
+  // cartd's own disk (server/store_room.h).
+  const StoreRoom::State room = scheduler.store_room();
+  BuildGauge()
+      .Name("cart_store_disk_full")
+      .Help(
+          "1 while cartd's disk is full: it answers reads, takes no new change and hands out "
+          "no job until there is room")
+      .Register(registry)
+      .Add({})
+      .Set(room.full ? 1 : 0);
+  if (room.free_bytes >= 0) {
+    BuildGauge()
+        .Name("cart_store_free_disk_bytes")
+        .Help("Free space on the filesystem of cartd's database at the last look")
+        .Register(registry)
+        .Add({})
+        .Set(static_cast<double>(room.free_bytes));
+  }
+  BuildGauge()
+      .Name("cart_store_needed_disk_bytes")
+      .Help(
+          "Free space cartd needs for changes and new jobs (min_free_store_bytes, more after a "
+          "write failed for room)")
+      .Register(registry)
+      .Add({})
+      .Set(static_cast<double>(room.needed_bytes));
 
   auto counter = [&](const char* name, const char* help, int64_t value) {
     BuildCounter().Name(name).Help(help).Register(registry).Add({}).Increment(

@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "common/status.h"
+#include "common/file.h"
 #include "common/strings.h"
 
 namespace cart::store::internal {
@@ -52,8 +53,8 @@ absl::Status SqliteError(int code, sqlite3* db, std::string_view what) {
     case SQLITE_CORRUPT:
     case SQLITE_NOTADB:
       return absl::DataLossError(message);
-    case SQLITE_FULL:
-      return absl::ResourceExhaustedError(message);
+    case SQLITE_FULL:  // marked as a full disk (common/file.h), not any exhausted resource
+      return NoSpaceError(message);
     case SQLITE_CANTOPEN:
       return absl::NotFoundError(message);
     default:

@@ -1,7 +1,10 @@
 #include "tests/integration/cluster.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -120,7 +123,7 @@ pid_t Cluster::Spawn(const std::string& exe, const std::vector<std::string>& arg
   return pid.ok() ? *pid : -1;
 }
 
-void Cluster::StartCartd(const std::string& config_yaml) {
+std::vector<std::string> Cluster::CartdArgs(const std::string& config_yaml) {
   std::vector<std::string> args = {
       "--listen",          address(),     "--data-dir",         dir_.File("cartd"), "--tokens",
       dir_.File("tokens"), "--lease-ttl", StrCat(lease_ttl_s_), "--http",           "127.0.0.1:0"};
@@ -134,7 +137,32 @@ void Cluster::StartCartd(const std::string& config_yaml) {
     args[1] = StrCat("0.0.0.0:", port_);
     args.push_back("--insecure");
   }
-  cartd_ = Spawn(BinDir() + "/cartd", args, "cartd.log");
+  return args;
+}
+
+void Cluster::StartCartd(const std::string& config_yaml) {
+  cartd_ = Spawn(BinDir() + "/cartd", CartdArgs(config_yaml), "cartd.log");
+  WaitForCartd();
+}
+
+bool Cluster::StartCartdOnSmallDisk(int64_t disk_mib, const std::string& config_yaml,
+                                    std::string* why) {
+  if (!CanMountTmpfs(why)) return false;
+  std::filesystem::create_directories(dir_.File("cartd"));
+  std::vector<std::string> args = {
+      "-rm",
+      "sh",
+      "-c",
+      StrCat("mount -t tmpfs -o size=", disk_mib, "m tmpfs \"$0\" && exec \"$@\""),
+      dir_.File("cartd"),
+      BinDir() + "/cartd"};
+  for (std::string& a : CartdArgs(config_yaml)) args.push_back(std::move(a));
+  cartd_ = Spawn("/usr/bin/unshare", args, "cartd.log");
+  WaitForCartd();
+  return true;
+}
+
+void Cluster::WaitForCartd() {
   Connect();
   // Ready when it answers.
   const bool up = WaitFor(
@@ -177,13 +205,16 @@ pid_t Cluster::StartWorker(const std::string& id, int64_t memory_mib,
   return pid;
 }
 
+bool Cluster::CanMountTmpfs(std::string* why) {
+  const CommandResult probe = RunCommand("unshare -rm sh -c 'mount -t tmpfs tmpfs /mnt' 2>&1");
+  if (probe.exit_code == 0) return true;
+  *why = "a mount namespace with a tmpfs cannot be made here (unshare -rm: " + probe.output + ")";
+  return false;
+}
+
 pid_t Cluster::StartWorkerOnSmallDisk(const std::string& id, int64_t disk_mib,
                                       const std::vector<std::string>& extra, std::string* why) {
-  const CommandResult probe = RunCommand("unshare -rm sh -c 'mount -t tmpfs tmpfs /mnt' 2>&1");
-  if (probe.exit_code != 0) {
-    *why = "a mount namespace with a tmpfs cannot be made here (unshare -rm: " + probe.output + ")";
-    return -1;
-  }
+  if (!CanMountTmpfs(why)) return -1;
   std::filesystem::create_directories(CacheDir(id));
   // unshare and sh exec into cart-worker: the pid returned is the worker's.
   std::vector<std::string> args = {
@@ -194,6 +225,32 @@ pid_t Cluster::StartWorkerOnSmallDisk(const std::string& id, int64_t disk_mib,
   pid_t pid = Spawn("/usr/bin/unshare", args, "worker-" + id + ".log");
   workers_.push_back(pid);
   return pid;
+}
+
+std::string Cluster::Http(const std::string& path) {
+  const std::string log = Log("cartd.log");
+  const std::string mark = "dashboard at http://127.0.0.1:";
+  const size_t at = log.find(mark);
+  if (at == std::string::npos) return "";
+  const int port = std::atoi(log.c_str() + at + mark.size());
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string answer;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
+    const std::string request =
+        StrCat("GET ", path, " HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer ", user_token_,
+               "\r\nConnection: close\r\n\r\n");
+    if (write(fd, request.data(), request.size()) == static_cast<ssize_t>(request.size())) {
+      char buf[65536];
+      for (ssize_t n; (n = read(fd, buf, sizeof buf)) > 0;) answer.append(buf, n);
+    }
+  }
+  close(fd);
+  const size_t body = answer.find("\r\n\r\n");
+  return body == std::string::npos ? "" : answer.substr(body + 4);
 }
 
 void Cluster::Signal(pid_t pid, int signal) { kill(pid, signal); }

@@ -34,6 +34,13 @@ class Cluster {
 
   // `config_yaml`: a cartd config file's text (keys: docs/architecture.md "cartd config").
   void StartCartd(const std::string& config_yaml = "");
+  // StartCartd with its data directory on a tmpfs of `disk_mib` MiB that only it sees (as for
+  // StartWorkerOnSmallDisk); false with the reason when that cannot be made. The test reaches
+  // that disk through /proc/<cartd_pid()>/root<dir()>/cartd.
+  bool StartCartdOnSmallDisk(int64_t disk_mib, const std::string& config_yaml, std::string* why);
+  pid_t cartd_pid() const { return cartd_; }
+  // GET `path` from cartd's HTTP port with the user token; the answer's body ("" when none).
+  std::string Http(const std::string& path);
   void KillCartd(int signal);  // and waits for it
   // The full worker id of the worker started as `id`: the worker token (named "testbox") is bound
   // to the ids "testbox-…" (server/auth.h).
@@ -81,6 +88,9 @@ class Cluster {
   std::vector<std::string> WorkerArgs(const std::string& id, const std::string& server,
                                       int64_t memory_mib, const std::vector<std::string>& extra);
   void Connect();
+  std::vector<std::string> CartdArgs(const std::string& config_yaml);
+  void WaitForCartd();  // connects, then waits until cartd answers
+  static bool CanMountTmpfs(std::string* why);
 
   TempDir dir_;
   double lease_ttl_s_;

@@ -298,7 +298,7 @@ TEST_F(HttpsTest, TheDashboardPortServesHttpsWithTheServersCertificate) {
   EXPECT_THAT(server_->dashboard_url(), ::testing::StartsWith("https://127.0.0.1:"));
   const std::string trusted = Fetch(pki_->ca_pem);
   EXPECT_THAT(trusted, ::testing::HasSubstr("HTTP/1.0 200"));
-  EXPECT_THAT(trusted, ::testing::HasSubstr(R"({"ok":true})"));
+  EXPECT_THAT(trusted, ::testing::HasSubstr(R"({"ok":true,)"));
   const std::string untrusted = Fetch(pki_->other_ca_pem);
   EXPECT_THAT(untrusted, ::testing::Not(::testing::HasSubstr("HTTP/1.0 200")));
   EXPECT_THAT(untrusted, ::testing::HasSubstr("verify error"));

@@ -38,7 +38,29 @@ async function route() {
   document.body.dataset.ready = hash;
 }
 
+// A banner while cartd's disk is full (its /healthz says so, without a token): what still
+// works and what waits. Looked at every 10 s, whatever the view.
+const storeFull = document.getElementById('store-full');
+async function watchStore() {
+  try {
+    const res = await fetch('/healthz', {cache: 'no-store'});
+    const store = res.ok ? (await res.json()).store : null;
+    storeFull.hidden = !(store && store.full);
+    if (store && store.full) {
+      const mib = (b) => Math.round(b / 2 ** 20) + ' MiB';
+      storeFull.textContent = `cartd's disk is full (${mib(store.free_bytes || 0)} free, ` +
+          `${mib(store.needed_bytes)} needed): pages still read, but submits, changes and ` +
+          'new jobs wait, and running workers keep their results until cartd can store them. ' +
+          'It carries on by itself once there is room.';
+    }
+  } catch (e) {
+    // cartd unreachable: the views say so themselves.
+  }
+}
+
 takeTokenFromAddress();
 setupToken(route);
 window.addEventListener('hashchange', route);
 route();
+watchStore();
+setInterval(watchStore, 10000);
