@@ -96,6 +96,31 @@ std::string NoteBlock(const cart::v1::Note& note) {
   return fmt::format("note ({}, {}):\n{}\n", note.who(), When(note.at_us()), note.text());
 }
 
+std::string AnnotationHistoryBlock(
+    const google::protobuf::RepeatedPtrField<cart::v1::AnnotationHistoryEntry>& history) {
+  if (history.empty()) return "";
+  auto shown = [](const std::string& note) {
+    if (note.empty()) return std::string("(none)");
+    std::string line = note.substr(0, note.find('\n'));
+    const bool cut = line.size() > 60 || line.size() < note.size();
+    if (line.size() > 60) line = ValidUtf8(line.substr(0, 60));
+    return fmt::format("\"{}{}\"", line, cut ? "…" : "");
+  };
+  std::string out = "tags and note, changed:\n";
+  for (const auto& e : history) {
+    std::string what;
+    if (e.kind() == "note") {
+      what = fmt::format("note {} (was {})", shown(e.value()), shown(e.previous()));
+    } else if (e.kind() == "tag removed") {
+      what = fmt::format("tag removed: {} (set by {})", e.value(), e.previous());
+    } else {
+      what = fmt::format("{}: {}", e.kind(), e.value());
+    }
+    out += fmt::format("  {}  {}  {}\n", When(e.at_us()), e.who(), what);
+  }
+  return out;
+}
+
 std::string TagList(const google::protobuf::RepeatedPtrField<cart::v1::Tag>& tags) {
   std::string out;
   for (const auto& tag : tags) out += (out.empty() ? "" : ", ") + tag.name();

@@ -24,6 +24,10 @@ std::string Mib(int64_t mib);
 std::string When(int64_t us);
 // "note (<who>, <when>):\n<text>\n"; empty when there is no note.
 std::string NoteBlock(const cart::v1::Note& note);
+// "tags and note, changed:" and one line per change (who, when, what it replaced); empty when
+// there is none. A note is shown by its first line, cut at 60 characters.
+std::string AnnotationHistoryBlock(
+    const google::protobuf::RepeatedPtrField<cart::v1::AnnotationHistoryEntry>& history);
 // Tag names joined by ", "; "-" when there are none.
 std::string TagList(const google::protobuf::RepeatedPtrField<cart::v1::Tag>& tags);
 // An expected finish (Unix microseconds) as "2026-12-03 14:10:00 (in 41.2 h)" against the local

@@ -172,6 +172,7 @@ void ShowCommand(const IdArgs& sh) {
                                d.path(), d.sha256(), what, d.recorded_by(), When(d.recorded_us()));
     }
   }
+  std::cout << AnnotationHistoryBlock(resp.annotation_history());
   if (!resp.checkpoints().empty()) {
     std::cout << "checkpoints:";
     for (const auto& c : resp.checkpoints()) {

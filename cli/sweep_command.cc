@@ -211,6 +211,7 @@ void ShowCommand(const NameArgs& show) {
                            resp.runs_size(), When(resp.sweep().created_us()));
   if (!resp.sweep().tags().empty()) std::cout << "tags: " << TagList(resp.sweep().tags()) << "\n";
   std::cout << NoteBlock(resp.sweep().note());
+  std::cout << AnnotationHistoryBlock(resp.annotation_history());
   int64_t unfinished = 0;
   for (const auto& [state, n] : resp.sweep().runs_by_state()) {
     if (state == "QUEUED" || state == "BLOCKED" || state == "LEASED" || state == "RUNNING") {

@@ -222,7 +222,8 @@ struct RunDetails {
   std::vector<store::EventRecord> events;
   std::vector<store::CheckpointRecord> checkpoints;
   std::vector<store::MetricSummary> summaries;
-  std::vector<store::RunDataRecord> data;  // data lineage
+  std::vector<store::RunDataRecord> data;                  // data lineage
+  std::vector<store::AnnotationEvent> annotation_history;  // who changed its tags and note
 };
 
 class Scheduler {
@@ -387,6 +388,11 @@ class Scheduler {
 
   absl::StatusOr<std::vector<store::SweepRecord>> ListSweeps();  // by id
   absl::StatusOr<store::SweepRecord> GetSweep(const std::string& name);
+  // Who changed the run's tags and note, oldest first.
+  absl::StatusOr<std::vector<store::AnnotationEvent>> RunAnnotationHistory(int64_t run_id);
+  // Who changed the sweep's own tags and note, oldest first.
+  absl::StatusOr<std::vector<store::AnnotationEvent>> SweepAnnotationHistory(
+      const std::string& name);
   // The id of the run called "<sweep>/<index>" (one indexed lookup). InvalidArgument for a name
   // without '/', NotFound naming the run.
   absl::StatusOr<int64_t> FindRun(const std::string& name);

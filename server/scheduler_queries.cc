@@ -152,6 +152,7 @@ absl::StatusOr<RunDetails> Scheduler::GetRun(int64_t run_id) {
   CART_ASSIGN_OR_RETURN(details.checkpoints, store_->ListCheckpoints(run_id));
   CART_ASSIGN_OR_RETURN(details.summaries, store_->RunSummaries(run_id));
   CART_ASSIGN_OR_RETURN(details.data, store_->RunData(run_id));
+  CART_ASSIGN_OR_RETURN(details.annotation_history, store_->RunAnnotationHistory(run_id));
   for (const store::MetricSummary& s : details.summaries) {
     details.info.step = std::max(details.info.step, s.latest_step);
   }
@@ -219,6 +220,16 @@ absl::StatusOr<store::StoreTotals> Scheduler::Totals() { return store_->Totals()
 
 absl::StatusOr<store::SweepRecord> Scheduler::GetSweep(const std::string& name) {
   return store_->GetSweep(name);
+}
+
+absl::StatusOr<std::vector<store::AnnotationEvent>> Scheduler::RunAnnotationHistory(
+    int64_t run_id) {
+  return store_->RunAnnotationHistory(run_id);
+}
+
+absl::StatusOr<std::vector<store::AnnotationEvent>> Scheduler::SweepAnnotationHistory(
+    const std::string& name) {
+  return store_->SweepAnnotationHistory(name);
 }
 
 absl::StatusOr<int64_t> Scheduler::FindRun(const std::string& name) {

@@ -39,10 +39,14 @@ constexpr char kScaleWork[] =
 
 // Tags and notes, for runs and for sweeps: the same statements over the two owners' tables.
 struct AnnotationSql {
-  const char* insert_tag;  // (owner id, tag, who, at_us)
-  const char* delete_tag;  // (owner id, tag)
-  const char* count_tags;  // (owner id)
-  const char* set_note;    // (text, who, at_us, owner id)
+  const char* insert_tag;    // (owner id, tag, who, at_us)
+  const char* delete_tag;    // (owner id, tag)
+  const char* count_tags;    // (owner id)
+  const char* set_note;      // (text, who, at_us, owner id)
+  const char* tag_setter;    // (owner id, tag) -> who
+  const char* note_of;       // (owner id) -> note
+  const char* add_history;   // (owner id, at_us, who, kind, value, previous)
+  const char* trim_history;  // (owner id, rows kept)
 };
 constexpr AnnotationSql kRunAnnotation = {
     "INSERT INTO run_tags(run_id, tag, who, at_us) VALUES(?, ?, ?, ?) "
@@ -50,6 +54,12 @@ constexpr AnnotationSql kRunAnnotation = {
     "DELETE FROM run_tags WHERE run_id = ? AND tag = ?",
     "SELECT count(*) FROM run_tags WHERE run_id = ?",
     "UPDATE runs SET note = ?, note_by = ?, note_us = ? WHERE id = ?",
+    "SELECT who FROM run_tags WHERE run_id = ? AND tag = ?",
+    "SELECT note FROM runs WHERE id = ?",
+    "INSERT INTO annotation_history(run_id, at_us, who, kind, value, previous) "
+    "VALUES(?, ?, ?, ?, ?, ?)",
+    "DELETE FROM annotation_history WHERE run_id = ?1 AND id <= (SELECT id FROM "
+    "annotation_history WHERE run_id = ?1 ORDER BY id DESC LIMIT 1 OFFSET ?2)",
 };
 constexpr AnnotationSql kSweepAnnotation = {
     "INSERT INTO sweep_tags(sweep_id, tag, who, at_us) VALUES(?, ?, ?, ?) "
@@ -57,18 +67,44 @@ constexpr AnnotationSql kSweepAnnotation = {
     "DELETE FROM sweep_tags WHERE sweep_id = ? AND tag = ?",
     "SELECT count(*) FROM sweep_tags WHERE sweep_id = ?",
     "UPDATE sweeps SET note = ?, note_by = ?, note_us = ? WHERE id = ?",
+    "SELECT who FROM sweep_tags WHERE sweep_id = ? AND tag = ?",
+    "SELECT note FROM sweeps WHERE id = ?",
+    "INSERT INTO annotation_history(sweep_id, at_us, who, kind, value, previous) "
+    "VALUES(?, ?, ?, ?, ?, ?)",
+    "DELETE FROM annotation_history WHERE sweep_id = ?1 AND id <= (SELECT id FROM "
+    "annotation_history WHERE sweep_id = ?1 ORDER BY id DESC LIMIT 1 OFFSET ?2)",
 };
 
-// Applies `change` to the owner's rows; FailedPrecondition (the caller's savepoint undoes
-// everything) when it would leave more than kMaxTags tags.
+// The one text column `sql` selects for `owner_id` and `key` (none: "").
+template <class... Keys>
+absl::StatusOr<std::string> SelectText(Database& db, const char* sql, const Keys&... keys) {
+  CART_ASSIGN_OR_RETURN(auto select, db.Cached(sql));
+  select->BindAll(keys...);
+  CART_ASSIGN_OR_RETURN(bool row, select->Step());
+  return row ? select->ColumnText(0) : std::string();
+}
+
+// Applies `change` to the owner's rows, and keeps each change that changed something in its
+// history; FailedPrecondition (the caller's savepoint undoes everything) when it would leave
+// more than kMaxTags tags.
 absl::Status ApplyAnnotation(Database& db, const AnnotationSql& sql, int64_t owner_id,
                              const AnnotationChange& change, const Audit& audit,
                              const std::string& what) {
+  auto remember = [&](AnnotationEvent::Kind kind, const std::string& value,
+                      const std::string& previous) {
+    return Exec(db, sql.add_history, owner_id, audit.at_us, audit.who, static_cast<int64_t>(kind),
+                value, previous);
+  };
   for (const std::string& tag : change.remove_tags) {
+    CART_ASSIGN_OR_RETURN(std::string setter, SelectText(db, sql.tag_setter, owner_id, tag));
     CART_RETURN_IF_ERROR(Exec(db, sql.delete_tag, owner_id, tag));
+    if (db.Changes() > 0) {
+      CART_RETURN_IF_ERROR(remember(AnnotationEvent::Kind::kTagRemoved, tag, setter));
+    }
   }
   for (const std::string& tag : change.add_tags) {
     CART_RETURN_IF_ERROR(Exec(db, sql.insert_tag, owner_id, tag, audit.who, audit.at_us));
+    if (db.Changes() > 0) CART_RETURN_IF_ERROR(remember(AnnotationEvent::Kind::kTagAdded, tag, ""));
   }
   CART_ASSIGN_OR_RETURN(auto count, db.Cached(sql.count_tags));
   count->BindAll(owner_id);
@@ -79,9 +115,13 @@ absl::Status ApplyAnnotation(Database& db, const AnnotationSql& sql, int64_t own
         StrCat(what, " would carry ", tags, " tags; at most ", kMaxTags, " (remove some first)"));
   }
   if (change.note) {
+    CART_ASSIGN_OR_RETURN(std::string before, SelectText(db, sql.note_of, owner_id));
     CART_RETURN_IF_ERROR(Exec(db, sql.set_note, *change.note, audit.who, audit.at_us, owner_id));
+    if (before != *change.note) {
+      CART_RETURN_IF_ERROR(remember(AnnotationEvent::Kind::kNote, *change.note, before));
+    }
   }
-  return absl::OkStatus();
+  return Exec(db, sql.trim_history, owner_id, kMaxAnnotationHistory);
 }
 
 }  // namespace

@@ -139,6 +139,54 @@ absl::StatusOr<std::vector<AttemptRecord>> RunStore::ListAttempts(int64_t run_id
       });
 }
 
+namespace {
+
+constexpr char kSelectRunAnnotationHistory[] =
+    "SELECT at_us, who, kind, value, previous FROM annotation_history WHERE run_id = ? ORDER BY id";
+constexpr char kSelectSweepAnnotationHistory[] =
+    "SELECT at_us, who, kind, value, previous FROM annotation_history WHERE sweep_id = ? "
+    "ORDER BY id";
+
+absl::StatusOr<std::vector<AnnotationEvent>> LoadAnnotationHistory(Database& db, const char* sql,
+                                                                   int64_t owner_id) {
+  CART_ASSIGN_OR_RETURN(auto select, db.Cached(sql));
+  select->BindAll(owner_id);
+  std::vector<AnnotationEvent> out;
+  CART_RETURN_IF_ERROR(select->ForEachRow([&](const auto& cur) -> absl::Status {
+    AnnotationEvent e;
+    e.at_us = cur.ColumnInt64(0);
+    e.who = cur.ColumnText(1);
+    const int64_t kind = cur.ColumnInt64(2);
+    e.kind = kind == 1   ? AnnotationEvent::Kind::kTagRemoved
+             : kind == 2 ? AnnotationEvent::Kind::kNote
+                         : AnnotationEvent::Kind::kTagAdded;
+    e.value = cur.ColumnText(3);
+    e.previous = cur.ColumnText(4);
+    out.push_back(std::move(e));
+    return absl::OkStatus();
+  }));
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<AnnotationEvent>> RunStore::RunAnnotationHistory(int64_t run_id) {
+  using Out = std::vector<AnnotationEvent>;
+  return ReadSnapshot<Out>(*readers_, [&](Database& db) -> absl::StatusOr<Out> {
+    CART_RETURN_IF_ERROR(RequireRun(db, run_id));
+    return LoadAnnotationHistory(db, kSelectRunAnnotationHistory, run_id);
+  });
+}
+
+absl::StatusOr<std::vector<AnnotationEvent>> RunStore::SweepAnnotationHistory(
+    const std::string& name) {
+  using Out = std::vector<AnnotationEvent>;
+  return ReadSnapshot<Out>(*readers_, [&](Database& db) -> absl::StatusOr<Out> {
+    CART_ASSIGN_OR_RETURN(SweepRecord sweep, internal::LoadSweepByName(db, name));
+    return LoadAnnotationHistory(db, kSelectSweepAnnotationHistory, sweep.id);
+  });
+}
+
 absl::StatusOr<std::vector<EventRecord>> RunStore::RunEvents(int64_t run_id) {
   using Out = std::vector<EventRecord>;
   return ReadSnapshot<Out>(*readers_, [&](Database& db) -> absl::StatusOr<Out> {

@@ -282,7 +282,8 @@ class RunStore {
 
   // Removes, then adds tags (each with audit.who and audit.at_us), then replaces the note when
   // change.note is set, in one transaction; returns the run as it then is. Any state; not an
-  // event of the run. InvalidArgument naming the tag or the note's fault (spelling, size,
+  // event of the run, but each change that changed something is kept in its annotation history
+  // (RunAnnotationHistory). InvalidArgument naming the tag or the note's fault (spelling, size,
   // control characters, a tag both added and removed); FailedPrecondition, changing nothing,
   // when the run would carry more than kMaxTags tags; NotFound for an unknown run.
   absl::StatusOr<RunRecord> AnnotateRun(int64_t run_id, const AnnotationChange& change,
@@ -290,6 +291,10 @@ class RunStore {
   // The same for a sweep (its own tags and note, not its runs').
   absl::StatusOr<SweepRecord> AnnotateSweep(const std::string& name, const AnnotationChange& change,
                                             const Audit& audit);
+  // What AnnotateRun / AnnotateSweep changed on a run or a sweep, oldest first (types.h
+  // AnnotationEvent; the newest kMaxAnnotationHistory). NotFound for an unknown run or sweep.
+  absl::StatusOr<std::vector<AnnotationEvent>> RunAnnotationHistory(int64_t run_id);
+  absl::StatusOr<std::vector<AnnotationEvent>> SweepAnnotationHistory(const std::string& name);
 
   // ---- Queries (each one consistent snapshot)
 

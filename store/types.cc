@@ -81,4 +81,16 @@ bool IsLegalTransition(RunState from, RunState to) {
   return false;
 }
 
+std::string_view AnnotationKindName(AnnotationEvent::Kind kind) {
+  switch (kind) {
+    case AnnotationEvent::Kind::kTagAdded:
+      return "tag added";
+    case AnnotationEvent::Kind::kTagRemoved:
+      return "tag removed";
+    case AnnotationEvent::Kind::kNote:
+      return "note";
+  }
+  return "note";
+}
+
 }  // namespace cart::store

@@ -86,6 +86,21 @@ struct AnnotationChange {
   std::optional<std::string> note;  // replaces the note; "" clears it; nullopt: unchanged
 };
 
+// One change an AnnotationChange made, kept so that a tag removed or a note replaced by another
+// user is not lost: who changed what, and when (RunStore::AnnotationHistory). Only changes that
+// changed something are kept, the newest kMaxAnnotationHistory per run or sweep.
+inline constexpr int64_t kMaxAnnotationHistory = 1000;
+struct AnnotationEvent {
+  enum class Kind { kTagAdded, kTagRemoved, kNote };
+  int64_t at_us = 0;
+  std::string who;
+  Kind kind = Kind::kTagAdded;
+  std::string value;     // the tag, or the note as written ("" when it was cleared)
+  std::string previous;  // kTagRemoved: who had set the tag; kNote: the note it replaced
+};
+// "tag added", "tag removed", "note"
+std::string_view AnnotationKindName(AnnotationEvent::Kind kind);
+
 // One run of a new sweep, as the scheduler resolved it.
 // The identity of one data file (data lineage, docs/architecture.md): its bytes, and for a token
 // file its token count and tokenizer. Computed where the file is read (data/identity.h).

@@ -210,14 +210,27 @@ json TagNames(const std::vector<store::Tag>& tags) {
   return out;
 }
 
-// Tags with who set them and when, and the note: what a run's or sweep's page shows.
-json AnnotationJson(const std::vector<store::Tag>& tags, const store::Note& note) {
+// Tags with who set them and when, the note, and who changed them (oldest first): what a run's
+// or sweep's page shows. A history that could not be read is left out, not an error.
+json AnnotationJson(const std::vector<store::Tag>& tags, const store::Note& note,
+                    const absl::StatusOr<std::vector<store::AnnotationEvent>>& history) {
   json detail = json::array();
   for (const store::Tag& tag : tags) {
     detail.push_back(json{{"name", tag.name}, {"who", tag.who}, {"at_us", tag.at_us}});
   }
+  json changes = json::array();
+  if (history.ok()) {
+    for (const store::AnnotationEvent& e : *history) {
+      changes.push_back(json{{"at_us", e.at_us},
+                             {"who", e.who},
+                             {"kind", std::string(store::AnnotationKindName(e.kind))},
+                             {"value", e.value},
+                             {"previous", e.previous}});
+    }
+  }
   return json{{"tags", detail},
-              {"note", json{{"text", note.text}, {"who", note.who}, {"at_us", note.at_us}}}};
+              {"note", json{{"text", note.text}, {"who", note.who}, {"at_us", note.at_us}}},
+              {"history", changes}};
 }
 
 // A cancel's "reason" (a string), or the dashboard's default.
@@ -538,7 +551,7 @@ Response Dashboard::Api(const Request& request, const std::string& who) {
       if (!change.ok()) return Error(change.status());
       absl::StatusOr<store::SweepRecord> after = scheduler_->AnnotateSweep(name, *change, who);
       if (!after.ok()) return Error(after.status());
-      json out = AnnotationJson(after->tags, after->note);
+      json out = AnnotationJson(after->tags, after->note, scheduler_->SweepAnnotationHistory(name));
       out["sweep"] = name;
       return Json(out);
     }
@@ -576,7 +589,7 @@ Response Dashboard::Api(const Request& request, const std::string& who) {
       if (!change.ok()) return Error(change.status());
       absl::StatusOr<RunRecord> after = scheduler_->AnnotateRun(*id, *change, who);
       if (!after.ok()) return Error(after.status());
-      json out = AnnotationJson(after->tags, after->note);
+      json out = AnnotationJson(after->tags, after->note, scheduler_->RunAnnotationHistory(*id));
       out["id"] = after->id;
       return Json(out);
     }
@@ -646,7 +659,8 @@ Response Dashboard::GetSweep(const std::string& name) {
                    {"metrics", keys->metrics},
                    {"spec", sweep->spec_text},
                    {"tags", TagNames(sweep->tags)},
-                   {"annotation", AnnotationJson(sweep->tags, sweep->note)}});
+                   {"annotation", AnnotationJson(sweep->tags, sweep->note,
+                                                 scheduler_->SweepAnnotationHistory(name))}});
 }
 
 Response Dashboard::SweepRuns(const Request& request, const std::string& name) {
@@ -998,7 +1012,7 @@ Response Dashboard::GetRun(int64_t id) {
   out["effective_params"] = run.effective_params;
   out["created_us"] = run.created_us;
   out["summaries"] = summaries;
-  out["annotation"] = AnnotationJson(run.tags, run.note);
+  out["annotation"] = AnnotationJson(run.tags, run.note, details->annotation_history);
   json events = json::array();
   for (const store::EventRecord& e : details->events) {
     events.push_back(json{{"at_us", e.at_us},

@@ -137,6 +137,16 @@ v1::CheckpointView ToCheckpointView(const store::CheckpointRecord& checkpoint, b
   return view;
 }
 
+v1::AnnotationHistoryEntry ToProto(const store::AnnotationEvent& event) {
+  v1::AnnotationHistoryEntry out;
+  out.set_at_us(event.at_us);
+  out.set_who(event.who);
+  out.set_kind(std::string(store::AnnotationKindName(event.kind)));
+  out.set_value(event.value);
+  out.set_previous(event.previous);
+  return out;
+}
+
 v1::RunEvent ToRunEvent(const store::EventRecord& event) {
   v1::RunEvent view;
   view.set_time_us(event.at_us);

@@ -49,6 +49,7 @@ void ToAnnotationViews(const std::vector<store::Tag>& tags, const store::Note& n
                        google::protobuf::RepeatedPtrField<v1::Tag>* tag_views, v1::Note* note_view);
 v1::CheckpointView ToCheckpointView(const store::CheckpointRecord& checkpoint, bool final);
 v1::RunEvent ToRunEvent(const store::EventRecord& event);
+v1::AnnotationHistoryEntry ToProto(const store::AnnotationEvent& event);
 v1::WorkerView ToWorkerView(const WorkerStatus& worker);
 v1::Job ToJob(const Job& job, absl::Duration lease_ttl);
 v1::CheckpointRef ToCheckpointRef(const store::CheckpointRecord& checkpoint);

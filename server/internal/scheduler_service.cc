@@ -160,6 +160,10 @@ grpc::Status SchedulerServiceImpl::GetSweep(grpc::ServerContext* context,
   if (!forecast.ok()) return ToGrpc(forecast.status());
   *response->mutable_sweep() = ToSweepView(*sweep, forecast->get());
   response->set_run_total(total);
+  absl::StatusOr<std::vector<store::AnnotationEvent>> history =
+      ctx_.scheduler->SweepAnnotationHistory(request->name());
+  if (!history.ok()) return ToGrpc(history.status());
+  for (const store::AnnotationEvent& e : *history) *response->add_annotation_history() = ToProto(e);
   AddRunViews(*runs, ctx_.max_answer_bytes, response->mutable_runs(),
               [](const RunInfo& info) { return ToRunView(info, nullptr, false); });
   return grpc::Status::OK;
@@ -265,6 +269,9 @@ grpc::Status SchedulerServiceImpl::GetRun(grpc::ServerContext* context,
     *response->add_checkpoints() = ToCheckpointView(details->checkpoints[i], final);
   }
   for (const store::RunDataRecord& d : details->data) *response->add_data() = ToProto(d);
+  for (const store::AnnotationEvent& e : details->annotation_history) {
+    *response->add_annotation_history() = ToProto(e);
+  }
   return grpc::Status::OK;
 }
 

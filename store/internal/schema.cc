@@ -328,6 +328,26 @@ constexpr char kSchemaV15[] = R"sql(
 ALTER TABLE runs ADD COLUMN micro_batch_cap INTEGER NOT NULL DEFAULT 0;
 )sql";
 
+// Version 16: the history of tags and notes (RunStore::RunAnnotationHistory): each change that
+// changed something, with who made it and when, so that any user's removal of another's tag or
+// replacement of their note is kept. Rows of a run (run_id) or of a sweep (sweep_id, run_id
+// NULL); `previous` holds who had set a removed tag, or the note a new one replaced.
+constexpr char kSchemaV16[] = R"sql(
+CREATE TABLE annotation_history(
+  id INTEGER PRIMARY KEY,
+  run_id INTEGER REFERENCES runs(id),
+  sweep_id INTEGER REFERENCES sweeps(id),
+  at_us INTEGER NOT NULL,
+  who TEXT NOT NULL,
+  kind INTEGER NOT NULL,
+  value TEXT NOT NULL,
+  previous TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX annotation_history_by_run ON annotation_history(run_id, id) WHERE run_id IS NOT NULL;
+CREATE INDEX annotation_history_by_sweep ON annotation_history(sweep_id, id)
+  WHERE sweep_id IS NOT NULL;
+)sql";
+
 absl::Status Apply(Database& db, const Migration& migration) {
   Transaction txn(&db);
   CART_RETURN_IF_ERROR(txn.Begin(Transaction::Mode::kImmediate));
@@ -366,6 +386,7 @@ const std::vector<Migration>& Migrations() {
       {13, "runs.diverged_step, diverged_loss: runs failed on a non-finite loss", kSchemaV13},
       {14, "deleted_usage and runs.last_preempted_us: fair share and preemption kept", kSchemaV14},
       {15, "runs.micro_batch_cap: the micro-batch lowered after an out-of-memory", kSchemaV15},
+      {16, "annotation_history: who changed which tag or note, and when", kSchemaV16},
   };
   return *kAll;
 }

@@ -3,8 +3,8 @@
 #include <cmath>
 #include <filesystem>
 
-#include "common/status.h"
 #include "common/file.h"
+#include "common/status.h"
 #include "common/strings.h"
 
 namespace cart::store::internal {

@@ -273,6 +273,28 @@ TEST(ServiceTest, CancelStopsWithACheckpointAndResumeFinishesTheRun) {
   EXPECT_EQ(c.Series(run, "loss").size(), 400u);
 }
 
+// Tags and notes through the CLI: whoever removes a tag or replaces a note, `cart runs show`
+// and `cart sweep show` keep who changed what and what it replaced.
+TEST(ServiceTest, RunsShowAndSweepShowKeepWhoChangedTagsAndNotes) {
+  Cluster c;
+  c.StartCartd();
+  const std::string data = c.SynthData();
+  c.Cart({"sweep", "submit",
+          c.WriteFile("t.yaml", StrCat("name: t\nbase:\n", RunBase(data, 10), "seeds: [1]\n"))});
+  c.Cart({"runs", "tag", "t/0", "leak", "keep"});
+  c.Cart({"runs", "note", "t/0", "overlaps the validation set"});
+  c.Cart({"runs", "untag", "t/0", "leak"});
+  c.Cart({"runs", "note", "t/0", "not a leak after all\nsee the data check"});
+  c.Cart({"sweep", "note", "t", "stage one"});
+  const std::string shown = c.Cart({"runs", "show", StrCat(RunId(c, "t", 0))});
+  EXPECT_THAT(shown, HasSubstr("tags and note, changed:"));
+  EXPECT_THAT(shown, HasSubstr("user:tester  tag added: leak"));
+  EXPECT_THAT(shown, HasSubstr("user:tester  tag removed: leak (set by user:tester)"));
+  EXPECT_THAT(shown,
+              HasSubstr(R"(note "not a leak after all…" (was "overlaps the validation set"))"));
+  EXPECT_THAT(c.Cart({"sweep", "show", "t"}), HasSubstr(R"(note "stage one" (was (none)))"));
+}
+
 TEST(ServiceTest, ExportWritesARunsCheckpointAsSafetensorsFromCartdOrFromItsDirectory) {
   Cluster c;
   c.StartCartd();

@@ -308,6 +308,35 @@ TEST_F(HttpTest, TagsAndNotesAreSetByAnyUserShownEverywhereAndFilterRuns) {
     ASSERT_TRUE(scheduler_->Annotate(&context, request, &response).ok());
     EXPECT_EQ(response.tags_size(), 0);
   }
+
+  // Alice removes Bob's tag and replaces his note: both are kept, with who did what, on the run
+  // page's card (and the answer to the change) and in GetRun.
+  Reply replaced = Post(StrCat("/api/v1/runs/", runs[1], "/annotate"),
+                        R"({"remove_tags": ["leak"], "note": "not a leak after all"})", {origin});
+  ASSERT_EQ(replaced.status, 200) << replaced.body;
+  const json history = replaced.Json()["history"];
+  ASSERT_EQ(history.size(), 5u) << history.dump();
+  EXPECT_EQ(history[3]["kind"], "tag removed");
+  EXPECT_EQ(history[3]["value"], "leak");
+  EXPECT_EQ(history[3]["who"], "user:alice");
+  EXPECT_EQ(history[3]["previous"], "user:bob");
+  EXPECT_EQ(history[4]["kind"], "note");
+  EXPECT_EQ(history[4]["value"], "not a leak after all");
+  EXPECT_EQ(history[4]["previous"], "train/val overlap: rerun");
+  EXPECT_EQ(Get(StrCat("/api/v1/runs/", runs[1])).Json()["annotation"]["history"], history);
+  EXPECT_EQ(Get("/api/v1/sweeps/tagged").Json()["annotation"]["history"].size(), 2u);
+  v1::GetRunRequest get;
+  get.set_run_id(runs[1]);
+  v1::GetRunResponse got;
+  {
+    grpc::ClientContext context;
+    Prepare(context, kUser);
+    ASSERT_TRUE(scheduler_->GetRun(&context, get, &got).ok());
+    ASSERT_EQ(got.annotation_history_size(), 5);
+    EXPECT_EQ(got.annotation_history(4).who(), "user:alice");
+    EXPECT_EQ(got.annotation_history(4).previous(), "train/val overlap: rerun");
+    EXPECT_EQ(got.annotation_history(0).who(), "user:bob");
+  }
 }
 
 // Large reads (run pages, pivots, groups, series; ListRuns, GetSweep, QueryTable) share one bound

@@ -3,6 +3,7 @@
 
 #include <utility>
 
+#include "common/strings.h"
 #include "store/run_store.h"
 #include "tests/store/store_fixture.h"
 #include "tests/support/test_support.h"
@@ -170,6 +171,67 @@ TEST_F(AnnotationTest, BadTagsNotesAndTooManyTagsAreRefusedNamingTheFaultAndChan
   CART_ASSERT_OK_AND_ASSIGN(RunRecord run, store_->GetRun(ids_[0]));
   EXPECT_EQ(run.tags.size(), 32u);
   EXPECT_EQ(run.note.text, "");
+}
+
+// What one user does to another's tags and notes is kept: who changed what, and when, with who
+// had set a removed tag and the text a replaced note had; changes that changed nothing are not.
+TEST_F(AnnotationTest, EveryChangeOfTagsAndNotesIsKeptWithWhoMadeItAndWhatItReplaced) {
+  AnnotationChange first = Add({"leak", "keep"});
+  first.note = "alice's reading of it";
+  CART_ASSERT_OK(store_->AnnotateRun(ids_[0], first, By("user:alice", 10)));
+  AnnotationChange second = Add({"keep"});  // set already: no change
+  second.remove_tags = {"leak", "never-set"};
+  second.note = "bob's instead";
+  CART_ASSERT_OK(store_->AnnotateRun(ids_[0], second, By("user:bob", 20)));
+  AnnotationChange same;
+  same.note = "bob's instead";  // the same text again: no change
+  CART_ASSERT_OK(store_->AnnotateRun(ids_[0], same, By("user:bob", 30)));
+
+  CART_ASSERT_OK_AND_ASSIGN(std::vector<AnnotationEvent> history,
+                            store_->RunAnnotationHistory(ids_[0]));
+  ASSERT_EQ(history.size(), 5u);
+  using Kind = AnnotationEvent::Kind;
+  auto expect = [&](size_t i, Kind kind, const std::string& who, int64_t at,
+                    const std::string& value, const std::string& previous) {
+    SCOPED_TRACE(i);
+    EXPECT_EQ(history[i].kind, kind);
+    EXPECT_EQ(history[i].who, who);
+    EXPECT_EQ(history[i].at_us, at);
+    EXPECT_EQ(history[i].value, value);
+    EXPECT_EQ(history[i].previous, previous);
+  };
+  expect(0, Kind::kTagAdded, "user:alice", 10, "leak", "");
+  expect(1, Kind::kTagAdded, "user:alice", 10, "keep", "");
+  expect(2, Kind::kNote, "user:alice", 10, "alice's reading of it", "");
+  expect(3, Kind::kTagRemoved, "user:bob", 20, "leak", "user:alice");
+  expect(4, Kind::kNote, "user:bob", 20, "bob's instead", "alice's reading of it");
+  CART_ASSERT_OK_AND_ASSIGN(auto other, store_->RunAnnotationHistory(ids_[1]));
+  EXPECT_TRUE(other.empty());
+  EXPECT_THAT(store_->RunAnnotationHistory(999).status(),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("999")));
+
+  // A sweep's history is its own, and bounded: the newest kMaxAnnotationHistory changes.
+  for (int64_t i = 0; i <= kMaxAnnotationHistory; ++i) {
+    AnnotationChange note;
+    note.note = StrCat("take ", i);
+    CART_ASSERT_OK(store_->AnnotateSweep("s", note, By("user:carol", 100 + i)));
+  }
+  CART_ASSERT_OK_AND_ASSIGN(std::vector<AnnotationEvent> sweep,
+                            store_->SweepAnnotationHistory("s"));
+  ASSERT_EQ(sweep.size(), static_cast<size_t>(kMaxAnnotationHistory));
+  EXPECT_EQ(sweep.front().value, "take 1");
+  EXPECT_EQ(sweep.front().previous, "take 0");
+  EXPECT_EQ(sweep.back().value, StrCat("take ", kMaxAnnotationHistory));
+  CART_ASSERT_OK_AND_ASSIGN(history, store_->RunAnnotationHistory(ids_[0]));
+  EXPECT_EQ(history.size(), 5u) << "the sweep's changes are not its runs'";
+
+  // Deleted with the sweep; the integrity check (foreign keys) passes.
+  CART_ASSERT_OK(store_->DeleteSweep("s"));
+  CART_ASSERT_OK(store_->CreateSweep(MakeSweep("s", {MakeRun("a", {})}), By("u", 5)));
+  CART_ASSERT_OK_AND_ASSIGN(sweep, store_->SweepAnnotationHistory("s"));
+  EXPECT_TRUE(sweep.empty());
+  CART_ASSERT_OK_AND_ASSIGN(IntegrityReport report, store_->IntegrityCheck());
+  EXPECT_TRUE(report.ok);
 }
 
 TEST_F(AnnotationTest, SweepTagsAndNotesAreTheSweepsOwnAndGoWithItWhenDeleted) {

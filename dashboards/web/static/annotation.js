@@ -3,6 +3,23 @@ import {act} from './api.js';
 import {h} from './dom.js';
 import {fmtTime} from './format.js';
 
+// Who changed the tags and the note, newest first, folded away: a removed tag says who had set
+// it, a replaced note what it said.
+function historyList(history) {
+  if (!history.length) return h('span');
+  const line = (e) => {
+    const what = e.kind === 'note' ?
+        `note: "${e.value}"` + (e.previous ? ` (was "${e.previous}")` : '') :
+        e.kind === 'tag removed' ? `removed tag ${e.value} (set by ${e.previous})` :
+                                   `added tag ${e.value}`;
+    return h('li', {}, h('span', {class: 'muted', text: `${fmtTime(e.at_us)} ${e.who}: `}), what);
+  };
+  return h(
+      'details', {id: 'annotation-history'},
+      h('summary', {text: `history (${history.length} change${history.length > 1 ? 's' : ''})`}),
+      h('ul', {}, history.slice().reverse().map(line)));
+}
+
 // The card for `path` ("runs/ID" or "sweeps/NAME"): each change is one POST to
 // PATH/annotate, whose answer redraws the card.
 export function annotationCard(path, annotation) {
@@ -45,7 +62,8 @@ export function annotationCard(path, annotation) {
         noteIn,
         h('div', {},
           h('button', {id: 'note-save', onclick: () => change({note: noteIn.value})},
-            'Save note')));
+            'Save note')),
+        historyList(a.history || []));
   };
   draw(annotation);
   return card;
