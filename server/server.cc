@@ -184,6 +184,9 @@ void ServerHandle::Shutdown() {
   services_.reset();
   followers_.reset();
   big_reads_.reset();
+  downloads_.reset();
+  polls_.reset();
+  send_watch_.reset();
   store_.reset();
   absl::MutexLock lock(&mu_);
   done_ = true;
@@ -339,6 +342,16 @@ absl::StatusOr<std::unique_ptr<ServerHandle>> RunServer(const ServerConfig& conf
       std::max(1, config.max_big_reads_per_caller), std::max(1, config.max_big_reads),
       "large reads (run lists, sweeps, tables)", "retry in a moment");
   context.big_reads = handle->big_reads_.get();
+  handle->downloads_ = std::make_unique<CallerSlots>(
+      std::max(1, config.max_downloads_per_caller), std::max(1, config.max_threads / 4),
+      "checkpoint downloads", "let one finish first");
+  context.downloads = handle->downloads_.get();
+  handle->polls_ = std::make_unique<CallerSlots>(
+      std::max(1, config.max_polls_per_token), std::max(1, config.max_threads / 4),
+      "AcquireJob long polls", "run fewer workers on this token, or raise max_polls_per_token");
+  context.polls = handle->polls_.get();
+  handle->send_watch_ = std::make_unique<SendWatch>(config.stream_send_timeout);
+  context.send_watch = handle->send_watch_.get();
   context.max_answer_bytes = static_cast<size_t>(std::max<int64_t>(config.max_answer_bytes, 1));
   handle->services_ = std::make_unique<ServerHandle::Services>();
   handle->services_->scheduler = std::make_unique<internal::SchedulerServiceImpl>(context);

@@ -39,6 +39,7 @@ namespace cart::server {
 
 class ArtifactStore;
 class CallerSlots;
+class SendWatch;
 class Scheduler;
 class TokenTable;
 
@@ -81,6 +82,13 @@ struct ServerConfig {
   // Most follow streams (`cart runs logs -f` and the like) one caller may hold open; all callers
   // together hold at most half of max_threads, so workers always find a thread. Default 64; >= 1.
   int max_follows_per_caller = 64;
+  // Checkpoint downloads (GetCheckpoint, GetArtifact) one caller (token) may have streaming at
+  // once, all callers together at most a quarter of max_threads; and AcquireJob long polls one
+  // worker token may hold, all together at most a quarter of max_threads. A download whose next
+  // chunk the client has not taken within stream_send_timeout is cancelled. Defaults 8, 64, 60 s.
+  int max_downloads_per_caller = 8;
+  int max_polls_per_token = 64;
+  absl::Duration stream_send_timeout = absl::Seconds(60);
   // Large reads (ListRuns, GetSweep, QueryTable; the dashboard's run pages, pivots and groups)
   // in progress at once: per caller, and for everyone together, gRPC and HTTP sharing
   // one bound. More get RESOURCE_EXHAUSTED (HTTP 429). Each holds up to one answer (8 MiB of
@@ -198,6 +206,9 @@ class ServerHandle {
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<CallerSlots> followers_;
   std::unique_ptr<CallerSlots> big_reads_;  // the gRPC side's and the dashboard's
+  std::unique_ptr<CallerSlots> downloads_;
+  std::unique_ptr<CallerSlots> polls_;
+  std::unique_ptr<SendWatch> send_watch_;
   std::unique_ptr<Services> services_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<http::Dashboard> dashboard_;

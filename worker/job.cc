@@ -438,12 +438,23 @@ JobEnd RunJob(const JobEnvironment& env, const cart::v1::Job& job,
 absl::Status FetchArtifact(cart::v1::WorkerService::Stub& stub, const rpc::ClientConfig& client,
                            const std::string& sha256, const std::string& path) {
   if (fs::exists(path) && Sha256File(path) == sha256) return absl::OkStatus();
-  grpc::ClientContext context;
-  rpc::PrepareContext(context, client, 0);
-  cart::v1::GetArtifactRequest request;
-  request.set_sha256(sha256);
-  auto reader = stub.GetArtifact(&context, request);
-  return rpc::ReceiveArtifact(*reader, path, sha256, StrCat("artifact ", sha256)).status();
+  // cartd bounds the downloads one token streams at once (max_downloads_per_caller): a refusal
+  // is waited out for a while, and never read as the device running out of memory (which
+  // ResourceExhausted means to the attempt, see Failed above).
+  absl::Status last;
+  int64_t backoff_ms = 500;
+  for (int i = 0; i < 8; ++i) {
+    grpc::ClientContext context;
+    rpc::PrepareContext(context, client, 0);
+    cart::v1::GetArtifactRequest request;
+    request.set_sha256(sha256);
+    auto reader = stub.GetArtifact(&context, request);
+    last = rpc::ReceiveArtifact(*reader, path, sha256, StrCat("artifact ", sha256)).status();
+    if (!absl::IsResourceExhausted(last) || IsNoSpace(last)) return last;
+    std::this_thread::sleep_for(std::chrono::milliseconds(backoff_ms));
+    backoff_ms = std::min<int64_t>(backoff_ms * 2, 8000);
+  }
+  return absl::UnavailableError(StrCat("cartd is busy: ", Message(last)));
 }
 
 absl::Status RecordSharedArtifact(cart::v1::WorkerService::Stub& stub,

@@ -419,10 +419,16 @@ grpc::Status SchedulerServiceImpl::GetCheckpoint(grpc::ServerContext* context,
                                                  const v1::GetCheckpointRequest* request,
                                                  grpc::ServerWriter<v1::ArtifactChunk>* writer) {
   CART_CALLER(who, "GetCheckpoint");
+  std::shared_ptr<void> slot;  // held while the download streams
+  if (ctx_.downloads != nullptr) {
+    absl::StatusOr<std::shared_ptr<void>> taken = ctx_.downloads->Take(who);
+    if (!taken.ok()) return ToGrpc(taken.status());
+    slot = *std::move(taken);
+  }
   absl::StatusOr<store::CheckpointRecord> chosen =
       ctx_.scheduler->Checkpoint(request->run_id(), request->step());
   if (!chosen.ok()) return ToGrpc(chosen.status());
-  return StreamArtifact(*ctx_.artifacts, chosen->sha256, *writer);
+  return StreamArtifact(*ctx_.artifacts, chosen->sha256, context, ctx_.send_watch, *writer);
 }
 
 grpc::Status SchedulerServiceImpl::QueryTable(grpc::ServerContext* context,

@@ -19,6 +19,7 @@
 #include "server/auth.h"
 #include "server/caller_slots.h"
 #include "server/scheduler.h"
+#include "server/send_watch.h"
 
 namespace cart::server::internal {
 
@@ -29,12 +30,18 @@ struct ServiceContext {
   const TokenTable* tokens = nullptr;
   CallerSlots* followers = nullptr;   // follow streams; nullptr: unbounded
   CallerSlots* big_reads = nullptr;   // ListRuns, GetSweep, QueryTable; nullptr: unbounded
+  CallerSlots* downloads = nullptr;   // GetCheckpoint, GetArtifact streams; nullptr: unbounded
+  CallerSlots* polls = nullptr;       // AcquireJob long polls, per token; nullptr: unbounded
+  SendWatch* send_watch = nullptr;    // send deadline of download streams; nullptr: none
   size_t max_answer_bytes = 8 << 20;  // of run views in one answer (ServerConfig)
 };
 
 // Sends the artifact `sha256` in 1 MiB chunks, the first carrying its hash and size (GetArtifact,
 // GetCheckpoint). NOT_FOUND when it is not stored; DATA_LOSS when its bytes no longer match.
+// Each chunk's write is cut by `watch` (when given) past its send deadline: the call ends
+// CANCELLED.
 grpc::Status StreamArtifact(const ArtifactStore& artifacts, const std::string& sha256,
+                            grpc::ServerContext* context, SendWatch* watch,
                             grpc::ServerWriter<v1::ArtifactChunk>& writer);
 
 class SchedulerServiceImpl final : public v1::SchedulerService::Service {

@@ -25,6 +25,9 @@ constexpr int64_t kMaxAheadUs = int64_t{10} * 60 * 1'000'000;
 // The most free disk a worker may report (1 EiB in MiB): a larger number is a bug, not a disk.
 constexpr int64_t kMostDiskMib = int64_t{1} << 40;
 
+// How a worker-side caller is counted in the per-caller bounds: by token ("worker:box3").
+std::string Caller(const Principal& who) { return StrCat(RoleName(who.role), ":", who.name); }
+
 // The RunJob stream as the scheduler sees it. Writes (acks from the handler thread, controls from
 // whichever thread cancels or drains) are serialized by mu_; Read runs concurrently on the handler
 // thread, which gRPC allows.
@@ -201,7 +204,12 @@ class AttemptReports {
 }  // namespace
 
 grpc::Status StreamArtifact(const ArtifactStore& artifacts, const std::string& sha256,
+                            grpc::ServerContext* context, SendWatch* watch,
                             grpc::ServerWriter<v1::ArtifactChunk>& writer) {
+  auto write = [&](const v1::ArtifactChunk& chunk) {
+    if (watch == nullptr) return writer.Write(chunk);
+    return watch->Guard(context, [&] { return writer.Write(chunk); });
+  };
   absl::StatusOr<std::optional<int64_t>> size = artifacts.Size(sha256);
   if (!size.ok()) return ToGrpc(size.status());
   if (!size->has_value()) {
@@ -217,7 +225,7 @@ grpc::Status StreamArtifact(const ArtifactStore& artifacts, const std::string& s
       first = false;
     }
     chunk.set_data(bytes.data(), bytes.size());
-    client_gone = !writer.Write(chunk);
+    client_gone = !write(chunk);
     return !client_gone;
   });
   if (!read.ok()) return ToGrpc(read);
@@ -226,7 +234,11 @@ grpc::Status StreamArtifact(const ArtifactStore& artifacts, const std::string& s
     v1::ArtifactChunk chunk;
     chunk.set_sha256(sha256);
     chunk.set_size_bytes(0);
-    writer.Write(chunk);
+    write(chunk);
+  }
+  if (client_gone && context->IsCancelled()) {
+    return grpc::Status(grpc::StatusCode::CANCELLED,
+                        "the download was not read within the send deadline, or was cancelled");
   }
   return grpc::Status::OK;
 }
@@ -425,6 +437,13 @@ grpc::Status WorkerServiceImpl::AcquireJob(grpc::ServerContext* context,
   }
   ctx_.scheduler->NoteWorkerDisk(request->worker_id(), request->free_disk_mib() * kMiB,
                                  request->disk_floor_mib() * kMiB);
+  // Each long poll holds a server thread: a token holds at most its share of them.
+  std::shared_ptr<void> slot;
+  if (ctx_.polls != nullptr) {
+    absl::StatusOr<std::shared_ptr<void>> taken = ctx_.polls->Take(Caller(who));
+    if (!taken.ok()) return ToGrpc(taken.status());
+    slot = *std::move(taken);
+  }
   // Never wait past the client's own deadline.
   absl::Duration wait = absl::Milliseconds(request->wait_ms());
   const auto deadline = context->deadline();
@@ -551,8 +570,15 @@ grpc::Status WorkerServiceImpl::GetArtifact(grpc::ServerContext* context,
                                             const v1::GetArtifactRequest* request,
                                             grpc::ServerWriter<v1::ArtifactChunk>* writer) {
   CART_CHECK_CALLER(who, "GetArtifact");
-  (void)who;  // any worker may fetch a checkpoint to resume another worker's run
-  return StreamArtifact(*ctx_.artifacts, request->sha256(), *writer);
+  // Any worker may fetch a checkpoint to resume another worker's run; a token holds at most its
+  // share of downloads at once.
+  std::shared_ptr<void> slot;
+  if (ctx_.downloads != nullptr) {
+    absl::StatusOr<std::shared_ptr<void>> taken = ctx_.downloads->Take(Caller(who));
+    if (!taken.ok()) return ToGrpc(taken.status());
+    slot = *std::move(taken);
+  }
+  return StreamArtifact(*ctx_.artifacts, request->sha256(), context, ctx_.send_watch, *writer);
 }
 
 }  // namespace cart::server::internal

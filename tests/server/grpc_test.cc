@@ -778,5 +778,96 @@ TEST_F(FollowLimitTest, ExtraFollowersAreRefusedAndWorkersStillGetThreads) {
   for (auto& t : readers) t.join();
 }
 
+// Downloads and long polls hold server threads: each caller holds at most its share of them,
+// and a download whose client reads nothing is cancelled at the send deadline. A thousand
+// unread GetCheckpoint streams of one user, or two thousand AcquireJob polls of one worker
+// token, once left every other call with "Server Threadpool Exhausted".
+class StreamLimitTest : public GrpcTest {
+ protected:
+  void Configure(ServerConfig& config) override {
+    config.max_downloads_per_caller = 2;
+    config.max_polls_per_token = 2;
+    config.stream_send_timeout = absl::Seconds(1);
+  }
+  // A channel of its own (its own connection): a download left unread there stalls nothing else.
+  std::shared_ptr<grpc::Channel> OwnChannel() {
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    return grpc::CreateCustomChannel(server_->dial_address(), grpc::InsecureChannelCredentials(),
+                                     args);
+  }
+};
+
+TEST_F(StreamLimitTest, UnreadDownloadsAreCutAtTheSendDeadlineAndNoCallerHoldsMoreThanItsShare) {
+  auto worker = MakeWorker("w1");
+  ASSERT_TRUE(worker->Register().ok());
+  // 32 MiB: more than a stream's flow-control window and the socket buffers hold.
+  const std::string data = RandomBytes(32 * kMiB, 11);
+  const std::string sha = Sha256Hex(data);
+  ASSERT_TRUE(worker->Put(data, sha, data.size()).ok());
+
+  // Two downloads the client never reads, on connections of their own.
+  struct Unread {
+    std::shared_ptr<grpc::Channel> channel;
+    std::unique_ptr<v1::WorkerService::Stub> stub;
+    grpc::ClientContext context;
+    std::unique_ptr<grpc::ClientReader<v1::ArtifactChunk>> reader;
+  };
+  std::vector<std::unique_ptr<Unread>> unread;
+  v1::GetArtifactRequest request;
+  request.set_sha256(sha);
+  for (int i = 0; i < 2; ++i) {
+    auto u = std::make_unique<Unread>();
+    u->channel = OwnChannel();
+    u->stub = v1::WorkerService::NewStub(u->channel);
+    Prepare(u->context, worker_token_, 60);
+    u->reader = u->stub->GetArtifact(&u->context, request);
+    unread.push_back(std::move(u));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // both started streaming
+  // A third download of the same token is refused, naming the bound.
+  std::string got;
+  grpc::Status third = worker->Get(sha, &got);
+  EXPECT_EQ(third.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << third.error_message();
+  EXPECT_THAT(third.error_message(), ::testing::HasSubstr("checkpoint downloads"));
+  // Past the send deadline the unread ones are cancelled and their slots come back: a download
+  // that reads goes through whole.
+  ASSERT_TRUE(::cart::testing::WaitUntil(
+      [&] {
+        std::string again;
+        return worker->Get(sha, &again).ok() && again == data;
+      },
+      absl::Seconds(20)));
+  for (auto& u : unread) {
+    v1::ArtifactChunk chunk;
+    while (u->reader->Read(&chunk)) {
+    }
+    EXPECT_EQ(u->reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  }
+
+  // Long polls: two of this token wait; a third is refused; another token's calls go on.
+  std::vector<std::thread> polls;
+  std::atomic<int> finished{0};
+  for (int i = 0; i < 2; ++i) {
+    polls.emplace_back([&] {
+      std::optional<v1::Job> job;
+      EXPECT_TRUE(worker->Acquire(3000, &job).ok());
+      ++finished;
+    });
+  }
+  ASSERT_TRUE(::cart::testing::WaitUntil(
+      [&] { return server_->scheduler().waiting_acquires() == 2; }, absl::Seconds(10)));
+  std::optional<v1::Job> job;
+  const grpc::Status refused = worker->Acquire(3000, &job);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(refused.error_message(), ::testing::HasSubstr("AcquireJob long polls"));
+  grpc::ClientContext context;
+  Prepare(context, user_token_);
+  v1::ListSweepsResponse sweeps;
+  EXPECT_TRUE(scheduler_->ListSweeps(&context, {}, &sweeps).ok());
+  for (std::thread& t : polls) t.join();
+  EXPECT_EQ(finished.load(), 2);
+}
+
 }  // namespace
 }  // namespace cart::server::testing
