@@ -71,6 +71,9 @@ struct SweepSpec {
   int64_t priority = 0;
   int64_t max_attempts = 3;
   int64_t max_runs = 10000;
+  // The most bytes the expanded runs' configs and keys may hold together (set by cartd,
+  // max_sweep_bytes; not a file key); 0: no bound. ExpandSweep stops at the run that passes it.
+  int64_t max_bytes = 0;
   std::vector<DerivedSpec> derived;
 };
 
@@ -118,7 +121,8 @@ std::map<std::string, bool> SweepDataPaths(const SweepSpec& spec);
 // Expands grid × variants × seeds (grid keys vary slowest-first in file order, seeds fastest),
 // then the
 // derived jobs. Every run's config is validated; the error names the run's grid point.
-// ResourceExhausted when the expansion exceeds max_runs, with the count. parent_sweeps holds the
+// ResourceExhausted when the expansion exceeds max_runs, with the count, or max_bytes, naming the
+// run that passed it and the bytes a run takes. parent_sweeps holds the
 // trained runs of every sweep in ParentSweeps(spec) (NotFound names one that is missing).
 absl::StatusOr<std::vector<ExpandedRun>> ExpandSweep(
     const SweepSpec& spec, std::string_view file,

@@ -173,6 +173,8 @@ const std::vector<Key>& Keys() {
                "seconds of AcquireJob's longest long poll"),
       Integer("max_threads", &C::max_threads, 16, 1 << 20,
               "gRPC server threads (each call in flight holds one)"),
+      Integer("max_sweep_bytes", &C::max_sweep_bytes, 1024, kNoMax,
+              "the most bytes one sweep's runs may hold in configs and keys"),
       Integer("max_runs_per_sweep", &C::max_runs_per_sweep, 1, kNoMax,
               "the most runs a sweep may expand to"),
       Integer("max_artifact_bytes", &C::max_artifact_bytes, 1, kNoMax,

@@ -4,6 +4,8 @@
 
 #include "server/scheduler.h"
 
+#include <malloc.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -178,7 +180,11 @@ absl::StatusOr<SubmitResult> Scheduler::SubmitSweep(const SubmitRequest& request
     absl::MutexLock lock(&mu_);
     --submits_in_flight_;
   };
-  const SubmitLimits limits{options_.max_runs_per_sweep, options_.max_user_priority};
+  const SubmitLimits limits{options_.max_runs_per_sweep, options_.max_user_priority,
+                            options_.max_sweep_bytes};
+  // A big expansion's memory goes back to the system when the submit is over, refused or not:
+  // glibc keeps freed arenas otherwise (one 100,000-run submit left cartd at gigabytes).
+  absl::Cleanup trim = [] { malloc_trim(0); };
   CART_ASSIGN_OR_RETURN(PreparedSweep prepared,
                         PrepareSweep(*store_, request, IsAdmin(request.who), limits));
   const int64_t now_us = NowMicros();

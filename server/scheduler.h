@@ -69,6 +69,8 @@ struct SchedulerOptions {
   // The most runs one sweep may expand to, whatever its own max_runs says. Default 100,000 (the
   // store's limit).
   int64_t max_runs_per_sweep = 100'000;
+  // The most bytes one sweep's runs may hold in configs and keys (SubmitLimits). Default 256 MiB.
+  int64_t max_sweep_bytes = int64_t{256} << 20;
   // Sweep submissions (and dry runs) expanded at once; more get RESOURCE_EXHAUSTED. Expanding a
   // big grid costs up to ~100 MB and a core for a second, so 32 careless parallel submits took
   // cartd to 3 GB; a few at a time keep it bounded and still serve a lab.

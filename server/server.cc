@@ -262,6 +262,7 @@ SchedulerOptions SchedulerOptionsFor(const ServerConfig& config, ArtifactStore* 
   options.lease_ttl = config.lease_ttl;
   options.max_acquire_wait = config.max_acquire_wait;
   options.max_runs_per_sweep = config.max_runs_per_sweep;
+  options.max_sweep_bytes = config.max_sweep_bytes;
   options.keep_checkpoints = config.keep_checkpoints_per_run;
   options.max_user_priority = config.max_user_priority;
   options.fair_share_half_life = config.fair_share_half_life;

@@ -123,6 +123,9 @@ struct ServerConfig {
   absl::Duration shutdown_grace = absl::Seconds(5);
   // Most runs a sweep may expand to. Default 100,000.
   int64_t max_runs_per_sweep = 100'000;
+  // Most bytes one sweep's runs may hold in configs and keys; a submit past it is refused naming
+  // the run that passed it. Default 256 MiB.
+  int64_t max_sweep_bytes = int64_t{256} << 20;
   // Log lines stored per attempt of a run; later ones are dropped (one line says so). Default
   // 20,000 (at most 4 KiB each).
   int64_t max_log_lines_per_attempt = 20'000;

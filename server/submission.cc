@@ -174,6 +174,7 @@ absl::StatusOr<PreparedSweep> PrepareSweep(store::RunStore& store, const SubmitR
   }
   // The file's own max_runs may only lower the server's limit.
   spec.max_runs = std::min(spec.max_runs, limits.max_runs_per_sweep);
+  spec.max_bytes = limits.max_sweep_bytes;
   // Derived jobs may start from the trained runs of sweeps already in the store.
   CART_ASSIGN_OR_RETURN(auto parent_sweeps, StoredParents(store, spec));
   CART_ASSIGN_OR_RETURN(std::vector<model::ExpandedRun> expanded,

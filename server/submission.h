@@ -41,6 +41,7 @@ struct SubmitResult {
 struct SubmitLimits {
   int64_t max_runs_per_sweep = 100'000;  // the file's own max_runs may only lower it
   int64_t max_user_priority = 10;        // an admin may set any
+  int64_t max_sweep_bytes = 256 << 20;   // of the runs' configs and keys (model::SweepSpec)
 };
 
 // A sweep file made ready to store.

@@ -1350,6 +1350,42 @@ grid: {R: [1, 2, 3, 4], P: [1, 2, 3, 4]}
   EXPECT_TRUE(all.empty());
 }
 
+// A small file may expand to a huge store: 100,000 runs, each naming a 4,096-byte path, once
+// became 2.76 GB of database. The expansion stops at the run that passes max_sweep_bytes, the
+// refusal names the bound and what one run takes, and nothing is stored.
+TEST_F(SchedulerTest, ASweepPastItsByteBoundIsRefusedAtTheRunThatPassesIt) {
+  SchedulerOptions options;
+  options.lease_ttl = kTtl;
+  options.expiry_interval = absl::ZeroDuration();
+  options.max_sweep_bytes = 1 << 20;
+  scheduler_ = std::make_unique<Scheduler>(store_.get(), &clock_, options);
+  SubmitRequest request;
+  const std::string path = "/data/" + std::string(4000, 'p') + ".bin";
+  request.spec_yaml = StrCat(
+      "name: wide\nbase: {d: 64, vocab: 100, P: 1, R: 2, steps: 10, ", "train_data: ", path,
+      "}\ngrid: {lr: [1e-3, 2e-3, 3e-3, 4e-3, 5e-3, ", "6e-3, 7e-3, 8e-3, 9e-3, 1e-2]}\nseeds: [",
+      [] {
+        std::string seeds;
+        for (int i = 0; i < 100; ++i) seeds += StrCat(i ? ", " : "", i);
+        return seeds;
+      }(),
+      "]\n");
+  request.file_name = "wide.yaml";
+  request.who = "user:test";
+  const absl::Status refused = scheduler_->SubmitSweep(request).status();
+  EXPECT_THAT(refused, StatusIs(absl::StatusCode::kResourceExhausted,
+                                HasSubstr("more than 1048576 bytes of configs by run")));
+  EXPECT_THAT(refused.message(), HasSubstr("of 1000"));
+  EXPECT_THAT(refused.message(), HasSubstr("max_sweep_bytes"));
+  CART_ASSERT_OK_AND_ASSIGN(auto all, store_->ListRuns(store::RunFilter{}));
+  EXPECT_TRUE(all.empty());
+  // Under the bound the same grid goes through.
+  request.spec_yaml =
+      "name: narrow\nbase: {d: 64, vocab: 100, P: 1, R: 2, steps: 10}\n"
+      "grid: {lr: [1e-3, 2e-3]}\nseeds: [1, 2]\n";
+  EXPECT_TRUE(scheduler_->SubmitSweep(request).ok());
+}
+
 TEST_F(SchedulerTest, InvalidSweepNamesFileAndLine) {
   SubmitRequest request;
   request.spec_yaml = "name: bad\nbase: {d: 100}\n";
