@@ -204,6 +204,8 @@ const std::vector<Key>& Keys() {
               "checkpoint downloads streaming at once per caller"),
       Integer("max_polls_per_token", &C::max_polls_per_token, 1, 1 << 20,
               "AcquireJob long polls held at once per worker token"),
+      Integer("max_workers_per_token", &C::max_workers_per_token, 1, 1 << 20,
+              "worker ids one worker token may register"),
       Duration("stream_send_timeout", &C::stream_send_timeout, absl::Seconds(1), 1, 86'400,
                "seconds a download's next chunk may wait for its client before it is cancelled"),
       Integer("max_big_reads_per_caller", &C::max_big_reads_per_caller, 1, 1 << 20,

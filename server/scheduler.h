@@ -390,6 +390,8 @@ class Scheduler {
 
   absl::StatusOr<std::vector<store::SweepRecord>> ListSweeps();  // by id
   absl::StatusOr<store::SweepRecord> GetSweep(const std::string& name);
+  // The ids of every registered worker, lost ones included.
+  std::vector<std::string> WorkerIds();
   // Who changed the run's tags and note, oldest first.
   absl::StatusOr<std::vector<store::AnnotationEvent>> RunAnnotationHistory(int64_t run_id);
   // Who changed the sweep's own tags and note, oldest first.

@@ -222,6 +222,13 @@ absl::StatusOr<store::SweepRecord> Scheduler::GetSweep(const std::string& name) 
   return store_->GetSweep(name);
 }
 
+std::vector<std::string> Scheduler::WorkerIds() {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::string> ids;
+  for (const auto& [id, worker] : workers_.all()) ids.push_back(id);
+  return ids;
+}
+
 absl::StatusOr<std::vector<store::AnnotationEvent>> Scheduler::RunAnnotationHistory(
     int64_t run_id) {
   return store_->RunAnnotationHistory(run_id);

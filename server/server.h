@@ -88,6 +88,9 @@ struct ServerConfig {
   // chunk the client has not taken within stream_send_timeout is cancelled. Defaults 8, 64, 60 s.
   int max_downloads_per_caller = 8;
   int max_polls_per_token = 64;
+  // Worker ids one worker token may register (lost ones count; an id registered before may come
+  // back). Default 256.
+  int max_workers_per_token = 256;
   absl::Duration stream_send_timeout = absl::Seconds(60);
   // Large reads (ListRuns, GetSweep, QueryTable; the dashboard's run pages, pivots and groups)
   // in progress at once: per caller, and for everyone together, gRPC and HTTP sharing

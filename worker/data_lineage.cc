@@ -75,11 +75,12 @@ absl::StatusOr<std::vector<cart::v1::DataIdentity>> CheckRunData(
 }
 
 absl::Status SendRunData(cart::v1::WorkerService::Stub& stub, const rpc::ClientConfig& client,
-                         int64_t run_id, int64_t attempt,
+                         const std::string& worker_id, int64_t run_id, int64_t attempt,
                          const std::vector<cart::v1::DataIdentity>& files) {
   cart::v1::RecordRunDataRequest request;
   request.set_run_id(run_id);
   request.set_attempt(attempt);
+  request.set_worker_id(worker_id);
   for (const cart::v1::DataIdentity& f : files) *request.add_files() = f;
   absl::Status last;
   int64_t backoff_ms = 200;

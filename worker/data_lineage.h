@@ -32,7 +32,7 @@ absl::StatusOr<std::vector<cart::v1::DataIdentity>> CheckRunData(
 // Sends `files` to cartd (RecordRunData), retrying a failed call a few times with backoff.
 // FailedPrecondition when the attempt is fenced; the last error otherwise.
 absl::Status SendRunData(cart::v1::WorkerService::Stub& stub, const rpc::ClientConfig& client,
-                         int64_t run_id, int64_t attempt,
+                         const std::string& worker_id, int64_t run_id, int64_t attempt,
                          const std::vector<cart::v1::DataIdentity>& files);
 
 }  // namespace cart::worker

@@ -246,8 +246,8 @@ absl::Status Session::CheckData(const model::RunConfig& config, bool with_train)
     channel_.PostLog(StrCat("data matches the run's record: ", StrJoin(checked, ", ")));
   }
   if (unrecorded.empty()) return absl::OkStatus();
-  absl::Status sent =
-      SendRunData(*env_.stub, env_.client, job_.run_id(), job_.attempt(), unrecorded);
+  absl::Status sent = SendRunData(*env_.stub, env_.client, env_.worker_id, job_.run_id(),
+                                  job_.attempt(), unrecorded);
   channel_.PostLog(sent.ok() ? StrCat("data identity recorded: ", StrJoin(recorded, ", "))
                              : StrCat("data identity not recorded (the next attempt records it): ",
                                       Message(sent)));

@@ -33,6 +33,7 @@ struct ServiceContext {
   CallerSlots* downloads = nullptr;   // GetCheckpoint, GetArtifact streams; nullptr: unbounded
   CallerSlots* polls = nullptr;       // AcquireJob long polls, per token; nullptr: unbounded
   SendWatch* send_watch = nullptr;    // send deadline of download streams; nullptr: none
+  int max_workers_per_token = 0;      // worker ids one worker token may register; 0: no bound
   size_t max_answer_bytes = 8 << 20;  // of run views in one answer (ServerConfig)
 };
 

@@ -312,6 +312,13 @@ grpc::Status WorkerServiceImpl::RecordRunData(grpc::ServerContext* context,
   if (absl::Status bound = CheckWorkerId(who, "RecordRunData", *leased); !bound.ok()) {
     return ToGrpc(bound);
   }
+  // Another worker of the same token would record a false identity in the leased one's name,
+  // and every later attempt would then fail its data check.
+  if (!request->worker_id().empty() && request->worker_id() != *leased) {
+    return ToGrpc(absl::PermissionDeniedError(
+        StrCat("RecordRunData: worker '", request->worker_id(), "' may not record data for run ",
+               request->run_id(), " attempt ", request->attempt(), ", leased to '", *leased, "'")));
+  }
   if (request->files_size() > static_cast<int>(store::kMaxDataFiles)) {
     return ToGrpc(absl::InvalidArgumentError(StrCat("RecordRunData: ", request->files_size(),
                                                     " files; at most ", store::kMaxDataFiles)));
@@ -395,6 +402,22 @@ grpc::Status WorkerServiceImpl::RegisterWorker(grpc::ServerContext* context,
   }
   if (absl::Status bounded = CheckRegistrationBounds(*request); !bounded.ok()) {
     return ToGrpc(bounded);
+  }
+  // A worker token names a box or a cluster's workers, not an unbounded set: 2,000 ids of one
+  // token once made /api/v1/workers 87 MB. Ids it registered before may always come back.
+  if (ctx_.max_workers_per_token > 0 && who.role == Role::kWorker) {
+    int held = 0;
+    bool known = false;
+    for (const std::string& id : ctx_.scheduler->WorkerIds()) {
+      known |= id == request->worker_id();
+      held += MayActAs(who, id);
+    }
+    if (!known && held >= ctx_.max_workers_per_token) {
+      return ToGrpc(absl::ResourceExhaustedError(StrCat(
+          "RegisterWorker: token '", who.name, "' has registered ", held,
+          " worker ids already; at most max_workers_per_token = ", ctx_.max_workers_per_token,
+          " (reuse an id, e.g. <host>-gpu<N>, or raise it)")));
+    }
   }
   WorkerInfo worker;
   worker.id = request->worker_id();

@@ -975,6 +975,62 @@ v1::DeviceSample HotReading() {
   return hot;
 }
 
+class WorkerIdLimitTest : public HttpTest {
+ protected:
+  void Configure(ServerConfig& config) override {
+    HttpTest::Configure(config);
+    config.max_workers_per_token = 3;
+  }
+};
+
+// One worker token registers at most max_workers_per_token ids (2,000 ids of one token once made
+// /api/v1/workers 87 MB); an id it registered before may always come back. And only the worker an
+// attempt is leased to records its data: another id of the same token is refused, so it cannot
+// record a false identity that would fail every later attempt.
+TEST_F(WorkerIdLimitTest, ATokensWorkerIdsAreBoundedAndOnlyTheLeasedOneRecordsData) {
+  std::vector<std::unique_ptr<FakeWorker>> workers;
+  for (const char* id : {"box-gpu0", "box-gpu1", "box-gpu2"}) {
+    workers.push_back(MakeWorker(id));
+    ASSERT_TRUE(workers.back()->Register().ok()) << id;
+  }
+  auto fourth = MakeWorker("box-gpu3");
+  const grpc::Status refused = fourth->Register();
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(refused.error_message(),
+              HasSubstr("token 'box' has registered 3 worker ids already; at most "
+                        "max_workers_per_token = 3"));
+  EXPECT_TRUE(workers[0]->Register().ok()) << "an id registered before comes back";
+  EXPECT_EQ(Get("/api/v1/workers").Json()["workers"].size(), 3u);
+
+  Submit(TinySweep("lineage"));
+  std::optional<v1::Job> job;
+  ASSERT_TRUE(workers[0]->Acquire(0, &job).ok());
+  ASSERT_TRUE(job.has_value());
+  auto record = [&](const std::string& worker_id) {
+    v1::RecordRunDataRequest request;
+    request.set_run_id(job->run_id());
+    request.set_attempt(job->attempt());
+    request.set_worker_id(worker_id);
+    v1::DataIdentity* file = request.add_files();
+    file->set_role("train");
+    file->set_path("/data/train.bin");
+    file->set_sha256(std::string(64, 'a'));
+    file->set_size_bytes(10);
+    file->set_tokens(5);
+    file->set_tokenizer("synth:100");
+    grpc::ClientContext context;
+    Prepare(context, kWorker);
+    v1::RecordRunDataResponse response;
+    return workers[0]->stub()->RecordRunData(&context, request, &response);
+  };
+  const grpc::Status other = record("box-gpu1");
+  EXPECT_EQ(other.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_THAT(other.error_message(), HasSubstr("worker 'box-gpu1' may not record data for run"));
+  EXPECT_THAT(other.error_message(), HasSubstr("leased to 'box-gpu0'"));
+  const grpc::Status own = record("box-gpu0");
+  EXPECT_TRUE(own.ok()) << own.error_message();
+}
+
 // A worker whose disk is below its own floor (cart-worker --min-free-disk-mib) stays alive and
 // is handed nothing while runs wait; it shows as disk_full in ListWorkers, the workers page and
 // /metrics, and takes the run once it reports room.
