@@ -213,6 +213,9 @@ const std::vector<Key>& Keys() {
       Integer("max_big_reads", &C::max_big_reads, 1, 1 << 20, "large reads in progress in all"),
       OneOf("placement", &C::placement, {"earliest_finish", "first_fit"},
             "how free workers get runs (docs/design.md Placement)"),
+      OneOf("store_sync", &C::store_sync, {"full", "normal"},
+            "full: every commit fsync'ed, acknowledged results survive a power cut; normal: "
+            "only at checkpoints (faster ingest, a cut loses the last commits)"),
       Integer("max_user_priority", &C::max_user_priority, -1'000'000, 1'000'000,
               "the highest sweep priority a user may set"),
       Duration("fair_share_half_life", &C::fair_share_half_life, absl::Hours(1), 0, 100'000,

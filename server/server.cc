@@ -242,6 +242,7 @@ store::StoreOptions StoreOptionsFor(const ServerConfig& config) {
   options.lease_ttl_us = absl::ToInt64Microseconds(config.lease_ttl);
   options.max_runs_per_sweep = std::max<int64_t>(config.max_runs_per_sweep, 1);
   options.max_log_lines_per_attempt = std::max<int64_t>(config.max_log_lines_per_attempt, 1);
+  options.synchronous_full = config.store_sync != "normal";
   return options;
 }
 

@@ -105,6 +105,10 @@ struct ServerConfig {
   // How free workers are given runs: "earliest_finish" (speeds and lengths weighed; default) or
   // "first_fit" (the oldest run that fits). docs/design.md "Placement".
   std::string placement = "earliest_finish";
+  // When a commit is on disk: "full" (default) fsyncs SQLite's log at every commit, so that what
+  // cartd acknowledged survives a power cut; "normal" only at checkpoints (a cut loses the last
+  // commits, a submitted sweep included: PowerCutTest). docs/design.md "Storage".
+  std::string store_sync = "full";
   // The highest sweep priority a user may set (admins: any). Default 10.
   int64_t max_user_priority = 10;
   // Fair share's half-life (placement orders owners within a priority level by their decayed

@@ -11,10 +11,10 @@
 // pool, each in its own read transaction, so a query sees one consistent snapshot and never waits
 // for the writer (WAL). All methods are thread-safe.
 //
-// Durability (StoreOptions::synchronous_full): with the default (false), a call that returned has
-// survived the death of the process (SIGKILL included); a power cut may lose the last commits but
-// never corrupts the file. What could be lost is recoverable: a worker resumes from its latest
-// recorded checkpoint and resends the metrics after it (appends are idempotent).
+// Durability (StoreOptions::synchronous_full): with false, a call that returned has survived the
+// death of the process (SIGKILL included); a power cut may lose the last commits (a submitted
+// sweep, acknowledged metrics) but never corrupts the file. With true (cartd's default,
+// store_sync: full) a call that returned has also survived a power cut (PowerCutTest).
 //
 // Errors: InvalidArgument for malformed input (message names the field), NotFound for an unknown
 // run / sweep / worker / metric, AlreadyExists for a taken sweep name, FailedPrecondition for an

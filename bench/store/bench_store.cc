@@ -3,7 +3,9 @@
 //   2. creating a 10,000-run sweep, seconds (median of 3)
 //   3. the ρ-by-d×R table over ~10 million metric rows, milliseconds (median of 20)
 //   4. file size per million points
-// Usage: bench-store [--points N] [--dir DIR] [--only ingest|sweep|table] [--keep]
+// Usage: bench-store [--points N] [--dir DIR] [--only ingest|sweep|table] [--sync full|normal]
+//                    [--keep]
+//   --sync: SQLite's synchronous setting, cartd's store_sync (default full, as cartd's).
 //   N: metric rows for figure 3, default 10,000,000. --keep leaves DIR/bench.db (the last
 //   database built) for other benchmarks, e.g. bench/dashboard_bench.sh's 10-million-point part.
 
@@ -81,10 +83,13 @@ void Check(const absl::Status& status, const char* what) {
   if (!status.ok()) Die(status, what);
 }
 
+bool g_sync_full = true;  // --sync
+
 std::unique_ptr<RunStore> Fresh(const std::string& path) {
   for (const char* suffix : {"", "-wal", "-shm"}) std::filesystem::remove(path + suffix);
   StoreOptions options;
   options.path = path;
+  options.synchronous_full = g_sync_full;
   return Check(RunStore::Open(options), "open");
 }
 
@@ -246,10 +251,13 @@ int main(int argc, char** argv) {
       keep = true;
     } else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) {
       only = argv[++i];
+    } else if (!std::strcmp(argv[i], "--sync") && i + 1 < argc &&
+               (!std::strcmp(argv[i + 1], "full") || !std::strcmp(argv[i + 1], "normal"))) {
+      cart::store::g_sync_full = !std::strcmp(argv[++i], "full");
     } else {
       std::fprintf(stderr,
                    "usage: bench-store [--points N] [--dir DIR] [--only ingest|sweep|table] "
-                   "[--keep]\n");
+                   "[--sync full|normal] [--keep]\n");
       return 2;
     }
   }
@@ -259,8 +267,9 @@ int main(int argc, char** argv) {
   }
   std::filesystem::create_directories(dir);
   const std::string path = (std::filesystem::path(dir) / "bench.db").string();
-  std::printf("bench-store: %s (SQLite WAL, synchronous=NORMAL); load average %s on %u cores\n",
-              path.c_str(), LoadAverage().c_str(), std::thread::hardware_concurrency());
+  std::printf("bench-store: %s (SQLite WAL, synchronous=%s); load average %s on %u cores\n",
+              path.c_str(), cart::store::g_sync_full ? "FULL" : "NORMAL", LoadAverage().c_str(),
+              std::thread::hardware_concurrency());
   auto wanted = [&](const char* section) { return only.empty() || only == section; };
 
   // 1. Ingest: 36 runs, 4 workers, batches of 50 steps x 10 metrics = 500 points, 4 appends in

@@ -109,10 +109,12 @@ void Cluster::SetLink(const std::string& id, bool up) {
 }
 
 pid_t Cluster::Spawn(const std::string& exe, const std::vector<std::string>& args,
-                     const std::string& log, const std::string& netns) {
+                     const std::string& log, const std::string& netns,
+                     const std::vector<std::string>& env) {
   std::vector<std::string> full = args;
   if (!netns.empty()) full.insert(full.begin(), {"netns", "exec", netns, exe});
   SpawnOptions options;
+  options.env = env;
   options.output_path = dir_.File(log);
   // Die with the test process, even when it is killed (a timeout), so nothing is left behind;
   // out of the test's process group, so that signals sent to the test stay there.
@@ -142,6 +144,12 @@ std::vector<std::string> Cluster::CartdArgs(const std::string& config_yaml) {
 
 void Cluster::StartCartd(const std::string& config_yaml) {
   cartd_ = Spawn(BinDir() + "/cartd", CartdArgs(config_yaml), "cartd.log");
+  WaitForCartd();
+}
+
+void Cluster::StartCartdWithEnv(const std::string& config_yaml,
+                                const std::vector<std::string>& env) {
+  cartd_ = Spawn(BinDir() + "/cartd", CartdArgs(config_yaml), "cartd.log", "", env);
   WaitForCartd();
 }
 

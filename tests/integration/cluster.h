@@ -34,6 +34,8 @@ class Cluster {
 
   // `config_yaml`: a cartd config file's text (keys: docs/architecture.md "cartd config").
   void StartCartd(const std::string& config_yaml = "");
+  // The same with `env` ("NAME=VALUE") set in cartd's environment (an LD_PRELOAD library).
+  void StartCartdWithEnv(const std::string& config_yaml, const std::vector<std::string>& env);
   // StartCartd with its data directory on a tmpfs of `disk_mib` MiB that only it sees (as for
   // StartWorkerOnSmallDisk); false with the reason when that cannot be made. The test reaches
   // that disk through /proc/<cartd_pid()>/root<dir()>/cartd.
@@ -84,7 +86,7 @@ class Cluster {
 
  private:
   pid_t Spawn(const std::string& exe, const std::vector<std::string>& args, const std::string& log,
-              const std::string& netns = "");
+              const std::string& netns = "", const std::vector<std::string>& env = {});
   std::vector<std::string> WorkerArgs(const std::string& id, const std::string& server,
                                       int64_t memory_mib, const std::vector<std::string>& extra);
   void Connect();
