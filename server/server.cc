@@ -386,6 +386,7 @@ absl::StatusOr<std::unique_ptr<ServerHandle>> RunServer(const ServerConfig& conf
   }
   dashboard.tokens = handle->tokens_.get();
   dashboard.big_reads = handle->big_reads_.get();
+  dashboard.followers = handle->followers_.get();
   dashboard.max_answer_bytes = static_cast<size_t>(std::max<int64_t>(config.max_answer_bytes, 1));
   ServerHandle* raw = handle.get();
   dashboard.stopping = [raw] { return raw->stopping_.load(); };

@@ -233,6 +233,16 @@ json AnnotationJson(const std::vector<store::Tag>& tags, const store::Note& note
               {"history", changes}};
 }
 
+// `response` with `slot` held for as long as its stream runs (released with it, or at once when
+// it is no stream).
+Response Holding(Response response, std::shared_ptr<void> slot) {
+  if (response.stream) {
+    response.stream = [slot = std::move(slot), inner = std::move(response.stream)](
+                          const StreamWriter& write) { inner(write); };
+  }
+  return response;
+}
+
 // A cancel's "reason" (a string), or the dashboard's default.
 absl::StatusOr<std::string> Reason(const json& body) {
   if (!body.contains("reason")) return std::string("cancelled from the dashboard");
@@ -519,13 +529,22 @@ Response Dashboard::Api(const Request& request, const std::string& who) {
   // metric's at once).
   const bool big =
       get && n == 3 && parts[0] == "sweeps" && (sub == "runs" || sub == "pivot" || sub == "groups");
+  const bool tokens = options_.tokens != nullptr && options_.tokens->enabled();
+  const std::string caller = tokens ? who : StrCat("address:", request.peer);
   std::shared_ptr<void> slot;
   if (big && options_.big_reads != nullptr) {
-    const bool tokens = options_.tokens != nullptr && options_.tokens->enabled();
-    absl::StatusOr<std::shared_ptr<void>> taken =
-        options_.big_reads->Take(tokens ? who : StrCat("address:", request.peer));
+    absl::StatusOr<std::shared_ptr<void>> taken = options_.big_reads->Take(caller);
     if (!taken.ok()) return Error(taken.status());
     slot = *std::move(taken);
+  }
+  // A live stream holds a follow slot for as long as it streams (the stream runs after this
+  // returns, so the slot goes with it): 429 past the caller's share.
+  const bool live = get && n == 3 && sub == "live" && (parts[0] == "sweeps" || parts[0] == "runs");
+  std::shared_ptr<void> follow;
+  if (live && options_.followers != nullptr) {
+    absl::StatusOr<std::shared_ptr<void>> taken = options_.followers->Take(caller);
+    if (!taken.ok()) return Error(taken.status());
+    follow = *std::move(taken);
   }
   if (n >= 2 && n <= 3 && parts[0] == "sweeps") {
     const std::string& name = parts[1];
@@ -533,7 +552,7 @@ Response Dashboard::Api(const Request& request, const std::string& who) {
     if (get && sub == "runs") return SweepRuns(request, name);
     if (get && sub == "pivot") return SweepPivot(request, name);
     if (get && sub == "groups") return SweepGroups(request, name);
-    if (get && sub == "live") return SweepLive(request, name);
+    if (get && sub == "live") return Holding(SweepLive(request, name), std::move(follow));
     if (method == "POST" && (sub == "cancel" || sub == "resume")) {
       // The same body as a run's: a JSON object, with an optional "reason" for cancel.
       absl::StatusOr<json> body = ActionBody(request, {"reason"});
@@ -580,7 +599,7 @@ Response Dashboard::Api(const Request& request, const std::string& who) {
     if (get && sub.empty()) return GetRun(*id);
     if (get && sub == "series") return RunSeries(request, *id);
     if (get && sub == "log") return RunLogLines(request, *id);
-    if (get && sub == "live") return RunLive(request, *id);
+    if (get && sub == "live") return Holding(RunLive(request, *id), std::move(follow));
     if (method == "POST" && (sub == "cancel" || sub == "resume" || sub == "extend")) {
       return RunAction(request, *id, sub, who);
     }

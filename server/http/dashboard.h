@@ -65,6 +65,10 @@ struct DashboardOptions {
   // everyone, shared with the gRPC side (server/caller_slots.h); more get 429. Not owned;
   // nullptr: unbounded. The caller is the token's user, or the client address without tokens.
   CallerSlots* big_reads = nullptr;
+  // Bounds the live streams (a run's or a sweep's events) one caller holds, shared with the gRPC
+  // side's follow streams (max_follows_per_caller): a user token once held 320 streams from five
+  // addresses. Same caller as big_reads. Not owned; nullptr: unbounded.
+  CallerSlots* followers = nullptr;
   // About the most bytes of run rows one runs page carries; past it the page is cut short.
   size_t max_answer_bytes = 8 << 20;
   // Running runs a sweep's live stream follows at most (the most recently updated).

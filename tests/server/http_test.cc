@@ -126,6 +126,31 @@ Reply Raw(int port, const std::string& request, const char* from = "127.0.0.1") 
 
 std::string Bearer(const std::string& token) { return StrCat("Authorization: Bearer ", token); }
 
+// Opens the live stream `target` with `token` and reads until its first event; returns the open
+// socket (the stream goes on until it is closed), or -1 with what came instead in `got`.
+int OpenLive(int port, const std::string& target, const std::string& token, std::string* got) {
+  const int fd = Connect(port);
+  if (fd < 0) return -1;
+  const std::string request = StrCat("GET ", target, " HTTP/1.1\r\nHost: 127.0.0.1:", port,
+                                     "\r\nConnection: close\r\n", Bearer(token), "\r\n\r\n");
+  if (write(fd, request.data(), request.size()) != static_cast<ssize_t>(request.size())) {
+    close(fd);
+    return -1;
+  }
+  char buffer[8192];
+  while (got->find("\n\n", got->find("\r\n\r\n") + 4) == std::string::npos ||
+         got->find("\r\n\r\n") == std::string::npos) {
+    const ssize_t n = read(fd, buffer, sizeof(buffer));
+    if (n <= 0) break;
+    got->append(buffer, static_cast<size_t>(n));
+  }
+  if (got->rfind("HTTP/1.1 200", 0) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
 class HttpTest : public ServerFixture {
  protected:
   void Configure(ServerConfig& config) override {
@@ -973,6 +998,47 @@ v1::DeviceSample HotReading() {
   hot.set_memory_clock_mhz(9751);
   hot.set_throttle_reasons(0x40 | 0x4);
   return hot;
+}
+
+class LiveLimitTest : public HttpTest {
+ protected:
+  void Configure(ServerConfig& config) override {
+    HttpTest::Configure(config);
+    config.max_follows_per_caller = 2;
+  }
+};
+
+// One user token holds at most its share of live streams (max_follows_per_caller, counted with
+// its gRPC follow streams), from whatever addresses: 5 x 64 streams of one token once held the
+// dashboard. Past it 429 names the bound; another user is served; a closed stream gives its slot
+// back.
+TEST_F(LiveLimitTest, ATokensLiveStreamsAreBoundedWhateverItsAddresses) {
+  const int64_t run = Submit(TinySweep("live")).at(0);
+  const std::string target = StrCat("/api/v1/runs/", run, "/live");
+  std::vector<int> open;
+  for (int i = 0; i < 2; ++i) {
+    std::string got;
+    const int fd = OpenLive(port(), i == 0 ? target : "/api/v1/sweeps/live/live", kUser, &got);
+    ASSERT_GE(fd, 0) << got;
+    open.push_back(fd);
+  }
+  const Reply refused = Http(port(), "GET", target, {Bearer(kUser)});
+  EXPECT_EQ(refused.status, 429) << refused.body;
+  EXPECT_THAT(refused.body, HasSubstr("follow streams"));
+  std::string bob;
+  const int other = OpenLive(port(), target, kBob, &bob);
+  EXPECT_GE(other, 0) << bob;
+  if (other >= 0) close(other);
+  close(open.back());
+  open.pop_back();
+  ASSERT_TRUE(::cart::testing::WaitUntil([&] {
+    std::string again;
+    const int fd = OpenLive(port(), target, kUser, &again);
+    if (fd < 0) return false;
+    open.push_back(fd);
+    return true;
+  }));
+  for (int fd : open) close(fd);
 }
 
 class WorkerIdLimitTest : public HttpTest {
