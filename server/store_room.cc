@@ -64,13 +64,18 @@ std::optional<std::string> StoreRoom::Look(int64_t now_us) {
 std::optional<std::string> StoreRoom::NoteWrite(const absl::Status& status, int64_t now_us) {
   if (!IsNoSpace(status)) return std::nullopt;
   const int64_t free_bytes = FreeBytes();
+  const int64_t margin = std::max<int64_t>(floor_bytes_, int64_t{1} << 20);
   absl::MutexLock lock(&mu_);
+  // Once full, the bar stays where the first failure set it: later failures are writes that
+  // were on their way then, and reading the free space after room came back would raise the bar
+  // past it. A failure with room enough now is such a late one too.
+  if (state_.full) return std::nullopt;
+  if (free_bytes >= 0 && free_bytes >= floor_bytes_ + 2 * margin) return std::nullopt;
   state_.free_bytes = free_bytes;
   // Room beyond what there was when the write failed, a floor's worth (1 MiB without one): the
   // write needed more than was left. (The database's writes are small; checkpoints have their
   // own floor, min_free_artifact_bytes.)
-  state_.needed_bytes =
-      std::max<int64_t>(free_bytes, 0) + std::max<int64_t>(floor_bytes_, int64_t{1} << 20);
+  state_.needed_bytes = std::max(floor_bytes_, std::max<int64_t>(free_bytes, 0)) + margin;
   return Change(true, now_us, StrCat("a write failed: ", status.message()));
 }
 

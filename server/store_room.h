@@ -3,13 +3,14 @@
 // Room on cartd's own disk (docs/design.md "cartd's disk fills"): the filesystem that holds the
 // SQLite database. cartd is "full" while the free space there is below its floor
 // (`min_free_store_bytes`), or after a write failed for want of room (SQLite's SQLITE_FULL,
-// common/file.h IsNoSpace) until the free space is above what it was then by a floor's worth
-// (1 MiB without a floor; so that one freed page does not flap it). While full, cartd answers
-// every read, takes no new write a user starts (submit, cancel, tags, resume, extend: refused
-// with ResourceExhausted naming the disk; deleting a sweep, which frees room, is allowed), hands
-// workers no new job, and leaves lease expiry alone; a running worker's reports fail unacknowledged
-// and the worker keeps them and sends them again, so nothing acknowledged is lost. The state
-// clears by itself at the first look that finds room.
+// common/file.h IsNoSpace) until the free space is above the floor (or what it was then) by a
+// floor's worth (1 MiB without a floor; so that one freed page does not flap it). A failure noted
+// while already full, or with that much room already free, is a late one and changes nothing. While
+// full, cartd answers every read, takes no new write a user starts (submit, cancel, tags, resume,
+// extend: refused with ResourceExhausted naming the disk; deleting a sweep, which frees room, is
+// allowed), hands workers no new job, and leaves lease expiry alone; a running worker's reports
+// fail unacknowledged and the worker keeps them and sends them again, so nothing acknowledged is
+// lost. The state clears by itself at the first look that finds room.
 //
 // Thread-safety: every method is thread-safe.
 
