@@ -156,18 +156,22 @@ void Cluster::StartCartdWithEnv(const std::string& config_yaml,
 bool Cluster::StartCartdOnSmallDisk(int64_t disk_mib, const std::string& config_yaml,
                                     std::string* why) {
   if (!CanMountTmpfs(why)) return false;
-  std::filesystem::create_directories(dir_.File("cartd"));
-  std::vector<std::string> args = {
-      "-rm",
-      "sh",
-      "-c",
-      StrCat("mount -t tmpfs -o size=", disk_mib, "m tmpfs \"$0\" && exec \"$@\""),
-      dir_.File("cartd"),
-      BinDir() + "/cartd"};
-  for (std::string& a : CartdArgs(config_yaml)) args.push_back(std::move(a));
-  cartd_ = Spawn("/usr/bin/unshare", args, "cartd.log");
+  cartd_ = SpawnOnSmallDisk(dir_.File("cartd"), disk_mib, BinDir() + "/cartd",
+                            CartdArgs(config_yaml), "cartd.log");
   WaitForCartd();
   return true;
+}
+
+pid_t Cluster::SpawnOnSmallDisk(const std::string& dir, int64_t disk_mib, const std::string& exe,
+                                const std::vector<std::string>& args, const std::string& log) {
+  std::filesystem::create_directories(dir);
+  // unshare and sh exec into `exe`: the pid returned is its.
+  std::vector<std::string> full = {
+      "-rm", "sh",
+      "-c",  StrCat("mount -t tmpfs -o size=", disk_mib, "m tmpfs \"$0\" && exec \"$@\""),
+      dir,   exe};
+  full.insert(full.end(), args.begin(), args.end());
+  return Spawn("/usr/bin/unshare", full, log);
 }
 
 void Cluster::WaitForCartd() {
@@ -223,14 +227,8 @@ bool Cluster::CanMountTmpfs(std::string* why) {
 pid_t Cluster::StartWorkerOnSmallDisk(const std::string& id, int64_t disk_mib,
                                       const std::vector<std::string>& extra, std::string* why) {
   if (!CanMountTmpfs(why)) return -1;
-  std::filesystem::create_directories(CacheDir(id));
-  // unshare and sh exec into cart-worker: the pid returned is the worker's.
-  std::vector<std::string> args = {
-      "-rm",        "sh",
-      "-c",         StrCat("mount -t tmpfs -o size=", disk_mib, "m tmpfs \"$0\" && exec \"$@\""),
-      CacheDir(id), BinDir() + "/cart-worker"};
-  for (std::string& a : WorkerArgs(id, address(), 0, extra)) args.push_back(std::move(a));
-  pid_t pid = Spawn("/usr/bin/unshare", args, "worker-" + id + ".log");
+  const pid_t pid = SpawnOnSmallDisk(CacheDir(id), disk_mib, BinDir() + "/cart-worker",
+                                     WorkerArgs(id, address(), 0, extra), "worker-" + id + ".log");
   workers_.push_back(pid);
   return pid;
 }

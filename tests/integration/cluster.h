@@ -93,6 +93,10 @@ class Cluster {
   std::vector<std::string> CartdArgs(const std::string& config_yaml);
   void WaitForCartd();  // connects, then waits until cartd answers
   static bool CanMountTmpfs(std::string* why);
+  // Starts `exe` with `args` in a mount namespace of its own where `dir` is a tmpfs of
+  // `disk_mib` MiB; its pid.
+  pid_t SpawnOnSmallDisk(const std::string& dir, int64_t disk_mib, const std::string& exe,
+                         const std::vector<std::string>& args, const std::string& log);
 
   TempDir dir_;
   double lease_ttl_s_;
