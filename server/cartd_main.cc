@@ -2,9 +2,11 @@
 // SIGTERM / SIGINT stop it gracefully (ServerHandle::Shutdown) with exit status 0.
 
 #include <signal.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <string>
@@ -94,6 +96,14 @@ int main(int argc, char** argv) {
   if (insecure) config.insecure = true;
   if (app.count("--http")) config.http_listen = http_listen == "off" ? std::string() : http_listen;
   if (app.count("--web-dir")) config.web_dir = web_dir;
+
+  // Each HTTP connection and gRPC stream is a descriptor: take what the hard limit allows
+  // (Debian's soft limit of 1,024 would cap the dashboard's port at 768 connections).
+  rlimit files{};
+  if (getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
+    files.rlim_cur = std::min<rlim_t>(files.rlim_max, 1 << 20);
+    setrlimit(RLIMIT_NOFILE, &files);
+  }
 
   // The stop signals are caught by whichever thread they hit (gRPC's included) and written to a
   // pipe that main reads: async-signal-safe, and independent of thread signal masks.

@@ -237,6 +237,8 @@ const std::vector<Key>& Keys() {
       Text("web_dir", &C::web_dir, "the dashboard's pages"),
       Duration("http_idle_timeout", &C::http_idle_timeout, absl::Seconds(1), 1, 86'400,
                "seconds a request has to arrive on a new or idle connection"),
+      Integer("http_max_connections", &C::http_max_connections, 16, 1 << 20,
+              "HTTP connections held at once"),
       Integer("http_max_connections_per_client", &C::http_max_connections_per_client, 1, 1 << 20,
               "HTTP connections one client address may hold"),
   };

@@ -401,6 +401,8 @@ class Scheduler {
   // without '/', NotFound naming the run.
   absl::StatusOr<int64_t> FindRun(const std::string& name);
   absl::StatusOr<RunDetails> GetRun(int64_t run_id);
+  // The run's record alone (one read): for followers that poll it.
+  absl::StatusOr<store::RunRecord> GetRunRecord(int64_t run_id);
   // The records of the runs matching `filter`, by id, without what Describe adds.
   absl::StatusOr<std::vector<store::RunRecord>> ListRunRecords(const store::RunFilter& filter);
   // Paged reads for the dashboard and the list commands (store/pages.h): a fixed number of

@@ -144,6 +144,8 @@ absl::StatusOr<RunInfo> Scheduler::Describe(RunRecord record, std::optional<int6
   return info;
 }
 
+absl::StatusOr<RunRecord> Scheduler::GetRunRecord(int64_t run_id) { return store_->GetRun(run_id); }
+
 absl::StatusOr<RunDetails> Scheduler::GetRun(int64_t run_id) {
   CART_ASSIGN_OR_RETURN(RunRecord run, store_->GetRun(run_id));
   RunDetails details;

@@ -291,6 +291,7 @@ absl::StatusOr<std::unique_ptr<http::HttpServer>> StartHttp(const ServerConfig& 
   options.tls_cert_file = config.tls_cert_file;
   options.tls_key_file = config.tls_key_file;
   options.idle_timeout = config.http_idle_timeout;
+  options.max_connections = config.http_max_connections;
   options.max_connections_per_client = config.http_max_connections_per_client;
   auto handler = [pages](const http::Request& request) { return pages->Handle(request); };
   absl::StatusOr<std::unique_ptr<http::HttpServer>> started =

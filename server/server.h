@@ -120,10 +120,12 @@ struct ServerConfig {
   bool preemption = false;
   absl::Duration preempt_interval = absl::Hours(1);
   // The HTTP port: a request must arrive within http_idle_timeout of the connection opening or
-  // going idle, and one client address may hold http_max_connections_per_client connections
-  // (server/http/http_server.h). Defaults 60 s and 64.
+  // going idle; the port holds http_max_connections connections (a newcomer past it replaces the
+  // one that has waited longest for a request), one client address at most
+  // http_max_connections_per_client of them (server/http/http_server.h). Defaults 60 s, 4096, 256.
   absl::Duration http_idle_timeout = absl::Seconds(60);
-  int http_max_connections_per_client = 64;
+  int http_max_connections = 4096;
+  int http_max_connections_per_client = 256;
   // Longest AcquireJob long poll. Default 30 s.
   absl::Duration max_acquire_wait = absl::Seconds(30);
   // How long Shutdown() lets unary RPCs in flight finish before cancelling them. Default 5 s.

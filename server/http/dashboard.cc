@@ -11,7 +11,6 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
-#include <thread>
 #include <vector>
 
 #include "common/file.h"
@@ -237,8 +236,9 @@ json AnnotationJson(const std::vector<store::Tag>& tags, const store::Note& note
 // it is no stream).
 Response Holding(Response response, std::shared_ptr<void> slot) {
   if (response.stream) {
-    response.stream = [slot = std::move(slot), inner = std::move(response.stream)](
-                          const StreamWriter& write) { inner(write); };
+    response.stream = [slot = std::move(slot), inner = std::move(response.stream)]() mutable {
+      return inner();
+    };
   }
   return response;
 }
@@ -972,30 +972,32 @@ Response Dashboard::SweepLive(const Request& request, const std::string& name) {
   if (!sweep.ok()) return Error(sweep.status());
   Response r;
   r.content_type = "text/event-stream";
-  r.stream = [this, name, metrics](const StreamWriter& write) {
-    int64_t in_step = 0;  // generation of the last frame this follower has (0: none)
-    while (!options_.stopping() && !scheduler_->shutting_down()) {
-      absl::StatusOr<std::shared_ptr<const SweepFrame>> frame = Frame(name, metrics);
-      absl::StatusOr<std::string> event = std::string(":\n\n");  // nothing new: keep alive
-      // The first frame holds whole series, so it serves a follower's first event as well.
-      const bool first_frame = frame.ok() && in_step == 0 && (*frame)->generation == 1;
-      if (frame.ok() && (first_frame || (in_step > 0 && (*frame)->generation == in_step + 1))) {
-        event = (*frame)->event;
-      } else if (frame.ok() && (*frame)->generation != in_step) {
-        event = SweepUpdate(name, metrics, nullptr, nullptr);
-      }
-      if (!frame.ok()) event = frame.status();
-      if (!event.ok()) {
-        write(SseEvent("error", json{{"error", Message(event.status())}}));
-        return;
-      }
-      in_step = (*frame)->generation;
-      if (!write(*event)) return;
-      const absl::Time until = absl::Now() + options_.live_poll;
-      while (absl::Now() < until && !options_.stopping()) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(200));
-      }
+  // Polled by the HTTP port every live_poll (server/http/http_server.h): no thread waits.
+  r.stream = [this, name, metrics, in_step = int64_t{0}]() mutable {
+    StreamPoll poll;
+    poll.again = options_.live_poll;
+    if (options_.stopping() || scheduler_->shutting_down()) {
+      poll.last = true;
+      return poll;
     }
+    absl::StatusOr<std::shared_ptr<const SweepFrame>> frame = Frame(name, metrics);
+    absl::StatusOr<std::string> event = std::string(":\n\n");  // nothing new: keep alive
+    // The first frame holds whole series, so it serves a follower's first event as well.
+    const bool first_frame = frame.ok() && in_step == 0 && (*frame)->generation == 1;
+    if (frame.ok() && (first_frame || (in_step > 0 && (*frame)->generation == in_step + 1))) {
+      event = (*frame)->event;
+    } else if (frame.ok() && (*frame)->generation != in_step) {
+      event = SweepUpdate(name, metrics, nullptr, nullptr);
+    }
+    if (!frame.ok()) event = frame.status();
+    if (!event.ok()) {
+      poll.chunk = SseEvent("error", json{{"error", Message(event.status())}});
+      poll.last = true;
+      return poll;
+    }
+    in_step = (*frame)->generation;
+    poll.chunk = *std::move(event);
+    return poll;
   };
   return r;
 }
@@ -1133,50 +1135,77 @@ Response Dashboard::RunLive(const Request& request, int64_t id) {
   if (!exists.ok()) return Error(exists.status());
   Response r;
   r.content_type = "text/event-stream";
-  r.stream = [this, run_id = id, first = *after,
-              log_first = *log_after](const StreamWriter& write) {
-    // `after` is the last step the page has; the cursor reads from the step after it.
-    MetricCursor metrics(*scheduler_, run_id, first + 1);
-    LogCursor logs(*scheduler_, run_id, log_first);
-    bool gone = false;
-    absl::Status followed = scheduler_->FollowRun(
-        run_id, /*follow=*/true, options_.live_poll, [this] { return options_.stopping(); },
-        [&](const RunRecord& run, bool last) -> absl::StatusOr<bool> {
-          // At most 1000 points a metric per event (a longer stretch, as on a page's first
-          // event, comes downsampled) and 1000 log lines (the rest in the next event).
-          CART_ASSIGN_OR_RETURN(std::vector<store::Series> points, metrics.Next(1000));
-          json series = json::object();
-          for (const store::Series& s : points) series[s.metric] = SeriesJson(s);
-          CART_ASSIGN_OR_RETURN(std::vector<store::LogLine> lines, logs.Next(1000));
-          json log = json::array();
-          for (const store::LogLine& l : lines) {
-            log.push_back(json{
-                {"id", l.id}, {"attempt", l.attempt}, {"at_us", l.wall_time_us}, {"text", l.text}});
-          }
-          const int64_t step = metrics.latest_step();
-          const bool news = !series.empty() || !log.empty();
-          json data{{"state", std::string(store::RunStateName(run.state))},
-                    {"step", step},
-                    {"attempt", run.attempt},
-                    {"series", series},
-                    {"log", log}};
-          const std::string chunk =
-              news || last ? SseEvent(last ? "end" : "update", data) : std::string(":\n\n");
-          if (!write(chunk)) {
-            gone = true;
-            return false;
-          }
-          // At most one event per live_min_interval: changes in between are coalesced into the
-          // next one (a run may report many batches a second; a page needs one update).
-          const absl::Time next = absl::Now() + options_.live_min_interval;
-          while (!last && absl::Now() < next && !options_.stopping()) {
-            std::this_thread::sleep_for(std::chrono::milliseconds(50));
-          }
-          return true;
-        });
-    if (!followed.ok() && !gone) {
-      write(SseEvent("error", json{{"error", Message(followed)}}));
+  // Polled by the HTTP port (server/http/http_server.h): each poll looks at the run's change
+  // counter and reads only when it moved, or live_poll has passed (then at least a keep-alive).
+  struct Follow {
+    Follow(Scheduler& scheduler, int64_t run, int64_t from_step, int64_t log_after)
+        : metrics(scheduler, run, from_step), logs(scheduler, run, log_after) {}
+    MetricCursor metrics;
+    LogCursor logs;
+    std::optional<int64_t> version;  // the counter as of the last read
+    absl::Time last_read = absl::InfinitePast();
+    absl::Time quiet_until = absl::InfinitePast();  // no event before it (live_min_interval)
+  };
+  // `after` is the last step the page has; the cursor reads from the step after it.
+  auto follow = std::make_shared<Follow>(*scheduler_, id, *after + 1, *log_after);
+  const absl::Duration tick = std::min(options_.live_min_interval, absl::Milliseconds(250));
+  r.stream = [this, run_id = id, follow, tick]() {
+    StreamPoll poll;
+    poll.again = tick;
+    if (options_.stopping()) {
+      poll.last = true;
+      return poll;
     }
+    if (scheduler_->shutting_down()) {
+      poll.chunk = SseEvent("error", json{{"error", "cartd is shutting down; follow again later"}});
+      poll.last = true;
+      return poll;
+    }
+    const absl::Time now = absl::Now();
+    if (now < follow->quiet_until) {
+      // At most one event per live_min_interval: changes in between are coalesced into the
+      // next one (a run may report many batches a second; a page needs one update).
+      poll.again = follow->quiet_until - now;
+      return poll;
+    }
+    // Read the counter before the data: a change after this point is seen by the next poll.
+    const int64_t version = scheduler_->RunVersion(run_id);
+    if (follow->version == version && now - follow->last_read < options_.live_poll) return poll;
+    follow->version = version;
+    follow->last_read = now;
+    absl::StatusOr<std::string> event = [&]() -> absl::StatusOr<std::string> {
+      CART_ASSIGN_OR_RETURN(RunRecord run, scheduler_->GetRunRecord(run_id));
+      const bool last = store::IsTerminal(run.state);
+      // At most 1000 points a metric per event (a longer stretch, as on a page's first event,
+      // comes downsampled) and 1000 log lines (the rest in the next event).
+      CART_ASSIGN_OR_RETURN(std::vector<store::Series> points, follow->metrics.Next(1000));
+      json series = json::object();
+      for (const store::Series& s : points) series[s.metric] = SeriesJson(s);
+      CART_ASSIGN_OR_RETURN(std::vector<store::LogLine> lines, follow->logs.Next(1000));
+      json log = json::array();
+      for (const store::LogLine& l : lines) {
+        log.push_back(json{
+            {"id", l.id}, {"attempt", l.attempt}, {"at_us", l.wall_time_us}, {"text", l.text}});
+      }
+      const bool news = !series.empty() || !log.empty();
+      if (!news && !last) return std::string(":\n\n");  // keep alive
+      json data{{"state", std::string(store::RunStateName(run.state))},
+                {"step", follow->metrics.latest_step()},
+                {"attempt", run.attempt},
+                {"series", series},
+                {"log", log}};
+      return SseEvent(last ? "end" : "update", data);
+    }();
+    if (!event.ok()) {
+      poll.chunk = SseEvent("error", json{{"error", Message(event.status())}});
+      poll.last = true;
+      return poll;
+    }
+    poll.last = event->rfind("event: end", 0) == 0;
+    if (event->rfind("event: update", 0) == 0)
+      follow->quiet_until = now + options_.live_min_interval;
+    poll.chunk = *std::move(event);
+    return poll;
   };
   return r;
 }

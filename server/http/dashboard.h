@@ -17,7 +17,8 @@
 // address, a loopback name, this machine's host name or a name configured with `http_hosts`, and
 // a POST's Origin must name one of those too (AllowedHost).
 //
-// Thread-safety: Handle is called concurrently from the HTTP server's connection threads.
+// Thread-safety: Handle and the live streams' sources are called concurrently from the HTTP
+// server's handler threads.
 
 #include <cstdint>
 #include <functional>

@@ -1,20 +1,23 @@
 #pragma once
 
 // A small HTTP/1.1 server for cartd's dashboard, JSON API and /metrics (docs/dashboard.md):
-// Boost.Beast over Boost.Asio, blocking I/O with one thread per connection. Requests are plain
-// structs here, so that the handlers (server/http/dashboard.h) never include Beast.
+// Boost.Beast over Boost.Asio's asynchronous model. Requests are plain structs here, so that the
+// handlers (server/http/dashboard.h) never include Beast.
 //
-// Why threads, not Asio's async model: the long-lived responses (server-sent events following a
-// run) block on the scheduler's change counter, which is a blocking wait; a thread per connection
-// keeps them simple, and max_connections bounds how many there can be (max_connections_per_client
-// how many one address may hold). Blocking calls have no timeout of their own that Asio honours,
-// so a watchdog thread shuts down any socket whose read or write outlives its deadline
-// (idle_timeout for a whole request, send_timeout for each write). The gRPC side has its own
-// threads, so a crowd of dashboard clients never delays AcquireJob or metric ingest (measured in
-// bench/dashboard_bench.cc).
+// Threads: one I/O thread reads and writes every connection (asynchronously, each read and write
+// under a deadline of its connection's), and a fixed pool of handler_threads runs the handlers,
+// which may block on the store. So a connection costs memory, not a thread: an idle or half-sent
+// one holds a few hundred bytes and its socket (measured in bench/http_idle_bench.cc), and a
+// thousand of them do not stop a newcomer from being served. A live response (server-sent events)
+// is polled, not run: the handler pool asks its source for the next chunk, and the I/O thread
+// sends it and waits before asking again, so streams hold no thread either. When the port holds
+// max_connections, a newcomer takes the place of the connection that has waited longest for its
+// request (idle between requests, or half-sent); only when every connection is being answered is
+// it refused (503). The gRPC side has its own threads, so a crowd of dashboard clients never
+// delays AcquireJob or metric ingest (bench/dashboard_bench.cc).
 //
-// Thread-safety: Start, port and Shutdown are thread-safe; the handler is called concurrently from
-// connection threads.
+// Thread-safety: Start, port and Shutdown are thread-safe; the handler and stream sources are
+// called concurrently from the handler threads (one call at a time for one stream).
 
 #include <cstdint>
 #include <functional>
@@ -49,17 +52,25 @@ struct Request {
   }
 };
 
-// Sends one chunk of a streamed body; false once the client has gone or the server is stopping.
-using StreamWriter = std::function<bool(std::string_view chunk)>;
+// One poll of a live response's source.
+struct StreamPoll {
+  std::string chunk;  // what to send now; empty: nothing new yet
+  bool last = false;  // the response ends after `chunk` (the connection closes)
+  absl::Duration again = absl::Milliseconds(250);  // when to ask the source again
+};
+// A live response's source: called on a handler thread, first as soon as the status and headers
+// are out, then `again` after each poll (after its chunk has been written). It must not block for
+// long: it is polled, and a thread it holds is one of handler_threads.
+using StreamSource = std::function<StreamPoll()>;
 
 struct Response {
   int status = 200;
   std::string content_type = "application/json";
   std::string body;
   std::vector<std::pair<std::string, std::string>> headers;
-  // A streamed response (server-sent events): the status and headers go out, then `stream` runs
-  // on the connection's thread until it returns; the connection closes after it.
-  std::function<void(const StreamWriter& write)> stream;
+  // A live response (server-sent events): the status and headers go out, then what `stream`
+  // gives, poll by poll, until it says last, the client goes or the server stops.
+  StreamSource stream;
 };
 
 using Handler = std::function<Response(const Request& request)>;
@@ -68,13 +79,16 @@ struct HttpServerOptions {
   std::string listen = "127.0.0.1:8080";  // host:port; port 0 picks a free one
   std::string tls_cert_file;              // PEM chain and key: HTTPS when both are given
   std::string tls_key_file;
-  int max_connections = 256;  // more are answered 503 and closed
+  // Connections held at once. A newcomer past it takes the place of the connection that has
+  // waited longest for a request; with none waiting it is answered 503 and closed. Bounded by
+  // the process's open-file limit (less 256 for the rest of cartd).
+  int max_connections = 4096;
   // Connections one client address may hold at once; more are answered 429 and closed, so that
-  // one client (a stream flood, a crowd of half-sent requests) cannot take the capacity of all.
-  int max_connections_per_client = 64;
+  // one client (a stream flood, a crowd of half-sent requests) cannot take a large share alone.
+  int max_connections_per_client = 256;
   // A request (its line, headers and body) must arrive within this after the connection is idle
   // (keep-alive) or opened, or the connection is closed: a silent or trickling client cannot hold
-  // a connection thread. Enforced by a watchdog that shuts the socket down.
+  // a connection for ever.
   absl::Duration idle_timeout = absl::Seconds(60);
   // Each write of an answer (and each chunk of a stream) must complete within this.
   absl::Duration send_timeout = absl::Seconds(30);
@@ -82,8 +96,11 @@ struct HttpServerOptions {
   // The request line and headers together, and with them a chunked body's trailer fields; more
   // gets 414 (the line alone is too long) or 431. It also bounds each chunk line.
   int64_t max_header_bytes = 16 << 10;
-  // Nice value of the connection threads (Linux: per thread), so that on a saturated box the
-  // dashboard waits and the workers' gRPC calls do not. 0: same priority as the rest.
+  // Threads that run handlers and poll live responses: how many requests are answered at once
+  // (the rest wait their turn).
+  int handler_threads = 8;
+  // Nice value of the I/O and handler threads (Linux: per thread), so that on a saturated box
+  // the dashboard waits and the workers' gRPC calls do not. 0: same priority as the rest.
   int thread_nice = 10;
 };
 
@@ -99,8 +116,8 @@ class HttpServer {
 
   int port() const;
   bool tls() const;
-  // Stops accepting, closes every connection (streams end at their next write) and joins the
-  // threads. Idempotent.
+  // Stops accepting, closes every connection (live responses with it), lets the handlers running
+  // finish and joins the threads. Idempotent.
   void Shutdown();
   // True once Shutdown() began: long-running handlers return.
   bool stopping() const;

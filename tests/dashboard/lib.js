@@ -52,11 +52,14 @@ class Cluster {
     this.procs.push(p);
     return p;
   }
-  // opts.config: the text of a cartd config file to start with (its keys: cartd --help).
+  // opts.config: the text of a cartd config file to start with (its keys: cartd --help);
+  // opts.users: how many more user tokens to make (this.moreUsers, users other-1, other-2, ...).
   async start(opts) {
     this.grpcPort = await freePort();
     this.httpPort = await freePort();
-    fs.writeFileSync(this.file('tokens'), `${this.userToken} user browser\n${this.workerToken} worker testbox\n`);
+    this.moreUsers = Array.from({ length: (opts && opts.users) || 0 }, (_, i) => `user-token-other-${i + 1}-0123456789`);
+    const more = this.moreUsers.map((t, i) => `${t} user other-${i + 1}\n`).join('');
+    fs.writeFileSync(this.file('tokens'), `${this.userToken} user browser\n${this.workerToken} worker testbox\n${more}`);
     fs.chmodSync(this.file('tokens'), 0o600);
     fs.writeFileSync(this.file('client.yaml'), `server: 127.0.0.1:${this.grpcPort}\ntoken: ${this.userToken}\n`);
     const extra = [];

@@ -4,6 +4,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/time.h>
@@ -833,6 +834,29 @@ absl::StatusOr<std::unique_ptr<http::HttpServer>> StartOkServer(http::HttpServer
   });
 }
 
+// Like StartOkServer, and GET /live is a live stream whose events ("event: update", data 0, 1,
+// 2, ...) come every `every`.
+absl::StatusOr<std::unique_ptr<http::HttpServer>> StartStreamingServer(
+    http::HttpServerOptions options, absl::Duration every) {
+  options.listen = "127.0.0.1:0";
+  options.thread_nice = 0;
+  return http::HttpServer::Start(options, [every](const http::Request& request) {
+    http::Response r;
+    if (request.path == "/live") {
+      r.content_type = "text/event-stream";
+      r.stream = [every, n = 0]() mutable {
+        http::StreamPoll poll;
+        poll.chunk = StrCat("event: update\ndata: ", n++, "\n\n");
+        poll.again = every;
+        return poll;
+      };
+      return r;
+    }
+    r.body = R"({"ok":true})";
+    return r;
+  });
+}
+
 // Idle and trickling connections used to hold connection threads for ever (SO_RCVTIMEO never
 // fired under Asio's blocking reads), and one client could take all of them. Now each request
 // has a deadline the watchdog enforces, and one client address gets a bounded share.
@@ -873,6 +897,131 @@ TEST(HttpServerLimitsTest, IdleClientsAreCutAndOneClientCannotTakeEveryConnectio
   EXPECT_LT(waited, 5.0);
   // With them gone, the first client is served again.
   EXPECT_EQ(Raw(port, get).status, 200);
+}
+
+// The port is full of half-sent requests from several addresses (any local process can use any
+// 127.x address, so a share per address alone cannot protect it): a newcomer is served at once,
+// in place of the connection that has waited longest, which is closed. Only when every
+// connection is being answered (live streams here) is a newcomer refused, with a 503.
+TEST(HttpServerLimitsTest, AFullPortServesANewcomerInPlaceOfTheConnectionThatWaitedLongest) {
+  http::HttpServerOptions options;
+  options.max_connections = 16;
+  options.max_connections_per_client = 16;
+  auto server = StartStreamingServer(options, absl::Milliseconds(100));
+  ASSERT_TRUE(server.ok()) << server.status();
+  const int port = (*server)->port();
+  const std::string get = "GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+  // 16 half-sent requests from four addresses, the first opened first.
+  std::vector<int> half_sent;
+  for (int i = 0; i < 16; ++i) {
+    const int fd = Connect(port, StrCat("127.0.0.", 2 + i % 4).c_str());
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(write(fd, "GET /api/v1/swe", 15), 15);
+    half_sent.push_back(fd);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // a clear order of waiting
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // let the server take them
+  const Reply newcomer = Raw(port, get, "127.0.0.9");
+  EXPECT_EQ(newcomer.status, 200) << newcomer.head << newcomer.body;
+  // The connection that waited longest was closed for it (EOF, not the 20 s read timeout);
+  // the one opened last is still there.
+  char c;
+  EXPECT_EQ(read(half_sent.front(), &c, 1), 0) << "the longest-waiting connection is still open";
+  timeval short_wait{0, 200'000};
+  setsockopt(half_sent.back(), SOL_SOCKET, SO_RCVTIMEO, &short_wait, sizeof(short_wait));
+  EXPECT_EQ(read(half_sent.back(), &c, 1), -1) << "the newest connection was closed as well";
+  for (int fd : half_sent) close(fd);
+
+  // 16 live streams, each being answered: none waits for a request, so a newcomer gets 503.
+  std::vector<int> streams;
+  for (int i = 0; i < 16; ++i) {
+    const int fd = Connect(port, StrCat("127.0.0.", 2 + i % 4).c_str());
+    ASSERT_GE(fd, 0);
+    const std::string live = "GET /live HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+    ASSERT_EQ(write(fd, live.data(), live.size()), static_cast<ssize_t>(live.size()));
+    char head[256];
+    ASSERT_GT(read(fd, head, sizeof(head)), 0);  // its status line: it is being answered
+    streams.push_back(fd);
+  }
+  const Reply refused = Raw(port, get, "127.0.0.9");
+  EXPECT_EQ(refused.status, 503);
+  EXPECT_THAT(refused.body, HasSubstr("being answered"));
+  for (int fd : streams) close(fd);
+  // Once the streams' clients are gone (seen at their next write), newcomers are served again.
+  Reply again;
+  for (int i = 0; i < 50 && again.status != 200; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    again = Raw(port, get, "127.0.0.9");
+  }
+  EXPECT_EQ(again.status, 200);
+}
+
+// A thousand idle connections and a hundred live streams from ten addresses cost the port no
+// thread (it used to run one per connection), and a newcomer is served while they are held; the
+// streams go on sending.
+TEST(HttpServerLimitsTest, HeldConnectionsAndStreamsCostNoThreads) {
+  rlimit files{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &files), 0);
+  files.rlim_cur = std::max<rlim_t>(files.rlim_cur, std::min<rlim_t>(files.rlim_max, 8192));
+  setrlimit(RLIMIT_NOFILE, &files);
+  if (files.rlim_cur < 3000) GTEST_SKIP() << "the open-file limit is " << files.rlim_cur;
+  auto server = StartStreamingServer(http::HttpServerOptions{}, absl::Milliseconds(200));
+  ASSERT_TRUE(server.ok()) << server.status();
+  const int port = (*server)->port();
+  auto threads = [] {
+    int n = 0;
+    for ([[maybe_unused]] const auto& task :
+         std::filesystem::directory_iterator("/proc/self/task")) {
+      ++n;
+    }
+    return n;
+  };
+  const int before = threads();
+  std::vector<int> idle;
+  for (int i = 0; i < 1000; ++i) {
+    const int fd = Connect(port, StrCat("127.0.0.", 1 + i % 10).c_str());
+    ASSERT_GE(fd, 0) << "connection " << i;
+    ASSERT_EQ(write(fd, "GET /api/v1/swe", 15), 15);
+    idle.push_back(fd);
+  }
+  std::vector<int> streams;
+  const std::string live = "GET /live HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+  for (int i = 0; i < 100; ++i) {
+    const int fd = Connect(port, StrCat("127.0.0.", 1 + i % 10).c_str());
+    ASSERT_GE(fd, 0) << "stream " << i;
+    ASSERT_EQ(write(fd, live.data(), live.size()), static_cast<ssize_t>(live.size()));
+    streams.push_back(fd);
+  }
+  // Every stream has its first event.
+  int streaming = 0;
+  for (int fd : streams) {
+    std::string got;
+    char buffer[4096];
+    for (ssize_t n; got.find("event: update") == std::string::npos &&
+                    (n = read(fd, buffer, sizeof(buffer))) > 0;) {
+      got.append(buffer, static_cast<size_t>(n));
+    }
+    if (got.find("event: update") != std::string::npos) ++streaming;
+  }
+  EXPECT_EQ(streaming, 100);
+  EXPECT_EQ(threads(), before) << "held connections took threads";
+  const Reply newcomer =
+      Raw(port, "GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n", "127.0.0.11");
+  EXPECT_EQ(newcomer.status, 200);
+  // The streams go on: each sends a later event.
+  int later = 0;
+  for (int fd : streams) {
+    std::string got;
+    char buffer[4096];
+    for (ssize_t n;
+         got.find("data: 2") == std::string::npos && (n = read(fd, buffer, sizeof(buffer))) > 0;) {
+      got.append(buffer, static_cast<size_t>(n));
+    }
+    if (got.find("data: 2") != std::string::npos) ++later;
+  }
+  EXPECT_EQ(later, 100);
+  for (int fd : idle) close(fd);
+  for (int fd : streams) close(fd);
 }
 
 // A connection kept open says how long the server waits for its next request, so that clients
