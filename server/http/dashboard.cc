@@ -1163,8 +1163,8 @@ Response Dashboard::RunLive(const Request& request, int64_t id) {
     }
     const absl::Time now = absl::Now();
     if (now < follow->quiet_until) {
-      // At most one event per live_min_interval: changes in between are coalesced into the
-      // next one (a run may report many batches a second; a page needs one update).
+      // At most one read (and event) per live_min_interval: changes in between are coalesced
+      // into the next one (a run may report many batches a second; a page needs one update).
       poll.again = follow->quiet_until - now;
       return poll;
     }
@@ -1202,8 +1202,9 @@ Response Dashboard::RunLive(const Request& request, int64_t id) {
       return poll;
     }
     poll.last = event->rfind("event: end", 0) == 0;
-    if (event->rfind("event: update", 0) == 0)
-      follow->quiet_until = now + options_.live_min_interval;
+    // Whatever the read found, the next waits live_min_interval: a change counted before its
+    // points are committed would otherwise have the stream read again and again meanwhile.
+    follow->quiet_until = now + options_.live_min_interval;
     poll.chunk = *std::move(event);
     return poll;
   };
