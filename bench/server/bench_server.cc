@@ -7,7 +7,7 @@
 // so the two lines side by side show what the dashboard costs the gRPC side.
 //
 // Usage: bench-server [--acquires-per-worker N] [--ingest-seconds S] [--runs N]
-//                     [--dashboard-clients N] [--only acquire|ingest|rss]
+//                     [--dashboard-clients N] [--only acquire|ingest|rss] [--sync full|normal]
 
 #include <arpa/inet.h>
 #include <grpcpp/grpcpp.h>
@@ -86,8 +86,12 @@ double Percentile(std::vector<double> v, double p) {
   return v[i];
 }
 
+// cartd's store_sync for the in-process cartd (--sync full|normal; cartd's default: full).
+std::string g_sync = "full";
+
 std::unique_ptr<cart::server::ServerHandle> StartInProcess(const std::string& dir) {
   cart::server::ServerConfig config;
+  config.store_sync = g_sync;
   config.listen = "127.0.0.1:0";
   config.http_listen = "127.0.0.1:0";
   config.data_dir = dir;
@@ -420,6 +424,11 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--runs")) runs = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--only")) only = argv[i + 1];
     if (!std::strcmp(argv[i], "--dashboard-clients")) clients = std::atoi(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--sync")) g_sync = argv[i + 1];
+  }
+  if (g_sync != "full" && g_sync != "normal") {
+    std::fprintf(stderr, "bench-server: --sync must be full or normal, not '%s'\n", g_sync.c_str());
+    return 2;
   }
   const std::string root =
       (std::filesystem::temp_directory_path() / StrCat("bench-server-", getpid())).string();
