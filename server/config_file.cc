@@ -8,6 +8,7 @@
 
 #include "common/status.h"
 #include "common/strings.h"
+#include "common/version.h"
 #include "common/yaml.h"
 #include "server/server.h"
 
@@ -204,6 +205,8 @@ const std::vector<Key>& Keys() {
               "checkpoint downloads streaming at once per caller"),
       Integer("max_polls_per_token", &C::max_polls_per_token, 1, 1 << 20,
               "AcquireJob long polls held at once per worker token"),
+      Integer("min_worker_protocol", &C::min_worker_protocol, 1, kWorkerProtocol,
+              "oldest worker protocol accepted at registration"),
       Integer("max_workers_per_token", &C::max_workers_per_token, 1, 1 << 20,
               "worker ids one worker token may register"),
       Duration("stream_send_timeout", &C::stream_send_timeout, absl::Seconds(1), 1, 86'400,

@@ -356,6 +356,7 @@ absl::StatusOr<std::unique_ptr<ServerHandle>> RunServer(const ServerConfig& conf
   handle->send_watch_ = std::make_unique<SendWatch>(config.stream_send_timeout);
   context.send_watch = handle->send_watch_.get();
   context.max_workers_per_token = std::max(1, config.max_workers_per_token);
+  context.min_worker_protocol = config.min_worker_protocol;
   context.max_answer_bytes = static_cast<size_t>(std::max<int64_t>(config.max_answer_bytes, 1));
   handle->services_ = std::make_unique<ServerHandle::Services>();
   handle->services_->scheduler = std::make_unique<internal::SchedulerServiceImpl>(context);

@@ -91,6 +91,9 @@ struct ServerConfig {
   // Worker ids one worker token may register (lost ones count; an id registered before may come
   // back). Default 256.
   int max_workers_per_token = 256;
+  // Workers speaking an older worker protocol (common/version.h) are refused at registration,
+  // naming both versions. Default 1: every release so far works with this cartd.
+  int min_worker_protocol = 1;
   absl::Duration stream_send_timeout = absl::Seconds(60);
   // Large reads (ListRuns, GetSweep, QueryTable; the dashboard's run pages, pivots and groups)
   // in progress at once: per caller, and for everyone together, gRPC and HTTP sharing

@@ -114,6 +114,7 @@ absl::Status RunWorker(const WorkerConfig& config, const std::atomic<bool>& shut
   reg.mutable_device()->set_speed_factor(config.speed_factor);
   reg.mutable_device()->set_uuid(device.uuid);
   reg.set_version(kVersion);
+  reg.set_protocol(kWorkerProtocol);
   cart::v1::RegisterWorkerResponse timing;
   int64_t backoff_ms = 200;
   // Register, retrying while cartd is unreachable; a refusal (bad token, bad request) is final.
@@ -132,11 +133,16 @@ absl::Status RunWorker(const WorkerConfig& config, const std::atomic<bool>& shut
     std::this_thread::sleep_for(std::chrono::milliseconds(backoff_ms));
     backoff_ms = std::min<int64_t>(backoff_ms * 2, 5000);
   }
-  Say(worker_id, StrCat("registered ", device.kind, " '", device.name, "' with ", device.memory_mib,
-                        " MiB (reserve ",
-                        config.memory_reserve_mib >= 0 ? StrCat(config.memory_reserve_mib, " MiB")
-                                                       : std::string("cartd's default"),
-                        ") at ", config.client.server));
+  Say(worker_id,
+      StrCat("registered ", device.kind, " '", device.name, "' with ", device.memory_mib,
+             " MiB (reserve ",
+             config.memory_reserve_mib >= 0 ? StrCat(config.memory_reserve_mib, " MiB")
+                                            : std::string("cartd's default"),
+             ") at ", config.client.server, " (",
+             timing.protocol() > 0
+                 ? StrCat("cartd ", timing.cartd_version(), ", worker protocol ", timing.protocol())
+                 : std::string("a cartd of a release before worker protocol 2"),
+             "; this worker speaks ", kWorkerProtocol, ")"));
 
   JobEnvironment env;
   env.client = config.client;

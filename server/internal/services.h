@@ -34,6 +34,7 @@ struct ServiceContext {
   CallerSlots* polls = nullptr;       // AcquireJob long polls, per token; nullptr: unbounded
   SendWatch* send_watch = nullptr;    // send deadline of download streams; nullptr: none
   int max_workers_per_token = 0;      // worker ids one worker token may register; 0: no bound
+  int min_worker_protocol = 1;        // older workers are refused at registration
   size_t max_answer_bytes = 8 << 20;  // of run views in one answer (ServerConfig)
 };
 

@@ -8,6 +8,7 @@
 
 #include "common/status.h"
 #include "common/strings.h"
+#include "common/version.h"
 #include "server/internal/convert.h"
 #include "server/internal/services.h"
 
@@ -403,6 +404,16 @@ grpc::Status WorkerServiceImpl::RegisterWorker(grpc::ServerContext* context,
   if (absl::Status bounded = CheckRegistrationBounds(*request); !bounded.ok()) {
     return ToGrpc(bounded);
   }
+  // Version skew: a worker of an older protocol than this cartd accepts is refused here, before
+  // it takes a run, naming both sides (a release before the number sends 0: protocol 1).
+  const int protocol = request->protocol() > 0 ? request->protocol() : 1;
+  if (protocol < ctx_.min_worker_protocol) {
+    return ToGrpc(absl::FailedPreconditionError(StrCat(
+        "RegisterWorker: cart-worker ", request->version().empty() ? "?" : request->version(),
+        " speaks worker protocol ", protocol, "; this cartd ", kVersion, " (protocol ",
+        kWorkerProtocol, ") accepts protocol ", ctx_.min_worker_protocol,
+        " and later (min_worker_protocol): upgrade cart-worker on '", request->hostname(), "'")));
+  }
   // A worker token names a box or a cluster's workers, not an unbounded set: 2,000 ids of one
   // token once made /api/v1/workers 87 MB. Ids it registered before may always come back.
   if (ctx_.max_workers_per_token > 0 && who.role == Role::kWorker) {
@@ -437,6 +448,8 @@ grpc::Status WorkerServiceImpl::RegisterWorker(grpc::ServerContext* context,
   if (!timing.ok()) return ToGrpc(timing.status());
   response->set_lease_ttl_ms(absl::ToInt64Milliseconds(timing->lease_ttl));
   response->set_heartbeat_interval_ms(absl::ToInt64Milliseconds(timing->heartbeat_interval));
+  response->set_cartd_version(kVersion);
+  response->set_protocol(kWorkerProtocol);
   return grpc::Status::OK;
 }
 

@@ -46,17 +46,20 @@ class Cluster {
     fs.mkdirSync(this.dir, { recursive: true });
   }
   file(name) { return path.join(this.dir, name); }
-  spawn(exe, argv, log) {
+  // Runs `exe` of `bin` (default: the build under test) with its output in the file `log`.
+  spawn(exe, argv, log, bin) {
     const fd = fs.openSync(this.file(log), 'w');
-    const p = spawn(path.join(this.bin, exe), argv, { stdio: ['ignore', fd, fd] });
+    const p = spawn(path.join(bin || this.bin, exe), argv, { stdio: ['ignore', fd, fd] });
     this.procs.push(p);
     return p;
   }
   // opts.config: the text of a cartd config file to start with (its keys: cartd --help);
-  // opts.users: how many more user tokens to make (this.moreUsers, users other-1, other-2, ...).
+  // opts.users: how many more user tokens to make (this.moreUsers, users other-1, other-2, ...);
+  // opts.bin: the folder of the cartd to start (default: the build under test).
   async start(opts) {
     this.grpcPort = await freePort();
     this.httpPort = await freePort();
+    this.cartdBin = opts && opts.bin;
     this.moreUsers = Array.from({ length: (opts && opts.users) || 0 }, (_, i) => `user-token-other-${i + 1}-0123456789`);
     const more = this.moreUsers.map((t, i) => `${t} user other-${i + 1}\n`).join('');
     fs.writeFileSync(this.file('tokens'), `${this.userToken} user browser\n${this.workerToken} worker testbox\n${more}`);
@@ -68,17 +71,21 @@ class Cluster {
       extra.push('--config', this.file('cartd.yaml'));
     }
     this.cartd = this.spawn('cartd', ['--listen', `127.0.0.1:${this.grpcPort}`, '--http', `127.0.0.1:${this.httpPort}`,
-      '--data-dir', this.file('cartd'), '--tokens', this.file('tokens'), '--web-dir', this.web, '--lease-ttl', '20', ...extra], 'cartd.log');
+      '--data-dir', this.file('cartd'), '--tokens', this.file('tokens'), '--web-dir', this.web, '--lease-ttl', '20', ...extra], 'cartd.log',
+      opts && opts.bin);
     this.url = `http://127.0.0.1:${this.httpPort}/`;
     await waitFor('cartd HTTP', async () => (await fetch(this.url + 'healthz')).ok, 30000);
   }
-  startWorker(id) {
+  // A cart-worker on one CPU thread; `bin`: the folder of the cart-worker to run (default: the
+  // build under test).
+  startWorker(id, bin) {
     return this.spawn('cart-worker', ['--server', `127.0.0.1:${this.grpcPort}`, '--token', this.workerToken, '--device', 'cpu',
       '--worker-id', `testbox-${id}`, '--threads', '1', '--cache-dir', this.file('worker-' + id), '--acquire-wait-ms', '1000',
-      '--client-config', '/dev/null'], `worker-${id}.log`);
+      '--client-config', '/dev/null'], `worker-${id}.log`, bin);
   }
+  // The cart CLI of cartd's build.
   cart(argv) {
-    return execFileSync(path.join(this.bin, 'cart'), argv, { env: Object.assign({}, process.env, { CART_CONFIG: this.file('client.yaml') }), encoding: 'utf8' });
+    return execFileSync(path.join(this.cartdBin || this.bin, 'cart'), argv, { env: Object.assign({}, process.env, { CART_CONFIG: this.file('client.yaml') }), encoding: 'utf8' });
   }
   // A token file of a random chain (cart data synth) at `file`.
   synth(file, tokens) {

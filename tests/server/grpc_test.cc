@@ -14,6 +14,7 @@
 
 #include "common/sha256.h"
 #include "common/strings.h"
+#include "common/version.h"
 #include "server/internal/services.h"
 #include "server/scheduler.h"
 #include "store/run_store.h"
@@ -143,6 +144,42 @@ TEST_F(GrpcTest, AWorkersRegistrationIsBoundedFieldByField) {
   }
   // Within the bounds it registers.
   EXPECT_TRUE(attempt([](auto& r) { r.mutable_device()->set_speed_factor(0.25); }).ok());
+}
+
+// Version skew at registration: cartd says which release and worker protocol it is; a worker of
+// an older protocol than min_worker_protocol (one that sends none is protocol 1, the releases
+// before the number) is refused, naming both versions, before it can take a run.
+class ProtocolTest : public GrpcTest {
+ protected:
+  void Configure(ServerConfig& config) override { config.min_worker_protocol = 2; }
+};
+
+TEST_F(ProtocolTest, AWorkerOfAnOlderProtocolIsRefusedNamingBothVersions) {
+  auto worker = MakeWorker("w-skew");
+  auto attempt = [&](int protocol, v1::RegisterWorkerResponse* response) {
+    v1::RegisterWorkerRequest request;
+    request.set_worker_id("w-skew");
+    request.set_hostname("oldbox");
+    request.set_version("0.0.9");
+    request.set_protocol(protocol);
+    request.mutable_device()->set_kind("cuda");
+    request.mutable_device()->set_memory_mib(24 * 1024);
+    grpc::ClientContext context;
+    Prepare(context, worker_token_);
+    return worker->stub()->RegisterWorker(&context, request, response);
+  };
+  v1::RegisterWorkerResponse response;
+  const grpc::Status old = attempt(0, &response);
+  EXPECT_EQ(old.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(old.error_message(),
+              ::testing::HasSubstr(StrCat("cart-worker 0.0.9 speaks worker protocol 1; this cartd ",
+                                          kVersion, " (protocol ", kWorkerProtocol, ")")));
+  EXPECT_THAT(old.error_message(), ::testing::HasSubstr("upgrade cart-worker on 'oldbox'"));
+  EXPECT_TRUE(server_->scheduler().WorkerIds().empty()) << "a refused worker was registered";
+  const grpc::Status current = attempt(kWorkerProtocol, &response);
+  ASSERT_TRUE(current.ok()) << current.error_message();
+  EXPECT_EQ(response.cartd_version(), kVersion);
+  EXPECT_EQ(response.protocol(), kWorkerProtocol);
 }
 
 TEST_F(GrpcTest, ADivergenceReportedOnTheStreamFailsTheRunAndResumeNeedsAChange) {
