@@ -23,7 +23,8 @@ if [ ! -x "$dir/src/build/bin/cart-worker" ] || [ ! -x "$dir/src/build/bin/cartd
   if ! (cd "$dir/src" &&
     cmake --preset default -B build -DCART_BUILD_TESTS=OFF -DCART_BUILD_BENCH=OFF \
       -DCART_BROWSER_TESTS=OFF ${prefix:+"-DCMAKE_PREFIX_PATH=$prefix"} >"$dir/configure.log" 2>&1 &&
-    cmake --build build -j "$(nproc)" --target cartd cart-worker cart >"$dir/build.log" 2>&1); then
+    nice -n 19 cmake --build build -j "$(nproc)" --target cartd cart-worker cart \
+      >"$dir/build.log" 2>&1); then
     echo "skew: building the previous release $commit failed:"
     tail -40 "$dir/configure.log" "$dir/build.log" 2>/dev/null
     exit 1
