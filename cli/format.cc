@@ -96,6 +96,49 @@ std::string NoteBlock(const cart::v1::Note& note) {
   return fmt::format("note ({}, {}):\n{}\n", note.who(), When(note.at_us()), note.text());
 }
 
+std::string AttemptsBlock(
+    const google::protobuf::RepeatedPtrField<cart::v1::AttemptView>& attempts) {
+  if (attempts.empty()) return "";
+  std::string out = "attempts (docs/architecture.md \"Environment records\"):\n";
+  const cart::v1::AttemptView* before = nullptr;  // the last attempt with a record
+  for (const auto& a : attempts) {
+    out += fmt::format("  {}  {}  {}  {}{}\n", a.attempt(), a.worker_id(), When(a.leased_us()),
+                       a.outcome().empty() ? "running" : a.outcome(),
+                       a.reason().empty() ? "" : ": " + a.reason());
+    if (a.environment().empty()) {
+      out += "     environment: not recorded (a worker of a release before the record)\n";
+      continue;
+    }
+    if (before == nullptr) {
+      for (const auto& item : a.environment()) {
+        out += fmt::format("     {}: {}\n", item.key(), item.value());
+      }
+    } else {
+      std::map<std::string, std::string> was;
+      for (const auto& item : before->environment()) was[item.key()] = item.value();
+      std::string changes;
+      for (const auto& item : a.environment()) {
+        auto it = was.find(item.key());
+        if (it == was.end()) {
+          changes += fmt::format("     {}: {} (new)\n", item.key(), item.value());
+        } else if (it->second != item.value()) {
+          changes += fmt::format("     {}: {} (was {})\n", item.key(), item.value(), it->second);
+        }
+        if (it != was.end()) was.erase(it);
+      }
+      for (const auto& [key, value] : was) {
+        changes += fmt::format("     {}: gone (was {})\n", key, value);
+      }
+      out += changes.empty()
+                 ? fmt::format("     environment: as attempt {}\n", before->attempt())
+                 : fmt::format("     environment, where it differs from attempt {}:\n{}",
+                               before->attempt(), changes);
+    }
+    before = &a;
+  }
+  return out;
+}
+
 std::string AnnotationHistoryBlock(
     const google::protobuf::RepeatedPtrField<cart::v1::AnnotationHistoryEntry>& history) {
   if (history.empty()) return "";

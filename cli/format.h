@@ -26,6 +26,11 @@ std::string When(int64_t us);
 std::string NoteBlock(const cart::v1::Note& note);
 // "tags and note, changed:" and one line per change (who, when, what it replaced); empty when
 // there is none. A note is shown by its first line, cut at 60 characters.
+// A run's attempts, each with who ran it and how it ended, and what it ran on: the first
+// recorded environment whole, each later one by how it differs from the one before.
+std::string AttemptsBlock(
+    const google::protobuf::RepeatedPtrField<cart::v1::AttemptView>& attempts);
+
 std::string AnnotationHistoryBlock(
     const google::protobuf::RepeatedPtrField<cart::v1::AnnotationHistoryEntry>& history);
 // Tag names joined by ", "; "-" when there are none.

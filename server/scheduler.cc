@@ -875,6 +875,12 @@ absl::StatusOr<std::vector<store::RunDataRecord>> Scheduler::RecordRunData(
   return store_->RecordRunData(run_id, attempt, files, now_us);
 }
 
+absl::Status Scheduler::RecordEnvironment(
+    int64_t run_id, int64_t attempt,
+    const std::vector<std::pair<std::string, std::string>>& items) {
+  return Noted(store_->RecordEnvironment(run_id, attempt, items));
+}
+
 absl::Status Scheduler::AttachStream(int64_t run_id, int64_t attempt,
                                      std::shared_ptr<AttemptStream> stream) {
   CART_RETURN_IF_ERROR(store_->MarkRunning(run_id, attempt, NowMicros()));

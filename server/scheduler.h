@@ -226,6 +226,7 @@ struct RunDetails {
   std::vector<store::MetricSummary> summaries;
   std::vector<store::RunDataRecord> data;                  // data lineage
   std::vector<store::AnnotationEvent> annotation_history;  // who changed its tags and note
+  std::vector<store::AttemptRecord> attempts;              // oldest first, with what each ran on
 };
 
 class Scheduler {
@@ -467,6 +468,10 @@ class Scheduler {
   // Sweep submissions being expanded right now (likewise).
   int submits_in_flight();
 
+  // Records what `attempt` runs on, as its worker took it at the start (store::RunStore::
+  // RecordEnvironment).
+  absl::Status RecordEnvironment(int64_t run_id, int64_t attempt,
+                                 const std::vector<std::pair<std::string, std::string>>& items);
   // Records the identities of data files that `attempt` opened and its run had none for
   // (store::RunStore::RecordRunData), as "worker W (attempt N)"; returns the run's rows.
   absl::StatusOr<std::vector<store::RunDataRecord>> RecordRunData(

@@ -155,6 +155,7 @@ absl::StatusOr<RunDetails> Scheduler::GetRun(int64_t run_id) {
   CART_ASSIGN_OR_RETURN(details.summaries, store_->RunSummaries(run_id));
   CART_ASSIGN_OR_RETURN(details.data, store_->RunData(run_id));
   CART_ASSIGN_OR_RETURN(details.annotation_history, store_->RunAnnotationHistory(run_id));
+  CART_ASSIGN_OR_RETURN(details.attempts, store_->ListAttempts(run_id));
   for (const store::MetricSummary& s : details.summaries) {
     details.info.step = std::max(details.info.step, s.latest_step);
   }

@@ -5,6 +5,7 @@
 // attempt checks its files.
 #include <algorithm>
 
+#include "common/sha256.h"
 #include "common/status.h"
 #include "common/strings.h"
 #include "store/internal/records.h"
@@ -152,6 +153,86 @@ absl::StatusOr<std::vector<RunDataRecord>> RunStore::RecordRunData(
     CART_RETURN_IF_ERROR(internal::WriteRunData(db, run_id, files, now_us));
     return internal::LoadRunData(db, run_id);
   });
+}
+
+namespace {
+
+constexpr char kInsertEnvironment[] =
+    "INSERT INTO environments(sha256, items) VALUES(?, ?) ON CONFLICT(sha256) DO NOTHING";
+constexpr char kSetAttemptEnvironment[] =
+    "UPDATE attempts SET environment_id = (SELECT id FROM environments WHERE sha256 = ?) "
+    "WHERE run_id = ? AND attempt = ?";
+
+absl::Status ValidateEnvironment(const std::vector<std::pair<std::string, std::string>>& items,
+                                 const std::string& who) {
+  if (items.size() > RunStore::kMaxEnvironmentItems) {
+    return absl::InvalidArgumentError(StrCat(who, ": environment of ", items.size(),
+                                             " items; at most ", RunStore::kMaxEnvironmentItems));
+  }
+  for (const auto& [key, value] : items) {
+    const bool key_ok =
+        !key.empty() && key.size() <= 64 && std::all_of(key.begin(), key.end(), [](char c) {
+          return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '.';
+        });
+    if (!key_ok) {
+      return absl::InvalidArgumentError(
+          StrCat(who, ": environment key '", key.substr(0, 80),
+                 "' must be 1 to 64 characters of a-z, 0-9, '_' and '.'"));
+    }
+    if (value.size() > 1024 ||
+        value.find_first_of(std::string_view("\n\0", 2)) != std::string::npos) {
+      return absl::InvalidArgumentError(StrCat(who, ": environment item '", key,
+                                               "' must be one line of at most 1024 bytes (it is ",
+                                               value.size(), " bytes)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+namespace internal {
+
+std::string EnvironmentText(const std::vector<std::pair<std::string, std::string>>& items) {
+  std::string text;
+  for (const auto& [key, value] : items) text += StrCat(key, "\t", value, "\n");
+  return text;
+}
+
+std::vector<std::pair<std::string, std::string>> ParseEnvironmentText(std::string_view text) {
+  std::vector<std::pair<std::string, std::string>> items;
+  for (const std::string& line : Split(text, '\n')) {
+    const size_t tab = line.find('\t');
+    if (tab == std::string::npos) continue;
+    items.emplace_back(line.substr(0, tab), line.substr(tab + 1));
+  }
+  return items;
+}
+
+}  // namespace internal
+
+absl::Status RunStore::RecordEnvironment(
+    int64_t run_id, int64_t attempt,
+    const std::vector<std::pair<std::string, std::string>>& items) {
+  CART_RETURN_IF_ERROR(ValidateEnvironment(items, StrCat("run ", run_id, " attempt ", attempt)));
+  const std::string text = internal::EnvironmentText(items);
+  Sha256 hash;
+  hash.Update(text);
+  const std::string sha256 = hash.HexDigest();
+  return writer_
+      ->Run<bool>([&](WriteContext& ctx) -> absl::StatusOr<bool> {
+        Database& db = ctx.db();
+        CART_RETURN_IF_ERROR(
+            internal::CheckFence(db, run_id, attempt, "environment record").status());
+        CART_ASSIGN_OR_RETURN(auto insert, db.Cached(kInsertEnvironment));
+        insert->BindAll(sha256, text);
+        CART_RETURN_IF_ERROR(insert->Run());
+        CART_ASSIGN_OR_RETURN(auto set, db.Cached(kSetAttemptEnvironment));
+        set->BindAll(sha256, run_id, attempt);
+        CART_RETURN_IF_ERROR(set->Run());
+        return true;
+      })
+      .status();
 }
 
 }  // namespace cart::store

@@ -244,6 +244,14 @@ class RunStore {
   // release goes through here.
   absl::Status RemoveUnnamedArtifacts(const std::vector<std::string>& shas,
                                       const std::function<void(const std::string&)>& remove);
+  // Records what `attempt` runs on (its worker's environment record: ordered key, value items),
+  // stored once per distinct content and read back with the attempt (AttemptRecord::environment).
+  // The attempt must be the run's current one (the fence, as for metrics). InvalidArgument
+  // naming the item past the bounds: at most kMaxEnvironmentItems items, keys of 1 to 64
+  // characters [a-z0-9_.], values of at most 1,024 bytes.
+  static constexpr size_t kMaxEnvironmentItems = 96;
+  absl::Status RecordEnvironment(int64_t run_id, int64_t attempt,
+                                 const std::vector<std::pair<std::string, std::string>>& items);
   // Records the identities of data files the attempt opened (data lineage): a role the run has
   // no identity for takes this one (a role it has no row for gets one), and so do its derived
   // runs, at any depth, whose row of the same role and path has none; a role already recorded

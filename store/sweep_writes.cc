@@ -80,6 +80,10 @@ constexpr const char* kDeleteSweepRows[] = {
 constexpr char kDeleteUnusedDataFiles[] =
     "DELETE FROM data_files WHERE id NOT IN (SELECT file_id FROM run_data WHERE file_id IS NOT "
     "NULL)";
+// Environment records no attempt refers to any more.
+constexpr char kDeleteUnusedEnvironments[] =
+    "DELETE FROM environments WHERE id NOT IN (SELECT environment_id FROM attempts WHERE "
+    "environment_id IS NOT NULL)";
 
 }  // namespace
 
@@ -249,6 +253,7 @@ absl::StatusOr<DeletedSweep> RunStore::DeleteSweep(const std::string& name) {
       if (i == 3) out.checkpoints = db.Changes();
     }
     CART_RETURN_IF_ERROR(Exec(db, kDeleteUnusedDataFiles));
+    CART_RETURN_IF_ERROR(Exec(db, kDeleteUnusedEnvironments));
     CART_ASSIGN_OR_RETURN(out.released_artifacts, internal::ReleaseUnnamedArtifacts(db, named));
     return out;
   });

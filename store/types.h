@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "common/job_kind.h"
@@ -287,6 +288,9 @@ struct AttemptRecord {
   std::optional<int64_t> ended_us;
   std::optional<AttemptOutcome> outcome;  // nullopt while the attempt holds its lease
   std::string reason;
+  // What it ran on, as its worker recorded it at the start (RunStore::RecordEnvironment): ordered
+  // (key, value) items; empty when none was recorded (a worker of a release before the record).
+  std::vector<std::pair<std::string, std::string>> environment;
 };
 
 struct CheckpointRecord {

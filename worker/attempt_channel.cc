@@ -113,6 +113,11 @@ bool AttemptChannel::Connect() {
   rpc::PrepareContext(*context_, options_.client, 0);
   stream_ = options_.stub->RunJob(context_.get());
   WorkerReport hello = Report();
+  for (const auto& [key, value] : environment_) {
+    cart::v1::EnvironmentItem* item = hello.mutable_hello()->add_environment();
+    item->set_key(key);
+    item->set_value(value);
+  }
   hello.mutable_hello();
   reader_done_ = false;
   if (!stream_->Write(hello)) {

@@ -66,6 +66,10 @@ class AttemptChannel {
   AttemptChannel(const AttemptChannel&) = delete;
   AttemptChannel& operator=(const AttemptChannel&) = delete;
 
+  // What the attempt runs on (worker/environment.h), sent with each hello; set before Start.
+  void SetEnvironment(std::vector<std::pair<std::string, std::string>> items) {
+    environment_ = std::move(items);
+  }
   // Starts the sender thread. Call once, before posting.
   void Start();
 
@@ -150,6 +154,7 @@ class AttemptChannel {
   std::thread reader_;
   std::atomic<bool> reader_done_{false};
   std::thread sender_;
+  std::vector<std::pair<std::string, std::string>> environment_;  // for each hello
 };
 
 }  // namespace cart::worker

@@ -20,11 +20,13 @@
 #include "rpc/artifacts.h"
 #include "train/checkpoint.h"
 #include "train/eval.h"
+#include "train/precision.h"
 #include "train/trainer.h"
 #include "train/zero_shot.h"
 #include "worker/attempt_channel.h"
 #include "worker/checkpoint_uploader.h"
 #include "worker/data_lineage.h"
+#include "worker/environment.h"
 #include "worker/shared_store.h"
 
 namespace cart::worker {
@@ -404,6 +406,18 @@ JobEnd Session::Evaluate() {
 }
 
 JobEnd Session::Run() {
+  // What the attempt runs on goes with its hello: the precision its config resolves to here.
+  std::string precision = "unknown (the config does not parse)";
+  int64_t threads = env_.threads;
+  if (absl::StatusOr<model::RunConfig> config = model::ParseRunConfigYaml(job_.config_yaml(), "");
+      config.ok()) {
+    const bool bf16 =
+        train::UsesMixedPrecision(config->train.dtype, c10::Device(env_.torch_device));
+    precision =
+        StrCat(bf16 ? "bf16 autocast" : "fp32", " (dtype ", ToString(config->train.dtype), ")");
+    if (threads <= 0) threads = config->train.threads;
+  }
+  channel_.SetEnvironment(AttemptEnvironment(env_.device, env_.torch_device, precision, threads));
   channel_.Start();
   ResolveSharedStore();
   JobEnd end = job_.kind() == cart::v1::JOB_KIND_EVAL ? Evaluate() : Train();

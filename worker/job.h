@@ -46,6 +46,9 @@ struct JobEnvironment {
   // bf16 or fp32 by the run's precision); else no mfu is logged.
   double peak_tflops = 0;
   std::string device_name;
+  // The device as the worker registered it, GPU fields from NVML: its part of each attempt's
+  // environment record (worker/environment.h).
+  DeviceDescription device;
   // Data lineage (worker/data_lineage.h) hashes each data file once per content through this
   // cache, which lives as long as the worker; null: no cache (every attempt hashes).
   data::FileHashCache* hash_cache = nullptr;

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "common/nvidia.h"
+#include "common/strings.h"
 
 namespace cart::worker {
 
@@ -41,6 +42,10 @@ struct SystemMetrics::Nvml {
   int (*get_uuid)(Device, char*, unsigned int) = nullptr;
   int (*get_clock)(Device, int, unsigned int*) = nullptr;
   int (*get_throttle)(Device, unsigned long long*) = nullptr;
+  // Optional (the attempt's environment record).
+  int (*get_driver)(char*, unsigned int) = nullptr;
+  int (*get_vbios)(Device, char*, unsigned int) = nullptr;
+  int (*get_capability)(Device, int*, int*) = nullptr;
 };
 
 namespace {
@@ -112,6 +117,9 @@ SystemMetrics::SystemMetrics() {
   Resolve(handle, "nvmlDeviceGetIndex", n->get_index);
   Resolve(handle, "nvmlDeviceGetUUID", n->get_uuid);
   Resolve(handle, "nvmlDeviceGetClockInfo", n->get_clock);
+  Resolve(handle, "nvmlSystemGetDriverVersion", n->get_driver);
+  Resolve(handle, "nvmlDeviceGetVbiosVersion", n->get_vbios);
+  Resolve(handle, "nvmlDeviceGetCudaComputeCapability", n->get_capability);
   // Renamed "clocks event reasons" in CUDA 12.2's NVML; the old name stays exported.
   if (!Resolve(handle, "nvmlDeviceGetCurrentClocksEventReasons", n->get_throttle)) {
     Resolve(handle, "nvmlDeviceGetCurrentClocksThrottleReasons", n->get_throttle);
@@ -210,6 +218,19 @@ std::optional<DeviceDescription> SystemMetrics::Gpu(int index) {
   if (nvml_->get_memory(dev, &mem) == 0) d.memory_mib = static_cast<int64_t>(mem.total >> 20);
   char uuid[96] = {0};
   if (nvml_->get_uuid != nullptr && nvml_->get_uuid(dev, uuid, sizeof uuid) == 0) d.uuid = uuid;
+  char driver[96] = {0};
+  if (nvml_->get_driver != nullptr && nvml_->get_driver(driver, sizeof driver) == 0) {
+    d.driver_version = driver;
+  }
+  char vbios[96] = {0};
+  if (nvml_->get_vbios != nullptr && nvml_->get_vbios(dev, vbios, sizeof vbios) == 0) {
+    d.vbios = vbios;
+  }
+  int major = 0;
+  int minor = 0;
+  if (nvml_->get_capability != nullptr && nvml_->get_capability(dev, &major, &minor) == 0) {
+    d.compute_capability = StrCat(major, ".", minor);
+  }
   return d;
 }
 

@@ -19,6 +19,10 @@ struct DeviceDescription {
   int index = 0;
   int64_t memory_mib = 0;
   std::string uuid;  // NVML's "GPU-..." for a GPU; empty for the CPU
+  // A GPU's, from NVML when its library has them; empty otherwise.
+  std::string driver_version;      // "550.54.14"
+  std::string vbios;               // "94.02.42.00.A9"
+  std::string compute_capability;  // "8.6"
 };
 
 // One reading of the worker's device, running or idle (the fields of worker.proto DeviceSample).

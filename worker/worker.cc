@@ -157,6 +157,7 @@ absl::Status RunWorker(const WorkerConfig& config, const std::atomic<bool>& shut
   env.metric_buffer_points = config.metric_buffer_points;
   env.torch_device = choice.torch_device;
   env.device_name = device.name;
+  env.device = device;
   env.peak_tflops = config.peak_tflops;
   if (env.peak_tflops <= 0 && device.kind == "cpu") {
     // A CPU has no datasheet peak: its fp32 matmul rate at the thread count runs will use.

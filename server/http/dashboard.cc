@@ -1005,8 +1005,6 @@ Response Dashboard::SweepLive(const Request& request, const std::string& name) {
 Response Dashboard::GetRun(int64_t id) {
   absl::StatusOr<RunDetails> details = scheduler_->GetRun(id);
   if (!details.ok()) return Error(details.status());
-  absl::StatusOr<std::vector<store::AttemptRecord>> attempts = scheduler_->ListAttempts(id);
-  if (!attempts.ok()) return Error(attempts.status());
   const RunRecord& run = details->info.run;
   store::RunRow row;
   row.run = run;
@@ -1070,7 +1068,10 @@ Response Dashboard::GetRun(int64_t id) {
   }
   out["data"] = data;
   json tries = json::array();
-  for (const store::AttemptRecord& a : *attempts) {
+  for (const store::AttemptRecord& a : details->attempts) {
+    // What it ran on: [key, value] pairs in the worker's order (empty: not recorded).
+    json environment = json::array();
+    for (const auto& [key, value] : a.environment) environment.push_back(json::array({key, value}));
     tries.push_back(
         json{{"attempt", a.attempt},
              {"worker", a.worker_id},
@@ -1079,7 +1080,8 @@ Response Dashboard::GetRun(int64_t id) {
              {"ended_us", a.ended_us ? json(*a.ended_us) : json(nullptr)},
              {"outcome",
               a.outcome ? json(std::string(store::AttemptOutcomeName(*a.outcome))) : json(nullptr)},
-             {"reason", a.reason}});
+             {"reason", a.reason},
+             {"environment", environment}});
   }
   out["attempts"] = tries;
   return Json(out);

@@ -147,6 +147,22 @@ v1::AnnotationHistoryEntry ToProto(const store::AnnotationEvent& event) {
   return out;
 }
 
+v1::AttemptView ToProto(const store::AttemptRecord& attempt) {
+  v1::AttemptView out;
+  out.set_attempt(attempt.attempt);
+  out.set_worker_id(attempt.worker_id);
+  out.set_leased_us(attempt.leased_us);
+  out.set_ended_us(attempt.ended_us.value_or(0));
+  if (attempt.outcome) out.set_outcome(std::string(store::AttemptOutcomeName(*attempt.outcome)));
+  out.set_reason(attempt.reason);
+  for (const auto& [key, value] : attempt.environment) {
+    v1::EnvironmentItem* item = out.add_environment();
+    item->set_key(key);
+    item->set_value(value);
+  }
+  return out;
+}
+
 v1::RunEvent ToRunEvent(const store::EventRecord& event) {
   v1::RunEvent view;
   view.set_time_us(event.at_us);

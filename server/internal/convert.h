@@ -50,6 +50,7 @@ void ToAnnotationViews(const std::vector<store::Tag>& tags, const store::Note& n
 v1::CheckpointView ToCheckpointView(const store::CheckpointRecord& checkpoint, bool final);
 v1::RunEvent ToRunEvent(const store::EventRecord& event);
 v1::AnnotationHistoryEntry ToProto(const store::AnnotationEvent& event);
+v1::AttemptView ToProto(const store::AttemptRecord& attempt);
 v1::WorkerView ToWorkerView(const WorkerStatus& worker);
 v1::Job ToJob(const Job& job, absl::Duration lease_ttl);
 v1::CheckpointRef ToCheckpointRef(const store::CheckpointRecord& checkpoint);

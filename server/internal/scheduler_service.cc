@@ -272,6 +272,7 @@ grpc::Status SchedulerServiceImpl::GetRun(grpc::ServerContext* context,
   for (const store::AnnotationEvent& e : details->annotation_history) {
     *response->add_annotation_history() = ToProto(e);
   }
+  for (const store::AttemptRecord& a : details->attempts) *response->add_attempts() = ToProto(a);
   return grpc::Status::OK;
 }
 

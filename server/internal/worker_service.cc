@@ -546,6 +546,18 @@ grpc::Status WorkerServiceImpl::RunJob(
     }
   } detach{ctx_.scheduler, run_id, sink.get()};
 
+  // What the attempt runs on, as its worker took it at the start (an older worker sends none).
+  if (!report.hello().environment().empty()) {
+    std::vector<std::pair<std::string, std::string>> items;
+    for (const v1::EnvironmentItem& item : report.hello().environment()) {
+      items.emplace_back(item.key(), item.value());
+    }
+    if (absl::Status recorded = ctx_.scheduler->RecordEnvironment(run_id, attempt, items);
+        !recorded.ok()) {
+      return ToGrpc(recorded);
+    }
+  }
+
   AttemptReports reports(ctx_, run_id, attempt, *sink);
   while (stream->Read(&report)) {
     if (std::optional<grpc::Status> end = reports.Handle(report)) return *end;

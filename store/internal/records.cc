@@ -59,6 +59,9 @@ constexpr char kSelectCheckpoints[] = CART_CHECKPOINT_SELECT "WHERE c.run_id = ?
   "outcome, reason FROM attempts "
 constexpr char kSelectAttempt[] = CART_ATTEMPT_SELECT "WHERE run_id = ? AND attempt = ?";
 constexpr char kSelectAttempts[] = CART_ATTEMPT_SELECT "WHERE run_id = ? ORDER BY attempt";
+constexpr char kSelectAttemptEnvironments[] =
+    "SELECT a.attempt, e.items FROM attempts a JOIN environments e ON e.id = a.environment_id "
+    "WHERE a.run_id = ?";
 
 constexpr char kSelectMetricId[] = "SELECT id FROM metric_names WHERE name = ?";
 constexpr char kSelectSummary[] =
@@ -426,6 +429,15 @@ absl::StatusOr<std::vector<AttemptRecord>> LoadAttempts(Database& db, int64_t ru
   CART_RETURN_IF_ERROR(select->ForEachRow([&](const auto& cur) -> absl::Status {
     CART_ASSIGN_OR_RETURN(AttemptRecord record, ReadAttempt(cur));
     out.push_back(std::move(record));
+    return absl::OkStatus();
+  }));
+  CART_ASSIGN_OR_RETURN(auto environments, db.Cached(kSelectAttemptEnvironments));
+  environments->BindAll(run_id);
+  CART_RETURN_IF_ERROR(environments->ForEachRow([&](const auto& cur) -> absl::Status {
+    const int64_t attempt = cur.ColumnInt64(0);
+    for (AttemptRecord& a : out) {
+      if (a.attempt == attempt) a.environment = ParseEnvironmentText(cur.ColumnText(1));
+    }
     return absl::OkStatus();
   }));
   return out;

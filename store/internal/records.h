@@ -67,6 +67,11 @@ std::string JsonPath(std::string_view key);
 // A run's config keys as the JSON object stored in runs.params_json.
 std::string ParamsJson(const std::map<std::string, std::string>& params);
 
+// An attempt's environment record as stored (environments.items): one "key<TAB>value" line per
+// item, in order; and back.
+std::string EnvironmentText(const std::vector<std::pair<std::string, std::string>>& items);
+std::vector<std::pair<std::string, std::string>> ParseEnvironmentText(std::string_view text);
+
 // A RunFilter as SQL: a condition on the runs table aliased `r` (" AND ..." clauses, or empty)
 // and the text values to bind, in order, to its placeholders.
 struct FilterSql {

@@ -348,6 +348,19 @@ CREATE INDEX annotation_history_by_sweep ON annotation_history(sweep_id, id)
   WHERE sweep_id IS NOT NULL;
 )sql";
 
+// Version 17: what each attempt ran on (RunStore::RecordEnvironment): the worker's environment
+// record, its items one per line ("key<TAB>value"; keys are [a-z0-9_.], values one line),
+// stored once per distinct content (sha256 of that text) and referenced by the attempts that
+// ran on it.
+constexpr char kSchemaV17[] = R"sql(
+CREATE TABLE environments(
+  id INTEGER PRIMARY KEY,
+  sha256 TEXT NOT NULL UNIQUE,
+  items TEXT NOT NULL
+);
+ALTER TABLE attempts ADD COLUMN environment_id INTEGER REFERENCES environments(id);
+)sql";
+
 absl::Status Apply(Database& db, const Migration& migration) {
   Transaction txn(&db);
   CART_RETURN_IF_ERROR(txn.Begin(Transaction::Mode::kImmediate));
@@ -387,6 +400,7 @@ const std::vector<Migration>& Migrations() {
       {14, "deleted_usage and runs.last_preempted_us: fair share and preemption kept", kSchemaV14},
       {15, "runs.micro_batch_cap: the micro-batch lowered after an out-of-memory", kSchemaV15},
       {16, "annotation_history: who changed which tag or note, and when", kSchemaV16},
+      {17, "environments and attempts.environment_id: what each attempt ran on", kSchemaV17},
   };
   return *kAll;
 }

@@ -109,6 +109,14 @@ const { Cluster, args, waitFor, tinySweep } = require('./lib');
     check(dataRow.includes('<script>alert(1)</script>.bin') && dataRow.includes(train.sha256.slice(0, 16)),
       'the Data table shows the file, its markup as text, and its sha256');
 
+    // The attempt's environment record: in the API, and on the page under Environment.
+    const env = new Map((detail.attempts[0] && detail.attempts[0].environment) || []);
+    check(env.get('device') === 'cpu' && /^[0-9a-f]{64}$/.test(env.get('cart.binary_sha256') || '') && (env.get('torch.version') || '').length > 0,
+      `the attempt's environment is recorded (torch ${env.get('torch.version')}, device ${env.get('device')})`);
+    const envText = await page.textContent('details.environment').catch(() => '');
+    check(envText.includes('torch.version') && envText.includes(env.get('torch.version')) && envText.includes('blas.library'),
+      'the run page shows the attempt\'s environment');
+
     // Cancel without the token: refused, and the run keeps running.
     await page.click('#token-forget');
     await page.click('#run-cancel');

@@ -4,15 +4,21 @@
 // resumed exactly once the recorded file is back.
 
 #include <signal.h>
+#include <torch/version.h>
 
 #include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
 
+#include "common/sha256.h"
 #include "common/strings.h"
 #include "data/synth.h"
 #include "data/token_file.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/integration/cluster.h"
+#include "tests/support/test_support.h"
 
 namespace cart::testing {
 namespace {
@@ -32,6 +38,45 @@ std::string Sha256Of(const std::string& bin) {
   absl::StatusOr<data::TokenFileInfo> info = data::ReadTokenFileInfo(data::MetadataPath(bin));
   EXPECT_TRUE(info.ok()) << info.status();
   return info.ok() ? info->sha256 : "";
+}
+
+// An attempt's environment record is what its worker process loaded and runs on: the LibTorch
+// and BLAS libraries it names are mapped into the running cart-worker, its LibTorch version is
+// the one these binaries were built against, its binary hash is the file's, and `cart runs show`
+// lists it under the attempt.
+TEST(LineageTest, AnAttemptsEnvironmentRecordIsWhatItsWorkerProcessLoaded) {
+  Cluster c;
+  c.StartCartd();
+  const std::string data = c.SynthData();
+  c.Cart({"sweep", "submit",
+          c.WriteFile("e.yaml", StrCat("name: e\nbase:\n", RunBase(data, 20), "seeds: [1]\n"))});
+  const int64_t id = RunId(c, "e", 0);
+  const pid_t worker = c.StartWorker("0");
+  ASSERT_TRUE(c.WaitFor(
+      [&] {
+        const cart::v1::GetRunResponse run = c.GetRun(id);
+        return run.attempts_size() > 0 && run.attempts(0).environment_size() > 0;
+      },
+      std::chrono::seconds(120)))
+      << c.Log("worker-0.log");
+  std::map<std::string, std::string> env;
+  const cart::v1::GetRunResponse run = c.GetRun(id);
+  for (const auto& item : run.attempts(0).environment()) env[item.key()] = item.value();
+  std::ifstream in(StrCat("/proc/", worker, "/maps"));
+  std::stringstream maps;
+  maps << in.rdbuf();
+  ASSERT_FALSE(maps.str().empty());
+  EXPECT_THAT(maps.str(), HasSubstr(env["torch.library"]));
+  ASSERT_NE(env["blas.library"], "unknown");
+  EXPECT_THAT(maps.str(), HasSubstr(env["blas.library"]));
+  EXPECT_EQ(env["torch.version"], TORCH_VERSION);
+  EXPECT_EQ(env["cart.binary_sha256"], Sha256File(BinDir() + "/cart-worker"));
+  EXPECT_EQ(env["device"], "cpu");
+  EXPECT_THAT(env["precision"], ::testing::StartsWith("fp32"));
+  const std::string shown = c.Cart({"runs", "show", StrCat(id)});
+  EXPECT_THAT(shown, HasSubstr("attempts (docs/architecture.md \"Environment records\"):"));
+  EXPECT_THAT(shown, HasSubstr(StrCat("torch.version: ", TORCH_VERSION)));
+  EXPECT_THAT(shown, HasSubstr(StrCat("blas.library: ", env["blas.library"])));
 }
 
 TEST(LineageTest, AWorkerWithAnotherFileAtTheRunsPathIsRefusedAndTheRunResumesExactlyOnItsOwn) {

@@ -157,6 +157,62 @@ TEST_F(LineageTest, OnlyTheCurrentAttemptRecordsAndMalformedEntriesAreRefusedNam
   EXPECT_EQ(read.size(), 129u);
 }
 
+// An attempt's environment record (what it ran on) is read back with the attempt, in its order;
+// attempts that ran on the same environment share one stored copy; only the current attempt
+// records, and an item past the bounds is refused naming it, with nothing stored.
+TEST_F(LineageTest, AnAttemptsEnvironmentIsReadBackWithItAndStoredOncePerContent) {
+  CART_ASSERT_OK_AND_ASSIGN(
+      CreatedSweep created,
+      store_->CreateSweep(MakeSweep("s", {MakeRun("a", {}), MakeRun("b", {}), MakeRun("c", {})}),
+                          By("user:a", kT0)));
+  const int64_t a = created.run_ids[0];
+  const int64_t b = created.run_ids[1];
+  const std::vector<std::pair<std::string, std::string>> cpu = {
+      {"torch.version", "1.13.1"},
+      {"blas.library", "/usr/lib/libopenblas.so.0"},
+      {"device", "cpu"}};
+  EXPECT_THAT(store_->RecordEnvironment(a, 1, cpu),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("environment record")));
+  const Claim first = Lease(a);
+  const Claim second = Lease(b);
+  CART_ASSERT_OK(store_->RecordEnvironment(a, first.attempt, cpu));
+  CART_ASSERT_OK(store_->RecordEnvironment(b, second.attempt, cpu));
+  CART_ASSERT_OK_AND_ASSIGN(auto attempts, store_->ListAttempts(a));
+  ASSERT_EQ(attempts.size(), 1u);
+  EXPECT_EQ(attempts[0].environment, cpu);
+  CART_ASSERT_OK_AND_ASSIGN(attempts, store_->ListAttempts(created.run_ids[2]));
+  EXPECT_TRUE(attempts.empty());
+  // Refused, naming the item; what was stored stays.
+  EXPECT_THAT(store_->RecordEnvironment(a, first.attempt, {{"Torch", "2"}}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("environment key 'Torch'")));
+  EXPECT_THAT(store_->RecordEnvironment(a, first.attempt, {{"os", "Debian\n12"}}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("'os' must be one line")));
+  std::vector<std::pair<std::string, std::string>> many;
+  for (size_t i = 0; i <= RunStore::kMaxEnvironmentItems; ++i)
+    many.emplace_back(StrCat("k", i), "v");
+  EXPECT_THAT(store_->RecordEnvironment(a, first.attempt, many),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("at most 96")));
+  CART_ASSERT_OK_AND_ASSIGN(attempts, store_->ListAttempts(a));
+  EXPECT_EQ(attempts[0].environment, cpu);
+  // Another environment for b: b reads it, a keeps its own; two stored copies in all.
+  auto gpu = cpu;
+  gpu.back().second = "cuda:0";
+  CART_ASSERT_OK(store_->RecordEnvironment(b, second.attempt, gpu));
+  CART_ASSERT_OK_AND_ASSIGN(attempts, store_->ListAttempts(b));
+  EXPECT_EQ(attempts[0].environment, gpu);
+  store_.reset();
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open_v2(dir_.File("cart.db").c_str(), &db, SQLITE_OPEN_READONLY, nullptr),
+            SQLITE_OK);
+  sqlite3_stmt* count = nullptr;
+  ASSERT_EQ(sqlite3_prepare_v2(db, "SELECT count(*) FROM environments", -1, &count, nullptr),
+            SQLITE_OK);
+  ASSERT_EQ(sqlite3_step(count), SQLITE_ROW);
+  EXPECT_EQ(sqlite3_column_int64(count, 0), 2) << "the same environment was stored twice";
+  sqlite3_finalize(count);
+  sqlite3_close(db);
+}
+
 TEST_F(LineageTest, DerivedRunsInheritTheFirstAttemptsRecordAndNewOnesTheParentsAtSubmit) {
   NewRun parent = MakeRun("p", {});
   parent.data = {Row("train", "mix.bin"), Row("val:wiki", "wiki.val.bin")};

@@ -53,6 +53,20 @@ int nvmlDeviceGetUUID(void* dev, char* uuid, unsigned int length) {
   std::snprintf(uuid, length, "GPU-fake0000-0000-0000-0000-00000000000%d", Index(dev));
   return 0;
 }
+int nvmlSystemGetDriverVersion(char* version, unsigned int length) {
+  std::snprintf(version, length, "%s", "550.54.14");
+  return 0;
+}
+int nvmlDeviceGetVbiosVersion(void* dev, char* version, unsigned int length) {
+  std::snprintf(version, length, "%s", Index(dev) == 0 ? "94.07.1B.00.2F" : "94.02.42.00.A9");
+  return 0;
+}
+int nvmlDeviceGetCudaComputeCapability(void* dev, int* major, int* minor) {
+  (void)dev;
+  *major = 8;
+  *minor = 6;
+  return 0;
+}
 int nvmlDeviceGetUtilizationRates(void* dev, Utilization* u) {
   (void)dev;
   u->gpu = static_cast<unsigned int>(EnvOr("FAKE_NVML_UTIL", 73));

@@ -75,6 +75,30 @@ function runFacts(run, stepEl) {
         diverged ? [h('dt', {text: 'diverged'}), diverged] : null));
 }
 
+// What each attempt ran on (its worker's environment record), folded: the first record whole,
+// each later one with the items that differ from the one before marked (class "changed").
+function environments(attempts, td) {
+  const recorded = attempts.filter((a) => a.environment && a.environment.length > 0);
+  if (recorded.length === 0) {
+    return [h('p', {class: 'muted', text: 'not recorded (workers of a release before the record)'})];
+  }
+  let before = null;
+  return recorded.map((a) => {
+    const was = new Map(before ? before.environment : []);
+    const changed = before ? a.environment.filter(([k, v]) => was.get(k) !== v).length : 0;
+    const summary = before ?
+        `attempt ${a.attempt}: ${changed ? `${changed} item(s) differ from attempt ${before.attempt}` :
+                                            `as attempt ${before.attempt}`}` :
+        `attempt ${a.attempt}: ${a.environment.length} items`;
+    const rows = a.environment.map(([k, v]) => h(
+        'tr', {class: before && was.get(k) !== v ? 'env-item changed' : 'env-item'}, td(k),
+        td(v, before && was.has(k) && was.get(k) !== v ? {title: `was ${was.get(k)}`} : {})));
+    before = a;
+    return h('details', {class: 'environment', open: changed > 0 || undefined},
+             h('summary', {text: summary}), table(['item', 'value'], rows));
+  });
+}
+
 // The tables under the charts: attempts, events, data files, checkpoints.
 function runTables(run) {
   const td = (text, attrs) => h('td', Object.assign({text}, attrs || {}));
@@ -99,6 +123,8 @@ function runTables(run) {
                 h('tr', {}, td(a.attempt), td(a.worker), td(fmtTime(a.leased_us)),
                   td(fmtTime(a.started_us)), td(fmtTime(a.ended_us)),
                   td(a.outcome || 'holds lease'), td(a.reason)))),
+    h('h2', {text: 'Environment'}),
+    ...environments(run.attempts, td),
     h('h2', {text: 'Events'}),
     table(
         ['time', 'from', 'to', 'who', 'why'],
