@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -16,6 +17,7 @@
 #include "cli/commands.h"
 #include "cli/format.h"
 #include "cli/lineage.h"
+#include "cli/provenance.h"
 #include "cli/table.h"
 #include "common/file.h"
 #include "common/status.h"
@@ -51,6 +53,9 @@ void RunSubmit(const SubmitArgs& sa, const std::string& text, const model::Sweep
   }
   req.set_spec_yaml(text);
   req.set_file_name(sa.file);
+  // Where the file comes from: its path, sha256 and git state (docs/architecture.md "Sweep
+  // provenance"); `cart sweep show` prints it.
+  *req.mutable_provenance() = SweepFileProvenance(sa.file, text);
   req.set_request_id(sa.request_id.empty() ? RandomHex(16) : sa.request_id);
   // The summary needs only the counts; --json prints every run.
   if (!sa.conn.json) req.set_run_limit(1);
@@ -115,6 +120,7 @@ void PrintDryRun(const model::SweepSpec& spec, const std::vector<model::Expanded
 struct NameArgs {
   Conn conn;
   std::string name;
+  bool diff = false;  // cart sweep show --diff
 };
 
 struct PriorityArgs {
@@ -212,6 +218,23 @@ void ShowCommand(const NameArgs& show) {
   if (!resp.sweep().tags().empty()) std::cout << "tags: " << TagList(resp.sweep().tags()) << "\n";
   std::cout << NoteBlock(resp.sweep().note());
   std::cout << AnnotationHistoryBlock(resp.annotation_history());
+  if (resp.has_provenance()) {
+    std::cout << "submitted from (docs/architecture.md \"Sweep provenance\"):\n";
+    for (const auto& item : resp.provenance().items()) {
+      std::cout << fmt::format("  {}: {}\n", item.key(), item.value());
+    }
+    const std::string& diff = resp.provenance().git_diff();
+    if (show.diff) {
+      std::cout << (diff.empty() ? std::string("  no diff: the tracked files were as committed\n")
+                                 : diff + (diff.back() == '\n' ? "" : "\n"));
+    } else if (!diff.empty()) {
+      std::cout << fmt::format(
+          "  git diff: {} lines against the commit (cart sweep show {} --diff)\n",
+          std::count(diff.begin(), diff.end(), '\n'), resp.sweep().name());
+    }
+  } else {
+    std::cout << "submitted from: not recorded (a client of a release before the record)\n";
+  }
   int64_t unfinished = 0;
   for (const auto& [state, n] : resp.sweep().runs_by_state()) {
     if (state == "QUEUED" || state == "BLOCKED" || state == "LEASED" || state == "RUNNING") {
@@ -333,6 +356,8 @@ void RegisterSweep(CLI::App& app) {
   auto show = std::make_shared<NameArgs>();
   CLI::App* show_cmd = sweep->add_subcommand("show", "A sweep and its runs");
   show_cmd->add_option("name", show->name, "Sweep name")->required();
+  show_cmd->add_flag("--diff", show->diff,
+                     "Print the git diff its file's checkout had against its commit at submit");
   AddConnFlags(show_cmd, show->conn);
   OnRun(show_cmd, [show] { ShowCommand(*show); });
 

@@ -396,6 +396,8 @@ class Scheduler {
   // Who changed the run's tags and note, oldest first.
   absl::StatusOr<std::vector<store::AnnotationEvent>> RunAnnotationHistory(int64_t run_id);
   // Who changed the sweep's own tags and note, oldest first.
+  // Where the sweep's file came from, as its client sent it (nullopt: it sent none).
+  absl::StatusOr<std::optional<store::SweepProvenance>> GetSweepProvenance(const std::string& name);
   absl::StatusOr<std::vector<store::AnnotationEvent>> SweepAnnotationHistory(
       const std::string& name);
   // The id of the run called "<sweep>/<index>" (one indexed lookup). InvalidArgument for a name

@@ -237,6 +237,11 @@ absl::StatusOr<std::vector<store::AnnotationEvent>> Scheduler::RunAnnotationHist
   return store_->RunAnnotationHistory(run_id);
 }
 
+absl::StatusOr<std::optional<store::SweepProvenance>> Scheduler::GetSweepProvenance(
+    const std::string& name) {
+  return store_->GetSweepProvenance(name);
+}
+
 absl::StatusOr<std::vector<store::AnnotationEvent>> Scheduler::SweepAnnotationHistory(
     const std::string& name) {
   return store_->SweepAnnotationHistory(name);

@@ -184,6 +184,7 @@ absl::StatusOr<PreparedSweep> PrepareSweep(store::RunStore& store, const SubmitR
   sweep.spec_text = request.spec_yaml;
   sweep.priority = spec.priority;
   sweep.client_request_id = request.request_id;
+  sweep.provenance = request.provenance;
   sweep.runs.reserve(expanded.size());
   for (model::ExpandedRun& run : expanded) {
     sweep.runs.push_back(ToNewRun(std::move(run), spec.max_attempts, request.data_files));

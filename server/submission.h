@@ -28,6 +28,7 @@ struct SubmitRequest {
   // Data file identities the submitting client took, by path (data lineage): each run's files
   // with one of these paths are recorded with it; the others wait for the first worker.
   std::map<std::string, store::DataFileIdentity> data_files;
+  std::optional<store::SweepProvenance> provenance;  // where the file came from; kept as given
 };
 
 struct SubmitResult {

@@ -163,11 +163,15 @@ constexpr char kSetAttemptEnvironment[] =
     "UPDATE attempts SET environment_id = (SELECT id FROM environments WHERE sha256 = ?) "
     "WHERE run_id = ? AND attempt = ?";
 
-absl::Status ValidateEnvironment(const std::vector<std::pair<std::string, std::string>>& items,
-                                 const std::string& who) {
-  if (items.size() > RunStore::kMaxEnvironmentItems) {
-    return absl::InvalidArgumentError(StrCat(who, ": environment of ", items.size(),
-                                             " items; at most ", RunStore::kMaxEnvironmentItems));
+}  // namespace
+
+namespace internal {
+
+absl::Status ValidateItems(const std::vector<std::pair<std::string, std::string>>& items,
+                           const std::string& who, const std::string& what, size_t most) {
+  if (items.size() > most) {
+    return absl::InvalidArgumentError(
+        StrCat(who, ": ", items.size(), " ", what, "s; at most ", most));
   }
   for (const auto& [key, value] : items) {
     const bool key_ok =
@@ -176,22 +180,18 @@ absl::Status ValidateEnvironment(const std::vector<std::pair<std::string, std::s
         });
     if (!key_ok) {
       return absl::InvalidArgumentError(
-          StrCat(who, ": environment key '", key.substr(0, 80),
+          StrCat(who, ": ", what, " key '", key.substr(0, 80),
                  "' must be 1 to 64 characters of a-z, 0-9, '_' and '.'"));
     }
     if (value.size() > 1024 ||
         value.find_first_of(std::string_view("\n\0", 2)) != std::string::npos) {
-      return absl::InvalidArgumentError(StrCat(who, ": environment item '", key,
+      return absl::InvalidArgumentError(StrCat(who, ": ", what, " '", key,
                                                "' must be one line of at most 1024 bytes (it is ",
                                                value.size(), " bytes)"));
     }
   }
   return absl::OkStatus();
 }
-
-}  // namespace
-
-namespace internal {
 
 std::string EnvironmentText(const std::vector<std::pair<std::string, std::string>>& items) {
   std::string text;
@@ -214,7 +214,8 @@ std::vector<std::pair<std::string, std::string>> ParseEnvironmentText(std::strin
 absl::Status RunStore::RecordEnvironment(
     int64_t run_id, int64_t attempt,
     const std::vector<std::pair<std::string, std::string>>& items) {
-  CART_RETURN_IF_ERROR(ValidateEnvironment(items, StrCat("run ", run_id, " attempt ", attempt)));
+  CART_RETURN_IF_ERROR(internal::ValidateItems(items, StrCat("run ", run_id, " attempt ", attempt),
+                                               "environment item", kMaxEnvironmentItems));
   const std::string text = internal::EnvironmentText(items);
   Sha256 hash;
   hash.Update(text);

@@ -187,6 +187,23 @@ absl::StatusOr<std::vector<AnnotationEvent>> RunStore::SweepAnnotationHistory(
   });
 }
 
+absl::StatusOr<std::optional<SweepProvenance>> RunStore::GetSweepProvenance(
+    const std::string& name) {
+  using Out = std::optional<SweepProvenance>;
+  return ReadSnapshot<Out>(*readers_, [&](Database& db) -> absl::StatusOr<Out> {
+    CART_ASSIGN_OR_RETURN(SweepRecord sweep, internal::LoadSweepByName(db, name));
+    CART_ASSIGN_OR_RETURN(
+        auto select, db.Cached("SELECT items, git_diff FROM sweep_provenance WHERE sweep_id = ?"));
+    select->BindAll(sweep.id);
+    CART_ASSIGN_OR_RETURN(bool row, select->Step());
+    if (!row) return Out();
+    SweepProvenance out;
+    out.items = internal::ParseEnvironmentText(select->ColumnText(0));
+    out.git_diff = select->ColumnText(1);
+    return Out(std::move(out));
+  });
+}
+
 absl::StatusOr<std::vector<EventRecord>> RunStore::RunEvents(int64_t run_id) {
   using Out = std::vector<EventRecord>;
   return ReadSnapshot<Out>(*readers_, [&](Database& db) -> absl::StatusOr<Out> {

@@ -303,6 +303,9 @@ class RunStore {
   // AnnotationEvent; the newest kMaxAnnotationHistory). NotFound for an unknown run or sweep.
   absl::StatusOr<std::vector<AnnotationEvent>> RunAnnotationHistory(int64_t run_id);
   absl::StatusOr<std::vector<AnnotationEvent>> SweepAnnotationHistory(const std::string& name);
+  // Where the sweep's file came from, as its client sent it at submit; nullopt when it sent none.
+  // NotFound for an unknown sweep.
+  absl::StatusOr<std::optional<SweepProvenance>> GetSweepProvenance(const std::string& name);
 
   // ---- Queries (each one consistent snapshot)
 

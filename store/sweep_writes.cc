@@ -26,6 +26,8 @@ using internal::WriteContext;
 
 namespace {
 
+constexpr char kInsertProvenance[] =
+    "INSERT INTO sweep_provenance(sweep_id, items, git_diff) VALUES(?, ?, ?)";
 constexpr char kInsertSweep[] =
     "INSERT INTO sweeps(name, client_request_id, spec_text, status, priority, created_by, "
     "created_us) VALUES(?, ?, ?, 'ACTIVE', ?, ?, ?)";
@@ -69,6 +71,7 @@ constexpr const char* kDeleteSweepRows[] = {
     "DELETE FROM events WHERE sweep_id = ?1",
     "DELETE FROM run_tags WHERE run_id IN (SELECT id FROM runs WHERE sweep_id = ?1)",
     "DELETE FROM sweep_tags WHERE sweep_id = ?1",
+    "DELETE FROM sweep_provenance WHERE sweep_id = ?1",
     "DELETE FROM annotation_history WHERE sweep_id = ?1 OR run_id IN "
     "(SELECT id FROM runs WHERE sweep_id = ?1)",
     "DELETE FROM run_data WHERE run_id IN (SELECT id FROM runs WHERE sweep_id = ?1)",
@@ -90,6 +93,15 @@ constexpr char kDeleteUnusedEnvironments[] =
 absl::StatusOr<CreatedSweep> RunStore::CreateSweep(const NewSweep& sweep, const Audit& audit) {
   CART_RETURN_IF_ERROR(internal::ValidateNewSweep(sweep, options_.max_runs_per_sweep));
   CART_RETURN_IF_ERROR(internal::ValidateAudit(audit));
+  if (sweep.provenance) {
+    const std::string who = StrCat("sweep '", sweep.name, "' provenance");
+    CART_RETURN_IF_ERROR(internal::ValidateItems(sweep.provenance->items, who, "item", 32));
+    if (sweep.provenance->git_diff.size() > kMaxProvenanceDiffBytes) {
+      return absl::InvalidArgumentError(StrCat(who, ": the git diff is ",
+                                               sweep.provenance->git_diff.size(),
+                                               " bytes; at most ", kMaxProvenanceDiffBytes));
+    }
+  }
   return writer_->Run<CreatedSweep>([&](WriteContext& ctx) -> absl::StatusOr<CreatedSweep> {
     Database& db = ctx.db();
     CreatedSweep out;
@@ -117,6 +129,11 @@ absl::StatusOr<CreatedSweep> RunStore::CreateSweep(const NewSweep& sweep, const 
                               sweep.spec_text, sweep.priority, audit.who, audit.at_us));
     const int64_t sweep_id = db.LastInsertRowId();
     CART_RETURN_IF_ERROR(InsertEvent(db, std::nullopt, sweep_id, std::nullopt, "ACTIVE", audit));
+    if (sweep.provenance) {
+      CART_RETURN_IF_ERROR(Exec(db, kInsertProvenance, sweep_id,
+                                internal::EnvironmentText(sweep.provenance->items),
+                                sweep.provenance->git_diff));
+    }
 
     std::unordered_map<std::string_view, int64_t> ids_by_name;
     CART_ASSIGN_OR_RETURN(auto insert_run, db.Cached(kInsertRun));

@@ -173,12 +173,23 @@ struct NewRun {
   std::vector<RunDataRecord> data;
 };
 
+// Where a sweep file came from, as the submitting client saw it (docs/architecture.md "Sweep
+// provenance"): ordered items (file.path, file.sha256, git.commit, git.branch, git.dirty, ...;
+// the same rules as an environment record's) and the diff of the checkout's tracked files
+// against its commit. The file's text is the sweep's spec_text.
+struct SweepProvenance {
+  std::vector<std::pair<std::string, std::string>> items;
+  std::string git_diff;  // at most kMaxProvenanceDiffBytes
+};
+inline constexpr size_t kMaxProvenanceDiffBytes = 1 << 20;
+
 struct NewSweep {
   std::string name;               // unique; letters, digits, '.', '_', '-'; 1..128 characters
   std::string client_request_id;  // idempotency key: a resubmission returns the first sweep
   std::string spec_text;          // the sweep spec as submitted, stored verbatim
   int64_t priority = 0;
-  std::vector<NewRun> runs;  // 1..StoreOptions::max_runs_per_sweep
+  std::vector<NewRun> runs;                   // 1..StoreOptions::max_runs_per_sweep
+  std::optional<SweepProvenance> provenance;  // none: the client sent none (an older one)
 };
 
 struct SweepRecord {

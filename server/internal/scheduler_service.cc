@@ -110,6 +110,14 @@ grpc::Status SchedulerServiceImpl::SubmitSweep(grpc::ServerContext* context,
     }
     submit.data_files[record.path] = *std::move(record.identity);
   }
+  if (request->has_provenance()) {
+    store::SweepProvenance provenance;
+    for (const v1::EnvironmentItem& item : request->provenance().items()) {
+      provenance.items.emplace_back(item.key(), item.value());
+    }
+    provenance.git_diff = request->provenance().git_diff();
+    submit.provenance = std::move(provenance);
+  }
   absl::StatusOr<SubmitResult> result = ctx_.scheduler->SubmitSweep(submit);
   if (!result.ok()) return ToGrpc(result.status());
   *response->mutable_sweep() = ToSweepView(result->sweep);
@@ -164,6 +172,18 @@ grpc::Status SchedulerServiceImpl::GetSweep(grpc::ServerContext* context,
       ctx_.scheduler->SweepAnnotationHistory(request->name());
   if (!history.ok()) return ToGrpc(history.status());
   for (const store::AnnotationEvent& e : *history) *response->add_annotation_history() = ToProto(e);
+  absl::StatusOr<std::optional<store::SweepProvenance>> provenance =
+      ctx_.scheduler->GetSweepProvenance(request->name());
+  if (!provenance.ok()) return ToGrpc(provenance.status());
+  if (provenance->has_value()) {
+    v1::SweepProvenance* out = response->mutable_provenance();
+    for (const auto& [key, value] : (*provenance)->items) {
+      v1::EnvironmentItem* item = out->add_items();
+      item->set_key(key);
+      item->set_value(value);
+    }
+    out->set_git_diff((*provenance)->git_diff);
+  }
   AddRunViews(*runs, ctx_.max_answer_bytes, response->mutable_runs(),
               [](const RunInfo& info) { return ToRunView(info, nullptr, false); });
   return grpc::Status::OK;

@@ -67,6 +67,12 @@ std::string JsonPath(std::string_view key);
 // A run's config keys as the JSON object stored in runs.params_json.
 std::string ParamsJson(const std::map<std::string, std::string>& params);
 
+// Checks key/value items (an environment record, a sweep's provenance): at most `most`, keys of
+// 1 to 64 characters [a-z0-9_.], values one line of at most 1,024 bytes. `what` names an item
+// in the error ("environment item").
+absl::Status ValidateItems(const std::vector<std::pair<std::string, std::string>>& items,
+                           const std::string& who, const std::string& what, size_t most);
+
 // An attempt's environment record as stored (environments.items): one "key<TAB>value" line per
 // item, in order; and back.
 std::string EnvironmentText(const std::vector<std::pair<std::string, std::string>>& items);

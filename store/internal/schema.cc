@@ -361,6 +361,16 @@ CREATE TABLE environments(
 ALTER TABLE attempts ADD COLUMN environment_id INTEGER REFERENCES environments(id);
 )sql";
 
+// Version 18: where each sweep file came from (RunStore::GetSweepProvenance), as its client saw
+// it at submit: items as an environment record's ("key<TAB>value" lines) and the git diff.
+constexpr char kSchemaV18[] = R"sql(
+CREATE TABLE sweep_provenance(
+  sweep_id INTEGER PRIMARY KEY REFERENCES sweeps(id),
+  items TEXT NOT NULL,
+  git_diff TEXT NOT NULL
+);
+)sql";
+
 absl::Status Apply(Database& db, const Migration& migration) {
   Transaction txn(&db);
   CART_RETURN_IF_ERROR(txn.Begin(Transaction::Mode::kImmediate));
@@ -401,6 +411,7 @@ const std::vector<Migration>& Migrations() {
       {15, "runs.micro_batch_cap: the micro-batch lowered after an out-of-memory", kSchemaV15},
       {16, "annotation_history: who changed which tag or note, and when", kSchemaV16},
       {17, "environments and attempts.environment_id: what each attempt ran on", kSchemaV17},
+      {18, "sweep_provenance: where each sweep file came from", kSchemaV18},
   };
   return *kAll;
 }

@@ -6,6 +6,8 @@
 #include <signal.h>
 #include <torch/version.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -77,6 +79,50 @@ TEST(LineageTest, AnAttemptsEnvironmentRecordIsWhatItsWorkerProcessLoaded) {
   EXPECT_THAT(shown, HasSubstr("attempts (docs/architecture.md \"Environment records\"):"));
   EXPECT_THAT(shown, HasSubstr(StrCat("torch.version: ", TORCH_VERSION)));
   EXPECT_THAT(shown, HasSubstr(StrCat("blas.library: ", env["blas.library"])));
+}
+
+// A sweep's provenance at submit: the file's path and sha256 and, from a git checkout, its
+// commit, branch, which tracked files differ and their diff, printed by `cart sweep show` (the
+// diff with --diff); a file outside any checkout is submitted all the same and says so.
+TEST(LineageTest, ASweepRecordsWhereItsFileCameFromAndTheCheckoutsDiff) {
+  if (system("git --version > /dev/null 2>&1") != 0) GTEST_SKIP() << "no git on this machine";
+  Cluster c;
+  c.StartCartd();
+  const std::string data = c.SynthData();
+  const std::string repo = c.dir() + "/repo";
+  fs::create_directories(repo);
+  const std::string sweep = StrCat("name: g\nbase:\n", RunBase(data, 10), "seeds: [1]\n");
+  {
+    std::ofstream(repo + "/g.yaml") << sweep;
+    std::ofstream(repo + "/notes.txt") << "baseline lr 3e-3\n";
+  }
+  const std::string git = StrCat("git -C ", repo, " ");
+  ASSERT_EQ(system((git + "init -q -b main && " + git + "add g.yaml notes.txt && " + git +
+                    "-c user.name=t -c user.email=t@example.com commit -q -m first")
+                       .c_str()),
+            0);
+  std::ofstream(repo + "/notes.txt", std::ios::app) << "trying lr 1e-3 today\n";  // uncommitted
+  c.Cart({"sweep", "submit", repo + "/g.yaml"});
+  const std::string shown = c.Cart({"sweep", "show", "g"});
+  char commit[41] = {0};
+  FILE* head = popen((git + "rev-parse HEAD").c_str(), "r");
+  ASSERT_NE(head, nullptr);
+  ASSERT_EQ(fread(commit, 1, 40, head), 40u);
+  pclose(head);
+  EXPECT_THAT(shown, HasSubstr(StrCat("file.path: ", fs::canonical(repo).string(), "/g.yaml")));
+  EXPECT_THAT(shown, HasSubstr(StrCat("git.commit: ", commit)));
+  EXPECT_THAT(shown, HasSubstr("git.branch: main"));
+  EXPECT_THAT(shown, HasSubstr("git.dirty: true"));
+  EXPECT_THAT(shown, HasSubstr("git.changed: notes.txt"));
+  EXPECT_THAT(shown, HasSubstr("file.git: tracked"));
+  EXPECT_THAT(shown, HasSubstr("git diff: "));
+  EXPECT_THAT(c.Cart({"sweep", "show", "g", "--diff"}), HasSubstr("+trying lr 1e-3 today"));
+  // Outside any checkout: submitted, and the record says so.
+  c.Cart({"sweep", "submit",
+          c.WriteFile("h.yaml", StrCat("name: h\nbase:\n", RunBase(data, 10), "seeds: [1]\n"))});
+  const std::string outside = c.Cart({"sweep", "show", "h"});
+  EXPECT_THAT(outside, HasSubstr("git: not in a git checkout"));
+  EXPECT_THAT(outside, HasSubstr("file.sha256: "));
 }
 
 TEST(LineageTest, AWorkerWithAnotherFileAtTheRunsPathIsRefusedAndTheRunResumesExactlyOnItsOwn) {

@@ -183,8 +183,9 @@ TEST_F(LineageTest, AnAttemptsEnvironmentIsReadBackWithItAndStoredOncePerContent
   CART_ASSERT_OK_AND_ASSIGN(attempts, store_->ListAttempts(created.run_ids[2]));
   EXPECT_TRUE(attempts.empty());
   // Refused, naming the item; what was stored stays.
-  EXPECT_THAT(store_->RecordEnvironment(a, first.attempt, {{"Torch", "2"}}),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("environment key 'Torch'")));
+  EXPECT_THAT(
+      store_->RecordEnvironment(a, first.attempt, {{"Torch", "2"}}),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("environment item key 'Torch'")));
   EXPECT_THAT(store_->RecordEnvironment(a, first.attempt, {{"os", "Debian\n12"}}),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("'os' must be one line")));
   std::vector<std::pair<std::string, std::string>> many;
@@ -211,6 +212,34 @@ TEST_F(LineageTest, AnAttemptsEnvironmentIsReadBackWithItAndStoredOncePerContent
   EXPECT_EQ(sqlite3_column_int64(count, 0), 2) << "the same environment was stored twice";
   sqlite3_finalize(count);
   sqlite3_close(db);
+}
+
+// A sweep's provenance is stored as its client gave it and read back by name; a sweep submitted
+// without one has none; a diff past its bound is refused naming the sizes, with nothing stored;
+// the record goes with the sweep.
+TEST_F(LineageTest, ASweepsProvenanceIsKeptWithItAndBounded) {
+  NewSweep with = MakeSweep("p", {MakeRun("a", {})});
+  with.provenance = SweepProvenance{{{"file.path", "/lab/p.yaml"}, {"git.dirty", "true"}},
+                                    "--- a/notes\n+++ b/notes\n+lr 1e-3\n"};
+  CART_ASSERT_OK(store_->CreateSweep(with, By("user:a", kT0)).status());
+  CART_ASSERT_OK(
+      store_->CreateSweep(MakeSweep("q", {MakeRun("a", {})}), By("user:a", kT0)).status());
+  CART_ASSERT_OK_AND_ASSIGN(std::optional<SweepProvenance> read, store_->GetSweepProvenance("p"));
+  ASSERT_TRUE(read.has_value());
+  EXPECT_EQ(read->items, with.provenance->items);
+  EXPECT_EQ(read->git_diff, with.provenance->git_diff);
+  CART_ASSERT_OK_AND_ASSIGN(read, store_->GetSweepProvenance("q"));
+  EXPECT_FALSE(read.has_value());
+  EXPECT_THAT(store_->GetSweepProvenance("nope"), StatusIs(absl::StatusCode::kNotFound, ::testing::_));
+  NewSweep big = MakeSweep("r", {MakeRun("a", {})});
+  big.provenance = SweepProvenance{{}, std::string(kMaxProvenanceDiffBytes + 1, 'd')};
+  EXPECT_THAT(store_->CreateSweep(big, By("user:a", kT0)),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("the git diff is 1048577 bytes; at most 1048576")));
+  EXPECT_THAT(store_->GetSweepProvenance("r"), StatusIs(absl::StatusCode::kNotFound, ::testing::_));
+  CART_ASSERT_OK(store_->DeleteSweep("p").status());
+  CART_ASSERT_OK_AND_ASSIGN(IntegrityReport report, store_->IntegrityCheck());
+  EXPECT_TRUE(report.ok);
 }
 
 TEST_F(LineageTest, DerivedRunsInheritTheFirstAttemptsRecordAndNewOnesTheParentsAtSubmit) {
