@@ -318,6 +318,8 @@ void RegisterRuns(CLI::App& app) {
   AddConnFlags(show, sh->conn);
   OnRun(show, [sh] { ShowCommand(*sh); });
 
+  RegisterRunsDiffCommand(*runs);
+
   auto lg = std::make_shared<LogArgs>();
   CLI::App* logs = runs->add_subcommand(
       "logs",

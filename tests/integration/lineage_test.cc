@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "common/sha256.h"
@@ -123,6 +124,53 @@ TEST(LineageTest, ASweepRecordsWhereItsFileCameFromAndTheCheckoutsDiff) {
   const std::string outside = c.Cart({"sweep", "show", "h"});
   EXPECT_THAT(outside, HasSubstr("git: not in a git checkout"));
   EXPECT_THAT(outside, HasSubstr("file.sha256: "));
+}
+
+// `cart runs diff`: two runs of one config on one worker are bit-identical at every logged step
+// and differ in no config key, data file or environment item; a run with another learning rate
+// differs in `lr` and its loss series parts from the first one's at the step the command names.
+TEST(LineageTest, RunsDiffNamesWhatDiffersAndWhereTheLossSeriesPart) {
+  Cluster c;
+  c.StartCartd();
+  const std::string data = c.SynthData();
+  const std::string base = RunBase(data, 12);
+  for (const char* name : {"d1", "d2"}) {
+    c.Cart({"sweep", "submit",
+            c.WriteFile(StrCat(name, ".yaml"),
+                        StrCat("name: ", name, "\nbase:\n", base, "seeds: [1]\n"))});
+  }
+  std::string other = base;
+  other.replace(other.find("lr: 3e-3"), 8, "lr: 1e-3");
+  c.Cart({"sweep", "submit",
+          c.WriteFile("d3.yaml", StrCat("name: d3\nbase:\n", other, "seeds: [1]\n"))});
+  c.StartWorker("0");
+  ASSERT_TRUE(c.WaitFor(
+      [&] {
+        for (const char* sweep : {"d1", "d2", "d3"}) {
+          const std::vector<cart::v1::RunView> runs = c.Runs(sweep);
+          if (runs.empty() || runs[0].state() != cart::v1::RUN_STATE_SUCCEEDED) return false;
+        }
+        return true;
+      },
+      std::chrono::seconds(180)))
+      << c.Log("worker-0.log");
+  const std::string same = c.Cart({"runs", "diff", "d1/0", "d2/0"});
+  EXPECT_THAT(same, HasSubstr("config: the same"));
+  EXPECT_THAT(same, HasSubstr("data: the same files, the same sha256"));
+  EXPECT_THAT(same, HasSubstr("environment (attempt 1 | attempt 1): the same"));
+  EXPECT_THAT(same, HasSubstr("loss: bit-identical at all 12 steps both logged (through step 12)"));
+  const std::string differs = c.Cart({"runs", "diff", "d1/0", "d3/0"});
+  EXPECT_THAT(differs, HasSubstr("config (1 differ):\n  lr: 0.003 | 0.001"));
+  // Step 1's loss is taken before the first update, the same for both: they part at step 2.
+  EXPECT_THAT(differs, HasSubstr("loss: the series part at step 2 "));
+  const nlohmann::json j =
+      nlohmann::json::parse(c.Cart({"runs", "diff", "d1/0", "d3/0", "--json"}));
+  EXPECT_EQ(j["series"]["first_different_step"], 2);
+  EXPECT_EQ(j["config"].size(), 1u);
+  // An unknown run is named.
+  int code = 0;
+  c.Cart({"runs", "diff", "d1/0", "nope/0"}, /*allow_failure=*/true, &code);
+  EXPECT_NE(code, 0);
 }
 
 TEST(LineageTest, AWorkerWithAnotherFileAtTheRunsPathIsRefusedAndTheRunResumesExactlyOnItsOwn) {
