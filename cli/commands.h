@@ -27,6 +27,7 @@ void RegisterServiceCommands(CLI::App& app);
 void RegisterSweepCommands(CLI::App& app);         // sweep_command.cc
 void RegisterRunsCommands(CLI::App& app);          // runs_command.cc
 void RegisterRunsDiffCommand(CLI::App& runs);      // cart runs diff (runs_diff.cc)
+void RegisterReproduceCommand(CLI::App& app);      // cart reproduce (runs_diff.cc)
 void RegisterResultsCommands(CLI::App& app);       // results_command.cc
 void RegisterWorkersCommands(CLI::App& app);       // workers_command.cc
 void RegisterExportMetricsCommand(CLI::App& app);  // export_metrics_command.cc (TensorBoard)

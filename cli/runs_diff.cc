@@ -3,6 +3,11 @@
 // final metrics with the deltas, and the first step at which their loss series part. Two runs of
 // one config on one device class part at no step (training on the CPU is deterministic here);
 // where they part says when a difference began to matter.
+//
+// `cart reproduce RUN`: the run's resolved config submitted again as a sweep of its own, bound
+// to the original's data identities (refused here, naming both sha256s, when a file on this
+// machine differs); with --wait, the verdict once it ends: bit-identical losses, or the first
+// step they part and the largest deviation, and what the two ran on that differs.
 
 #include <fmt/format.h>
 
@@ -14,9 +19,12 @@
 #include <string>
 #include <vector>
 
+#include "absl/time/clock.h"
 #include "cli/client.h"
 #include "cli/commands.h"
+#include "cli/lineage.h"
 #include "common/strings.h"
+#include "config/sweep.h"
 
 namespace cart::cli {
 namespace {
@@ -204,7 +212,168 @@ void DiffCommand(const DiffArgs& args) {
   }
 }
 
+struct ReproduceArgs {
+  Conn conn;
+  std::string run;
+  std::string name;  // of the new sweep; default reproduce-<sweep>-<index>-<time>
+  bool wait = false;
+  int64_t timeout_s = 0;  // --wait's bound; 0: none
+};
+
+bool Terminal(cart::v1::RunState state) {
+  return state == cart::v1::RUN_STATE_SUCCEEDED || state == cart::v1::RUN_STATE_FAILED ||
+         state == cart::v1::RUN_STATE_CANCELLED;
+}
+
+// A sweep file of one run: `config` (a resolved config) as its base, its seed as the seeds.
+std::string ReproductionSweep(const std::string& name, const std::string& config) {
+  std::string base;
+  std::string seed = "0";
+  for (const std::string& line : Split(config, '\n')) {
+    if (line.rfind("seed: ", 0) == 0) {
+      seed = line.substr(6);
+      continue;
+    }
+    if (!line.empty()) base += "  " + line + "\n";
+  }
+  return StrCat("name: ", name, "\nbase:\n", base, "seeds: [", seed, "]\n");
+}
+
+void ReproduceCommand(const ReproduceArgs& args) {
+  Client client = Client::Connect(args.conn);
+  const cart::v1::GetRunResponse original = FetchRun(client, args.run);
+  const auto& run = original.run();
+  if (run.kind() == cart::v1::JOB_KIND_EVAL) {
+    ExitWith(absl::InvalidArgumentError(
+        StrCat("run ", run.run_id(), " (", run.name(),
+               ") is an evaluation; reproduce the training run it evaluates, then evaluate that")));
+  }
+  if (run.state() != cart::v1::RUN_STATE_SUCCEEDED) {
+    ExitWith(absl::FailedPreconditionError(StrCat(
+        "run ", run.run_id(), " (", run.name(), ") has not finished (it is ",
+        cart::v1::RunState_Name(run.state()), "): there is no finished attempt to reproduce yet")));
+  }
+  std::string name = args.name;
+  if (name.empty()) {
+    name = StrCat("reproduce-", run.sweep(), "-", run.name().substr(run.name().rfind('/') + 1), "-",
+                  absl::ToUnixSeconds(absl::Now()));
+  }
+  const std::string text = ReproductionSweep(name, run.config_yaml());
+  absl::StatusOr<model::SweepSpec> spec = model::ParseSweepYaml(text, "the run's config");
+  if (!spec.ok()) ExitWith(spec.status());
+  // The data: what this machine reads must be what the original trained on.
+  std::vector<std::string> missing;
+  absl::StatusOr<std::vector<cart::v1::DataIdentity>> here = SweepDataIdentities(*spec, &missing);
+  if (!here.ok()) ExitWith(here.status());
+  cart::v1::SubmitSweepRequest req;
+  for (const auto& recorded : original.data()) {
+    if (recorded.sha256().empty()) continue;
+    for (const auto& local : *here) {
+      if (local.path() == recorded.path() && local.sha256() != recorded.sha256()) {
+        ExitWith(absl::FailedPreconditionError(
+            StrCat(recorded.path(), " here has sha256 ", local.sha256(), "; run ", run.run_id(),
+                   " trained on sha256 ", recorded.sha256(),
+                   ": put the original file back at that path to reproduce it")));
+      }
+    }
+    cart::v1::DataIdentity* bound = req.add_data_files();
+    *bound = recorded;
+    bound->set_role("");
+  }
+  req.set_spec_yaml(text);
+  req.set_file_name(StrCat("reproduction of run ", run.run_id()));
+  req.set_request_id(StrCat("reproduce-", run.run_id(), "-", name));
+  req.set_run_limit(1);
+  auto submitted = client.Call<cart::v1::SubmitSweepRequest, cart::v1::SubmitSweepResponse>(
+      &cart::v1::SchedulerService::Stub::SubmitSweep, req);
+  const int64_t copy = submitted.runs_size() > 0 ? submitted.runs(0).run_id() : 0;
+  std::cout << fmt::format("submitted sweep {}: run {} reproduces run {} ({}), bound to its data\n",
+                           name, copy, run.run_id(), run.name());
+  const auto [attempt, env] = LatestEnvironment(original);
+  if (attempt > 0) {
+    std::cout << fmt::format(
+        "the original ran on {} ({}), LibTorch {}, {}; the copy's worker is known once one takes "
+        "it\n",
+        env.count("device.name") ? env.at("device.name") : "?",
+        env.count("device") ? env.at("device") : "?",
+        env.count("torch.version") ? env.at("torch.version") : "?",
+        env.count("precision") ? env.at("precision") : "?");
+  }
+  if (!args.wait || copy == 0) {
+    std::cout << fmt::format("compare them when it ends: cart runs diff {} {}\n", run.run_id(),
+                             copy);
+    return;
+  }
+  const absl::Time deadline =
+      args.timeout_s > 0 ? absl::Now() + absl::Seconds(args.timeout_s) : absl::InfiniteFuture();
+  cart::v1::GetRunResponse result;
+  while (true) {
+    result = FetchRun(client, StrCat(copy));
+    if (Terminal(result.run().state())) break;
+    if (absl::Now() > deadline) {
+      ExitWith(absl::DeadlineExceededError(
+          StrCat("run ", copy, " has not ended within ", args.timeout_s, " s (it is ",
+                 cart::v1::RunState_Name(result.run().state()), "); cart runs diff ", run.run_id(),
+                 " ", copy, " compares them later")));
+    }
+    absl::SleepFor(absl::Seconds(1));
+  }
+  if (result.run().state() != cart::v1::RUN_STATE_SUCCEEDED) {
+    ExitWith(absl::AbortedError(StrCat("the reproduction, run ", copy, ", ended ",
+                                       cart::v1::RunState_Name(result.run().state()))));
+  }
+  const std::map<int64_t, double> a = Series(client, run.run_id(), "loss");
+  const std::map<int64_t, double> b = Series(client, copy, "loss");
+  int64_t common = 0;
+  std::optional<int64_t> parted;
+  double largest = 0;
+  int64_t largest_at = 0;
+  for (const auto& [step, value] : a) {
+    auto it = b.find(step);
+    if (it == b.end()) continue;
+    ++common;
+    if (value != it->second && !parted) parted = step;
+    if (std::abs(value - it->second) > largest) {
+      largest = std::abs(value - it->second);
+      largest_at = step;
+    }
+  }
+  if (common > 0 && !parted && a.size() == b.size()) {
+    std::cout << fmt::format("reproduced: the losses are bit-identical at all {} steps\n", common);
+  } else if (common == 0) {
+    std::cout << "not comparable: the two runs logged no loss at the same step\n";
+  } else {
+    std::cout << fmt::format(
+        "not bit-identical: the losses part at step {}; the largest deviation is {:.3g} at step {} "
+        "({} steps in common)\n",
+        parted.value_or(0), largest, largest_at, common);
+  }
+  const auto [copy_attempt, copy_env] = LatestEnvironment(result);
+  const auto env_diff = Differences(env, copy_env);
+  if (env_diff.empty()) {
+    std::cout << "environment: the same\n";
+  } else {
+    std::cout << fmt::format("environment ({} differ):\n", env_diff.size());
+    for (const auto& [k, x, y] : env_diff) std::cout << fmt::format("  {}: {} | {}\n", k, x, y);
+  }
+}
+
 }  // namespace
+
+void RegisterReproduceCommand(CLI::App& app) {
+  auto args = std::make_shared<ReproduceArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "reproduce",
+      "Train a finished run again from its resolved config and data identity; with --wait, say "
+      "whether its losses are bit-identical");
+  cmd->add_option("run", args->run, "Run id or name (<sweep>/<index>)")->required();
+  cmd->add_option("--name", args->name, "Name of the new sweep (default reproduce-...)");
+  cmd->add_flag("--wait", args->wait, "Wait for it to end and compare the losses");
+  cmd->add_option("--timeout", args->timeout_s, "With --wait: give up after this many seconds")
+      ->check(CLI::NonNegativeNumber);
+  AddConnFlags(cmd, args->conn);
+  OnRun(cmd, [args] { ReproduceCommand(*args); });
+}
 
 void RegisterRunsDiffCommand(CLI::App& runs) {
   auto args = std::make_shared<DiffArgs>();

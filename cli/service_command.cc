@@ -10,6 +10,7 @@ namespace cart::cli {
 void RegisterServiceCommands(CLI::App& app) {
   RegisterSweepCommands(app);
   RegisterRunsCommands(app);
+  RegisterReproduceCommand(app);
   RegisterResultsCommands(app);
   RegisterWorkersCommands(app);
   RegisterExportMetricsCommand(app);

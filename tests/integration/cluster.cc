@@ -278,15 +278,15 @@ std::string Cluster::Cart(const std::vector<std::string>& args, bool allow_failu
   return out + ReadFile(dir_.File("cart.stderr"));
 }
 
-std::string Cluster::SynthData() {
+std::string Cluster::SynthData(uint64_t seed, const std::string& out) {
   data::SynthOptions o;
   o.chain.vocab = 32;
   o.chain.order = 1;
-  o.chain.seed = 3;
+  o.chain.seed = seed;
   o.chain.concentration = 0.05;
   o.tokens = 40'000;
   o.val_tokens = 4'000;
-  o.out = dir_.File("synth.bin");
+  o.out = out.empty() ? dir_.File("synth.bin") : out;
   auto r = data::WriteSynthetic(o);
   EXPECT_TRUE(r.ok()) << r.status();
   return o.out;

@@ -67,7 +67,9 @@ class Cluster {
                    int* exit_code = nullptr);
 
   // Writes a synthetic Markov source (vocab 32) with a validation split; returns the .bin path.
-  std::string SynthData();
+  // `seed` picks the chain (another seed: another build of the file); `out`: where, replacing what
+  // is there (default synth.bin in the cluster's directory).
+  std::string SynthData(uint64_t seed = 3, const std::string& out = "");
   std::string WriteFile(const std::string& name, const std::string& text);
 
   cart::v1::SchedulerService::Stub& stub() { return *stub_; }

@@ -173,6 +173,46 @@ TEST(LineageTest, RunsDiffNamesWhatDiffersAndWhereTheLossSeriesPart) {
   EXPECT_NE(code, 0);
 }
 
+// `cart reproduce`: a finished run trained again from its resolved config, bound to its data,
+// ends bit-identical on the same worker and says so; a run that has not finished, or whose data
+// file here is another build, is refused naming why (both sha256s for the file).
+TEST(LineageTest, ReproduceTrainsARunAgainAndSaysItsLossesAreBitIdentical) {
+  Cluster c;
+  c.StartCartd();
+  const std::string data = c.SynthData();
+  c.Cart({"sweep", "submit",
+          c.WriteFile("r.yaml", StrCat("name: r\nbase:\n", RunBase(data, 12), "seeds: [5]\n"))});
+  int code = 0;
+  c.Cart({"reproduce", "r/0"}, /*allow_failure=*/true, &code);
+  EXPECT_NE(code, 0) << "a run that has not finished was reproduced";
+  c.StartWorker("0");
+  ASSERT_TRUE(c.WaitFor(
+      [&] {
+        const std::vector<cart::v1::RunView> runs = c.Runs("r");
+        return !runs.empty() && runs[0].state() == cart::v1::RUN_STATE_SUCCEEDED;
+      },
+      std::chrono::seconds(120)));
+  const std::string out =
+      c.Cart({"reproduce", "r/0", "--name", "r-again", "--wait", "--timeout", "120"});
+  EXPECT_THAT(out, HasSubstr("submitted sweep r-again"));
+  EXPECT_THAT(out, HasSubstr("reproduced: the losses are bit-identical at all 12 steps"));
+  EXPECT_THAT(out, HasSubstr("environment: the same"));
+  EXPECT_THAT(c.Cart({"runs", "diff", "r/0", "r-again/0"}), HasSubstr("config: the same"));
+  // Another build of the data file at the run's path: refused before anything is submitted.
+  const std::string before = Sha256Of(data);
+  c.SynthData(/*seed=*/4, data);
+  const std::string after = Sha256Of(data);
+  ASSERT_NE(before, after);
+  const std::string refused =
+      c.Cart({"reproduce", "r/0", "--name", "r-third"}, /*allow_failure=*/true, &code);
+  EXPECT_NE(code, 0);
+  EXPECT_THAT(refused, HasSubstr(StrCat("here has sha256 ", after, "; run")));
+  EXPECT_THAT(refused, HasSubstr(StrCat("trained on sha256 ", before)));
+  int listed = 0;
+  c.Cart({"sweep", "show", "r-third"}, /*allow_failure=*/true, &listed);
+  EXPECT_NE(listed, 0) << "a reproduction on another build of the data was submitted";
+}
+
 TEST(LineageTest, AWorkerWithAnotherFileAtTheRunsPathIsRefusedAndTheRunResumesExactlyOnItsOwn) {
   Cluster c(/*lease_ttl_s=*/2);
   c.StartCartd();
