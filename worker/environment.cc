@@ -90,10 +90,18 @@ EnvironmentItems Collect() {
   add("cart.binary_sha256", Sha256File("/proc/self/exe"));
   add("cart.git_commit", kGitCommit);
   add("cart.git_dirty", kGitDirty);
-  for (auto& [key, value] : TorchBuildItems(at::show_config())) items.emplace_back(key, value);
+  std::string torch_blas = "unknown";
+  for (auto& [key, value] : TorchBuildItems(at::show_config())) {
+    if (key == "torch.blas") torch_blas = value;
+    items.emplace_back(key, value);
+  }
   const std::string maps = ReadText("/proc/self/maps");
   add("torch.library", MappedLibrary(maps, {"libtorch_cpu.so", "libtorch.so"}));
-  add("blas.library", MappedLibrary(maps, {"libopenblas", "libblas", "libmkl_rt", "libcblas"}));
+  // A BLAS of its own (Debian's LibTorch calls the system's), or none: PyTorch's wheels link MKL
+  // into libtorch_cpu itself.
+  std::string blas = MappedLibrary(maps, {"libopenblas", "libblas", "libmkl_rt", "libcblas"});
+  if (blas.empty()) blas = StrCat("none mapped: built into LibTorch (", torch_blas, ")");
+  add("blas.library", blas);
   if (std::string config = OpenBlasConfig(); !config.empty()) add("blas.config", config);
   add("cpu.model", CpuModel());
   add("cpu.cores", StrCat(std::thread::hardware_concurrency()));
