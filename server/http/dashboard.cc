@@ -667,6 +667,17 @@ Response Dashboard::GetSweep(const std::string& name) {
   if (!sweep.ok()) return Error(sweep.status());
   std::shared_ptr<const store::SweepKeys> keys = Keys(name, &bad);
   if (!keys) return Error(bad);
+  // Where its file came from, as the submitting client saw it (null: a client that sent none).
+  absl::StatusOr<std::optional<store::SweepProvenance>> provenance =
+      scheduler_->GetSweepProvenance(name);
+  if (!provenance.ok()) return Error(provenance.status());
+  json origin = nullptr;
+  if (provenance->has_value()) {
+    json items = json::array();
+    for (const auto& [key, value] : (*provenance)->items)
+      items.push_back(json::array({key, value}));
+    origin = json{{"items", items}, {"git_diff", (*provenance)->git_diff}};
+  }
   return Json(json{{"name", sweep->name},
                    {"id", sweep->id},
                    {"cancelled", sweep->cancelled},
@@ -677,6 +688,7 @@ Response Dashboard::GetSweep(const std::string& name) {
                    {"varying", keys->varying},
                    {"metrics", keys->metrics},
                    {"spec", sweep->spec_text},
+                   {"provenance", origin},
                    {"tags", TagNames(sweep->tags)},
                    {"annotation", AnnotationJson(sweep->tags, sweep->note,
                                                  scheduler_->SweepAnnotationHistory(name))}});

@@ -201,6 +201,14 @@ const { Cluster, args, waitFor, tinySweep } = require('./lib');
     await waitFor('the parallel coordinates', () => page.locator('#parallel-svg polyline').count(), 10000);
     check(await page.locator('#parallel-svg polyline').count() === 8, 'parallel coordinates draw one line per run');
     await shot('sweep-parallel');
+    // The sweep file's tab: where it came from at submit (path and sha256 here), then its text.
+    await page.click('button[data-tab=spec]');
+    await waitFor('the provenance table', () => page.locator('tr.provenance-item').count(), 10000);
+    const origin = await page.locator('main').textContent();
+    const sha = require('crypto').createHash('sha256').update(fs.readFileSync(c.file('tabs.yaml'))).digest('hex');
+    check(origin.includes('Submitted from') && origin.includes(sha) && origin.includes(c.file('tabs.yaml')),
+      `the Sweep file tab shows where the file came from (its path and sha256 ${sha.slice(0, 12)}…)`);
+    await shot('sweep-file');
     await page.waitForTimeout(11000);
     check(refreshes === 0, `the Runs tab stopped refreshing when another tab opened (${refreshes} refreshes after)`);
   } catch (e) {

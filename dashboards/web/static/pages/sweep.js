@@ -6,7 +6,7 @@ import {lineChart, palette} from '../charts.js';
 import {h, stateChip, svg} from '../dom.js';
 import {fmt, fmtTokens} from '../format.js';
 import {fail} from '../notice.js';
-import {keySelect} from '../table.js';
+import {keySelect, table} from '../table.js';
 import {drawAndRefresh} from '../view.js';
 
 const runStates =
@@ -363,6 +363,22 @@ const tabLabels = {
   spec: 'Sweep file',
 };
 
+// Where the sweep file came from at submit (docs/architecture.md "Sweep provenance"): its path,
+// sha256 and git state, and the checkout's diff against its commit, folded.
+function provenance(p) {
+  if (!p) return [h('p', {class: 'muted', text: 'Submitted from: not recorded (a client of a release before the record).'})];
+  const td = (text) => h('td', {text});
+  const rows = p.items.map(([k, v]) => h('tr', {class: 'provenance-item'}, td(k), td(v)));
+  const out = [h('h2', {text: 'Submitted from'}), table(['item', 'value'], rows)];
+  if (p.git_diff) {
+    out.push(h('details', {class: 'provenance-diff'},
+               h('summary', {text: `git diff against the commit (${p.git_diff.split('\n').length - 1} lines)`}),
+               h('pre', {text: p.git_diff})));
+  }
+  out.push(h('h2', {text: 'Sweep file'}));
+  return out;
+}
+
 export async function viewSweep(main, scope, name) {
   const sweep = await api('sweeps/' + encodeURIComponent(name));
   const path = 'sweeps/' + encodeURIComponent(name);
@@ -390,7 +406,7 @@ export async function viewSweep(main, scope, name) {
     pivot: () => sweepPivot(body, sweep),
     groups: () => sweepGroups(body, sweep),
     parallel: () => sweepParallel(body, sweep),
-    spec: () => body.append(h('pre', {text: sweep.spec})),
+    spec: () => body.append(...provenance(sweep.provenance), h('pre', {text: sweep.spec})),
   };
   let tab = scope.child();  // what the open tab must stop when another opens
   const open = (key) => {
