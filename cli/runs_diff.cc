@@ -110,6 +110,48 @@ bool Shown(const std::string& metric) {
          metric.rfind("rel_update/", 0) != 0;
 }
 
+// Two series compared at the steps both have: how many, the first at which they differ bit for
+// bit (NaN matching NaN), the values there, and the largest deviation.
+struct SeriesComparison {
+  int64_t common = 0;
+  std::optional<int64_t> parted;
+  double a_at_parting = 0;
+  double b_at_parting = 0;
+  double largest = 0;
+  int64_t largest_at = 0;
+};
+
+SeriesComparison Compare(const std::map<int64_t, double>& a, const std::map<int64_t, double>& b) {
+  SeriesComparison out;
+  for (const auto& [step, value] : a) {
+    auto it = b.find(step);
+    if (it == b.end()) continue;
+    ++out.common;
+    if (!out.parted && !(value == it->second || (std::isnan(value) && std::isnan(it->second)))) {
+      out.parted = step;
+      out.a_at_parting = value;
+      out.b_at_parting = it->second;
+    }
+    if (std::abs(value - it->second) > out.largest) {
+      out.largest = std::abs(value - it->second);
+      out.largest_at = step;
+    }
+  }
+  return out;
+}
+
+// "TITLE: NONE" when `diffs` is empty, else "TITLE (N differ):" and a line per key.
+void PrintDifferences(const std::string& title,
+                      const std::vector<std::tuple<std::string, std::string, std::string>>& diffs,
+                      const std::string& none) {
+  if (diffs.empty()) {
+    std::cout << title << ": " << none << "\n";
+    return;
+  }
+  std::cout << fmt::format("{} ({} differ):\n", title, diffs.size());
+  for (const auto& [k, x, y] : diffs) std::cout << fmt::format("  {}: {} | {}\n", k, x, y);
+}
+
 void DiffCommand(const DiffArgs& args) {
   Client client = Client::Connect(args.conn);
   const cart::v1::GetRunResponse a = FetchRun(client, args.a);
@@ -129,20 +171,9 @@ void DiffCommand(const DiffArgs& args) {
 
   const std::map<int64_t, double> sa = Series(client, ra.run_id(), args.metric);
   const std::map<int64_t, double> sb = Series(client, rb.run_id(), args.metric);
-  int64_t common = 0;
-  std::optional<int64_t> parted;
-  double va = 0;
-  double vb = 0;
-  for (const auto& [step, value] : sa) {
-    auto it = sb.find(step);
-    if (it == sb.end()) continue;
-    ++common;
-    if (!parted && !(value == it->second || (std::isnan(value) && std::isnan(it->second)))) {
-      parted = step;
-      va = value;
-      vb = it->second;
-    }
-  }
+  const SeriesComparison series = Compare(sa, sb);
+  const int64_t common = series.common;
+  const std::optional<int64_t> parted = series.parted;
 
   if (args.conn.json) {
     json out;
@@ -172,16 +203,8 @@ void DiffCommand(const DiffArgs& args) {
   }
   std::cout << fmt::format("run {} ({}) against run {} ({})\n", ra.run_id(), ra.name(), rb.run_id(),
                            rb.name());
-  auto block = [](const char* title, const auto& diffs, const std::string& none) {
-    if (diffs.empty()) {
-      std::cout << title << ": " << none << "\n";
-      return;
-    }
-    std::cout << fmt::format("{} ({} differ):\n", title, diffs.size());
-    for (const auto& [k, x, y] : diffs) std::cout << fmt::format("  {}: {} | {}\n", k, x, y);
-  };
-  block("config", config, "the same");
-  block("data", data, "the same files, the same sha256");
+  PrintDifferences("config", config, "the same");
+  PrintDifferences("data", data, "the same files, the same sha256");
   if (attempt_a == 0 || attempt_b == 0) {
     std::cout << "environment: not recorded for "
               << (attempt_a == 0 && attempt_b == 0 ? "either run"
@@ -189,8 +212,8 @@ void DiffCommand(const DiffArgs& args) {
                                                    : "the second run")
               << "\n";
   } else {
-    block(fmt::format("environment (attempt {} | attempt {})", attempt_a, attempt_b).c_str(),
-          environment, "the same");
+    PrintDifferences(fmt::format("environment (attempt {} | attempt {})", attempt_a, attempt_b),
+                     environment, "the same");
   }
   std::cout << "latest metrics:\n";
   for (const auto& [name, value] : ra.latest()) {
@@ -208,7 +231,7 @@ void DiffCommand(const DiffArgs& args) {
   } else {
     std::cout << fmt::format(
         "{}: the series part at step {} ({:.9g} | {:.9g}); {} steps in common\n", args.metric,
-        *parted, va, vb, common);
+        *parted, series.a_at_parting, series.b_at_parting, common);
   }
 }
 
@@ -324,38 +347,20 @@ void ReproduceCommand(const ReproduceArgs& args) {
   }
   const std::map<int64_t, double> a = Series(client, run.run_id(), "loss");
   const std::map<int64_t, double> b = Series(client, copy, "loss");
-  int64_t common = 0;
-  std::optional<int64_t> parted;
-  double largest = 0;
-  int64_t largest_at = 0;
-  for (const auto& [step, value] : a) {
-    auto it = b.find(step);
-    if (it == b.end()) continue;
-    ++common;
-    if (value != it->second && !parted) parted = step;
-    if (std::abs(value - it->second) > largest) {
-      largest = std::abs(value - it->second);
-      largest_at = step;
-    }
-  }
-  if (common > 0 && !parted && a.size() == b.size()) {
-    std::cout << fmt::format("reproduced: the losses are bit-identical at all {} steps\n", common);
-  } else if (common == 0) {
+  const SeriesComparison losses = Compare(a, b);
+  if (losses.common > 0 && !losses.parted && a.size() == b.size()) {
+    std::cout << fmt::format("reproduced: the losses are bit-identical at all {} steps\n",
+                             losses.common);
+  } else if (losses.common == 0) {
     std::cout << "not comparable: the two runs logged no loss at the same step\n";
   } else {
     std::cout << fmt::format(
         "not bit-identical: the losses part at step {}; the largest deviation is {:.3g} at step {} "
         "({} steps in common)\n",
-        parted.value_or(0), largest, largest_at, common);
+        losses.parted.value_or(0), losses.largest, losses.largest_at, losses.common);
   }
   const auto [copy_attempt, copy_env] = LatestEnvironment(result);
-  const auto env_diff = Differences(env, copy_env);
-  if (env_diff.empty()) {
-    std::cout << "environment: the same\n";
-  } else {
-    std::cout << fmt::format("environment ({} differ):\n", env_diff.size());
-    for (const auto& [k, x, y] : env_diff) std::cout << fmt::format("  {}: {} | {}\n", k, x, y);
-  }
+  PrintDifferences("environment", Differences(env, copy_env), "the same");
 }
 
 }  // namespace

@@ -135,9 +135,8 @@ EnvironmentItems TorchBuildItems(const std::string& show_config) {
   const std::string cuda = setting("USE_CUDA");
   const bool with_cuda = cuda == "1" || cuda == "ON" || cuda == "on";
   EnvironmentItems items;
-  items.emplace_back("torch.version",
-                     OneLine(setting("TORCH_VERSION").empty() ? std::string("unknown")
-                                                              : setting("TORCH_VERSION")));
+  const std::string version = setting("TORCH_VERSION");
+  items.emplace_back("torch.version", version.empty() ? std::string("unknown") : OneLine(version));
   if (std::string commit = setting("COMMIT_SHA"); !commit.empty()) {
     items.emplace_back("torch.commit", OneLine(commit));
   }
