@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <ctime>
+#include <set>
+#include <string_view>
 
 #include "absl/time/clock.h"
 #include "cli/table.h"
@@ -96,14 +98,45 @@ std::string NoteBlock(const cart::v1::Note& note) {
   return fmt::format("note ({}, {}):\n{}\n", note.who(), When(note.at_us()), note.text());
 }
 
+std::string ShortDeviceName(std::string name) {
+  for (const char* prefix : {"NVIDIA ", "GeForce "}) {
+    if (name.rfind(prefix, 0) == 0) name = name.substr(std::string_view(prefix).size());
+  }
+  return name;
+}
+
+std::string DeviceClassLine(const cart::v1::RunView& run) {
+  const auto& classes = run.device_classes();
+  std::string line;
+  if (classes.empty()) {
+    line = "device class: none yet";
+  } else if (classes.size() == 1) {
+    line = "device class: " + classes[0];
+  } else {
+    line = fmt::format(
+        "device classes: {} — SPANS CLASSES: its attempts trained on more than one card model, "
+        "whose results CUDA does not promise equal",
+        StrJoin(std::vector<std::string>(classes.begin(), classes.end()), ", then "));
+  }
+  if (run.any_device_class()) {
+    line += "; later attempts may go to any class (unpinned: `cart runs pin` undoes it)";
+  } else if (!run.checkpoint_class().empty()) {
+    line += fmt::format("; later attempts stay on {} (its latest checkpoint's)",
+                        run.checkpoint_class());
+  }
+  if (run.balanced()) line += "; its sweep balances each config's seeds over the classes";
+  return line;
+}
+
 std::string AttemptsBlock(
     const google::protobuf::RepeatedPtrField<cart::v1::AttemptView>& attempts) {
   if (attempts.empty()) return "";
   std::string out = "attempts (docs/architecture.md \"Environment records\"):\n";
   const cart::v1::AttemptView* before = nullptr;  // the last attempt with a record
   for (const auto& a : attempts) {
-    out += fmt::format("  {}  {}  {}  {}{}\n", a.attempt(), a.worker_id(), When(a.leased_us()),
-                       a.outcome().empty() ? "running" : a.outcome(),
+    out += fmt::format("  {}  {}{}  {}  {}{}\n", a.attempt(), a.worker_id(),
+                       a.device_class().empty() ? "" : " [" + a.device_class() + "]",
+                       When(a.leased_us()), a.outcome().empty() ? "running" : a.outcome(),
                        a.reason().empty() ? "" : ": " + a.reason());
     if (a.environment().empty()) {
       out += "     environment: not recorded (a worker of a release before the record)\n";
@@ -181,6 +214,16 @@ void PrintRuns(const google::protobuf::RepeatedPtrField<cart::v1::RunView>& runs
   const bool tagged =
       std::any_of(runs.begin(), runs.end(), [](const auto& r) { return r.tags_size() > 0; });
   if (tagged) header.push_back("tags");
+  // The device column, on a mixed fleet: which card model trained each run, and which runs'
+  // attempts span models (docs/architecture.md "Device classes").
+  std::set<std::string> classes;
+  bool spans = false;
+  for (const auto& r : runs) {
+    classes.insert(r.device_classes().begin(), r.device_classes().end());
+    spans = spans || r.device_classes_size() > 1;
+  }
+  const bool device_column = !dry_run && (classes.size() > 1 || spans);
+  if (device_column) header.push_back("device");
   t.Header(header);
   for (const auto& r : runs) {
     std::vector<std::string> row = {std::to_string(r.run_id()), r.name()};
@@ -208,6 +251,12 @@ void PrintRuns(const google::protobuf::RepeatedPtrField<cart::v1::RunView>& runs
                              fmt::format("{:.2f}", r.est_hours_rtx3090())});
     }
     if (tagged) row.push_back(TagList(r.tags()));
+    if (device_column) {
+      std::vector<std::string> names;
+      for (const std::string& c : r.device_classes()) names.push_back(ShortDeviceName(c));
+      row.push_back(names.empty() ? std::string("-")
+                                  : StrJoin(names, "+") + (names.size() > 1 ? " (SPANS)" : ""));
+    }
     t.Row(row);
   }
   t.Print(std::cout);

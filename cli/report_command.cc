@@ -60,6 +60,7 @@ class ServiceStudySource : public report::StudySource {
       r.step = v.step();
       r.total_steps = v.total_steps();
       r.stored_params = v.stored_params();
+      r.device_classes.assign(v.device_classes().begin(), v.device_classes().end());
       out.push_back(std::move(r));
     }
     return out;

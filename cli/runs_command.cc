@@ -138,6 +138,7 @@ void ShowCommand(const IdArgs& sh) {
         r.diverged().loss(), r.diverged().step(), r.run_id());
   }
   if (!r.worker_id().empty()) std::cout << "worker: " << r.worker_id() << "\n";
+  std::cout << DeviceClassLine(r) << "\n";
   for (const auto& tag : r.tags()) {
     std::cout << fmt::format("tag: {} ({}, {})\n", tag.name(), tag.who(), When(tag.at_us()));
   }
@@ -249,6 +250,17 @@ cart::v1::RunResponse ExtendRun(Client& c, const IdArgs& a) {
       &cart::v1::SchedulerService::Stub::ExtendRun, req);
 }
 
+cart::v1::RunResponse SetDeviceClass(Client& c, int64_t run_id, bool any) {
+  cart::v1::SetRunDeviceClassRequest req;
+  req.set_run_id(run_id);
+  req.set_any(any);
+  req.set_reason(any ? "cart runs unpin" : "cart runs pin");
+  return c.Call<cart::v1::SetRunDeviceClassRequest, cart::v1::RunResponse>(
+      &cart::v1::SchedulerService::Stub::SetRunDeviceClass, req);
+}
+cart::v1::RunResponse UnpinRun(Client& c, const IdArgs& a) { return SetDeviceClass(c, a.id, true); }
+cart::v1::RunResponse PinRun(Client& c, const IdArgs& a) { return SetDeviceClass(c, a.id, false); }
+
 using RunAction = cart::v1::RunResponse (*)(Client&, const IdArgs&);
 
 // One action on one run: the call, then the run's new state (and, after an extension, the
@@ -262,6 +274,7 @@ void RunActionCommand(const IdArgs& a, RunAction call) {
   }
   std::cout << fmt::format("run {} ({}): {}\n", resp.run().run_id(), resp.run().name(),
                            StateName(resp.run().state()));
+  if (call == &UnpinRun || call == &PinRun) std::cout << DeviceClassLine(resp.run()) << "\n";
   if (resp.schedule() != cart::v1::EXTEND_SCHEDULE_UNSPECIFIED) {
     std::cout << fmt::format(
         "learning rate {:.2e} at its last step -> {:.2e} on the first step of the extension "
@@ -338,6 +351,14 @@ void RegisterRuns(CLI::App& app) {
                &ResumeRun, &AddResumeFlags);
   AddRunAction(runs, "extend", "Train a run further: raise its total steps and requeue it",
                &ExtendRun, &AddExtendFlags);
+  AddRunAction(runs, "unpin",
+               "Let a run's later attempts go to any device class, not only the one that wrote "
+               "its latest checkpoint (docs/architecture.md \"Device classes\")",
+               &UnpinRun, nullptr);
+  AddRunAction(runs, "pin",
+               "Keep a run's later attempts on the device class of its latest checkpoint again "
+               "(the default)",
+               &PinRun, nullptr);
   AddAnnotateCommands(runs, /*sweep=*/false);
 }
 

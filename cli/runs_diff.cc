@@ -23,6 +23,7 @@
 #include "cli/client.h"
 #include "cli/commands.h"
 #include "cli/lineage.h"
+#include "common/run_comparison.h"
 #include "common/strings.h"
 #include "config/sweep.h"
 
@@ -47,18 +48,6 @@ cart::v1::GetRunResponse FetchRun(Client& client, const std::string& which) {
   }
   return client.Call<cart::v1::GetRunRequest, cart::v1::GetRunResponse>(
       &cart::v1::SchedulerService::Stub::GetRun, req);
-}
-
-// The resolved config's top-level "key: value" lines.
-std::map<std::string, std::string> ConfigKeys(const std::string& yaml) {
-  std::map<std::string, std::string> keys;
-  for (const std::string& line : Split(yaml, '\n')) {
-    if (line.empty() || line[0] == ' ' || line[0] == '#') continue;
-    const size_t colon = line.find(": ");
-    if (colon == std::string::npos) continue;
-    keys[line.substr(0, colon)] = line.substr(colon + 2);
-  }
-  return keys;
 }
 
 // The environment of the run's latest attempt that recorded one, and that attempt's number.
@@ -90,66 +79,22 @@ std::map<int64_t, double> Series(Client& client, int64_t run_id, const std::stri
   return out;
 }
 
-// Keys of either map whose values differ (absent on one side shows as "-").
-std::vector<std::tuple<std::string, std::string, std::string>> Differences(
-    const std::map<std::string, std::string>& a, const std::map<std::string, std::string>& b) {
-  std::vector<std::tuple<std::string, std::string, std::string>> out;
-  std::map<std::string, std::pair<std::string, std::string>> all;
-  for (const auto& [k, v] : a) all[k].first = v;
-  for (const auto& [k, v] : b) all[k].second = v;
-  for (const auto& [k, v] : all) {
-    if (v.first != v.second) {
-      out.emplace_back(k, v.first.empty() ? "-" : v.first, v.second.empty() ? "-" : v.second);
-    }
-  }
-  return out;
-}
-
-bool Shown(const std::string& metric) {
-  return metric.rfind("sys/", 0) != 0 && metric.rfind("h_norm/", 0) != 0 &&
-         metric.rfind("rel_update/", 0) != 0;
-}
-
-// Two series compared at the steps both have: how many, the first at which they differ bit for
-// bit (NaN matching NaN), the values there, and the largest deviation.
-struct SeriesComparison {
-  int64_t common = 0;
-  std::optional<int64_t> parted;
-  double a_at_parting = 0;
-  double b_at_parting = 0;
-  double largest = 0;
-  int64_t largest_at = 0;
-};
-
-SeriesComparison Compare(const std::map<int64_t, double>& a, const std::map<int64_t, double>& b) {
-  SeriesComparison out;
-  for (const auto& [step, value] : a) {
-    auto it = b.find(step);
-    if (it == b.end()) continue;
-    ++out.common;
-    if (!out.parted && !(value == it->second || (std::isnan(value) && std::isnan(it->second)))) {
-      out.parted = step;
-      out.a_at_parting = value;
-      out.b_at_parting = it->second;
-    }
-    if (std::abs(value - it->second) > out.largest) {
-      out.largest = std::abs(value - it->second);
-      out.largest_at = step;
-    }
-  }
-  return out;
-}
-
 // "TITLE: NONE" when `diffs` is empty, else "TITLE (N differ):" and a line per key.
-void PrintDifferences(const std::string& title,
-                      const std::vector<std::tuple<std::string, std::string, std::string>>& diffs,
+void PrintDifferences(const std::string& title, const std::vector<Difference>& diffs,
                       const std::string& none) {
   if (diffs.empty()) {
     std::cout << title << ": " << none << "\n";
     return;
   }
   std::cout << fmt::format("{} ({} differ):\n", title, diffs.size());
-  for (const auto& [k, x, y] : diffs) std::cout << fmt::format("  {}: {} | {}\n", k, x, y);
+  for (const Difference& d : diffs) std::cout << fmt::format("  {}: {} | {}\n", d.key, d.a, d.b);
+}
+
+// A run's device classes for one line: "NVIDIA GeForce RTX 3090", several joined and flagged.
+std::string ClassesText(const cart::v1::RunView& run) {
+  if (run.device_classes().empty()) return "none recorded";
+  std::string text = StrJoin(run.device_classes(), ", then ");
+  return run.device_classes_size() > 1 ? text + " (spans classes)" : text;
 }
 
 void DiffCommand(const DiffArgs& args) {
@@ -171,17 +116,20 @@ void DiffCommand(const DiffArgs& args) {
 
   const std::map<int64_t, double> sa = Series(client, ra.run_id(), args.metric);
   const std::map<int64_t, double> sb = Series(client, rb.run_id(), args.metric);
-  const SeriesComparison series = Compare(sa, sb);
+  const SeriesComparison series = CompareSeries(sa, sb);
   const int64_t common = series.common;
   const std::optional<int64_t> parted = series.parted;
 
   if (args.conn.json) {
     json out;
-    out["a"] = json{{"run_id", ra.run_id()}, {"name", ra.name()}};
-    out["b"] = json{{"run_id", rb.run_id()}, {"name", rb.name()}};
+    auto classes = [](const cart::v1::RunView& r) {
+      return std::vector<std::string>(r.device_classes().begin(), r.device_classes().end());
+    };
+    out["a"] = json{{"run_id", ra.run_id()}, {"name", ra.name()}, {"device_classes", classes(ra)}};
+    out["b"] = json{{"run_id", rb.run_id()}, {"name", rb.name()}, {"device_classes", classes(rb)}};
     auto rows = [](const auto& diffs) {
       json j = json::array();
-      for (const auto& [k, x, y] : diffs) j.push_back(json{{"key", k}, {"a", x}, {"b", y}});
+      for (const Difference& d : diffs) j.push_back(json{{"key", d.key}, {"a", d.a}, {"b", d.b}});
       return j;
     };
     out["config"] = rows(config);
@@ -190,7 +138,7 @@ void DiffCommand(const DiffArgs& args) {
     json finals = json::array();
     for (const auto& [name, value] : ra.latest()) {
       auto it = rb.latest().find(name);
-      if (it == rb.latest().end() || !Shown(name)) continue;
+      if (it == rb.latest().end() || !ShownMetric(name)) continue;
       finals.push_back(
           json{{"metric", name}, {"a", value}, {"b", it->second}, {"delta", it->second - value}});
     }
@@ -203,6 +151,7 @@ void DiffCommand(const DiffArgs& args) {
   }
   std::cout << fmt::format("run {} ({}) against run {} ({})\n", ra.run_id(), ra.name(), rb.run_id(),
                            rb.name());
+  std::cout << fmt::format("device classes: {} | {}\n", ClassesText(ra), ClassesText(rb));
   PrintDifferences("config", config, "the same");
   PrintDifferences("data", data, "the same files, the same sha256");
   if (attempt_a == 0 || attempt_b == 0) {
@@ -218,7 +167,7 @@ void DiffCommand(const DiffArgs& args) {
   std::cout << "latest metrics:\n";
   for (const auto& [name, value] : ra.latest()) {
     auto it = rb.latest().find(name);
-    if (it == rb.latest().end() || !Shown(name)) continue;
+    if (it == rb.latest().end() || !ShownMetric(name)) continue;
     const double delta = it->second - value;
     std::cout << fmt::format("  {}: {:.6g} | {:.6g}  ({:+.4g}{})\n", name, value, it->second, delta,
                              value != 0 ? fmt::format(", {:+.2f} %", 100 * delta / value) : "");
@@ -347,7 +296,7 @@ void ReproduceCommand(const ReproduceArgs& args) {
   }
   const std::map<int64_t, double> a = Series(client, run.run_id(), "loss");
   const std::map<int64_t, double> b = Series(client, copy, "loss");
-  const SeriesComparison losses = Compare(a, b);
+  const SeriesComparison losses = CompareSeries(a, b);
   if (losses.common > 0 && !losses.parted && a.size() == b.size()) {
     std::cout << fmt::format("reproduced: the losses are bit-identical at all {} steps\n",
                              losses.common);

@@ -361,6 +361,20 @@ void RegisterSweep(CLI::App& app) {
   AddConnFlags(show_cmd, show->conn);
   OnRun(show_cmd, [show] { ShowCommand(*show); });
 
+  // What `submit` would record of a file's origin, as JSON (cartlab's submit reads it).
+  auto origin = std::make_shared<std::string>();
+  CLI::App* provenance_cmd = sweep->add_subcommand(
+      "provenance",
+      "Print, as JSON, where a sweep file comes from as `submit` records it: path, sha256, and its "
+      "git checkout's commit, branch, changed files and diff (docs/architecture.md \"Sweep "
+      "provenance\")");
+  provenance_cmd->add_option("file", *origin, "Sweep YAML")->required();
+  OnRun(provenance_cmd, [origin] {
+    absl::StatusOr<std::string> text = ReadWholeFile(*origin);
+    if (!text.ok()) ExitWith(text.status());
+    std::cout << ToJson(SweepFileProvenance(*origin, *text)) << "\n";
+  });
+
   auto cancel = std::make_shared<NameArgs>();
   CLI::App* cancel_cmd = sweep->add_subcommand("cancel", "Cancel every unfinished run of a sweep");
   cancel_cmd->add_option("name", cancel->name, "Sweep name")->required();

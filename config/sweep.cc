@@ -25,6 +25,35 @@ absl::StatusOr<int64_t> Int(std::string_view file, const YAML::Node& n, const st
   return *v;
 }
 
+// device_classes: {balance: true|false, resume: same|any}.
+absl::Status ParseDeviceClasses(std::string_view file, const YAML::Node& node, SweepSpec& spec) {
+  if (!node.IsMap()) {
+    return At(file, node,
+              "device_classes: must be a mapping {balance: true|false, resume: same|any}");
+  }
+  for (const auto& kv : node) {
+    const std::string key = kv.first.as<std::string>();
+    const std::string value = Scalar(kv.second);
+    if (key == "balance") {
+      if (value != "true" && value != "false") {
+        return At(file, kv.second,
+                  StrCat("device_classes.balance: '", value, "' is not one of true, false"));
+      }
+      spec.balance_device_classes = value == "true";
+    } else if (key == "resume") {
+      if (value != "same" && value != "any") {
+        return At(file, kv.second,
+                  StrCat("device_classes.resume: '", value, "' is not one of same, any"));
+      }
+      spec.resume_any_device_class = value == "any";
+    } else {
+      return At(file, kv.first,
+                StrCat("device_classes: unknown key '", key, "' (known: balance, resume)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ParseDerived(std::string_view file, const YAML::Node& node, DerivedSpec& d) {
   if (!node.IsMap()) return At(file, node, "derived: each entry must be a mapping");
   for (const auto& kv : node) {
@@ -278,6 +307,8 @@ absl::StatusOr<SweepSpec> ParseSweepYaml(std::string_view text, std::string_view
       } else if (key == "max_runs") {
         CART_ASSIGN_OR_RETURN(spec.max_runs, Int(file, v, "max_runs"));
         if (spec.max_runs < 1) return At(file, v, "max_runs: must be at least 1");
+      } else if (key == "device_classes") {
+        CART_RETURN_IF_ERROR(ParseDeviceClasses(file, v, spec));
       } else if (key == "variants") {
         if (!v.IsSequence() || v.size() == 0) {
           return At(file, v, "variants: must be a non-empty list of config-key mappings");
@@ -308,7 +339,7 @@ absl::StatusOr<SweepSpec> ParseSweepYaml(std::string_view text, std::string_view
         return At(file, kv.first,
                   StrCat("unknown key '", key,
                          "' (known: name, base, grid, variants, seeds, extra_seeds, priority, "
-                         "max_attempts, max_runs, derived)"));
+                         "max_attempts, max_runs, device_classes, derived)"));
       }
     }
   } catch (const YAML::Exception& e) {

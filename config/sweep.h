@@ -25,6 +25,9 @@
 //       set: {R_infer: 6} # config overrides for the derived job (tasks/val_data as mappings)
 //     - name: varR2       # from the runs of another, already submitted sweep
 //       from: {sweep: stage2, match: {d: 1024, R: 6}, checkpoint: final}
+//   device_classes:       # optional (docs/architecture.md "Device classes")
+//     balance: true       # spread each config's seeds over the device classes present
+//     resume: same        # same (default): a checkpointed run stays on its class; any
 //
 // A sweep with neither `base` nor `grid` trains nothing itself and holds only derived jobs.
 
@@ -71,6 +74,10 @@ struct SweepSpec {
   int64_t priority = 0;
   int64_t max_attempts = 3;
   int64_t max_runs = 10000;
+  // device_classes.balance: each config's seeds are placed across the device classes present.
+  bool balance_device_classes = false;
+  // device_classes.resume: any — a checkpointed run's later attempts may change class.
+  bool resume_any_device_class = false;
   // The most bytes the expanded runs' configs and keys may hold together (set by cartd,
   // max_sweep_bytes; not a file key); 0: no bound. ExpandSweep stops at the run that passes it.
   int64_t max_bytes = 0;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <set>
 
@@ -312,6 +313,55 @@ struct Sample {
   std::vector<const StudyRun*> runs;
 };
 
+// Device classes per side of a test (docs/architecture.md "Device classes"): the text that
+// names them, and whether two sides trained on disjoint sets of models while more than one model
+// is present. `sides`: label -> runs; a run of unknown class counts for none.
+void NoteDeviceClasses(
+    const std::vector<std::pair<std::string, std::vector<const StudyRun*>>>& sides,
+    TestOutcome& o) {
+  std::vector<std::set<std::string>> sets;
+  std::set<std::string> all;
+  std::string text;
+  for (const auto& [label, runs] : sides) {
+    std::map<std::string, int64_t> count;
+    for (const StudyRun* r : runs) {
+      for (const std::string& c : r->device_classes) ++count[c];
+    }
+    std::set<std::string> set;
+    std::string part;
+    for (const auto& [c, n] : count) {
+      set.insert(c);
+      std::string name = c;
+      for (const char* prefix : {"NVIDIA ", "GeForce "}) {
+        if (name.rfind(prefix, 0) == 0) name = name.substr(std::strlen(prefix));
+      }
+      part += fmt::format("{}{} ×{}", part.empty() ? "" : ", ", name, n);
+    }
+    if (!set.empty()) {
+      text +=
+          fmt::format("{}{}{}", text.empty() ? "" : "; ", label.empty() ? "" : label + ": ", part);
+      sets.push_back(set);
+      all.insert(set.begin(), set.end());
+    }
+  }
+  o.device_classes = text;
+  if (all.size() < 2) return;
+  for (size_t i = 0; i < sets.size(); ++i) {
+    for (size_t j = i + 1; j < sets.size(); ++j) {
+      const bool disjoint = std::none_of(sets[i].begin(), sets[i].end(),
+                                         [&](const std::string& c) { return sets[j].count(c); });
+      if (disjoint) o.confounded = true;
+    }
+  }
+  if (o.confounded) {
+    o.note = fmt::format(
+        "{}confounded with the device class ({}): the sides trained on "
+        "different card models, so the difference cannot be credited to the "
+        "config",
+        o.note.empty() ? "" : o.note + "; ", text);
+  }
+}
+
 class Decider {
  public:
   Decider(StudySource& source, const ClaimInputs& inputs) : source_(source), inputs_(inputs) {}
@@ -349,6 +399,10 @@ class Decider {
         t.p_holm = std::isnan(adj_for[i]) ? kNaN
                    : t.within             ? adj_for[i]
                                           : std::min(adj_for[i], adj_against[i]);
+      }
+      if (t.confounded) {
+        t.verdict = Verdict::kCannotTell;
+        out.confounded = true;
       }
       all_hold = all_hold && t.verdict == Verdict::kHolds;
       any_not = any_not || t.verdict == Verdict::kDoesNotHold;
@@ -614,6 +668,7 @@ class Decider {
           s = Directional(e.value, 0, e.p, t.direction);
         }
         if (std::isnan(e.p) && o.note.empty()) o.note = NoSpread(e);
+        NoteDeviceClasses({{"a", a.runs}, {"b", b.runs}}, o);
         add(o, s, true);
         return absl::OkStatus();
       }
@@ -659,6 +714,7 @@ class Decider {
           }
         }
         if (std::isnan(e.p) && o.note.empty()) o.note = NoSpread(e);
+        NoteDeviceClasses({{"", a.runs}}, o);
         add(o, s, every_ok);
         return absl::OkStatus();
       }
@@ -679,6 +735,13 @@ class Decider {
           o.note = c.n < 3 ? fmt::format("{} runs: a rank correlation needs 3", c.n)
                            : "a constant side: no rank correlation";
         }
+        std::map<double, std::vector<const StudyRun*>> by_x;
+        for (size_t i = 0; i < x.size(); ++i) by_x[x[i]].push_back(a.runs[i]);
+        std::vector<std::pair<std::string, std::vector<const StudyRun*>>> groups;
+        for (const auto& [value, runs] : by_x) {
+          groups.emplace_back(fmt::format("{} = {:g}", t.against, value), runs);
+        }
+        NoteDeviceClasses(groups, o);
         add(o, Directional(c.r, 0, c.p, t.direction), true);
         return absl::OkStatus();
       }

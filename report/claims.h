@@ -14,6 +14,9 @@
 // - trend: Spearman's ρ with its test, read as a directional test.
 // A claim holds when all of its tests hold and does not hold when any does not. Only finished
 // runs count; a seed that diverged (NaN) makes its comparison NaN: cannot tell, saying so.
+// A test whose sides trained on disjoint sets of card models (every R = 2 run on 3050s, every
+// R = 4 run on 3090s) is confounded with the device class: it cannot tell, and says so, instead
+// of crediting the difference to the config (docs/architecture.md "Device classes").
 
 #include <cstdint>
 #include <map>
@@ -91,12 +94,19 @@ struct TestOutcome {
   double published = 0;   // the paper's effect in these units; NaN: none
   Verdict verdict = Verdict::kCannotTell;
   std::string note;  // why nothing could be computed, when so
+  // The card models each side's runs trained on ("a: RTX 3090 ×3; b: RTX 3050 ×3"; a trend's
+  // by its x value); empty when no run's class is known (docs/architecture.md "Device classes").
+  std::string device_classes;
+  // Two sides trained on disjoint sets of card models while more than one model is present:
+  // the difference cannot be told from the card's, so the test cannot tell, whatever its p.
+  bool confounded = false;
 };
 
 struct ClaimOutcome {
   const ClaimSpec* spec = nullptr;
   Verdict verdict = Verdict::kCannotTell;
-  std::string evidence;  // one line: the decisive test's numbers
+  bool confounded = false;  // a test of it is confounded with the device class
+  std::string evidence;     // one line: the decisive test's numbers
   std::vector<TestOutcome> tests;
 };
 

@@ -211,6 +211,12 @@ class Builder {
     std::vector<StudyRun> everything;
     for (const auto& [name, runs] : runs_)
       everything.insert(everything.end(), runs.begin(), runs.end());
+    for (const StudyRun& r : everything) {
+      if (r.device_classes.size() > 1) {
+        report_.spanning_runs.push_back(
+            fmt::format("{}: {}", r.name, StrJoin(r.device_classes, ", then ")));
+      }
+    }
     report_.title = options_.title;
     report_.val_set = ValSetOf(everything, options_.val_set);
     ppl_ = "val_ppl/" + report_.val_set;
@@ -807,13 +813,20 @@ class Builder {
       line.published = o.spec->published;
       line.verdict = VerdictName(o.verdict);
       line.evidence = o.evidence;
+      line.confounded = o.confounded;
+      bool classes_of_confounded = false;
       for (const TestOutcome& t : o.tests) {
+        if (line.device_classes.empty() || (t.confounded && !classes_of_confounded)) {
+          line.device_classes = t.device_classes;
+          classes_of_confounded = t.confounded;
+        }
         auto num = [](double v) {
           return std::isnan(v) ? std::string() : fmt::format("{:.6g}", v);
         };
         line.tests.push_back({t.label, t.method, num(t.effect), num(t.low), num(t.high), t.unit,
                               num(t.p), num(t.p_holm), std::to_string(t.n), std::to_string(t.n2),
-                              num(t.detectable), num(t.published), VerdictName(t.verdict), t.note});
+                              num(t.detectable), num(t.published), VerdictName(t.verdict), t.note,
+                              t.device_classes, t.confounded ? "yes" : ""});
       }
       report_.claims.push_back(std::move(line));
     }
@@ -860,8 +873,9 @@ PlotSeries MeanCurve(StudySource& source, const std::vector<const StudyRun*>& ru
 
 const std::vector<std::string>& ClaimTestColumns() {
   static const std::vector<std::string> columns = {
-      "test",   "method", "effect", "low",        "high",      "unit",    "p",
-      "p_holm", "n",      "n2",     "detectable", "published", "verdict", "note"};
+      "test",           "method",    "effect", "low",        "high",      "unit",    "p",
+      "p_holm",         "n",         "n2",     "detectable", "published", "verdict", "note",
+      "device_classes", "confounded"};
   return columns;
 }
 

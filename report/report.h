@@ -40,6 +40,9 @@ struct StudyRun {
   int64_t step = 0;                           // latest step with a metric
   int64_t total_steps = 0;
   int64_t stored_params = 0;
+  // The card models its kept attempts trained on (docs/architecture.md "Device classes"),
+  // first first; empty: not known (a store from before device classes).
+  std::vector<std::string> device_classes;
 };
 
 struct StudyPoint {
@@ -138,6 +141,11 @@ struct ClaimLine {
   std::string published;  // what the paper measured
   std::string verdict;    // "holds", "does not hold", "cannot tell"
   std::string evidence;   // the decisive test, in one line
+  // A test of it compared sides that trained on disjoint sets of card models: it cannot tell
+  // (docs/architecture.md "Device classes"); device_classes names each side's, as the first
+  // confounded test saw them (else the decisive test's).
+  bool confounded = false;
+  std::string device_classes;
   // Every test behind it, one row each: label, method, effect, low, high, unit, p, Holm p, n,
   // n2, detectable effect, published effect, verdict, note (ClaimTestColumns).
   std::vector<std::vector<std::string>> tests;
@@ -146,6 +154,10 @@ struct ClaimLine {
 struct Report {
   std::string title;
   std::string val_set;
+  // Runs whose attempts trained on more than one card model ("stage2/5: RTX 3090, then RTX
+  // 3050"): CUDA does not promise equal results across models, so they are named beside the
+  // claims.
+  std::vector<std::string> spanning_runs;
   std::vector<ClaimLine> claims;  // in the claims file's order
   std::vector<Section> sections;
 };

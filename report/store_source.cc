@@ -29,6 +29,7 @@ class StoreStudySource : public StudySource {
       run.stored_params = r.stored_params;
       run.kind = r.kind;
       run.params = std::move(r.params);
+      run.device_classes = std::move(r.device_classes);
       CART_ASSIGN_OR_RETURN(std::vector<store::MetricSummary> summaries,
                             store_.RunSummaries(run.id));
       for (const store::MetricSummary& s : summaries) {

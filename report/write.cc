@@ -84,17 +84,29 @@ std::string ClaimsMarkdown(const Report& r) {
   if (r.claims.empty()) return "";
   std::string out = "| claim (paper) | published | verdict | evidence |\n|---|---|---|---|\n";
   for (const ClaimLine& c : r.claims) {
-    out += fmt::format("| {} | {} | **{}** | {} |\n", Md(c.claim), Md(c.published), c.verdict,
-                       Md(c.evidence));
+    out += fmt::format("| {} | {} | **{}**{} | {} |\n", Md(c.claim), Md(c.published), c.verdict,
+                       c.confounded ? " (confounded with the device class)" : "", Md(c.evidence));
   }
   return out;
 }
 
+// The runs whose attempts trained on more than one card model, beside the claims.
+std::string SpanningMarkdown(const Report& r) {
+  if (r.spanning_runs.empty()) return "";
+  std::string out =
+      "Runs whose attempts trained on more than one card model (CUDA does not promise equal "
+      "results across models; docs/architecture.md \"Device classes\"):\n\n";
+  for (const std::string& run : r.spanning_runs) out += "- " + Md(run) + "\n";
+  return out + "\n";
+}
+
 std::string ClaimsCsv(const Report& r) {
   Table t;
-  t.columns = {"id", "verdict", "claim", "evidence", "section", "published"};
+  t.columns = {"id",      "verdict",   "claim",      "evidence",
+               "section", "published", "confounded", "device_classes"};
   for (const ClaimLine& c : r.claims) {
-    t.rows.push_back({c.id, c.verdict, c.claim, c.evidence, c.section, c.published});
+    t.rows.push_back({c.id, c.verdict, c.claim, c.evidence, c.section, c.published,
+                      c.confounded ? "yes" : "", c.device_classes});
   }
   return Csv(t);
 }
@@ -132,7 +144,7 @@ std::string Markdown(const Report& r, bool plots) {
         "outside), **cannot tell** otherwise, with the smallest effect the runs could have "
         "detected at 80 % power. p-values are two-sided; Holm's correction runs over each "
         "claim's tests. Every test: [claim_tests.csv](claim_tests.csv).\n\n";
-    out += ClaimsMarkdown(r) + "\n";
+    out += ClaimsMarkdown(r) + "\n" + SpanningMarkdown(r);
   }
   for (const Section& s : r.sections) {
     out += fmt::format("## {}\n\n_Sweep: `{}`_\n\n", s.title, s.sweep);
@@ -190,9 +202,18 @@ std::string HtmlPage(const Report& r, bool plots) {
       out += fmt::format(
           "<tr id=\"claim-{}\"><td>{}</td><td class=\"evidence\">{}</td><td class=\"verdict "
           "{}\">{}</td><td class=\"evidence\">{}</td></tr>\n",
-          Html(c.id), Html(c.claim), Html(c.published), css, Html(c.verdict), Html(c.evidence));
+          Html(c.id), Html(c.claim), Html(c.published), css,
+          Html(c.confounded ? c.verdict + " (confounded with the device class)" : c.verdict),
+          Html(c.evidence));
     }
     out += "</table>\n";
+    if (!r.spanning_runs.empty()) {
+      out +=
+          "<p class=\"missing\">Runs whose attempts trained on more than one card model "
+          "(CUDA does not promise equal results across models):</p><ul>";
+      for (const std::string& run : r.spanning_runs) out += "<li>" + Html(run) + "</li>";
+      out += "</ul>\n";
+    }
   }
   for (const Section& s : r.sections) {
     out += fmt::format("<h2>{}</h2><p><em>Sweep: {}</em></p>\n", Html(s.title), Html(s.sweep));

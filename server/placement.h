@@ -15,6 +15,11 @@
 // workers. If none is, it waits: every run would finish sooner on a faster worker once that one
 // is free. This is list scheduling with the longest processing time first on uniform machines;
 // `bench-schedule` replays the paper's sweeps through it.
+//
+// Device classes (docs/architecture.md "Device classes") narrow the workers a run may go to: a
+// run pinned to the class of its latest checkpoint goes only to that class, and a run of a sweep
+// that balances its seeds goes only to the classes present (that it fits) holding fewest of its
+// config's seeds so far, the plan's own placements counted as it goes.
 
 #include <cstdint>
 #include <map>
@@ -28,7 +33,7 @@ namespace cart::server {
 
 struct PlacementWorker {
   std::string id;
-  std::string device;        // for messages ("NVIDIA GeForce RTX 3090")
+  std::string device;        // its device class ("NVIDIA GeForce RTX 3090")
   int64_t memory_bytes = 0;  // usable
   double speed = 1;          // × an RTX 3090; > 0
   double free_in_hours = 0;  // when its current run is expected to end; 0: free now
@@ -47,6 +52,7 @@ inline bool Fits(const store::PlaceableRun& run, int64_t memory_bytes) {
   return run.min_memory_bytes <= memory_bytes && run.oom_memory_bytes < memory_bytes;
 }
 
+// `groups`: each balanced seed group's runs per class so far (RunStore::ListSeedGroupClasses).
 // `queued`: QUEUED runs in any order (sorted here: priority, then longest remaining work; unknown
 // work last, then oldest). `others`: every live worker but the asker, busy or not.
 // `usage`: fair share, each owner's decayed GPU-hours (store::RunStore::DecayedUsage); within a
@@ -55,7 +61,8 @@ inline bool Fits(const store::PlaceableRun& run, int64_t memory_bytes) {
 PlacementDecision PlaceEarliestFinish(const PlacementWorker& asker,
                                       const std::vector<PlacementWorker>& others,
                                       std::vector<store::PlaceableRun> queued,
-                                      const std::map<std::string, double>& usage = {});
+                                      const std::map<std::string, double>& usage = {},
+                                      const store::SeedGroupClasses& groups = {});
 
 // One queued run as the plan places it: on which worker, and when it is expected to start and
 // finish, in hours from now.
@@ -72,6 +79,7 @@ struct PlannedRun {
 // worker are left out. In plan order.
 std::vector<PlannedRun> PlanQueue(std::vector<PlacementWorker> fleet,
                                   std::vector<store::PlaceableRun> queued,
-                                  const std::map<std::string, double>& usage = {});
+                                  const std::map<std::string, double>& usage = {},
+                                  const store::SeedGroupClasses& groups = {});
 
 }  // namespace cart::server

@@ -330,6 +330,18 @@ absl::StatusOr<RunRecord> Scheduler::ResumeRun(int64_t run_id, const std::string
   return run;
 }
 
+absl::StatusOr<RunRecord> Scheduler::SetRunDeviceClass(int64_t run_id, bool any,
+                                                       const std::string& who,
+                                                       const std::string& reason) {
+  CART_RETURN_IF_ERROR(CheckRunOwner(run_id, who, any ? "unpin" : "pin"));
+  CART_RETURN_IF_ERROR(CheckReason(reason));
+  CART_ASSIGN_OR_RETURN(RunRecord run, store_->SetDeviceClassPolicy(
+                                           run_id, any, store::Audit{NowMicros(), who, reason}));
+  BumpRun(run_id);
+  WakePollers();
+  return run;
+}
+
 std::string_view ExtendScheduleName(ExtendSchedule schedule) {
   switch (schedule) {
     case ExtendSchedule::kStretch:
@@ -535,7 +547,8 @@ absl::StatusOr<std::optional<store::Claim>> Scheduler::Place(const std::string& 
     CART_ASSIGN_OR_RETURN(usage, Usage(now_us));
     for (const store::PlaceableRun& r : queued) usage.try_emplace(r.owner, 0.0);
   }
-  PlacementDecision decision = PlaceEarliestFinish(asker, others, std::move(queued), usage);
+  CART_ASSIGN_OR_RETURN(store::SeedGroupClasses groups, SeedGroups(queued));
+  PlacementDecision decision = PlaceEarliestFinish(asker, others, std::move(queued), usage, groups);
   {
     absl::MutexLock lock(&mu_);
     for (auto& [run_id, why] : decision.declined) {
@@ -547,6 +560,16 @@ absl::StatusOr<std::optional<store::Claim>> Scheduler::Place(const std::string& 
                         store_->ClaimRun(worker_id, *decision.run_id, memory, now_us));
   if (!claim) WakePollers();  // taken meanwhile: plan again at once
   return claim;
+}
+
+absl::StatusOr<store::SeedGroupClasses> Scheduler::SeedGroups(
+    const std::vector<store::PlaceableRun>& queued) {
+  // Read only when a queued run is of a balanced sweep: most queues have none.
+  if (std::none_of(queued.begin(), queued.end(),
+                   [](const store::PlaceableRun& r) { return !r.seed_group.empty(); })) {
+    return store::SeedGroupClasses();
+  }
+  return store_->ListSeedGroupClasses();
 }
 
 std::map<std::string, double> Scheduler::BusyHoursLocked(int64_t now_us) {

@@ -294,6 +294,12 @@ class Scheduler {
   // not larger than the run's steps or the run has not SUCCEEDED.
   absl::StatusOr<ExtendOutcome> ExtendRun(int64_t run_id, int64_t total_steps,
                                           ExtendSchedule schedule, const std::string& who);
+  // Lets a run's later attempts go to any device class (`any`), or only to the class of its
+  // latest checkpoint again (docs/architecture.md "Device classes"); its owner or an admin, any
+  // state. Wakes the workers waiting: an unpinned run may be theirs now.
+  absl::StatusOr<store::RunRecord> SetRunDeviceClass(int64_t run_id, bool any,
+                                                     const std::string& who,
+                                                     const std::string& reason);
 
   // ---- Tags and notes (store::AnnotationChange)
   //
@@ -535,6 +541,10 @@ class Scheduler {
   // Chooses and claims a run for the worker (SchedulerOptions::placement); nullopt when it should
   // wait.
   absl::StatusOr<std::optional<store::Claim>> Place(const std::string& worker_id, int64_t memory);
+  // Each balanced seed group's runs per device class, when `queued` holds a run of one; else
+  // none (no read).
+  absl::StatusOr<store::SeedGroupClasses> SeedGroups(
+      const std::vector<store::PlaceableRun>& queued);
   // Hours each busy worker's current run has left, by worker id: at the pace its steps have gone
   // once it has reported progress, else its work at the worker's speed less the time it has run.
   std::map<std::string, double> BusyHoursLocked(int64_t now_us) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -63,7 +63,8 @@ absl::StatusOr<std::shared_ptr<const Forecast>> Scheduler::ExpectedFinish() {
   }
   std::map<int64_t, int64_t> sweep_of;
   for (const store::PlaceableRun& r : queued) sweep_of[r.id] = r.sweep_id;
-  for (const PlannedRun& p : PlanQueue(std::move(fleet), std::move(queued), usage)) {
+  CART_ASSIGN_OR_RETURN(store::SeedGroupClasses groups, SeedGroups(queued));
+  for (const PlannedRun& p : PlanQueue(std::move(fleet), std::move(queued), usage, groups)) {
     note(p.run_id, sweep_of[p.run_id], p.finish_in_hours);
   }
   auto shared = std::make_shared<const Forecast>(std::move(forecast));
@@ -119,6 +120,14 @@ std::string Scheduler::Explain(const RunRecord& run, std::optional<int64_t> max_
       reason = StrCat("waiting for a free worker with at least ", FormatGiB(need), " of memory");
     }
     absl::MutexLock lock(&mu_);
+    if (const std::string pin = run.DeviceClassPin(); !pin.empty() && max_memory) {
+      const bool live = workers_.HasLiveOfClass(pin, NowMicros());
+      reason = StrCat(live ? StrCat(reason, " of device class '", pin, "'")
+                           : StrCat("no live worker is of device class '", pin, "'"),
+                      " (its latest checkpoint was written on one, and its attempts stay on that "
+                      "class: `cart runs unpin ",
+                      run.id, "` lets them go to any)");
+    }
     if (auto it = not_placed_.find(run.id); it != not_placed_.end()) {
       reason = StrCat(reason, "; last ", it->second);
     }

@@ -6,6 +6,7 @@
 #include <optional>
 #include <utility>
 
+#include "common/sha256.h"
 #include "common/status.h"
 #include "common/strings.h"
 #include "config/accounting.h"
@@ -18,9 +19,25 @@ using store::RunRecord;
 using store::RunState;
 
 // Moves what it can out of `expanded`: a 10,000-run sweep is tens of MB of params and YAML.
-store::NewRun ToNewRun(model::ExpandedRun&& expanded, int64_t max_attempts,
+// A run's seed group when its sweep balances seeds over device classes: its config's keys but
+// the seed, hashed (docs/architecture.md "Device classes").
+std::string SeedGroup(const std::map<std::string, std::string>& params) {
+  Sha256 hash;
+  for (const auto& [key, value] : params) {
+    if (key == "seed") continue;
+    hash.Update(StrCat(key, "=", value, "\n"));
+  }
+  return hash.HexDigest().substr(0, 32);
+}
+
+store::NewRun ToNewRun(model::ExpandedRun&& expanded, const model::SweepSpec& spec,
                        const std::map<std::string, store::DataFileIdentity>& data_files) {
   store::NewRun run;
+  run.any_device_class = spec.resume_any_device_class;
+  if (spec.balance_device_classes && expanded.kind == JobKind::kTrain &&
+      expanded.parent_index < 0 && expanded.parent_run_id <= 0) {
+    run.seed_group = SeedGroup(expanded.params);
+  }
   for (model::DataFile& file : model::DataFiles(expanded.config)) {
     store::RunDataRecord record;
     record.role = std::move(file.role);
@@ -44,7 +61,7 @@ store::NewRun ToNewRun(model::ExpandedRun&& expanded, int64_t max_attempts,
   run.work_hours =
       model::EstimateRunCost(expanded.config, expanded.kind == JobKind::kEval, expanded.eval_loops)
           .rtx3090_hours;
-  run.max_attempts = static_cast<int>(max_attempts);
+  run.max_attempts = static_cast<int>(spec.max_attempts);
   if (expanded.parent_index >= 0 || expanded.parent_run_id > 0) {
     if (expanded.parent_run_id > 0) {
       run.parent_run_id = expanded.parent_run_id;
@@ -187,7 +204,7 @@ absl::StatusOr<PreparedSweep> PrepareSweep(store::RunStore& store, const SubmitR
   sweep.provenance = request.provenance;
   sweep.runs.reserve(expanded.size());
   for (model::ExpandedRun& run : expanded) {
-    sweep.runs.push_back(ToNewRun(std::move(run), spec.max_attempts, request.data_files));
+    sweep.runs.push_back(ToNewRun(std::move(run), spec, request.data_files));
   }
   expanded = {};
   CART_RETURN_IF_ERROR(CheckParentSteps(store, sweep));

@@ -79,6 +79,15 @@ std::vector<PlacementWorker> WorkerRegistry::Fleet(
   return fleet;
 }
 
+bool WorkerRegistry::HasLiveOfClass(const std::string& device_class, int64_t now_us) const {
+  for (const auto& [id, w] : workers_) {
+    if (DeviceLabel(w.info) == device_class && !w.draining && !Lost(w.last_seen_us, now_us)) {
+      return true;
+    }
+  }
+  return false;
+}
+
 std::vector<int64_t> WorkerRegistry::FreeMemory(int64_t now_us,
                                                 const std::set<std::string>& holding) const {
   std::vector<int64_t> free;

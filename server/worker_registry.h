@@ -83,6 +83,8 @@ class WorkerRegistry {
 
   // Whether a worker last seen at `last_seen_us` is lost at `now_us`.
   bool Lost(int64_t last_seen_us, int64_t now_us) const;
+  // Whether a live worker that is not draining registered as `device_class` (DeviceLabel).
+  bool HasLiveOfClass(const std::string& device_class, int64_t now_us) const;
   // The largest registered device's usable memory; nullopt with no worker.
   std::optional<int64_t> MaxMemory() const;
 

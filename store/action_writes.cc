@@ -23,11 +23,14 @@ using internal::CancelOne;
 using internal::ChangeState;
 using internal::Database;
 using internal::Exec;
+using internal::InsertEvent;
 using internal::kSetAttemptFloor;
 using internal::ResumeOne;
 using internal::WriteContext;
 
 namespace {
+
+constexpr char kSetDeviceClassPolicy[] = "UPDATE runs SET device_class_policy = ? WHERE id = ?";
 
 constexpr char kSetStepsParam[] =
     "UPDATE runs SET params_json = json_set(params_json, '$.\"steps\"', ?) WHERE id = ?";
@@ -200,6 +203,26 @@ absl::StatusOr<RunRecord> RunStore::ExtendRun(int64_t run_id, int64_t new_total_
     extend.why = StrCat("extend from ", run.steps, " to ", new_total_steps, " steps",
                         audit.why.empty() ? "" : ": ", audit.why);
     CART_RETURN_IF_ERROR(ChangeState(db, run_id, run.state, RunState::kQueued, extend));
+    return internal::LoadRun(db, run_id);
+  });
+}
+
+absl::StatusOr<RunRecord> RunStore::SetDeviceClassPolicy(int64_t run_id, bool any,
+                                                         const Audit& audit) {
+  CART_RETURN_IF_ERROR(internal::ValidateAudit(audit));
+  return writer_->Run<RunRecord>([&](WriteContext& ctx) -> absl::StatusOr<RunRecord> {
+    Database& db = ctx.db();
+    CART_ASSIGN_OR_RETURN(RunRecord run, internal::LoadRun(db, run_id));
+    if (run.any_device_class == any) return run;
+    CART_RETURN_IF_ERROR(Exec(db, kSetDeviceClassPolicy, any ? "any" : "same", run_id));
+    Audit notice = audit;
+    notice.why = StrCat(any ? "unpinned: later attempts may go to any device class"
+                            : "pinned: later attempts go to the device class of its latest "
+                              "checkpoint",
+                        run.checkpoint_class.empty() ? "" : StrCat(" (", run.checkpoint_class, ")"),
+                        audit.why.empty() ? "" : ": ", audit.why);
+    const std::string state(RunStateName(run.state));
+    CART_RETURN_IF_ERROR(InsertEvent(db, run_id, run.sweep_id, state, state, notice));
     return internal::LoadRun(db, run_id);
   });
 }

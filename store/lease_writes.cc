@@ -44,15 +44,25 @@ constexpr char kTouchWorker[] = "UPDATE workers SET last_seen_us = ? WHERE id = 
 constexpr char kTouchWorkerOfAttempt[] =
     "UPDATE workers SET last_seen_us = ? "
     "WHERE id = (SELECT worker_id FROM attempts WHERE run_id = ? AND attempt = ?)";
+// A run whose latest checkpoint pins it to a device class goes only to a worker of that class
+// (docs/architecture.md "Device classes"); ?3 is the asking worker's id.
+#define CART_PIN_ALLOWS_WORKER                                            \
+  "(r.device_class_policy = 'any' OR coalesce(" CART_CHECKPOINT_CLASS_SQL \
+  ", "                                                                    \
+  "(SELECT w.device FROM workers AS w WHERE w.id = ?3)) = "               \
+  "(SELECT w.device FROM workers AS w WHERE w.id = ?3))"
 constexpr char kSelectNextQueued[] =
-    "SELECT id FROM runs WHERE status = 'QUEUED' AND min_memory_bytes <= ? "
-    "AND oom_memory_bytes < ? ORDER BY priority DESC, created_us, id LIMIT 1";
+    "SELECT r.id FROM runs AS r WHERE r.status = 'QUEUED' AND r.min_memory_bytes <= ?1 "
+    "AND r.oom_memory_bytes < ?2 AND " CART_PIN_ALLOWS_WORKER
+    " ORDER BY r.priority DESC, r.created_us, r.id LIMIT 1";
 // Placement's view of queued runs: the remaining work needs the latest checkpoint's step.
-#define CART_PLACEABLE_SELECT                                                                    \
-  "SELECT r.id, r.priority, r.min_memory_bytes, r.oom_memory_bytes, r.work_hours, r.steps, "     \
-  "coalesce((SELECT max(c.step) FROM checkpoints AS c WHERE c.run_id = r.id), 0), "              \
-  "r.created_us, s.created_by, r.sweep_id FROM runs AS r JOIN sweeps AS s ON s.id = r.sweep_id " \
-  "WHERE r.status = 'QUEUED' "
+#define CART_PLACEABLE_SELECT                                                                  \
+  "SELECT r.id, r.priority, r.min_memory_bytes, r.oom_memory_bytes, r.work_hours, r.steps, "   \
+  "coalesce((SELECT max(c.step) FROM checkpoints AS c WHERE c.run_id = r.id), 0), "            \
+  "r.created_us, s.created_by, r.sweep_id, CASE WHEN r.device_class_policy = 'any' THEN NULL " \
+  "ELSE " CART_CHECKPOINT_CLASS_SQL                                                            \
+  " END, r.seed_group "                                                                        \
+  "FROM runs AS r JOIN sweeps AS s ON s.id = r.sweep_id WHERE r.status = 'QUEUED' "
 constexpr char kSelectQueuedWork[] = CART_PLACEABLE_SELECT
     "AND r.min_memory_bytes <= ?2 AND r.oom_memory_bytes < ?2 "
     "ORDER BY r.priority DESC, r.work_hours = 0, r.work_hours DESC, r.created_us, r.id LIMIT ?1";
@@ -65,8 +75,20 @@ constexpr char kSetLastPreempted[] = "UPDATE runs SET last_preempted_us = ?2 WHE
 constexpr char kSelectRecentPreemptions[] =
     "SELECT id, last_preempted_us FROM runs WHERE last_preempted_us >= ?";
 constexpr char kSelectQueuedFit[] =
-    "SELECT 1 FROM runs WHERE id = ? AND status = 'QUEUED' AND min_memory_bytes <= ? "
-    "AND oom_memory_bytes < ?";
+    "SELECT 1 FROM runs AS r WHERE r.id = ?4 AND r.status = 'QUEUED' AND r.min_memory_bytes <= ?1 "
+    "AND r.oom_memory_bytes < ?2 AND " CART_PIN_ALLOWS_WORKER;
+// Each balanced seed group's runs by device class (RunStore::SeedGroupClasses): a run counts on
+// the class of its latest attempt once leased, or while queued on the class its checkpoint pins
+// it to; only the groups that have queued runs.
+constexpr char kSelectSeedGroupClasses[] =
+    "SELECT r.sweep_id, r.seed_group, CASE WHEN r.status = 'QUEUED' THEN "
+    "CASE WHEN r.device_class_policy = 'any' THEN NULL ELSE " CART_CHECKPOINT_CLASS_SQL
+    " END "
+    "ELSE (SELECT a.device_class FROM attempts AS a WHERE a.run_id = r.id AND a.attempt = "
+    "r.attempt) END AS class, count(*) FROM runs AS r "
+    "WHERE r.seed_group != '' AND (r.sweep_id, r.seed_group) IN (SELECT q.sweep_id, q.seed_group "
+    "FROM runs AS q WHERE q.status = 'QUEUED' AND q.seed_group != '') AND r.attempt > 0 "
+    "GROUP BY 1, 2, 3 HAVING class IS NOT NULL";
 constexpr char kRaiseOomFloor[] =
     "UPDATE runs SET oom_memory_bytes = max(oom_memory_bytes, ?) WHERE id = ?";
 constexpr char kLowerMicroBatchCap[] =
@@ -74,8 +96,8 @@ constexpr char kLowerMicroBatchCap[] =
     "ELSE min(micro_batch_cap, ?1) END WHERE id = ?2";
 constexpr char kSelectAttemptFloor[] = "SELECT attempt_floor, max_attempts FROM runs WHERE id = ?";
 constexpr char kInsertAttempt[] =
-    "INSERT INTO attempts(run_id, attempt, worker_id, leased_us, lease_expires_us) "
-    "VALUES(?, ?, ?, ?, ?)";
+    "INSERT INTO attempts(run_id, attempt, worker_id, leased_us, lease_expires_us, device_class) "
+    "VALUES(?1, ?2, ?3, ?4, ?5, (SELECT w.device FROM workers AS w WHERE w.id = ?3))";
 constexpr char kExtendLease[] =
     "UPDATE attempts SET lease_expires_us = ? WHERE run_id = ? AND attempt = ?";
 constexpr char kStartAttempt[] =
@@ -154,6 +176,8 @@ absl::StatusOr<std::vector<PlaceableRun>> ReadPlaceable(Statement& select) {
     r.created_us = row.ColumnInt64(7);
     r.owner = row.ColumnText(8);
     r.sweep_id = row.ColumnInt64(9);
+    r.device_class_pin = row.ColumnText(10);
+    r.seed_group = row.ColumnText(11);
     out.push_back(std::move(r));
   }));
   return out;
@@ -183,7 +207,7 @@ absl::StatusOr<std::optional<Claim>> RunStore::ClaimNextRun(const std::string& w
   return ClaimPicked(worker_id, now_us,
                      [&](Database& db) -> absl::StatusOr<std::optional<int64_t>> {
                        CART_ASSIGN_OR_RETURN(auto next, db.Cached(kSelectNextQueued));
-                       next->BindAll(device_memory_bytes, device_memory_bytes);
+                       next->BindAll(device_memory_bytes, device_memory_bytes, worker_id);
                        CART_ASSIGN_OR_RETURN(bool row, next->Step());
                        if (!row) return std::optional<int64_t>();
                        return std::optional<int64_t>(next->ColumnInt64(0));
@@ -196,7 +220,7 @@ absl::StatusOr<std::optional<Claim>> RunStore::ClaimRun(const std::string& worke
   return ClaimPicked(worker_id, now_us,
                      [&](Database& db) -> absl::StatusOr<std::optional<int64_t>> {
                        CART_ASSIGN_OR_RETURN(auto fits, db.Cached(kSelectQueuedFit));
-                       fits->BindAll(run_id, device_memory_bytes, device_memory_bytes);
+                       fits->BindAll(device_memory_bytes, device_memory_bytes, worker_id, run_id);
                        CART_ASSIGN_OR_RETURN(bool row, fits->Step());
                        if (!row) return std::optional<int64_t>();
                        return std::optional<int64_t>(run_id);
@@ -254,6 +278,18 @@ absl::StatusOr<std::vector<PlaceableRun>> RunStore::ListQueuedWork(int64_t limit
     select->BindAll(limit, max_memory_bytes);
     return ReadPlaceable(*select);
   });
+}
+
+absl::StatusOr<SeedGroupClasses> RunStore::ListSeedGroupClasses() {
+  return internal::ReadSnapshot<SeedGroupClasses>(
+      *readers_, [&](Database& db) -> absl::StatusOr<SeedGroupClasses> {
+        CART_ASSIGN_OR_RETURN(auto select, db.Cached(kSelectSeedGroupClasses));
+        SeedGroupClasses out;
+        CART_RETURN_IF_ERROR(select->ForEachRow([&](const Statement& row) {
+          out[{row.ColumnInt64(0), row.ColumnText(1)}][row.ColumnText(2)] = row.ColumnInt64(3);
+        }));
+        return out;
+      });
 }
 
 absl::Status RunStore::MarkRunning(int64_t run_id, int64_t attempt, int64_t now_us) {

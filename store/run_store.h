@@ -180,6 +180,10 @@ class RunStore {
   // that fit a device of max_memory_bytes (the largest live worker's), so that runs no worker
   // can take do not fill the page.
   absl::StatusOr<std::vector<PlaceableRun>> ListQueuedWork(int64_t limit, int64_t max_memory_bytes);
+  // For each seed group that has queued runs (a sweep balancing its seeds over device classes),
+  // how many of its runs are on each class: a leased or ended run on its latest attempt's, a
+  // queued one on the class its checkpoint pins it to.
+  absl::StatusOr<SeedGroupClasses> ListSeedGroupClasses();
   // LEASED -> RUNNING for the current attempt (the worker started training). Repeating it for a
   // RUNNING attempt is a no-op. FailedPrecondition for a stale attempt or another state.
   absl::Status MarkRunning(int64_t run_id, int64_t attempt, int64_t now_us);
@@ -285,6 +289,10 @@ class RunStore {
   // new_total_steps not above the current steps.
   absl::StatusOr<RunRecord> ExtendRun(int64_t run_id, int64_t new_total_steps,
                                       const std::string& new_config_yaml, const Audit& audit);
+  // Lets the run's later attempts go to any device class (`any`), or only to the class that
+  // wrote its latest checkpoint (docs/architecture.md "Device classes"), with an event of the
+  // run saying which and why. Any state; a no-op (no event) when it already is so.
+  absl::StatusOr<RunRecord> SetDeviceClassPolicy(int64_t run_id, bool any, const Audit& audit);
 
   // ---- Tags and notes (types.h: Tag, Note, AnnotationChange)
 

@@ -35,8 +35,8 @@ constexpr char kInsertRun[] =
     "INSERT INTO runs(sweep_id, name, config_yaml, params_json, d, r, p, seed, steps, "
     "stored_params, effective_params, memory_estimate_bytes, min_memory_bytes, status, priority, "
     "attempt, max_attempts, attempt_floor, cancel_requested, parent_run_id, parent_checkpoint, "
-    "created_us, updated_us, kind, eval_loops, work_hours) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
-    "?, ?, ?, ?, 0, ?, 0, 0, ?, ?, ?, ?, ?, ?, ?)";
+    "created_us, updated_us, kind, eval_loops, work_hours, device_class_policy, seed_group) "
+    "VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, 0, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
 
 constexpr char kSetSweepPriority[] = "UPDATE sweeps SET priority = ? WHERE id = ?";
 constexpr char kSetRunsPriority[] =
@@ -171,7 +171,7 @@ absl::StatusOr<CreatedSweep> RunStore::CreateSweep(const NewSweep& sweep, const 
           RunStateName(state), run.priority.value_or(sweep.priority), run.max_attempts, parent_id,
           parent_id ? std::optional<std::string>(run.parent_checkpoint) : std::nullopt, audit.at_us,
           audit.at_us, std::string(JobKindName(run.kind)), StrJoin(run.eval_loops, ","),
-          run.work_hours);
+          run.work_hours, run.any_device_class ? "any" : "same", run.seed_group);
       CART_RETURN_IF_ERROR(insert_run->Run());
       insert_run->Reset();
       const int64_t run_id = db.LastInsertRowId();

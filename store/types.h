@@ -171,6 +171,11 @@ struct NewRun {
   // files not known here take the identity its existing parent recorded for the same role and
   // path.
   std::vector<RunDataRecord> data;
+  // Device classes (docs/architecture.md "Device classes"): after a checkpoint its attempts may go
+  // to any class (else only to the checkpoint's), and its seed group when its sweep balances
+  // seeds over classes (empty: none).
+  bool any_device_class = false;
+  std::string seed_group;
 };
 
 // Where a sweep file came from, as the submitting client saw it (docs/architecture.md "Sweep
@@ -264,6 +269,19 @@ struct RunRecord {
   std::optional<Divergence> diverged;
   std::vector<Tag> tags;  // by name
   Note note;
+  // Device classes (docs/architecture.md "Device classes"): the device labels its workers
+  // registered as, of the attempts whose work the run kept (that wrote a checkpoint, succeeded,
+  // or hold it now), first first. More than one: the run spans classes, flagged wherever it shows.
+  std::vector<std::string> device_classes;
+  // The class of the attempt that wrote its latest checkpoint; empty: no checkpoint yet.
+  std::string checkpoint_class;
+  // Its later attempts may go to any class (`cart runs unpin`); else only to checkpoint_class.
+  bool any_device_class = false;
+  // Its config without the seed, when its sweep balances seeds over classes; else empty.
+  std::string seed_group;
+  bool SpansClasses() const { return device_classes.size() > 1; }
+  // Where its next attempt must go: checkpoint_class unless unpinned; empty: any worker.
+  std::string DeviceClassPin() const { return any_device_class ? "" : checkpoint_class; }
 };
 
 // What is left of `work_hours` (a whole run's work) once `done_steps` of its `steps` are done.
@@ -285,14 +303,22 @@ struct PlaceableRun {
   int64_t created_us = 0;
   std::string owner;  // who submitted its sweep (sweeps.created_by): fair share's unit
   int64_t sweep_id = 0;
+  // The only device class it may go to (RunRecord::DeviceClassPin); empty: any.
+  std::string device_class_pin;
+  // Its config without the seed when its sweep balances seeds over classes; empty: no balance.
+  std::string seed_group;
   // Work left in RTX 3090 hours.
   double RemainingHours() const { return RemainingWorkHours(work_hours, steps, done_steps); }
 };
+
+// (sweep id, seed group) -> device class -> runs (RunStore::ListSeedGroupClasses).
+using SeedGroupClasses = std::map<std::pair<int64_t, std::string>, std::map<std::string, int64_t>>;
 
 struct AttemptRecord {
   int64_t run_id = 0;
   int64_t attempt = 0;
   std::string worker_id;
+  std::string device_class;  // the device its worker registered as at the lease; empty: unknown
   int64_t leased_us = 0;
   int64_t lease_expires_us = 0;
   std::optional<int64_t> started_us;

@@ -180,6 +180,7 @@ EnvironmentItems AttemptEnvironment(const DeviceDescription& device,
   add("device", torch_device);
   add("device.kind", device.kind);
   add("device.name", device.name);
+  add("device.stands_in_for", device.stands_in_for);
   add("device.memory_mib", StrCat(device.memory_mib));
   if (device.kind == "cuda") {
     add("gpu.uuid", device.uuid);

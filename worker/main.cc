@@ -54,6 +54,9 @@ int main(int argc, char** argv) {
                  "Report this training speed (a multiple of an RTX 3090) to cartd's placement "
                  "instead of letting it measure the runs (0: measure; for tests and replays)")
       ->check(CLI::Range(0.0, 1000.0));
+  app.add_option("--stand-in-for", config.stand_in_for,
+                 "Register under this device name, standing in for another card, while training "
+                 "on the real device (tests of device classes; the environment record says so)");
   app.add_option("--peak-tflops", config.peak_tflops,
                  "The device's peak TFLOP/s that runs' MFU divides by (0: the card's from its "
                  "name, bf16 or fp32 by the run's precision; on a CPU, measured at start)")

@@ -23,6 +23,9 @@ struct DeviceDescription {
   std::string driver_version;      // "550.54.14"
   std::string vbios;               // "94.02.42.00.A9"
   std::string compute_capability;  // "8.6"
+  // The device name the worker registered under when it stands in for another card
+  // (cart-worker --stand-in-for: tests of device classes); empty: its own name.
+  std::string stands_in_for;
 };
 
 // One reading of the worker's device, running or idle (the fields of worker.proto DeviceSample).

@@ -90,6 +90,9 @@ absl::Status RunWorker(const WorkerConfig& config, const std::atomic<bool>& shut
   DeviceDescription device = choice.description;
   const int gpu_index = choice.nvml_index;
   if (config.memory_mib > 0) device.memory_mib = config.memory_mib;
+  device.stands_in_for = config.stand_in_for;
+  const std::string& registered_name =
+      config.stand_in_for.empty() ? device.name : config.stand_in_for;
   const std::string worker_id =
       config.worker_id.empty() ? StrCat(Hostname(), "-", device.kind,
                                         device.kind == "cuda" ? std::to_string(device.index) : "")
@@ -105,7 +108,7 @@ absl::Status RunWorker(const WorkerConfig& config, const std::atomic<bool>& shut
   reg.set_worker_id(worker_id);
   reg.set_hostname(Hostname());
   reg.mutable_device()->set_kind(device.kind);
-  reg.mutable_device()->set_name(device.name);
+  reg.mutable_device()->set_name(registered_name);
   reg.mutable_device()->set_index(device.index);
   reg.mutable_device()->set_memory_mib(device.memory_mib);
   if (config.memory_reserve_mib >= 0) {
@@ -134,8 +137,11 @@ absl::Status RunWorker(const WorkerConfig& config, const std::atomic<bool>& shut
     backoff_ms = std::min<int64_t>(backoff_ms * 2, 5000);
   }
   Say(worker_id,
-      StrCat("registered ", device.kind, " '", device.name, "' with ", device.memory_mib,
-             " MiB (reserve ",
+      StrCat("registered ", device.kind, " '", registered_name, "'",
+             config.stand_in_for.empty()
+                 ? std::string()
+                 : StrCat(" (standing in for it: trains on '", device.name, "')"),
+             " with ", device.memory_mib, " MiB (reserve ",
              config.memory_reserve_mib >= 0 ? StrCat(config.memory_reserve_mib, " MiB")
                                             : std::string("cartd's default"),
              ") at ", config.client.server, " (",

@@ -24,6 +24,10 @@ struct WorkerConfig {
   int64_t memory_reserve_mib = -1;
   // Report this training speed (× an RTX 3090) instead of letting cartd measure it; 0: measure.
   double speed_factor = 0;
+  // Register under this device name instead of the device's own, standing in for another card
+  // (tests of device classes, docs/architecture.md "Device classes"); training still runs on the
+  // real device, and each attempt's environment record says so. Empty: the device's name.
+  std::string stand_in_for;
   // The device's peak TFLOP/s that runs' MFU divides by; 0: the card's from its name (config/
   // devices.h), or on a CPU the fp32 matmul rate measured at start.
   double peak_tflops = 0;

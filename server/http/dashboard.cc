@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/file.h"
+#include "common/run_comparison.h"
 #include "common/status.h"
 #include "common/strings.h"
 #include "config/config.h"
@@ -279,7 +280,8 @@ json RunRowJson(const store::RunRow& row, const std::vector<std::string>* keys) 
               {"params", params},
               {"latest", latest},
               {"tags", TagNames(run.tags)},
-              {"has_note", !run.note.text.empty()}};
+              {"has_note", !run.note.text.empty()},
+              {"device_classes", run.device_classes}};
 }
 
 json SeriesJson(const store::Series& series) {
@@ -524,6 +526,7 @@ Response Dashboard::Api(const Request& request, const std::string& who) {
   const std::string sub = n >= 3 ? parts[2] : "";
   if (n == 1 && get && parts[0] == "sweeps") return ListSweeps();
   if (n == 1 && get && parts[0] == "workers") return ListWorkers();
+  if (n == 1 && get && parts[0] == "compare") return CompareRuns(request);
   // Large reads hold a slot while they run (DashboardOptions::big_reads): 429 past the bound.
   // One run's series is not one (at most a few thousand points, and a run page asks for every
   // metric's at once).
@@ -1038,6 +1041,10 @@ Response Dashboard::GetRun(int64_t id) {
                         : json(nullptr);
   out["parent_run_id"] = run.parent_run_id ? json(*run.parent_run_id) : json(nullptr);
   out["max_attempts"] = run.max_attempts;
+  // Device classes (docs/architecture.md "Device classes"): device_classes comes with the row.
+  out["checkpoint_class"] = run.checkpoint_class;
+  out["any_device_class"] = run.any_device_class;
+  out["balanced"] = !run.seed_group.empty();
   out["memory_estimate_bytes"] = run.memory_estimate_bytes;
   out["stored_params"] = run.stored_params;
   out["effective_params"] = run.effective_params;
@@ -1087,6 +1094,7 @@ Response Dashboard::GetRun(int64_t id) {
     tries.push_back(
         json{{"attempt", a.attempt},
              {"worker", a.worker_id},
+             {"device_class", a.device_class},
              {"leased_us", a.leased_us},
              {"started_us", a.started_us ? json(*a.started_us) : json(nullptr)},
              {"ended_us", a.ended_us ? json(*a.ended_us) : json(nullptr)},
@@ -1096,6 +1104,133 @@ Response Dashboard::GetRun(int64_t id) {
              {"environment", environment}});
   }
   out["attempts"] = tries;
+  return Json(out);
+}
+
+namespace {
+
+// What the compare view needs of one run: who it is, its device classes, and each attempt's
+// class with the step it started from (its resume point: the latest checkpoint an earlier
+// attempt wrote), so that the view can mark where a resume on another class began.
+json CompareSide(const RunDetails& d) {
+  const RunRecord& run = d.info.run;
+  json attempts = json::array();
+  for (const store::AttemptRecord& a : d.attempts) {
+    if (!a.started_us) continue;
+    int64_t from = 0;
+    for (const store::CheckpointRecord& c : d.checkpoints) {
+      if (c.attempt < a.attempt) from = std::max(from, c.step);
+    }
+    attempts.push_back(json{{"attempt", a.attempt},
+                            {"worker", a.worker_id},
+                            {"device_class", a.device_class},
+                            {"from_step", from}});
+  }
+  return json{{"id", run.id},
+              {"name", StrCat(run.sweep_name, "/", run.name)},
+              {"state", std::string(store::RunStateName(run.state))},
+              {"device_classes", run.device_classes},
+              {"attempts", attempts}};
+}
+
+// The environment of the run's latest attempt that recorded one (attempt 0: none did).
+std::pair<int64_t, std::map<std::string, std::string>> LatestEnvironment(const RunDetails& d) {
+  for (auto it = d.attempts.rbegin(); it != d.attempts.rend(); ++it) {
+    if (it->environment.empty()) continue;
+    return {it->attempt, {it->environment.begin(), it->environment.end()}};
+  }
+  return {0, {}};
+}
+
+json DifferenceRows(const std::vector<Difference>& diffs) {
+  json rows = json::array();
+  for (const Difference& d : diffs) rows.push_back(json{{"key", d.key}, {"a", d.a}, {"b", d.b}});
+  return rows;
+}
+
+// At most `most` of a series' points for a chart, evenly by index, with `keep` (the step the
+// two series part) among them.
+json ChartPoints(const std::map<int64_t, double>& series, size_t most,
+                 std::optional<int64_t> keep) {
+  json steps = json::array(), values = json::array();
+  const size_t stride = std::max<size_t>(1, (series.size() + most - 1) / most);
+  size_t i = 0;
+  for (const auto& [step, value] : series) {
+    if (i++ % stride == 0 || (keep && step == *keep) || i == series.size()) {
+      steps.push_back(step);
+      values.push_back(Num(value));
+    }
+  }
+  return json{{"steps", steps}, {"values", values}};
+}
+
+}  // namespace
+
+Response Dashboard::CompareRuns(const Request& request) {
+  absl::Status bad;
+  std::optional<int64_t> a = QueryInt(request, "a", 0, 1, INT64_MAX, &bad);
+  std::optional<int64_t> b = a ? QueryInt(request, "b", 0, 1, INT64_MAX, &bad) : std::nullopt;
+  if (!a || !b) return Error(bad);
+  if (*a == 0 || *b == 0) {
+    return Error(absl::StatusCode::kInvalidArgument, "compare needs a=<run id>&b=<run id>");
+  }
+  const std::string metric = request.Query("metric").empty() ? "loss" : request.Query("metric");
+  absl::StatusOr<RunDetails> da = scheduler_->GetRun(*a);
+  if (!da.ok()) return Error(da.status());
+  absl::StatusOr<RunDetails> db = scheduler_->GetRun(*b);
+  if (!db.ok()) return Error(db.status());
+  std::map<std::string, std::string> data_a, data_b;
+  for (const store::RunDataRecord& d : da->data) {
+    data_a[d.role + " " + d.path] = d.identity ? d.identity->sha256 : "";
+  }
+  for (const store::RunDataRecord& d : db->data) {
+    data_b[d.role + " " + d.path] = d.identity ? d.identity->sha256 : "";
+  }
+  const auto [attempt_a, env_a] = LatestEnvironment(*da);
+  const auto [attempt_b, env_b] = LatestEnvironment(*db);
+  std::map<int64_t, double> series[2];
+  for (int side = 0; side < 2; ++side) {
+    store::SeriesRequest s;
+    s.run_id = side == 0 ? *a : *b;
+    s.metric = metric;
+    s.max_points = 0;  // every point: the first step they part must be exact
+    absl::StatusOr<store::Series> got = scheduler_->MetricSeries(s);
+    if (!got.ok() && !absl::IsNotFound(got.status())) return Error(got.status());
+    if (got.ok()) {
+      for (const store::SeriesPoint& p : got->points) series[side][p.step] = p.value;
+    }
+  }
+  const SeriesComparison compared = CompareSeries(series[0], series[1]);
+  json latest = json::array();
+  std::map<std::string, double> latest_b;
+  for (const store::MetricSummary& m : db->summaries) latest_b[m.name] = m.latest_value;
+  for (const store::MetricSummary& m : da->summaries) {
+    auto it = latest_b.find(m.name);
+    if (it == latest_b.end() || !ShownMetric(m.name)) continue;
+    latest.push_back(json{{"metric", m.name},
+                          {"a", Num(m.latest_value)},
+                          {"b", Num(it->second)},
+                          {"delta", Num(it->second - m.latest_value)}});
+  }
+  json out{{"a", CompareSide(*da)},
+           {"b", CompareSide(*db)},
+           {"config", DifferenceRows(Differences(ConfigKeys(da->info.run.config_yaml),
+                                                 ConfigKeys(db->info.run.config_yaml)))},
+           {"data", DifferenceRows(Differences(data_a, data_b))},
+           {"environment", json{{"a_attempt", attempt_a},
+                                {"b_attempt", attempt_b},
+                                {"items", DifferenceRows(Differences(env_a, env_b))}}},
+           {"latest", latest}};
+  out["series"] =
+      json{{"metric", metric},
+           {"common_steps", compared.common},
+           {"first_different_step", compared.parted ? json(*compared.parted) : json(nullptr)},
+           {"a_at_parting", compared.parted ? Num(compared.a_at_parting) : json(nullptr)},
+           {"b_at_parting", compared.parted ? Num(compared.b_at_parting) : json(nullptr)},
+           {"largest_deviation", Num(compared.largest)},
+           {"largest_at", compared.largest_at},
+           {"a", ChartPoints(series[0], 2000, compared.parted)},
+           {"b", ChartPoints(series[1], 2000, compared.parted)}};
   return Json(out);
 }
 

@@ -117,6 +117,8 @@ class Dashboard {
   absl::StatusOr<std::shared_ptr<const SweepFrame>> Frame(const std::string& name,
                                                           const std::vector<std::string>& metrics);
   Response GetRun(int64_t id);
+  // GET /api/v1/compare?a=ID&b=ID[&metric=loss]: how two runs differ (docs/dashboard.md).
+  Response CompareRuns(const Request& request);
   Response RunSeries(const Request& request, int64_t id);
   Response RunLogLines(const Request& request, int64_t id);
   Response RunLive(const Request& request, int64_t id);

@@ -90,6 +90,10 @@ v1::RunView ToRunView(const RunInfo& info, const std::vector<store::MetricSummar
     view.mutable_diverged()->set_step(run.diverged->step);
     view.mutable_diverged()->set_loss(run.diverged->loss);
   }
+  for (const std::string& c : run.device_classes) view.add_device_classes(c);
+  view.set_checkpoint_class(run.checkpoint_class);
+  view.set_any_device_class(run.any_device_class);
+  view.set_balanced(!run.seed_group.empty());
   return view;
 }
 
@@ -155,6 +159,7 @@ v1::AttemptView ToProto(const store::AttemptRecord& attempt) {
   out.set_ended_us(attempt.ended_us.value_or(0));
   if (attempt.outcome) out.set_outcome(std::string(store::AttemptOutcomeName(*attempt.outcome)));
   out.set_reason(attempt.reason);
+  out.set_device_class(attempt.device_class);
   for (const auto& [key, value] : attempt.environment) {
     v1::EnvironmentItem* item = out.add_environment();
     item->set_key(key);

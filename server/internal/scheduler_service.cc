@@ -326,6 +326,16 @@ grpc::Status SchedulerServiceImpl::ResumeRun(grpc::ServerContext* context,
   return RunView(run->id, response);
 }
 
+grpc::Status SchedulerServiceImpl::SetRunDeviceClass(grpc::ServerContext* context,
+                                                     const v1::SetRunDeviceClassRequest* request,
+                                                     v1::RunResponse* response) {
+  CART_CALLER(who, "SetRunDeviceClass");
+  absl::StatusOr<store::RunRecord> run =
+      ctx_.scheduler->SetRunDeviceClass(request->run_id(), request->any(), who, request->reason());
+  if (!run.ok()) return ToGrpc(run.status());
+  return RunView(run->id, response);
+}
+
 grpc::Status SchedulerServiceImpl::ExtendRun(grpc::ServerContext* context,
                                              const v1::ExtendRunRequest* request,
                                              v1::RunResponse* response) {

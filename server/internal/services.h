@@ -75,6 +75,9 @@ class SchedulerServiceImpl final : public v1::SchedulerService::Service {
                          v1::RunResponse* response) override;
   grpc::Status ExtendRun(grpc::ServerContext* context, const v1::ExtendRunRequest* request,
                          v1::RunResponse* response) override;
+  grpc::Status SetRunDeviceClass(grpc::ServerContext* context,
+                                 const v1::SetRunDeviceClassRequest* request,
+                                 v1::RunResponse* response) override;
   grpc::Status StreamMetrics(grpc::ServerContext* context, const v1::StreamMetricsRequest* request,
                              grpc::ServerWriter<v1::MetricBatchView>* writer) override;
   grpc::Status StreamRunLog(grpc::ServerContext* context, const v1::StreamRunLogRequest* request,

@@ -10,14 +10,21 @@
 namespace cart::store::internal {
 namespace {
 
-#define CART_RUN_SELECT                                                                      \
-  "SELECT r.id, r.sweep_id, s.name, r.name, r.config_yaml, r.d, r.r, r.p, r.seed, r.steps, " \
-  "r.stored_params, r.effective_params, r.memory_estimate_bytes, r.status, r.priority, "     \
-  "r.attempt, r.max_attempts, r.attempt_floor, r.cancel_requested, r.parent_run_id, "        \
-  "r.parent_checkpoint, r.created_us, r.updated_us, r.oom_memory_bytes, r.params_json, "     \
-  "r.min_memory_bytes, r.kind, r.eval_loops, r.work_hours, r.note, r.note_by, r.note_us, "   \
-  "(SELECT json_group_array(json_array(t.tag, t.who, t.at_us)) FROM run_tags AS t "          \
-  "WHERE t.run_id = r.id), r.diverged_step, r.diverged_loss, r.micro_batch_cap "             \
+#define CART_RUN_SELECT                                                                        \
+  "SELECT r.id, r.sweep_id, s.name, r.name, r.config_yaml, r.d, r.r, r.p, r.seed, r.steps, "   \
+  "r.stored_params, r.effective_params, r.memory_estimate_bytes, r.status, r.priority, "       \
+  "r.attempt, r.max_attempts, r.attempt_floor, r.cancel_requested, r.parent_run_id, "          \
+  "r.parent_checkpoint, r.created_us, r.updated_us, r.oom_memory_bytes, r.params_json, "       \
+  "r.min_memory_bytes, r.kind, r.eval_loops, r.work_hours, r.note, r.note_by, r.note_us, "     \
+  "(SELECT json_group_array(json_array(t.tag, t.who, t.at_us)) FROM run_tags AS t "            \
+  "WHERE t.run_id = r.id), r.diverged_step, r.diverged_loss, r.micro_batch_cap, "              \
+  "(SELECT group_concat(dc, char(10)) FROM (SELECT ka.device_class AS dc FROM attempts AS ka " \
+  "WHERE ka.run_id = r.id AND ka.device_class IS NOT NULL AND (ka.outcome = 'SUCCEEDED' OR "   \
+  "(ka.outcome IS NULL AND ka.started_us IS NOT NULL) OR EXISTS (SELECT 1 FROM checkpoints "   \
+  "AS kc WHERE kc.run_id = r.id AND kc.attempt = ka.attempt)) GROUP BY ka.device_class "       \
+  "ORDER BY min(ka.attempt))), " CART_CHECKPOINT_CLASS_SQL                                     \
+  ", "                                                                                         \
+  "r.device_class_policy, r.seed_group "                                                       \
   "FROM runs AS r JOIN sweeps AS s ON s.id = r.sweep_id "
 
 constexpr char kSelectRunById[] = CART_RUN_SELECT "WHERE r.id = ?";
@@ -56,7 +63,7 @@ constexpr char kSelectCheckpoints[] = CART_CHECKPOINT_SELECT "WHERE c.run_id = ?
 
 #define CART_ATTEMPT_SELECT                                                                \
   "SELECT run_id, attempt, worker_id, leased_us, lease_expires_us, started_us, ended_us, " \
-  "outcome, reason FROM attempts "
+  "outcome, reason, device_class FROM attempts "
 constexpr char kSelectAttempt[] = CART_ATTEMPT_SELECT "WHERE run_id = ? AND attempt = ?";
 constexpr char kSelectAttempts[] = CART_ATTEMPT_SELECT "WHERE run_id = ? ORDER BY attempt";
 constexpr char kSelectAttemptEnvironments[] =
@@ -124,6 +131,12 @@ absl::StatusOr<RunRecord> ReadRun(const Statement& row) {
     run.diverged = Divergence{*step, std::strtod(row.ColumnText(34).c_str(), nullptr)};
   }
   run.micro_batch_cap = row.ColumnInt64(35);
+  for (const std::string& c : Split(row.ColumnText(36), '\n')) {
+    if (!c.empty()) run.device_classes.push_back(c);
+  }
+  run.checkpoint_class = row.ColumnText(37);
+  run.any_device_class = row.ColumnText(38) == "any";
+  run.seed_group = row.ColumnText(39);
   return run;
 }
 
@@ -222,6 +235,7 @@ absl::StatusOr<AttemptRecord> ReadAttempt(const Statement& row) {
     }
   }
   a.reason = row.ColumnOptionalText(8).value_or("");
+  a.device_class = row.ColumnOptionalText(9).value_or("");
   return a;
 }
 

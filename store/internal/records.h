@@ -16,6 +16,12 @@
 #include "store/results.h"
 #include "store/types.h"
 
+// The device class of the attempt that wrote run `r`'s latest checkpoint, as an SQL expression
+// over a runs row aliased `r` (NULL: no checkpoint). docs/architecture.md "Device classes".
+#define CART_CHECKPOINT_CLASS_SQL                                                      \
+  "(SELECT pa.device_class FROM checkpoints AS pc JOIN attempts AS pa ON pa.run_id = " \
+  "pc.run_id AND pa.attempt = pc.attempt WHERE pc.run_id = r.id ORDER BY pc.step DESC LIMIT 1)"
+
 namespace cart::store::internal {
 
 // OK when the run exists, else NotFound "run <id> does not exist".

@@ -371,6 +371,21 @@ CREATE TABLE sweep_provenance(
 );
 )sql";
 
+// Version 19: the card model as a factor of the experiment (docs/architecture.md "Device
+// classes"). attempts.device_class: the device its worker registered as when the attempt was
+// leased (backfilled from the worker's current record); runs.device_class_policy: where a run's
+// attempts after a checkpoint may go, 'same' (the class that wrote the checkpoint) or 'any';
+// runs.seed_group: for a sweep that balances seeds over classes, the run's config without its
+// seed ('' when its sweep does not balance).
+constexpr char kSchemaV19[] = R"sql(
+ALTER TABLE attempts ADD COLUMN device_class TEXT;
+UPDATE attempts SET device_class = (SELECT w.device FROM workers AS w WHERE w.id = attempts.worker_id);
+ALTER TABLE runs ADD COLUMN device_class_policy TEXT NOT NULL DEFAULT 'same'
+  CHECK(device_class_policy IN ('same', 'any'));
+ALTER TABLE runs ADD COLUMN seed_group TEXT NOT NULL DEFAULT '';
+CREATE INDEX runs_by_seed_group ON runs(sweep_id, seed_group) WHERE seed_group != '';
+)sql";
+
 absl::Status Apply(Database& db, const Migration& migration) {
   Transaction txn(&db);
   CART_RETURN_IF_ERROR(txn.Begin(Transaction::Mode::kImmediate));
@@ -412,6 +427,8 @@ const std::vector<Migration>& Migrations() {
       {16, "annotation_history: who changed which tag or note, and when", kSchemaV16},
       {17, "environments and attempts.environment_id: what each attempt ran on", kSchemaV17},
       {18, "sweep_provenance: where each sweep file came from", kSchemaV18},
+      {19, "attempts.device_class, runs.device_class_policy and seed_group: device classes",
+       kSchemaV19},
   };
   return *kAll;
 }

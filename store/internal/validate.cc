@@ -86,6 +86,10 @@ absl::Status ValidateRun(const std::string& sweep, const NewRun& run) {
     return absl::InvalidArgumentError(
         StrCat(where(), ": work_hours ", run.work_hours, " must be between 0 and 1e9"));
   }
+  if (run.seed_group.size() > 8192) {
+    return absl::InvalidArgumentError(StrCat(where(), ": seed_group of ", run.seed_group.size(),
+                                             " bytes is over the 8192 allowed"));
+  }
   if (run.max_attempts < 1) {
     return absl::InvalidArgumentError(
         StrCat(where(), ": max_attempts must be at least 1, got ", run.max_attempts));

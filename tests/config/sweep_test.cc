@@ -46,6 +46,30 @@ TEST(SweepTest, Stage1ExpandsToSixtyFourRunsWithAccounting) {
   for (const auto& r : runs) EXPECT_EQ(r.kind, JobKind::kTrain);
 }
 
+// device_classes (docs/architecture.md "Device classes"): off by default; each key's values are
+// named when wrong.
+TEST(SweepTest, DeviceClassesAreReadAndTheirErrorsNamed) {
+  CART_ASSERT_OK_AND_ASSIGN(SweepSpec plain, ParseSweepYaml(kStage1, "stage1.yaml"));
+  EXPECT_FALSE(plain.balance_device_classes);
+  EXPECT_FALSE(plain.resume_any_device_class);
+  CART_ASSERT_OK_AND_ASSIGN(
+      SweepSpec spec,
+      ParseSweepYaml(StrCat(kStage1, "device_classes: {balance: true, resume: any}\n"), "s.yaml"));
+  EXPECT_TRUE(spec.balance_device_classes);
+  EXPECT_TRUE(spec.resume_any_device_class);
+  EXPECT_THAT(ParseSweepYaml(StrCat(kStage1, "device_classes: {resume: elsewhere}\n"), "s.yaml"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("s.yaml:12: device_classes.resume: 'elsewhere' is not one of "
+                                 "same, any")));
+  EXPECT_THAT(ParseSweepYaml(StrCat(kStage1, "device_classes: {spread: true}\n"), "s.yaml"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("device_classes: unknown key 'spread' (known: balance, "
+                                 "resume)")));
+  EXPECT_THAT(ParseSweepYaml(StrCat(kStage1, "device_classes: balance\n"), "s.yaml"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("s.yaml:12: device_classes: must be a mapping")));
+}
+
 TEST(SweepTest, AKeyGivenTwiceIsRefusedWithBothLines) {
   EXPECT_THAT(ParseSweepYaml("name: a\nname: b\nbase: {d: 64}\n", "dup.yaml"),
               StatusIs(absl::StatusCode::kInvalidArgument,

@@ -8,20 +8,23 @@
 'use strict';
 const fs = require('fs');
 const path = require('path');
-const { chromium } = require('playwright-core');
-const { Cluster, args, waitFor, tinySweep } = require('./lib');
+const {chromium} = require('playwright-core');
+const {Cluster, args, waitFor, tinySweep} = require('./lib');
 
 (async () => {
   const opts = args();
   const c = new Cluster(opts);
   let browser;
   const failures = [];
-  const check = (ok, what) => { console.log(`${ok ? 'ok  ' : 'FAIL'} ${what}`); if (!ok) failures.push(what); };
+  const check = (ok, what) => {
+    console.log(`${ok ? 'ok  ' : 'FAIL'} ${what}`);
+    if (!ok) failures.push(what);
+  };
   try {
     await c.start();
     // The training file's path holds markup: it reaches the page through the run's config.
     const evilDir = c.file('<script>alert(1)<');
-    fs.mkdirSync(evilDir, { recursive: true });
+    fs.mkdirSync(evilDir, {recursive: true});
     const data = c.file('<script>alert(1)</script>.bin');
     c.synth(data, 200000);
     fs.writeFileSync(c.file('sweep.yaml'), tinySweep('browser', data, 20000));
@@ -35,26 +38,36 @@ const { Cluster, args, waitFor, tinySweep } = require('./lib');
 
     browser = await chromium.launch({
       executablePath: '/usr/bin/chromium',
-      args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
-             '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+      args: [
+        '--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+        '--disable-background-networking', '--disable-component-update', '--disable-sync'
+      ],
     });
-    const page = await browser.newPage({ viewport: { width: 1400, height: 1000 } });
+    const page = await browser.newPage({viewport: {width: 1400, height: 1000}});
     const dialogs = [];
-    page.on('dialog', (d) => { dialogs.push(d.message()); d.dismiss(); });
+    page.on('dialog', (d) => {
+      dialogs.push(d.message());
+      d.dismiss();
+    });
     page.on('pageerror', (e) => failures.push('page error: ' + e.message));
     const open = async (hash) => {
       await page.goto(c.url + hash);
-      await page.waitForFunction((h) => document.body.dataset.ready === h, hash.replace(/^#/, '') || '/');
+      await page.waitForFunction(
+          (h) => document.body.dataset.ready === h, hash.replace(/^#/, '') || '/');
     };
-    const shot = (name) => page.screenshot({ path: path.join(opts.out, name + '.png'), fullPage: true });
+    const shot = (name) =>
+        page.screenshot({path: path.join(opts.out, name + '.png'), fullPage: true});
 
     // Without a token the API refuses, and the page says so.
     await open('#/');
     await waitFor('the token notice', () => page.locator('#notice').isVisible(), 10000);
-    check((await page.textContent('#notice')).includes('token'), 'without a token the sweeps page asks for one');
+    check(
+        (await page.textContent('#notice')).includes('token'),
+        'without a token the sweeps page asks for one');
     await page.fill('#token-input', c.userToken);
     await page.click('#token-save');
-    await waitFor('the sweeps table', () => page.locator('a[href="#/sweep/browser"]').count(), 10000);
+    await waitFor(
+        'the sweeps table', () => page.locator('a[href="#/sweep/browser"]').count(), 10000);
     // The running sweep shows when cartd's plan expects it to finish ("in 7m 43s (…)").
     const finish = await page.locator('tbody tr td:nth-child(6)').first().textContent();
     check(/^in \d/.test(finish), `the sweeps page shows an expected finish ("${finish}")`);
@@ -68,19 +81,26 @@ const { Cluster, args, waitFor, tinySweep } = require('./lib');
     await page.waitForTimeout(2500);
     await shot('sweep-live');
     await open('#/workers');
-    await waitFor('the workers table', () => page.locator('#workers-table tbody tr td').count(), 10000);
+    await waitFor(
+        'the workers table', () => page.locator('#workers-table tbody tr td').count(), 10000);
     // The CPU worker's device readings: a utilisation sparkline with its latest value, memory in
     // use, and the MFU of the run it trains (its series comes with its steps' tokens/s).
     const row = page.locator('#workers-table tbody tr[data-worker="testbox-0"]');
-    await waitFor('the worker\'s utilisation sparkline', () => row.locator('td.spark-cell svg.util polyline').count(), 20000);
+    await waitFor(
+        'the worker\'s utilisation sparkline',
+        () => row.locator('td.spark-cell svg.util polyline').count(), 20000);
     const util = await row.locator('td.spark-cell').first().textContent();
-    check(/^\d+ %$/.test(util.trim()), `the workers page shows the device's utilisation ("${util.trim()}")`);
+    check(
+        /^\d+ %$/.test(util.trim()),
+        `the workers page shows the device's utilisation ("${util.trim()}")`);
     const mem = await row.locator('td.spark-cell').nth(1).textContent();
     check(/GiB$/.test(mem.trim()), `and its memory in use ("${mem.trim()}")`);
     const mfu = await waitFor('the run\'s MFU on the workers page', async () => {
       await page.reload();
       await page.waitForSelector('#workers-table');
-      const t = (await page.locator('#workers-table tbody tr[data-worker="testbox-0"] td.mfu').textContent()).trim();
+      const t = (await page.locator('#workers-table tbody tr[data-worker="testbox-0"] td.mfu')
+                     .textContent())
+                    .trim();
       return /%$/.test(t) ? t : null;
     }, 60000);
     check(/^\d+\.\d %$/.test(mfu), `and the MFU of its run ("${mfu}")`);
@@ -90,50 +110,76 @@ const { Cluster, args, waitFor, tinySweep } = require('./lib');
     await open(`#/run/${runId}`);
     const points = () => page.evaluate(() => window.cartDashboard.points('loss'));
     const first = await points();
-    const grown = await waitFor('new loss points', async () => ((await points()) >= first + 3 ? await points() : null), 60000);
+    const grown = await waitFor(
+        'new loss points', async () => ((await points()) >= first + 3 ? await points() : null),
+        60000);
     check(grown >= first + 3, `the loss chart grew from ${first} to ${grown} points while watched`);
     await shot('run');
 
     // The config value with markup is text, and nothing ran.
     const config = await page.textContent('#run-config');
-    check(config.includes('<script>alert(1)</script>.bin'), 'the <script> config value is shown as text');
-    check(await page.evaluate(() => document.querySelectorAll('main script').length) === 0, 'no script element was created from data');
+    check(
+        config.includes('<script>alert(1)</script>.bin'),
+        'the <script> config value is shown as text');
+    check(
+        await page.evaluate(() => document.querySelectorAll('main script').length) === 0,
+        'no script element was created from data');
     check(dialogs.length === 0, 'no dialog was opened by page data');
 
     // Data lineage: the training file was bound to the run at submit; the Data table shows it.
     const detail = await c.api(`runs/${runId}`);
     const train = detail.data.find((d) => d.role === 'train');
-    check(train && /^[0-9a-f]{64}$/.test(train.sha256) && train.recorded_by === 'submit' && train.tokens === 200000,
-      `the run's training file was recorded at submit (${train && train.sha256}, ${train && train.tokens} tokens)`);
+    check(
+        train && /^[0-9a-f]{64}$/.test(train.sha256) && train.recorded_by === 'submit' &&
+            train.tokens === 200000,
+        `the run's training file was recorded at submit (${train && train.sha256}, ${
+            train && train.tokens} tokens)`);
     const dataRow = train ? await page.textContent('tr.data-file') : '';
-    check(dataRow.includes('<script>alert(1)</script>.bin') && dataRow.includes(train.sha256.slice(0, 16)),
-      'the Data table shows the file, its markup as text, and its sha256');
+    check(
+        dataRow.includes('<script>alert(1)</script>.bin') &&
+            dataRow.includes(train.sha256.slice(0, 16)),
+        'the Data table shows the file, its markup as text, and its sha256');
 
     // The attempt's environment record: in the API, and on the page under Environment.
     const env = new Map((detail.attempts[0] && detail.attempts[0].environment) || []);
-    check(env.get('device') === 'cpu' && /^[0-9a-f]{64}$/.test(env.get('cart.binary_sha256') || '') && (env.get('torch.version') || '').length > 0,
-      `the attempt's environment is recorded (torch ${env.get('torch.version')}, device ${env.get('device')})`);
+    check(
+        env.get('device') === 'cpu' && /^[0-9a-f]{64}$/.test(env.get('cart.binary_sha256') || '') &&
+            (env.get('torch.version') || '').length > 0,
+        `the attempt's environment is recorded (torch ${env.get('torch.version')}, device ${
+            env.get('device')})`);
     const envText = await page.textContent('details.environment').catch(() => '');
-    check(envText.includes('torch.version') && envText.includes(env.get('torch.version')) && envText.includes('blas.library'),
-      'the run page shows the attempt\'s environment');
+    check(
+        envText.includes('torch.version') && envText.includes(env.get('torch.version')) &&
+            envText.includes('blas.library'),
+        'the run page shows the attempt\'s environment');
 
     // Cancel without the token: refused, and the run keeps running.
     await page.click('#token-forget');
     await page.click('#run-cancel');
-    await waitFor('the refusal', async () => (await page.textContent('#notice')).includes('Refused'), 10000);
+    await waitFor(
+        'the refusal', async () => (await page.textContent('#notice')).includes('Refused'), 10000);
     const refusal = await page.textContent('#notice');
-    check(/Refused/.test(refusal) && /token|authorization/i.test(refusal), `cancel without a token is refused ("${refusal.trim()}")`);
+    check(
+        /Refused/.test(refusal) && /token|authorization/i.test(refusal),
+        `cancel without a token is refused ("${refusal.trim()}")`);
     const still = await c.api(`runs/${runId}`);
-    check(still.state === 'RUNNING' && !still.cancel_requested, `the run is still ${still.state} after the refused cancel`);
+    check(
+        still.state === 'RUNNING' && !still.cancel_requested,
+        `the run is still ${still.state} after the refused cancel`);
 
     // With the token: the run is CANCELLED (the worker checkpoints and reports).
     await page.fill('#token-input', c.userToken);
     await page.click('#token-save');
     await open(`#/run/${runId}`);
     await page.click('#run-cancel');
-    const done = await waitFor('CANCELLED', async () => ((await c.api(`runs/${runId}`)).state === 'CANCELLED' ? 'CANCELLED' : null), 60000);
+    const done = await waitFor(
+        'CANCELLED',
+        async () => ((await c.api(`runs/${runId}`)).state === 'CANCELLED' ? 'CANCELLED' : null),
+        60000);
     check(done === 'CANCELLED', 'cancel with the token moves the run to CANCELLED');
-    await waitFor('the page to show CANCELLED', async () => (await page.textContent('h1 + span')).includes('CANCELLED'), 20000);
+    await waitFor(
+        'the page to show CANCELLED',
+        async () => (await page.textContent('h1 + span')).includes('CANCELLED'), 20000);
     await shot('run-cancelled');
 
     // Tags and a note, written on the run page with the token, shown with who wrote them, and
@@ -144,27 +190,42 @@ const { Cluster, args, waitFor, tinySweep } = require('./lib');
     const note = 'overlaps val <b>wiki</b>: rerun';
     await page.fill('#note-text', note);
     await page.click('#note-save');
-    await waitFor('the note\'s writer', async () => (await page.textContent('#note-who')).includes('user:'), 10000);
+    await waitFor(
+        'the note\'s writer', async () => (await page.textContent('#note-who')).includes('user:'),
+        10000);
     const annotated = await c.api(`runs/${runId}`);
-    check(JSON.stringify(annotated.tags) === '["leak"]', `the tag reached cartd (${JSON.stringify(annotated.tags)})`);
-    check(annotated.annotation.note.text === note, 'the note reached cartd as typed, markup as text');
-    check(/user:browser/.test(await page.textContent('#note-who')), 'the page says who wrote the note');
+    check(
+        JSON.stringify(annotated.tags) === '["leak"]',
+        `the tag reached cartd (${JSON.stringify(annotated.tags)})`);
+    check(
+        annotated.annotation.note.text === note, 'the note reached cartd as typed, markup as text');
+    check(
+        /user:browser/.test(await page.textContent('#note-who')),
+        'the page says who wrote the note');
     await shot('run-annotated');
     await open('#/sweep/browser');
     await page.fill('#tag-filter', 'leak');
     await page.click('#filter-apply');
-    await waitFor('the filtered table', async () => (await page.locator('#runs-table tbody tr td.tags').first().textContent()).includes('leak'), 10000);
-    check(await page.locator('#runs-table tbody tr').count() === 1, 'the runs table filtered by the tag shows the tagged run only');
+    await waitFor(
+        'the filtered table',
+        async () => (await page.locator('#runs-table tbody tr td.tags').first().textContent())
+                        .includes('leak'),
+        10000);
+    check(
+        await page.locator('#runs-table tbody tr').count() === 1,
+        'the runs table filtered by the tag shows the tagged run only');
     await shot('sweep-runs-tagged');
     await open(`#/run/${runId}`);
     await page.click('#tags .tag-remove');
-    await waitFor('the tag to go', async () => (await page.locator('#tags .tag').count()) === 0, 10000);
+    await waitFor(
+        'the tag to go', async () => (await page.locator('#tags .tag').count()) === 0, 10000);
     check((await c.api(`runs/${runId}`)).tags.length === 0, 'the tag is removed from the run page');
 
     // A finished grid (layers x R, two seeds) in the sweep page's other tabs: the pivot table holds
     // a mean ± half its 95 % interval per cell, the groups chart a curve per R, parallel
     // coordinates a line per run.
-    const grid = tinySweep('tabs', data, 30).replace('seeds: [1]', 'grid:\n  layers: [2, 4]\n  R: [1, 2]\nseeds: [1, 2]');
+    const grid = tinySweep('tabs', data, 30)
+                     .replace('seeds: [1]', 'grid:\n  layers: [2, 4]\n  R: [1, 2]\nseeds: [1, 2]');
     fs.writeFileSync(c.file('tabs.yaml'), grid);
     c.cart(['sweep', 'submit', c.file('tabs.yaml')]);
     await waitFor('the grid to finish', async () => {
@@ -172,45 +233,116 @@ const { Cluster, args, waitFor, tinySweep } = require('./lib');
       return r.runs.length === 8 && r.runs.every((x) => x.state === 'SUCCEEDED') ? r : null;
     }, 180000);
     await open('#/sweep/tabs');
-    await waitFor('the runs table', async () => (await page.locator('#runs-table tbody tr').count()) === 8, 10000);
+    await waitFor(
+        'the runs table', async () => (await page.locator('#runs-table tbody tr').count()) === 8,
+        10000);
     // Leaving the Runs tab stops its refresh (every 10 s): no runs page is asked for after.
     let refreshes = 0;
-    page.on('request', (r) => { if (/\/api\/v1\/sweeps\/tabs\/runs\?offset=/.test(r.url())) ++refreshes; });
+    page.on('request', (r) => {
+      if (/\/api\/v1\/sweeps\/tabs\/runs\?offset=/.test(r.url())) ++refreshes;
+    });
     await page.click('button[data-tab=pivot]');
     await waitFor('the pivot table', () => page.locator('#pivot-table tbody td').count(), 10000);
     const cells = await page.locator('#pivot-table tbody td').allTextContents();
-    check(cells.length === 4 && cells.every((t) => /^\d+\.\d{4} ± \d+\.\d{3} n 2$/.test(t)),
-      `the pivot of ρ by layers x R has a mean ± half its interval and n in each of its 4 cells (${JSON.stringify(cells)})`);
+    check(
+        cells.length === 4 && cells.every((t) => /^\d+\.\d{4} ± \d+\.\d{3} n 2$/.test(t)),
+        `the pivot of ρ by layers x R has a mean ± half its interval and n in each of its 4 cells (${
+            JSON.stringify(cells)})`);
     // The ± is half the 95 % interval of the mean over two runs: t(0.975, 1) · s / √2, with
     // t(0.975, 1) = 12.706204736174698 (SciPy), from the server's own std.
     const piv = await c.api('sweeps/tabs/pivot?metric=rho_max&rows=layers&cols=R&value=latest');
     const flat = piv.cells.flat();
-    check(flat.length === 4 && flat.every((x) => x.n === 2 &&
-          Math.abs((x.ci_high - x.ci_low) / 2 - 12.706204736174698 * x.std / Math.SQRT2) <= 1e-9 * (1 + x.std) &&
-          Math.abs((x.ci_high + x.ci_low) / 2 - x.mean) <= 1e-12 * (1 + Math.abs(x.mean))),
-      `the pivot's intervals are mean ± t(0.975, 1) · std / √2 (${JSON.stringify(flat)})`);
-    check(cells.every((t, i) => t.startsWith(`${flat[i].mean.toFixed(4)} ± ${((flat[i].ci_high - flat[i].ci_low) / 2).toFixed(3)}`)),
-      'each pivot cell shows its mean and the half width of its interval');
+    check(
+        flat.length === 4 &&
+            flat.every(
+                (x) => x.n === 2 &&
+                    Math.abs(
+                        (x.ci_high - x.ci_low) / 2 - 12.706204736174698 * x.std / Math.SQRT2) <=
+                        1e-9 * (1 + x.std) &&
+                    Math.abs((x.ci_high + x.ci_low) / 2 - x.mean) <=
+                        1e-12 * (1 + Math.abs(x.mean))),
+        `the pivot's intervals are mean ± t(0.975, 1) · std / √2 (${JSON.stringify(flat)})`);
+    check(
+        cells.every(
+            (t, i) => t.startsWith(`${flat[i].mean.toFixed(4)} ± ${
+                ((flat[i].ci_high - flat[i].ci_low) / 2).toFixed(3)}`)),
+        'each pivot cell shows its mean and the half width of its interval');
     await shot('sweep-pivot');
     await page.click('button[data-tab=groups]');
     await waitFor('the groups chart', () => page.locator('.uplot').count(), 10000);
     const legend = await page.locator('.uplot .u-legend').textContent();
-    check(legend.includes('R=1 (4 runs)') && legend.includes('R=2 (4 runs)'), 'the groups chart has a curve per R over 4 runs each');
+    check(
+        legend.includes('R=1 (4 runs)') && legend.includes('R=2 (4 runs)'),
+        'the groups chart has a curve per R over 4 runs each');
     await shot('sweep-groups');
     await page.click('button[data-tab=parallel]');
-    await waitFor('the parallel coordinates', () => page.locator('#parallel-svg polyline').count(), 10000);
-    check(await page.locator('#parallel-svg polyline').count() === 8, 'parallel coordinates draw one line per run');
+    await waitFor(
+        'the parallel coordinates', () => page.locator('#parallel-svg polyline').count(), 10000);
+    check(
+        await page.locator('#parallel-svg polyline').count() === 8,
+        'parallel coordinates draw one line per run');
     await shot('sweep-parallel');
     // The sweep file's tab: where it came from at submit (path and sha256 here), then its text.
     await page.click('button[data-tab=spec]');
     await waitFor('the provenance table', () => page.locator('tr.provenance-item').count(), 10000);
     const origin = await page.locator('main').textContent();
-    const sha = require('crypto').createHash('sha256').update(fs.readFileSync(c.file('tabs.yaml'))).digest('hex');
-    check(origin.includes('Submitted from') && origin.includes(sha) && origin.includes(c.file('tabs.yaml')),
-      `the Sweep file tab shows where the file came from (its path and sha256 ${sha.slice(0, 12)}…)`);
+    const sha = require('crypto')
+                    .createHash('sha256')
+                    .update(fs.readFileSync(c.file('tabs.yaml')))
+                    .digest('hex');
+    check(
+        origin.includes('Submitted from') && origin.includes(sha) &&
+            origin.includes(c.file('tabs.yaml')),
+        `the Sweep file tab shows where the file came from (its path and sha256 ${
+            sha.slice(0, 12)}…)`);
     await shot('sweep-file');
     await page.waitForTimeout(11000);
-    check(refreshes === 0, `the Runs tab stopped refreshing when another tab opened (${refreshes} refreshes after)`);
+    check(
+        refreshes === 0,
+        `the Runs tab stopped refreshing when another tab opened (${refreshes} refreshes after)`);
+
+    // Two runs compared (docs/dashboard.md "Comparing two runs"), reached from the run page: the
+    // seed is the one config key that differs, the loss curves are overlaid, and the step where
+    // they part is the first step both logged (another seed, another first batch).
+    const tabs = (await c.api('sweeps/tabs/runs')).runs;
+    const [ra, rb] = [tabs.find((r) => r.name === 'tabs/0'), tabs.find((r) => r.name === 'tabs/1')];
+    await open(`#/run/${ra.id}`);
+    await page.fill('#compare-with', String(rb.id));
+    await page.click('#run-compare');
+    await page.waitForFunction(
+        (h) => document.body.dataset.ready === h, `/compare/${ra.id}/${rb.id}`);
+    await waitFor(
+        'the overlaid curves', () => page.locator('#compare-chart .uplot').count(), 10000);
+    const cmp = await c.api(`compare?a=${ra.id}&b=${rb.id}`);
+    check(
+        cmp.config.length === 1 && cmp.config[0].key === 'seed',
+        `the compare API names the seed as the one config key that differs (${
+            JSON.stringify(cmp.config)})`);
+    check(
+        cmp.series.first_different_step === cmp.series.a.steps[0] &&
+            cmp.series.common_steps === cmp.series.a.steps.length && cmp.series.common_steps >= 10,
+        `the losses part at the first step both logged (${cmp.series.first_different_step}, ${
+            cmp.series.common_steps} in common)`);
+    const verdictText = await page.textContent('#compare-verdict');
+    check(
+        verdictText.includes(`the series part at step ${cmp.series.first_different_step}`),
+        `the compare view says where the series part ("${verdictText}")`);
+    const cmpLegend = await page.locator('#compare-chart .u-legend').textContent();
+    check(
+        cmpLegend.includes(`a: run ${ra.id}`) && cmpLegend.includes(`b: run ${rb.id}`),
+        'the chart overlays both runs\' loss curves');
+    check(
+        (await page.textContent('#compare-config')).includes('seed'),
+        'the Config table lists the seed');
+    check(
+        (await page.textContent('#compare-classes')).includes('from step 0 on '),
+        'each run\'s attempts are listed with the device class they trained on');
+    await shot('compare');
+    const same = await c.api(`compare?a=${ra.id}&b=${ra.id}`);
+    check(
+        same.series.first_different_step === null && same.config.length === 0 &&
+            same.environment.items.length === 0,
+        'a run compared with itself differs in nothing and its losses never part');
   } catch (e) {
     failures.push(String(e && e.stack ? e.stack : e));
   } finally {

@@ -230,6 +230,56 @@ class CartlabTest(unittest.TestCase):
                         self.assertGreater(cell["ci_high"], cell["mean"])
         self.assertGreater(spread, 0, "no cell averaged two seeds")
 
+    def test_attempts_and_diff_equal_the_cli_and_submit_records_provenance(self):
+        cart = os.path.join(BIN, "cart")
+        # One row per attempt with what its worker recorded, as `cart runs show --json` has it.
+        runs = self.lab.runs(sweep="py")
+        attempts = self.lab.attempts(runs)
+        self.assertEqual(sorted(attempts["run_id"]), sorted(runs["run_id"]))
+        for _, row in attempts.iterrows():
+            shown = json.loads(CLUSTER.cart(["runs", "show", str(row["run_id"]), "--json"]))
+            first = shown["attempts"][0]
+            self.assertEqual(row["worker_id"], first["worker_id"])
+            self.assertEqual(row["device_class"], first["device_class"])
+            for item in first["environment"]:
+                self.assertEqual(row[item["key"]], item["value"], item["key"])
+            self.assertEqual(row["device_class"], row["device.name"])  # a CPU worker: its model
+        self.assertEqual(list(runs["device_classes"]), [[c] for c in attempts["device_class"]])
+        db = cartlab.open_db(CLUSTER.file("cartd/cart.db"))
+        pd.testing.assert_frame_equal(db.attempts(runs), attempts)
+        db.close()
+
+        # diff(): `cart runs diff --json`, its tables as frames.
+        d = self.lab.diff("py/0", "py/1", cart=cart)
+        cli = json.loads(CLUSTER.cart(["runs", "diff", "py/0", "py/1", "--json"]))
+        self.assertEqual(d["config"].to_dict("records"), cli["config"])
+        self.assertEqual(list(d["config"]["key"]), ["seed"])
+        self.assertEqual(d["series"], cli["series"])
+        self.assertIsNotNone(d["series"]["first_different_step"])
+        self.assertEqual(d["a"]["device_classes"], runs["device_classes"].iloc[0])
+        same = self.lab.diff("py/0", "py/0", cart=cart)
+        self.assertTrue(same["config"].empty and same["environment"].empty)
+        self.assertIsNone(same["series"]["first_different_step"])
+
+        # submit()'s provenance: a dict says it came from Python; a file is read by `cart sweep
+        # provenance`, path and sha256 as `cart sweep submit` records them.
+        self.assertIn("a dict given to cartlab's submit()", CLUSTER.cart(["sweep", "show", "py"]))
+        path = CLUSTER.file("prov.yaml")
+        spec = sweep("prov", steps=10)
+        spec["grid"], spec["seeds"] = {"R": [1]}, [1]
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(json.dumps(spec))  # JSON is YAML
+        self.lab.submit(path, cart=cart)
+        self.lab.cancel("prov/0", reason="only its provenance is wanted")
+        wait_for("prov/0 to end", lambda: self.lab.runs(sweep="prov").state.iloc[0]
+                 in ("CANCELLED", "SUCCEEDED"), timeout=120)
+        with open(path, "rb") as f:
+            sha = __import__("hashlib").sha256(f.read()).hexdigest()
+        shown = CLUSTER.cart(["sweep", "show", "prov"])
+        self.assertIn(f"file.sha256: {sha}", shown)
+        self.assertIn(f"file.path: {path}", shown)
+        self.assertIn("git", shown)
+
     def test_open_db_reads_the_same_frames_without_cartd(self):
         db = cartlab.open_db(CLUSTER.file("cartd/cart.db"))
         runs = self.lab.runs(sweep="py")

@@ -145,5 +145,74 @@ TEST(PlanQueueTest, EachRunFinishesWhereThePlanPutsIt) {
   EXPECT_DOUBLE_EQ(plan[2].finish_in_hours, 6);
 }
 
+// Device classes (docs/architecture.md "Device classes"): a run pinned to the class of its
+// checkpoint goes only there, even when another class would finish it sooner, and the asker of
+// another class is told why.
+TEST(DeviceClassPlacementTest, APinnedRunWaitsForItsClassAndSaysWhy) {
+  PlacementWorker fast = Worker("box-3090", 1);
+  fast.device = "NVIDIA GeForce RTX 3090";
+  PlacementWorker slow = Worker("box-3050", 0.25, /*free_in_hours=*/3);
+  slow.device = "NVIDIA GeForce RTX 3050";
+  store::PlaceableRun pinned = Queued(1, 10);
+  pinned.device_class_pin = "NVIDIA GeForce RTX 3050";
+  const PlacementDecision d = PlaceEarliestFinish(fast, {slow}, {pinned});
+  EXPECT_FALSE(d.run_id.has_value());
+  ASSERT_EQ(d.declined.count(1), 1u);
+  EXPECT_THAT(d.declined.at(1), HasSubstr("its latest checkpoint was written on NVIDIA GeForce "
+                                          "RTX 3050 and its attempts stay on that device class "
+                                          "(`cart runs unpin 1` lets them go to any)"));
+  // The 3050 takes it when it asks, and the plan puts it there.
+  EXPECT_EQ(PlaceEarliestFinish(slow, {fast}, {pinned}).run_id, 1);
+  const std::vector<PlannedRun> plan = PlanQueue({fast, slow}, {pinned});
+  ASSERT_EQ(plan.size(), 1u);
+  EXPECT_EQ(plan[0].worker_id, "box-3050");
+  // Pinned to a class no live worker has: nobody takes it.
+  pinned.device_class_pin = "NVIDIA GeForce RTX 4090";
+  EXPECT_FALSE(PlaceEarliestFinish(slow, {fast}, {pinned}).run_id.has_value());
+  EXPECT_TRUE(PlanQueue({fast, slow}, {pinned}).empty());
+}
+
+// A balanced sweep: each config's seeds go to the classes holding fewest of its seeds so far,
+// the plan's own placements counted, so that three seeds on two classes split 2 + 1 however much
+// faster one class is; another config's counts are its own.
+TEST(DeviceClassPlacementTest, ABalancedSweepSpreadsEachConfigsSeedsOverTheClasses) {
+  PlacementWorker a1 = Worker("a1", 1), a2 = Worker("a2", 1), b1 = Worker("b1", 0.25);
+  a1.device = a2.device = "NVIDIA GeForce RTX 3090";
+  b1.device = "NVIDIA GeForce RTX 3050";
+  std::vector<store::PlaceableRun> queued;
+  for (int64_t id = 1; id <= 6; ++id) {
+    store::PlaceableRun r = Queued(id, 4);
+    r.sweep_id = 7;
+    r.seed_group = id <= 3 ? "config-x" : "config-y";
+    queued.push_back(r);
+  }
+  const std::vector<PlannedRun> plan = PlanQueue({a1, a2, b1}, queued);
+  ASSERT_EQ(plan.size(), 6u);
+  std::map<std::string, std::map<std::string, int>> per_group;  // group -> class -> seeds
+  for (const PlannedRun& p : plan) {
+    const std::string group = p.run_id <= 3 ? "config-x" : "config-y";
+    ++per_group[group][p.worker_id == "b1" ? "3050" : "3090"];
+  }
+  for (const auto& [group, classes] : per_group) {
+    SCOPED_TRACE(group);
+    EXPECT_GE(classes.count("3050") ? classes.at("3050") : 0, 1);
+    EXPECT_GE(classes.count("3090") ? classes.at("3090") : 0, 1);
+  }
+  // Without balance the fast class takes every seed: each finishes sooner there.
+  std::vector<store::PlaceableRun> unbalanced = queued;
+  for (store::PlaceableRun& r : unbalanced) r.seed_group.clear();
+  for (const PlannedRun& p : PlanQueue({a1, a2, b1}, unbalanced)) EXPECT_NE(p.worker_id, "b1");
+
+  // What the store counts: config-x has two seeds on 3090s already, so its next goes to the
+  // 3050, and the 3090 that asks is told where it goes.
+  const store::SeedGroupClasses counts = {{{7, "config-x"}, {{"NVIDIA GeForce RTX 3090", 2}}}};
+  const PlacementDecision d = PlaceEarliestFinish(a1, {b1}, {queued[0]}, {}, counts);
+  EXPECT_FALSE(d.run_id.has_value());
+  EXPECT_THAT(d.declined.at(1), HasSubstr("balances each config's seeds over device classes, and "
+                                          "this config's next seed goes to NVIDIA GeForce RTX "
+                                          "3050"));
+  EXPECT_EQ(PlaceEarliestFinish(b1, {a1}, {queued[0]}, {}, counts).run_id, 1);
+}
+
 }  // namespace
 }  // namespace cart::server

@@ -280,11 +280,49 @@ class Client:
                "CART_TLS_CA": self.config.tls_ca}
         return run_report([], env, out, format, plots, val_set, title, sweeps, cart)
 
+    def attempts(self, runs: Union[RunRef, Iterable[RunRef], pd.Series, pd.DataFrame]
+                 ) -> pd.DataFrame:
+        """One row per attempt of the runs (docs/architecture.md "Environment records"): run_id,
+        attempt, worker_id, device_class (the card model its worker registered as), leased,
+        ended, outcome, reason, then one column per item of the environment its worker recorded
+        (cart.version, torch.version, torch.cuda, blas.library, gpu.driver, precision, …; None
+        where an attempt's record lacks it or none was recorded)."""
+        records = []
+        for ref in _run_refs(runs):
+            response = self._call("GetRun", scheduler_pb2.GetRunRequest(run_id=self.run_id(ref)))
+            for a in response.attempts:
+                records.append({
+                    "run_id": response.run.run_id, "attempt": a.attempt,
+                    "worker_id": a.worker_id, "device_class": a.device_class or None,
+                    "leased_us": a.leased_us, "ended_us": a.ended_us,
+                    "outcome": a.outcome or None, "reason": a.reason,
+                    "environment": [(item.key, item.value) for item in a.environment]})
+        return _attempts_frame(records)
+
+    def diff(self, a: RunRef, b: RunRef, metric: str = "loss",
+             cart: Optional[str] = None) -> Dict[str, Any]:
+        """How two runs differ, as `cart runs diff A B` says it (it runs that program: `cart`,
+        $CART_BIN or PATH): {"a": {run_id, name, device_classes}, "b": …, "config", "data",
+        "environment": frames of the keys that differ (key, a, b), "latest": a frame of the
+        latest metrics both have (metric, a, b, delta), "series": {metric, common_steps,
+        first_different_step (None: bit-identical at every common step)}}."""
+        import json
+
+        program = cart_program(cart, "diff")
+        env = {"CART_SERVER": self.config.server, "CART_TOKEN": self.config.token,
+               "CART_TLS_CA": self.config.tls_ca}
+        out = json.loads(run_cart([program, "runs", "diff", str(a), str(b), "--metric", metric,
+                                   "--json"], env, "diff"))
+        for key in ("config", "data", "environment"):
+            out[key] = pd.DataFrame(out[key], columns=["key", "a", "b"])
+        out["latest"] = pd.DataFrame(out["latest"], columns=["metric", "a", "b", "delta"])
+        return out
+
     # ---- changes
 
     def submit(self, spec: Union[str, os.PathLike, Mapping[str, Any]], dry_run: bool = False,
                request_id: Optional[str] = None, data_identity: bool = True,
-               cart: Optional[str] = None) -> Dict[str, Any]:
+               cart: Optional[str] = None, provenance: bool = True) -> Dict[str, Any]:
         """Submits a sweep: a sweep file's path, or the sweep as a dict (the file's keys: name,
         base, grid, variants, seeds, extra_seeds, priority, max_attempts). Returns {"sweep":
         name, "existing": whether an earlier submit with the same request_id made it, "runs": a
@@ -295,7 +333,12 @@ class Client:
         With `data_identity` (and a `cart` program: `cart`, $CART_BIN or PATH), the data files
         the sweep names that this machine can read are hashed here (`cart data identify`) and
         each run is bound to them, as `cart sweep submit` does; the others, or all of them
-        without it, are recorded by the first worker that opens them (data())."""
+        without it, are recorded by the first worker that opens them (data()).
+
+        With `provenance`, where the sweep comes from is recorded with it, as `cart sweep
+        submit` records it (`cart sweep show` prints it): a file's path, sha256 and git checkout
+        (commit, branch, changed files, diff), read by `cart sweep provenance`; a sweep given as
+        a dict records its text's sha256 and that it came from Python."""
         if isinstance(spec, Mapping):
             text, file_name = yaml.safe_dump(dict(spec), sort_keys=False), "<dict>"
         else:
@@ -307,6 +350,8 @@ class Client:
         if data_identity and not dry_run:
             for entry in _sweep_data_identities(text, cart):
                 request.data_files.add(**entry)
+        if provenance and not dry_run:
+            request.provenance.CopyFrom(_sweep_provenance(spec, text, cart))
         response = self._call("SubmitSweep", request, timeout=max(self.timeout, 300))
         return {"sweep": response.sweep.name, "existing": response.existing,
                 "runs": _runs_frame(response.runs)}
@@ -447,6 +492,34 @@ def _sweep_data_identities(text: str, cart: Optional[str]) -> List[Dict[str, Any
     return json.loads(out)
 
 
+def _sweep_provenance(spec: Any, text: str, cart: Optional[str]) -> Any:
+    """Where the sweep comes from (docs/architecture.md "Sweep provenance"): for a file, what
+    `cart sweep provenance` reads of it and its git checkout (its path and sha256 alone without
+    a `cart` program); for a dict, its text's sha256 and that it came from Python."""
+    import hashlib
+    import json
+    import shutil
+
+    from google.protobuf import json_format
+
+    record = scheduler_pb2.SweepProvenance()
+    program = cart or os.environ.get("CART_BIN") or shutil.which("cart")
+    if not isinstance(spec, Mapping) and program:
+        json_format.Parse(run_cart([program, "sweep", "provenance", os.fspath(spec)], {}, "submit"),
+                          record)
+        return record
+    sha = hashlib.sha256(text.encode("utf-8")).hexdigest()
+    if isinstance(spec, Mapping):
+        items = [("file.path", "a dict given to cartlab's submit()"), ("file.sha256", sha),
+                 ("git", "not recorded: the sweep came from Python, not a file")]
+    else:
+        items = [("file.path", os.path.abspath(os.fspath(spec))), ("file.sha256", sha),
+                 ("git", "not recorded: no cart program to read the checkout")]
+    for key, value in items:
+        record.items.add(key=key, value=value)
+    return record
+
+
 # The study's parts, as `cart report` names its --PART options.
 REPORT_PARTS = ("stage1", "stage2", "baselines", "ablations", "faithfulness", "leak",
                 "variable_r")
@@ -505,7 +578,7 @@ def _run_refs(runs: Any) -> List[RunRef]:
 _RUN_COLUMNS = ["run_id", "name", "sweep", "state", "kind", "attempt", "max_attempts", "priority",
                 "total_steps", "step", "worker_id", "parent_run_id", "stored_params",
                 "effective_params", "memory_estimate_mib", "created", "updated",
-                "expected_finish", "tags", "note"]
+                "expected_finish", "tags", "note", "device_classes"]
 # sweeps()' columns, for connect() and open_db alike.
 SWEEP_COLUMNS = ["name", "sweep_id", "priority", "created", "runs", *STATES, "expected_finish",
                  "runs_estimated", "tags", "note"]
@@ -559,6 +632,7 @@ def _runs_frame(views: Sequence[Any]) -> pd.DataFrame:
         "expected_finish": _times([v.expected_finish_us for v in views]),
         "tags": [[t.name for t in v.tags] for v in views],
         "note": [v.note.text for v in views],
+        "device_classes": [list(v.device_classes) for v in views],
     }
     params = [dict(v.params) for v in views]  # Python dicts: far faster to look up than maps
     for k in sorted(keys):
@@ -569,6 +643,26 @@ def _runs_frame(views: Sequence[Any]) -> pd.DataFrame:
         columns["latest." + m] = [d[m] if m in d else nan for d in latest]
     return pd.DataFrame(columns, columns=_RUN_COLUMNS + sorted(keys) +
                         ["latest." + m for m in sorted(metrics)])
+
+
+def _attempts_frame(records: List[Dict[str, Any]]) -> pd.DataFrame:
+    """attempts()' frame of one dict per attempt, its record's items in "environment"."""
+    keys: Dict[str, None] = {}
+    rows = []
+    for record in records:
+        row = {k: v for k, v in record.items() if k != "environment"}
+        for key, value in record["environment"]:
+            keys.setdefault(key, None)
+            row[key] = value
+        rows.append(row)
+    head = ["run_id", "attempt", "worker_id", "device_class", "leased_us", "ended_us", "outcome",
+            "reason"]
+    frame = pd.DataFrame(rows, columns=head + list(keys))
+    for key in keys:  # an item an attempt's record lacks is None, not NaN
+        frame[key] = frame[key].astype(object).where(frame[key].notna(), None)
+    frame.insert(4, "leased", _times(list(frame.pop("leased_us"))))
+    frame.insert(5, "ended", _times(list(frame.pop("ended_us"))))
+    return frame
 
 
 def _times(us: List[int]) -> pd.Series:

@@ -76,7 +76,15 @@ class Database:
                "r.steps, r.parent_run_id, r.kind, r.created_us, r.updated_us, "
                "(SELECT a.worker_id FROM attempts AS a WHERE a.run_id = r.id "
                " ORDER BY a.attempt DESC LIMIT 1), "
-               + ("r.note " if self._annotated else "'' ") +
+               + ("r.note, " if self._annotated else "'', ") +
+               # The classes of the attempts whose work the run kept (docs/architecture.md
+               # "Device classes"), as cartd reads them; none before schema 19.
+               ("(SELECT group_concat(dc, char(10)) FROM (SELECT ka.device_class AS dc "
+                "FROM attempts AS ka WHERE ka.run_id = r.id AND ka.device_class IS NOT NULL AND "
+                "(ka.outcome = 'SUCCEEDED' OR (ka.outcome IS NULL AND ka.started_us IS NOT NULL) "
+                "OR EXISTS (SELECT 1 FROM checkpoints AS kc WHERE kc.run_id = r.id AND "
+                "kc.attempt = ka.attempt)) GROUP BY ka.device_class ORDER BY min(ka.attempt))) "
+                if self.schema_version >= 19 else "NULL ") +
                "FROM runs AS r JOIN sweeps AS s ON s.id = r.sweep_id")
         clauses, args = [], []
         if sweep:
@@ -97,7 +105,7 @@ class Database:
         run_tags = self._tags("run_tags", "run_id")
         for (run_id, sweep_name, name, status, attempt, max_attempts, priority, params_json,
              stored, effective, memory, steps, parent, kind, created, updated,
-             worker, note) in self._db.execute(sql + " ORDER BY r.id", args):
+             worker, note, classes) in self._db.execute(sql + " ORDER BY r.id", args):
             view = scheduler_pb2.RunView(
                 run_id=run_id, name=f"{sweep_name}/{name}", sweep=sweep_name,
                 state=common_pb2.RunState.Value("RUN_STATE_" + status), attempt=attempt,
@@ -110,6 +118,7 @@ class Database:
             for tag in run_tags.get(run_id, []):
                 view.tags.add(name=tag)
             view.note.text = note
+            view.device_classes.extend(classes.split("\n") if classes else [])
             # The step is the highest any metric reached; the values carried, LIST_METRICS's.
             mine = latest.get(run_id, {})
             view.step = max((s for _, s in mine.values()), default=0)
@@ -224,6 +233,32 @@ class Database:
         cartd does, so a file of an older schema is migrated: stop an older cartd first)."""
         return _client.run_report(["--db", self.path], {}, out, format, plots, val_set, title,
                                   sweeps, cart)
+
+    def attempts(self, runs: Any) -> pd.DataFrame:
+        """One row per attempt of the runs, with what it ran on (as Client.attempts)."""
+        env = self.schema_version >= 17
+        sql = ("SELECT a.run_id, a.attempt, a.worker_id, "
+               + ("a.device_class, " if self.schema_version >= 19 else "NULL, ") +
+               "a.leased_us, coalesce(a.ended_us, 0), a.outcome, coalesce(a.reason, ''), "
+               + ("e.items " if env else "NULL ") + "FROM attempts AS a "
+               + ("LEFT JOIN environments AS e ON e.id = a.environment_id " if env else "") +
+               "WHERE a.run_id = ? ORDER BY a.attempt")
+        records = []
+        for ref in _client._run_refs(runs):
+            for (run_id, attempt, worker, device_class, leased, ended, outcome, reason,
+                 items) in self._db.execute(sql, (self._run_id(ref),)):
+                pairs = [tuple(line.split("\t", 1)) for line in (items or "").split("\n")
+                         if "\t" in line]
+                records.append({"run_id": run_id, "attempt": attempt, "worker_id": worker,
+                                "device_class": device_class, "leased_us": leased,
+                                "ended_us": ended, "outcome": outcome, "reason": reason,
+                                "environment": pairs})
+        return _client._attempts_frame(records)
+
+    def diff(self, *args: Any, **kwargs: Any) -> None:
+        raise CartError("FAILED_PRECONDITION",
+                        "diff() runs `cart runs diff`, which asks cartd: cartlab.connect() to it",
+                        "diff")
 
     def _read_only(self, *args: Any, **kwargs: Any) -> None:
         raise CartError("FAILED_PRECONDITION",

@@ -1,7 +1,9 @@
-// CART Lab dashboard: one page, four views (#/ sweeps, #/sweep/NAME, #/run/ID, #/workers), all
-// read from cartd's JSON API (docs/dashboard.md). ES modules, no build step: this file routes;
+// CART Lab dashboard: one page, five views (#/ sweeps, #/sweep/NAME, #/run/ID, #/compare/A/B,
+// #/workers), all read from cartd's JSON API (docs/dashboard.md). ES modules, no build step: this
+// file routes;
 // each view is a module under pages/, on shared modules for the DOM, the API, tables and charts.
 import {fail, show} from './notice.js';
+import {viewCompare} from './pages/compare.js';
 import {viewRun} from './pages/run.js';
 import {viewSweep} from './pages/sweep.js';
 import {viewSweeps} from './pages/sweeps.js';
@@ -27,6 +29,8 @@ async function route() {
       await viewSweep(main, scope, parts[1]);
     } else if (parts[0] === 'run' && parts[1]) {
       await viewRun(main, scope, parts[1]);
+    } else if (parts[0] === 'compare' && parts[1] && parts[2]) {
+      await viewCompare(main, scope, parts[1], parts[2].split('?')[0]);
     } else if (parts[0] === 'workers') {
       await viewWorkers(main, scope);
     } else {

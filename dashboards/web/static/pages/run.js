@@ -48,11 +48,18 @@ function runHeader(run, stateEl) {
             `${x.lr_after.toExponential(2)} at step ${x.from_step + 1}`,
         true);
   };
+  // Compare with another run: #/compare/THIS/OTHER.
+  const otherIn =
+      h('input', {id: 'compare-with', type: 'number', min: 1, placeholder: 'run id', size: 7});
+  const compare = () => {
+    if (otherIn.value) location.hash = `#/compare/${id}/${Number(otherIn.value)}`;
+  };
   return h(
       'div', {class: 'controls'}, h('h1', {text: run.name}), stateEl,
       h('button', {class: 'danger', id: 'run-cancel', onclick: cancel}, 'Cancel'),
       h('button', {id: 'run-resume', onclick: resume}, 'Resume'), extendIn, scheduleSel,
-      h('button', {id: 'run-extend', onclick: extend}, 'Extend'));
+      h('button', {id: 'run-extend', onclick: extend}, 'Extend'), otherIn,
+      h('button', {id: 'run-compare', onclick: compare}, 'Compare'));
 }
 
 function runFacts(run, stepEl) {
@@ -71,8 +78,31 @@ function runFacts(run, stepEl) {
         item(
             'parameters',
             `${fmtTokens(run.stored_params)} stored, ${fmtTokens(run.effective_params)} effective`),
+        item('device class', deviceClasses(run)),
         run.waiting_reason ? item('waiting', run.waiting_reason) : null,
         diverged ? [h('dt', {text: 'diverged'}), diverged] : null));
+}
+
+// Which card models trained the run, and where its next attempt may go (docs/architecture.md
+// "Device classes"); a run whose attempts span models is flagged.
+function deviceClasses(run) {
+  const classes = run.device_classes || [];
+  const spans = classes.length > 1;
+  const where = run.any_device_class ? 'later attempts may go to any class (unpinned)' :
+      run.checkpoint_class ? `later attempts stay on ${run.checkpoint_class} (its checkpoint's)` :
+                             '';
+  return h(
+      'span', {id: 'run-device-classes'},
+      spans ?
+          [
+            h('span', {class: 'state FAILED', id: 'run-spans-classes', text: 'spans classes'}), ' '
+          ] :
+          null,
+      h('span', {
+        text: (classes.length ? classes.join(', then ') : 'none yet') +
+            (where ? `; ${where}` : '') +
+            (run.balanced ? '; its sweep balances seeds over the classes' : ''),
+      }));
 }
 
 // What each attempt ran on (its worker's environment record), folded: the first record whole,
@@ -80,22 +110,26 @@ function runFacts(run, stepEl) {
 function environments(attempts, td) {
   const recorded = attempts.filter((a) => a.environment && a.environment.length > 0);
   if (recorded.length === 0) {
-    return [h('p', {class: 'muted', text: 'not recorded (workers of a release before the record)'})];
+    return [h(
+        'p', {class: 'muted', text: 'not recorded (workers of a release before the record)'})];
   }
   let before = null;
   return recorded.map((a) => {
     const was = new Map(before ? before.environment : []);
     const changed = before ? a.environment.filter(([k, v]) => was.get(k) !== v).length : 0;
-    const summary = before ?
-        `attempt ${a.attempt}: ${changed ? `${changed} item(s) differ from attempt ${before.attempt}` :
-                                            `as attempt ${before.attempt}`}` :
-        `attempt ${a.attempt}: ${a.environment.length} items`;
-    const rows = a.environment.map(([k, v]) => h(
-        'tr', {class: before && was.get(k) !== v ? 'env-item changed' : 'env-item'}, td(k),
-        td(v, before && was.has(k) && was.get(k) !== v ? {title: `was ${was.get(k)}`} : {})));
+    const summary = before ? `attempt ${a.attempt}: ${
+                                 changed ?
+                                     `${changed} item(s) differ from attempt ${before.attempt}` :
+                                     `as attempt ${before.attempt}`}` :
+                                     `attempt ${a.attempt}: ${a.environment.length} items`;
+    const rows = a.environment.map(
+        ([k, v]) =>
+            h('tr', {class: before && was.get(k) !== v ? 'env-item changed' : 'env-item'}, td(k),
+              td(v, before && was.has(k) && was.get(k) !== v ? {title: `was ${was.get(k)}`} : {})));
     before = a;
-    return h('details', {class: 'environment', open: changed > 0 || undefined},
-             h('summary', {text: summary}), table(['item', 'value'], rows));
+    return h(
+        'details', {class: 'environment', open: changed > 0 || undefined},
+        h('summary', {text: summary}), table(['item', 'value'], rows));
   });
 }
 
@@ -117,11 +151,11 @@ function runTables(run) {
   return [
     h('h2', {text: 'Attempts'}),
     table(
-        ['attempt', 'worker', 'leased', 'started', 'ended', 'outcome', 'reason'],
+        ['attempt', 'worker', 'device', 'leased', 'started', 'ended', 'outcome', 'reason'],
         run.attempts.map(
             (a) =>
-                h('tr', {}, td(a.attempt), td(a.worker), td(fmtTime(a.leased_us)),
-                  td(fmtTime(a.started_us)), td(fmtTime(a.ended_us)),
+                h('tr', {}, td(a.attempt), td(a.worker), td(a.device_class || '-'),
+                  td(fmtTime(a.leased_us)), td(fmtTime(a.started_us)), td(fmtTime(a.ended_us)),
                   td(a.outcome || 'holds lease'), td(a.reason)))),
     h('h2', {text: 'Environment'}),
     ...environments(run.attempts, td),

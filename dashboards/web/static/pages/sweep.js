@@ -67,7 +67,19 @@ async function sweepRuns(el, sweep, scope) {
   };
   const runRow = (r) =>
       h('tr', {'data-run': r.id}, h('td', {}, h('a', {href: '#/run/' + r.id, text: r.name})),
-        h('td', {}, stateChip(r.state)), h('td', {class: 'num', text: `${r.step}/${r.steps}`}),
+        h('td', {}, stateChip(r.state),
+          // Its attempts trained on more than one card model (docs/architecture.md "Device
+          // classes"): its results mix them.
+          (r.device_classes || []).length > 1 ?
+              [
+                ' ', h('span', {
+                  class: 'state FAILED',
+                  title: r.device_classes.join(', then '),
+                  text: 'spans classes'
+                })
+              ] :
+              null),
+        h('td', {class: 'num', text: `${r.step}/${r.steps}`}),
         sweep.varying.map((k) => h('td', {text: r.params[k] === undefined ? '' : r.params[k]})),
         h('td', {class: 'num', text: fmt(r.latest.loss)}),
         h('td', {class: 'num', text: fmt(r.latest.rho_max)}), h('td', {
@@ -366,14 +378,20 @@ const tabLabels = {
 // Where the sweep file came from at submit (docs/architecture.md "Sweep provenance"): its path,
 // sha256 and git state, and the checkout's diff against its commit, folded.
 function provenance(p) {
-  if (!p) return [h('p', {class: 'muted', text: 'Submitted from: not recorded (a client of a release before the record).'})];
+  if (!p)
+    return [h('p', {
+      class: 'muted',
+      text: 'Submitted from: not recorded (a client of a release before the record).'
+    })];
   const td = (text) => h('td', {text});
   const rows = p.items.map(([k, v]) => h('tr', {class: 'provenance-item'}, td(k), td(v)));
   const out = [h('h2', {text: 'Submitted from'}), table(['item', 'value'], rows)];
   if (p.git_diff) {
-    out.push(h('details', {class: 'provenance-diff'},
-               h('summary', {text: `git diff against the commit (${p.git_diff.split('\n').length - 1} lines)`}),
-               h('pre', {text: p.git_diff})));
+    out.push(
+        h('details', {class: 'provenance-diff'},
+          h('summary',
+            {text: `git diff against the commit (${p.git_diff.split('\n').length - 1} lines)`}),
+          h('pre', {text: p.git_diff})));
   }
   out.push(h('h2', {text: 'Sweep file'}));
   return out;
