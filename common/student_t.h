@@ -1,7 +1,7 @@
 #pragma once
 
 // Student's t distribution: its two-sided tail, its distribution function and its quantiles,
-// from the regularized incomplete beta function. The one place the project computes them: the
+// from Boost.Math (students_t_distribution). The one place the project computes them: the
 // results tables' 95 % intervals over seeds (store/results.h) and the claims' tests
 // (report/stats.h) both use it. Pure functions, safe from any thread; checked against SciPy by
 // tests/report/stats_test.cc.

@@ -1,10 +1,12 @@
 #include "report/stats.h"
 
 #include <algorithm>
+#include <boost/math/distributions/non_central_t.hpp>
 #include <cmath>
 #include <limits>
 #include <numeric>
 
+#include "common/math_policy.h"
 #include "common/student_t.h"
 #include "store/results.h"
 
@@ -16,8 +18,6 @@ constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 bool AnyNaN(const std::vector<double>& x) {
   return std::any_of(x.begin(), x.end(), [](double v) { return std::isnan(v); });
 }
-
-double NormalCdf(double z) { return 0.5 * std::erfc(-z / std::sqrt(2.0)); }
 
 // The sample mean and standard deviation (n - 1); std is NaN for n < 2.
 struct Moments {
@@ -69,21 +69,11 @@ Estimate AllNaN(int64_t n, int64_t n2) {
 
 double NoncentralTCdf(double t, double df, double nc) {
   if (std::isnan(t) || std::isnan(df) || std::isnan(nc) || df <= 0) return kNaN;
-  // T' = (Z + nc) / S with S = sqrt(V / df), V chi-square on df: P(T' <= t) = E[Φ(t S - nc)],
-  // integrated over the density of S by Simpson's rule. S has mean near 1 and spread near
-  // 1 / sqrt(2 df); its log-density falls like -df s^2 / 2, below -200 past the upper end.
-  const double upper = 1 + std::sqrt(400 / df);
-  constexpr int kIntervals = 4000;  // even
-  const double h = upper / kIntervals;
-  const double log_norm = std::log(2.0) + (df / 2) * std::log(df / 2) - std::lgamma(df / 2);
-  auto integrand = [&](double s) {
-    if (s <= 0) return df == 1 ? std::exp(log_norm) * NormalCdf(-nc) : 0.0;
-    const double log_density = log_norm + (df - 1) * std::log(s) - df * s * s / 2;
-    return std::exp(log_density) * NormalCdf(t * s - nc);
-  };
-  double sum = integrand(0) + integrand(upper);
-  for (int i = 1; i < kIntervals; ++i) sum += integrand(i * h) * (i % 2 ? 4 : 2);
-  return std::clamp(sum * h / 3, 0.0, 1.0);
+  if (std::isinf(t)) return t > 0 ? 1 : 0;
+  return std::clamp(
+      boost::math::cdf(
+          boost::math::non_central_t_distribution<double, cart::stats::MathPolicy>(df, nc), t),
+      0.0, 1.0);
 }
 
 Estimate Mean(const std::vector<double>& x, double null, double level) {
@@ -184,6 +174,32 @@ double DetectableEffect(double se, double df, double alpha, double power) {
     (Power(mid, df, alpha) < power ? lo : hi) = mid;
   }
   return se * (lo + hi) / 2;
+}
+
+double PowerForSeeds(double d, double n, Design design, double alpha) {
+  const bool two = design == Design::kTwoArms;
+  const double df = two ? 2 * n - 2 : n - 1;
+  if (!(df > 0) || std::isnan(d)) return kNaN;
+  return Power(std::abs(d) * std::sqrt(two ? n / 2 : n), df, alpha);
+}
+
+double SeedsForPower(double d, Design design, double alpha, double power) {
+  if (!std::isfinite(d) || d == 0 || !(alpha > 0 && alpha < 1) || !(power > 0 && power < 1)) {
+    return kNaN;
+  }
+  // Power rises with n: bisect on log n from just above the smallest n with a degree of freedom.
+  double lo = design == Design::kTwoArms ? 1.0 + 1e-9 : 1.0 + 1e-9, hi = 4;
+  while (PowerForSeeds(d, hi, design, alpha) < power) {
+    lo = hi;
+    hi *= 2;
+    if (hi > 1e9) return kNaN;
+  }
+  if (PowerForSeeds(d, lo, design, alpha) >= power) return lo;
+  for (int i = 0; i < 100 && hi - lo > 1e-12 * hi; ++i) {
+    const double mid = std::sqrt(lo * hi);
+    (PowerForSeeds(d, mid, design, alpha) < power ? lo : hi) = mid;
+  }
+  return (lo + hi) / 2;
 }
 
 }  // namespace cart::report::stats

@@ -75,4 +75,15 @@ double Power(double nc, double df, double alpha = 0.05);
 // se or df is NaN or se is 0.
 double DetectableEffect(double se, double df, double alpha = 0.05, double power = 0.8);
 
+// How a test pairs its runs (the planner's design of new seeds): one sample, or pairs matched by
+// seed (n observations: their differences), or two independent arms of n runs each (Welch).
+enum class Design { kOneSample, kTwoArms };
+// The power of a two-sided t test at `alpha` with n observations (per arm: kTwoArms) when the
+// true effect is d standard deviations (of one observation; of a pair's difference). n may be
+// fractional, as a power solver treats it.
+double PowerForSeeds(double d, double n, Design design, double alpha = 0.05);
+// The n (fractional, as statsmodels' solve_power gives it) whose power is `power`; NaN when d
+// is 0 or not finite, or alpha or power lies outside (0, 1). Round up for seeds.
+double SeedsForPower(double d, Design design, double alpha = 0.05, double power = 0.8);
+
 }  // namespace cart::report::stats

@@ -9,7 +9,10 @@ known to hold SciPy's values and not numbers edited by hand:
     stats_reference.py --check tests/report/stats_reference.json   # what the test runs
 
 Holm's adjustment is not in SciPy; it is written here from its definition, separately from the
-C++ one. Needs SciPy (deploy/python-requirements.txt pins it).
+C++ one. The seeds a t test needs for a power come from statsmodels' power solvers, and the
+group-sequential boundaries from SciPy's multivariate normal distribution function (Genz's
+algorithm, its randomization seeded), searched look by look: a method independent of the C++
+recursion. Needs SciPy and statsmodels (deploy/python-requirements.txt pins them).
 """
 
 import argparse
@@ -54,6 +57,18 @@ HOLM = [
     [0.04, 0.04, 0.04],
 ]
 DETECTABLE = [(1.0, 2), (0.37, 4), (2.5, 9.6), (0.05, 29)]
+# (standardized effect, design, alpha, power): the n (pairs, or runs per arm) a two-sided t test
+# needs, as statsmodels solves it (fractional).
+SEEDS_FOR_POWER = [(0.5, "one_sample", 0.05, 0.8), (1.2, "one_sample", 0.05, 0.8),
+                   (2.0, "one_sample", 0.0125, 0.9), (0.8, "two_arms", 0.05, 0.8),
+                   (1.5, "two_arms", 0.01, 0.8), (3.0, "two_arms", 0.05, 0.95)]
+# (information fractions, spending, alpha): two-sided Lan–DeMets boundaries.
+SEQUENTIAL = [([0.5, 1.0], "obrien_fleming", 0.05), ([1 / 3, 2 / 3, 1.0], "obrien_fleming", 0.05),
+              ([0.2, 0.4, 0.6, 0.8, 1.0], "obrien_fleming", 0.05),
+              ([0.4, 0.7, 1.0], "pocock", 0.05), ([0.25, 0.5, 0.75, 1.0], "pocock", 0.05)]
+# (fractions, spending, alpha, drift): the chance of first crossing at each look.
+CROSSING = [([0.2, 0.4, 0.6, 0.8, 1.0], "obrien_fleming", 0.05, 2.8),
+            ([0.4, 0.7, 1.0], "pocock", 0.05, 3.0)]
 
 
 def holm(p):
@@ -85,6 +100,50 @@ def detectable(se, df, alpha=0.05, power=0.8):
     return se * optimize.brentq(gap, 1e-6, 100.0, xtol=1e-13, rtol=1e-13)
 
 
+def seeds_for_power(d, design, alpha, power):
+    from statsmodels.stats.power import TTestIndPower, TTestPower
+
+    if design == "one_sample":
+        return float(TTestPower().solve_power(effect_size=d, nobs=None, alpha=alpha, power=power))
+    return float(TTestIndPower().solve_power(effect_size=d, nobs1=None, alpha=alpha, power=power))
+
+
+def spent(spending, alpha, t):
+    if spending == "obrien_fleming":
+        return 2 * stats.norm.sf(stats.norm.isf(alpha / 2) / math.sqrt(t))
+    return alpha * math.log(1 + (math.e - 1) * t)
+
+
+def staying(fractions, bounds, drift=0.0):
+    """P(|Z_j| < bounds[j] for every look j), Z the standardized statistics at the fractions."""
+    k = len(bounds)
+    if k == 0:
+        return 1.0
+    t = np.array(fractions[:k])
+    cov = np.sqrt(np.minimum.outer(t, t) / np.maximum.outer(t, t))
+    mean = drift * np.sqrt(t)
+    b = np.array(bounds)
+    return float(stats.multivariate_normal.cdf(b, mean=mean, cov=cov, lower_limit=-b,
+                                               maxpts=500_000, abseps=1e-9, releps=1e-9,
+                                               rng=np.random.default_rng(7)))
+
+
+def sequential(fractions, spending, alpha):
+    bounds = []
+    for k, t in enumerate(fractions):
+        target = spent(spending, alpha, t) - (spent(spending, alpha, fractions[k - 1]) if k else 0)
+        before = staying(fractions, bounds)
+        bounds.append(optimize.brentq(
+            lambda c: before - staying(fractions, bounds + [c]) - target, 0.5, 12.0, xtol=1e-9))
+    return bounds
+
+
+def crossing(fractions, spending, alpha, drift):
+    bounds = sequential(fractions, spending, alpha)
+    stay = [staying(fractions, bounds[:k], drift) for k in range(len(bounds) + 1)]
+    return bounds, [stay[k] - stay[k + 1] for k in range(len(bounds))]
+
+
 def compute():
     return {
         "scipy": __import__("scipy").__version__,
@@ -107,17 +166,32 @@ def compute():
         "holm": [{"p": p, "adjusted": holm(p)} for p in HOLM],
         "detectable": [{"se": se, "df": df, "effect": detectable(se, df)}
                        for se, df in DETECTABLE],
+        "statsmodels": __import__("statsmodels").__version__,
+        "seeds_for_power": [{"d": d, "design": design, "alpha": alpha, "power": power,
+                             "n": seeds_for_power(d, design, alpha, power)}
+                            for d, design, alpha, power in SEEDS_FOR_POWER],
+        "sequential": [{"fractions": f, "spending": sp, "alpha": a,
+                        "boundaries": sequential(f, sp, a)} for f, sp, a in SEQUENTIAL],
+        "crossing": [dict(fractions=f, spending=sp, alpha=a, drift=drift,
+                          **dict(zip(("boundaries", "probabilities"), crossing(f, sp, a, drift))))
+                     for f, sp, a, drift in CROSSING],
     }
 
 
 def close(a, b, path):
     """Recomputed and stored values agree (to rounding of another SciPy build)."""
     if isinstance(a, dict):
-        return all(close(a[k], b.get(k), f"{path}.{k}") for k in a if k != "scipy")
+        return all(close(a[k], b.get(k), f"{path}.{k}") for k in a
+                   if k not in ("scipy", "statsmodels"))
     if isinstance(a, list):
         return len(a) == len(b) and all(close(x, y, f"{path}[{i}]")
                                         for i, (x, y) in enumerate(zip(a, b)))
     if isinstance(a, float) and math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12):
+        return True
+    # The group-sequential values come from a randomized (seeded) integration: another build
+    # of SciPy may differ in the sixth digit.
+    if isinstance(a, float) and ("sequential" in path or "crossing" in path) and \
+            math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-7):
         return True
     if a == b:
         return True

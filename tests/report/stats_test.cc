@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "gtest/gtest.h"
+#include "report/sequential.h"
 
 namespace cart::report::stats {
 namespace {
@@ -155,6 +156,71 @@ TEST(StatsTest, SpearmanNeedsThreePointsForATest) {
   EXPECT_TRUE(std::isnan(two.p));
   EXPECT_TRUE(std::isnan(Spearman({1.0, 1.0, 1.0}, {1.0, 2.0, 3.0}).r));
   EXPECT_EQ(Spearman({1.0, 2.0, 3.0}, {1.0, 2.0, 3.0}).p, 0.0);
+}
+
+// The n a t test needs for a power, against statsmodels' solve_power (TTestPower for one sample
+// or pairs, TTestIndPower for two arms), to 1e-6 of n.
+TEST(StatsTest, SeedsForPowerMatchStatsmodels) {
+  for (const json& c : Reference()["seeds_for_power"]) {
+    const Design design = c["design"] == "one_sample" ? Design::kOneSample : Design::kTwoArms;
+    const double n = SeedsForPower(c["d"], design, c["alpha"], c["power"]);
+    const std::string what = c.dump();
+    EXPECT_NEAR(n, c["n"].get<double>(), 1e-6 * c["n"].get<double>()) << what;
+    EXPECT_NEAR(PowerForSeeds(c["d"], n, design, c["alpha"]), c["power"].get<double>(), 1e-9)
+        << what;
+  }
+  EXPECT_TRUE(std::isnan(SeedsForPower(0, Design::kOneSample)));
+  EXPECT_TRUE(std::isnan(SeedsForPower(0.5, Design::kOneSample, 0.05, 1.0)));
+  EXPECT_TRUE(std::isnan(SeedsForPower(0.5, Design::kTwoArms, 0.0, 0.8)));
+}
+
+// Lan–DeMets boundaries from the recursive integration against SciPy's multivariate normal
+// searched look by look (an independent method), to 2e-4 on Z; the first boundary is exact.
+TEST(SequentialTest, BoundariesMatchAMultivariateNormalSearch) {
+  for (const json& c : Reference()["sequential"]) {
+    const Spending spending =
+        c["spending"] == "pocock" ? Spending::kPocock : Spending::kOBrienFleming;
+    const std::vector<double> t = Doubles(c["fractions"]);
+    const std::vector<double> want = Doubles(c["boundaries"]);
+    const std::vector<double> got = SequentialBoundaries(t, c["alpha"], spending);
+    ASSERT_EQ(got.size(), want.size()) << c.dump();
+    for (size_t k = 0; k < got.size(); ++k) EXPECT_NEAR(got[k], want[k], 2e-4) << c.dump() << k;
+    // Under the null the crossings spend exactly the spending function's increments.
+    const std::vector<double> crossed = CrossingProbabilities(t, got, 0);
+    double total = 0;
+    for (double p : crossed) total += p;
+    EXPECT_NEAR(total, c["alpha"].get<double>(), 1e-6) << c.dump();
+  }
+}
+
+TEST(SequentialTest, CrossingUnderADriftMatchesAMultivariateNormal) {
+  for (const json& c : Reference()["crossing"]) {
+    const Spending spending =
+        c["spending"] == "pocock" ? Spending::kPocock : Spending::kOBrienFleming;
+    const std::vector<double> t = Doubles(c["fractions"]);
+    const std::vector<double> got = CrossingProbabilities(t, Doubles(c["boundaries"]), c["drift"]);
+    const std::vector<double> want = Doubles(c["probabilities"]);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t k = 0; k < got.size(); ++k) EXPECT_NEAR(got[k], want[k], 1e-5) << c.dump() << k;
+  }
+}
+
+// The spending functions' ends, and bad looks refused.
+TEST(SequentialTest, SpendingEndsAtAlphaAndBadLooksAreRefused) {
+  for (Spending s : {Spending::kOBrienFleming, Spending::kPocock}) {
+    EXPECT_NEAR(SpentAlpha(s, 0.05, 1.0), 0.05, 1e-12);
+    EXPECT_EQ(SpentAlpha(s, 0.05, 0.0), 0.0);
+    EXPECT_LT(SpentAlpha(s, 0.05, 0.3), SpentAlpha(s, 0.05, 0.6));
+  }
+  // One look at the whole information is the fixed design: the usual 1.96.
+  const std::vector<double> one = SequentialBoundaries({1.0}, 0.05, Spending::kOBrienFleming);
+  ASSERT_EQ(one.size(), 1u);
+  EXPECT_NEAR(one[0], 1.959963984540054, 1e-6);
+  EXPECT_NEAR(NominalLevel(one[0]), 0.05, 1e-6);
+  EXPECT_TRUE(SequentialBoundaries({0.5, 0.4, 1.0}, 0.05, Spending::kPocock).empty());
+  EXPECT_TRUE(SequentialBoundaries({0.5, 1.2}, 0.05, Spending::kPocock).empty());
+  EXPECT_TRUE(SequentialBoundaries({0.5, 1.0}, 1.5, Spending::kPocock).empty());
+  EXPECT_TRUE(SequentialBoundaries({}, 0.05, Spending::kPocock).empty());
 }
 
 }  // namespace
