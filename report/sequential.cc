@@ -3,6 +3,11 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numeric>
+#include <random>
+#include <tuple>
+
+#include "report/stats.h"
 
 namespace cart::report::stats {
 namespace {
@@ -155,6 +160,149 @@ std::vector<double> CrossingProbabilities(const std::vector<double>& fractions,
       stage = NextStage(stage, b, delta, drift);
     }
   }
+  return out;
+}
+
+double InflationFactor(const std::vector<double>& fractions, double alpha, Spending spending,
+                       double power) {
+  if (!(power > alpha && power < 1)) return std::numeric_limits<double>::quiet_NaN();
+  // The drift at which the design's crossings sum to `power`: they rise with it.
+  auto drift_for = [&](const std::vector<double>& t) {
+    const std::vector<double> c = SequentialBoundaries(t, alpha, spending);
+    if (c.empty()) return std::numeric_limits<double>::quiet_NaN();
+    auto power_at = [&](double drift) {
+      const std::vector<double> p = CrossingProbabilities(t, c, drift);
+      return std::accumulate(p.begin(), p.end(), 0.0);
+    };
+    double lo = 0, hi = 20;
+    for (int i = 0; i < 80; ++i) {
+      const double mid = (lo + hi) / 2;
+      (power_at(mid) < power ? lo : hi) = mid;
+    }
+    return (lo + hi) / 2;
+  };
+  const double fixed = drift_for({1.0});
+  const double sequential = drift_for(fractions);
+  return sequential * sequential / (fixed * fixed);
+}
+
+SequentialHolm::SequentialHolm(std::vector<double> fractions, double alpha, Spending spending,
+                               int claims)
+    : claims_(claims) {
+  for (int j = 1; j <= claims; ++j) {
+    boundaries_.push_back(SequentialBoundaries(fractions, alpha / j, spending));
+    if (boundaries_.back().empty()) {
+      boundaries_.clear();
+      return;
+    }
+  }
+}
+
+SequentialHolm SequentialHolm::Unspent(int looks, double alpha, int claims) {
+  SequentialHolm holm;
+  holm.claims_ = claims;
+  for (int j = 1; j <= claims; ++j) {
+    const std::vector<double> fixed = SequentialBoundaries({1.0}, alpha / j, Spending::kPocock);
+    holm.boundaries_.emplace_back(looks, fixed.empty() ? kInf : fixed[0]);
+  }
+  return holm;
+}
+
+double SequentialHolm::Level(int look, int j) const {
+  if (j < 1 || j > static_cast<int>(boundaries_.size())) return 0;
+  const std::vector<double>& c = boundaries_[j - 1];
+  return look >= 0 && look < static_cast<int>(c.size()) ? NominalLevel(c[look]) : 0;
+}
+
+std::vector<int> SequentialHolm::Decide(int look, std::vector<std::pair<int, double>> undecided,
+                                        int decided_before) const {
+  std::sort(undecided.begin(), undecided.end(),
+            [](const auto& a, const auto& b) { return a.second < b.second; });
+  std::vector<int> now;
+  int decided = decided_before;
+  for (const auto& [claim, p] : undecided) {
+    if (!(p < Level(look, claims_ - decided))) break;
+    now.push_back(claim);
+    ++decided;
+  }
+  return now;
+}
+
+namespace {
+
+// One-sample t test of the first n of `x` against 0: the two-sided p and the mean's sign.
+std::pair<double, double> TTest(const std::vector<double>& x, int n) {
+  const Estimate e = Mean(std::vector<double>(x.begin(), x.begin() + n));
+  return {e.p, e.value};
+}
+
+}  // namespace
+
+FamilyOutcome SimulateFamily(const FamilySimulation& spec) {
+  FamilyOutcome out;
+  const int m = static_cast<int>(spec.effects.size());
+  const int most = std::max(spec.fixed_seeds, spec.look_seeds.empty() ? 0 : spec.look_seeds.back());
+  if (m == 0 || spec.studies <= 0 || most < 2) return out;
+  std::vector<double> fractions;
+  for (int n : spec.look_seeds)
+    fractions.push_back(static_cast<double>(n) / spec.look_seeds.back());
+  const SequentialHolm holm =
+      spec.unspent ? SequentialHolm::Unspent(static_cast<int>(fractions.size()), spec.alpha, m)
+                   : SequentialHolm(fractions, spec.alpha, spec.spending, m);
+  std::mt19937_64 rng(spec.seed);
+  std::normal_distribution<double> normal(0, 1);
+  int alternatives = 0;
+  for (double e : spec.effects) alternatives += e != 0;
+  double fixed_errors = 0, sequential_errors = 0, fixed_right = 0, sequential_right = 0;
+  double fixed_used = 0, sequential_used = 0;
+  std::vector<std::vector<double>> seeds(m, std::vector<double>(most));
+  for (int study = 0; study < spec.studies; ++study) {
+    for (int c = 0; c < m; ++c) {
+      for (double& x : seeds[c]) x = spec.effects[c] + normal(rng);
+    }
+    // (a) Fixed: every claim at fixed_seeds, Holm at α.
+    std::vector<double> p(m), sign(m);
+    for (int c = 0; c < m; ++c) std::tie(p[c], sign[c]) = TTest(seeds[c], spec.fixed_seeds);
+    const std::vector<double> adjusted = Holm(p);
+    bool false_decision = false;
+    for (int c = 0; c < m; ++c) {
+      if (!(adjusted[c] < spec.alpha)) continue;
+      if (spec.effects[c] == 0) false_decision = true;
+      if (spec.effects[c] != 0 && (sign[c] > 0) == (spec.effects[c] > 0)) ++fixed_right;
+    }
+    fixed_errors += false_decision;
+    fixed_used += static_cast<double>(m) * spec.fixed_seeds;
+    // (b) Sequential: looks until every claim is decided or the last look.
+    std::vector<bool> decided(m, false);
+    int decided_count = 0;
+    false_decision = false;
+    for (size_t look = 0; look < spec.look_seeds.size(); ++look) {
+      const int n = spec.look_seeds[look];
+      std::vector<std::pair<int, double>> open;
+      std::vector<double> signs(m);
+      for (int c = 0; c < m; ++c) {
+        if (decided[c]) continue;
+        double pc = 0;
+        std::tie(pc, signs[c]) = TTest(seeds[c], n);
+        open.emplace_back(c, pc);
+        sequential_used += n - (look == 0 ? 0 : spec.look_seeds[look - 1]);
+      }
+      for (int c : holm.Decide(static_cast<int>(look), open, decided_count)) {
+        decided[c] = true;
+        ++decided_count;
+        if (spec.effects[c] == 0) false_decision = true;
+        if (spec.effects[c] != 0 && (signs[c] > 0) == (spec.effects[c] > 0)) ++sequential_right;
+      }
+    }
+    sequential_errors += false_decision;
+  }
+  const double studies = spec.studies;
+  out.fixed_familywise_error = fixed_errors / studies;
+  out.sequential_familywise_error = sequential_errors / studies;
+  out.fixed_power = alternatives ? fixed_right / (studies * alternatives) : 0;
+  out.sequential_power = alternatives ? sequential_right / (studies * alternatives) : 0;
+  out.fixed_seeds = fixed_used / studies;
+  out.sequential_seeds = sequential_used / studies;
   return out;
 }
 
