@@ -34,6 +34,7 @@ void RegisterExportMetricsCommand(CLI::App& app);  // export_metrics_command.cc 
 void RegisterExportCommand(CLI::App& app);         // export_client.cc (needs LibTorch)
 void RegisterUpCommand(CLI::App& app);      // cart up: embedded cartd + local workers (server/)
 void RegisterReportCommand(CLI::App& app);  // cart report (report/)
+void RegisterPlanCommand(CLI::App& app);    // cart plan (report/plan.h)
 // tag | untag | note under `cart runs` (sweep = false) or `cart sweep` (annotate_command.cc)
 void AddAnnotateCommands(CLI::App* parent, bool sweep);
 

@@ -63,6 +63,7 @@ int main(int argc, char** argv) {
 #endif
   cart::cli::RegisterAdminCommands(app);
   cart::cli::RegisterReportCommand(app);
+  cart::cli::RegisterPlanCommand(app);
   // Listed in the help; main() hands them to cart-torch before parsing.
   for (const auto& [name, help] : kTorchCommands) app.add_subcommand(name, help);
   return cart::cli::ParseAndRun(app, argc, argv);

@@ -7,15 +7,19 @@
 
 #include <filesystem>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
 
 #include "cli/client.h"
 #include "cli/commands.h"
+#include "cli/table.h"
 #include "common/status.h"
 #include "common/strings.h"
+#include "report/plan.h"
 #include "report/report.h"
 #include "store/run_store.h"
 
@@ -132,6 +136,121 @@ void RunReport(ReportArgs& a) {
   if (!status.ok()) ExitWith(status);
 }
 
+// The flags that say which study a report or a plan reads: its validation set, claims file and
+// the sweep of each part.
+void AddStudyFlags(CLI::App* cmd, report::ReportOptions& options) {
+  cmd->add_option("--val-set", options.val_set,
+                  "Validation set of the perplexity tables (default: wiki, else the first)");
+  cmd->add_option("--claims", options.claims_file,
+                  "Claims file to decide instead of the paper's compiled-in claims (the form of "
+                  "report/claims.yaml; docs/study.md, \"Claims and verdicts\")");
+  report::StudySweeps& sw = options.sweeps;
+  for (auto [flag, field] : std::initializer_list<std::pair<const char*, std::string*>>{
+           {"--stage1", &sw.stage1},
+           {"--stage2", &sw.stage2},
+           {"--baselines", &sw.baselines},
+           {"--ablations", &sw.ablations},
+           {"--faithfulness", &sw.faithfulness},
+           {"--leak", &sw.leak},
+           {"--variable-r", &sw.variable_r}}) {
+    cmd->add_option(flag, *field, StrCat("Sweep holding this part of the study"))
+        ->capture_default_str();
+  }
+}
+
+struct PlanArgs {
+  Conn conn;
+  std::string db;
+  std::vector<std::string> smallest;
+  double prior_sd = std::numeric_limits<double>::quiet_NaN();
+  report::ReportOptions options;
+  report::PlanOptions plan;
+};
+
+absl::Status PrintPlan(report::StudySource& source, PlanArgs& a) {
+  a.options.plots = false;
+  CART_ASSIGN_OR_RETURN(report::Report built, report::BuildReport(source, a.options));
+  CART_ASSIGN_OR_RETURN(std::vector<report::ClaimPlan> plans, report::PlanSeeds(built, a.plan));
+  if (a.conn.json) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const report::ClaimPlan& p : plans) {
+      nlohmann::json tests = nlohmann::json::array();
+      for (const report::TestPlan& t : p.tests) {
+        tests.push_back({{"test", t.label},
+                         {"design", t.design},
+                         {"seeds_now", t.seeds_now},
+                         {"seeds_needed", t.seeds_needed},
+                         {"runs", t.runs},
+                         {"rtx3090_hours", t.hours},
+                         {"effect", t.effect},
+                         {"sd", t.sd},
+                         {"prior", t.prior},
+                         {"note", t.note}});
+      }
+      out.push_back({{"claim", p.id},
+                     {"planned", p.planned},
+                     {"runs", p.runs},
+                     {"rtx3090_hours", p.hours},
+                     {"note", p.note},
+                     {"tests", tests}});
+    }
+    std::cout << out.dump(1) << "\n";
+    return absl::OkStatus();
+  }
+  if (plans.empty()) {
+    std::cout << "every claim is decided: nothing to plan\n";
+    return absl::OkStatus();
+  }
+  std::cout << fmt::format(
+      "seeds per side to decide each claim that cannot tell at power {:.2f} (alpha {:.2f} over "
+      "its tests, Holm's strictest step), cheapest first:\n",
+      a.plan.power, a.plan.alpha);
+  Table t;
+  t.Header({"claim", "test", "design", "seeds", "needed", "new runs", "3090 h"});
+  for (const report::ClaimPlan& p : plans) {
+    if (!p.planned) continue;
+    for (const report::TestPlan& test : p.tests) {
+      t.Row({p.id, test.label, test.design + (test.prior ? " (prior sd)" : ""),
+             StrCat(test.seeds_now), StrCat(test.seeds_needed), StrCat(test.runs),
+             fmt::format("{:.1f}", test.hours)});
+    }
+  }
+  t.Print(std::cout);
+  for (const report::ClaimPlan& p : plans) {
+    if (p.planned) {
+      std::cout << fmt::format("{}: {} new runs, {:.1f} RTX 3090 hours\n", p.id, p.runs, p.hours);
+    }
+  }
+  for (const report::ClaimPlan& p : plans) {
+    if (!p.planned) std::cout << fmt::format("not planned: {}: {}\n", p.id, p.note);
+  }
+  return absl::OkStatus();
+}
+
+void RunPlan(PlanArgs& a) {
+  a.plan.prior_sd = a.prior_sd;
+  for (const std::string& entry : a.smallest) {
+    const size_t eq = entry.find('=');
+    std::optional<double> value =
+        eq == std::string::npos ? std::nullopt : ParseDouble(entry.substr(eq + 1));
+    if (!value) {
+      ExitWith(absl::InvalidArgumentError(
+          StrCat("--smallest-effect '", entry, "' is not CLAIM=NUMBER")));
+    }
+    a.plan.smallest_effect[entry.substr(0, eq)] = *value;
+  }
+  absl::Status status;
+  if (!a.db.empty()) {
+    std::unique_ptr<store::RunStore> opened = OpenDatabaseFile(a.db, "--db");
+    std::unique_ptr<report::StudySource> source = report::StoreSource(*opened);
+    status = PrintPlan(*source, a);
+  } else {
+    ServiceStudySource source(Client::Connect(a.conn));
+    status = PrintPlan(source, a);
+  }
+  if (!status.ok()) ExitWith(status);
+}
+
 }  // namespace
 
 absl::Status ApplyReportSweeps(const std::vector<std::string>& overrides,
@@ -180,27 +299,34 @@ void RegisterReportCommand(CLI::App& app) {
       ->check(CLI::IsMember({"md", "html"}))
       ->capture_default_str();
   cmd->add_flag("--no-plots", a->no_plots, "Tables and CSVs only (no gnuplot needed)");
-  cmd->add_option("--val-set", a->options.val_set,
-                  "Validation set of the perplexity tables (default: wiki, else the first)");
-  cmd->add_option("--claims", a->options.claims_file,
-                  "Claims file to decide instead of the paper's compiled-in claims (the form of "
-                  "report/claims.yaml; docs/study.md, \"Claims and verdicts\")");
   cmd->add_option("--title", a->options.title, "Report title")->capture_default_str();
   cmd->add_option("--gnuplot", a->options.gnuplot, "gnuplot binary")->capture_default_str();
-  report::StudySweeps& sw = a->options.sweeps;
-  for (auto [flag, field] : std::initializer_list<std::pair<const char*, std::string*>>{
-           {"--stage1", &sw.stage1},
-           {"--stage2", &sw.stage2},
-           {"--baselines", &sw.baselines},
-           {"--ablations", &sw.ablations},
-           {"--faithfulness", &sw.faithfulness},
-           {"--leak", &sw.leak},
-           {"--variable-r", &sw.variable_r}}) {
-    cmd->add_option(flag, *field, StrCat("Sweep holding this part of the study"))
-        ->capture_default_str();
-  }
+  AddStudyFlags(cmd, a->options);
   AddConnFlags(cmd, a->conn);
   OnRun(cmd, [a] { RunReport(*a); });
+}
+
+void RegisterPlanCommand(CLI::App& app) {
+  auto a = std::make_shared<PlanArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "plan",
+      "For each claim the report cannot tell, the seeds per side that would decide it at a "
+      "power, the runs that adds and their RTX 3090 hours, cheapest decision first "
+      "(docs/study.md \"Planning seeds\")");
+  cmd->add_option("--power", a->plan.power, "Power to detect the effect with, in (0, 1)")
+      ->capture_default_str();
+  cmd->add_option("--alpha", a->plan.alpha, "Each claim's family-wise level, in (0, 1)")
+      ->capture_default_str();
+  cmd->add_option("--smallest-effect", a->smallest,
+                  "CLAIM=VALUE: the smallest effect worth detecting for a claim, in its test's "
+                  "units (percent for perplexity); default the paper's (repeatable)");
+  cmd->add_option("--prior-sd", a->prior_sd,
+                  "The spread of one seed where a side has fewer than two runs, in the test's "
+                  "own scale (log values for perplexity)");
+  cmd->add_option("--db", a->db, "Read this SQLite database file instead of asking cartd");
+  AddStudyFlags(cmd, a->options);
+  AddConnFlags(cmd, a->conn);
+  OnRun(cmd, [a] { RunPlan(*a); });
 }
 
 }  // namespace cart::cli

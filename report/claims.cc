@@ -624,6 +624,14 @@ class Decider {
     TestOutcome o;
     o.effect = o.low = o.high = o.p = o.p_holm = o.detectable = kNaN;
     o.published = t.has_published_effect ? t.published_effect : kNaN;
+    o.log_scale = t.log_scale;
+    o.published_raw = !t.has_published_effect ? kNaN
+                      : t.log_scale           ? std::log1p(t.published_effect / 100)
+                                              : t.published_effect;
+    o.kind = t.kind == TestSpec::Kind::kCompare ? "compare"
+             : t.kind == TestSpec::Kind::kValue ? "value"
+             : t.kind == TestSpec::Kind::kTrend ? "trend"
+                                                : "best_at";
     auto add = [&](TestOutcome outcome, Sides s, bool every_ok) {
       outcomes.push_back(std::move(outcome));
       sides.push_back(s);
@@ -654,6 +662,9 @@ class Decider {
         const stats::Estimate e =
             paired ? stats::PairedDifference(pa, pb) : stats::WelchDifference(pa, pb);
         o.method = paired ? "paired t" : "Welch t";
+        o.paired = paired;
+        o.se_raw = e.se;
+        o.arms = {ArmConfig(a.runs), ArmConfig(b.runs)};
         FromEstimate(o, e, t.log_scale);
         Sides s;
         if (t.direction == TestSpec::Direction::kWithin) {
@@ -691,6 +702,8 @@ class Decider {
         const bool within = t.direction == TestSpec::Direction::kWithin;
         const stats::Estimate e = stats::Mean(x, within ? 0.0 : null);
         o.method = "one-sample t";
+        o.se_raw = e.se;
+        o.arms = {ArmConfig(a.runs)};
         // Within a band the effect is the value itself; against a reference, the distance.
         FromEstimate(o, e, t.log_scale && !within, within ? 0.0 : null);
         Sides s;
@@ -796,6 +809,14 @@ class Decider {
       add(o, Directional(e.value, 0, e.p, TestSpec::Direction::kGreater), true);
     }
     return absl::OkStatus();
+  }
+
+  // A side's config for the planner: its first run's keys, less the seed.
+  static std::map<std::string, std::string> ArmConfig(const std::vector<const StudyRun*>& runs) {
+    if (runs.empty()) return {};
+    std::map<std::string, std::string> config = runs.front()->params;
+    config.erase("seed");
+    return config;
   }
 
   static std::string NoSpread(const stats::Estimate& e) {

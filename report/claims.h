@@ -19,6 +19,7 @@
 // of crediting the difference to the config (docs/architecture.md "Device classes").
 
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -100,6 +101,17 @@ struct TestOutcome {
   // Two sides trained on disjoint sets of card models while more than one model is present:
   // the difference cannot be told from the card's, so the test cannot tell, whatever its p.
   bool confounded = false;
+  // What the planner needs (report/plan.h), in the test's own scale (log values for a log-scale
+  // test): the kind ("compare", "value", "trend", "best_at"), whether a compare paired its runs by
+  // seed, the standard error behind the effect (NaN: fewer than two runs), the paper's effect
+  // (NaN: none), and each side's config (its first run's keys less the seed; one side for a
+  // value test).
+  std::string kind;
+  bool paired = false;
+  bool log_scale = false;
+  double se_raw = std::numeric_limits<double>::quiet_NaN();
+  double published_raw = std::numeric_limits<double>::quiet_NaN();
+  std::vector<std::map<std::string, std::string>> arms;
 };
 
 struct ClaimOutcome {

@@ -827,6 +827,20 @@ class Builder {
                               num(t.p), num(t.p_holm), std::to_string(t.n), std::to_string(t.n2),
                               num(t.detectable), num(t.published), VerdictName(t.verdict), t.note,
                               t.device_classes, t.confounded ? "yes" : ""});
+        TestNumbers numbers;
+        numbers.label = t.label;
+        numbers.kind = t.kind;
+        numbers.verdict = VerdictName(t.verdict);
+        numbers.paired = t.paired;
+        numbers.within = t.within;
+        numbers.log_scale = t.log_scale;
+        numbers.confounded = t.confounded;
+        numbers.se = t.se_raw;
+        numbers.published = t.published_raw;
+        numbers.n = t.n;
+        numbers.n2 = t.n2;
+        numbers.arms = t.arms;
+        line.numbers.push_back(std::move(numbers));
       }
       report_.claims.push_back(std::move(line));
     }

@@ -133,6 +133,22 @@ struct Section {
   std::vector<Plot> plots;
 };
 
+// One test of a claim as the planner reads it (report/plan.h; filled from report/claims.h's
+// TestOutcome): in the test's own scale (log values for a log-scale test).
+struct TestNumbers {
+  std::string label;
+  std::string kind;     // "compare", "value", "trend", "best_at"
+  std::string verdict;  // "holds", "does not hold", "cannot tell"
+  bool paired = false;  // a compare paired by seed (else Welch)
+  bool within = false;  // a band or margin
+  bool log_scale = false;
+  bool confounded = false;
+  double se = 0;         // the effect's standard error; NaN: fewer than two runs
+  double published = 0;  // the paper's effect; NaN: none
+  int64_t n = 0, n2 = 0;
+  std::vector<std::map<std::string, std::string>> arms;  // each side's config, seed removed
+};
+
 // One claim of the paper with its computed verdict (report/claims.h decides it).
 struct ClaimLine {
   std::string id;
@@ -149,6 +165,8 @@ struct ClaimLine {
   // Every test behind it, one row each: label, method, effect, low, high, unit, p, Holm p, n,
   // n2, detectable effect, published effect, verdict, note (ClaimTestColumns).
   std::vector<std::vector<std::string>> tests;
+  // The same tests as numbers, for the planner (report/plan.h).
+  std::vector<TestNumbers> numbers;
 };
 
 struct Report {

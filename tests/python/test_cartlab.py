@@ -280,6 +280,20 @@ class CartlabTest(unittest.TestCase):
         self.assertIn(f"file.path: {path}", shown)
         self.assertIn("git", shown)
 
+    def test_plan_is_cart_plan_from_cartd_and_from_the_file_alike(self):
+        cart = os.path.join(BIN, "cart")
+        # The py sweep holds no part of the study: every claim cannot tell, none can be planned.
+        frame = self.lab.plan(cart=cart, sweeps={"stage2": "py"})
+        cli = json.loads(CLUSTER.cart(["plan", "--json", "--stage2", "py"]))
+        self.assertEqual(sorted(set(frame["claim"])), sorted(c["claim"] for c in cli))
+        self.assertFalse(frame["planned"].any())
+        db = cartlab.open_db(CLUSTER.file("cartd/cart.db"))
+        pd.testing.assert_frame_equal(db.plan(cart=cart, sweeps={"stage2": "py"}), frame)
+        db.close()
+        with self.assertRaises(cartlab.CartError) as e:
+            self.lab.plan(power=1.5, cart=cart)
+        self.assertIn("power 1.5 is outside (0, 1)", e.exception.message)
+
     def test_open_db_reads_the_same_frames_without_cartd(self):
         db = cartlab.open_db(CLUSTER.file("cartd/cart.db"))
         runs = self.lab.runs(sweep="py")

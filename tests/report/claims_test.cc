@@ -10,9 +10,13 @@
 #include <fstream>
 
 #include "common/strings.h"
+#include "config/accounting.h"
+#include "config/config.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "report/plan.h"
 #include "report/report.h"
+#include "report/stats.h"
 #include "tests/store/store_fixture.h"
 #include "tests/support/test_support.h"
 
@@ -195,6 +199,106 @@ TEST_F(ClaimsTest, EachVerdictComesOutAsTheDataWereBuilt) {
   const std::string tests = ReadFile(dir_.File("report/claim_tests.csv"));
   EXPECT_THAT(tests, HasSubstr("claim,test,method,effect,low,high,unit,p,p_holm,n,n2"));
   EXPECT_THAT(tests, HasSubstr("paired t,-9.51626,-13.9019,-4.90723,%,0.0130725"));
+}
+
+// `cart plan` (report/plan.h): the hyper-connection ablation cannot tell with three seeds (their
+// log-differences 0.01, −0.02, 0.005); planned for the paper's +0.69 % at 80 % power, the seeds
+// come from the spread of those differences, independently computed here, and both sides get the
+// seeds they lack. A trend is not planned and says why; so is a side without two runs.
+TEST_F(ClaimsTest, ThePlanSizesEachClaimThatCannotTellFromItsSeedsSpread) {
+  const Report report = Build();
+  CART_ASSERT_OK_AND_ASSIGN(std::vector<ClaimPlan> plans, PlanSeeds(report, PlanOptions{}));
+  const ClaimPlan* hyper = nullptr;
+  const ClaimPlan* trend = nullptr;
+  for (const ClaimPlan& p : plans) {
+    EXPECT_NE(Claim(report, p.id).verdict, "holds") << p.id;
+    if (p.id == "ablation_no_hyper") hyper = &p;
+    if (p.id == "rho_rises_with_R") trend = &p;
+  }
+  ASSERT_NE(hyper, nullptr);
+  ASSERT_TRUE(hyper->planned) << hyper->note;
+  ASSERT_EQ(hyper->tests.size(), 1u);
+  const TestPlan& t = hyper->tests[0];
+  EXPECT_EQ(t.design, "paired t");
+  EXPECT_EQ(t.seeds_now, 3);
+  const double mean = (0.01 - 0.02 + 0.005) / 3;
+  const double sd = std::sqrt(
+      (std::pow(0.01 - mean, 2) + std::pow(-0.02 - mean, 2) + std::pow(0.005 - mean, 2)) / 2);
+  EXPECT_NEAR(t.sd, sd, 1e-12);
+  EXPECT_NEAR(t.effect, 0.69, 1e-9);
+  const double n = stats::SeedsForPower(std::log1p(0.0069) / sd, stats::Design::kOneSample);
+  EXPECT_EQ(t.seeds_needed, static_cast<int64_t>(std::ceil(n)));
+  EXPECT_GT(t.seeds_needed, 3);
+  EXPECT_EQ(t.runs, 2 * (t.seeds_needed - 3));
+  // Each new run costs what `cart sweep submit --dry-run` would say of its side's config.
+  auto cost = [](const char* hyper_value) {
+    model::RunConfig config;
+    for (const auto& [key, value] : std::map<std::string, std::string>{{"kv", "frozen"},
+                                                                       {"core", "shared"},
+                                                                       {"core_attn", "cross"},
+                                                                       {"hyper", hyper_value},
+                                                                       {"R", "4"},
+                                                                       {"d", "256"},
+                                                                       {"steps", "1000"}}) {
+      EXPECT_TRUE(model::SetKey(config, key, value).ok()) << key;
+    }
+    return model::EstimateRunCost(config, false, {}).rtx3090_hours;
+  };
+  const double extra = static_cast<double>(t.seeds_needed - 3);
+  EXPECT_GT(cost("off"), 0);
+  EXPECT_NEAR(t.hours, extra * (cost("off") + cost("on")), 1e-9 * t.hours);
+  ASSERT_NE(trend, nullptr);
+  EXPECT_FALSE(trend->planned);
+  EXPECT_THAT(trend->note, HasSubstr("a trend test: not planned"));
+  // Planned ones come first, cheapest first.
+  for (size_t i = 1; i < plans.size(); ++i) {
+    if (plans[i].planned) {
+      EXPECT_TRUE(plans[i - 1].planned);
+      EXPECT_LE(plans[i - 1].hours, plans[i].hours);
+    }
+  }
+  // A smaller effect of interest needs more seeds; bad options are named.
+  PlanOptions smaller;
+  smaller.smallest_effect["ablation_no_hyper"] = 0.3;
+  CART_ASSERT_OK_AND_ASSIGN(std::vector<ClaimPlan> more, PlanSeeds(report, smaller));
+  for (const ClaimPlan& p : more) {
+    if (p.id == "ablation_no_hyper") EXPECT_GT(p.tests[0].seeds_needed, t.seeds_needed);
+  }
+  PlanOptions bad;
+  bad.power = 1.5;
+  EXPECT_THAT(PlanSeeds(report, bad), StatusIs(absl::StatusCode::kInvalidArgument,
+                                               HasSubstr("power 1.5 is outside (0, 1)")));
+  bad = PlanOptions{};
+  bad.smallest_effect["no_such_claim"] = 1;
+  EXPECT_THAT(PlanSeeds(report, bad),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("smallest effect for claim 'no_such_claim', which the report "
+                                 "does not have (claims: rho_band, ")));
+  bad = PlanOptions{};
+  bad.prior_sd = -1;
+  EXPECT_THAT(PlanSeeds(report, bad), StatusIs(absl::StatusCode::kInvalidArgument,
+                                               HasSubstr("prior sd -1 must be a positive number")));
+}
+
+// `cart plan --db`: the same plan printed by the program, cheapest first, the unplanned named with
+// why; a power outside (0, 1) refused naming it.
+TEST_F(ClaimsTest, CartPlanPrintsThePlanOfADatabaseFile) {
+  const std::string db = dir_.File("cart.db");
+  const ::cart::testing::CommandResult out =
+      ::cart::testing::RunCommand(::cart::testing::BinDir() + "/cart plan --db " + db + " 2>&1");
+  ASSERT_EQ(out.exit_code, 0) << out.output;
+  EXPECT_THAT(out.output, HasSubstr("seeds per side to decide each claim that cannot tell"));
+  EXPECT_THAT(out.output, HasSubstr("ablation_no_hyper: "));
+  EXPECT_THAT(out.output, HasSubstr("RTX 3090 hours"));
+  EXPECT_THAT(out.output, HasSubstr("not planned: rho_rises_with_R: "));
+  const ::cart::testing::CommandResult json = ::cart::testing::RunCommand(
+      ::cart::testing::BinDir() + "/cart plan --json --db " + db + " 2>&1");
+  ASSERT_EQ(json.exit_code, 0) << json.output;
+  EXPECT_THAT(json.output, HasSubstr("\"claim\": \"ablation_no_hyper\""));
+  const ::cart::testing::CommandResult bad = ::cart::testing::RunCommand(
+      ::cart::testing::BinDir() + "/cart plan --power 1.5 --db " + db + " 2>&1");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_THAT(bad.output, HasSubstr("power 1.5 is outside (0, 1)"));
 }
 
 TEST_F(ClaimsTest, TheHtmlReportMarksEachVerdict) {

@@ -280,6 +280,20 @@ class Client:
                "CART_TLS_CA": self.config.tls_ca}
         return run_report([], env, out, format, plots, val_set, title, sweeps, cart)
 
+    def plan(self, power: float = 0.8, alpha: float = 0.05,
+             smallest_effect: Optional[Mapping[str, float]] = None,
+             prior_sd: Optional[float] = None, sweeps: Optional[Mapping[str, str]] = None,
+             cart: Optional[str] = None) -> pd.DataFrame:
+        """Runs `cart plan` against this cartd (docs/study.md "Planning seeds"): one row per test
+        of each claim that cannot tell, cheapest decision first: claim, planned, test, design,
+        seeds_now, seeds_needed (per side), runs (new), rtx3090_hours, effect, sd, prior, note
+        (why a test is not planned). `smallest_effect` maps a claim id to the smallest effect
+        worth detecting (its test's units); `prior_sd` is the spread of one seed where a side has
+        fewer than two runs."""
+        env = {"CART_SERVER": self.config.server, "CART_TOKEN": self.config.token,
+               "CART_TLS_CA": self.config.tls_ca}
+        return run_plan([], env, power, alpha, smallest_effect, prior_sd, sweeps, cart)
+
     def attempts(self, runs: Union[RunRef, Iterable[RunRef], pd.Series, pd.DataFrame]
                  ) -> pd.DataFrame:
         """One row per attempt of the runs (docs/architecture.md "Environment records"): run_id,
@@ -518,6 +532,33 @@ def _sweep_provenance(spec: Any, text: str, cart: Optional[str]) -> Any:
     for key, value in items:
         record.items.add(key=key, value=value)
     return record
+
+
+def run_plan(source: List[str], env: Mapping[str, str], power: float, alpha: float,
+             smallest_effect: Optional[Mapping[str, float]], prior_sd: Optional[float],
+             sweeps: Optional[Mapping[str, str]], cart: Optional[str]) -> pd.DataFrame:
+    """`cart plan --json` with `source` (["--db", FILE], or nothing for cartd), as a frame."""
+    import json
+
+    args = [cart_program(cart, "plan"), "plan", "--json", *source, "--power", repr(power),
+            "--alpha", repr(alpha)]
+    for claim, effect in (smallest_effect or {}).items():
+        args += ["--smallest-effect", f"{claim}={effect!r}"]
+    if prior_sd is not None:
+        args += ["--prior-sd", repr(prior_sd)]
+    for part, sweep in (sweeps or {}).items():
+        if part not in REPORT_PARTS:
+            raise CartError("INVALID_ARGUMENT", f"plan(): unknown part '{part}' (parts: "
+                            f"{', '.join(REPORT_PARTS)})", "plan")
+        args += ["--" + part.replace("_", "-"), sweep]
+    columns = ["claim", "planned", "test", "design", "seeds_now", "seeds_needed", "runs",
+               "rtx3090_hours", "effect", "sd", "prior", "note"]
+    rows = []
+    for claim in json.loads(run_cart(args, env, "plan")):
+        for test in claim["tests"] or [{"test": "", "note": claim["note"]}]:
+            rows.append({"claim": claim["claim"], "planned": claim["planned"],
+                         **{k: test.get(k) for k in columns[2:]}})
+    return pd.DataFrame(rows, columns=columns)
 
 
 # The study's parts, as `cart report` names its --PART options.

@@ -234,6 +234,14 @@ class Database:
         return _client.run_report(["--db", self.path], {}, out, format, plots, val_set, title,
                                   sweeps, cart)
 
+    def plan(self, power: float = 0.8, alpha: float = 0.05,
+             smallest_effect: Optional[Mapping[str, float]] = None,
+             prior_sd: Optional[float] = None, sweeps: Optional[Mapping[str, str]] = None,
+             cart: Optional[str] = None) -> pd.DataFrame:
+        """`cart plan --db` over this file (as Client.plan)."""
+        return _client.run_plan(["--db", self.path], {}, power, alpha, smallest_effect, prior_sd,
+                                sweeps, cart)
+
     def attempts(self, runs: Any) -> pd.DataFrame:
         """One row per attempt of the runs, with what it ran on (as Client.attempts)."""
         env = self.schema_version >= 17

@@ -1,0 +1,62 @@
+#pragma once
+
+// `cart plan`: for each claim the report cannot tell, the seeds per side that would decide it
+// (docs/study.md "Planning seeds"): the effect to detect (the paper's, or the smallest of
+// interest the user states), the spread of the seeds measured so far (or a stated prior where a
+// side has fewer than two), the claim's strictest Holm level (α over its number of tests), and
+// the power asked for give the seeds a t test needs (stats::SeedsForPower); the runs that adds and
+// their RTX 3090 hours (model::EstimateRunCost of each side's config), claims ranked by hours per
+// decision. Pure: reads a built Report.
+
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "report/report.h"
+
+namespace cart::report {
+
+struct PlanOptions {
+  double power = 0.8;   // in (0, 1)
+  double alpha = 0.05;  // the claim's family-wise level, in (0, 1)
+  // Claim id -> the smallest effect worth detecting, in the test's units (percent for a
+  // log-scale test); overrides the paper's effect.
+  std::map<std::string, double> smallest_effect;
+  // The spread of one seed (of a pair's difference for a paired test), in the test's own scale
+  // (log values for a log-scale test), used where a side has fewer than two runs; NaN: none.
+  double prior_sd = std::numeric_limits<double>::quiet_NaN();
+};
+
+struct TestPlan {
+  std::string label;
+  std::string design;     // "paired t", "Welch t", "one-sample t"
+  int64_t seeds_now = 0;  // per side
+  int64_t seeds_needed = 0;
+  int64_t runs = 0;    // new runs: the seeds missing on every side
+  double hours = 0;    // their RTX 3090 hours
+  double effect = 0;   // the effect planned for, in the test's units
+  double sd = 0;       // the spread planned with, in the test's own scale
+  bool prior = false;  // the spread is the stated prior
+  std::string note;    // why it is not planned, when it is not
+};
+
+struct ClaimPlan {
+  std::string id;
+  std::string claim;
+  std::vector<TestPlan> tests;  // the tests that cannot tell
+  int64_t runs = 0;
+  double hours = 0;
+  bool planned = false;  // every test that cannot tell has a plan
+  std::string note;      // why not, when not
+};
+
+// The plans of the claims that cannot tell, cheapest decision first (the unplannable last, in
+// the report's order). InvalidArgument for a power or alpha outside (0, 1), a negative or NaN
+// prior, or a smallest effect for a claim the report does not have (the message names it and the
+// claims there are).
+absl::StatusOr<std::vector<ClaimPlan>> PlanSeeds(const Report& report, const PlanOptions& options);
+
+}  // namespace cart::report
