@@ -16,6 +16,7 @@
 
 #include "cli/client.h"
 #include "cli/commands.h"
+#include "cli/format.h"
 #include "cli/table.h"
 #include "common/status.h"
 #include "common/strings.h"
@@ -167,10 +168,36 @@ struct PlanArgs {
   report::PlanOptions plan;
 };
 
-absl::Status PrintPlan(report::StudySource& source, PlanArgs& a) {
+// Each planned claim's expected finish: its new runs queued now behind cartd's queue, placed on
+// the live fleet by cartd's own plan (ForecastRuns), each claim alone.
+void ForecastPlans(Client& client, std::vector<report::ClaimPlan>& plans) {
+  for (report::ClaimPlan& p : plans) {
+    if (!p.planned || p.runs == 0) continue;
+    cart::v1::ForecastRunsRequest req;
+    for (const report::TestPlan& t : p.tests) {
+      for (double hours : t.run_hours) {
+        if (hours > 0) req.add_runs()->set_rtx3090_hours(hours);
+      }
+    }
+    if (req.runs_size() == 0) continue;
+    const cart::v1::ForecastRunsResponse resp =
+        client.Call<cart::v1::ForecastRunsRequest, cart::v1::ForecastRunsResponse>(
+            &cart::v1::SchedulerService::Stub::ForecastRuns, req);
+    int64_t last = 0;
+    bool all = true;
+    for (int64_t at : resp.expected_finish_us()) {
+      all = all && at > 0;
+      last = std::max(last, at);
+    }
+    p.expected_finish_us = all ? last : 0;
+  }
+}
+
+absl::Status PrintPlan(report::StudySource& source, PlanArgs& a, Client* client) {
   a.options.plots = false;
   CART_ASSIGN_OR_RETURN(report::Report built, report::BuildReport(source, a.options));
   CART_ASSIGN_OR_RETURN(std::vector<report::ClaimPlan> plans, report::PlanSeeds(built, a.plan));
+  if (client != nullptr) ForecastPlans(*client, plans);
   if (a.conn.json) {
     nlohmann::json out = nlohmann::json::array();
     for (const report::ClaimPlan& p : plans) {
@@ -191,6 +218,7 @@ absl::Status PrintPlan(report::StudySource& source, PlanArgs& a) {
                      {"planned", p.planned},
                      {"runs", p.runs},
                      {"rtx3090_hours", p.hours},
+                     {"expected_finish_us", p.expected_finish_us},
                      {"note", p.note},
                      {"tests", tests}});
     }
@@ -218,7 +246,11 @@ absl::Status PrintPlan(report::StudySource& source, PlanArgs& a) {
   t.Print(std::cout);
   for (const report::ClaimPlan& p : plans) {
     if (p.planned) {
-      std::cout << fmt::format("{}: {} new runs, {:.1f} RTX 3090 hours\n", p.id, p.runs, p.hours);
+      std::cout << fmt::format("{}: {} new runs, {:.1f} RTX 3090 hours{}\n", p.id, p.runs, p.hours,
+                               client == nullptr ? std::string()
+                               : p.expected_finish_us > 0
+                                   ? ", done " + ExpectedAt(p.expected_finish_us) + " if queued now"
+                                   : ", no finish estimate (no live worker fits)");
     }
   }
   for (const report::ClaimPlan& p : plans) {
@@ -243,10 +275,11 @@ void RunPlan(PlanArgs& a) {
   if (!a.db.empty()) {
     std::unique_ptr<store::RunStore> opened = OpenDatabaseFile(a.db, "--db");
     std::unique_ptr<report::StudySource> source = report::StoreSource(*opened);
-    status = PrintPlan(*source, a);
+    status = PrintPlan(*source, a, nullptr);
   } else {
+    Client client = Client::Connect(a.conn);
     ServiceStudySource source(Client::Connect(a.conn));
-    status = PrintPlan(source, a);
+    status = PrintPlan(source, a, &client);
   }
   if (!status.ok()) ExitWith(status);
 }

@@ -85,8 +85,10 @@ TestPlan PlanTest(const TestNumbers& t, double target, const PlanOptions& option
   plan.seeds_needed = std::max<int64_t>(2, static_cast<int64_t>(std::ceil(n - 1e-9)));
   const int64_t extra = std::max<int64_t>(0, plan.seeds_needed - plan.seeds_now);
   for (const auto& arm : t.arms) {
+    const double each = HoursPerRun(arm);
     plan.runs += extra;
-    plan.hours += static_cast<double>(extra) * HoursPerRun(arm);
+    plan.hours += static_cast<double>(extra) * each;
+    plan.run_hours.insert(plan.run_hours.end(), extra, each);
   }
   return plan;
 }

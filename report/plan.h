@@ -35,12 +35,13 @@ struct TestPlan {
   std::string design;     // "paired t", "Welch t", "one-sample t"
   int64_t seeds_now = 0;  // per side
   int64_t seeds_needed = 0;
-  int64_t runs = 0;    // new runs: the seeds missing on every side
-  double hours = 0;    // their RTX 3090 hours
-  double effect = 0;   // the effect planned for, in the test's units
-  double sd = 0;       // the spread planned with, in the test's own scale
-  bool prior = false;  // the spread is the stated prior
-  std::string note;    // why it is not planned, when it is not
+  int64_t runs = 0;               // new runs: the seeds missing on every side
+  double hours = 0;               // their RTX 3090 hours
+  std::vector<double> run_hours;  // each new run's RTX 3090 hours (ForecastRuns prices them)
+  double effect = 0;              // the effect planned for, in the test's units
+  double sd = 0;                  // the spread planned with, in the test's own scale
+  bool prior = false;             // the spread is the stated prior
+  std::string note;               // why it is not planned, when it is not
 };
 
 struct ClaimPlan {
@@ -51,6 +52,9 @@ struct ClaimPlan {
   double hours = 0;
   bool planned = false;  // every test that cannot tell has a plan
   std::string note;      // why not, when not
+  // When its new runs would all have finished if queued now (Unix µs; cartd's placement plan over
+  // the live fleet, filled in by `cart plan`); 0: unknown (no cartd, or no live worker fits).
+  int64_t expected_finish_us = 0;
 };
 
 // The plans of the claims that cannot tell, cheapest decision first (the unplannable last, in

@@ -429,6 +429,11 @@ class Scheduler {
   // after a claim, submit, outcome or registration, and at least every 10 s of clock time;
   // between those the last one is returned (it plans the whole queue).
   absl::StatusOr<std::shared_ptr<const Forecast>> ExpectedFinish();
+  // When runs not yet submitted (each its RTX 3090 hours, least memory and priority in a
+  // PlaceableRun; ids ignored) would finish if queued now behind the current queue: the same plan
+  // as ExpectedFinish over the live fleet, these added. Unix µs per run, 0 where the plan gives
+  // none (it fits no live worker, or no worker is live). `cart plan` prices its seeds with it.
+  absl::StatusOr<std::vector<int64_t>> ForecastRuns(std::vector<store::PlaceableRun> extra);
   // Runs matching `filter`, by id: at most `limit` (0: all) after skipping `offset`. `total`
   // (when given) receives how many match. InvalidArgument for a negative limit or offset.
   absl::StatusOr<std::vector<RunInfo>> ListRuns(const store::RunFilter& filter, int64_t limit,

@@ -74,6 +74,45 @@ absl::StatusOr<std::shared_ptr<const Forecast>> Scheduler::ExpectedFinish() {
   return shared;
 }
 
+absl::StatusOr<std::vector<int64_t>> Scheduler::ForecastRuns(
+    std::vector<store::PlaceableRun> extra) {
+  const int64_t now_us = NowMicros();
+  std::vector<int64_t> out(extra.size(), 0);
+  const std::optional<int64_t> largest = MaxWorkerMemory();
+  if (!largest || extra.empty()) return out;
+  CART_ASSIGN_OR_RETURN(std::vector<store::PlaceableRun> queued,
+                        store_->ListQueuedWork(kMostWeighed, *largest));
+  // The new runs take ids no stored run has (stored ids are positive), as if submitted now.
+  for (size_t i = 0; i < extra.size(); ++i) {
+    store::PlaceableRun r = extra[i];
+    r.id = -static_cast<int64_t>(i) - 1;
+    r.created_us = now_us;
+    r.steps = 0;
+    r.done_steps = 0;
+    queued.push_back(std::move(r));
+  }
+  std::map<std::string, double> usage;
+  if (options_.fair_share_half_life > absl::ZeroDuration()) {
+    CART_ASSIGN_OR_RETURN(usage, Usage(now_us));
+    for (const store::PlaceableRun& r : queued) usage.try_emplace(r.owner, 0.0);
+  }
+  CART_ASSIGN_OR_RETURN(store::SeedGroupClasses groups, SeedGroups(queued));
+  std::vector<PlacementWorker> fleet;
+  {
+    absl::MutexLock lock(&mu_);
+    fleet = workers_.Fleet(now_us, "", BusyHoursLocked(now_us));
+  }
+  for (const PlannedRun& p : PlanQueue(std::move(fleet), std::move(queued), usage, groups)) {
+    if (p.run_id >= 0) continue;
+    constexpr double kMostHours = 24.0 * 365 * 100;
+    if (p.finish_in_hours >= 0 && p.finish_in_hours <= kMostHours) {
+      out[static_cast<size_t>(-p.run_id - 1)] =
+          now_us + static_cast<int64_t>(p.finish_in_hours * 3.6e9);
+    }
+  }
+  return out;
+}
+
 absl::StatusOr<std::string> Scheduler::WaitingReason(const RunRecord& run) {
   return Explain(run, MaxWorkerMemory());
 }

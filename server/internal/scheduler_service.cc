@@ -326,6 +326,35 @@ grpc::Status SchedulerServiceImpl::ResumeRun(grpc::ServerContext* context,
   return RunView(run->id, response);
 }
 
+grpc::Status SchedulerServiceImpl::ForecastRuns(grpc::ServerContext* context,
+                                                const v1::ForecastRunsRequest* request,
+                                                v1::ForecastRunsResponse* response) {
+  CART_CALLER(who, "ForecastRuns");
+  if (request->runs_size() > 10'000) {
+    return ToGrpc(absl::InvalidArgumentError(
+        StrCat("ForecastRuns: ", request->runs_size(), " runs; at most 10000")));
+  }
+  std::vector<store::PlaceableRun> runs;
+  for (int i = 0; i < request->runs_size(); ++i) {
+    const v1::ForecastRun& r = request->runs(i);
+    if (!(r.rtx3090_hours() > 0 && r.rtx3090_hours() < 1e9) || r.memory_bytes() < 0) {
+      return ToGrpc(absl::InvalidArgumentError(StrCat(
+          "ForecastRuns: run ", i, " has rtx3090_hours ", r.rtx3090_hours(), " and memory_bytes ",
+          r.memory_bytes(), "; the hours must be in (0, 1e9) and the memory not negative")));
+    }
+    store::PlaceableRun p;
+    p.work_hours = r.rtx3090_hours();
+    p.min_memory_bytes = r.memory_bytes();
+    p.priority = r.priority();
+    p.owner = who;
+    runs.push_back(std::move(p));
+  }
+  absl::StatusOr<std::vector<int64_t>> finish = ctx_.scheduler->ForecastRuns(std::move(runs));
+  if (!finish.ok()) return ToGrpc(finish.status());
+  for (int64_t at : *finish) response->add_expected_finish_us(at);
+  return grpc::Status::OK;
+}
+
 grpc::Status SchedulerServiceImpl::SetRunDeviceClass(grpc::ServerContext* context,
                                                      const v1::SetRunDeviceClassRequest* request,
                                                      v1::RunResponse* response) {

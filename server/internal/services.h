@@ -75,6 +75,8 @@ class SchedulerServiceImpl final : public v1::SchedulerService::Service {
                          v1::RunResponse* response) override;
   grpc::Status ExtendRun(grpc::ServerContext* context, const v1::ExtendRunRequest* request,
                          v1::RunResponse* response) override;
+  grpc::Status ForecastRuns(grpc::ServerContext* context, const v1::ForecastRunsRequest* request,
+                            v1::ForecastRunsResponse* response) override;
   grpc::Status SetRunDeviceClass(grpc::ServerContext* context,
                                  const v1::SetRunDeviceClassRequest* request,
                                  v1::RunResponse* response) override;

@@ -250,6 +250,31 @@ TEST_F(GrpcTest, ListRunsShowsAFinishedRunsLastStepAndLatestValuesAfterARestart)
   EXPECT_EQ(run.worker_id(), "w1");
 }
 
+// ForecastRuns over gRPC: one finish per run asked for, and a run without work refused naming it.
+TEST_F(GrpcTest, ForecastRunsAnswersPerRunAndRefusesARunWithoutWork) {
+  auto worker = MakeWorker("w1");
+  ASSERT_TRUE(worker->Register().ok());
+  v1::ForecastRunsRequest request;
+  request.add_runs()->set_rtx3090_hours(0.5);
+  request.add_runs()->set_rtx3090_hours(0.25);
+  {
+    grpc::ClientContext context;
+    Prepare(context, "");
+    v1::ForecastRunsResponse response;
+    ASSERT_TRUE(scheduler_->ForecastRuns(&context, request, &response).ok());
+    ASSERT_EQ(response.expected_finish_us_size(), 2);
+    EXPECT_GT(response.expected_finish_us(0), 0);
+    EXPECT_GT(response.expected_finish_us(1), 0);
+  }
+  request.add_runs()->set_rtx3090_hours(0);
+  grpc::ClientContext context;
+  Prepare(context, "");
+  v1::ForecastRunsResponse response;
+  const grpc::Status refused = scheduler_->ForecastRuns(&context, request, &response);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(refused.error_message(), ::testing::HasSubstr("run 2 has rtx3090_hours 0"));
+}
+
 TEST_F(GrpcTest, ListRunsAndGetSweepPageABigSweep) {
   Submit("name: p\nbase: {d: 64, vocab: 100, P: 1, R: 2, steps: 10}\nseeds: [1, 2, 3, 4, 5]\n");
   grpc::ClientContext context;

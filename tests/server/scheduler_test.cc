@@ -726,6 +726,35 @@ grid: {steps: [1000, 500]}
   EXPECT_EQ(details.info.expected_finish_us, 0);
 }
 
+// Runs not yet submitted, forecast behind the queue (what `cart plan` prices its seeds with): the
+// plan puts them after the queued runs longer than them, on the live worker at its speed, and
+// adds nothing to the store; with no live worker there is no forecast.
+TEST_F(SchedulerTest, ForecastRunsPlacesRunsNotYetSubmittedBehindTheQueue) {
+  CART_ASSERT_OK_AND_ASSIGN(std::vector<int64_t> none,
+                            scheduler_->ForecastRuns({store::PlaceableRun{}}));
+  EXPECT_EQ(none, std::vector<int64_t>{0});
+  RegisterAtSpeed("w", 0.5);
+  SubmitResult sweep = Submit(R"(name: queued
+base: {d: 64, vocab: 100, P: 1, R: 2, seq_len: 64, batch: 2, steps: 1000}
+)");
+  ASSERT_EQ(sweep.runs.size(), 1u);
+  const double queued_h = sweep.runs[0].work_hours / 0.5;
+  ASSERT_GT(queued_h, 0);
+  const int64_t t0 = absl::ToUnixMicros(clock_.Now());
+  // One run far longer than the queued one (planned first) and one far shorter (after it).
+  store::PlaceableRun longer, shorter;
+  longer.work_hours = 100 * sweep.runs[0].work_hours;
+  shorter.work_hours = sweep.runs[0].work_hours / 100;
+  CART_ASSERT_OK_AND_ASSIGN(std::vector<int64_t> at, scheduler_->ForecastRuns({longer, shorter}));
+  ASSERT_EQ(at.size(), 2u);
+  const double longer_h = longer.work_hours / 0.5, shorter_h = shorter.work_hours / 0.5;
+  EXPECT_NEAR(at[0], t0 + longer_h * 3.6e9, 2);
+  EXPECT_NEAR(at[1], t0 + (longer_h + queued_h + shorter_h) * 3.6e9, 2);
+  CART_ASSERT_OK_AND_ASSIGN(std::shared_ptr<const Forecast> f, scheduler_->ExpectedFinish());
+  EXPECT_NEAR(f->run_finish_us.at(sweep.runs[0].id), t0 + queued_h * 3.6e9, 2)
+      << "the forecast changed the queue's own plan";
+}
+
 // ---- Preemption at a checkpoint
 
 class PreemptionTest : public SchedulerTest {
