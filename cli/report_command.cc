@@ -174,9 +174,12 @@ void ForecastPlans(Client& client, std::vector<report::ClaimPlan>& plans) {
   for (report::ClaimPlan& p : plans) {
     if (!p.planned || p.runs == 0) continue;
     cart::v1::ForecastRunsRequest req;
-    for (const report::TestPlan& t : p.tests) {
-      for (double hours : t.run_hours) {
-        if (hours > 0) req.add_runs()->set_rtx3090_hours(hours);
+    for (const report::SideSeeds& side : p.sides) {
+      if (side.hours_each <= 0) continue;
+      for (int64_t i = 0; i < side.runs; ++i) {
+        cart::v1::ForecastRun* run = req.add_runs();
+        run->set_rtx3090_hours(side.hours_each);
+        run->set_memory_bytes(side.memory_bytes_each);
       }
     }
     if (req.runs_size() == 0) continue;

@@ -749,7 +749,9 @@ class Decider {
                            : "a constant side: no rank correlation";
         }
         std::map<double, std::vector<const StudyRun*>> by_x;
-        for (size_t i = 0; i < x.size(); ++i) by_x[x[i]].push_back(a.runs[i]);
+        for (size_t i = 0; i < x.size(); ++i) {
+          if (!std::isnan(x[i])) by_x[x[i]].push_back(a.runs[i]);  // NaN: no such key
+        }
         std::vector<std::pair<std::string, std::vector<const StudyRun*>>> groups;
         for (const auto& [value, runs] : by_x) {
           groups.emplace_back(fmt::format("{} = {:g}", t.against, value), runs);

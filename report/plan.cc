@@ -13,14 +13,20 @@
 namespace cart::report {
 namespace {
 
-// A side's RTX 3090 hours per run: its config rebuilt from its keys (docs/model.md §9), costed as
-// `cart sweep submit --dry-run` costs it. 0 when its keys do not make a config.
-double HoursPerRun(const std::map<std::string, std::string>& keys) {
+// A side's config rebuilt from its keys (docs/model.md §9), costed as `cart sweep submit
+// --dry-run` costs it: RTX 3090 hours and the least memory per run; zeros when its keys do not
+// make a config.
+SideSeeds Side(const std::map<std::string, std::string>& keys, int64_t runs) {
+  SideSeeds side;
+  side.config = keys;
+  side.runs = runs;
   model::RunConfig config;
   for (const auto& [key, value] : keys) {
-    if (!model::SetKey(config, key, value).ok()) return 0;
+    if (!model::SetKey(config, key, value).ok()) return side;
   }
-  return model::EstimateRunCost(config, /*eval=*/false, {}).rtx3090_hours;
+  side.hours_each = model::EstimateRunCost(config, /*eval=*/false, {}).rtx3090_hours;
+  side.memory_bytes_each = model::MinTrainingBytes(config);
+  return side;
 }
 
 TestPlan PlanTest(const TestNumbers& t, double target, const PlanOptions& options, int tests) {
@@ -83,12 +89,13 @@ TestPlan PlanTest(const TestNumbers& t, double target, const PlanOptions& option
     return plan;
   }
   plan.seeds_needed = std::max<int64_t>(2, static_cast<int64_t>(std::ceil(n - 1e-9)));
-  const int64_t extra = std::max<int64_t>(0, plan.seeds_needed - plan.seeds_now);
-  for (const auto& arm : t.arms) {
-    const double each = HoursPerRun(arm);
-    plan.runs += extra;
-    plan.hours += static_cast<double>(extra) * each;
-    plan.run_hours.insert(plan.run_hours.end(), extra, each);
+  // Each side lacks what it has not: the second side of two arms has n2 runs, not n.
+  for (size_t i = 0; i < t.arms.size(); ++i) {
+    const int64_t now = two_arms && i == 1 ? t.n2 : t.n;
+    SideSeeds side = Side(t.arms[i], std::max<int64_t>(0, plan.seeds_needed - now));
+    plan.runs += side.runs;
+    plan.hours += static_cast<double>(side.runs) * side.hours_each;
+    plan.sides.push_back(std::move(side));
   }
   return plan;
 }
@@ -140,9 +147,22 @@ absl::StatusOr<std::vector<ClaimPlan>> PlanSeeds(const Report& report, const Pla
         plan.planned = false;
         if (plan.note.empty()) plan.note = StrCat(test.label, ": ", test.note);
       }
-      plan.runs += test.runs;
-      plan.hours += test.hours;
+      // A side shared by several tests (one baseline against several changes) is counted once,
+      // at the most seeds any of them needs.
+      for (const SideSeeds& side : test.sides) {
+        auto same = std::find_if(plan.sides.begin(), plan.sides.end(),
+                                 [&](const SideSeeds& s) { return s.config == side.config; });
+        if (same == plan.sides.end()) {
+          plan.sides.push_back(side);
+        } else {
+          same->runs = std::max(same->runs, side.runs);
+        }
+      }
       plan.tests.push_back(std::move(test));
+    }
+    for (const SideSeeds& side : plan.sides) {
+      plan.runs += side.runs;
+      plan.hours += static_cast<double>(side.runs) * side.hours_each;
     }
     if (plan.tests.empty()) {
       plan.planned = false;

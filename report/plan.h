@@ -30,24 +30,35 @@ struct PlanOptions {
   double prior_sd = std::numeric_limits<double>::quiet_NaN();
 };
 
+// New runs of one config (one side of a test): how many, and what each costs.
+struct SideSeeds {
+  std::map<std::string, std::string> config;  // the side's keys, seed removed
+  int64_t runs = 0;
+  double hours_each = 0;          // RTX 3090 hours (model::EstimateRunCost)
+  int64_t memory_bytes_each = 0;  // the least device memory it trains in (model::MinTrainingBytes)
+};
+
 struct TestPlan {
+  std::vector<SideSeeds> sides;  // each side's new runs
   std::string label;
   std::string design;     // "paired t", "Welch t", "one-sample t"
   int64_t seeds_now = 0;  // per side
   int64_t seeds_needed = 0;
-  int64_t runs = 0;               // new runs: the seeds missing on every side
-  double hours = 0;               // their RTX 3090 hours
-  std::vector<double> run_hours;  // each new run's RTX 3090 hours (ForecastRuns prices them)
-  double effect = 0;              // the effect planned for, in the test's units
-  double sd = 0;                  // the spread planned with, in the test's own scale
-  bool prior = false;             // the spread is the stated prior
-  std::string note;               // why it is not planned, when it is not
+  int64_t runs = 0;    // new runs: the seeds each side lacks
+  double hours = 0;    // their RTX 3090 hours
+  double effect = 0;   // the effect planned for, in the test's units
+  double sd = 0;       // the spread planned with, in the test's own scale
+  bool prior = false;  // the spread is the stated prior
+  std::string note;    // why it is not planned, when it is not
 };
 
 struct ClaimPlan {
   std::string id;
   std::string claim;
   std::vector<TestPlan> tests;  // the tests that cannot tell
+  // Its new runs per config: a side shared by several of its tests counted once, at the most
+  // seeds any of them needs.
+  std::vector<SideSeeds> sides;
   int64_t runs = 0;
   double hours = 0;
   bool planned = false;  // every test that cannot tell has a plan

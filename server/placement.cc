@@ -93,7 +93,10 @@ class ClassRule {
   }
   // `run` is planned onto a worker of `device_class`.
   void Planned(const store::PlaceableRun& run, const std::string& device_class) {
-    if (!run.seed_group.empty()) ++counts_[{run.sweep_id, run.seed_group}][device_class];
+    // A pinned run is already counted on its class by the store (ListSeedGroupClasses).
+    if (!run.seed_group.empty() && run.device_class_pin.empty()) {
+      ++counts_[{run.sweep_id, run.seed_group}][device_class];
+    }
   }
   // Why the asker may not take `run` (its class is not allowed); empty when it may.
   static std::string Refusal(const std::optional<std::set<std::string>>& allowed,

@@ -301,6 +301,48 @@ TEST_F(ClaimsTest, CartPlanPrintsThePlanOfADatabaseFile) {
   EXPECT_THAT(bad.output, HasSubstr("power 1.5 is outside (0, 1)"));
 }
 
+// The planner's counts on a hand-made report: two arms of 3 and 6 runs each lack their own
+// seeds, and a side shared by two tests of one claim is counted once, at the most either needs.
+TEST(PlanTest, EachSideLacksItsOwnSeedsAndASharedSideCountsOnce) {
+  auto test = [](const std::string& label, const std::string& change, int64_t n, int64_t n2) {
+    TestNumbers t;
+    t.label = label;
+    t.kind = "compare";
+    t.verdict = "cannot tell";
+    t.paired = false;
+    t.se = 0.5;
+    t.published = 1.0;
+    t.n = n;
+    t.n2 = n2;
+    t.arms = {{{"d", "256"}, {"steps", "1000"}, {"R", change}},
+              {{"d", "256"}, {"steps", "1000"}, {"R", "4"}}};
+    return t;
+  };
+  Report report;
+  ClaimLine line;
+  line.id = "mine";
+  line.verdict = "cannot tell";
+  line.numbers = {test("R = 2", "2", 3, 6)};
+  report.claims = {line};
+  CART_ASSERT_OK_AND_ASSIGN(std::vector<ClaimPlan> plans, PlanSeeds(report, PlanOptions{}));
+  ASSERT_EQ(plans.size(), 1u);
+  ASSERT_TRUE(plans[0].planned) << plans[0].note;
+  const int64_t needed = plans[0].tests[0].seeds_needed;
+  ASSERT_GT(needed, 6);
+  EXPECT_EQ(plans[0].runs, (needed - 3) + (needed - 6));
+  EXPECT_EQ(plans[0].tests[0].runs, (needed - 3) + (needed - 6));
+
+  // Two changes against one baseline (R = 4): the baseline's seeds once.
+  report.claims[0].numbers = {test("R = 2", "2", 3, 3), test("R = 6", "6", 3, 3)};
+  CART_ASSERT_OK_AND_ASSIGN(plans, PlanSeeds(report, PlanOptions{}));
+  ASSERT_EQ(plans.size(), 1u);
+  ASSERT_EQ(plans[0].tests.size(), 2u);
+  const int64_t each = plans[0].tests[0].seeds_needed - 3;
+  EXPECT_EQ(plans[0].sides.size(), 3u);
+  EXPECT_EQ(plans[0].runs, 3 * each);
+  EXPECT_GT(plans[0].sides[0].memory_bytes_each, 0);
+}
+
 TEST_F(ClaimsTest, TheHtmlReportMarksEachVerdict) {
   Build(/*html=*/true);
   const std::string html = ReadFile(dir_.File("report/report.html"));

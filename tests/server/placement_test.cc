@@ -214,5 +214,28 @@ TEST(DeviceClassPlacementTest, ABalancedSweepSpreadsEachConfigsSeedsOverTheClass
   EXPECT_EQ(PlaceEarliestFinish(b1, {a1}, {queued[0]}, {}, counts).run_id, 1);
 }
 
+// A queued run of a balanced group that its checkpoint pins is counted on its class once (the
+// store counts it): the group's fresh seeds then split evenly, not all to the faster class.
+TEST(DeviceClassPlacementTest, APinnedRunOfABalancedGroupCountsOnce) {
+  PlacementWorker a1 = Worker("a1", 0.25), a2 = Worker("a2", 0.25), b1 = Worker("b1", 1);
+  a1.device = a2.device = "NVIDIA GeForce RTX 3050";
+  b1.device = "NVIDIA GeForce RTX 3090";
+  store::PlaceableRun pinned = Queued(1, 4, /*priority=*/5);
+  pinned.device_class_pin = a1.device;
+  std::vector<store::PlaceableRun> queued = {pinned, Queued(2, 4), Queued(4, 4)};
+  for (store::PlaceableRun& r : queued) {
+    r.sweep_id = 3;
+    r.seed_group = "g";
+  }
+  // The store's counts: run 1 (queued, pinned) on the 3050, run 3 (running) on the 3090.
+  const store::SeedGroupClasses counts = {{{3, "g"}, {{a1.device, 1}, {b1.device, 1}}}};
+  int fresh_on_3050 = 0;
+  for (const PlannedRun& p : PlanQueue({a1, a2, b1}, queued, {}, counts)) {
+    if (p.run_id == 1) EXPECT_NE(p.worker_id, "b1");
+    if (p.run_id != 1 && p.worker_id != "b1") ++fresh_on_3050;
+  }
+  EXPECT_EQ(fresh_on_3050, 1) << "the group ended unbalanced: the pinned run was counted twice";
+}
+
 }  // namespace
 }  // namespace cart::server
