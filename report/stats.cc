@@ -1,6 +1,8 @@
 #include "report/stats.h"
 
 #include <algorithm>
+#include <boost/math/distributions/binomial.hpp>
+#include <boost/math/distributions/chi_squared.hpp>
 #include <boost/math/distributions/non_central_t.hpp>
 #include <cmath>
 #include <limits>
@@ -174,6 +176,21 @@ double DetectableEffect(double se, double df, double alpha, double power) {
     (Power(mid, df, alpha) < power ? lo : hi) = mid;
   }
   return se * (lo + hi) / 2;
+}
+
+double McNemar(int64_t b, int64_t c, bool exact) {
+  if (b < 0 || c < 0) return kNaN;
+  const int64_t n = b + c;
+  if (n == 0) return 1;
+  if (exact) {
+    const boost::math::binomial_distribution<double, cart::stats::MathPolicy> dist(
+        static_cast<double>(n), 0.5);
+    return std::min(1.0, 2 * boost::math::cdf(dist, static_cast<double>(std::min(b, c))));
+  }
+  const double d = std::abs(static_cast<double>(b - c)) - 1;
+  const double statistic = d * d / static_cast<double>(n);
+  const boost::math::chi_squared_distribution<double, cart::stats::MathPolicy> chi2(1);
+  return boost::math::cdf(boost::math::complement(chi2, statistic));
 }
 
 double PowerForSeeds(double d, double n, Design design, double alpha) {

@@ -75,6 +75,14 @@ double Power(double nc, double df, double alpha = 0.05);
 // se or df is NaN or se is 0.
 double DetectableEffect(double se, double df, double alpha = 0.05, double power = 0.8);
 
+// McNemar's test of two paired binary outcomes on the same items (one checkpoint scored at two
+// loop counts, or two arms scored on one task's items): `b` items right only under the first,
+// `c` right only under the second. Exact: the two-sided binomial p of min(b, c) of b + c at 1/2
+// (statsmodels' mcnemar(exact=True)); else the chi-square on one degree of freedom of
+// (|b − c| − 1)² / (b + c) (its continuity-corrected form). 1 when b + c is 0; NaN for a
+// negative count.
+double McNemar(int64_t b, int64_t c, bool exact = true);
+
 // How a test pairs its runs (the planner's design of new seeds): one sample, or pairs matched by
 // seed (n observations: their differences), or two independent arms of n runs each (Welch).
 enum class Design { kOneSample, kTwoArms };

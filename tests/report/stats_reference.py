@@ -62,6 +62,10 @@ DETECTABLE = [(1.0, 2), (0.37, 4), (2.5, 9.6), (0.05, 29)]
 SEEDS_FOR_POWER = [(0.5, "one_sample", 0.05, 0.8), (1.2, "one_sample", 0.05, 0.8),
                    (2.0, "one_sample", 0.0125, 0.9), (0.8, "two_arms", 0.05, 0.8),
                    (1.5, "two_arms", 0.01, 0.8), (3.0, "two_arms", 0.05, 0.95)]
+# (b, c, exact): McNemar's test of b items right only under the first and c only under the
+# second, as statsmodels computes it.
+MCNEMAR = [(3, 9, True), (3, 9, False), (0, 5, True), (12, 12, True), (40, 61, True),
+           (40, 61, False), (1, 0, True), (150, 190, False)]
 # (information fractions, spending, alpha): two-sided Lan–DeMets boundaries.
 SEQUENTIAL = [([0.5, 1.0], "obrien_fleming", 0.05), ([1 / 3, 2 / 3, 1.0], "obrien_fleming", 0.05),
               ([0.2, 0.4, 0.6, 0.8, 1.0], "obrien_fleming", 0.05),
@@ -106,6 +110,13 @@ def seeds_for_power(d, design, alpha, power):
     if design == "one_sample":
         return float(TTestPower().solve_power(effect_size=d, nobs=None, alpha=alpha, power=power))
     return float(TTestIndPower().solve_power(effect_size=d, nobs1=None, alpha=alpha, power=power))
+
+
+def mcnemar(b, c, exact):
+    from statsmodels.stats.contingency_tables import mcnemar as test
+
+    # The table's diagonal does not enter the test; 10 and 20 stand for it.
+    return float(test([[10, b], [c, 20]], exact=exact, correction=True).pvalue)
 
 
 def spent(spending, alpha, t):
@@ -170,6 +181,8 @@ def compute():
         "seeds_for_power": [{"d": d, "design": design, "alpha": alpha, "power": power,
                              "n": seeds_for_power(d, design, alpha, power)}
                             for d, design, alpha, power in SEEDS_FOR_POWER],
+        "mcnemar": [{"b": b, "c": c, "exact": exact, "p": mcnemar(b, c, exact)}
+                    for b, c, exact in MCNEMAR],
         "sequential": [{"fractions": f, "spending": sp, "alpha": a,
                         "boundaries": sequential(f, sp, a)} for f, sp, a in SEQUENTIAL],
         "crossing": [dict(fractions=f, spending=sp, alpha=a, drift=drift,

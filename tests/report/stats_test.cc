@@ -175,6 +175,15 @@ TEST(StatsTest, SeedsForPowerMatchStatsmodels) {
   EXPECT_TRUE(std::isnan(SeedsForPower(0.5, Design::kTwoArms, 0.0, 0.8)));
 }
 
+// McNemar's test against statsmodels' (exact binomial, and the corrected chi-square), to 1e-9.
+TEST(StatsTest, McNemarMatchesStatsmodels) {
+  for (const json& c : Reference()["mcnemar"]) {
+    ExpectClose(c["p"], McNemar(c["b"], c["c"], c["exact"]), c.dump());
+  }
+  EXPECT_EQ(McNemar(0, 0), 1.0);
+  EXPECT_TRUE(std::isnan(McNemar(-1, 3)));
+}
+
 // Lan–DeMets boundaries from the recursive integration against SciPy's multivariate normal
 // searched look by look (an independent method), to 2e-4 on Z; the first boundary is exact.
 TEST(SequentialTest, BoundariesMatchAMultivariateNormalSearch) {
