@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <iostream>
 #include <limits>
@@ -232,12 +233,15 @@ absl::Status PrintPlan(report::StudySource& source, PlanArgs& a, Client* client)
     std::cout << "every claim is decided: nothing to plan\n";
     return absl::OkStatus();
   }
-  std::cout << fmt::format(
-      "seeds per side to decide each claim that cannot tell at power {:.2f} (alpha {:.2f} over "
-      "its tests, Holm's strictest step), cheapest first:\n",
-      a.plan.power, a.plan.alpha);
+  const bool any =
+      std::any_of(plans.begin(), plans.end(), [](const report::ClaimPlan& p) { return p.planned; });
+  std::cout << (any ? fmt::format("seeds per side to decide each claim that cannot tell at power "
+                                  "{:.2f} (alpha {:.2f} over its tests, Holm's strictest step), "
+                                  "cheapest first:\n",
+                                  a.plan.power, a.plan.alpha)
+                    : std::string("no claim that cannot tell can be planned yet:\n"));
   Table t;
-  t.Header({"claim", "test", "design", "seeds", "needed", "new runs", "3090 h"});
+  if (any) t.Header({"claim", "test", "design", "seeds", "needed", "new runs", "3090 h"});
   for (const report::ClaimPlan& p : plans) {
     if (!p.planned) continue;
     for (const report::TestPlan& test : p.tests) {
@@ -246,7 +250,7 @@ absl::Status PrintPlan(report::StudySource& source, PlanArgs& a, Client* client)
              fmt::format("{:.1f}", test.hours)});
     }
   }
-  t.Print(std::cout);
+  if (any) t.Print(std::cout);
   for (const report::ClaimPlan& p : plans) {
     if (p.planned) {
       std::cout << fmt::format("{}: {} new runs, {:.1f} RTX 3090 hours{}\n", p.id, p.runs, p.hours,
