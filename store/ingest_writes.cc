@@ -56,6 +56,10 @@ constexpr char kUpsertCheckpoint[] =
     "INSERT INTO checkpoints(run_id, step, attempt, sha256, created_us) VALUES(?, ?, ?, ?, ?) "
     "ON CONFLICT(run_id, step) DO UPDATE SET attempt = excluded.attempt, "
     "sha256 = excluded.sha256, created_us = excluded.created_us";
+// The attempt's work is kept by the run from now on, whatever retention later deletes
+// (RunRecord::device_classes).
+constexpr char kMarkAttemptKept[] =
+    "UPDATE attempts SET kept_work = 1 WHERE run_id = ? AND attempt = ? AND kept_work = 0";
 
 // Id of a metric name, inserting it when new. Ids enter the writer's cache only once committed.
 absl::StatusOr<int64_t> MetricId(WriteContext& ctx, const std::string& name) {
@@ -195,6 +199,7 @@ absl::StatusOr<CheckpointRecord> RunStore::RecordCheckpoint(
     }
     CART_RETURN_IF_ERROR(
         Exec(db, kUpsertCheckpoint, run_id, checkpoint.step, attempt, checkpoint.sha256, now_us));
+    CART_RETURN_IF_ERROR(Exec(db, kMarkAttemptKept, run_id, attempt));
     const std::string step_text = StrCat(checkpoint.step);
     CART_RETURN_IF_ERROR(UnblockChildren(
         db, run_id, [&](const std::string& selector) { return selector == step_text; },

@@ -270,8 +270,9 @@ struct RunRecord {
   std::vector<Tag> tags;  // by name
   Note note;
   // Device classes (docs/architecture.md "Device classes"): the device labels its workers
-  // registered as, of the attempts whose work the run kept (that wrote a checkpoint, succeeded,
-  // or hold it now), first first. More than one: the run spans classes, flagged wherever it shows.
+  // registered as, of the attempts whose work the run kept (that recorded a checkpoint, even one
+  // retention later deleted; succeeded; or hold it now), first first. More than one: the run
+  // spans classes, flagged wherever it shows.
   std::vector<std::string> device_classes;
   // The class of the attempt that wrote its latest checkpoint; empty: no checkpoint yet.
   std::string checkpoint_class;

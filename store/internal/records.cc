@@ -20,8 +20,8 @@ namespace {
   "WHERE t.run_id = r.id), r.diverged_step, r.diverged_loss, r.micro_batch_cap, "              \
   "(SELECT group_concat(dc, char(10)) FROM (SELECT ka.device_class AS dc FROM attempts AS ka " \
   "WHERE ka.run_id = r.id AND ka.device_class IS NOT NULL AND (ka.outcome = 'SUCCEEDED' OR "   \
-  "(ka.outcome IS NULL AND ka.started_us IS NOT NULL) OR EXISTS (SELECT 1 FROM checkpoints "   \
-  "AS kc WHERE kc.run_id = r.id AND kc.attempt = ka.attempt)) GROUP BY ka.device_class "       \
+  "(ka.outcome IS NULL AND ka.started_us IS NOT NULL) OR ka.kept_work = 1) "                   \
+  "GROUP BY ka.device_class "                                                                  \
   "ORDER BY min(ka.attempt))), " CART_CHECKPOINT_CLASS_SQL                                     \
   ", "                                                                                         \
   "r.device_class_policy, r.seed_group "                                                       \

@@ -386,6 +386,15 @@ ALTER TABLE runs ADD COLUMN seed_group TEXT NOT NULL DEFAULT '';
 CREATE INDEX runs_by_seed_group ON runs(sweep_id, seed_group) WHERE seed_group != '';
 )sql";
 
+// Version 20: attempts.kept_work, set once an attempt records a checkpoint: its work stays part
+// of the run (its device class among the run's) after checkpoint retention deletes the
+// checkpoint's row. Backfilled from the checkpoints still there.
+constexpr char kSchemaV20[] = R"sql(
+ALTER TABLE attempts ADD COLUMN kept_work INTEGER NOT NULL DEFAULT 0 CHECK(kept_work IN (0, 1));
+UPDATE attempts SET kept_work = 1 WHERE EXISTS (SELECT 1 FROM checkpoints AS c
+  WHERE c.run_id = attempts.run_id AND c.attempt = attempts.attempt);
+)sql";
+
 absl::Status Apply(Database& db, const Migration& migration) {
   Transaction txn(&db);
   CART_RETURN_IF_ERROR(txn.Begin(Transaction::Mode::kImmediate));
@@ -429,6 +438,7 @@ const std::vector<Migration>& Migrations() {
       {18, "sweep_provenance: where each sweep file came from", kSchemaV18},
       {19, "attempts.device_class, runs.device_class_policy and seed_group: device classes",
        kSchemaV19},
+      {20, "attempts.kept_work: an attempt that recorded a checkpoint", kSchemaV20},
   };
   return *kAll;
 }

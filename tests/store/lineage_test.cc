@@ -214,6 +214,53 @@ TEST_F(LineageTest, AnAttemptsEnvironmentIsReadBackWithItAndStoredOncePerContent
   sqlite3_close(db);
 }
 
+// Device classes (docs/architecture.md "Device classes"): each attempt records its worker's
+// device; the run lists the classes of the attempts whose work it kept, and an attempt that
+// recorded a checkpoint stays among them after retention deletes that checkpoint's row.
+TEST_F(LineageTest, ARunKeepsTheClassOfAnAttemptWhoseCheckpointRetentionDeleted) {
+  CART_ASSERT_OK_AND_ASSIGN(CreatedSweep created,
+                            store_->CreateSweep(MakeSweep("s", {MakeRun("a", {})}), By("u", kT0)));
+  const int64_t run = created.run_ids[0];
+  CART_ASSERT_OK(store_->RegisterWorker("small", "NVIDIA GeForce RTX 3050", 8 * kGiB, kT0));
+  CART_ASSERT_OK(store_->RegisterWorker("big", "NVIDIA GeForce RTX 3090", 24 * kGiB, kT0));
+  auto sha = [](char c) { return std::string(64, c); };
+  CART_ASSERT_OK_AND_ASSIGN(auto first, store_->ClaimRun("small", run, 8 * kGiB, kT0 + 1));
+  ASSERT_TRUE(first.has_value());
+  CART_ASSERT_OK(store_->MarkRunning(run, first->attempt, kT0 + 2));
+  CART_ASSERT_OK(
+      store_->RecordCheckpoint(run, first->attempt, {10, sha('a'), 1, "a/10"}, kT0 + 3).status());
+  CART_ASSERT_OK(store_->RecordAttemptOutcome(run, first->attempt, AttemptOutcome::kDrained,
+                                              By("worker:small", kT0 + 4, "stopping")));
+  CART_ASSERT_OK_AND_ASSIGN(RunRecord pinned, store_->GetRun(run));
+  EXPECT_EQ(pinned.checkpoint_class, "NVIDIA GeForce RTX 3050");
+  EXPECT_EQ(pinned.DeviceClassPin(), "NVIDIA GeForce RTX 3050");
+  // The 3090's claim is refused while the checkpoint pins the run; unpinned, it takes it.
+  CART_ASSERT_OK_AND_ASSIGN(auto refused, store_->ClaimRun("big", run, 24 * kGiB, kT0 + 5));
+  EXPECT_FALSE(refused.has_value());
+  CART_ASSERT_OK(store_->SetDeviceClassPolicy(run, /*any=*/true, By("u", kT0 + 6)).status());
+  CART_ASSERT_OK_AND_ASSIGN(auto second, store_->ClaimRun("big", run, 24 * kGiB, kT0 + 7));
+  ASSERT_TRUE(second.has_value());
+  CART_ASSERT_OK(store_->MarkRunning(run, second->attempt, kT0 + 8));
+  for (int64_t step : {20, 30}) {
+    CART_ASSERT_OK(
+        store_
+            ->RecordCheckpoint(run, second->attempt,
+                               {step, sha(step == 20 ? 'b' : 'c'), 1, StrCat("b/", step)}, kT0 + 9)
+            .status());
+  }
+  CART_ASSERT_OK(store_->PruneCheckpoints(run, 1).status());
+  CART_ASSERT_OK_AND_ASSIGN(std::vector<CheckpointRecord> left, store_->ListCheckpoints(run));
+  ASSERT_EQ(left.size(), 1u);  // the step-10 checkpoint of the 3050's attempt is gone
+  CART_ASSERT_OK_AND_ASSIGN(RunRecord got, store_->GetRun(run));
+  EXPECT_EQ(got.device_classes,
+            (std::vector<std::string>{"NVIDIA GeForce RTX 3050", "NVIDIA GeForce RTX 3090"}));
+  EXPECT_TRUE(got.SpansClasses());
+  CART_ASSERT_OK_AND_ASSIGN(auto attempts, store_->ListAttempts(run));
+  ASSERT_EQ(attempts.size(), 2u);
+  EXPECT_EQ(attempts[0].device_class, "NVIDIA GeForce RTX 3050");
+  EXPECT_EQ(attempts[1].device_class, "NVIDIA GeForce RTX 3090");
+}
+
 // A sweep's provenance is stored as its client gave it and read back by name; a sweep submitted
 // without one has none; a diff past its bound is refused naming the sizes, with nothing stored;
 // the record goes with the sweep.
@@ -230,7 +277,8 @@ TEST_F(LineageTest, ASweepsProvenanceIsKeptWithItAndBounded) {
   EXPECT_EQ(read->git_diff, with.provenance->git_diff);
   CART_ASSERT_OK_AND_ASSIGN(read, store_->GetSweepProvenance("q"));
   EXPECT_FALSE(read.has_value());
-  EXPECT_THAT(store_->GetSweepProvenance("nope"), StatusIs(absl::StatusCode::kNotFound, ::testing::_));
+  EXPECT_THAT(store_->GetSweepProvenance("nope"),
+              StatusIs(absl::StatusCode::kNotFound, ::testing::_));
   NewSweep big = MakeSweep("r", {MakeRun("a", {})});
   big.provenance = SweepProvenance{{}, std::string(kMaxProvenanceDiffBytes + 1, 'd')};
   EXPECT_THAT(store_->CreateSweep(big, By("user:a", kT0)),

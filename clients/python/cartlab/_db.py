@@ -82,8 +82,10 @@ class Database:
                ("(SELECT group_concat(dc, char(10)) FROM (SELECT ka.device_class AS dc "
                 "FROM attempts AS ka WHERE ka.run_id = r.id AND ka.device_class IS NOT NULL AND "
                 "(ka.outcome = 'SUCCEEDED' OR (ka.outcome IS NULL AND ka.started_us IS NOT NULL) "
-                "OR EXISTS (SELECT 1 FROM checkpoints AS kc WHERE kc.run_id = r.id AND "
-                "kc.attempt = ka.attempt)) GROUP BY ka.device_class ORDER BY min(ka.attempt))) "
+                + ("OR ka.kept_work = 1" if self.schema_version >= 20 else
+                   "OR EXISTS (SELECT 1 FROM checkpoints AS kc WHERE kc.run_id = r.id AND "
+                   "kc.attempt = ka.attempt)") +
+                ") GROUP BY ka.device_class ORDER BY min(ka.attempt))) "
                 if self.schema_version >= 19 else "NULL ") +
                "FROM runs AS r JOIN sweeps AS s ON s.id = r.sweep_id")
         clauses, args = [], []
