@@ -14,6 +14,7 @@
 #include "absl/time/clock.h"
 #include "cli/table.h"
 #include "common/strings.h"
+#include "config/devices.h"
 #include "google/protobuf/util/json_util.h"
 
 namespace cart::cli {
@@ -96,13 +97,6 @@ std::vector<std::string> VaryingKeys(
 std::string NoteBlock(const cart::v1::Note& note) {
   if (note.text().empty()) return "";
   return fmt::format("note ({}, {}):\n{}\n", note.who(), When(note.at_us()), note.text());
-}
-
-std::string ShortDeviceName(std::string name) {
-  for (const char* prefix : {"NVIDIA ", "GeForce "}) {
-    if (name.rfind(prefix, 0) == 0) name = name.substr(std::string_view(prefix).size());
-  }
-  return name;
 }
 
 std::string DeviceClassLine(const cart::v1::RunView& run) {
@@ -253,7 +247,7 @@ void PrintRuns(const google::protobuf::RepeatedPtrField<cart::v1::RunView>& runs
     if (tagged) row.push_back(TagList(r.tags()));
     if (device_column) {
       std::vector<std::string> names;
-      for (const std::string& c : r.device_classes()) names.push_back(ShortDeviceName(c));
+      for (const std::string& c : r.device_classes()) names.push_back(model::ShortDeviceName(c));
       row.push_back(names.empty() ? std::string("-")
                                   : StrJoin(names, "+") + (names.size() > 1 ? " (SPANS)" : ""));
     }

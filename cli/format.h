@@ -28,8 +28,6 @@ std::string NoteBlock(const cart::v1::Note& note);
 // there is none. A note is shown by its first line, cut at 60 characters.
 // A run's attempts, each with who ran it and how it ended, and what it ran on: the first
 // recorded environment whole, each later one by how it differs from the one before.
-// "RTX 3090" for "NVIDIA GeForce RTX 3090": a device class in a table column.
-std::string ShortDeviceName(std::string name);
 // One line on a run's device classes (docs/architecture.md "Device classes"): which card model
 // trained it, SPANS CLASSES when its attempts trained on more than one, where its later attempts
 // go, and whether its sweep balances seeds over classes.

@@ -31,4 +31,11 @@ std::optional<double> PeakSpeedRelativeTo3090(std::string_view device_name) {
   return card->bf16_tflops / kRtx3090Tflops;
 }
 
+std::string ShortDeviceName(std::string name) {
+  for (std::string_view prefix : {"NVIDIA ", "GeForce "}) {
+    if (name.rfind(prefix, 0) == 0) name = name.substr(prefix.size());
+  }
+  return name;
+}
+
 }  // namespace cart::model

@@ -23,6 +23,10 @@ struct CardPeak {
 // and for a CPU.
 std::optional<CardPeak> PeakOf(std::string_view device_name);
 
+// A device name without its vendor and brand prefixes ("RTX 3090" for "NVIDIA GeForce RTX
+// 3090"): a device class in a table cell or a report line.
+std::string ShortDeviceName(std::string name);
+
 // The RTX 3090's peak in the table: the yardstick of relative speeds.
 inline constexpr double kRtx3090Tflops = 71.0;
 

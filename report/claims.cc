@@ -5,12 +5,12 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <limits>
 #include <set>
 
 #include "common/status.h"
 #include "common/strings.h"
+#include "config/devices.h"
 #include "report/internal/select.h"
 #include "report/stats.h"
 
@@ -331,11 +331,7 @@ void NoteDeviceClasses(
     std::string part;
     for (const auto& [c, n] : count) {
       set.insert(c);
-      std::string name = c;
-      for (const char* prefix : {"NVIDIA ", "GeForce "}) {
-        if (name.rfind(prefix, 0) == 0) name = name.substr(std::strlen(prefix));
-      }
-      part += fmt::format("{}{} ×{}", part.empty() ? "" : ", ", name, n);
+      part += fmt::format("{}{} ×{}", part.empty() ? "" : ", ", model::ShortDeviceName(c), n);
     }
     if (!set.empty()) {
       text +=
