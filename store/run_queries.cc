@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <map>
 #include <system_error>
 
 #include "common/status.h"
@@ -337,6 +338,46 @@ absl::Status BackupDatabase(const std::string& db_path, const std::string& dest_
 absl::StatusOr<IntegrityReport> CheckDatabase(const std::string& db_path) {
   CART_ASSIGN_OR_RETURN(std::unique_ptr<Database> db, OpenForAdmin(db_path));
   return CheckConnection(*db);
+}
+
+absl::StatusOr<std::vector<PlanRecord>> RunStore::ListPlans() {
+  using Out = std::vector<PlanRecord>;
+  return ReadSnapshot<Out>(*readers_, [&](Database& db) -> absl::StatusOr<Out> {
+    Out out;
+    std::map<int64_t, size_t> at;  // plan id -> index in out
+    CART_ASSIGN_OR_RETURN(
+        auto plans, db.Cached("SELECT id, created_us, created_by, power, alpha, budget_hours, "
+                              "spending, text FROM plans ORDER BY id"));
+    CART_RETURN_IF_ERROR(plans->ForEachRow([&](const auto& row) {
+      PlanRecord p;
+      p.id = row.ColumnInt64(0);
+      p.created_us = row.ColumnInt64(1);
+      p.created_by = row.ColumnText(2);
+      p.power = row.ColumnDouble(3);
+      p.alpha = row.ColumnDouble(4);
+      if (!row.ColumnIsNull(5)) p.budget_hours = row.ColumnDouble(5);
+      p.spending = row.ColumnText(6);
+      p.text = row.ColumnText(7);
+      at.emplace(p.id, out.size());
+      out.push_back(std::move(p));
+    }));
+    CART_ASSIGN_OR_RETURN(
+        auto claims, db.Cached("SELECT plan_id, claim, seeds_now, seeds_target, runs, hours FROM "
+                               "plan_claims ORDER BY plan_id, claim"));
+    CART_RETURN_IF_ERROR(claims->ForEachRow([&](const auto& row) {
+      auto it = at.find(row.ColumnInt64(0));
+      if (it == at.end()) return;
+      out[it->second].claims.push_back({row.ColumnText(1), row.ColumnInt64(2), row.ColumnInt64(3),
+                                        row.ColumnInt64(4), row.ColumnDouble(5)});
+    }));
+    CART_ASSIGN_OR_RETURN(
+        auto runs, db.Cached("SELECT plan_id, id FROM runs WHERE plan_id IS NOT NULL ORDER BY id"));
+    CART_RETURN_IF_ERROR(runs->ForEachRow([&](const auto& row) {
+      auto it = at.find(row.ColumnInt64(0));
+      if (it != at.end()) out[it->second].run_ids.push_back(row.ColumnInt64(1));
+    }));
+    return out;
+  });
 }
 
 }  // namespace cart::store

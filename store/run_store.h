@@ -149,6 +149,13 @@ class RunStore {
   // sweep.
   absl::StatusOr<int64_t> SetSweepPriority(const std::string& name, int64_t priority,
                                            const Audit& audit);
+  // Seed plans (docs/study.md "Planning seeds"): records the plan with its claims' looks and
+  // adds its runs to their sweeps (each named by the sweep's next free index, QUEUED or BLOCKED as
+  // a submitted run, with plan_id set), in one transaction. NotFound, nothing written, for a
+  // sweep or parent run deleted since the plan was made; InvalidArgument for a malformed plan.
+  absl::StatusOr<AppliedPlan> ApplyPlan(const NewPlan& plan, const Audit& audit);
+  // Every plan, oldest first, with its claims and the runs it queued that still exist.
+  absl::StatusOr<std::vector<PlanRecord>> ListPlans();
   // GPU-hours used per sweep owner (sweeps.created_by), each hour of an attempt weighed by
   // 2^(-age / half_life), age measured back from now_us; attempts that ended more than ten
   // half-lives ago are left out. A running attempt counts up to now. Deleted sweeps' attempts

@@ -2,6 +2,7 @@
 // calling thread, then hands a closure to the writer thread (internal/writer.h); the closure
 // reads what it needs, checks the state, and writes, all inside its savepoint.
 #include <algorithm>
+#include <map>
 #include <set>
 #include <unordered_map>
 #include <utility>
@@ -35,8 +36,20 @@ constexpr char kInsertRun[] =
     "INSERT INTO runs(sweep_id, name, config_yaml, params_json, d, r, p, seed, steps, "
     "stored_params, effective_params, memory_estimate_bytes, min_memory_bytes, status, priority, "
     "attempt, max_attempts, attempt_floor, cancel_requested, parent_run_id, parent_checkpoint, "
-    "created_us, updated_us, kind, eval_loops, work_hours, device_class_policy, seed_group) "
-    "VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, 0, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+    "created_us, updated_us, kind, eval_loops, work_hours, device_class_policy, seed_group, "
+    "plan_id) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, 0, 0, ?, ?, ?, ?, ?, ?, ?, "
+    "?, ?, ?)";
+constexpr char kInsertPlan[] =
+    "INSERT INTO plans(created_us, created_by, power, alpha, budget_hours, spending, text) "
+    "VALUES(?, ?, ?, ?, ?, ?, ?)";
+constexpr char kInsertPlanClaim[] =
+    "INSERT INTO plan_claims(plan_id, claim, seeds_now, seeds_target, runs, hours) "
+    "VALUES(?, ?, ?, ?, ?, ?)";
+// The run names of a sweep that are whole numbers (those ExpandSweep gives), the largest first.
+constexpr char kLargestIndexName[] =
+    "SELECT max(CAST(name AS INTEGER)) FROM runs WHERE sweep_id = ? AND name GLOB '[0-9]*' AND "
+    "name NOT GLOB '*[^0-9]*'";
+constexpr char kRunNameTaken[] = "SELECT 1 FROM runs WHERE sweep_id = ? AND name = ?";
 
 constexpr char kSetSweepPriority[] = "UPDATE sweeps SET priority = ? WHERE id = ?";
 constexpr char kSetRunsPriority[] =
@@ -88,6 +101,41 @@ constexpr char kDeleteUnusedEnvironments[] =
     "DELETE FROM environments WHERE id NOT IN (SELECT environment_id FROM attempts WHERE "
     "environment_id IS NOT NULL)";
 
+// Inserts one run of sweep `sweep_id` (QUEUED, or BLOCKED while its parent lacks the checkpoint
+// it starts from) with its event and data rows; returns its id.
+absl::StatusOr<int64_t> InsertRun(Database& db, int64_t sweep_id, int64_t sweep_priority,
+                                  const NewRun& run, const std::string& name,
+                                  std::optional<int64_t> parent_id, std::optional<int64_t> plan_id,
+                                  const Audit& audit) {
+  RunState state = RunState::kQueued;
+  if (parent_id) {
+    CART_ASSIGN_OR_RETURN(auto ready,
+                          internal::ParentCheckpoint(db, parent_id, run.parent_checkpoint));
+    if (!ready) state = RunState::kBlocked;
+  }
+  const internal::RunColumns cols = internal::RunColumnsOf(run);
+  CART_ASSIGN_OR_RETURN(auto insert_run, db.Cached(kInsertRun));
+  insert_run->BindAll(
+      sweep_id, name, run.config_yaml, internal::ParamsJson(run.params), cols.d, cols.r, cols.p,
+      cols.seed, cols.steps, run.stored_params, run.effective_params, run.memory_estimate_bytes,
+      run.min_memory_bytes > 0 ? run.min_memory_bytes : run.memory_estimate_bytes,
+      RunStateName(state), run.priority.value_or(sweep_priority), run.max_attempts, parent_id,
+      parent_id ? std::optional<std::string>(run.parent_checkpoint) : std::nullopt, audit.at_us,
+      audit.at_us, std::string(JobKindName(run.kind)), StrJoin(run.eval_loops, ","),
+      run.work_hours, run.any_device_class ? "any" : "same", run.seed_group, plan_id);
+  CART_RETURN_IF_ERROR(insert_run->Run());
+  insert_run->Reset();
+  const int64_t run_id = db.LastInsertRowId();
+  CART_RETURN_IF_ERROR(InsertEvent(db, run_id, sweep_id, std::nullopt, RunStateName(state), audit));
+  if (!run.data.empty()) {
+    CART_RETURN_IF_ERROR(internal::WriteRunData(db, run_id, run.data, audit.at_us));
+    if (parent_id) {
+      CART_RETURN_IF_ERROR(internal::InheritRunData(db, run_id, *parent_id, audit.at_us));
+    }
+  }
+  return run_id;
+}
+
 }  // namespace
 
 absl::StatusOr<CreatedSweep> RunStore::CreateSweep(const NewSweep& sweep, const Audit& audit) {
@@ -136,7 +184,6 @@ absl::StatusOr<CreatedSweep> RunStore::CreateSweep(const NewSweep& sweep, const 
     }
 
     std::unordered_map<std::string_view, int64_t> ids_by_name;
-    CART_ASSIGN_OR_RETURN(auto insert_run, db.Cached(kInsertRun));
     for (const NewRun& run : sweep.runs) {
       std::optional<int64_t> parent_id = run.parent_run_id;
       if (!run.parent_name.empty()) {
@@ -156,33 +203,9 @@ absl::StatusOr<CreatedSweep> RunStore::CreateSweep(const NewSweep& sweep, const 
         }
         CART_RETURN_IF_ERROR(exists);
       }
-      RunState state = RunState::kQueued;
-      if (parent_id) {
-        CART_ASSIGN_OR_RETURN(auto ready,
-                              internal::ParentCheckpoint(db, parent_id, run.parent_checkpoint));
-        if (!ready) state = RunState::kBlocked;
-      }
-      const internal::RunColumns cols = internal::RunColumnsOf(run);
-      insert_run->BindAll(
-          sweep_id, run.name, run.config_yaml, internal::ParamsJson(run.params), cols.d, cols.r,
-          cols.p, cols.seed, cols.steps, run.stored_params, run.effective_params,
-          run.memory_estimate_bytes,
-          run.min_memory_bytes > 0 ? run.min_memory_bytes : run.memory_estimate_bytes,
-          RunStateName(state), run.priority.value_or(sweep.priority), run.max_attempts, parent_id,
-          parent_id ? std::optional<std::string>(run.parent_checkpoint) : std::nullopt, audit.at_us,
-          audit.at_us, std::string(JobKindName(run.kind)), StrJoin(run.eval_loops, ","),
-          run.work_hours, run.any_device_class ? "any" : "same", run.seed_group);
-      CART_RETURN_IF_ERROR(insert_run->Run());
-      insert_run->Reset();
-      const int64_t run_id = db.LastInsertRowId();
-      CART_RETURN_IF_ERROR(
-          InsertEvent(db, run_id, sweep_id, std::nullopt, RunStateName(state), audit));
-      if (!run.data.empty()) {
-        CART_RETURN_IF_ERROR(internal::WriteRunData(db, run_id, run.data, audit.at_us));
-        if (parent_id) {
-          CART_RETURN_IF_ERROR(internal::InheritRunData(db, run_id, *parent_id, audit.at_us));
-        }
-      }
+      CART_ASSIGN_OR_RETURN(const int64_t run_id,
+                            InsertRun(db, sweep_id, sweep.priority, run, run.name, parent_id,
+                                      std::nullopt, audit));
       ids_by_name.emplace(run.name, run_id);
       out.run_ids.push_back(run_id);
     }
@@ -272,6 +295,76 @@ absl::StatusOr<DeletedSweep> RunStore::DeleteSweep(const std::string& name) {
     CART_RETURN_IF_ERROR(Exec(db, kDeleteUnusedDataFiles));
     CART_RETURN_IF_ERROR(Exec(db, kDeleteUnusedEnvironments));
     CART_ASSIGN_OR_RETURN(out.released_artifacts, internal::ReleaseUnnamedArtifacts(db, named));
+    return out;
+  });
+}
+
+absl::StatusOr<AppliedPlan> RunStore::ApplyPlan(const NewPlan& plan, const Audit& audit) {
+  CART_RETURN_IF_ERROR(internal::ValidateNewPlan(plan));
+  CART_RETURN_IF_ERROR(internal::ValidateAudit(audit));
+  return writer_->Run<AppliedPlan>([&](WriteContext& ctx) -> absl::StatusOr<AppliedPlan> {
+    Database& db = ctx.db();
+    AppliedPlan out;
+    CART_RETURN_IF_ERROR(Exec(db, kInsertPlan, audit.at_us, audit.who, plan.power, plan.alpha,
+                              plan.budget_hours, plan.spending, plan.text));
+    out.plan_id = db.LastInsertRowId();
+    for (const PlanClaim& c : plan.claims) {
+      CART_RETURN_IF_ERROR(Exec(db, kInsertPlanClaim, out.plan_id, c.claim, c.seeds_now,
+                                c.seeds_target, c.runs, c.hours));
+    }
+    // Each sweep once: its id, priority and the next index its new runs are named by.
+    struct Target {
+      int64_t id = 0, priority = 0, next_index = 0;
+    };
+    std::map<std::string, Target> sweeps;
+    Audit why = audit;
+    if (why.why.empty()) why.why = StrCat("seed plan ", out.plan_id);
+    for (const NewPlanRun& entry : plan.runs) {
+      auto it = sweeps.find(entry.sweep);
+      if (it == sweeps.end()) {
+        absl::StatusOr<SweepRecord> sweep = internal::LoadSweepByName(db, entry.sweep);
+        if (absl::IsNotFound(sweep.status())) {
+          return absl::NotFoundError(
+              StrCat("sweep '", entry.sweep,
+                     "' does not exist: it was deleted after the plan was made; plan again "
+                     "(`cart plan`) from the runs there are now"));
+        }
+        CART_RETURN_IF_ERROR(sweep.status());
+        CART_ASSIGN_OR_RETURN(auto largest, db.Cached(kLargestIndexName));
+        largest->BindAll(sweep->id);
+        CART_ASSIGN_OR_RETURN(bool row, largest->Step());
+        const int64_t next = row && !largest->ColumnIsNull(0) ? largest->ColumnInt64(0) + 1 : 0;
+        largest->Reset();
+        it = sweeps.emplace(entry.sweep, Target{sweep->id, sweep->priority, next}).first;
+      }
+      Target& target = it->second;
+      std::string name;
+      CART_ASSIGN_OR_RETURN(auto taken, db.Cached(kRunNameTaken));
+      for (;; ++target.next_index) {  // a run named by hand may hold an index
+        name = StrCat(target.next_index);
+        taken->BindAll(target.id, name);
+        CART_ASSIGN_OR_RETURN(bool row, taken->Step());
+        taken->Reset();
+        if (!row) break;
+      }
+      ++target.next_index;
+      std::optional<int64_t> parent_id = entry.run.parent_run_id;
+      if (entry.parent_entry >= 0) {
+        parent_id = out.run_ids[entry.parent_entry];
+      } else if (parent_id) {
+        const absl::Status exists = internal::RequireRun(db, *parent_id);
+        if (absl::IsNotFound(exists)) {
+          return absl::NotFoundError(StrCat("plan: a new run of sweep '", entry.sweep,
+                                            "' derives from run ", *parent_id,
+                                            ", which was deleted after the plan was made"));
+        }
+        CART_RETURN_IF_ERROR(exists);
+      }
+      CART_ASSIGN_OR_RETURN(
+          const int64_t run_id,
+          InsertRun(db, target.id, target.priority, entry.run, name, parent_id, out.plan_id, why));
+      out.run_ids.push_back(run_id);
+    }
     return out;
   });
 }

@@ -217,6 +217,56 @@ struct CreatedSweep {
   bool created = false;          // false: the request id was seen before, nothing was written
 };
 
+// Seed plans (docs/study.md "Planning seeds"): what `cart plan --apply` queued to decide the
+// claims the report could not tell. Each claim's entry is one look of its group-sequential design:
+// the seeds per side it had when planned and the seeds it is planned to reach; the report reads
+// the looks back to spend the claim's level across them.
+struct PlanClaim {
+  std::string claim;  // the claim's id (report/claims.yaml); 1..200 bytes
+  int64_t seeds_now = 0;     // per side, at this look; >= 0
+  int64_t seeds_target = 0;  // per side, planned; >= seeds_now
+  int64_t runs = 0;          // new runs it queued for this claim
+  double hours = 0;          // their RTX 3090 hours
+};
+
+// A run a plan adds to an existing sweep: a new seed of a config, or a derived job of one. Its
+// name is given by the store (the sweep's next free index); `run.name` is ignored.
+struct NewPlanRun {
+  std::string sweep;
+  NewRun run;  // run.parent_run_id: an existing parent; else parent_entry
+  // Index of an earlier entry of NewPlan::runs that is its parent (-1: none or parent_run_id).
+  int parent_entry = -1;
+};
+
+struct NewPlan {
+  double power = 0.8;  // in (0, 1)
+  double alpha = 0.05;  // in (0, 1)
+  std::optional<double> budget_hours;  // RTX 3090 hours the plan was held under; >= 0
+  std::string spending = "obrien-fleming";  // obrien-fleming | pocock
+  std::string text;  // the plan as the planner printed it (JSON); at most kMaxPlanTextBytes
+  std::vector<PlanClaim> claims;  // at least one; ids unique
+  std::vector<NewPlanRun> runs;   // at least one
+};
+inline constexpr size_t kMaxPlanTextBytes = 1 << 20;
+inline constexpr size_t kMaxPlanRuns = 10'000;
+
+struct AppliedPlan {
+  int64_t plan_id = 0;
+  std::vector<int64_t> run_ids;  // in the order of NewPlan::runs
+};
+
+struct PlanRecord {
+  int64_t id = 0;
+  int64_t created_us = 0;
+  std::string created_by;
+  double power = 0, alpha = 0;
+  std::optional<double> budget_hours;
+  std::string spending;
+  std::string text;
+  std::vector<PlanClaim> claims;  // by claim id
+  std::vector<int64_t> run_ids;   // the runs it queued, by id (those not deleted since)
+};
+
 // What RunStore::DeleteSweep removed.
 struct DeletedSweep {
   std::vector<int64_t> run_ids;  // the deleted runs

@@ -395,6 +395,32 @@ UPDATE attempts SET kept_work = 1 WHERE EXISTS (SELECT 1 FROM checkpoints AS c
   WHERE c.run_id = attempts.run_id AND c.attempt = attempts.attempt);
 )sql";
 
+// Version 21: plans and plan_claims, what `cart plan --apply` queued (each claim's look of its
+// group-sequential design), and runs.plan_id, the plan that added a run.
+constexpr char kSchemaV21[] = R"sql(
+CREATE TABLE plans(
+  id INTEGER PRIMARY KEY,
+  created_us INTEGER NOT NULL,
+  created_by TEXT NOT NULL,
+  power REAL NOT NULL,
+  alpha REAL NOT NULL,
+  budget_hours REAL,
+  spending TEXT NOT NULL CHECK(spending IN ('obrien-fleming', 'pocock')),
+  text TEXT NOT NULL
+);
+CREATE TABLE plan_claims(
+  plan_id INTEGER NOT NULL REFERENCES plans(id),
+  claim TEXT NOT NULL,
+  seeds_now INTEGER NOT NULL,
+  seeds_target INTEGER NOT NULL,
+  runs INTEGER NOT NULL,
+  hours REAL NOT NULL,
+  PRIMARY KEY(plan_id, claim)
+) WITHOUT ROWID;
+ALTER TABLE runs ADD COLUMN plan_id INTEGER REFERENCES plans(id);
+CREATE INDEX runs_by_plan ON runs(plan_id) WHERE plan_id IS NOT NULL;
+)sql";
+
 absl::Status Apply(Database& db, const Migration& migration) {
   Transaction txn(&db);
   CART_RETURN_IF_ERROR(txn.Begin(Transaction::Mode::kImmediate));
@@ -439,6 +465,7 @@ const std::vector<Migration>& Migrations() {
       {19, "attempts.device_class, runs.device_class_policy and seed_group: device classes",
        kSchemaV19},
       {20, "attempts.kept_work: an attempt that recorded a checkpoint", kSchemaV20},
+      {21, "plans, plan_claims and runs.plan_id: seeds queued by cart plan --apply", kSchemaV21},
   };
   return *kAll;
 }

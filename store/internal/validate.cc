@@ -151,6 +151,60 @@ absl::Status ValidateNewSweep(const NewSweep& sweep, int64_t max_runs) {
   return absl::OkStatus();
 }
 
+absl::Status ValidateNewPlan(const NewPlan& plan) {
+  if (!(plan.power > 0 && plan.power < 1) || !(plan.alpha > 0 && plan.alpha < 1)) {
+    return absl::InvalidArgumentError(StrCat("plan: power ", plan.power, " and alpha ", plan.alpha,
+                                             " must each be in (0, 1)"));
+  }
+  if (plan.budget_hours && !(*plan.budget_hours >= 0 && *plan.budget_hours < 1e9)) {
+    return absl::InvalidArgumentError(
+        StrCat("plan: budget ", *plan.budget_hours, " RTX 3090 hours must be in [0, 1e9)"));
+  }
+  if (plan.spending != "obrien-fleming" && plan.spending != "pocock") {
+    return absl::InvalidArgumentError(StrCat("plan: spending '", plan.spending,
+                                             "' is not obrien-fleming or pocock"));
+  }
+  if (plan.text.size() > kMaxPlanTextBytes) {
+    return absl::InvalidArgumentError(StrCat("plan: its text is ", plan.text.size(),
+                                             " bytes; at most ", kMaxPlanTextBytes));
+  }
+  if (plan.claims.empty() || plan.runs.empty()) {
+    return absl::InvalidArgumentError("plan: it names no claim or queues no run");
+  }
+  if (plan.runs.size() > kMaxPlanRuns) {
+    return absl::InvalidArgumentError(
+        StrCat("plan: ", plan.runs.size(), " runs; at most ", kMaxPlanRuns));
+  }
+  std::set<std::string_view> claims;
+  for (const PlanClaim& c : plan.claims) {
+    if (c.claim.empty() || c.claim.size() > 200 || !claims.insert(c.claim).second) {
+      return absl::InvalidArgumentError(
+          StrCat("plan: claim id '", ValidUtf8(c.claim.substr(0, 80)),
+                 "' is empty, longer than 200 bytes or given twice"));
+    }
+    if (c.seeds_now < 0 || c.seeds_target < c.seeds_now || c.runs < 0 || !(c.hours >= 0)) {
+      return absl::InvalidArgumentError(
+          StrCat("plan: claim '", c.claim, "' has seeds ", c.seeds_now, " -> ", c.seeds_target,
+                 ", ", c.runs, " runs, ", c.hours,
+                 " hours; each must be >= 0 and the target at least the seeds now"));
+    }
+  }
+  for (size_t i = 0; i < plan.runs.size(); ++i) {
+    const NewPlanRun& r = plan.runs[i];
+    NewRun named = r.run;
+    named.name = "plan";  // the store names it; the rest is checked as any run
+    if (r.parent_entry >= static_cast<int>(i) || (r.parent_entry >= 0 && r.run.parent_run_id)) {
+      return absl::InvalidArgumentError(
+          StrCat("plan: run ", i, " names parent entry ", r.parent_entry,
+                 (r.run.parent_run_id ? " and a parent run" : ""),
+                 "; a parent entry must come earlier, and not beside a parent run"));
+    }
+    if (r.parent_entry >= 0) named.parent_name = "parent";
+    CART_RETURN_IF_ERROR(ValidateRun(r.sweep, named));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ValidateRunData(const std::vector<RunDataRecord>& files, const std::string& what) {
   constexpr size_t kMaxPath = 4096, kMaxText = 1024;
   if (files.size() > kMaxDataFiles) {
