@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <iostream>
 #include <limits>
@@ -93,6 +94,20 @@ class ServiceStudySource : public report::StudySource {
     return out;
   }
 
+  absl::StatusOr<std::vector<report::ClaimLook>> Looks() override {
+    const cart::v1::ListPlansResponse plans =
+        client_.Call<cart::v1::ListPlansRequest, cart::v1::ListPlansResponse>(
+            &cart::v1::SchedulerService::Stub::ListPlans, {});
+    std::vector<report::ClaimLook> out;
+    for (const cart::v1::PlanView& p : plans.plans()) {
+      for (const cart::v1::PlanClaimLook& c : p.claims()) {
+        out.push_back(
+            {c.claim(), p.plan_id(), c.seeds_now(), c.seeds_target(), p.alpha(), p.spending()});
+      }
+    }
+    return out;
+  }
+
  private:
   Client client_;
   std::optional<std::set<std::string>> sweep_names_;  // cartd's sweeps, read on first use
@@ -163,6 +178,8 @@ void AddStudyFlags(CLI::App* cmd, report::ReportOptions& options) {
 struct PlanArgs {
   Conn conn;
   std::string db;
+  bool apply = false;
+  std::optional<double> budget;  // RTX 3090 hours
   std::vector<std::string> smallest;
   double prior_sd = std::numeric_limits<double>::quiet_NaN();
   report::ReportOptions options;
@@ -197,36 +214,158 @@ void ForecastPlans(Client& client, std::vector<report::ClaimPlan>& plans) {
   }
 }
 
+nlohmann::json PlansJson(const std::vector<report::ClaimPlan>& plans) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const report::ClaimPlan& p : plans) {
+    nlohmann::json tests = nlohmann::json::array();
+    for (const report::TestPlan& t : p.tests) {
+      tests.push_back({{"test", t.label},
+                       {"design", t.design},
+                       {"seeds_now", t.seeds_now},
+                       {"seeds_needed", t.seeds_needed},
+                       {"fixed_seeds", t.fixed_seeds},
+                       {"looks", t.looks},
+                       {"runs", t.runs},
+                       {"rtx3090_hours", t.hours},
+                       {"effect", t.effect},
+                       {"sd", t.sd},
+                       {"prior", t.prior},
+                       {"note", t.note}});
+    }
+    out.push_back({{"claim", p.id},
+                   {"planned", p.planned},
+                   {"runs", p.runs},
+                   {"rtx3090_hours", p.hours},
+                   {"expected_finish_us", p.expected_finish_us},
+                   {"note", p.note},
+                   {"tests", tests}});
+  }
+  return out;
+}
+
+// The claims a budget takes, cheapest decision first, each whole or not at all; InvalidArgument
+// when the budget is below the cheapest run any plan queues.
+absl::StatusOr<std::vector<const report::ClaimPlan*>> WithinBudget(
+    const std::vector<report::ClaimPlan>& plans, std::optional<double> budget) {
+  std::vector<const report::ClaimPlan*> out;
+  double cheapest = std::numeric_limits<double>::infinity(), spent = 0;
+  for (const report::ClaimPlan& p : plans) {
+    if (!p.planned || p.runs == 0) continue;
+    for (const report::SideSeeds& side : p.sides) {
+      if (side.runs > 0) cheapest = std::min(cheapest, side.hours_each);
+    }
+    if (budget && spent + p.hours > *budget + 1e-9) continue;
+    spent += p.hours;
+    out.push_back(&p);
+  }
+  if (budget && std::isfinite(cheapest) && *budget < cheapest) {
+    return absl::InvalidArgumentError(
+        fmt::format("--budget {:g} RTX 3090 hours is smaller than one run: the cheapest run "
+                    "the plan queues takes {:.2f} hours",
+                    *budget, cheapest));
+  }
+  return out;
+}
+
+// Queues the plans a budget takes through cartd (ApplyPlan) and prints what it queued.
+absl::Status ApplyPlans(Client& client, const PlanArgs& a,
+                        const std::vector<report::ClaimPlan>& plans) {
+  CART_ASSIGN_OR_RETURN(std::vector<const report::ClaimPlan*> chosen,
+                        WithinBudget(plans, a.budget));
+  if (chosen.empty()) {
+    std::cout << "nothing to queue: no claim that cannot tell has a plan\n";
+    return absl::OkStatus();
+  }
+  cart::v1::ApplyPlanRequest req;
+  // A side two claims share (one baseline against two changes) once, at the most seeds.
+  std::map<std::pair<int64_t, std::map<std::string, std::string>>, cart::v1::PlanSide*> sides;
+  std::vector<report::ClaimPlan> kept;
+  for (const report::ClaimPlan* p : chosen) {
+    cart::v1::PlanClaimLook* look = req.add_claims();
+    look->set_claim(p->id);
+    int64_t now = std::numeric_limits<int64_t>::max(), target = 0;
+    for (const report::TestPlan& t : p->tests) {
+      now = std::min(now, t.seeds_now);
+      target = std::max(target, t.seeds_needed);
+    }
+    look->set_seeds_now(now);
+    look->set_seeds_target(target);
+    look->set_runs(p->runs);
+    look->set_rtx3090_hours(p->hours);
+    for (const report::SideSeeds& side : p->sides) {
+      if (side.runs == 0) continue;
+      auto [it, fresh] = sides.emplace(std::make_pair(side.template_run, side.config), nullptr);
+      if (fresh) {
+        it->second = req.add_sides();
+        it->second->mutable_config()->insert(side.config.begin(), side.config.end());
+        it->second->set_template_run_id(side.template_run);
+      }
+      it->second->set_runs(std::max(it->second->runs(), side.runs));
+    }
+    kept.push_back(*p);
+  }
+  req.set_power(a.plan.power);
+  req.set_alpha(a.plan.alpha);
+  req.set_has_budget(a.budget.has_value());
+  req.set_budget_hours(a.budget.value_or(0));
+  req.set_spending("obrien-fleming");
+  req.set_text(PlansJson(kept).dump());
+  const cart::v1::ApplyPlanResponse resp =
+      client.Call<cart::v1::ApplyPlanRequest, cart::v1::ApplyPlanResponse>(
+          &cart::v1::SchedulerService::Stub::ApplyPlan, req);
+  if (a.conn.json) {
+    nlohmann::json runs = nlohmann::json::array();
+    for (const cart::v1::PlannedRun& r : resp.runs()) {
+      runs.push_back({{"run_id", r.run_id()},
+                      {"sweep", r.sweep()},
+                      {"name", r.name()},
+                      {"seed", r.seed()},
+                      {"kind", r.kind() == cart::v1::JOB_KIND_EVAL ? "eval" : "train"},
+                      {"parent_run_id", r.parent_run_id()}});
+    }
+    std::cout << nlohmann::json{{"plan_id", resp.plan_id()}, {"runs", runs}}.dump(1) << "\n";
+    return absl::OkStatus();
+  }
+  double hours = 0;
+  std::vector<std::string> ids;
+  for (const report::ClaimPlan& p : kept) {
+    hours += p.hours;
+    ids.push_back(p.id);
+  }
+  int64_t train = 0;
+  for (const cart::v1::PlannedRun& r : resp.runs()) train += r.kind() != cart::v1::JOB_KIND_EVAL;
+  std::cout << fmt::format(
+      "plan {} queued: {} runs ({} new seeds, {} derived jobs) for {}; {:.1f} RTX 3090 hours{}\n",
+      resp.plan_id(), resp.runs_size(), train, resp.runs_size() - train, StrJoin(ids, ", "), hours,
+      a.budget ? fmt::format(" of a {:g}-hour budget", *a.budget) : std::string());
+  Table t;
+  t.Header({"run", "sweep/name", "seed", "kind", "from run"});
+  for (const cart::v1::PlannedRun& r : resp.runs()) {
+    t.Row({StrCat(r.run_id()), StrCat(r.sweep(), "/", r.name()), StrCat(r.seed()),
+           r.kind() == cart::v1::JOB_KIND_EVAL ? "eval" : "train",
+           r.parent_run_id() ? StrCat(r.parent_run_id()) : "-"});
+  }
+  t.Print(std::cout);
+  for (const report::ClaimPlan& p : plans) {
+    if (p.planned && p.runs > 0 &&
+        std::none_of(kept.begin(), kept.end(), [&](const auto& k) { return k.id == p.id; })) {
+      std::cout << fmt::format("left out: {} ({:.1f} hours would pass the budget)\n", p.id,
+                               p.hours);
+    }
+  }
+  std::cout << "each claim's next look spends its level by the O'Brien-Fleming-like boundary "
+               "(docs/study.md \"Planning seeds\"): `cart report` once the seeds finish\n";
+  return absl::OkStatus();
+}
+
 absl::Status PrintPlan(report::StudySource& source, PlanArgs& a, Client* client) {
   a.options.plots = false;
   CART_ASSIGN_OR_RETURN(report::Report built, report::BuildReport(source, a.options));
   CART_ASSIGN_OR_RETURN(std::vector<report::ClaimPlan> plans, report::PlanSeeds(built, a.plan));
   if (client != nullptr) ForecastPlans(*client, plans);
+  if (a.apply) return ApplyPlans(*client, a, plans);
   if (a.conn.json) {
-    nlohmann::json out = nlohmann::json::array();
-    for (const report::ClaimPlan& p : plans) {
-      nlohmann::json tests = nlohmann::json::array();
-      for (const report::TestPlan& t : p.tests) {
-        tests.push_back({{"test", t.label},
-                         {"design", t.design},
-                         {"seeds_now", t.seeds_now},
-                         {"seeds_needed", t.seeds_needed},
-                         {"runs", t.runs},
-                         {"rtx3090_hours", t.hours},
-                         {"effect", t.effect},
-                         {"sd", t.sd},
-                         {"prior", t.prior},
-                         {"note", t.note}});
-      }
-      out.push_back({{"claim", p.id},
-                     {"planned", p.planned},
-                     {"runs", p.runs},
-                     {"rtx3090_hours", p.hours},
-                     {"expected_finish_us", p.expected_finish_us},
-                     {"note", p.note},
-                     {"tests", tests}});
-    }
-    std::cout << out.dump(1) << "\n";
+    std::cout << PlansJson(plans).dump(1) << "\n";
     return absl::OkStatus();
   }
   if (plans.empty()) {
@@ -237,17 +376,21 @@ absl::Status PrintPlan(report::StudySource& source, PlanArgs& a, Client* client)
       std::any_of(plans.begin(), plans.end(), [](const report::ClaimPlan& p) { return p.planned; });
   std::cout << (any ? fmt::format("seeds per side to decide each claim that cannot tell at power "
                                   "{:.2f} (alpha {:.2f} over its tests, Holm's strictest step), "
-                                  "cheapest first:\n",
+                                  "looking now and again at the needed seeds with the level "
+                                  "spent by an O'Brien-Fleming-like boundary (the fixed design: "
+                                  "one look at the end), cheapest first:\n",
                                   a.plan.power, a.plan.alpha)
                     : std::string("no claim that cannot tell can be planned yet:\n"));
   Table t;
-  if (any) t.Header({"claim", "test", "design", "seeds", "needed", "new runs", "3090 h"});
+  if (any) {
+    t.Header({"claim", "test", "design", "seeds", "needed", "fixed design", "new runs", "3090 h"});
+  }
   for (const report::ClaimPlan& p : plans) {
     if (!p.planned) continue;
     for (const report::TestPlan& test : p.tests) {
       t.Row({p.id, test.label, test.design + (test.prior ? " (prior sd)" : ""),
-             StrCat(test.seeds_now), StrCat(test.seeds_needed), StrCat(test.runs),
-             fmt::format("{:.1f}", test.hours)});
+             StrCat(test.seeds_now), StrCat(test.seeds_needed), StrCat(test.fixed_seeds),
+             StrCat(test.runs), fmt::format("{:.1f}", test.hours)});
     }
   }
   if (any) t.Print(std::cout);
@@ -277,6 +420,17 @@ void RunPlan(PlanArgs& a) {
           StrCat("--smallest-effect '", entry, "' is not CLAIM=NUMBER")));
     }
     a.plan.smallest_effect[entry.substr(0, eq)] = *value;
+  }
+  if (a.apply && !a.db.empty()) {
+    ExitWith(absl::InvalidArgumentError(
+        "--apply queues runs through cartd; drop --db (cartd owns the database it writes)"));
+  }
+  if (a.budget && !(*a.budget >= 0 && std::isfinite(*a.budget))) {
+    ExitWith(absl::InvalidArgumentError(
+        StrCat("--budget ", *a.budget, " must be a number of RTX 3090 hours >= 0")));
+  }
+  if (a.budget && !a.apply) {
+    ExitWith(absl::InvalidArgumentError("--budget holds what --apply queues; give --apply too"));
   }
   absl::Status status;
   if (!a.db.empty()) {
@@ -364,6 +518,12 @@ void RegisterPlanCommand(CLI::App& app) {
                   "The spread of one seed where a side has fewer than two runs, in the test's "
                   "own scale (log values for perplexity)");
   cmd->add_option("--db", a->db, "Read this SQLite database file instead of asking cartd");
+  cmd->add_flag("--apply", a->apply,
+                "Queue the planned seeds through cartd: new seeds of the same sweeps with copies "
+                "of their derived jobs, cheapest decision first, and record the plan (each "
+                "claim's next look then spends its level sequentially)");
+  cmd->add_option("--budget", a->budget,
+                  "With --apply: queue only whole claims whose RTX 3090 hours fit this budget");
   AddStudyFlags(cmd, a->options);
   AddConnFlags(cmd, a->conn);
   OnRun(cmd, [a] { RunPlan(*a); });

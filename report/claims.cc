@@ -6,12 +6,14 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <set>
 
 #include "common/status.h"
 #include "common/strings.h"
 #include "config/devices.h"
 #include "report/internal/select.h"
+#include "report/sequential.h"
 #include "report/stats.h"
 
 namespace cart::report {
@@ -378,13 +380,31 @@ class Decider {
       p_against.push_back(s.p_against);
     }
     const std::vector<double> adj_for = stats::Holm(p_for), adj_against = stats::Holm(p_against);
+    // A claim a seed plan was applied to is decided at its look's group-sequential levels.
+    std::vector<bool> seq_for, seq_against;
+    auto looks = inputs_.looks.find(claim.id);
+    if (looks != inputs_.looks.end() && !looks->second.empty()) {
+      out.sequential = Look(looks->second, out.tests);
+    }
+    const std::optional<stats::SequentialHolm> holm =
+        out.sequential.sequential
+            ? std::optional<stats::SequentialHolm>(stats::SequentialHolm(
+                  Fractions(out.sequential), out.sequential.alpha, Spending(looks->second.back()),
+                  static_cast<int>(out.tests.size())))
+            : std::nullopt;
+    if (holm) {
+      seq_for = StepDown(*holm, out.sequential.look - 1, p_for);
+      seq_against = StepDown(*holm, out.sequential.look - 1, p_against);
+    }
     bool all_hold = !out.tests.empty(), any_not = false;
     for (size_t i = 0; i < out.tests.size(); ++i) {
       TestOutcome& t = out.tests[i];
-      if (adj_for[i] < kAlpha && every_run_ok[i]) {
+      const bool decided_for = holm ? seq_for[i] : adj_for[i] < kAlpha;
+      const bool decided_against = holm ? seq_against[i] : adj_against[i] < kAlpha;
+      if (decided_for && every_run_ok[i]) {
         t.verdict = Verdict::kHolds;
         t.p_holm = adj_for[i];
-      } else if (adj_against[i] < kAlpha) {
+      } else if (decided_against) {
         t.verdict = Verdict::kDoesNotHold;
         t.p_holm = adj_against[i];
         if (t.within) t.p = sides[i].p_against;  // "wholly outside" decided it
@@ -406,6 +426,12 @@ class Decider {
     out.verdict = any_not    ? Verdict::kDoesNotHold
                   : all_hold ? Verdict::kHolds
                              : Verdict::kCannotTell;
+    if (out.sequential.sequential) {
+      out.sequential.crossed = std::any_of(out.tests.begin(), out.tests.end(), [](const auto& t) {
+        return t.verdict != Verdict::kCannotTell;
+      });
+      if (out.verdict == Verdict::kCannotTell) Futility(out, looks->second.back());
+    }
     // The decisive test: the first that does not hold; the weakest that holds; the first that
     // cannot tell.
     const TestOutcome* decisive = nullptr;
@@ -422,6 +448,105 @@ class Decider {
 
  private:
   using Fixed = std::vector<std::pair<std::string, std::string>>;
+
+  static stats::Spending Spending(const ClaimLook& look) {
+    return look.spending == "pocock" ? stats::Spending::kPocock : stats::Spending::kOBrienFleming;
+  }
+
+  // The information fractions of the looks so far, this one last.
+  static std::vector<double> Fractions(const SequentialStatus& s) {
+    std::vector<double> out;
+    for (int64_t n : s.look_seeds) {
+      out.push_back(static_cast<double>(n) / static_cast<double>(s.seeds_target));
+    }
+    return out;
+  }
+
+  // The seeds per side a test has now: its pairs or sample, the smaller arm of two.
+  static int64_t SeedsOf(const TestOutcome& t) {
+    return t.paired || t.n2 == 0 ? t.n : std::min(t.n, t.n2);
+  }
+
+  // Where the claim stands: the looks the plans recorded (their seeds), then this one when its
+  // seeds are more than the last look's; the target the last plan's, or the seeds now when past.
+  static SequentialStatus Look(const std::vector<ClaimLook>& looks,
+                               const std::vector<TestOutcome>& tests) {
+    SequentialStatus s;
+    int64_t now = std::numeric_limits<int64_t>::max();
+    for (const TestOutcome& t : tests) {
+      if (t.kind == "compare" || t.kind == "value") now = std::min(now, SeedsOf(t));
+    }
+    if (now == std::numeric_limits<int64_t>::max() || now < 1) return s;  // nothing to look at
+    for (const ClaimLook& l : looks) {
+      if (l.seeds_now >= 1 && (s.look_seeds.empty() || l.seeds_now > s.look_seeds.back()) &&
+          l.seeds_now <= now) {
+        s.look_seeds.push_back(l.seeds_now);
+      }
+    }
+    if (s.look_seeds.empty() || now > s.look_seeds.back()) s.look_seeds.push_back(now);
+    s.seeds_target = std::max(looks.back().seeds_target, now);
+    s.alpha = looks.back().alpha;
+    s.sequential = true;
+    s.look = static_cast<int>(s.look_seeds.size());
+    const std::vector<double> fractions = Fractions(s);
+    s.fraction = fractions.back();
+    const stats::Spending spending = Spending(looks.back());
+    s.alpha_spent = stats::SpentAlpha(spending, s.alpha, s.fraction);
+    const int m = std::max<int>(1, static_cast<int>(tests.size()));
+    const std::vector<double> bounds =
+        stats::SequentialBoundaries(fractions, s.alpha / m, spending);
+    s.boundary = bounds.empty() ? kNaN : bounds.back();
+    s.nominal = bounds.empty() ? kNaN : stats::NominalLevel(s.boundary);
+    s.conditional_power = kNaN;
+    return s;
+  }
+
+  // Holm's step-down at a sequential look: by ascending p, the r-th (r decided before it) is
+  // decided while its p is below the look's level for α / (m − r).
+  static std::vector<bool> StepDown(const stats::SequentialHolm& holm, int look,
+                                    const std::vector<double>& p) {
+    const int m = static_cast<int>(p.size());
+    std::vector<int> order;
+    for (int i = 0; i < m; ++i) {
+      if (!std::isnan(p[i])) order.push_back(i);
+    }
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return p[a] < p[b]; });
+    std::vector<bool> out(p.size(), false);
+    int r = 0;
+    for (int i : order) {
+      if (!(p[i] < holm.Level(look, m - r))) break;
+      out[i] = true;
+      ++r;
+    }
+    return out;
+  }
+
+  // Conditional power of each test that cannot tell: the chance that, by the planned seeds, its
+  // statistic crosses the last boundary, given where it is now and drifting at the paper's
+  // effect (B-value reasoning: Z at the end is B(t) + θ(1 − t) plus noise of variance 1 − t).
+  void Futility(ClaimOutcome& out, const ClaimLook& last) const {
+    SequentialStatus& s = out.sequential;
+    if (!(s.fraction < 1)) return;
+    std::vector<double> planned = Fractions(s);
+    planned.push_back(1);
+    const int m = std::max<int>(1, static_cast<int>(out.tests.size()));
+    const std::vector<double> bounds =
+        stats::SequentialBoundaries(planned, s.alpha / m, Spending(last));
+    if (bounds.empty()) return;
+    const double c = bounds.back(), t = s.fraction;
+    double least = kNaN;
+    for (const TestOutcome& o : out.tests) {
+      if (o.verdict != Verdict::kCannotTell || o.claimed_sign == 0) continue;
+      if (!(o.se_raw > 0) || std::isnan(o.published_raw) || std::isnan(o.effect_raw)) continue;
+      const double z = o.claimed_sign * o.effect_raw / o.se_raw;
+      const double drift = std::abs(o.published_raw) / (o.se_raw * std::sqrt(t));
+      const double cp = 0.5 * std::erfc((c - z * std::sqrt(t) - drift * (1 - t)) /
+                                        std::sqrt(1 - t) / std::sqrt(2.0));
+      if (std::isnan(least) || cp < least) least = cp;
+    }
+    s.conditional_power = least;
+    s.futile = !std::isnan(least) && least < inputs_.futility_floor;
+  }
 
   Runs PartRuns(const std::string& part) const {
     auto it = inputs_.parts.find(part);
@@ -624,6 +749,9 @@ class Decider {
     o.published_raw = !t.has_published_effect ? kNaN
                       : t.log_scale           ? std::log1p(t.published_effect / 100)
                                               : t.published_effect;
+    o.claimed_sign = t.direction == TestSpec::Direction::kGreater ? 1
+                     : t.direction == TestSpec::Direction::kLess  ? -1
+                                                                  : 0;
     o.kind = t.kind == TestSpec::Kind::kCompare ? "compare"
              : t.kind == TestSpec::Kind::kValue ? "value"
              : t.kind == TestSpec::Kind::kTrend ? "trend"
@@ -660,7 +788,9 @@ class Decider {
         o.method = paired ? "paired t" : "Welch t";
         o.paired = paired;
         o.se_raw = e.se;
+        o.effect_raw = e.value;
         o.arms = {ArmConfig(a.runs), ArmConfig(b.runs)};
+        o.arm_runs = {ArmRun(a.runs), ArmRun(b.runs)};
         FromEstimate(o, e, t.log_scale);
         Sides s;
         if (t.direction == TestSpec::Direction::kWithin) {
@@ -699,7 +829,9 @@ class Decider {
         const stats::Estimate e = stats::Mean(x, within ? 0.0 : null);
         o.method = "one-sample t";
         o.se_raw = e.se;
+        o.effect_raw = within ? kNaN : e.value - null;
         o.arms = {ArmConfig(a.runs)};
+        o.arm_runs = {ArmRun(a.runs)};
         // Within a band the effect is the value itself; against a reference, the distance.
         FromEstimate(o, e, t.log_scale && !within, within ? 0.0 : null);
         Sides s;
@@ -815,6 +947,10 @@ class Decider {
     std::map<std::string, std::string> config = runs.front()->params;
     config.erase("seed");
     return config;
+  }
+
+  static int64_t ArmRun(const std::vector<const StudyRun*>& runs) {
+    return runs.empty() ? 0 : runs.front()->id;
   }
 
   static std::string NoSpread(const stats::Estimate& e) {

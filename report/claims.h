@@ -110,12 +110,18 @@ struct TestOutcome {
   bool paired = false;
   bool log_scale = false;
   double se_raw = std::numeric_limits<double>::quiet_NaN();
+  // The estimate behind `effect` in the same scale (a difference, or the distance from the
+  // reference), and the side the claim is on: +1 greater, −1 less, 0 within a band or margin.
+  double effect_raw = std::numeric_limits<double>::quiet_NaN();
+  int claimed_sign = 0;
   double published_raw = std::numeric_limits<double>::quiet_NaN();
   std::vector<std::map<std::string, std::string>> arms;
+  std::vector<int64_t> arm_runs;  // each side's first run (its id), beside `arms`
 };
 
 struct ClaimOutcome {
   const ClaimSpec* spec = nullptr;
+  SequentialStatus sequential;
   Verdict verdict = Verdict::kCannotTell;
   bool confounded = false;  // a test of it is confounded with the device class
   std::string evidence;     // one line: the decisive test's numbers
@@ -127,6 +133,10 @@ struct ClaimOutcome {
 struct ClaimInputs {
   std::map<std::string, std::vector<const StudyRun*>> parts;
   std::string val_set;
+  // Claim id -> its looks recorded by seed plans, oldest first: such a claim is decided at its
+  // current look's group-sequential boundary instead of at the fixed level.
+  std::map<std::string, std::vector<ClaimLook>> looks;
+  double futility_floor = 0.1;
 };
 
 // Decides every claim. Errors only when the source fails (a series read).

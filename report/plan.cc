@@ -8,6 +8,7 @@
 #include "common/strings.h"
 #include "config/accounting.h"
 #include "config/config.h"
+#include "report/sequential.h"
 #include "report/stats.h"
 
 namespace cart::report {
@@ -16,9 +17,10 @@ namespace {
 // A side's config rebuilt from its keys (docs/model.md §9), costed as `cart sweep submit
 // --dry-run` costs it: RTX 3090 hours and the least memory per run; zeros when its keys do not
 // make a config.
-SideSeeds Side(const std::map<std::string, std::string>& keys, int64_t runs) {
+SideSeeds Side(const std::map<std::string, std::string>& keys, int64_t template_run, int64_t runs) {
   SideSeeds side;
   side.config = keys;
+  side.template_run = template_run;
   side.runs = runs;
   model::RunConfig config;
   for (const auto& [key, value] : keys) {
@@ -29,7 +31,30 @@ SideSeeds Side(const std::map<std::string, std::string>& keys, int64_t runs) {
   return side;
 }
 
-TestPlan PlanTest(const TestNumbers& t, double target, const PlanOptions& options, int tests) {
+// The seeds a sequential design needs for the power of a fixed design of `fixed` seeds: looks at
+// the seeds of the claim's earlier looks and now, then at the last; inflated until stable.
+int64_t SequentialSeeds(int64_t fixed, const std::vector<int64_t>& looks, double level,
+                        double power) {
+  int64_t n = fixed;
+  for (int i = 0; i < 4; ++i) {
+    std::vector<double> fractions;
+    for (int64_t l : looks) {
+      if (l >= 1 && l < n) fractions.push_back(static_cast<double>(l) / static_cast<double>(n));
+    }
+    fractions.push_back(1);
+    const double inflation =
+        stats::InflationFactor(fractions, level, stats::Spending::kOBrienFleming, power);
+    if (std::isnan(inflation)) return n;
+    const int64_t next = std::max<int64_t>(
+        fixed, static_cast<int64_t>(std::ceil(static_cast<double>(fixed) * inflation - 1e-9)));
+    if (next == n) break;
+    n = next;
+  }
+  return n;
+}
+
+TestPlan PlanTest(const TestNumbers& t, double target, const PlanOptions& options, int tests,
+                  const SequentialStatus& sequential) {
   TestPlan plan;
   plan.label = t.label;
   if (t.kind == "trend" || t.kind == "best_at") {
@@ -38,6 +63,13 @@ TestPlan PlanTest(const TestNumbers& t, double target, const PlanOptions& option
   }
   if (t.within) {
     plan.note = "a band or margin test: not planned (an equivalence test needs its own design)";
+    return plan;
+  }
+  if (sequential.futile) {
+    plan.note = fmt::format(
+        "stopped for futility: conditional power {:.2f} at look {} is below the floor; more "
+        "seeds are unlikely to decide it at the paper's effect",
+        sequential.conditional_power, sequential.look);
     return plan;
   }
   if (t.confounded) {
@@ -88,11 +120,18 @@ TestPlan PlanTest(const TestNumbers& t, double target, const PlanOptions& option
     plan.note = "the power solver found no number of seeds (over a billion)";
     return plan;
   }
-  plan.seeds_needed = std::max<int64_t>(2, static_cast<int64_t>(std::ceil(n - 1e-9)));
+  plan.fixed_seeds = std::max<int64_t>(2, static_cast<int64_t>(std::ceil(n - 1e-9)));
+  // The looks the claim has had (this one included), so that deciding at the next look spends
+  // the level by the boundary and still has the power asked for.
+  std::vector<int64_t> looks = sequential.look_seeds;
+  if (looks.empty() || looks.back() < plan.seeds_now) looks.push_back(plan.seeds_now);
+  plan.looks = static_cast<int>(looks.size()) + 1;
+  plan.seeds_needed = SequentialSeeds(plan.fixed_seeds, looks, level, options.power);
   // Each side lacks what it has not: the second side of two arms has n2 runs, not n.
   for (size_t i = 0; i < t.arms.size(); ++i) {
     const int64_t now = two_arms && i == 1 ? t.n2 : t.n;
-    SideSeeds side = Side(t.arms[i], std::max<int64_t>(0, plan.seeds_needed - now));
+    SideSeeds side = Side(t.arms[i], i < t.arm_runs.size() ? t.arm_runs[i] : 0,
+                          std::max<int64_t>(0, plan.seeds_needed - now));
     plan.runs += side.runs;
     plan.hours += static_cast<double>(side.runs) * side.hours_each;
     plan.sides.push_back(std::move(side));
@@ -142,7 +181,7 @@ absl::StatusOr<std::vector<ClaimPlan>> PlanSeeds(const Report& report, const Pla
                             : std::isnan(t.published)                 ? t.published
                             : t.log_scale ? std::expm1(t.published) * 100
                                           : t.published;
-      TestPlan test = PlanTest(t, target, options, tests);
+      TestPlan test = PlanTest(t, target, options, tests, c.sequential);
       if (!test.note.empty()) {
         plan.planned = false;
         if (plan.note.empty()) plan.note = StrCat(test.label, ": ", test.note);

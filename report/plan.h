@@ -33,6 +33,9 @@ struct PlanOptions {
 // New runs of one config (one side of a test): how many, and what each costs.
 struct SideSeeds {
   std::map<std::string, std::string> config;  // the side's keys, seed removed
+  // A run of the side: its new seeds copy the training run it is or derives from (with that
+  // run's derived jobs; Scheduler::ApplyPlan). 0: unknown.
+  int64_t template_run = 0;
   int64_t runs = 0;
   double hours_each = 0;          // RTX 3090 hours (model::EstimateRunCost)
   int64_t memory_bytes_each = 0;  // the least device memory it trains in (model::MinTrainingBytes)
@@ -43,13 +46,17 @@ struct TestPlan {
   std::string label;
   std::string design;     // "paired t", "Welch t", "one-sample t"
   int64_t seeds_now = 0;  // per side
+  // Per side at the last look: the fixed design's seeds inflated for the looks (the claim's
+  // earlier looks, this one, and the last), O'Brien–Fleming-like spending (stats::InflationFactor).
   int64_t seeds_needed = 0;
-  int64_t runs = 0;    // new runs: the seeds each side lacks
-  double hours = 0;    // their RTX 3090 hours
-  double effect = 0;   // the effect planned for, in the test's units
-  double sd = 0;       // the spread planned with, in the test's own scale
-  bool prior = false;  // the spread is the stated prior
-  std::string note;    // why it is not planned, when it is not
+  int64_t fixed_seeds = 0;  // what a single look at the end would need
+  int looks = 0;            // looks of the design, the last at seeds_needed
+  int64_t runs = 0;         // new runs: the seeds each side lacks
+  double hours = 0;         // their RTX 3090 hours
+  double effect = 0;        // the effect planned for, in the test's units
+  double sd = 0;            // the spread planned with, in the test's own scale
+  bool prior = false;       // the spread is the stated prior
+  std::string note;         // why it is not planned, when it is not
 };
 
 struct ClaimPlan {

@@ -804,6 +804,9 @@ class Builder {
     std::string from;
     size_t widths = 0;
     in.parts["variable_r"] = VariableREvals(&from, &widths);
+    CART_ASSIGN_OR_RETURN(std::vector<ClaimLook> looks, source_.Looks());
+    for (ClaimLook& look : looks) in.looks[look.claim].push_back(std::move(look));
+    in.futility_floor = options_.futility_floor;
     CART_ASSIGN_OR_RETURN(std::vector<ClaimOutcome> outcomes, DecideClaims(source_, specs, in));
     for (const ClaimOutcome& o : outcomes) {
       ClaimLine line;
@@ -814,6 +817,7 @@ class Builder {
       line.verdict = VerdictName(o.verdict);
       line.evidence = o.evidence;
       line.confounded = o.confounded;
+      line.sequential = o.sequential;
       bool classes_of_confounded = false;
       for (const TestOutcome& t : o.tests) {
         if (line.device_classes.empty() || (t.confounded && !classes_of_confounded)) {
@@ -840,6 +844,7 @@ class Builder {
         numbers.n = t.n;
         numbers.n2 = t.n2;
         numbers.arms = t.arms;
+        numbers.arm_runs = t.arm_runs;
         line.numbers.push_back(std::move(numbers));
       }
       report_.claims.push_back(std::move(line));

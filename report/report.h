@@ -50,6 +50,38 @@ struct StudyPoint {
   double value = 0;
 };
 
+// One look of a claim's group-sequential design, as a seed plan recorded it when `cart plan
+// --apply` queued seeds for the claim (store::PlanClaim; docs/study.md "Planning seeds").
+struct ClaimLook {
+  std::string claim;
+  int64_t plan_id = 0;
+  int64_t seeds_now = 0;     // per side, when planned
+  int64_t seeds_target = 0;  // per side, planned
+  double alpha = 0.05;
+  std::string spending = "obrien-fleming";  // or "pocock"
+};
+
+// Where a claim stands in its group-sequential design: the look it is at, the level spent so far
+// and the boundary of this look (docs/study.md "Planning seeds"). Only claims a plan was applied
+// to have one; the others are decided as a fixed design.
+struct SequentialStatus {
+  bool sequential = false;
+  int look = 0;                     // 1-based: the plans' looks, then this one when it is new
+  std::vector<int64_t> look_seeds;  // seeds per side at each look so far, this one last
+  int64_t seeds_target = 0;         // the planned seeds (the last plan's, or more when passed)
+  double fraction = 0;              // information at this look: seeds / target
+  double alpha = 0;                 // the claim's family-wise level
+  double alpha_spent = 0;           // the level spent by this look, all looks together
+  double boundary = 0;              // |Z| a test must reach at this look (the strictest step)
+  double nominal = 0;               // that boundary as a two-sided p
+  bool crossed = false;             // a test of the claim was decided at this look
+  // The chance that the planned seeds decide the claim, given the seeds so far and the paper's
+  // effect (the least over its tests that cannot tell); NaN: not computable (no paper effect,
+  // no spread, or the last look).
+  double conditional_power = 0;
+  bool futile = false;  // conditional power below ReportOptions::futility_floor
+};
+
 // Where the runs come from. Sweeps that do not exist have no runs (not an error).
 class StudySource {
  public:
@@ -58,6 +90,9 @@ class StudySource {
   // A run's metric series by step, at most max_points (bucket means), empty when never logged.
   virtual absl::StatusOr<std::vector<StudyPoint>> Series(int64_t run_id, const std::string& metric,
                                                          int64_t max_points) = 0;
+  // Every claim's looks that seed plans recorded, by plan (none by default: a source without
+  // plans decides every claim as a fixed design).
+  virtual absl::StatusOr<std::vector<ClaimLook>> Looks() { return std::vector<ClaimLook>{}; }
 };
 
 // Reads an open store (what `cart report --db FILE` uses).
@@ -87,6 +122,9 @@ struct ReportOptions {
   bool html = false;  // also write report.html
   // The claims to decide (the form of report/claims.yaml); empty: the compiled-in ones.
   std::string claims_file;
+  // A claim in a sequential design whose conditional power falls below this stops for futility
+  // (the report says so and `cart plan` plans it no further); 0: never.
+  double futility_floor = 0.1;
 };
 
 // A table as written: header, rows of text cells, and where its published figures come from.
@@ -147,6 +185,7 @@ struct TestNumbers {
   double published = 0;  // the paper's effect; NaN: none
   int64_t n = 0, n2 = 0;
   std::vector<std::map<std::string, std::string>> arms;  // each side's config, seed removed
+  std::vector<int64_t> arm_runs;  // each side's first run (id): where its new seeds copy from
 };
 
 // One claim of the paper with its computed verdict (report/claims.h decides it).
@@ -167,6 +206,7 @@ struct ClaimLine {
   std::vector<std::vector<std::string>> tests;
   // The same tests as numbers, for the planner (report/plan.h).
   std::vector<TestNumbers> numbers;
+  SequentialStatus sequential;  // where its sequential design stands, when a plan was applied
 };
 
 struct Report {

@@ -56,6 +56,17 @@ class StoreStudySource : public StudySource {
     return out;
   }
 
+  absl::StatusOr<std::vector<ClaimLook>> Looks() override {
+    CART_ASSIGN_OR_RETURN(std::vector<store::PlanRecord> plans, store_.ListPlans());
+    std::vector<ClaimLook> out;
+    for (const store::PlanRecord& p : plans) {
+      for (const store::PlanClaim& c : p.claims) {
+        out.push_back({c.claim, p.id, c.seeds_now, c.seeds_target, p.alpha, p.spending});
+      }
+    }
+    return out;
+  }
+
  private:
   store::RunStore& store_;
 };

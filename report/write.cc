@@ -100,13 +100,61 @@ std::string SpanningMarkdown(const Report& r) {
   return out + "\n";
 }
 
+// A claim's look in its sequential design, in words: "look 2: 6 of 12 seeds (t = 0.50); α spent
+// 0.0056 of 0.05; boundary |z| ≥ 2.80 (p < 0.0051): not crossed; conditional power 0.07: stop for
+// futility".
+std::string LookText(const SequentialStatus& s) {
+  std::string out = fmt::format(
+      "look {}: {} of {} seeds (t = {:.2f}); α spent {:.3g} of {:g}; boundary |z| ≥ {:.2f} "
+      "(p < {:.3g}): {}",
+      s.look, s.look_seeds.empty() ? 0 : s.look_seeds.back(), s.seeds_target, s.fraction,
+      s.alpha_spent, s.alpha, s.boundary, s.nominal, s.crossed ? "crossed" : "not crossed");
+  if (!std::isnan(s.conditional_power)) {
+    out += fmt::format("; conditional power {:.2f}{}", s.conditional_power,
+                       s.futile ? ": stop for futility" : "");
+  }
+  return out;
+}
+
+// The claims in a sequential design (a seed plan was applied to them), one line each.
+std::string LooksMarkdown(const Report& r) {
+  std::string out;
+  for (const ClaimLine& c : r.claims) {
+    if (c.sequential.sequential) out += fmt::format("- `{}`: {}\n", c.id, LookText(c.sequential));
+  }
+  if (out.empty()) return "";
+  return "Claims decided sequentially (seeds were planned for them: each look spends part of the "
+         "claim's level by an α-spending boundary, so that looking again after new seeds keeps "
+         "the family-wise error at α; docs/study.md \"Planning seeds\"):\n\n" +
+         out + "\n";
+}
+
 std::string ClaimsCsv(const Report& r) {
   Table t;
-  t.columns = {"id",      "verdict",   "claim",      "evidence",
-               "section", "published", "confounded", "device_classes"};
+  t.columns = {
+      "id",         "verdict",        "claim",   "evidence",          "section",      "published",
+      "confounded", "device_classes", "look",    "look_seeds",        "seeds_target", "alpha_spent",
+      "boundary_z", "boundary_p",     "crossed", "conditional_power", "futile"};
+  auto num = [](double v) { return std::isnan(v) ? std::string() : fmt::format("{:.6g}", v); };
   for (const ClaimLine& c : r.claims) {
-    t.rows.push_back({c.id, c.verdict, c.claim, c.evidence, c.section, c.published,
-                      c.confounded ? "yes" : "", c.device_classes});
+    const SequentialStatus& s = c.sequential;
+    std::vector<std::string> row = {c.id,
+                                    c.verdict,
+                                    c.claim,
+                                    c.evidence,
+                                    c.section,
+                                    c.published,
+                                    c.confounded ? "yes" : "",
+                                    c.device_classes};
+    if (s.sequential) {
+      row.insert(row.end(),
+                 {StrCat(s.look), s.look_seeds.empty() ? "" : StrCat(s.look_seeds.back()),
+                  StrCat(s.seeds_target), num(s.alpha_spent), num(s.boundary), num(s.nominal),
+                  s.crossed ? "yes" : "no", num(s.conditional_power), s.futile ? "yes" : ""});
+    } else {
+      row.resize(t.columns.size());
+    }
+    t.rows.push_back(std::move(row));
   }
   return Csv(t);
 }
@@ -144,7 +192,7 @@ std::string Markdown(const Report& r, bool plots) {
         "outside), **cannot tell** otherwise, with the smallest effect the runs could have "
         "detected at 80 % power. p-values are two-sided; Holm's correction runs over each "
         "claim's tests. Every test: [claim_tests.csv](claim_tests.csv).\n\n";
-    out += ClaimsMarkdown(r) + "\n" + SpanningMarkdown(r);
+    out += ClaimsMarkdown(r) + "\n" + LooksMarkdown(r) + SpanningMarkdown(r);
   }
   for (const Section& s : r.sections) {
     out += fmt::format("## {}\n\n_Sweep: `{}`_\n\n", s.title, s.sweep);
@@ -207,6 +255,17 @@ std::string HtmlPage(const Report& r, bool plots) {
           Html(c.evidence));
     }
     out += "</table>\n";
+    bool any_look = false;
+    for (const ClaimLine& c : r.claims) {
+      if (!c.sequential.sequential) continue;
+      out += fmt::format("{}<li><code>{}</code>: {}</li>\n",
+                         any_look ? ""
+                                  : "<p>Decided sequentially (seeds were planned for them; "
+                                    "each look spends part of the level):</p><ul>\n",
+                         Html(c.id), Html(LookText(c.sequential)));
+      any_look = true;
+    }
+    if (any_look) out += "</ul>\n";
     if (!r.spanning_runs.empty()) {
       out +=
           "<p class=\"missing\">Runs whose attempts trained on more than one card model "

@@ -210,6 +210,25 @@ struct Forecast {
 };
 
 // A run with what the scheduler knows beyond its record.
+// A seed plan to queue (Scheduler::ApplyPlan; docs/study.md "Planning seeds").
+struct PlanSide {
+  std::string sweep;
+  std::map<std::string, std::string> config;  // the config's keys, seed left out
+  int64_t runs = 0;                           // new seeds, >= 1
+  // A run of the side (0: none): the new seeds copy the training run it is or was derived from,
+  // in that run's sweep, instead of the sweep's first run of `config`.
+  int64_t template_run_id = 0;
+};
+struct PlanRequest {
+  std::vector<PlanSide> sides;
+  store::NewPlan plan;  // its claims, levels, budget and text; runs filled in by ApplyPlan
+  std::string who;
+};
+struct PlanApplied {
+  int64_t plan_id = 0;
+  std::vector<store::RunRecord> runs;  // the runs it queued, in order
+};
+
 struct RunInfo {
   store::RunRecord run;
   std::string worker_id;                 // current or last worker; empty when never leased
@@ -434,6 +453,15 @@ class Scheduler {
   // as ExpectedFinish over the live fleet, these added. Unix µs per run, 0 where the plan gives
   // none (it fits no live worker, or no worker is live). `cart plan` prices its seeds with it.
   absl::StatusOr<std::vector<int64_t>> ForecastRuns(std::vector<store::PlaceableRun> extra);
+  // Queues a seed plan: for each side, `runs` new seeds of the sweep's training runs of that
+  // config (the seeds after the largest it has), each with a copy of every job derived from the
+  // side's first run, at any depth and in any sweep, starting from the new seed instead; all in
+  // one store transaction with the plan's record. Needs the owner of each sweep it adds to (or an
+  // admin). NotFound for a sweep deleted since the plan was made; FailedPrecondition for a config
+  // the sweep has no training run of; InvalidArgument for a side without runs.
+  absl::StatusOr<PlanApplied> ApplyPlan(PlanRequest request);
+  // Every seed plan queued, oldest first (store::RunStore::ListPlans).
+  absl::StatusOr<std::vector<store::PlanRecord>> ListPlans() { return store_->ListPlans(); }
   // Runs matching `filter`, by id: at most `limit` (0: all) after skipping `offset`. `total`
   // (when given) receives how many match. InvalidArgument for a negative limit or offset.
   absl::StatusOr<std::vector<RunInfo>> ListRuns(const store::RunFilter& filter, int64_t limit,

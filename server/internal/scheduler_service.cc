@@ -355,6 +355,74 @@ grpc::Status SchedulerServiceImpl::ForecastRuns(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
+grpc::Status SchedulerServiceImpl::ApplyPlan(grpc::ServerContext* context,
+                                             const v1::ApplyPlanRequest* request,
+                                             v1::ApplyPlanResponse* response) {
+  CART_CALLER(who, "ApplyPlan");
+  if (request->sides_size() > 10'000 || request->claims_size() > 10'000) {
+    return ToGrpc(absl::InvalidArgumentError("ApplyPlan: at most 10000 sides and claims"));
+  }
+  PlanRequest plan;
+  plan.who = who;
+  for (const v1::PlanSide& side : request->sides()) {
+    plan.sides.push_back({side.sweep(),
+                          {side.config().begin(), side.config().end()},
+                          side.runs(),
+                          side.template_run_id()});
+  }
+  for (const v1::PlanClaimLook& c : request->claims()) {
+    plan.plan.claims.push_back(
+        {c.claim(), c.seeds_now(), c.seeds_target(), c.runs(), c.rtx3090_hours()});
+  }
+  plan.plan.power = request->power();
+  plan.plan.alpha = request->alpha();
+  if (request->has_budget()) plan.plan.budget_hours = request->budget_hours();
+  if (!request->spending().empty()) plan.plan.spending = request->spending();
+  plan.plan.text = request->text();
+  absl::StatusOr<PlanApplied> applied = ctx_.scheduler->ApplyPlan(std::move(plan));
+  if (!applied.ok()) return ToGrpc(applied.status());
+  response->set_plan_id(applied->plan_id);
+  for (const store::RunRecord& run : applied->runs) {
+    v1::PlannedRun* out = response->add_runs();
+    out->set_run_id(run.id);
+    out->set_sweep(run.sweep_name);
+    out->set_name(run.name);
+    out->set_seed(run.seed);
+    out->set_kind(ToProto(run.kind));
+    out->set_parent_run_id(run.parent_run_id.value_or(0));
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status SchedulerServiceImpl::ListPlans(grpc::ServerContext* context,
+                                             const v1::ListPlansRequest* request,
+                                             v1::ListPlansResponse* response) {
+  CART_CALLER(who, "ListPlans");
+  absl::StatusOr<std::vector<store::PlanRecord>> plans = ctx_.scheduler->ListPlans();
+  if (!plans.ok()) return ToGrpc(plans.status());
+  for (const store::PlanRecord& p : *plans) {
+    v1::PlanView* out = response->add_plans();
+    out->set_plan_id(p.id);
+    out->set_created_us(p.created_us);
+    out->set_created_by(p.created_by);
+    out->set_power(p.power);
+    out->set_alpha(p.alpha);
+    out->set_has_budget(p.budget_hours.has_value());
+    out->set_budget_hours(p.budget_hours.value_or(0));
+    out->set_spending(p.spending);
+    for (const store::PlanClaim& c : p.claims) {
+      v1::PlanClaimLook* look = out->add_claims();
+      look->set_claim(c.claim);
+      look->set_seeds_now(c.seeds_now);
+      look->set_seeds_target(c.seeds_target);
+      look->set_runs(c.runs);
+      look->set_rtx3090_hours(c.hours);
+    }
+    for (int64_t id : p.run_ids) out->add_run_ids(id);
+  }
+  return grpc::Status::OK;
+}
+
 grpc::Status SchedulerServiceImpl::SetRunDeviceClass(grpc::ServerContext* context,
                                                      const v1::SetRunDeviceClassRequest* request,
                                                      v1::RunResponse* response) {

@@ -77,6 +77,10 @@ class SchedulerServiceImpl final : public v1::SchedulerService::Service {
                          v1::RunResponse* response) override;
   grpc::Status ForecastRuns(grpc::ServerContext* context, const v1::ForecastRunsRequest* request,
                             v1::ForecastRunsResponse* response) override;
+  grpc::Status ApplyPlan(grpc::ServerContext* context, const v1::ApplyPlanRequest* request,
+                         v1::ApplyPlanResponse* response) override;
+  grpc::Status ListPlans(grpc::ServerContext* context, const v1::ListPlansRequest* request,
+                         v1::ListPlansResponse* response) override;
   grpc::Status SetRunDeviceClass(grpc::ServerContext* context,
                                  const v1::SetRunDeviceClassRequest* request,
                                  v1::RunResponse* response) override;

@@ -16,6 +16,7 @@
 #include "gtest/gtest.h"
 #include "report/plan.h"
 #include "report/report.h"
+#include "report/sequential.h"
 #include "report/stats.h"
 #include "tests/store/store_fixture.h"
 #include "tests/support/test_support.h"
@@ -193,8 +194,9 @@ TEST_F(ClaimsTest, EachVerdictComesOutAsTheDataWereBuilt) {
   EXPECT_THAT(md, HasSubstr("| **holds** | " + kv.evidence + " |"));
   EXPECT_THAT(ReadFile(dir_.File("report/claims.md")), HasSubstr("**does not hold**"));
   const std::string csv = ReadFile(dir_.File("report/claims.csv"));
-  EXPECT_THAT(csv,
-              HasSubstr("id,verdict,claim,evidence,section,published,confounded,device_classes\n"));
+  EXPECT_THAT(
+      csv,
+      HasSubstr("id,verdict,claim,evidence,section,published,confounded,device_classes,look,"));
   EXPECT_THAT(csv, HasSubstr("\nablation_one_loop,does not hold,"));
   const std::string tests = ReadFile(dir_.File("report/claim_tests.csv"));
   EXPECT_THAT(tests, HasSubstr("claim,test,method,effect,low,high,unit,p,p_holm,n,n2"));
@@ -227,7 +229,16 @@ TEST_F(ClaimsTest, ThePlanSizesEachClaimThatCannotTellFromItsSeedsSpread) {
   EXPECT_NEAR(t.sd, sd, 1e-12);
   EXPECT_NEAR(t.effect, 0.69, 1e-9);
   const double n = stats::SeedsForPower(std::log1p(0.0069) / sd, stats::Design::kOneSample);
-  EXPECT_EQ(t.seeds_needed, static_cast<int64_t>(std::ceil(n)));
+  EXPECT_EQ(t.fixed_seeds, static_cast<int64_t>(std::ceil(n)));
+  // Deciding now (look 1, 3 seeds) and at the end (look 2) costs the boundary's inflation of the
+  // fixed design's seeds: the smallest count whose inflation the fixed count covers.
+  EXPECT_EQ(t.looks, 2);
+  const double inflation = stats::InflationFactor({3.0 / static_cast<double>(t.seeds_needed), 1},
+                                                  0.05, stats::Spending::kOBrienFleming, 0.8);
+  EXPECT_GT(inflation, 1);
+  EXPECT_EQ(t.seeds_needed,
+            static_cast<int64_t>(std::ceil(static_cast<double>(t.fixed_seeds) * inflation - 1e-9)));
+  EXPECT_GE(t.seeds_needed, t.fixed_seeds);
   EXPECT_GT(t.seeds_needed, 3);
   EXPECT_EQ(t.runs, 2 * (t.seeds_needed - 3));
   // Each new run costs what `cart sweep submit --dry-run` would say of its side's config.
@@ -262,7 +273,9 @@ TEST_F(ClaimsTest, ThePlanSizesEachClaimThatCannotTellFromItsSeedsSpread) {
   smaller.smallest_effect["ablation_no_hyper"] = 0.3;
   CART_ASSERT_OK_AND_ASSIGN(std::vector<ClaimPlan> more, PlanSeeds(report, smaller));
   for (const ClaimPlan& p : more) {
-    if (p.id == "ablation_no_hyper") EXPECT_GT(p.tests[0].seeds_needed, t.seeds_needed);
+    if (p.id == "ablation_no_hyper") {
+      EXPECT_GT(p.tests[0].seeds_needed, t.seeds_needed);
+    }
   }
   PlanOptions bad;
   bad.power = 1.5;
@@ -341,6 +354,113 @@ TEST(PlanTest, EachSideLacksItsOwnSeedsAndASharedSideCountsOnce) {
   EXPECT_EQ(plans[0].sides.size(), 3u);
   EXPECT_EQ(plans[0].runs, 3 * each);
   EXPECT_GT(plans[0].sides[0].memory_bytes_each, 0);
+}
+
+// The store's runs with looks that seed plans would have recorded (cart plan --apply).
+class LookingSource : public StudySource {
+ public:
+  LookingSource(store::RunStore& store, std::vector<ClaimLook> looks)
+      : inner_(StoreSource(store)), looks_(std::move(looks)) {}
+  absl::StatusOr<std::vector<StudyRun>> Runs(const std::string& sweep) override {
+    return inner_->Runs(sweep);
+  }
+  absl::StatusOr<std::vector<StudyPoint>> Series(int64_t run_id, const std::string& metric,
+                                                 int64_t max_points) override {
+    return inner_->Series(run_id, metric, max_points);
+  }
+  absl::StatusOr<std::vector<ClaimLook>> Looks() override { return looks_; }
+
+ private:
+  std::unique_ptr<StudySource> inner_;
+  std::vector<ClaimLook> looks_;
+};
+
+// A claim a seed plan was applied to is decided at its look's boundary: recomputing K, V holds
+// at p = 0.013 as a fixed design, but at the first of looks planned up to 12 seeds (t = 0.25)
+// the O'Brien–Fleming-like boundary asks for far less (|z| ≥ 3.92, p < 0.0001), so it cannot tell
+// yet; at its last look (3 of 3 seeds) the whole level is there and it holds. The no-hyper ablation
+// gets a conditional power from the B-value at the paper's effect; under a floor above it, the
+// claim stops for futility and the planner plans it no further.
+TEST_F(ClaimsTest, APlannedClaimIsDecidedAtItsLooksBoundaryAndCanStopForFutility) {
+  auto build = [&](std::vector<ClaimLook> looks, double floor) {
+    LookingSource source(*store_, std::move(looks));
+    ReportOptions options;
+    options.out_dir = dir_.File("report");
+    options.plots = false;
+    options.futility_floor = floor;
+    absl::StatusOr<Report> report = BuildReport(source, options);
+    EXPECT_TRUE(report.ok()) << report.status();
+    if (report.ok()) {
+      EXPECT_TRUE(WriteReport(*report, options).ok());
+    }
+    return report.ok() ? *report : Report{};
+  };
+  const std::vector<ClaimLook> early = {{"ablation_recompute_kv", 1, 3, 12},
+                                        {"ablation_no_hyper", 1, 3, 12}};
+  Report report = build(early, 0.1);
+  const ClaimLine& kv = Claim(report, "ablation_recompute_kv");
+  EXPECT_EQ(kv.verdict, "cannot tell");
+  ASSERT_TRUE(kv.sequential.sequential);
+  EXPECT_EQ(kv.sequential.look, 1);
+  EXPECT_EQ(kv.sequential.seeds_target, 12);
+  EXPECT_DOUBLE_EQ(kv.sequential.fraction, 0.25);
+  EXPECT_DOUBLE_EQ(kv.sequential.alpha_spent,
+                   stats::SpentAlpha(stats::Spending::kOBrienFleming, 0.05, 0.25));
+  const std::vector<double> first =
+      stats::SequentialBoundaries({0.25}, 0.05, stats::Spending::kOBrienFleming);
+  ASSERT_EQ(first.size(), 1u);
+  EXPECT_DOUBLE_EQ(kv.sequential.boundary, first[0]);
+  EXPECT_NEAR(kv.sequential.boundary, 3.92, 0.01);  // z(0.975) / √0.25
+  EXPECT_LT(kv.sequential.nominal, 0.001);
+  EXPECT_FALSE(kv.sequential.crossed);
+  // Claims without a plan stay fixed designs.
+  EXPECT_FALSE(Claim(report, "ablation_one_loop").sequential.sequential);
+  EXPECT_EQ(Claim(report, "ablation_one_loop").verdict, "does not hold");
+
+  // The no-hyper ablation's conditional power, from its B-value: paired log-differences 0.01,
+  // −0.02, 0.005 (mean −0.00167, se 0.00928) against the paper's +0.69 %.
+  const ClaimLine& hyper = Claim(report, "ablation_no_hyper");
+  ASSERT_TRUE(hyper.sequential.sequential);
+  const double mean = (0.01 - 0.02 + 0.005) / 3;
+  const double sd = std::sqrt(
+      (std::pow(0.01 - mean, 2) + std::pow(-0.02 - mean, 2) + std::pow(0.005 - mean, 2)) / 2);
+  const double se = sd / std::sqrt(3.0), t = 0.25;
+  const double last =
+      stats::SequentialBoundaries({0.25, 1}, 0.05, stats::Spending::kOBrienFleming).back();
+  const double drift = std::log1p(0.0069) / (se * std::sqrt(t));
+  const double x = (last - mean / se * std::sqrt(t) - drift * (1 - t)) / std::sqrt(1 - t);
+  const double cp = 0.5 * std::erfc(x / std::sqrt(2.0));
+  EXPECT_NEAR(hyper.sequential.conditional_power, cp, 1e-9);
+  EXPECT_GT(cp, 0.1);
+  EXPECT_LT(cp, 0.3);
+  EXPECT_FALSE(hyper.sequential.futile);
+  const std::string md = ReadFile(dir_.File("report/report.md"));
+  EXPECT_THAT(md, HasSubstr("- `ablation_recompute_kv`: look 1: 3 of 12 seeds (t = 0.25)"));
+  EXPECT_THAT(md, HasSubstr("not crossed"));
+  EXPECT_THAT(ReadFile(dir_.File("report/claims.csv")), HasSubstr("ablation_recompute_kv,"));
+
+  // The same data at its last look: the whole level is spent there, and it holds.
+  report = build({{"ablation_recompute_kv", 1, 3, 3}}, 0.1);
+  const ClaimLine& final_kv = Claim(report, "ablation_recompute_kv");
+  EXPECT_EQ(final_kv.verdict, "holds");
+  EXPECT_TRUE(final_kv.sequential.crossed);
+  EXPECT_NEAR(final_kv.sequential.alpha_spent, 0.05, 1e-12);
+  EXPECT_NEAR(final_kv.sequential.nominal, 0.05, 1e-6);
+
+  // A floor above its conditional power: stop for futility, and no plan for more seeds.
+  report = build(early, 0.5);
+  const ClaimLine& futile = Claim(report, "ablation_no_hyper");
+  EXPECT_TRUE(futile.sequential.futile);
+  EXPECT_THAT(ReadFile(dir_.File("report/report.md")), HasSubstr("stop for futility"));
+  CART_ASSERT_OK_AND_ASSIGN(std::vector<ClaimPlan> plans, PlanSeeds(report, PlanOptions{}));
+  bool seen = false;
+  for (const ClaimPlan& p : plans) {
+    if (p.id != "ablation_no_hyper") continue;
+    seen = true;
+    EXPECT_FALSE(p.planned);
+    EXPECT_THAT(p.note, HasSubstr("stopped for futility"));
+  }
+  EXPECT_TRUE(seen);
 }
 
 TEST_F(ClaimsTest, TheHtmlReportMarksEachVerdict) {
