@@ -273,7 +273,9 @@ absl::Status ApplyPlans(Client& client, const PlanArgs& a,
   CART_ASSIGN_OR_RETURN(std::vector<const report::ClaimPlan*> chosen,
                         WithinBudget(plans, a.budget));
   if (chosen.empty()) {
-    std::cout << "nothing to queue: no claim that cannot tell has a plan\n";
+    std::cout << (a.conn.json ? R"({"plan_id": 0, "runs": []})"
+                              : "nothing to queue: no claim that cannot tell has a plan")
+              << "\n";
     return absl::OkStatus();
   }
   cart::v1::ApplyPlanRequest req;
@@ -338,12 +340,25 @@ absl::Status ApplyPlans(Client& client, const PlanArgs& a,
       "plan {} queued: {} runs ({} new seeds, {} derived jobs) for {}; {:.1f} RTX 3090 hours{}\n",
       resp.plan_id(), resp.runs_size(), train, resp.runs_size() - train, StrJoin(ids, ", "), hours,
       a.budget ? fmt::format(" of a {:g}-hour budget", *a.budget) : std::string());
-  Table t;
-  t.Header({"run", "sweep/name", "seed", "kind", "from run"});
+  // By sweep and kind: how many runs, their seeds and ids (every run: --json).
+  struct Group {
+    int64_t runs = 0, first = 0, last = 0;
+    std::set<int64_t> seeds;
+  };
+  std::map<std::pair<std::string, std::string>, Group> groups;
   for (const cart::v1::PlannedRun& r : resp.runs()) {
-    t.Row({StrCat(r.run_id()), StrCat(r.sweep(), "/", r.name()), StrCat(r.seed()),
-           r.kind() == cart::v1::JOB_KIND_EVAL ? "eval" : "train",
-           r.parent_run_id() ? StrCat(r.parent_run_id()) : "-"});
+    Group& g = groups[{r.sweep(), r.kind() == cart::v1::JOB_KIND_EVAL ? "eval" : "train"}];
+    if (g.runs++ == 0) g.first = r.run_id();
+    g.last = r.run_id();
+    g.seeds.insert(r.seed());
+  }
+  Table t;
+  t.Header({"sweep", "kind", "runs", "seeds", "run ids"});
+  for (const auto& [key, g] : groups) {
+    t.Row({key.first, key.second, StrCat(g.runs),
+           g.seeds.size() == 1 ? StrCat(*g.seeds.begin())
+                               : StrCat(*g.seeds.begin(), "–", *g.seeds.rbegin()),
+           StrCat(g.first, "–", g.last)});
   }
   t.Print(std::cout);
   for (const report::ClaimPlan& p : plans) {

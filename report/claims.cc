@@ -485,6 +485,8 @@ class Decider {
     }
     if (s.look_seeds.empty() || now > s.look_seeds.back()) s.look_seeds.push_back(now);
     s.seeds_target = std::max(looks.back().seeds_target, now);
+    s.awaiting = now <= looks.back().seeds_now;
+    s.plan_id = looks.back().plan_id;
     s.alpha = looks.back().alpha;
     s.sequential = true;
     s.look = static_cast<int>(s.look_seeds.size());

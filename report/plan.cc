@@ -72,6 +72,13 @@ TestPlan PlanTest(const TestNumbers& t, double target, const PlanOptions& option
         sequential.conditional_power, sequential.look);
     return plan;
   }
+  if (sequential.awaiting) {
+    plan.note = fmt::format(
+        "plan {} queued seeds for it up to {} per side and none has finished yet: its next look "
+        "comes when they do (`cart runs ls --sweep ...` shows them; resume any that failed)",
+        sequential.plan_id, sequential.seeds_target);
+    return plan;
+  }
   if (t.confounded) {
     plan.note =
         "confounded with the device class: more seeds do not help; balance the sweep's "

@@ -80,6 +80,9 @@ struct SequentialStatus {
   // no spread, or the last look).
   double conditional_power = 0;
   bool futile = false;  // conditional power below ReportOptions::futility_floor
+  // No seed has finished since the last plan: its runs are still to come (plan_id names it).
+  bool awaiting = false;
+  int64_t plan_id = 0;  // the last plan applied to the claim
 };
 
 // Where the runs come from. Sweeps that do not exist have no runs (not an error).

@@ -293,6 +293,15 @@ class CartlabTest(unittest.TestCase):
         with self.assertRaises(cartlab.CartError) as e:
             self.lab.plan(power=1.5, cart=cart)
         self.assertIn("power 1.5 is outside (0, 1)", e.exception.message)
+        # Nothing can be planned, so applying queues nothing and records no plan.
+        applied = self.lab.apply_plan(cart=cart, sweeps={"stage2": "py"})
+        self.assertEqual(applied["plan_id"], 0)
+        self.assertEqual(len(applied["runs"]), 0)
+        self.assertEqual(list(applied["runs"].columns),
+                         ["run_id", "sweep", "name", "seed", "kind", "parent_run_id"])
+        with self.assertRaises(cartlab.CartError) as e:
+            self.lab.apply_plan(budget=-1, cart=cart)
+        self.assertIn("--budget -1 must be a number of RTX 3090 hours >= 0", e.exception.message)
 
     def test_open_db_reads_the_same_frames_without_cartd(self):
         db = cartlab.open_db(CLUSTER.file("cartd/cart.db"))

@@ -294,6 +294,30 @@ class Client:
                "CART_TLS_CA": self.config.tls_ca}
         return run_plan([], env, power, alpha, smallest_effect, prior_sd, sweeps, cart)
 
+    def apply_plan(self, power: float = 0.8, alpha: float = 0.05,
+                   budget: Optional[float] = None,
+                   smallest_effect: Optional[Mapping[str, float]] = None,
+                   prior_sd: Optional[float] = None, sweeps: Optional[Mapping[str, str]] = None,
+                   cart: Optional[str] = None) -> Dict[str, Any]:
+        """Runs `cart plan --apply` against this cartd (docs/study.md "Planning seeds"): queues
+        the planned seeds of the claims that cannot tell, cheapest decision first and, with
+        `budget` (RTX 3090 hours), only whole claims that fit it; each new seed comes with
+        copies of its run's derived jobs, and the plan is recorded so that the report's next
+        look spends each claim's level sequentially. Returns {"plan_id" (0: nothing queued),
+        "runs": a frame of run_id, sweep, name, seed, kind, parent_run_id}. A budget below one
+        run raises CartError naming it."""
+        import json
+
+        env = {"CART_SERVER": self.config.server, "CART_TOKEN": self.config.token,
+               "CART_TLS_CA": self.config.tls_ca}
+        args = plan_args(cart, [], power, alpha, smallest_effect, prior_sd, sweeps) + ["--apply"]
+        if budget is not None:
+            args += ["--budget", repr(budget)]
+        answer = json.loads(run_cart(args, env, "plan"))
+        columns = ["run_id", "sweep", "name", "seed", "kind", "parent_run_id"]
+        return {"plan_id": answer["plan_id"],
+                "runs": pd.DataFrame(answer["runs"], columns=columns)}
+
     def attempts(self, runs: Union[RunRef, Iterable[RunRef], pd.Series, pd.DataFrame]
                  ) -> pd.DataFrame:
         """One row per attempt of the runs (docs/architecture.md "Environment records"): run_id,
@@ -540,6 +564,21 @@ def run_plan(source: List[str], env: Mapping[str, str], power: float, alpha: flo
     """`cart plan --json` with `source` (["--db", FILE], or nothing for cartd), as a frame."""
     import json
 
+    args = plan_args(cart, source, power, alpha, smallest_effect, prior_sd, sweeps)
+    columns = ["claim", "planned", "test", "design", "seeds_now", "seeds_needed", "fixed_seeds",
+               "looks", "runs", "rtx3090_hours", "effect", "sd", "prior", "note"]
+    rows = []
+    for claim in json.loads(run_cart(args, env, "plan")):
+        for test in claim["tests"] or [{"test": "", "note": claim["note"]}]:
+            rows.append({"claim": claim["claim"], "planned": claim["planned"],
+                         **{k: test.get(k) for k in columns[2:]}})
+    return pd.DataFrame(rows, columns=columns)
+
+
+def plan_args(cart: Optional[str], source: List[str], power: float, alpha: float,
+              smallest_effect: Optional[Mapping[str, float]], prior_sd: Optional[float],
+              sweeps: Optional[Mapping[str, str]]) -> List[str]:
+    """The `cart plan --json` command line for these options."""
     args = [cart_program(cart, "plan"), "plan", "--json", *source, "--power", repr(power),
             "--alpha", repr(alpha)]
     for claim, effect in (smallest_effect or {}).items():
@@ -551,14 +590,7 @@ def run_plan(source: List[str], env: Mapping[str, str], power: float, alpha: flo
             raise CartError("INVALID_ARGUMENT", f"plan(): unknown part '{part}' (parts: "
                             f"{', '.join(REPORT_PARTS)})", "plan")
         args += ["--" + part.replace("_", "-"), sweep]
-    columns = ["claim", "planned", "test", "design", "seeds_now", "seeds_needed", "runs",
-               "rtx3090_hours", "effect", "sd", "prior", "note"]
-    rows = []
-    for claim in json.loads(run_cart(args, env, "plan")):
-        for test in claim["tests"] or [{"test": "", "note": claim["note"]}]:
-            rows.append({"claim": claim["claim"], "planned": claim["planned"],
-                         **{k: test.get(k) for k in columns[2:]}})
-    return pd.DataFrame(rows, columns=columns)
+    return args
 
 
 # The study's parts, as `cart report` names its --PART options.

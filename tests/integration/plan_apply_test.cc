@@ -1,0 +1,186 @@
+// `cart plan --apply` against a real cartd (docs/study.md "Planning seeds"): a study whose
+// no-hyper-connection ablation cannot tell after three seeds gets the planner's seeds queued as
+// new seeds of the same sweep, each with a copy of the evaluation job derived from its arm's run
+// (in another sweep); the plan is recorded with the claim's look; a budget below one run, a
+// budget without --apply and --apply on a database file are refused naming the flag. Once the
+// new seeds have finished (written here through the store, as a worker would have), `cart
+// report` decides the claim at its second look, at the boundary that spends the rest of α.
+
+#include <signal.h>
+
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <set>
+#include <string>
+
+#include "common/strings.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "store/run_store.h"
+#include "tests/integration/cluster.h"
+#include "tests/store/store_fixture.h"
+#include "tests/support/test_support.h"
+
+namespace cart::testing {
+namespace {
+
+using ::cart::store::MetricPoint;
+using ::cart::store::RunRecord;
+using ::cart::store::testing::FinishAllQueued;
+using ::cart::store::testing::MakeRun;
+using ::cart::store::testing::MakeSweep;
+using ::cart::store::testing::OpenStore;
+using ::cart::store::testing::PointsAt;
+using ::testing::HasSubstr;
+
+std::string P(const RunRecord& r, const char* key) {
+  auto it = r.params.find(key);
+  return it == r.params.end() ? "" : it->second;
+}
+
+// Perplexity of an ablations run: the baseline 100 ± a little by seed; without hyper-connections
+// the seeds' log-differences 0.01, −0.02, 0.005 (cannot tell), then about +1.2 % for every seed
+// the plan adds.
+std::vector<MetricPoint> Ppl(const RunRecord& r) {
+  const int64_t seed = ParseInt64(P(r, "seed")).value_or(0);
+  const double base = 100 + static_cast<double>(seed % 5) - 2;
+  double delta = 0;
+  if (P(r, "hyper") == "off") {
+    delta = seed <= 3 ? std::vector<double>{0.01, -0.02, 0.005}[seed - 1]
+                      : 0.012 + 0.004 * static_cast<double>(seed % 3 - 1);
+  }
+  return PointsAt(100, {{"val_ppl/speeches", base * std::exp(delta)}});
+}
+
+// A run's index in its sweep, from its name ("ablations/7" or "7").
+int Index(const cart::v1::RunView& r) {
+  const size_t slash = r.name().rfind('/');
+  return static_cast<int>(
+      ParseInt64(slash == std::string::npos ? r.name() : r.name().substr(slash + 1)).value_or(-1));
+}
+
+TEST(PlanApplyTest, ThePlannedSeedsAreQueuedWithTheirDerivedJobsAndDecideAtTheNextLook) {
+  Cluster c;
+  const std::string db = c.dir() + "/cartd/cart.db";
+  std::filesystem::create_directories(c.dir() + "/cartd");
+  {
+    std::unique_ptr<store::RunStore> s = OpenStore(db);
+    ASSERT_NE(s, nullptr);
+    std::vector<store::NewRun> runs;
+    for (const char* hyper : {"on", "off"}) {
+      for (const char* seed : {"1", "2", "3"}) {
+        runs.push_back(MakeRun(StrCat(runs.size()), {{"kv", "frozen"},
+                                                     {"core", "shared"},
+                                                     {"core_attn", "cross"},
+                                                     {"hyper", hyper},
+                                                     {"R", "4"},
+                                                     {"seed", seed}}));
+      }
+    }
+    const store::Audit by{1, "user:tester", "submitted"};
+    auto made = s->CreateSweep(MakeSweep("ablations", runs), by);
+    ASSERT_TRUE(made.ok()) << made.status();
+    // One evaluation of each trained run, in a sweep of its own.
+    std::vector<store::NewRun> evals;
+    for (size_t i = 0; i < runs.size(); ++i) {
+      store::NewRun e = runs[i];
+      e.name = StrCat(i);
+      e.kind = JobKind::kEval;
+      e.eval_loops = {1, 4};
+      e.parent_run_id = made->run_ids[i];
+      e.parent_checkpoint = "final";
+      evals.push_back(std::move(e));
+    }
+    ASSERT_TRUE(s->CreateSweep(MakeSweep("probe", evals), by).ok());
+    FinishAllQueued(*s, Ppl);
+  }
+  c.StartCartd();
+
+  // Refusals, each naming what is wrong.
+  std::string out = c.Cart({"plan", "--apply", "--budget", "0.0000001"}, true);
+  EXPECT_THAT(out, HasSubstr("--budget 1e-07 RTX 3090 hours is smaller than one run"));
+  out = c.Cart({"plan", "--budget", "10"}, true);
+  EXPECT_THAT(out, HasSubstr("--budget holds what --apply queues; give --apply too"));
+  out = c.Cart({"plan", "--apply", "--db", db}, true);
+  EXPECT_THAT(out, HasSubstr("--apply queues runs through cartd; drop --db"));
+  EXPECT_EQ(c.Runs("ablations").size(), 6u);
+
+  // The plan, then applied.
+  out = c.Cart({"plan", "--json"});
+  const size_t at = out.find("\"claim\": \"ablation_no_hyper\"");
+  ASSERT_NE(at, std::string::npos) << out;
+  out = c.Cart({"plan", "--apply"});
+  EXPECT_THAT(out, HasSubstr("plan 1 queued: "));
+  EXPECT_THAT(out, HasSubstr("for ablation_no_hyper"));
+
+  const std::vector<cart::v1::RunView> trained = c.Runs("ablations");
+  const std::vector<cart::v1::RunView> probes = c.Runs("probe");
+  ASSERT_GT(trained.size(), 6u);
+  const size_t added = trained.size() - 6;
+  ASSERT_EQ(added % 2, 0u);  // both arms reach the same seeds
+  const int64_t seeds = 3 + static_cast<int64_t>(added / 2);
+  std::map<std::string, std::set<std::string>> seeds_of;  // hyper -> seeds
+  std::map<int64_t, const cart::v1::RunView*> new_runs;
+  for (const cart::v1::RunView& r : trained) {
+    seeds_of[r.params().at("hyper")].insert(r.params().at("seed"));
+    if (Index(r) >= 6) {
+      new_runs.emplace(r.run_id(), &r);
+      EXPECT_EQ(r.state(), cart::v1::RUN_STATE_QUEUED);
+      EXPECT_EQ(r.params().at("kv"), "frozen");
+    }
+  }
+  EXPECT_EQ(seeds_of["on"].size(), static_cast<size_t>(seeds));
+  EXPECT_EQ(seeds_of["off"], seeds_of["on"]);
+  EXPECT_TRUE(seeds_of["on"].count(StrCat(seeds)));  // 4 … seeds
+  // Each new seed brought its evaluation, blocked until it has trained.
+  ASSERT_EQ(probes.size(), 6 + added);
+  std::set<int64_t> evaluated;
+  for (const cart::v1::RunView& e : probes) {
+    if (Index(e) < 6) continue;
+    EXPECT_EQ(e.kind(), cart::v1::JOB_KIND_EVAL);
+    EXPECT_EQ(e.state(), cart::v1::RUN_STATE_BLOCKED);
+    auto parent = new_runs.find(e.parent_run_id());
+    ASSERT_NE(parent, new_runs.end()) << e.name();
+    EXPECT_EQ(e.params().at("seed"), parent->second->params().at("seed"));
+    evaluated.insert(e.parent_run_id());
+  }
+  EXPECT_EQ(evaluated.size(), added);
+
+  // The plan is recorded with the claim's look.
+  grpc::ClientContext ctx;
+  ctx.AddMetadata("authorization", "Bearer " + c.user_token());
+  cart::v1::ListPlansResponse plans;
+  ASSERT_TRUE(c.stub().ListPlans(&ctx, {}, &plans).ok());
+  ASSERT_EQ(plans.plans_size(), 1);
+  EXPECT_EQ(plans.plans(0).created_by(), "user:tester");
+  ASSERT_EQ(plans.plans(0).claims_size(), 1);
+  EXPECT_EQ(plans.plans(0).claims(0).claim(), "ablation_no_hyper");
+  EXPECT_EQ(plans.plans(0).claims(0).seeds_now(), 3);
+  EXPECT_EQ(plans.plans(0).claims(0).seeds_target(), seeds);
+  EXPECT_EQ(plans.plans(0).run_ids_size(), static_cast<int>(2 * added));
+
+  // Until a new seed finishes the claim waits: planning again queues nothing for it.
+  out = c.Cart({"plan"});
+  EXPECT_THAT(out, HasSubstr("not planned: ablation_no_hyper: "));
+  EXPECT_THAT(out, HasSubstr("plan 1 queued seeds for it"));
+
+  // The new seeds finish (as workers would report them); the report decides at look 2.
+  c.KillCartd(SIGTERM);
+  {
+    std::unique_ptr<store::RunStore> s = OpenStore(db);
+    ASSERT_NE(s, nullptr);
+    FinishAllQueued(*s, Ppl);
+  }
+  const std::string report_dir = c.dir() + "/report";
+  out = c.Cart({"report", "--db", db, "--no-plots", "--out", report_dir});
+  const std::string md = ReadFile(report_dir + "/report.md");
+  EXPECT_THAT(md, HasSubstr(StrCat("- `ablation_no_hyper`: look 2: ", seeds, " of ", seeds,
+                                   " seeds (t = 1.00); α spent 0.05 of 0.05")));
+  EXPECT_THAT(md, HasSubstr(": crossed"));
+  const std::string csv = ReadFile(report_dir + "/claims.csv");
+  EXPECT_THAT(csv, HasSubstr("ablation_no_hyper,holds,"));
+}
+
+}  // namespace
+}  // namespace cart::testing
