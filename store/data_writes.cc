@@ -24,6 +24,12 @@ using internal::WriteContext;
 namespace internal {
 namespace {
 
+constexpr char kUpsertEvalItems[] =
+    "INSERT INTO eval_items(run_id, task, loops, items, correct, correct_norm, logprob, "
+    "recorded_us) VALUES(?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(run_id, task, loops) DO UPDATE SET "
+    "items = excluded.items, correct = excluded.correct, correct_norm = excluded.correct_norm, "
+    "logprob = excluded.logprob, recorded_us = excluded.recorded_us";
+
 // The most data files one run reads, and so the most rows it has in run_data: a train file and
 // up to 64 validation and 64 task sets (config/config.cc).
 constexpr size_t kMaxRunDataRoles = 129;
@@ -231,6 +237,28 @@ absl::Status RunStore::RecordEnvironment(
         CART_ASSIGN_OR_RETURN(auto set, db.Cached(kSetAttemptEnvironment));
         set->BindAll(sha256, run_id, attempt);
         CART_RETURN_IF_ERROR(set->Run());
+        return true;
+      })
+      .status();
+}
+
+absl::Status RunStore::RecordEvalItems(int64_t run_id, int64_t attempt,
+                                       const std::vector<EvalItems>& items, int64_t now_us) {
+  CART_RETURN_IF_ERROR(internal::ValidateEvalItems(run_id, items));
+  return writer_
+      ->Run<bool>([&](WriteContext& ctx) -> absl::StatusOr<bool> {
+        Database& db = ctx.db();
+        CART_RETURN_IF_ERROR(
+            internal::CheckFence(db, run_id, attempt, "evaluation items").status());
+        for (const EvalItems& e : items) {
+          // Little-endian doubles: the platforms cartd builds on.
+          const std::string blob(reinterpret_cast<const char*>(e.logprob.data()),
+                                 e.logprob.size() * sizeof(double));
+          CART_ASSIGN_OR_RETURN(auto upsert, db.Cached(internal::kUpsertEvalItems));
+          upsert->BindAll(run_id, e.task, e.loops, static_cast<int64_t>(e.correct.size()),
+                          e.correct, e.correct_norm, internal::Blob{blob}, now_us);
+          CART_RETURN_IF_ERROR(upsert->Run());
+        }
         return true;
       })
       .status();

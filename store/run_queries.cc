@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <system_error>
@@ -375,6 +376,30 @@ absl::StatusOr<std::vector<PlanRecord>> RunStore::ListPlans() {
     CART_RETURN_IF_ERROR(runs->ForEachRow([&](const auto& row) {
       auto it = at.find(row.ColumnInt64(0));
       if (it != at.end()) out[it->second].run_ids.push_back(row.ColumnInt64(1));
+    }));
+    return out;
+  });
+}
+
+absl::StatusOr<std::vector<EvalItems>> RunStore::ListEvalItems(int64_t run_id) {
+  using Out = std::vector<EvalItems>;
+  return ReadSnapshot<Out>(*readers_, [&](Database& db) -> absl::StatusOr<Out> {
+    CART_RETURN_IF_ERROR(RequireRun(db, run_id));
+    CART_ASSIGN_OR_RETURN(auto select,
+                          db.Cached("SELECT task, loops, correct, correct_norm, logprob FROM "
+                                    "eval_items WHERE run_id = ? ORDER BY task, loops"));
+    select->BindAll(run_id);
+    Out out;
+    CART_RETURN_IF_ERROR(select->ForEachRow([&](const auto& row) {
+      EvalItems e;
+      e.task = row.ColumnText(0);
+      e.loops = static_cast<int>(row.ColumnInt64(1));
+      e.correct = row.ColumnText(2);
+      e.correct_norm = row.ColumnText(3);
+      const std::string blob = row.ColumnBlob(4);
+      e.logprob.resize(blob.size() / sizeof(double));
+      std::memcpy(e.logprob.data(), blob.data(), e.logprob.size() * sizeof(double));
+      out.push_back(std::move(e));
     }));
     return out;
   });

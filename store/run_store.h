@@ -271,6 +271,16 @@ class RunStore {
   absl::StatusOr<std::vector<RunDataRecord>> RecordRunData(int64_t run_id, int64_t attempt,
                                                            const std::vector<RunDataRecord>& files,
                                                            int64_t now_us);
+  // Per-item outcomes of zero-shot tasks (docs/study.md "Paired tests over items"), fenced like
+  // metrics: replaces the run's row of each (task, loop count) given, in one transaction.
+  // InvalidArgument naming the task and field: a task name that is not a config key, loops
+  // outside 1..16, correct not all '0'/'1' or empty or past kMaxEvalItems, correct_norm or
+  // logprob neither empty nor as long as correct, a non-finite log-likelihood, more than
+  // kMaxEvalTasks tasks or one task twice.
+  absl::Status RecordEvalItems(int64_t run_id, int64_t attempt, const std::vector<EvalItems>& items,
+                               int64_t now_us);
+  // The run's per-item outcomes by task, then loop count. NotFound for an unknown run.
+  absl::StatusOr<std::vector<EvalItems>> ListEvalItems(int64_t run_id);
   // Checkpoint retention (store/retention.cc): forgets the checkpoints of `run_id` (every run
   // when nullopt) that have `keep` (>= 1) newer ones, except those a derived run starts from, and
   // returns the artifacts no checkpoint names any more (their rows are gone; the caller deletes

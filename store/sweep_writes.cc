@@ -88,6 +88,7 @@ constexpr const char* kDeleteSweepRows[] = {
     "DELETE FROM annotation_history WHERE sweep_id = ?1 OR run_id IN "
     "(SELECT id FROM runs WHERE sweep_id = ?1)",
     "DELETE FROM run_data WHERE run_id IN (SELECT id FROM runs WHERE sweep_id = ?1)",
+    "DELETE FROM eval_items WHERE run_id IN (SELECT id FROM runs WHERE sweep_id = ?1)",
     "DELETE FROM runs WHERE sweep_id = ?1",
     "DELETE FROM sweeps WHERE id = ?1",
 };
@@ -121,8 +122,8 @@ absl::StatusOr<int64_t> InsertRun(Database& db, int64_t sweep_id, int64_t sweep_
       run.min_memory_bytes > 0 ? run.min_memory_bytes : run.memory_estimate_bytes,
       RunStateName(state), run.priority.value_or(sweep_priority), run.max_attempts, parent_id,
       parent_id ? std::optional<std::string>(run.parent_checkpoint) : std::nullopt, audit.at_us,
-      audit.at_us, std::string(JobKindName(run.kind)), StrJoin(run.eval_loops, ","),
-      run.work_hours, run.any_device_class ? "any" : "same", run.seed_group, plan_id);
+      audit.at_us, std::string(JobKindName(run.kind)), StrJoin(run.eval_loops, ","), run.work_hours,
+      run.any_device_class ? "any" : "same", run.seed_group, plan_id);
   CART_RETURN_IF_ERROR(insert_run->Run());
   insert_run->Reset();
   const int64_t run_id = db.LastInsertRowId();
@@ -203,9 +204,9 @@ absl::StatusOr<CreatedSweep> RunStore::CreateSweep(const NewSweep& sweep, const 
         }
         CART_RETURN_IF_ERROR(exists);
       }
-      CART_ASSIGN_OR_RETURN(const int64_t run_id,
-                            InsertRun(db, sweep_id, sweep.priority, run, run.name, parent_id,
-                                      std::nullopt, audit));
+      CART_ASSIGN_OR_RETURN(
+          const int64_t run_id,
+          InsertRun(db, sweep_id, sweep.priority, run, run.name, parent_id, std::nullopt, audit));
       ids_by_name.emplace(run.name, run_id);
       out.run_ids.push_back(run_id);
     }

@@ -217,12 +217,25 @@ struct CreatedSweep {
   bool created = false;          // false: the request id was seen before, nothing was written
 };
 
+// Per-item outcomes of one zero-shot task at one loop count, as an evaluation job scored them
+// (docs/study.md "Paired tests over items"): the items' order is the task file's.
+struct EvalItems {
+  std::string task;             // the task's name in the run's config (a config key's spelling)
+  int loops = 0;                // R_infer, 1..16
+  std::string correct;          // per item '1' (the choice with the largest log-likelihood was
+                                // the gold one; LAMBADA: every target token was the argmax) or '0'
+  std::string correct_norm;     // multiple choice: the same by log-likelihood per character
+  std::vector<double> logprob;  // LAMBADA: each item's target log-likelihood in nats
+};
+inline constexpr size_t kMaxEvalItems = 1'000'000;  // items of one task
+inline constexpr size_t kMaxEvalTasks = 64;         // tasks of one record
+
 // Seed plans (docs/study.md "Planning seeds"): what `cart plan --apply` queued to decide the
 // claims the report could not tell. Each claim's entry is one look of its group-sequential design:
 // the seeds per side it had when planned and the seeds it is planned to reach; the report reads
 // the looks back to spend the claim's level across them.
 struct PlanClaim {
-  std::string claim;  // the claim's id (report/claims.yaml); 1..200 bytes
+  std::string claim;         // the claim's id (report/claims.yaml); 1..200 bytes
   int64_t seeds_now = 0;     // per side, at this look; >= 0
   int64_t seeds_target = 0;  // per side, planned; >= seeds_now
   int64_t runs = 0;          // new runs it queued for this claim
@@ -239,9 +252,9 @@ struct NewPlanRun {
 };
 
 struct NewPlan {
-  double power = 0.8;  // in (0, 1)
-  double alpha = 0.05;  // in (0, 1)
-  std::optional<double> budget_hours;  // RTX 3090 hours the plan was held under; >= 0
+  double power = 0.8;                       // in (0, 1)
+  double alpha = 0.05;                      // in (0, 1)
+  std::optional<double> budget_hours;       // RTX 3090 hours the plan was held under; >= 0
   std::string spending = "obrien-fleming";  // obrien-fleming | pocock
   std::string text;  // the plan as the planner printed it (JSON); at most kMaxPlanTextBytes
   std::vector<PlanClaim> claims;  // at least one; ids unique

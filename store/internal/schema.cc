@@ -421,6 +421,22 @@ ALTER TABLE runs ADD COLUMN plan_id INTEGER REFERENCES plans(id);
 CREATE INDEX runs_by_plan ON runs(plan_id) WHERE plan_id IS NOT NULL;
 )sql";
 
+// Version 22: eval_items, the per-item outcomes of zero-shot tasks that evaluation jobs score,
+// one row per run, task and loop count (the paired tests over items read them).
+constexpr char kSchemaV22[] = R"sql(
+CREATE TABLE eval_items(
+  run_id INTEGER NOT NULL REFERENCES runs(id),
+  task TEXT NOT NULL,
+  loops INTEGER NOT NULL,
+  items INTEGER NOT NULL,
+  correct TEXT NOT NULL,
+  correct_norm TEXT NOT NULL,
+  logprob BLOB NOT NULL,
+  recorded_us INTEGER NOT NULL,
+  PRIMARY KEY(run_id, task, loops)
+) WITHOUT ROWID;
+)sql";
+
 absl::Status Apply(Database& db, const Migration& migration) {
   Transaction txn(&db);
   CART_RETURN_IF_ERROR(txn.Begin(Transaction::Mode::kImmediate));
@@ -466,6 +482,7 @@ const std::vector<Migration>& Migrations() {
        kSchemaV19},
       {20, "attempts.kept_work: an attempt that recorded a checkpoint", kSchemaV20},
       {21, "plans, plan_claims and runs.plan_id: seeds queued by cart plan --apply", kSchemaV21},
+      {22, "eval_items: per-item outcomes of zero-shot tasks", kSchemaV22},
   };
   return *kAll;
 }

@@ -80,6 +80,10 @@ void Statement::BindText(int index, std::string_view value) {
 
 void Statement::BindNull(int index) { sqlite3_bind_null(stmt_, index); }
 
+void Statement::BindBlob(int index, std::string_view bytes) {
+  sqlite3_bind_blob(stmt_, index, bytes.data(), static_cast<int>(bytes.size()), SQLITE_TRANSIENT);
+}
+
 absl::StatusOr<bool> Statement::Step() {
   const int rc = sqlite3_step(stmt_);
   if (rc == SQLITE_ROW) return true;
@@ -117,6 +121,12 @@ std::string Statement::ColumnText(int col) const {
   const auto* text = reinterpret_cast<const char*>(sqlite3_column_text(stmt_, col));
   if (text == nullptr) return std::string();
   return std::string(text, static_cast<size_t>(sqlite3_column_bytes(stmt_, col)));
+}
+
+std::string Statement::ColumnBlob(int col) const {
+  const auto* bytes = static_cast<const char*>(sqlite3_column_blob(stmt_, col));
+  if (bytes == nullptr) return std::string();
+  return std::string(bytes, static_cast<size_t>(sqlite3_column_bytes(stmt_, col)));
 }
 
 std::optional<int64_t> Statement::ColumnOptionalInt64(int col) const {

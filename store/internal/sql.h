@@ -33,6 +33,11 @@ class Database;
 // Internal. `what` names the operation (a statement's first words, "open /path/db").
 absl::Status SqliteError(int code, sqlite3* db, std::string_view what);
 
+// Bytes to bind as a BLOB (BindAll binds strings as TEXT).
+struct Blob {
+  std::string_view bytes;
+};
+
 // One prepared statement. Parameters are bound by position (1-based, as SQLite counts) with typed
 // Bind* calls or all at once with BindAll; columns are read 0-based.
 class Statement {
@@ -47,6 +52,7 @@ class Statement {
   // The text is copied (SQLITE_TRANSIENT), so the argument may die before Step().
   void BindText(int index, std::string_view value);
   void BindNull(int index);
+  void BindBlob(int index, std::string_view bytes);  // copied, as BindText
 
   // Binds args to parameters 1..N: integral types as INTEGER, floating types as REAL, strings as
   // TEXT, std::nullopt / nullptr as NULL, std::optional<T> as T or NULL.
@@ -84,6 +90,7 @@ class Statement {
   int64_t ColumnInt64(int col) const;
   double ColumnDouble(int col) const;  // NULL -> NaN
   std::string ColumnText(int col) const;
+  std::string ColumnBlob(int col) const;  // the bytes of a BLOB (or TEXT) column; NULL: empty
   std::optional<int64_t> ColumnOptionalInt64(int col) const;
   std::optional<std::string> ColumnOptionalText(int col) const;
 
@@ -99,6 +106,8 @@ class Statement {
       BindInt64(index, static_cast<int64_t>(value));
     } else if constexpr (std::is_floating_point_v<T>) {
       BindDouble(index, static_cast<double>(value));
+    } else if constexpr (std::is_same_v<T, Blob>) {
+      BindBlob(index, value.bytes);
     } else if constexpr (std::is_convertible_v<const T&, std::string_view>) {
       BindText(index, std::string_view(value));
     } else {

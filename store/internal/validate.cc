@@ -1,6 +1,7 @@
 #include "store/internal/validate.h"
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 #include <string_view>
 
@@ -151,22 +152,68 @@ absl::Status ValidateNewSweep(const NewSweep& sweep, int64_t max_runs) {
   return absl::OkStatus();
 }
 
+absl::Status ValidateEvalItems(int64_t run_id, const std::vector<EvalItems>& items) {
+  if (items.empty() || items.size() > kMaxEvalTasks) {
+    return absl::InvalidArgumentError(
+        StrCat("run ", run_id, ": ", items.size(), " task records; give 1 to ", kMaxEvalTasks));
+  }
+  std::set<std::pair<std::string_view, int>> seen;
+  for (const EvalItems& e : items) {
+    const std::string what = StrCat("run ", run_id, ": task '", ValidUtf8(e.task.substr(0, 80)),
+                                    "' at ", e.loops, " loops");
+    if (!IsName(e.task, kMaxKey)) {
+      return absl::InvalidArgumentError(
+          StrCat(what, ": the task name must be 1..", kMaxKey, " letters, digits, '_', '.', '-'"));
+    }
+    if (e.loops < 1 || e.loops > 16) {
+      return absl::InvalidArgumentError(StrCat(what, ": loops must be 1..16"));
+    }
+    if (!seen.emplace(e.task, e.loops).second) {
+      return absl::InvalidArgumentError(StrCat(what, ": given twice"));
+    }
+    if (e.correct.empty() || e.correct.size() > kMaxEvalItems) {
+      return absl::InvalidArgumentError(
+          StrCat(what, ": ", e.correct.size(), " items; give 1 to ", kMaxEvalItems));
+    }
+    auto binary = [](const std::string& s) {
+      return std::all_of(s.begin(), s.end(), [](char c) { return c == '0' || c == '1'; });
+    };
+    if (!binary(e.correct) || !binary(e.correct_norm)) {
+      return absl::InvalidArgumentError(
+          StrCat(what, ": correct and correct_norm hold one '0' or '1' per item"));
+    }
+    if ((!e.correct_norm.empty() && e.correct_norm.size() != e.correct.size()) ||
+        (!e.logprob.empty() && e.logprob.size() != e.correct.size())) {
+      return absl::InvalidArgumentError(StrCat(
+          what, ": correct_norm (", e.correct_norm.size(), ") and logprob (", e.logprob.size(),
+          ") must each be empty or one per item (", e.correct.size(), ")"));
+    }
+    for (size_t i = 0; i < e.logprob.size(); ++i) {
+      if (!std::isfinite(e.logprob[i]) || e.logprob[i] > 0) {
+        return absl::InvalidArgumentError(StrCat(what, ": item ", i, "'s log-likelihood ",
+                                                 e.logprob[i], " is not a finite value <= 0"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ValidateNewPlan(const NewPlan& plan) {
   if (!(plan.power > 0 && plan.power < 1) || !(plan.alpha > 0 && plan.alpha < 1)) {
-    return absl::InvalidArgumentError(StrCat("plan: power ", plan.power, " and alpha ", plan.alpha,
-                                             " must each be in (0, 1)"));
+    return absl::InvalidArgumentError(
+        StrCat("plan: power ", plan.power, " and alpha ", plan.alpha, " must each be in (0, 1)"));
   }
   if (plan.budget_hours && !(*plan.budget_hours >= 0 && *plan.budget_hours < 1e9)) {
     return absl::InvalidArgumentError(
         StrCat("plan: budget ", *plan.budget_hours, " RTX 3090 hours must be in [0, 1e9)"));
   }
   if (plan.spending != "obrien-fleming" && plan.spending != "pocock") {
-    return absl::InvalidArgumentError(StrCat("plan: spending '", plan.spending,
-                                             "' is not obrien-fleming or pocock"));
+    return absl::InvalidArgumentError(
+        StrCat("plan: spending '", plan.spending, "' is not obrien-fleming or pocock"));
   }
   if (plan.text.size() > kMaxPlanTextBytes) {
-    return absl::InvalidArgumentError(StrCat("plan: its text is ", plan.text.size(),
-                                             " bytes; at most ", kMaxPlanTextBytes));
+    return absl::InvalidArgumentError(
+        StrCat("plan: its text is ", plan.text.size(), " bytes; at most ", kMaxPlanTextBytes));
   }
   if (plan.claims.empty() || plan.runs.empty()) {
     return absl::InvalidArgumentError("plan: it names no claim or queues no run");
@@ -178,9 +225,8 @@ absl::Status ValidateNewPlan(const NewPlan& plan) {
   std::set<std::string_view> claims;
   for (const PlanClaim& c : plan.claims) {
     if (c.claim.empty() || c.claim.size() > 200 || !claims.insert(c.claim).second) {
-      return absl::InvalidArgumentError(
-          StrCat("plan: claim id '", ValidUtf8(c.claim.substr(0, 80)),
-                 "' is empty, longer than 200 bytes or given twice"));
+      return absl::InvalidArgumentError(StrCat("plan: claim id '", ValidUtf8(c.claim.substr(0, 80)),
+                                               "' is empty, longer than 200 bytes or given twice"));
     }
     if (c.seeds_now < 0 || c.seeds_target < c.seeds_now || c.runs < 0 || !(c.hours >= 0)) {
       return absl::InvalidArgumentError(

@@ -18,6 +18,8 @@ absl::Status ValidateAudit(const Audit& audit);
 // A seed plan (types.h NewPlan): power, alpha, budget, spending, sizes, claim entries, and each
 // run as ValidateNewSweep checks a sweep's (its name aside: the store gives it).
 absl::Status ValidateNewPlan(const NewPlan& plan);
+// Per-item outcomes (types.h EvalItems), as RunStore::RecordEvalItems documents.
+absl::Status ValidateEvalItems(int64_t run_id, const std::vector<EvalItems>& items);
 // Data lineage records (types.h RunDataRecord): the role ("train", "val:NAME", "task:NAME"; each
 // once), a path of 1..4096 bytes, and an identity's sha256 (64 lowercase hex digits), sizes
 // (size >= 0, tokens >= -1) and text lengths. `what` names the run.

@@ -3,6 +3,7 @@
 // the plan and its claims' looks in one transaction; a sweep deleted since the plan was made is
 // refused with nothing written.
 
+#include <cmath>
 #include <utility>
 
 #include "common/strings.h"
@@ -32,11 +33,12 @@ class PlanTest : public ::testing::Test {
     eval.kind = JobKind::kEval;
     eval.parent_name = "0";
     eval.parent_checkpoint = "final";
-    auto created = store_->CreateSweep(
-        MakeSweep("s", {MakeRun("0", {{"R", "2"}}), MakeRun("1", {{"R", "2"}, {"seed", "43"}}),
-                        std::move(eval)},
-                  5),
-        By("user:a", kT0));
+    auto created =
+        store_->CreateSweep(MakeSweep("s",
+                                      {MakeRun("0", {{"R", "2"}}),
+                                       MakeRun("1", {{"R", "2"}, {"seed", "43"}}), std::move(eval)},
+                                      5),
+                            By("user:a", kT0));
     ASSERT_TRUE(created.ok()) << created.status();
     ids_ = created->run_ids;
   }
@@ -133,14 +135,63 @@ TEST_F(PlanTest, AMalformedPlanIsRefusedNamingWhatIsWrong) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("must come earlier")));
   plan = OneSeed(44);
   plan.claims[0].seeds_target = 1;
-  EXPECT_THAT(store_->ApplyPlan(plan, By("user:b", kT0)),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("claim 'c' has seeds 2 -> 1")));
+  EXPECT_THAT(
+      store_->ApplyPlan(plan, By("user:b", kT0)),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("claim 'c' has seeds 2 -> 1")));
   plan = OneSeed(44);
   plan.runs[0].run.params.erase("steps");
   EXPECT_THAT(store_->ApplyPlan(plan, By("user:b", kT0)),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("'steps' is missing")));
   CART_ASSERT_OK_AND_ASSIGN(std::vector<PlanRecord> plans, store_->ListPlans());
   EXPECT_TRUE(plans.empty());
+}
+
+// Per-item outcomes of an evaluation job: fenced by the attempt, replaced per (task, loops),
+// read back in order with the log-likelihoods bit for bit, refused naming the field.
+TEST_F(PlanTest, EvalItemsAreFencedReplacedAndReadBackExactly) {
+  CART_ASSERT_OK(store_->RegisterWorker("w", "test", 1LL << 34, kT0));
+  CART_ASSERT_OK_AND_ASSIGN(auto claim, store_->ClaimNextRun("w", 1LL << 34, kT0));
+  ASSERT_TRUE(claim.has_value());
+  const int64_t run = claim->run.id, attempt = claim->attempt;
+  EvalItems lambada{"lambada", 6, "101", "", {-1.5, -0.25, -1e-300}};
+  EvalItems piqa{"piqa", 6, "01", "11", {}};
+  EXPECT_THAT(store_->RecordEvalItems(run, attempt + 1, {piqa}, kT0),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("attempt")));
+  CART_ASSERT_OK(store_->RecordEvalItems(run, attempt, {lambada, piqa}, kT0));
+  piqa.correct = "11";
+  CART_ASSERT_OK(store_->RecordEvalItems(run, attempt, {piqa}, kT0 + 1));
+  CART_ASSERT_OK_AND_ASSIGN(std::vector<EvalItems> read, store_->ListEvalItems(run));
+  ASSERT_EQ(read.size(), 2u);
+  EXPECT_EQ(read[0].task, "lambada");
+  EXPECT_EQ(read[0].correct, "101");
+  EXPECT_EQ(read[0].logprob, lambada.logprob);
+  EXPECT_EQ(read[1].correct, "11");  // replaced
+  EXPECT_EQ(read[1].correct_norm, "11");
+  EXPECT_TRUE(read[1].logprob.empty());
+
+  EvalItems bad = piqa;
+  bad.correct = "1x";
+  EXPECT_THAT(store_->RecordEvalItems(run, attempt, {bad}, kT0),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("one '0' or '1' per item")));
+  bad = piqa;
+  bad.correct_norm = "1";
+  EXPECT_THAT(store_->RecordEvalItems(run, attempt, {bad}, kT0),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("correct_norm (1)")));
+  bad = lambada;
+  bad.logprob[1] = std::nan("");
+  EXPECT_THAT(store_->RecordEvalItems(run, attempt, {bad}, kT0),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("item 1's log-likelihood")));
+  bad = piqa;
+  bad.loops = 17;
+  EXPECT_THAT(store_->RecordEvalItems(run, attempt, {bad}, kT0),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("loops must be 1..16")));
+  EXPECT_THAT(store_->ListEvalItems(9999), StatusIs(absl::StatusCode::kNotFound, HasSubstr("run")));
+  // They go with their sweep.
+  CART_ASSERT_OK(
+      store_->RecordAttemptOutcome(run, attempt, AttemptOutcome::kCancelled, By("worker:w", kT0)));
+  CART_ASSERT_OK(store_->CancelSweep("s", By("user:a", kT0)).status());
+  CART_ASSERT_OK(store_->DeleteSweep("s").status());
+  EXPECT_THAT(store_->ListEvalItems(run), StatusIs(absl::StatusCode::kNotFound, HasSubstr("run")));
 }
 
 }  // namespace
