@@ -460,6 +460,14 @@ class Scheduler {
   // admin). NotFound for a sweep deleted since the plan was made; FailedPrecondition for a config
   // the sweep has no training run of; InvalidArgument for a side without runs.
   absl::StatusOr<PlanApplied> ApplyPlan(PlanRequest request);
+  // Per-item outcomes of an evaluation job's tasks (store::RunStore::RecordEvalItems, fenced).
+  absl::Status RecordEvalItems(int64_t run_id, int64_t attempt,
+                               const std::vector<store::EvalItems>& items) {
+    return store_->RecordEvalItems(run_id, attempt, items, NowMicros());
+  }
+  absl::StatusOr<std::vector<store::EvalItems>> ListEvalItems(int64_t run_id) {
+    return store_->ListEvalItems(run_id);
+  }
   // Every seed plan queued, oldest first (store::RunStore::ListPlans).
   absl::StatusOr<std::vector<store::PlanRecord>> ListPlans() { return store_->ListPlans(); }
   // Runs matching `filter`, by id: at most `limit` (0: all) after skipping `offset`. `total`

@@ -157,6 +157,8 @@ absl::StatusOr<TaskResult> AggregateTask(const data::Task& task,
   for (const data::TaskItem& item : task.items) {
     if (task.kind == data::TaskKind::kLambada) {
       acc.push_back(scores[k].greedy ? 1.0 : 0.0);
+      result.item_correct.push_back(scores[k].greedy ? '1' : '0');
+      result.item_logprob.push_back(scores[k].logprob);
       target_logprob += scores[k].logprob;
       k += 1;
       continue;
@@ -172,6 +174,8 @@ absl::StatusOr<TaskResult> AggregateTask(const data::Task& task,
     }
     acc.push_back(best == item.gold ? 1.0 : 0.0);
     acc_norm.push_back(best_norm == item.gold ? 1.0 : 0.0);
+    result.item_correct.push_back(best == item.gold ? '1' : '0');
+    result.item_correct_norm.push_back(best_norm == item.gold ? '1' : '0');
     const int64_t n = static_cast<int64_t>(item.choices.size());
     result.chance_choices = (result.chance_choices == 0 || result.chance_choices == n) ? n : -1;
   }

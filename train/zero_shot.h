@@ -65,6 +65,11 @@ struct TaskResult {
   double perplexity = 0;                     // LAMBADA only
   int64_t chance_choices = 0;                // choices per item when all items have the same count
   bool prepend_bos = false;                  // whether contexts started with BOS (the option used)
+  // Per item, in the task file's order (the paired tests over items read them): '1' where acc
+  // counts it correct, else '0'; the same for acc_norm (multiple choice; else empty); each
+  // item's target log-likelihood in nats (LAMBADA; else empty).
+  std::string item_correct, item_correct_norm;
+  std::vector<double> item_logprob;
 };
 
 // Aggregates the scores of a task's requests (for each item in order, one per choice) into its

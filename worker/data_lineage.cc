@@ -7,6 +7,7 @@
 #include "absl/time/time.h"
 #include "common/status.h"
 #include "common/strings.h"
+#include "worker/unary_call.h"
 
 namespace cart::worker {
 namespace {
@@ -82,23 +83,10 @@ absl::Status SendRunData(cart::v1::WorkerService::Stub& stub, const rpc::ClientC
   request.set_attempt(attempt);
   request.set_worker_id(worker_id);
   for (const cart::v1::DataIdentity& f : files) *request.add_files() = f;
-  absl::Status last;
-  int64_t backoff_ms = 200;
-  for (int i = 0; i < 5; ++i) {
-    grpc::ClientContext ctx;
-    rpc::PrepareContext(ctx, client, 30'000);
+  return CallWithRetries(client, [&](grpc::ClientContext& ctx) {
     cart::v1::RecordRunDataResponse response;
-    last = rpc::FromGrpc(stub.RecordRunData(&ctx, request, &response));
-    if (last.ok()) return last;
-    // Retrying cannot change these answers.
-    if (absl::IsFailedPrecondition(last) || absl::IsInvalidArgument(last) ||
-        absl::IsPermissionDenied(last) || absl::IsUnauthenticated(last) || absl::IsNotFound(last)) {
-      return last;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(backoff_ms));
-    backoff_ms = std::min<int64_t>(backoff_ms * 2, 3000);
-  }
-  return last;
+    return stub.RecordRunData(&ctx, request, &response);
+  });
 }
 
 }  // namespace cart::worker

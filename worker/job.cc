@@ -28,6 +28,7 @@
 #include "worker/data_lineage.h"
 #include "worker/environment.h"
 #include "worker/shared_store.h"
+#include "worker/unary_call.h"
 
 namespace cart::worker {
 namespace {
@@ -84,6 +85,7 @@ class Session {
  private:
   JobEnd Train();
   JobEnd Evaluate();
+  void SendEvalItems(const train::LoopEvaluation& e);
   absl::StatusOr<std::string> PrepareRunDir();
   absl::Status CheckData(const model::RunConfig& config, bool with_train);
   void OnMetrics(const train::MetricRecord& r);
@@ -353,6 +355,33 @@ JobEnd Session::Train() {
   return end;
 }
 
+// Each task's per-item outcomes at this loop count go to cartd before its metrics: a loop count
+// acknowledged has its items stored. A failure is logged, not fatal: the metrics still count.
+void Session::SendEvalItems(const train::LoopEvaluation& e) {
+  cart::v1::RecordEvalItemsRequest request;
+  request.set_run_id(job_.run_id());
+  request.set_attempt(job_.attempt());
+  request.set_worker_id(env_.worker_id);
+  for (const train::TaskResult& t : e.tasks) {
+    if (t.item_correct.empty()) continue;
+    cart::v1::EvalItems* items = request.add_tasks();
+    items->set_task(t.name);
+    items->set_loops(e.loops);
+    items->set_correct(t.item_correct);
+    items->set_correct_norm(t.item_correct_norm);
+    items->mutable_logprob()->Add(t.item_logprob.begin(), t.item_logprob.end());
+  }
+  if (request.tasks_size() == 0) return;
+  const absl::Status sent = CallWithRetries(env_.client, [&](grpc::ClientContext& ctx) {
+    cart::v1::RecordEvalItemsResponse response;
+    return env_.stub->RecordEvalItems(&ctx, request, &response);
+  });
+  if (!sent.ok()) {
+    channel_.PostLog(
+        StrCat("per-item outcomes at ", e.loops, " loops not stored: ", Message(sent)));
+  }
+}
+
 JobEnd Session::Evaluate() {
   JobEnd end;
   auto fail = [&](const absl::Status& s) { return Failed(s, env_); };
@@ -392,6 +421,7 @@ JobEnd Session::Evaluate() {
   // ascending order: the outbox acknowledges by step.
   absl::Status evaluated =
       train::EvaluateCheckpoint(*config, *ckpt, options, [this](const train::LoopEvaluation& e) {
+        SendEvalItems(e);
         train::MetricRecord record;
         record.step = e.loops;
         record.values = train::EvalMetrics(e);

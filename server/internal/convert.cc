@@ -9,6 +9,26 @@
 
 namespace cart::server::internal {
 
+v1::EvalItems ToProto(const store::EvalItems& items) {
+  v1::EvalItems out;
+  out.set_task(items.task);
+  out.set_loops(items.loops);
+  out.set_correct(items.correct);
+  out.set_correct_norm(items.correct_norm);
+  out.mutable_logprob()->Add(items.logprob.begin(), items.logprob.end());
+  return out;
+}
+
+store::EvalItems FromProto(const v1::EvalItems& items) {
+  store::EvalItems out;
+  out.task = items.task();
+  out.loops = items.loops();
+  out.correct = items.correct();
+  out.correct_norm = items.correct_norm();
+  out.logprob.assign(items.logprob().begin(), items.logprob().end());
+  return out;
+}
+
 v1::JobKind ToProto(JobKind kind) {
   return kind == JobKind::kEval ? v1::JOB_KIND_EVAL : v1::JOB_KIND_TRAIN;
 }

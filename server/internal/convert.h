@@ -35,6 +35,8 @@ inline std::optional<std::string_view> AuthorizationOf(const grpc::ServerContext
 
 v1::RunState ToProto(store::RunState state);
 v1::JobKind ToProto(JobKind kind);
+v1::EvalItems ToProto(const store::EvalItems& items);
+store::EvalItems FromProto(const v1::EvalItems& items);
 // nullopt for RUN_STATE_UNSPECIFIED and unknown values.
 std::optional<store::RunState> FromProto(v1::RunState state);
 

@@ -394,6 +394,17 @@ grpc::Status SchedulerServiceImpl::ApplyPlan(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
+grpc::Status SchedulerServiceImpl::GetEvalItems(grpc::ServerContext* context,
+                                                const v1::GetEvalItemsRequest* request,
+                                                v1::GetEvalItemsResponse* response) {
+  CART_CALLER(who, "GetEvalItems");
+  absl::StatusOr<std::vector<store::EvalItems>> items =
+      ctx_.scheduler->ListEvalItems(request->run_id());
+  if (!items.ok()) return ToGrpc(items.status());
+  for (const store::EvalItems& e : *items) *response->add_tasks() = ToProto(e);
+  return grpc::Status::OK;
+}
+
 grpc::Status SchedulerServiceImpl::ListPlans(grpc::ServerContext* context,
                                              const v1::ListPlansRequest* request,
                                              v1::ListPlansResponse* response) {

@@ -81,6 +81,8 @@ class SchedulerServiceImpl final : public v1::SchedulerService::Service {
                          v1::ApplyPlanResponse* response) override;
   grpc::Status ListPlans(grpc::ServerContext* context, const v1::ListPlansRequest* request,
                          v1::ListPlansResponse* response) override;
+  grpc::Status GetEvalItems(grpc::ServerContext* context, const v1::GetEvalItemsRequest* request,
+                            v1::GetEvalItemsResponse* response) override;
   grpc::Status SetRunDeviceClass(grpc::ServerContext* context,
                                  const v1::SetRunDeviceClassRequest* request,
                                  v1::RunResponse* response) override;
@@ -131,6 +133,9 @@ class WorkerServiceImpl final : public v1::WorkerService::Service {
                             v1::DeviceReportResponse* response) override;
   grpc::Status RecordRunData(grpc::ServerContext* context, const v1::RecordRunDataRequest* request,
                              v1::RecordRunDataResponse* response) override;
+  grpc::Status RecordEvalItems(grpc::ServerContext* context,
+                               const v1::RecordEvalItemsRequest* request,
+                               v1::RecordEvalItemsResponse* response) override;
 
  private:
   absl::StatusOr<Principal> Check(grpc::ServerContext* context, const char* method) const;

@@ -302,6 +302,27 @@ grpc::Status WorkerServiceImpl::ReportDevice(grpc::ServerContext* context,
   return ToGrpc(added.status());
 }
 
+grpc::Status WorkerServiceImpl::RecordEvalItems(grpc::ServerContext* context,
+                                                const v1::RecordEvalItemsRequest* request,
+                                                v1::RecordEvalItemsResponse* response) {
+  CART_CHECK_CALLER(who, "RecordEvalItems");
+  // Only the worker the attempt was leased to: as for RecordRunData.
+  absl::StatusOr<std::string> leased =
+      ctx_.scheduler->WorkerOfAttempt(request->run_id(), request->attempt());
+  if (!leased.ok()) return ToGrpc(leased.status());
+  if (absl::Status bound = CheckWorkerId(who, "RecordEvalItems", *leased); !bound.ok()) {
+    return ToGrpc(bound);
+  }
+  if (!request->worker_id().empty() && request->worker_id() != *leased) {
+    return ToGrpc(absl::PermissionDeniedError(
+        StrCat("RecordEvalItems: worker '", request->worker_id(), "' may not record items for run ",
+               request->run_id(), " attempt ", request->attempt(), ", leased to '", *leased, "'")));
+  }
+  std::vector<store::EvalItems> items;
+  for (const v1::EvalItems& e : request->tasks()) items.push_back(FromProto(e));
+  return ToGrpc(ctx_.scheduler->RecordEvalItems(request->run_id(), request->attempt(), items));
+}
+
 grpc::Status WorkerServiceImpl::RecordRunData(grpc::ServerContext* context,
                                               const v1::RecordRunDataRequest* request,
                                               v1::RecordRunDataResponse* response) {

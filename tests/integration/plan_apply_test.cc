@@ -8,6 +8,7 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <map>
@@ -180,6 +181,85 @@ TEST(PlanApplyTest, ThePlannedSeedsAreQueuedWithTheirDerivedJobsAndDecideAtTheNe
   EXPECT_THAT(md, HasSubstr(": crossed"));
   const std::string csv = ReadFile(report_dir + "/claims.csv");
   EXPECT_THAT(csv, HasSubstr("ablation_no_hyper,holds,"));
+}
+
+// An evaluation job stores each item's outcome of its zero-shot tasks at every loop count
+// (RecordEvalItems before the loop count's metrics), and GetEvalItems reads them back: their
+// mean is the accuracy metric, and LAMBADA's log-likelihoods give its perplexity.
+TEST(EvalItemsTest, AnEvaluationJobStoresEachItemsOutcomeBesideItsMetrics) {
+  Cluster c;
+  c.StartCartd();
+  const std::vector<std::pair<std::string, std::string>> eats = {
+      {"cat", "fish"}, {"dog", "meat"}, {"cow", "grass"}, {"bird", "seeds"}};
+  std::string text, lambada, piqa;
+  for (int i = 0; i < 400; ++i) {
+    const auto& [animal, food] = eats[(i * 7) % eats.size()];
+    text += "the " + animal + " eats " + food + ".\n";
+  }
+  for (size_t i = 0; i < eats.size(); ++i) {
+    const auto& [animal, food] = eats[i];
+    lambada += StrCat(R"({"text": "the )", animal, " eats ", food, R"("})", "\n");
+    piqa += StrCat(R"({"goal": "the )", animal, R"( eats", "sol1": ")",
+                   eats[(i + 1) % eats.size()].second, R"(", "sol2": ")", food, R"("})", "\n");
+  }
+  c.WriteFile("eats.txt", text);
+  const std::string lambada_file = c.WriteFile("lambada_test.jsonl", lambada);
+  const std::string piqa_file = c.WriteFile("valid.jsonl", piqa);
+  c.WriteFile("valid-labels.lst", "1\n1\n1\n1\n");
+  const std::string data = c.dir() + "/eats.bin";
+  c.Cart({"data", "prepare", c.dir() + "/eats.txt", "--format", "lines", "--out", data});
+  const std::string file = c.WriteFile(
+      "e.yaml",
+      StrCat("name: e\nbase:\n  vocab: 258\n  d: 64\n  P: 1\n  R: 2\n  seq_len: 32\n  batch: 4\n"
+             "  lr: 1e-2\n  warmup: 3\n  eval_every: 0\n  threads: 1\n  steps: 30\n"
+             "  checkpoint_every: 30\n  train_data: ",
+             data, "\n  tasks:\n    lambada: lambada=", lambada_file,
+             "\n    piqa: piqa=", piqa_file,
+             "\nseeds: [1]\nderived:\n  - name: varR\n    from: {run: 0, checkpoint: final}\n"
+             "    eval_loops: [1, 2]\n"));
+  c.Cart({"sweep", "submit", file});
+  const int64_t eval = RunId(c, "e", 1);
+  ASSERT_GT(eval, 0);
+  c.StartWorker("a");
+  ASSERT_TRUE(
+      c.WaitFor([&] { return c.GetRun(eval).run().state() == cart::v1::RUN_STATE_SUCCEEDED; },
+                std::chrono::seconds(180)))
+      << c.Log("worker-a.log");
+
+  grpc::ClientContext ctx;
+  ctx.AddMetadata("authorization", "Bearer " + c.user_token());
+  cart::v1::GetEvalItemsRequest req;
+  req.set_run_id(eval);
+  cart::v1::GetEvalItemsResponse items;
+  ASSERT_TRUE(c.stub().GetEvalItems(&ctx, req, &items).ok());
+  ASSERT_EQ(items.tasks_size(), 4);  // lambada and piqa, at 1 and 2 loops
+  const std::map<int64_t, double> acc = c.Series(eval, "task_acc/lambada");
+  const std::map<int64_t, double> ppl = c.Series(eval, "task_ppl/lambada");
+  const std::map<int64_t, double> piqa_acc = c.Series(eval, "task_acc/piqa");
+  for (const cart::v1::EvalItems& e : items.tasks()) {
+    ASSERT_EQ(e.correct().size(), 4u) << e.task();
+    const double right =
+        static_cast<double>(std::count(e.correct().begin(), e.correct().end(), '1'));
+    if (e.task() == "lambada") {
+      ASSERT_EQ(e.logprob_size(), 4);
+      EXPECT_TRUE(e.correct_norm().empty());
+      EXPECT_DOUBLE_EQ(right / 4, acc.at(e.loops()));
+      double sum = 0;
+      for (double lp : e.logprob()) sum += lp;
+      EXPECT_NEAR(std::exp(-sum / 4), ppl.at(e.loops()), 1e-9 * ppl.at(e.loops()));
+    } else {
+      EXPECT_EQ(e.task(), "piqa");
+      EXPECT_EQ(e.correct_norm().size(), 4u);
+      EXPECT_EQ(e.logprob_size(), 0);
+      EXPECT_DOUBLE_EQ(right / 4, piqa_acc.at(e.loops()));
+    }
+  }
+  // An unknown run is named.
+  grpc::ClientContext again;
+  again.AddMetadata("authorization", "Bearer " + c.user_token());
+  req.set_run_id(99999);
+  const grpc::Status unknown = c.stub().GetEvalItems(&again, req, &items);
+  EXPECT_EQ(unknown.error_code(), grpc::StatusCode::NOT_FOUND);
 }
 
 }  // namespace

@@ -170,6 +170,10 @@ TEST(AggregateTaskTest, AccPicksTheLargestSumAccNormTheLargestPerCharacter) {
   // Sample standard deviation of {0,1,0,1} is 0.57735; / √4.
   EXPECT_NEAR(r->acc_stderr, std::sqrt(1.0 / 3.0) / 2.0, 1e-12);
   EXPECT_EQ(r->chance_choices, 2);
+  // Each item's outcome, in order, for the paired tests over items.
+  EXPECT_EQ(r->item_correct, "0101");
+  EXPECT_EQ(r->item_correct_norm, "1101");
+  EXPECT_TRUE(r->item_logprob.empty());
   EXPECT_THAT(AggregateTask(task, Scores({-1, -2})),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("2 scores for 8 choices")));
 }
@@ -195,6 +199,9 @@ TEST(AggregateTaskTest, LambadaReportsGreedyAccuracyAndPerplexity) {
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_NEAR(r->acc, 2.0 / 3.0, 1e-12);
   EXPECT_NEAR(r->perplexity, std::exp(2.0), 1e-9);  // exp(−mean(−1, −2, −3))
+  EXPECT_EQ(r->item_correct, "101");
+  EXPECT_TRUE(r->item_correct_norm.empty());
+  EXPECT_EQ(r->item_logprob, (std::vector<double>{-1.0, -2.0, -3.0}));
 }
 
 }  // namespace
