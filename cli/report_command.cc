@@ -94,6 +94,20 @@ class ServiceStudySource : public report::StudySource {
     return out;
   }
 
+  absl::StatusOr<std::vector<report::ItemOutcomes>> EvalItems(int64_t run_id) override {
+    cart::v1::GetEvalItemsRequest req;
+    req.set_run_id(run_id);
+    const cart::v1::GetEvalItemsResponse items =
+        client_.Call<cart::v1::GetEvalItemsRequest, cart::v1::GetEvalItemsResponse>(
+            &cart::v1::SchedulerService::Stub::GetEvalItems, req);
+    std::vector<report::ItemOutcomes> out;
+    for (const cart::v1::EvalItems& e : items.tasks()) {
+      out.push_back({e.task(), e.loops(), e.correct(), e.correct_norm(),
+                     std::vector<double>(e.logprob().begin(), e.logprob().end())});
+    }
+    return out;
+  }
+
   absl::StatusOr<std::vector<report::ClaimLook>> Looks() override {
     const cart::v1::ListPlansResponse plans =
         client_.Call<cart::v1::ListPlansRequest, cart::v1::ListPlansResponse>(

@@ -902,6 +902,7 @@ class Decider {
   absl::Status BestAt(const TestSpec& t, const Runs& runs, const Fixed& fixed,
                       const std::vector<std::string>& chosen, TestOutcome base, Add& add) {
     std::map<int64_t, std::vector<std::pair<double, double>>> pairs;  // step -> (there, at)
+    std::map<int64_t, std::vector<std::pair<const StudyRun*, int64_t>>> paired_runs;  // (run, at)
     std::set<std::string> claimed_steps;
     for (const StudyRun* r : runs) {
       if (!r->finished) continue;
@@ -917,7 +918,9 @@ class Decider {
       if (!at_value) continue;
       claimed_steps.insert(std::to_string(*at));
       for (const StudyPoint& p : *points) {
-        if (p.step != *at) pairs[p.step].emplace_back(p.value, *at_value);
+        if (p.step == *at) continue;
+        pairs[p.step].emplace_back(p.value, *at_value);
+        paired_runs[p.step].emplace_back(r, *at);
       }
     }
     std::string at_text;
@@ -931,6 +934,15 @@ class Decider {
     for (const auto& [step, values] : pairs) {
       TestOutcome o = base;
       o.label = fmt::format("{} at {} − at {}{}", t.label, step, at_text, Suffix(fixed, chosen));
+      // The same items scored at both loop counts, when every run stored them: the test pairs
+      // items (and seeds), not only runs.
+      CART_ASSIGN_OR_RETURN(std::optional<stats::Estimate> by_items,
+                            ItemTest(t, paired_runs[step], step, o));
+      if (by_items) {
+        FromEstimate(o, *by_items, t.log_scale);
+        add(o, Directional(by_items->value, 0, by_items->p, TestSpec::Direction::kGreater), true);
+        continue;
+      }
       std::vector<double> there, at;
       for (const auto& [x, y] : values) there.push_back(x), at.push_back(y);
       if (t.log_scale) there = Logs(there), at = Logs(at);
@@ -941,6 +953,83 @@ class Decider {
       add(o, Directional(e.value, 0, e.p, TestSpec::Direction::kGreater), true);
     }
     return absl::OkStatus();
+  }
+
+  // A run's per-item outcomes (read once).
+  absl::StatusOr<const std::vector<ItemOutcomes>*> ItemsOf(const StudyRun& r) {
+    auto it = items_.find(r.id);
+    if (it == items_.end()) {
+      CART_ASSIGN_OR_RETURN(std::vector<ItemOutcomes> items, source_.EvalItems(r.id));
+      it = items_.emplace(r.id, std::move(items)).first;
+    }
+    return &it->second;
+  }
+
+  // What one item contributes to a task metric at a loop count: LAMBADA's perplexity, its
+  // negative log-likelihood (the log of the perplexity is their mean, so on the log scale the
+  // item differences average to the test's difference); an accuracy, 1 or 0. Empty when the run
+  // stored no items of that task there or the metric is not a task metric on its own scale.
+  static std::vector<double> ItemValues(const std::vector<ItemOutcomes>& items,
+                                        const std::string& metric, bool log_scale, int64_t loops,
+                                        bool* binary) {
+    const size_t slash = metric.find('/');
+    if (slash == std::string::npos) return {};
+    const std::string kind = metric.substr(0, slash), task = metric.substr(slash + 1);
+    for (const ItemOutcomes& e : items) {
+      if (e.task != task || e.loops != loops) continue;
+      std::vector<double> out;
+      if (kind == "task_ppl" && log_scale && e.logprob.size() == e.correct.size()) {
+        for (double lp : e.logprob) out.push_back(-lp);
+        *binary = false;
+      } else if ((kind == "task_acc" || kind == "task_acc_norm") && !log_scale) {
+        const std::string& bits = kind == "task_acc" ? e.correct : e.correct_norm;
+        for (char c : bits) out.push_back(c == '1' ? 1.0 : 0.0);
+        *binary = true;
+      }
+      return out;
+    }
+    return {};
+  }
+
+  // The test at `step` against each run's claimed step over the items every run scored at both:
+  // McNemar's test for one run's right-or-wrong outcomes, else the paired bootstrap over items
+  // and seeds. nullopt when some run lacks them (the test then pairs runs).
+  absl::StatusOr<std::optional<stats::Estimate>> ItemTest(
+      const TestSpec& t, const std::vector<std::pair<const StudyRun*, int64_t>>& runs, int64_t step,
+      TestOutcome& o) {
+    std::vector<std::vector<double>> d;
+    bool binary = false;
+    int64_t b = 0, c = 0;
+    for (const auto& [r, at] : runs) {
+      CART_ASSIGN_OR_RETURN(const std::vector<ItemOutcomes>* items, ItemsOf(*r));
+      const std::string metric = MetricFor(t.metric, *r);
+      const std::vector<double> there = ItemValues(*items, metric, t.log_scale, step, &binary);
+      const std::vector<double> at_items = ItemValues(*items, metric, t.log_scale, at, &binary);
+      if (there.empty() || there.size() != at_items.size()) return std::nullopt;
+      if (!d.empty() && d[0].size() != there.size()) return std::nullopt;
+      std::vector<double> row(there.size());
+      for (size_t i = 0; i < there.size(); ++i) {
+        row[i] = there[i] - at_items[i];
+        b += row[i] > 0;
+        c += row[i] < 0;
+      }
+      d.push_back(std::move(row));
+    }
+    if (d.empty()) return std::nullopt;
+    const int64_t items = static_cast<int64_t>(d[0].size());
+    if (binary && d.size() == 1) {
+      o.method = fmt::format("McNemar {}, {} items", b + c <= 50 ? "exact" : "corrected", items);
+      stats::Estimate e = stats::McNemarDifference(b, c, items);
+      o.se_raw = e.se;
+      return e;
+    }
+    // Seeded by the test's label: the same report twice gives the same numbers.
+    const uint64_t seed = std::hash<std::string>{}(o.label);
+    stats::Estimate e = stats::PairedBootstrap(d, 2000, seed);
+    o.method = fmt::format("paired bootstrap, {} items × {} seed{}", items, d.size(),
+                           d.size() == 1 ? "" : "s");
+    o.se_raw = e.se;
+    return e;
   }
 
   // A side's config for the planner: its first run's keys, less the seed.
@@ -974,6 +1063,7 @@ class Decider {
   StudySource& source_;
   const ClaimInputs& inputs_;
   std::map<std::pair<int64_t, std::string>, std::vector<StudyPoint>> series_;
+  std::map<int64_t, std::vector<ItemOutcomes>> items_;  // by run
 };
 
 // Formatted number text with a true minus sign (U+2212), and a plus unless it is a level.

@@ -85,6 +85,15 @@ struct SequentialStatus {
   int64_t plan_id = 0;  // the last plan applied to the claim
 };
 
+// One zero-shot task's per-item outcomes at one loop count, as an evaluation job stored them
+// (store::EvalItems; docs/study.md "Paired tests over items").
+struct ItemOutcomes {
+  std::string task;
+  int loops = 0;
+  std::string correct, correct_norm;  // '1' / '0' per item; correct_norm: multiple choice
+  std::vector<double> logprob;        // LAMBADA: each item's target log-likelihood (nats)
+};
+
 // Where the runs come from. Sweeps that do not exist have no runs (not an error).
 class StudySource {
  public:
@@ -96,6 +105,10 @@ class StudySource {
   // Every claim's looks that seed plans recorded, by plan (none by default: a source without
   // plans decides every claim as a fixed design).
   virtual absl::StatusOr<std::vector<ClaimLook>> Looks() { return std::vector<ClaimLook>{}; }
+  // An evaluation run's per-item outcomes (none by default: its tests then pair runs, not items).
+  virtual absl::StatusOr<std::vector<ItemOutcomes>> EvalItems(int64_t run_id) {
+    return std::vector<ItemOutcomes>{};
+  }
 };
 
 // Reads an open store (what `cart report --db FILE` uses).

@@ -4,9 +4,11 @@
 #include <boost/math/distributions/binomial.hpp>
 #include <boost/math/distributions/chi_squared.hpp>
 #include <boost/math/distributions/non_central_t.hpp>
+#include <boost/math/distributions/normal.hpp>
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <random>
 
 #include "common/math_policy.h"
 #include "common/student_t.h"
@@ -191,6 +193,82 @@ double McNemar(int64_t b, int64_t c, bool exact) {
   const double statistic = d * d / static_cast<double>(n);
   const boost::math::chi_squared_distribution<double, cart::stats::MathPolicy> chi2(1);
   return boost::math::cdf(boost::math::complement(chi2, statistic));
+}
+
+Estimate McNemarDifference(int64_t b, int64_t c, int64_t n, double level) {
+  Estimate e;
+  e.n = n;
+  if (n <= 0 || b < 0 || c < 0 || b + c > n) {
+    e.value = e.low = e.high = e.se = e.t = e.p = kNaN;
+    return e;
+  }
+  const double nd = static_cast<double>(n), diff = static_cast<double>(b - c);
+  e.value = diff / nd;
+  e.se = std::sqrt(std::max(0.0, static_cast<double>(b + c) - diff * diff / nd)) / nd;
+  const boost::math::normal_distribution<double, cart::stats::MathPolicy> normal;
+  const double z = boost::math::quantile(normal, 0.5 + level / 2);
+  e.low = e.value - z * e.se;
+  e.high = e.value + z * e.se;
+  e.t = e.se > 0 ? e.value / e.se : 0;
+  e.df = kNaN;
+  e.p = McNemar(b, c, /*exact=*/b + c <= 50);
+  return e;
+}
+
+Estimate PairedBootstrap(const std::vector<std::vector<double>>& d, int resamples, uint64_t seed,
+                         double level) {
+  Estimate e;
+  e.value = e.low = e.high = e.se = e.t = e.p = e.df = kNaN;
+  const size_t seeds = d.size();
+  if (seeds == 0 || d[0].empty() || resamples < 2) return e;
+  const size_t items = d[0].size();
+  double total = 0;
+  for (const std::vector<double>& row : d) {
+    if (row.size() != items) return e;
+    for (double x : row) {
+      if (std::isnan(x)) return e;
+      total += x;
+    }
+  }
+  e.n = static_cast<int64_t>(items);
+  e.n2 = static_cast<int64_t>(seeds);
+  e.value = total / static_cast<double>(items * seeds);
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<size_t> pick_seed(0, seeds - 1), pick_item(0, items - 1);
+  std::vector<double> stats(static_cast<size_t>(resamples));
+  std::vector<size_t> drawn_items(items);
+  std::vector<size_t> drawn_seeds(seeds);
+  for (double& stat : stats) {
+    for (size_t& s : drawn_seeds) s = pick_seed(rng);
+    for (size_t& i : drawn_items) i = pick_item(rng);
+    double sum = 0;
+    for (size_t s : drawn_seeds) {
+      const std::vector<double>& row = d[s];
+      for (size_t i : drawn_items) sum += row[i];
+    }
+    stat = sum / static_cast<double>(items * seeds);
+  }
+  double mean = 0, sq = 0;
+  for (double x : stats) mean += x;
+  mean /= static_cast<double>(resamples);
+  for (double x : stats) sq += (x - mean) * (x - mean);
+  e.se = std::sqrt(sq / static_cast<double>(resamples - 1));
+  // A handful of seeds resampled understates their spread (by (k − 1) / k), so the interval and
+  // p read the bootstrap's standard error against Student's t on k − 1 degrees of freedom (the
+  // items' n − 1 with one seed), not the percentiles.
+  e.df = static_cast<double>(seeds > 1 ? seeds - 1 : items - 1);
+  if (!(e.se > 0) || !(e.df > 0)) {
+    e.low = e.high = e.value;
+    e.p = e.value == 0 ? 1 : 0;
+    e.t = 0;
+    return e;
+  }
+  const double q = StudentTQuantile(0.5 + level / 2, e.df);
+  e.low = e.value - q * e.se;
+  e.high = e.value + q * e.se;
+  e.t = e.value / e.se;
+  e.p = StudentTTwoSided(e.t, e.df);
+  return e;
 }
 
 double PowerForSeeds(double d, double n, Design design, double alpha) {

@@ -83,6 +83,24 @@ double DetectableEffect(double se, double df, double alpha = 0.05, double power 
 // negative count.
 double McNemar(int64_t b, int64_t c, bool exact = true);
 
+// The difference of two binary outcomes on the same n items, as an Estimate: value (b − c) / n
+// (the first's accuracy minus the second's), its Wald interval from the paired variance
+// (b + c − (b − c)² / n) / n², and McNemar's p — exact while b + c ≤ 50, the continuity-corrected
+// chi-square past it. n = items. NaN fields for n = 0.
+Estimate McNemarDifference(int64_t b, int64_t c, int64_t n, double level = 0.95);
+
+// A paired bootstrap over items and seeds: d[s][i] is item i's difference (first − second) under
+// seed s; every seed scores the same items, so seeds and items are crossed and each resample
+// draws seeds and items with replacement, independently; its statistic is the mean of d over the
+// drawn seeds and items. value: the mean of d; se: the standard deviation of `resamples`
+// statistics; the interval value ± t·se and the two-sided p of value / se read against Student's
+// t on seeds − 1 degrees of freedom (items − 1 with one seed): resampling a handful of seeds
+// understates their spread, and percentiles would be too narrow (docs/study.md "Paired tests
+// over items"). n = items, n2 = seeds. Deterministic for a `seed`. NaN fields when d is empty,
+// ragged, or holds a NaN.
+Estimate PairedBootstrap(const std::vector<std::vector<double>>& d, int resamples = 2000,
+                         uint64_t seed = 1, double level = 0.95);
+
 // How a test pairs its runs (the planner's design of new seeds): one sample, or pairs matched by
 // seed (n observations: their differences), or two independent arms of n runs each (Welch).
 enum class Design { kOneSample, kTwoArms };

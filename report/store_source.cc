@@ -56,6 +56,16 @@ class StoreStudySource : public StudySource {
     return out;
   }
 
+  absl::StatusOr<std::vector<ItemOutcomes>> EvalItems(int64_t run_id) override {
+    CART_ASSIGN_OR_RETURN(std::vector<store::EvalItems> items, store_.ListEvalItems(run_id));
+    std::vector<ItemOutcomes> out;
+    for (store::EvalItems& e : items) {
+      out.push_back({std::move(e.task), e.loops, std::move(e.correct), std::move(e.correct_norm),
+                     std::move(e.logprob)});
+    }
+    return out;
+  }
+
   absl::StatusOr<std::vector<ClaimLook>> Looks() override {
     CART_ASSIGN_OR_RETURN(std::vector<store::PlanRecord> plans, store_.ListPlans());
     std::vector<ClaimLook> out;

@@ -5,10 +5,15 @@
 
 #include "report/claims.h"
 
+#include <fmt/format.h>
+
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <random>
 
+#include "common/status.h"
 #include "common/strings.h"
 #include "config/accounting.h"
 #include "config/config.h"
@@ -459,6 +464,137 @@ TEST_F(ClaimsTest, APlannedClaimIsDecidedAtItsLooksBoundaryAndCanStopForFutility
     seen = true;
     EXPECT_FALSE(p.planned);
     EXPECT_THAT(p.note, HasSubstr("stopped for futility"));
+  }
+  EXPECT_TRUE(seen);
+}
+
+// The variable-R claim over items: evaluations that stored each LAMBADA item's log-likelihood
+// are tested item by item (a paired bootstrap over items and seeds) instead of run by run, which
+// with one or two seeds could decide nothing. Items are built so that 2 loops is 30 % worse per
+// item than the trained 4 and 8 loops only 0.2 % worse under noise; their mean differences are
+// re-derived here from the items. An accuracy read item by item on one seed takes McNemar's test.
+TEST_F(ClaimsTest, TheVariableRClaimPairsItemsWhenEvaluationsStoredThem) {
+  std::vector<store::NewRun> evals;
+  for (const char* seed : {"1", "2"}) {
+    store::NewRun e = MakeRun(StrCat(evals.size()), {{"d", "128"}, {"R", "4"}, {"seed", seed}});
+    e.kind = JobKind::kEval;
+    e.eval_loops = {2, 4, 8};
+    evals.push_back(std::move(e));
+  }
+  ASSERT_TRUE(store_->CreateSweep(MakeSweep("variable_r", evals), store::Audit{1, "t", "t"}).ok());
+  // Item i's log-likelihood at each loop count, by seed.
+  std::mt19937_64 rng(11);
+  std::normal_distribution<double> noise(0, 0.05);
+  std::map<int64_t, std::map<int, std::vector<double>>> lp;  // seed -> loops -> items
+  std::map<int64_t, std::map<int, std::string>> right;       // seed -> loops -> acc bits
+  for (int64_t seed : {1, 2}) {
+    for (int i = 0; i < 300; ++i) {
+      const double base = -2.0 - 0.01 * (i % 50);
+      lp[seed][4].push_back(base);
+      lp[seed][2].push_back(base - std::log(1.3) + noise(rng));
+      lp[seed][8].push_back(base - 0.002 + noise(rng));
+      right[seed][4].push_back(i % 3 == 0 ? '0' : '1');
+      right[seed][2].push_back(i % 2 == 0 ? '0' : '1');
+      right[seed][8].push_back(i % 3 == 0 ? '0' : '1');
+    }
+  }
+  FinishAllQueued(*store_, [&](const RunRecord& r) -> std::vector<MetricPoint> {
+    if (r.sweep_name != "variable_r") return {};
+    const int64_t seed = r.seed;
+    std::vector<store::EvalItems> items;
+    std::vector<MetricPoint> points;
+    for (int loops : {2, 4, 8}) {
+      double sum = 0;
+      for (double x : lp[seed][loops]) sum += x;
+      const std::string& bits = right[seed][loops];
+      const double acc =
+          static_cast<double>(std::count(bits.begin(), bits.end(), '1')) / bits.size();
+      for (const auto& [name, v] : std::map<std::string, double>{
+               {"task_ppl/lambada", std::exp(-sum / 300)}, {"task_acc/lambada", acc}}) {
+        points.push_back({loops, name, v});
+      }
+      items.push_back({"lambada", loops, bits, "", lp[seed][loops]});
+    }
+    EXPECT_TRUE(store_->RecordEvalItems(r.id, r.attempt, items, 1).ok());
+    return points;
+  });
+  const Report report = Build();
+  const ClaimLine& claim = Claim(report, "variable_r_best_at_trained");
+  const TestNumbers* two = nullptr;
+  const TestNumbers* eight = nullptr;
+  for (const TestNumbers& t : claim.numbers) {
+    if (t.label.find("LAMBADA perplexity at 2 ") != std::string::npos) two = &t;
+    if (t.label.find("LAMBADA perplexity at 8 ") != std::string::npos) eight = &t;
+  }
+  ASSERT_NE(two, nullptr);
+  ASSERT_NE(eight, nullptr);
+  EXPECT_EQ(two->verdict, "holds");
+  EXPECT_EQ(two->n, 300);  // items
+  EXPECT_NE(eight->verdict, "holds");
+  const std::string tests = ReadFile(dir_.File("report/claim_tests.csv"));
+  EXPECT_THAT(tests, HasSubstr("paired bootstrap, 300 items × 2 seeds"));
+  // The effect is the items' mean difference in log perplexity, in percent.
+  double d2 = 0;
+  for (int64_t seed : {1, 2}) {
+    for (int i = 0; i < 300; ++i) d2 += lp[seed][4][i] - lp[seed][2][i];
+  }
+  d2 /= 600;
+  const std::string effect = fmt::format("{:.6g}", std::expm1(d2) * 100);
+  EXPECT_THAT(tests, HasSubstr("at 2 − at 4")) << tests;
+  EXPECT_THAT(tests, HasSubstr(effect)) << effect;
+
+  // Accuracy on one seed, read item by item: McNemar. (best_at claims the other loop counts
+  // score higher; these items are built so that 2 loops is right on fewer: it does not hold.)
+  const std::string file = dir_.File("acc.yaml");
+  {
+    std::ofstream out(file);
+    out << "acc_items:\n  claim: c\n  section: s\n  part: variable_r\n  tests:\n"
+           "    - kind: best_at\n      label: LAMBADA accuracy\n      metric: task_acc/lambada\n"
+           "      at: \"@R\"\n";
+  }
+  // Only seed 1: keep the first evaluation.
+  std::unique_ptr<StudySource> inner = StoreSource(*store_);
+  class FirstSeedOnly : public StudySource {
+   public:
+    explicit FirstSeedOnly(StudySource& s) : s_(s) {}
+    absl::StatusOr<std::vector<StudyRun>> Runs(const std::string& sweep) override {
+      CART_ASSIGN_OR_RETURN(std::vector<StudyRun> runs, s_.Runs(sweep));
+      if (sweep == "variable_r") {
+        runs.erase(std::remove_if(runs.begin(), runs.end(),
+                                  [](const StudyRun& r) { return r.params.at("seed") != "1"; }),
+                   runs.end());
+      }
+      return runs;
+    }
+    absl::StatusOr<std::vector<StudyPoint>> Series(int64_t id, const std::string& m,
+                                                   int64_t n) override {
+      return s_.Series(id, m, n);
+    }
+    absl::StatusOr<std::vector<ItemOutcomes>> EvalItems(int64_t id) override {
+      return s_.EvalItems(id);
+    }
+
+   private:
+    StudySource& s_;
+  } one(*inner);
+  ReportOptions options;
+  options.out_dir = dir_.File("acc");
+  options.plots = false;
+  options.claims_file = file;
+  CART_ASSERT_OK_AND_ASSIGN(Report acc, BuildReport(one, options));
+  ASSERT_EQ(acc.claims.size(), 1u);
+  int64_t b = 0, c = 0;  // right only at 2 loops; right only at 4
+  for (int i = 0; i < 300; ++i) {
+    b += right[1][2][i] == '1' && right[1][4][i] == '0';
+    c += right[1][2][i] == '0' && right[1][4][i] == '1';
+  }
+  bool seen = false;
+  for (const auto& row : acc.claims[0].tests) {
+    if (row[0].find("at 2 ") == std::string::npos) continue;
+    seen = true;
+    EXPECT_EQ(row[1], "McNemar corrected, 300 items");
+    EXPECT_EQ(row[2], fmt::format("{:.6g}", static_cast<double>(b - c) / 300));
+    EXPECT_EQ(row[6], fmt::format("{:.6g}", stats::McNemar(b, c, false)));
   }
   EXPECT_TRUE(seen);
 }
