@@ -303,6 +303,61 @@ class CartlabTest(unittest.TestCase):
             self.lab.apply_plan(budget=-1, cart=cart)
         self.assertIn("--budget -1 must be a number of RTX 3090 hours >= 0", e.exception.message)
 
+    def test_eval_items_are_the_items_an_evaluation_job_scored(self):
+        # A byte-level run that learns four facts, then an evaluation at 1 and 2 loops on them
+        # in LAMBADA's and PIQA's formats: each item's outcome, from cartd and from the file.
+        eats = [("cat", "fish"), ("dog", "meat"), ("cow", "grass"), ("bird", "seeds")]
+        with open(CLUSTER.file("eats.txt"), "w") as f:
+            for i in range(400):
+                a, food = eats[(i * 7) % 4]
+                f.write(f"the {a} eats {food}.\n")
+        with open(CLUSTER.file("lambada_test.jsonl"), "w") as f:
+            for a, food in eats:
+                f.write(json.dumps({"text": f"the {a} eats {food}"}) + "\n")
+        with open(CLUSTER.file("valid.jsonl"), "w") as f:
+            for i, (a, food) in enumerate(eats):
+                f.write(json.dumps({"goal": f"the {a} eats", "sol1": eats[(i + 1) % 4][1],
+                                    "sol2": food}) + "\n")
+        with open(CLUSTER.file("valid-labels.lst"), "w") as f:
+            f.write("1\n" * 4)
+        CLUSTER.cart(["data", "prepare", CLUSTER.file("eats.txt"), "--format", "lines",
+                      "--out", CLUSTER.file("eats.bin")])
+        spec = {"name": "items",
+                "base": {"vocab": 258, "d": 64, "P": 1, "R": 2, "seq_len": 32, "batch": 4,
+                         "lr": 1e-2, "warmup": 3, "eval_every": 0, "threads": 1, "steps": 20,
+                         "checkpoint_every": 20, "train_data": CLUSTER.file("eats.bin"),
+                         "tasks": {"lambada": "lambada=" + CLUSTER.file("lambada_test.jsonl"),
+                                   "piqa": "piqa=" + CLUSTER.file("valid.jsonl")}},
+                "seeds": [1],
+                "derived": [{"name": "varR", "from": {"run": 0, "checkpoint": "final"},
+                             "eval_loops": [1, 2]}]}
+        self.lab.submit(spec, cart=os.path.join(BIN, "cart"))
+        wait_for("the evaluation", lambda: (self.lab.runs(sweep="items").state
+                                            == "SUCCEEDED").all(), timeout=300)
+        runs = self.lab.runs(sweep="items")
+        evaluation = int(runs[runs["name"] == "items/1"]["run_id"].iloc[0])
+        items = self.lab.eval_items(evaluation)
+        self.assertEqual(list(items.columns), ["run_id", "task", "loops", "item", "correct",
+                                               "correct_norm", "logprob"])
+        self.assertEqual(len(items), 16)  # 4 items of 2 tasks at 2 loop counts
+        history = self.lab.history(evaluation, ["task_acc/lambada", "task_ppl/lambada",
+                                                "task_acc/piqa"])
+        for (task, loops), group in items.groupby(["task", "loops"]):
+            self.assertEqual(list(group["item"]), [0, 1, 2, 3])
+            acc = history[(history.metric == f"task_acc/{task}") & (history.step == loops)]
+            self.assertAlmostEqual(group["correct"].mean(), acc["value"].iloc[0], places=12)
+            if task == "lambada":
+                ppl = history[(history.metric == "task_ppl/lambada") & (history.step == loops)]
+                self.assertAlmostEqual(float(numpy.exp(-group["logprob"].mean())),
+                                       ppl["value"].iloc[0], places=9)
+                self.assertTrue(group["correct_norm"].isna().all())
+            else:
+                self.assertTrue(group["logprob"].isna().all())
+                self.assertEqual(group["correct_norm"].map(type).tolist(), [bool] * 4)
+        db = cartlab.open_db(CLUSTER.file("cartd/cart.db"))
+        pd.testing.assert_frame_equal(db.eval_items(evaluation), items)
+        db.close()
+
     def test_open_db_reads_the_same_frames_without_cartd(self):
         db = cartlab.open_db(CLUSTER.file("cartd/cart.db"))
         runs = self.lab.runs(sweep="py")

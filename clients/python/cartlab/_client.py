@@ -318,6 +318,22 @@ class Client:
         return {"plan_id": answer["plan_id"],
                 "runs": pd.DataFrame(answer["runs"], columns=columns)}
 
+    def eval_items(self, runs: Union[RunRef, Iterable[RunRef], pd.Series, pd.DataFrame]
+                   ) -> pd.DataFrame:
+        """One row per item of each zero-shot task an evaluation job scored, at each loop count
+        (docs/study.md "Paired tests over items"): run_id, task, loops, item (its index in the
+        task file), correct (bool: acc), correct_norm (bool: acc_norm; None but for multiple
+        choice), logprob (LAMBADA: the target's log-likelihood in nats; NaN otherwise)."""
+        blocks = []
+        for ref in _run_refs(runs):
+            run_id = self.run_id(ref)
+            response = self._call("GetEvalItems",
+                                  scheduler_pb2.GetEvalItemsRequest(run_id=run_id))
+            for e in response.tasks:
+                blocks.append(_items_frame(run_id, e.task, e.loops, e.correct, e.correct_norm,
+                                           list(e.logprob)))
+        return _concat_items(blocks)
+
     def attempts(self, runs: Union[RunRef, Iterable[RunRef], pd.Series, pd.DataFrame]
                  ) -> pd.DataFrame:
         """One row per attempt of the runs (docs/architecture.md "Environment records"): run_id,
@@ -716,6 +732,30 @@ def _runs_frame(views: Sequence[Any]) -> pd.DataFrame:
         columns["latest." + m] = [d[m] if m in d else nan for d in latest]
     return pd.DataFrame(columns, columns=_RUN_COLUMNS + sorted(keys) +
                         ["latest." + m for m in sorted(metrics)])
+
+
+ITEM_COLUMNS = ["run_id", "task", "loops", "item", "correct", "correct_norm", "logprob"]
+
+
+def _items_frame(run_id: int, task: str, loops: int, correct: str, correct_norm: str,
+                 logprob: List[float]) -> pd.DataFrame:
+    """eval_items()' rows of one task at one loop count."""
+    import numpy as np
+
+    n = len(correct)
+    return pd.DataFrame({
+        "run_id": np.full(n, run_id, dtype=np.int64), "task": [task] * n,
+        "loops": np.full(n, loops, dtype=np.int64), "item": np.arange(n, dtype=np.int64),
+        "correct": [c == "1" for c in correct],
+        "correct_norm": [c == "1" for c in correct_norm] if correct_norm else [None] * n,
+        "logprob": np.asarray(logprob, dtype=np.float64) if logprob else np.full(n, np.nan)},
+        columns=ITEM_COLUMNS)
+
+
+def _concat_items(blocks: List[pd.DataFrame]) -> pd.DataFrame:
+    if not blocks:
+        return pd.DataFrame(columns=ITEM_COLUMNS)
+    return pd.concat(blocks, ignore_index=True)
 
 
 def _attempts_frame(records: List[Dict[str, Any]]) -> pd.DataFrame:

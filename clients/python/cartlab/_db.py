@@ -265,6 +265,23 @@ class Database:
                                 "environment": pairs})
         return _client._attempts_frame(records)
 
+    def eval_items(self, runs: Any) -> pd.DataFrame:
+        """One row per item of each zero-shot task an evaluation scored (as Client.eval_items)."""
+        import numpy as np
+
+        blocks = []
+        if self.schema_version < 22:
+            return _client._concat_items(blocks)
+        for ref in _client._run_refs(runs):
+            run_id = self._run_id(ref)
+            for task, loops, correct, correct_norm, logprob in self._db.execute(
+                    "SELECT task, loops, correct, correct_norm, logprob FROM eval_items "
+                    "WHERE run_id = ? ORDER BY task, loops", (run_id,)):
+                blocks.append(_client._items_frame(
+                    run_id, task, loops, correct, correct_norm,
+                    np.frombuffer(logprob, dtype="<f8").tolist()))
+        return _client._concat_items(blocks)
+
     def diff(self, *args: Any, **kwargs: Any) -> None:
         raise CartError("FAILED_PRECONDITION",
                         "diff() runs `cart runs diff`, which asks cartd: cartlab.connect() to it",
@@ -275,4 +292,4 @@ class Database:
                         f"{self.path} is opened read-only: submit, cancel, resume, extend, "
                         "follow, tag and note need cartd (cartlab.connect())", "open_db")
 
-    submit = cancel = resume = extend = follow = tag = untag = note = _read_only
+    submit = cancel = resume = extend = follow = tag = untag = note = apply_plan = _read_only
