@@ -464,6 +464,7 @@ class Decider {
 
   // The seeds per side a test has now: its pairs or sample, the smaller arm of two.
   static int64_t SeedsOf(const TestOutcome& t) {
+    if (t.over_items) return std::max<int64_t>(1, t.n2);
     return t.paired || t.n2 == 0 ? t.n : std::min(t.n, t.n2);
   }
 
@@ -782,12 +783,16 @@ class Decider {
           return absl::OkStatus();
         }
         std::vector<double> pa, pb;
-        const bool paired = PairBySeed(a, b, pa, pb);
+        // Two arms scored on the same items (a zero-shot task) pair their items as well.
+        CART_ASSIGN_OR_RETURN(std::optional<stats::Estimate> by_items, CompareItems(t, a, b, o));
+        const bool paired = by_items.has_value() || PairBySeed(a, b, pa, pb);
         if (!paired) pa = a.values, pb = b.values;
         if (t.log_scale) pa = Logs(pa), pb = Logs(pb);
-        const stats::Estimate e =
-            paired ? stats::PairedDifference(pa, pb) : stats::WelchDifference(pa, pb);
-        o.method = paired ? "paired t" : "Welch t";
+        const stats::Estimate e = by_items ? *by_items
+                                  : paired ? stats::PairedDifference(pa, pb)
+                                           : stats::WelchDifference(pa, pb);
+        if (!by_items) o.method = paired ? "paired t" : "Welch t";
+        o.over_items = by_items.has_value();
         o.paired = paired;
         o.se_raw = e.se;
         o.effect_raw = e.value;
@@ -939,6 +944,7 @@ class Decider {
       CART_ASSIGN_OR_RETURN(std::optional<stats::Estimate> by_items,
                             ItemTest(t, paired_runs[step], step, o));
       if (by_items) {
+        o.over_items = true;
         FromEstimate(o, *by_items, t.log_scale);
         add(o, Directional(by_items->value, 0, by_items->p, TestSpec::Direction::kGreater), true);
         continue;
@@ -991,6 +997,72 @@ class Decider {
     return {};
   }
 
+  // The step of the value an arm's run gave: the arm's step, else the last of its series.
+  absl::StatusOr<std::optional<int64_t>> StepOf(const StudyRun& r, const std::string& metric,
+                                                const std::string& step) {
+    if (step == "@R") return ParseInt64(Param(r, "R"));
+    if (!step.empty()) return ParseInt64(step);
+    CART_ASSIGN_OR_RETURN(const std::vector<StudyPoint>* points, SeriesOf(r, metric));
+    if (points->empty()) return std::nullopt;
+    return points->back().step;
+  }
+
+  // Two arms over the items both scored (a task metric, runs paired by seed, one pair allowed):
+  // each item's difference a − b, tested as ItemTest does; nullopt when some run lacks the items
+  // or the seeds do not pair (the test then compares runs).
+  absl::StatusOr<std::optional<stats::Estimate>> CompareItems(const TestSpec& t, const Sample& a,
+                                                              const Sample& b, TestOutcome& o) {
+    if (a.runs.empty() || a.runs.size() != b.runs.size()) return std::nullopt;
+    std::map<std::string, const StudyRun*> b_by_seed;
+    for (const StudyRun* r : b.runs) {
+      if (!b_by_seed.emplace(Param(*r, "seed"), r).second) return std::nullopt;
+    }
+    std::vector<std::vector<double>> d;
+    std::set<std::string> used;
+    bool binary = false;
+    int64_t more = 0, fewer = 0;
+    for (const StudyRun* ra : a.runs) {
+      const std::string seed = Param(*ra, "seed");
+      auto it = b_by_seed.find(seed);
+      if (seed.empty() || it == b_by_seed.end() || !used.insert(seed).second) return std::nullopt;
+      const StudyRun* rb = it->second;
+      const std::string ma = MetricFor(t.metric, *ra), mb = MetricFor(t.metric, *rb);
+      CART_ASSIGN_OR_RETURN(std::optional<int64_t> sa, StepOf(*ra, ma, t.a.step));
+      CART_ASSIGN_OR_RETURN(std::optional<int64_t> sb, StepOf(*rb, mb, t.b.step));
+      if (!sa || !sb) return std::nullopt;
+      CART_ASSIGN_OR_RETURN(const std::vector<ItemOutcomes>* ia, ItemsOf(*ra));
+      CART_ASSIGN_OR_RETURN(const std::vector<ItemOutcomes>* ib, ItemsOf(*rb));
+      const std::vector<double> xa = ItemValues(*ia, ma, t.log_scale, *sa, &binary);
+      const std::vector<double> xb = ItemValues(*ib, mb, t.log_scale, *sb, &binary);
+      if (xa.empty() || xa.size() != xb.size()) return std::nullopt;
+      if (!d.empty() && d[0].size() != xa.size()) return std::nullopt;
+      std::vector<double> row(xa.size());
+      for (size_t i = 0; i < xa.size(); ++i) {
+        row[i] = xa[i] - xb[i];
+        more += row[i] > 0;
+        fewer += row[i] < 0;
+      }
+      d.push_back(std::move(row));
+    }
+    return ItemEstimate(d, binary, more, fewer, o);
+  }
+
+  // McNemar's test for one pair of right-or-wrong outcomes, else the paired bootstrap over
+  // items and seeds; the method named on `o`.
+  static stats::Estimate ItemEstimate(const std::vector<std::vector<double>>& d, bool binary,
+                                      int64_t b, int64_t c, TestOutcome& o) {
+    const int64_t items = static_cast<int64_t>(d[0].size());
+    if (binary && d.size() == 1) {
+      o.method = fmt::format("McNemar {}, {} items", b + c <= 50 ? "exact" : "corrected", items);
+      return stats::McNemarDifference(b, c, items);
+    }
+    // Seeded by the test's label: the same report twice gives the same numbers.
+    const uint64_t seed = std::hash<std::string>{}(o.label);
+    o.method = fmt::format("paired bootstrap, {} items × {} seed{}", items, d.size(),
+                           d.size() == 1 ? "" : "s");
+    return stats::PairedBootstrap(d, 2000, seed);
+  }
+
   // The test at `step` against each run's claimed step over the items every run scored at both:
   // McNemar's test for one run's right-or-wrong outcomes, else the paired bootstrap over items
   // and seeds. nullopt when some run lacks them (the test then pairs runs).
@@ -1016,18 +1088,7 @@ class Decider {
       d.push_back(std::move(row));
     }
     if (d.empty()) return std::nullopt;
-    const int64_t items = static_cast<int64_t>(d[0].size());
-    if (binary && d.size() == 1) {
-      o.method = fmt::format("McNemar {}, {} items", b + c <= 50 ? "exact" : "corrected", items);
-      stats::Estimate e = stats::McNemarDifference(b, c, items);
-      o.se_raw = e.se;
-      return e;
-    }
-    // Seeded by the test's label: the same report twice gives the same numbers.
-    const uint64_t seed = std::hash<std::string>{}(o.label);
-    stats::Estimate e = stats::PairedBootstrap(d, 2000, seed);
-    o.method = fmt::format("paired bootstrap, {} items × {} seed{}", items, d.size(),
-                           d.size() == 1 ? "" : "s");
+    stats::Estimate e = ItemEstimate(d, binary, b, c, o);
     o.se_raw = e.se;
     return e;
   }

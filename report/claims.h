@@ -113,6 +113,8 @@ struct TestOutcome {
   // The estimate behind `effect` in the same scale (a difference, or the distance from the
   // reference), and the side the claim is on: +1 greater, −1 less, 0 within a band or margin.
   double effect_raw = std::numeric_limits<double>::quiet_NaN();
+  // Tested over items (each item's outcome, paired; n = items, n2 = seeds), not over runs.
+  bool over_items = false;
   int claimed_sign = 0;
   double published_raw = std::numeric_limits<double>::quiet_NaN();
   std::vector<std::map<std::string, std::string>> arms;

@@ -61,6 +61,12 @@ TestPlan PlanTest(const TestNumbers& t, double target, const PlanOptions& option
     plan.note = fmt::format("a {} test: not planned (only compare and value tests are)", t.kind);
     return plan;
   }
+  if (t.over_items) {
+    plan.note =
+        "a test over items (each item's outcome, paired): not planned (the planner sizes seeds "
+        "of per-run tests)";
+    return plan;
+  }
   if (t.within) {
     plan.note = "a band or margin test: not planned (an equivalence test needs its own design)";
     return plan;

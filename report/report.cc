@@ -839,6 +839,7 @@ class Builder {
         numbers.within = t.within;
         numbers.log_scale = t.log_scale;
         numbers.confounded = t.confounded;
+        numbers.over_items = t.over_items;
         numbers.se = t.se_raw;
         numbers.published = t.published_raw;
         numbers.n = t.n;

@@ -197,8 +197,9 @@ struct TestNumbers {
   bool within = false;  // a band or margin
   bool log_scale = false;
   bool confounded = false;
-  double se = 0;         // the effect's standard error; NaN: fewer than two runs
-  double published = 0;  // the paper's effect; NaN: none
+  bool over_items = false;  // tested over items (n: items, n2: seeds), not over runs
+  double se = 0;            // the effect's standard error; NaN: fewer than two runs
+  double published = 0;     // the paper's effect; NaN: none
   int64_t n = 0, n2 = 0;
   std::vector<std::map<std::string, std::string>> arms;  // each side's config, seed removed
   std::vector<int64_t> arm_runs;  // each side's first run (id): where its new seeds copy from

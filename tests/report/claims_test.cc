@@ -550,7 +550,11 @@ TEST_F(ClaimsTest, TheVariableRClaimPairsItemsWhenEvaluationsStoredThem) {
     std::ofstream out(file);
     out << "acc_items:\n  claim: c\n  section: s\n  part: variable_r\n  tests:\n"
            "    - kind: best_at\n      label: LAMBADA accuracy\n      metric: task_acc/lambada\n"
-           "      at: \"@R\"\n";
+           "      at: \"@R\"\n"
+           "acc_compare:\n  claim: c2\n  section: s\n  part: variable_r\n  tests:\n"
+           "    - kind: compare\n      label: accuracy at 2 loops against 4\n"
+           "      metric: task_acc/lambada\n      a: {step: 2}\n      b: {step: 4}\n"
+           "      direction: less\n";
   }
   // Only seed 1: keep the first evaluation.
   std::unique_ptr<StudySource> inner = StoreSource(*store_);
@@ -582,7 +586,7 @@ TEST_F(ClaimsTest, TheVariableRClaimPairsItemsWhenEvaluationsStoredThem) {
   options.plots = false;
   options.claims_file = file;
   CART_ASSERT_OK_AND_ASSIGN(Report acc, BuildReport(one, options));
-  ASSERT_EQ(acc.claims.size(), 1u);
+  ASSERT_EQ(acc.claims.size(), 2u);
   int64_t b = 0, c = 0;  // right only at 2 loops; right only at 4
   for (int i = 0; i < 300; ++i) {
     b += right[1][2][i] == '1' && right[1][4][i] == '0';
@@ -597,6 +601,23 @@ TEST_F(ClaimsTest, TheVariableRClaimPairsItemsWhenEvaluationsStoredThem) {
     EXPECT_EQ(row[6], fmt::format("{:.6g}", stats::McNemar(b, c, false)));
   }
   EXPECT_TRUE(seen);
+  // Two arms on the same items (here one evaluation at 2 loops against itself at 4) pair
+  // items too: the same McNemar test on one seed ...
+  ASSERT_EQ(acc.claims[1].tests.size(), 1u);
+  EXPECT_EQ(acc.claims[1].tests[0][1], "McNemar corrected, 300 items");
+  EXPECT_EQ(acc.claims[1].tests[0][2], fmt::format("{:.6g}", static_cast<double>(b - c) / 300));
+  EXPECT_EQ(acc.claims[1].verdict, "holds");  // fewer right at 2 loops
+  // ... and the bootstrap over items and both seeds.
+  std::unique_ptr<StudySource> both = StoreSource(*store_);
+  options.out_dir = dir_.File("acc2");
+  CART_ASSERT_OK_AND_ASSIGN(Report acc2, BuildReport(*both, options));
+  ASSERT_EQ(acc2.claims[1].tests.size(), 1u);
+  EXPECT_EQ(acc2.claims[1].tests[0][1], "paired bootstrap, 300 items × 2 seeds");
+  double diff = 0;
+  for (int64_t seed : {1, 2}) {
+    for (int i = 0; i < 300; ++i) diff += (right[seed][2][i] == '1') - (right[seed][4][i] == '1');
+  }
+  EXPECT_EQ(acc2.claims[1].tests[0][2], fmt::format("{:.6g}", diff / 600));
 }
 
 TEST_F(ClaimsTest, TheHtmlReportMarksEachVerdict) {
