@@ -228,6 +228,12 @@ void ForecastPlans(Client& client, std::vector<report::ClaimPlan>& plans) {
   }
 }
 
+// RTX 3090 hours for reading: one decimal, or two significant digits below 0.1 (a CPU-scale
+// study's runs take seconds).
+std::string Hours(double h) {
+  return h < 0.1 ? fmt::format("{:.2g}", h) : fmt::format("{:.1f}", h);
+}
+
 nlohmann::json PlansJson(const std::vector<report::ClaimPlan>& plans) {
   nlohmann::json out = nlohmann::json::array();
   for (const report::ClaimPlan& p : plans) {
@@ -351,9 +357,9 @@ absl::Status ApplyPlans(Client& client, const PlanArgs& a,
   int64_t train = 0;
   for (const cart::v1::PlannedRun& r : resp.runs()) train += r.kind() != cart::v1::JOB_KIND_EVAL;
   std::cout << fmt::format(
-      "plan {} queued: {} runs ({} new seeds, {} derived jobs) for {}; {:.1f} RTX 3090 hours{}\n",
-      resp.plan_id(), resp.runs_size(), train, resp.runs_size() - train, StrJoin(ids, ", "), hours,
-      a.budget ? fmt::format(" of a {:g}-hour budget", *a.budget) : std::string());
+      "plan {} queued: {} runs ({} new seeds, {} derived jobs) for {}; {} RTX 3090 hours{}\n",
+      resp.plan_id(), resp.runs_size(), train, resp.runs_size() - train, StrJoin(ids, ", "),
+      Hours(hours), a.budget ? fmt::format(" of a {:g}-hour budget", *a.budget) : std::string());
   // By sweep and kind: how many runs, their seeds and ids (every run: --json).
   struct Group {
     int64_t runs = 0, first = 0, last = 0;
@@ -378,8 +384,8 @@ absl::Status ApplyPlans(Client& client, const PlanArgs& a,
   for (const report::ClaimPlan& p : plans) {
     if (p.planned && p.runs > 0 &&
         std::none_of(kept.begin(), kept.end(), [&](const auto& k) { return k.id == p.id; })) {
-      std::cout << fmt::format("left out: {} ({:.1f} hours would pass the budget)\n", p.id,
-                               p.hours);
+      std::cout << fmt::format("left out: {} ({} hours would pass the budget)\n", p.id,
+                               Hours(p.hours));
     }
   }
   std::cout << "each claim's next look spends its level by the O'Brien-Fleming-like boundary "
@@ -419,13 +425,14 @@ absl::Status PrintPlan(report::StudySource& source, PlanArgs& a, Client* client)
     for (const report::TestPlan& test : p.tests) {
       t.Row({p.id, test.label, test.design + (test.prior ? " (prior sd)" : ""),
              StrCat(test.seeds_now), StrCat(test.seeds_needed), StrCat(test.fixed_seeds),
-             StrCat(test.runs), fmt::format("{:.1f}", test.hours)});
+             StrCat(test.runs), Hours(test.hours)});
     }
   }
   if (any) t.Print(std::cout);
   for (const report::ClaimPlan& p : plans) {
     if (p.planned) {
-      std::cout << fmt::format("{}: {} new runs, {:.1f} RTX 3090 hours{}\n", p.id, p.runs, p.hours,
+      std::cout << fmt::format("{}: {} new runs, {} RTX 3090 hours{}\n", p.id, p.runs,
+                               Hours(p.hours),
                                client == nullptr ? std::string()
                                : p.expected_finish_us > 0
                                    ? ", done " + ExpectedAt(p.expected_finish_us) + " if queued now"
