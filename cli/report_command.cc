@@ -23,6 +23,7 @@
 #include "common/status.h"
 #include "common/strings.h"
 #include "report/plan.h"
+#include "report/plan_json.h"
 #include "report/report.h"
 #include "store/run_store.h"
 
@@ -234,35 +235,6 @@ std::string Hours(double h) {
   return h < 0.1 ? fmt::format("{:.2g}", h) : fmt::format("{:.1f}", h);
 }
 
-nlohmann::json PlansJson(const std::vector<report::ClaimPlan>& plans) {
-  nlohmann::json out = nlohmann::json::array();
-  for (const report::ClaimPlan& p : plans) {
-    nlohmann::json tests = nlohmann::json::array();
-    for (const report::TestPlan& t : p.tests) {
-      tests.push_back({{"test", t.label},
-                       {"design", t.design},
-                       {"seeds_now", t.seeds_now},
-                       {"seeds_needed", t.seeds_needed},
-                       {"fixed_seeds", t.fixed_seeds},
-                       {"looks", t.looks},
-                       {"runs", t.runs},
-                       {"rtx3090_hours", t.hours},
-                       {"effect", t.effect},
-                       {"sd", t.sd},
-                       {"prior", t.prior},
-                       {"note", t.note}});
-    }
-    out.push_back({{"claim", p.id},
-                   {"planned", p.planned},
-                   {"runs", p.runs},
-                   {"rtx3090_hours", p.hours},
-                   {"expected_finish_us", p.expected_finish_us},
-                   {"note", p.note},
-                   {"tests", tests}});
-  }
-  return out;
-}
-
 // The claims a budget takes, cheapest decision first, each whole or not at all; InvalidArgument
 // when the budget is below the cheapest run any plan queues.
 absl::StatusOr<std::vector<const report::ClaimPlan*>> WithinBudget(
@@ -331,7 +303,7 @@ absl::Status ApplyPlans(Client& client, const PlanArgs& a,
   req.set_has_budget(a.budget.has_value());
   req.set_budget_hours(a.budget.value_or(0));
   req.set_spending("obrien-fleming");
-  req.set_text(PlansJson(kept).dump());
+  req.set_text(report::PlansJson(kept).dump());
   const cart::v1::ApplyPlanResponse resp =
       client.Call<cart::v1::ApplyPlanRequest, cart::v1::ApplyPlanResponse>(
           &cart::v1::SchedulerService::Stub::ApplyPlan, req);
@@ -400,7 +372,7 @@ absl::Status PrintPlan(report::StudySource& source, PlanArgs& a, Client* client)
   if (client != nullptr) ForecastPlans(*client, plans);
   if (a.apply) return ApplyPlans(*client, a, plans);
   if (a.conn.json) {
-    std::cout << PlansJson(plans).dump(1) << "\n";
+    std::cout << report::PlansJson(plans).dump(1) << "\n";
     return absl::OkStatus();
   }
   if (plans.empty()) {
@@ -485,23 +457,15 @@ void RunPlan(PlanArgs& a) {
 
 absl::Status ApplyReportSweeps(const std::vector<std::string>& overrides,
                                report::StudySweeps& sweeps) {
-  const std::map<std::string, std::string*> roles = {{"stage1", &sweeps.stage1},
-                                                     {"stage2", &sweeps.stage2},
-                                                     {"baselines", &sweeps.baselines},
-                                                     {"ablations", &sweeps.ablations},
-                                                     {"faithfulness", &sweeps.faithfulness},
-                                                     {"leak", &sweeps.leak},
-                                                     {"variable_r", &sweeps.variable_r}};
   for (const std::string& o : overrides) {
     const size_t eq = o.find('=');
-    auto it = eq == std::string::npos ? roles.end() : roles.find(o.substr(0, eq));
-    if (it == roles.end()) {
+    if (eq == std::string::npos ||
+        !report::SetStudyPart(sweeps, o.substr(0, eq), o.substr(eq + 1)).ok()) {
       return absl::InvalidArgumentError(
           StrCat("report sweep '", o,
                  "' is not ROLE=SWEEP with ROLE one of stage1, stage2, baselines, ablations, "
                  "faithfulness, leak, variable_r"));
     }
-    *it->second = o.substr(eq + 1);
   }
   return absl::OkStatus();
 }

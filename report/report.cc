@@ -911,4 +911,23 @@ absl::StatusOr<Report> BuildReport(StudySource& source, const ReportOptions& opt
   return Builder(source, options).Build();
 }
 
+absl::Status SetStudyPart(StudySweeps& sweeps, const std::string& part, const std::string& sweep) {
+  const std::map<std::string, std::string*> parts = {{"stage1", &sweeps.stage1},
+                                                     {"stage2", &sweeps.stage2},
+                                                     {"baselines", &sweeps.baselines},
+                                                     {"ablations", &sweeps.ablations},
+                                                     {"faithfulness", &sweeps.faithfulness},
+                                                     {"leak", &sweeps.leak},
+                                                     {"variable_r", &sweeps.variable_r}};
+  auto it = parts.find(part);
+  if (it == parts.end()) {
+    return absl::InvalidArgumentError(
+        StrCat("'", part,
+               "' is not a part of the study (stage1, stage2, baselines, ablations, "
+               "faithfulness, leak, variable_r)"));
+  }
+  *it->second = sweep;
+  return absl::OkStatus();
+}
+
 }  // namespace cart::report

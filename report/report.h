@@ -125,6 +125,10 @@ struct StudySweeps {
   std::string variable_r = "variable_r";  // its eval runs (else stage2's own eval runs)
 };
 
+// Points the part `part` (stage1, stage2, baselines, ablations, faithfulness, leak, variable_r)
+// at `sweep`; InvalidArgument naming the part and the parts there are for another name.
+absl::Status SetStudyPart(StudySweeps& sweeps, const std::string& part, const std::string& sweep);
+
 struct ReportOptions {
   StudySweeps sweeps;
   // The validation set the paper's perplexity tables use; empty: "wiki" when the runs have it,
@@ -236,6 +240,10 @@ struct Report {
   std::vector<ClaimLine> claims;  // in the claims file's order
   std::vector<Section> sections;
 };
+
+// A claim's look in its sequential design in words ("look 2: 6 of 12 seeds (t = 0.50); α spent
+// 0.0056 of 0.05; boundary |z| ≥ 2.80 (p < 0.0051): not crossed; …"), as report.md gives it.
+std::string LookText(const SequentialStatus& s);
 
 // The columns of ClaimLine::tests (claim_tests.csv, after the claim's id).
 const std::vector<std::string>& ClaimTestColumns();

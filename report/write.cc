@@ -100,22 +100,6 @@ std::string SpanningMarkdown(const Report& r) {
   return out + "\n";
 }
 
-// A claim's look in its sequential design, in words: "look 2: 6 of 12 seeds (t = 0.50); α spent
-// 0.0056 of 0.05; boundary |z| ≥ 2.80 (p < 0.0051): not crossed; conditional power 0.07: stop for
-// futility".
-std::string LookText(const SequentialStatus& s) {
-  std::string out = fmt::format(
-      "look {}: {} of {} seeds (t = {:.2f}); α spent {:.3g} of {:g}; boundary |z| ≥ {:.2f} "
-      "(p < {:.3g}): {}",
-      s.look, s.look_seeds.empty() ? 0 : s.look_seeds.back(), s.seeds_target, s.fraction,
-      s.alpha_spent, s.alpha, s.boundary, s.nominal, s.crossed ? "crossed" : "not crossed");
-  if (!std::isnan(s.conditional_power)) {
-    out += fmt::format("; conditional power {:.2f}{}", s.conditional_power,
-                       s.futile ? ": stop for futility" : "");
-  }
-  return out;
-}
-
 // The claims in a sequential design (a seed plan was applied to them), one line each.
 std::string LooksMarkdown(const Report& r) {
   std::string out;
@@ -418,6 +402,19 @@ absl::Status Write(const fs::path& path, const std::string& text) {
 }
 
 }  // namespace
+
+std::string LookText(const SequentialStatus& s) {
+  std::string out = fmt::format(
+      "look {}: {} of {} seeds (t = {:.2f}); α spent {:.3g} of {:g}; boundary |z| ≥ {:.2f} "
+      "(p < {:.3g}): {}",
+      s.look, s.look_seeds.empty() ? 0 : s.look_seeds.back(), s.seeds_target, s.fraction,
+      s.alpha_spent, s.alpha, s.boundary, s.nominal, s.crossed ? "crossed" : "not crossed");
+  if (!std::isnan(s.conditional_power)) {
+    out += fmt::format("; conditional power {:.2f}{}", s.conditional_power,
+                       s.futile ? ": stop for futility" : "");
+  }
+  return out;
+}
 
 // Generated from report/paper_figures.yaml (report/CMakeLists.txt).
 const char* PaperFiguresYaml();

@@ -468,6 +468,9 @@ class Scheduler {
   absl::StatusOr<std::vector<store::EvalItems>> ListEvalItems(int64_t run_id) {
     return store_->ListEvalItems(run_id);
   }
+  // The store, for reads that build on it whole (the dashboard's study view: report/ reads it
+  // through a StudySource). Writes go through the Scheduler's own methods.
+  store::RunStore& store() const { return *store_; }
   // Every seed plan queued, oldest first (store::RunStore::ListPlans).
   absl::StatusOr<std::vector<store::PlanRecord>> ListPlans() { return store_->ListPlans(); }
   // Runs matching `filter`, by id: at most `limit` (0: all) after skipping `offset`. `total`

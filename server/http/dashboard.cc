@@ -21,6 +21,7 @@
 #include "server/auth.h"
 #include "server/caller_slots.h"
 #include "server/http/prometheus.h"
+#include "server/http/study_view.h"
 #include "server/run_cursor.h"
 #include "server/scheduler.h"
 #include "store/results.h"
@@ -527,11 +528,12 @@ Response Dashboard::Api(const Request& request, const std::string& who) {
   if (n == 1 && get && parts[0] == "sweeps") return ListSweeps();
   if (n == 1 && get && parts[0] == "workers") return ListWorkers();
   if (n == 1 && get && parts[0] == "compare") return CompareRuns(request);
+  const bool study = n == 1 && get && parts[0] == "study";
   // Large reads hold a slot while they run (DashboardOptions::big_reads): 429 past the bound.
   // One run's series is not one (at most a few thousand points, and a run page asks for every
   // metric's at once).
-  const bool big =
-      get && n == 3 && parts[0] == "sweeps" && (sub == "runs" || sub == "pivot" || sub == "groups");
+  const bool big = study || (get && n == 3 && parts[0] == "sweeps" &&
+                             (sub == "runs" || sub == "pivot" || sub == "groups"));
   const bool tokens = options_.tokens != nullptr && options_.tokens->enabled();
   const std::string caller = tokens ? who : StrCat("address:", request.peer);
   std::shared_ptr<void> slot;
@@ -540,6 +542,7 @@ Response Dashboard::Api(const Request& request, const std::string& who) {
     if (!taken.ok()) return Error(taken.status());
     slot = *std::move(taken);
   }
+  if (study) return Study(request);
   // A live stream holds a follow slot for as long as it streams (the stream runs after this
   // returns, so the slot goes with it): 429 past the caller's share.
   const bool live = get && n == 3 && sub == "live" && (parts[0] == "sweeps" || parts[0] == "runs");
@@ -1165,6 +1168,28 @@ json ChartPoints(const std::map<int64_t, double>& series, size_t most,
 }
 
 }  // namespace
+
+Response Dashboard::Study(const Request& request) {
+  StudyQuery query;
+  for (const auto& [key, field] : std::initializer_list<std::pair<const char*, double*>>{
+           {"power", &query.power}, {"alpha", &query.alpha}}) {
+    const std::string text = request.Query(key);
+    if (text.empty()) continue;
+    const std::optional<double> v = ParseDouble(text);
+    if (!v || !(*v > 0 && *v < 1)) {
+      return Error(absl::StatusCode::kInvalidArgument,
+                   StrCat("query parameter '", key, "': '", text, "' is not a number in (0, 1)"));
+    }
+    *field = *v;
+  }
+  for (const char* part :
+       {"stage1", "stage2", "baselines", "ablations", "faithfulness", "leak", "variable_r"}) {
+    if (!request.Query(part).empty()) query.sweeps[part] = request.Query(part);
+  }
+  absl::StatusOr<json> out = StudyJson(scheduler_->store(), query);
+  if (!out.ok()) return Error(out.status());
+  return Json(*out);
+}
 
 Response Dashboard::CompareRuns(const Request& request) {
   absl::Status bad;

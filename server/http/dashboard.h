@@ -119,6 +119,9 @@ class Dashboard {
   Response GetRun(int64_t id);
   // GET /api/v1/compare?a=ID&b=ID[&metric=loss]: how two runs differ (docs/dashboard.md).
   Response CompareRuns(const Request& request);
+  // GET /api/v1/study[?power=&alpha=&PART=SWEEP]: the claims, their looks, the seed plan and the
+  // plans applied (server/http/study_view.h; docs/dashboard.md).
+  Response Study(const Request& request);
   Response RunSeries(const Request& request, int64_t id);
   Response RunLogLines(const Request& request, int64_t id);
   Response RunLive(const Request& request, int64_t id);

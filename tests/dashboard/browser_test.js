@@ -338,6 +338,43 @@ const {Cluster, args, waitFor, tinySweep} = require('./lib');
         (await page.textContent('#compare-classes')).includes('from step 0 on '),
         'each run\'s attempts are listed with the device class they trained on');
     await shot('compare');
+
+    // The study view (docs/dashboard.md "The study and its plan"), its stage 2 the finished grid:
+    // every claim of the paper with the verdict `cart report` computes, the claims that cannot
+    // tell with their plan or why none, and the plans applied (none here).
+    const study = await c.api('study?stage2=tabs');
+    await open('#/study?stage2=tabs');
+    await waitFor('the claims', () => page.locator('#study-claims tbody tr').count(), 10000);
+    const claimRows = await page.locator('#study-claims tbody tr').count();
+    check(
+        study.claims.length >= 16 && claimRows === study.claims.length,
+        `the study view lists every claim (${claimRows} rows, ${study.claims.length} from the API)`);
+    let verdictsMatch = true;
+    for (const cl of study.claims) {
+      const shown = await page.locator(`#study-claim-${cl.id} td:nth-child(2)`).textContent();
+      if (!shown.startsWith(cl.verdict)) verdictsMatch = false;
+    }
+    check(verdictsMatch, 'each claim shows the verdict the API computed');
+    const unplanned = study.plans.filter((p) => !p.planned).length;
+    check(
+        (await page.locator('#study-unplanned li').count()) === unplanned && unplanned > 0,
+        `the claims no plan can decide are listed with why (${unplanned})`);
+    check(
+        (await page.textContent('#study-applied')).includes('no plan applied yet'),
+        'the plans applied: none yet');
+    check(
+        (await page.locator('a[data-nav=study].active').count()) === 1,
+        'the Study link is marked as the current view');
+    let refused = '';
+    try {
+      await c.api('study?power=2');
+    } catch (e) {
+      refused = e.message;
+    }
+    check(
+        refused.includes('HTTP 400') && refused.includes("'power': '2' is not a number in (0, 1)"),
+        `a power outside (0, 1) is refused naming it (${refused})`);
+    await shot('study');
     const same = await c.api(`compare?a=${ra.id}&b=${ra.id}`);
     check(
         same.series.first_different_step === null && same.config.length === 0 &&

@@ -1,10 +1,11 @@
-// CART Lab dashboard: one page, five views (#/ sweeps, #/sweep/NAME, #/run/ID, #/compare/A/B,
-// #/workers), all read from cartd's JSON API (docs/dashboard.md). ES modules, no build step: this
+// CART Lab dashboard: one page, six views (#/ sweeps, #/sweep/NAME, #/run/ID, #/compare/A/B,
+// #/study, #/workers), all read from cartd's JSON API (docs/dashboard.md). ES modules, no build step: this
 // file routes;
 // each view is a module under pages/, on shared modules for the DOM, the API, tables and charts.
 import {fail, show} from './notice.js';
 import {viewCompare} from './pages/compare.js';
 import {viewRun} from './pages/run.js';
+import {viewStudy} from './pages/study.js';
 import {viewSweep} from './pages/sweep.js';
 import {viewSweeps} from './pages/sweeps.js';
 import {viewWorkers} from './pages/workers.js';
@@ -22,7 +23,7 @@ async function route() {
   const hash = location.hash.replace(/^#/, '') || '/';
   const parts = hash.split('/').filter(Boolean).map(decodeURIComponent);
   document.querySelectorAll('[data-nav]').forEach((a) => {
-    a.classList.toggle('active', (parts[0] || 'sweeps') === a.dataset.nav);
+    a.classList.toggle('active', (parts[0] || 'sweeps').split('?')[0] === a.dataset.nav);
   });
   try {
     if (parts[0] === 'sweep' && parts[1]) {
@@ -31,6 +32,8 @@ async function route() {
       await viewRun(main, scope, parts[1]);
     } else if (parts[0] === 'compare' && parts[1] && parts[2]) {
       await viewCompare(main, scope, parts[1], parts[2].split('?')[0]);
+    } else if (parts[0] && parts[0].split('?')[0] === 'study') {
+      await viewStudy(main, scope);
     } else if (parts[0] === 'workers') {
       await viewWorkers(main, scope);
     } else {
