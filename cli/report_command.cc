@@ -116,8 +116,8 @@ class ServiceStudySource : public report::StudySource {
     std::vector<report::ClaimLook> out;
     for (const cart::v1::PlanView& p : plans.plans()) {
       for (const cart::v1::PlanClaimLook& c : p.claims()) {
-        out.push_back(
-            {c.claim(), p.plan_id(), c.seeds_now(), c.seeds_target(), p.alpha(), p.spending()});
+        out.push_back({c.claim(), p.plan_id(), c.seeds_now(), c.seeds_target(), p.alpha(),
+                       p.spending(), std::vector<int64_t>(p.run_ids().begin(), p.run_ids().end())});
       }
     }
     return out;
@@ -253,8 +253,20 @@ absl::StatusOr<std::vector<const report::ClaimPlan*>> WithinBudget(
   if (budget && std::isfinite(cheapest) && *budget < cheapest) {
     return absl::InvalidArgumentError(
         fmt::format("--budget {:g} RTX 3090 hours is smaller than one run: the cheapest run "
-                    "the plan queues takes {:.2f} hours",
-                    *budget, cheapest));
+                    "the plan queues takes {} hours",
+                    *budget, Hours(cheapest)));
+  }
+  if (budget && out.empty()) {
+    double least = std::numeric_limits<double>::infinity();
+    for (const report::ClaimPlan& p : plans) {
+      if (p.planned && p.runs > 0) least = std::min(least, p.hours);
+    }
+    if (std::isfinite(least)) {
+      return absl::InvalidArgumentError(fmt::format(
+          "--budget {:g} RTX 3090 hours takes no whole claim: the cheapest claim's seeds take {} "
+          "hours",
+          *budget, Hours(least)));
+    }
   }
   return out;
 }
@@ -277,12 +289,9 @@ absl::Status ApplyPlans(Client& client, const PlanArgs& a,
   for (const report::ClaimPlan* p : chosen) {
     cart::v1::PlanClaimLook* look = req.add_claims();
     look->set_claim(p->id);
-    int64_t now = std::numeric_limits<int64_t>::max(), target = 0;
-    for (const report::TestPlan& t : p->tests) {
-      now = std::min(now, t.seeds_now);
-      target = std::max(target, t.seeds_needed);
-    }
-    look->set_seeds_now(now);
+    int64_t target = p->seeds_now;
+    for (const report::TestPlan& t : p->tests) target = std::max(target, t.seeds_needed);
+    look->set_seeds_now(p->seeds_now);
     look->set_seeds_target(target);
     look->set_runs(p->runs);
     look->set_rtx3090_hours(p->hours);
@@ -523,7 +532,8 @@ void RegisterPlanCommand(CLI::App& app) {
                 "of their derived jobs, cheapest decision first, and record the plan (each "
                 "claim's next look then spends its level sequentially)");
   cmd->add_option("--budget", a->budget,
-                  "With --apply: queue only whole claims whose RTX 3090 hours fit this budget");
+                  "With --apply: queue only whole claims whose RTX 3090 hours fit this budget "
+                  "(the new seeds' training; the evaluations derived from them are not counted)");
   AddStudyFlags(cmd, a->options);
   AddConnFlags(cmd, a->conn);
   OnRun(cmd, [a] { RunPlan(*a); });

@@ -464,8 +464,7 @@ class Decider {
 
   // The seeds per side a test has now: its pairs or sample, the smaller arm of two.
   static int64_t SeedsOf(const TestOutcome& t) {
-    if (t.over_items) return std::max<int64_t>(1, t.n2);
-    return t.paired || t.n2 == 0 ? t.n : std::min(t.n, t.n2);
+    return SeedsPerSide(t.over_items, t.paired, t.n, t.n2);
   }
 
   // Where the claim stands: the looks the plans recorded (their seeds), then this one when its
@@ -486,7 +485,7 @@ class Decider {
     }
     if (s.look_seeds.empty() || now > s.look_seeds.back()) s.look_seeds.push_back(now);
     s.seeds_target = std::max(looks.back().seeds_target, now);
-    s.awaiting = now <= looks.back().seeds_now;
+    s.awaiting = now <= looks.back().seeds_now && looks.back().pending > 0;
     s.plan_id = looks.back().plan_id;
     s.alpha = looks.back().alpha;
     s.sequential = true;

@@ -68,6 +68,9 @@ struct ClaimPlan {
   std::vector<SideSeeds> sides;
   int64_t runs = 0;
   double hours = 0;
+  // The seeds per side the claim stands on now, the least over its compare and value tests (the
+  // look a plan records; the report counts its looks the same way).
+  int64_t seeds_now = 0;
   bool planned = false;  // every test that cannot tell has a plan
   std::string note;      // why not, when not
   // When its new runs would all have finished if queued now (Unix µs; cartd's placement plan over

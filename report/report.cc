@@ -805,7 +805,19 @@ class Builder {
     size_t widths = 0;
     in.parts["variable_r"] = VariableREvals(&from, &widths);
     CART_ASSIGN_OR_RETURN(std::vector<ClaimLook> looks, source_.Looks());
-    for (ClaimLook& look : looks) in.looks[look.claim].push_back(std::move(look));
+    std::map<int64_t, const StudyRun*> by_id;
+    for (const auto& [sweep, runs] : runs_) {
+      for (const StudyRun& r : runs) by_id.emplace(r.id, &r);
+    }
+    for (ClaimLook& look : looks) {
+      for (int64_t id : look.run_ids) {
+        auto it = by_id.find(id);
+        const std::string state = it == by_id.end() ? "" : it->second->state;
+        look.pending +=
+            state == "QUEUED" || state == "BLOCKED" || state == "LEASED" || state == "RUNNING";
+      }
+      in.looks[look.claim].push_back(std::move(look));
+    }
     in.futility_floor = options_.futility_floor;
     CART_ASSIGN_OR_RETURN(std::vector<ClaimOutcome> outcomes, DecideClaims(source_, specs, in));
     for (const ClaimOutcome& o : outcomes) {
@@ -928,6 +940,11 @@ absl::Status SetStudyPart(StudySweeps& sweeps, const std::string& part, const st
   }
   *it->second = sweep;
   return absl::OkStatus();
+}
+
+int64_t SeedsPerSide(bool over_items, bool paired, int64_t n, int64_t n2) {
+  if (over_items) return std::max<int64_t>(1, n2);
+  return paired || n2 == 0 ? n : std::min(n, n2);
 }
 
 }  // namespace cart::report

@@ -59,7 +59,15 @@ struct ClaimLook {
   int64_t seeds_target = 0;  // per side, planned
   double alpha = 0.05;
   std::string spending = "obrien-fleming";  // or "pocock"
+  std::vector<int64_t> run_ids;             // the runs the plan queued (those not deleted)
+  // Of those, the ones the report found queued, blocked or training (BuildReport fills it in):
+  // while some are, the claim awaits them; once none is, it may be planned again.
+  int64_t pending = 0;
 };
+
+// The seeds per side a test stands on: its pairs or sample, the smaller arm of two, the seeds of
+// a test over items.
+int64_t SeedsPerSide(bool over_items, bool paired, int64_t n, int64_t n2);
 
 // Where a claim stands in its group-sequential design: the look it is at, the level spent so far
 // and the boundary of this look (docs/study.md "Planning seeds"). Only claims a plan was applied
@@ -80,7 +88,8 @@ struct SequentialStatus {
   // no spread, or the last look).
   double conditional_power = 0;
   bool futile = false;  // conditional power below ReportOptions::futility_floor
-  // No seed has finished since the last plan: its runs are still to come (plan_id names it).
+  // No seed has finished since the last plan and some of its runs are still queued, blocked or
+  // training (plan_id names it).
   bool awaiting = false;
   int64_t plan_id = 0;  // the last plan applied to the claim
 };

@@ -257,7 +257,11 @@ Estimate PairedBootstrap(const std::vector<std::vector<double>>& d, int resample
   // p read the bootstrap's standard error against Student's t on k − 1 degrees of freedom (the
   // items' n − 1 with one seed), not the percentiles.
   e.df = static_cast<double>(seeds > 1 ? seeds - 1 : items - 1);
-  if (!(e.se > 0) || !(e.df > 0)) {
+  if (!(e.df > 0)) {  // one item of one seed: nothing to resample
+    e.low = e.high = e.se = e.t = e.p = kNaN;
+    return e;
+  }
+  if (!(e.se > 0)) {  // every resample the same: the difference is exact
     e.low = e.high = e.value;
     e.p = e.value == 0 ? 1 : 0;
     e.t = 0;

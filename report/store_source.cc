@@ -71,7 +71,7 @@ class StoreStudySource : public StudySource {
     std::vector<ClaimLook> out;
     for (const store::PlanRecord& p : plans) {
       for (const store::PlanClaim& c : p.claims) {
-        out.push_back({c.claim, p.id, c.seeds_now, c.seeds_target, p.alpha, p.spending});
+        out.push_back({c.claim, p.id, c.seeds_now, c.seeds_target, p.alpha, p.spending, p.run_ids});
       }
     }
     return out;

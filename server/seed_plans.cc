@@ -9,6 +9,7 @@
 #include <set>
 #include <utility>
 
+#include "absl/synchronization/mutex.h"
 #include "common/status.h"
 #include "common/strings.h"
 #include "config/config.h"
@@ -71,6 +72,8 @@ absl::StatusOr<store::NewPlanRun> CopyWithSeed(store::RunStore& store, const Run
   CART_ASSIGN_OR_RETURN(std::vector<store::RunDataRecord> data, store.RunData(run.id));
   for (store::RunDataRecord& file : data) {
     file.identity.reset();
+    file.recorded_by.clear();
+    file.recorded_us = 0;
     r.data.push_back(std::move(file));
   }
   return out;
@@ -84,6 +87,9 @@ absl::StatusOr<PlanApplied> Scheduler::ApplyPlan(PlanRequest request) {
     return absl::InvalidArgumentError("plan: no side to add seeds to");
   }
   const std::string who = request.who.empty() ? "user" : request.who;
+  // One plan at a time: two would read the same seeds as free and queue them twice.
+  static absl::Mutex* const plans = new absl::Mutex;
+  absl::MutexLock one_at_a_time(plans);
   // Every run once, to find each template's derived jobs (in any sweep): a plan is rare.
   CART_ASSIGN_OR_RETURN(std::vector<RunRecord> all, store_->ListRuns({}));
   std::map<int64_t, std::vector<const RunRecord*>> children;
@@ -108,8 +114,15 @@ absl::StatusOr<PlanApplied> Scheduler::ApplyPlan(PlanRequest request) {
     }
     return owner;
   };
-  std::vector<store::NewPlanRun>& entries = request.plan.runs;
-  entries.clear();
+  // Each side resolved to the sweep and config its seeds are added to; two sides that resolve
+  // to the same (a training side and an evaluation of it) are one, at the larger count.
+  struct Resolved {
+    const RunRecord* templ = nullptr;
+    std::set<int64_t> seeds;  // the config's seeds so far
+    int64_t runs = 0;
+  };
+  std::map<std::pair<std::string, std::string>, Resolved> resolved;  // (sweep, config) -> side
+  std::vector<std::pair<std::string, std::string>> order;
   for (const PlanSide& side : request.sides) {
     if (side.runs < 1 || side.runs > 1000) {
       return absl::InvalidArgumentError(StrCat("plan: side ", ConfigText(side.config),
@@ -135,28 +148,49 @@ absl::StatusOr<PlanApplied> Scheduler::ApplyPlan(PlanRequest request) {
       config = templ->params;
     }
     CART_RETURN_IF_ERROR(check_owner(sweep));
-    std::set<int64_t> seeds;
+    const std::pair<std::string, std::string> key(sweep, ConfigText(config));
+    auto [at, fresh] = resolved.emplace(key, Resolved{});
+    Resolved& r = at->second;
+    r.runs = std::max(r.runs, side.runs);
+    if (!fresh) continue;
+    order.push_back(key);
+    std::set<int64_t> parents;
     for (const RunRecord& run : all) {
       if (run.sweep_name != sweep || run.kind != JobKind::kTrain) continue;
       if (!HasConfig(run, config)) continue;
-      seeds.insert(run.seed);
+      r.seeds.insert(run.seed);
+      parents.insert(run.parent_run_id.value_or(0));
       if (templ == nullptr) templ = &run;  // by id: the first
     }
-    if (templ == nullptr || seeds.empty()) {
+    if (templ == nullptr || r.seeds.empty()) {
       return absl::FailedPreconditionError(
           StrCat("plan: sweep '", sweep, "' has no training run with ", ConfigText(config),
                  "; the runs the plan was made from are gone: plan again (`cart plan`)"));
     }
-    int64_t seed = *seeds.rbegin();
-    for (int64_t i = 0; i < side.runs; ++i) {
-      while (seeds.count(++seed)) {
+    // A new seed copies its template's parent: right when every seed continues the same
+    // checkpoint, wrong when each continues its own (a new seed would not be a new replicate).
+    if (parents.size() > 1) {
+      return absl::FailedPreconditionError(
+          StrCat("plan: the seeds of ", ConfigText(config), " in sweep '", sweep,
+                 "' continue different parent runs; new seeds would need new parents: add "
+                 "seeds to the parents' sweep and derive these from them"));
+    }
+    r.templ = templ;
+  }
+  std::vector<store::NewPlanRun>& entries = request.plan.runs;
+  entries.clear();
+  for (const auto& key : order) {
+    Resolved& r = resolved.at(key);
+    int64_t seed = *r.seeds.rbegin();
+    for (int64_t i = 0; i < r.runs; ++i) {
+      while (r.seeds.count(++seed)) {
       }
-      seeds.insert(seed);
+      r.seeds.insert(seed);
       // The new seed, then its derived jobs breadth first, each after its parent.
-      std::vector<std::pair<const RunRecord*, int>> queue = {{templ, -1}};
+      std::vector<std::pair<const RunRecord*, int>> queue = {{r.templ, -1}};
       for (size_t q = 0; q < queue.size(); ++q) {
         const auto [run, parent_entry] = queue[q];
-        if (run != templ) CART_RETURN_IF_ERROR(check_owner(run->sweep_name));
+        if (run != r.templ) CART_RETURN_IF_ERROR(check_owner(run->sweep_name));
         CART_ASSIGN_OR_RETURN(store::NewPlanRun entry,
                               CopyWithSeed(*store_, *run, seed, parent_entry));
         const int index = static_cast<int>(entries.size());

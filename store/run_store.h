@@ -152,7 +152,8 @@ class RunStore {
   // Seed plans (docs/study.md "Planning seeds"): records the plan with its claims' looks and
   // adds its runs to their sweeps (each named by the sweep's next free index, QUEUED or BLOCKED as
   // a submitted run, with plan_id set), in one transaction. NotFound, nothing written, for a
-  // sweep or parent run deleted since the plan was made; InvalidArgument for a malformed plan.
+  // sweep or parent run deleted since the plan was made; FailedPrecondition for a cancelled
+  // sweep; InvalidArgument for a malformed plan.
   absl::StatusOr<AppliedPlan> ApplyPlan(const NewPlan& plan, const Audit& audit);
   // Every plan, oldest first, with its claims and the runs it queued that still exist.
   absl::StatusOr<std::vector<PlanRecord>> ListPlans();

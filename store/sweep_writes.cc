@@ -331,6 +331,12 @@ absl::StatusOr<AppliedPlan> RunStore::ApplyPlan(const NewPlan& plan, const Audit
                      "(`cart plan`) from the runs there are now"));
         }
         CART_RETURN_IF_ERROR(sweep.status());
+        if (sweep->cancelled) {
+          return absl::FailedPreconditionError(
+              StrCat("sweep '", entry.sweep,
+                     "' is cancelled: resume it (`cart sweep resume`) before adding planned "
+                     "seeds to it"));
+        }
         CART_ASSIGN_OR_RETURN(auto largest, db.Cached(kLargestIndexName));
         largest->BindAll(sweep->id);
         CART_ASSIGN_OR_RETURN(bool row, largest->Step());

@@ -2,7 +2,8 @@
 
 // A unary call to cartd that a worker makes beside its job's stream (RecordRunData,
 // RecordEvalItems): retried a few times with backoff on a transport or server error, not on an
-// answer a retry cannot change (fenced, refused, malformed, unknown).
+// answer a retry cannot change (fenced, refused, malformed, unknown, or a call an older cartd
+// does not have).
 
 #include <grpcpp/grpcpp.h>
 
@@ -26,7 +27,8 @@ absl::Status CallWithRetries(const rpc::ClientConfig& client, const Call& call) 
     last = rpc::FromGrpc(call(ctx));
     if (last.ok()) return last;
     if (absl::IsFailedPrecondition(last) || absl::IsInvalidArgument(last) ||
-        absl::IsPermissionDenied(last) || absl::IsUnauthenticated(last) || absl::IsNotFound(last)) {
+        absl::IsPermissionDenied(last) || absl::IsUnauthenticated(last) || absl::IsNotFound(last) ||
+        absl::IsUnimplemented(last)) {  // an older cartd
       return last;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(backoff_ms));

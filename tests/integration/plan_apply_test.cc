@@ -181,6 +181,49 @@ TEST(PlanApplyTest, ThePlannedSeedsAreQueuedWithTheirDerivedJobsAndDecideAtTheNe
   EXPECT_THAT(md, HasSubstr(": crossed"));
   const std::string csv = ReadFile(report_dir + "/claims.csv");
   EXPECT_THAT(csv, HasSubstr("ablation_no_hyper,holds,"));
+
+  // Two sides that name the same config (a training side, and an evaluation of its runs) are
+  // one: the larger count of new seeds, each seed once.
+  c.StartCartd();
+  int64_t probe_of_baseline = 0;
+  std::map<std::string, std::string> baseline;
+  for (const cart::v1::RunView& e : c.Runs("probe")) {
+    const cart::v1::GetRunResponse parent = c.GetRun(e.parent_run_id());
+    if (parent.run().params().at("hyper") == "on") {
+      probe_of_baseline = e.run_id();
+      baseline.insert(parent.run().params().begin(), parent.run().params().end());
+      break;
+    }
+  }
+  ASSERT_GT(probe_of_baseline, 0);
+  baseline.erase("seed");
+  cart::v1::ApplyPlanRequest twice;
+  cart::v1::PlanSide* by_eval = twice.add_sides();
+  by_eval->set_template_run_id(probe_of_baseline);
+  by_eval->set_runs(2);
+  cart::v1::PlanSide* by_config = twice.add_sides();
+  by_config->set_sweep("ablations");
+  by_config->mutable_config()->insert(baseline.begin(), baseline.end());
+  by_config->set_runs(3);
+  cart::v1::PlanClaimLook* look = twice.add_claims();
+  look->set_claim("mine");
+  look->set_seeds_now(1);
+  look->set_seeds_target(4);
+  twice.set_power(0.8);
+  twice.set_alpha(0.05);
+  grpc::ClientContext apply_ctx;
+  apply_ctx.AddMetadata("authorization", "Bearer " + c.user_token());
+  cart::v1::ApplyPlanResponse merged;
+  ASSERT_TRUE(c.stub().ApplyPlan(&apply_ctx, twice, &merged).ok());
+  std::set<int64_t> new_seeds;
+  int64_t new_trained = 0;
+  for (const cart::v1::PlannedRun& r : merged.runs()) {
+    if (r.kind() != cart::v1::JOB_KIND_TRAIN) continue;
+    ++new_trained;
+    EXPECT_TRUE(new_seeds.insert(r.seed()).second) << "seed " << r.seed() << " queued twice";
+    EXPECT_GT(r.seed(), seeds) << "seed " << r.seed() << " was taken";
+  }
+  EXPECT_EQ(new_trained, 3);
 }
 
 // An evaluation job stores each item's outcome of its zero-shot tasks at every loop count

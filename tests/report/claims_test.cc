@@ -620,6 +620,43 @@ TEST_F(ClaimsTest, TheVariableRClaimPairsItemsWhenEvaluationsStoredThem) {
   EXPECT_EQ(acc2.claims[1].tests[0][2], fmt::format("{:.6g}", diff / 600));
 }
 
+// A plan applied through the store: while its runs wait, the claim awaits them and is not
+// planned twice; once they are cancelled (none pending), it may be planned again.
+TEST_F(ClaimsTest, AClaimAwaitsItsPlannedRunsOnlyWhileSomeArePending) {
+  const std::map<std::string, std::string> base = {
+      {"kv", "frozen"}, {"core", "shared"}, {"core_attn", "cross"}, {"R", "4"}, {"seed", "4"}};
+  store::NewPlan plan;
+  plan.text = "{}";
+  plan.claims = {{"ablation_no_hyper", 3, 45, 2, 1.0}};
+  for (const char* hyper : {"on", "off"}) {
+    std::map<std::string, std::string> params = base;
+    params["hyper"] = hyper;
+    plan.runs.push_back({"ablations", MakeRun("", params), -1});
+  }
+  CART_ASSERT_OK_AND_ASSIGN(store::AppliedPlan applied,
+                            store_->ApplyPlan(plan, store::Audit{2, "user:a", ""}));
+  auto hyper_plan = [&](const Report& report) -> absl::StatusOr<ClaimPlan> {
+    CART_ASSIGN_OR_RETURN(std::vector<ClaimPlan> plans, PlanSeeds(report, PlanOptions{}));
+    for (ClaimPlan& p : plans) {
+      if (p.id == "ablation_no_hyper") return std::move(p);
+    }
+    return absl::NotFoundError("no plan");
+  };
+  Report report = Build();
+  EXPECT_TRUE(Claim(report, "ablation_no_hyper").sequential.awaiting);
+  CART_ASSERT_OK_AND_ASSIGN(ClaimPlan waiting, hyper_plan(report));
+  EXPECT_FALSE(waiting.planned);
+  EXPECT_THAT(waiting.note, HasSubstr(StrCat("plan ", applied.plan_id, " queued seeds for it")));
+  for (int64_t id : applied.run_ids) {
+    CART_ASSERT_OK(store_->CancelRun(id, store::Audit{3, "user:a", "t"}).status());
+  }
+  report = Build();
+  EXPECT_FALSE(Claim(report, "ablation_no_hyper").sequential.awaiting);
+  CART_ASSERT_OK_AND_ASSIGN(ClaimPlan again, hyper_plan(report));
+  EXPECT_TRUE(again.planned) << again.note;
+  EXPECT_EQ(again.seeds_now, 3);
+}
+
 TEST_F(ClaimsTest, TheHtmlReportMarksEachVerdict) {
   Build(/*html=*/true);
   const std::string html = ReadFile(dir_.File("report/report.html"));

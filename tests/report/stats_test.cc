@@ -236,6 +236,7 @@ TEST(StatsTest, PairedBootstrapEstimatesTheMeanAndKeepsItsLevel) {
   EXPECT_LE(rejected, 34) << "of 400";
   EXPECT_TRUE(std::isnan(PairedBootstrap({{1, 2}, {3}}).value));  // ragged
   EXPECT_TRUE(std::isnan(PairedBootstrap({}).value));
+  EXPECT_TRUE(std::isnan(PairedBootstrap({{0.5}}).p));  // one item of one seed: no spread to read
 }
 
 // Lan–DeMets boundaries from the recursive integration against SciPy's multivariate normal

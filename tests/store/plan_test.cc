@@ -120,6 +120,15 @@ TEST_F(PlanTest, ADeletedSweepIsRefusedAndNothingIsWritten) {
   EXPECT_EQ(runs.size(), ids_.size());
 }
 
+TEST_F(PlanTest, ACancelledSweepTakesNoPlannedSeeds) {
+  CART_ASSERT_OK(store_->CancelSweep("s", By("user:a", kT0)).status());
+  EXPECT_THAT(store_->ApplyPlan(OneSeed(44), By("user:b", kT0)),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("sweep 's' is cancelled: resume it")));
+  CART_ASSERT_OK_AND_ASSIGN(std::vector<PlanRecord> plans, store_->ListPlans());
+  EXPECT_TRUE(plans.empty());
+}
+
 TEST_F(PlanTest, AMalformedPlanIsRefusedNamingWhatIsWrong) {
   NewPlan plan = OneSeed(44);
   plan.power = 1;
