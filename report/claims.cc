@@ -383,8 +383,9 @@ class Decider {
     // A claim a seed plan was applied to is decided at its look's group-sequential levels.
     std::vector<bool> seq_for, seq_against;
     auto looks = inputs_.looks.find(claim.id);
+    out.seeds = ClaimSeeds(out.tests);
     if (looks != inputs_.looks.end() && !looks->second.empty()) {
-      out.sequential = Look(looks->second, out.tests);
+      out.sequential = Look(looks->second, out.seeds, out.tests.size());
     }
     const std::optional<stats::SequentialHolm> holm =
         out.sequential.sequential
@@ -463,20 +464,24 @@ class Decider {
   }
 
   // The seeds per side a test has now: its pairs or sample, the smaller arm of two.
-  static int64_t SeedsOf(const TestOutcome& t) {
-    return SeedsPerSide(t.over_items, t.paired, t.n, t.n2);
+  // The seeds per side a claim stands on: the least over its compare and value tests of their
+  // pairs or sample, the smaller arm of two, the seeds of a test over items; 0: none.
+  static int64_t ClaimSeeds(const std::vector<TestOutcome>& tests) {
+    int64_t least = std::numeric_limits<int64_t>::max();
+    for (const TestOutcome& t : tests) {
+      if (t.kind != "compare" && t.kind != "value") continue;
+      least = std::min(least, t.over_items            ? std::max<int64_t>(1, t.n2)
+                              : t.paired || t.n2 == 0 ? t.n
+                                                      : std::min(t.n, t.n2));
+    }
+    return least == std::numeric_limits<int64_t>::max() ? 0 : least;
   }
 
   // Where the claim stands: the looks the plans recorded (their seeds), then this one when its
   // seeds are more than the last look's; the target the last plan's, or the seeds now when past.
-  static SequentialStatus Look(const std::vector<ClaimLook>& looks,
-                               const std::vector<TestOutcome>& tests) {
+  static SequentialStatus Look(const std::vector<ClaimLook>& looks, int64_t now, size_t tests) {
     SequentialStatus s;
-    int64_t now = std::numeric_limits<int64_t>::max();
-    for (const TestOutcome& t : tests) {
-      if (t.kind == "compare" || t.kind == "value") now = std::min(now, SeedsOf(t));
-    }
-    if (now == std::numeric_limits<int64_t>::max() || now < 1) return s;  // nothing to look at
+    if (now < 1) return s;  // nothing to look at
     for (const ClaimLook& l : looks) {
       if (l.seeds_now >= 1 && (s.look_seeds.empty() || l.seeds_now > s.look_seeds.back()) &&
           l.seeds_now <= now) {
@@ -494,7 +499,7 @@ class Decider {
     s.fraction = fractions.back();
     const stats::Spending spending = Spending(looks.back());
     s.alpha_spent = stats::SpentAlpha(spending, s.alpha, s.fraction);
-    const int m = std::max<int>(1, static_cast<int>(tests.size()));
+    const int m = std::max<int>(1, static_cast<int>(tests));
     const std::vector<double> bounds =
         stats::SequentialBoundaries(fractions, s.alpha / m, spending);
     s.boundary = bounds.empty() ? kNaN : bounds.back();
@@ -1019,7 +1024,6 @@ class Decider {
     std::vector<std::vector<double>> d;
     std::set<std::string> used;
     bool binary = false;
-    int64_t more = 0, fewer = 0;
     for (const StudyRun* ra : a.runs) {
       const std::string seed = Param(*ra, "seed");
       auto it = b_by_seed.find(seed);
@@ -1031,27 +1035,36 @@ class Decider {
       if (!sa || !sb) return std::nullopt;
       CART_ASSIGN_OR_RETURN(const std::vector<ItemOutcomes>* ia, ItemsOf(*ra));
       CART_ASSIGN_OR_RETURN(const std::vector<ItemOutcomes>* ib, ItemsOf(*rb));
-      const std::vector<double> xa = ItemValues(*ia, ma, t.log_scale, *sa, &binary);
-      const std::vector<double> xb = ItemValues(*ib, mb, t.log_scale, *sb, &binary);
-      if (xa.empty() || xa.size() != xb.size()) return std::nullopt;
-      if (!d.empty() && d[0].size() != xa.size()) return std::nullopt;
-      std::vector<double> row(xa.size());
-      for (size_t i = 0; i < xa.size(); ++i) {
-        row[i] = xa[i] - xb[i];
-        more += row[i] > 0;
-        fewer += row[i] < 0;
+      if (!AddDifferences(ItemValues(*ia, ma, t.log_scale, *sa, &binary),
+                          ItemValues(*ib, mb, t.log_scale, *sb, &binary), d)) {
+        return std::nullopt;
       }
-      d.push_back(std::move(row));
     }
-    return ItemEstimate(d, binary, more, fewer, o);
+    return ItemEstimate(d, binary, o);
+  }
+
+  // Appends the item differences x − y as a row of d; false when there are none, or the two (or
+  // the rows before) hold different numbers of items.
+  static bool AddDifferences(const std::vector<double>& x, const std::vector<double>& y,
+                             std::vector<std::vector<double>>& d) {
+    if (x.empty() || x.size() != y.size() || (!d.empty() && d[0].size() != x.size())) {
+      return false;
+    }
+    std::vector<double> row(x.size());
+    for (size_t i = 0; i < x.size(); ++i) row[i] = x[i] - y[i];
+    d.push_back(std::move(row));
+    return true;
   }
 
   // McNemar's test for one pair of right-or-wrong outcomes, else the paired bootstrap over
   // items and seeds; the method named on `o`.
   static stats::Estimate ItemEstimate(const std::vector<std::vector<double>>& d, bool binary,
-                                      int64_t b, int64_t c, TestOutcome& o) {
+                                      TestOutcome& o) {
     const int64_t items = static_cast<int64_t>(d[0].size());
     if (binary && d.size() == 1) {
+      // Items right only under the first, and only under the second.
+      const int64_t b = std::count_if(d[0].begin(), d[0].end(), [](double x) { return x > 0; });
+      const int64_t c = std::count_if(d[0].begin(), d[0].end(), [](double x) { return x < 0; });
       o.method = fmt::format("McNemar {}, {} items", b + c <= 50 ? "exact" : "corrected", items);
       return stats::McNemarDifference(b, c, items);
     }
@@ -1070,24 +1083,16 @@ class Decider {
       TestOutcome& o) {
     std::vector<std::vector<double>> d;
     bool binary = false;
-    int64_t b = 0, c = 0;
     for (const auto& [r, at] : runs) {
       CART_ASSIGN_OR_RETURN(const std::vector<ItemOutcomes>* items, ItemsOf(*r));
       const std::string metric = MetricFor(t.metric, *r);
-      const std::vector<double> there = ItemValues(*items, metric, t.log_scale, step, &binary);
-      const std::vector<double> at_items = ItemValues(*items, metric, t.log_scale, at, &binary);
-      if (there.empty() || there.size() != at_items.size()) return std::nullopt;
-      if (!d.empty() && d[0].size() != there.size()) return std::nullopt;
-      std::vector<double> row(there.size());
-      for (size_t i = 0; i < there.size(); ++i) {
-        row[i] = there[i] - at_items[i];
-        b += row[i] > 0;
-        c += row[i] < 0;
+      if (!AddDifferences(ItemValues(*items, metric, t.log_scale, step, &binary),
+                          ItemValues(*items, metric, t.log_scale, at, &binary), d)) {
+        return std::nullopt;
       }
-      d.push_back(std::move(row));
     }
     if (d.empty()) return std::nullopt;
-    stats::Estimate e = ItemEstimate(d, binary, b, c, o);
+    stats::Estimate e = ItemEstimate(d, binary, o);
     o.se_raw = e.se;
     return e;
   }

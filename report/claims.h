@@ -124,6 +124,9 @@ struct TestOutcome {
 struct ClaimOutcome {
   const ClaimSpec* spec = nullptr;
   SequentialStatus sequential;
+  // The seeds per side it stands on, the least over its compare and value tests (0: none): what
+  // its looks count and a plan records.
+  int64_t seeds = 0;
   Verdict verdict = Verdict::kCannotTell;
   bool confounded = false;  // a test of it is confounded with the device class
   std::string evidence;     // one line: the decisive test's numbers

@@ -189,13 +189,7 @@ absl::StatusOr<std::vector<ClaimPlan>> PlanSeeds(const Report& report, const Pla
     plan.planned = true;
     const auto smallest = options.smallest_effect.find(c.id);
     const int tests = static_cast<int>(c.numbers.size());
-    int64_t least = std::numeric_limits<int64_t>::max();
-    for (const TestNumbers& t : c.numbers) {
-      if (t.kind == "compare" || t.kind == "value") {
-        least = std::min(least, SeedsPerSide(t.over_items, t.paired, t.n, t.n2));
-      }
-    }
-    plan.seeds_now = least == std::numeric_limits<int64_t>::max() ? 0 : least;
+    plan.seeds_now = c.seeds;
     for (const TestNumbers& t : c.numbers) {
       if (t.verdict != "cannot tell") continue;
       const double target = smallest != options.smallest_effect.end() ? smallest->second

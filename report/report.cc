@@ -830,6 +830,7 @@ class Builder {
       line.evidence = o.evidence;
       line.confounded = o.confounded;
       line.sequential = o.sequential;
+      line.seeds = o.seeds;
       bool classes_of_confounded = false;
       for (const TestOutcome& t : o.tests) {
         if (line.device_classes.empty() || (t.confounded && !classes_of_confounded)) {
@@ -940,11 +941,6 @@ absl::Status SetStudyPart(StudySweeps& sweeps, const std::string& part, const st
   }
   *it->second = sweep;
   return absl::OkStatus();
-}
-
-int64_t SeedsPerSide(bool over_items, bool paired, int64_t n, int64_t n2) {
-  if (over_items) return std::max<int64_t>(1, n2);
-  return paired || n2 == 0 ? n : std::min(n, n2);
 }
 
 }  // namespace cart::report

@@ -65,10 +65,6 @@ struct ClaimLook {
   int64_t pending = 0;
 };
 
-// The seeds per side a test stands on: its pairs or sample, the smaller arm of two, the seeds of
-// a test over items.
-int64_t SeedsPerSide(bool over_items, bool paired, int64_t n, int64_t n2);
-
 // Where a claim stands in its group-sequential design: the look it is at, the level spent so far
 // and the boundary of this look (docs/study.md "Planning seeds"). Only claims a plan was applied
 // to have one; the others are decided as a fixed design.
@@ -237,6 +233,7 @@ struct ClaimLine {
   // The same tests as numbers, for the planner (report/plan.h).
   std::vector<TestNumbers> numbers;
   SequentialStatus sequential;  // where its sequential design stands, when a plan was applied
+  int64_t seeds = 0;            // seeds per side it stands on, as its looks count them (claims.h)
 };
 
 struct Report {

@@ -140,6 +140,13 @@ class WorkerServiceImpl final : public v1::WorkerService::Service {
  private:
   absl::StatusOr<Principal> Check(grpc::ServerContext* context, const char* method) const;
   // PermissionDenied unless `who` may act as `worker_id` (MayActAs).
+  // The worker attempt `attempt` of `run_id` is leased to, when the caller may act as it: only that
+  // worker records for the attempt (another worker of the same token would record in its name).
+  // `claimed` is the worker id the request names (empty: not checked beyond the token); `what`
+  // says what it records ("data", "items").
+  absl::StatusOr<std::string> LeasedWorker(const Principal& who, const char* method, int64_t run_id,
+                                           int64_t attempt, const std::string& claimed,
+                                           const char* what) const;
   absl::Status CheckWorkerId(const Principal& who, const char* method,
                              const std::string& worker_id) const;
 

@@ -258,6 +258,21 @@ absl::Status WorkerServiceImpl::CheckWorkerId(const Principal& who, const char* 
              who.name, "' or '", who.name, "-…' / '", who.name, ".…', not as '", worker_id, "'"));
 }
 
+absl::StatusOr<std::string> WorkerServiceImpl::LeasedWorker(const Principal& who,
+                                                            const char* method, int64_t run_id,
+                                                            int64_t attempt,
+                                                            const std::string& claimed,
+                                                            const char* what) const {
+  CART_ASSIGN_OR_RETURN(std::string leased, ctx_.scheduler->WorkerOfAttempt(run_id, attempt));
+  CART_RETURN_IF_ERROR(CheckWorkerId(who, method, leased));
+  if (!claimed.empty() && claimed != leased) {
+    return absl::PermissionDeniedError(StrCat(method, ": worker '", claimed, "' may not record ",
+                                              what, " for run ", run_id, " attempt ", attempt,
+                                              ", leased to '", leased, "'"));
+  }
+  return leased;
+}
+
 // Binds `who` to the checked caller (the token's principal), or returns the auth error.
 #define CART_CHECK_CALLER(who, method)                         \
   absl::StatusOr<Principal> who##_or = Check(context, method); \
@@ -306,18 +321,9 @@ grpc::Status WorkerServiceImpl::RecordEvalItems(grpc::ServerContext* context,
                                                 const v1::RecordEvalItemsRequest* request,
                                                 v1::RecordEvalItemsResponse* response) {
   CART_CHECK_CALLER(who, "RecordEvalItems");
-  // Only the worker the attempt was leased to: as for RecordRunData.
-  absl::StatusOr<std::string> leased =
-      ctx_.scheduler->WorkerOfAttempt(request->run_id(), request->attempt());
+  absl::StatusOr<std::string> leased = LeasedWorker(
+      who, "RecordEvalItems", request->run_id(), request->attempt(), request->worker_id(), "items");
   if (!leased.ok()) return ToGrpc(leased.status());
-  if (absl::Status bound = CheckWorkerId(who, "RecordEvalItems", *leased); !bound.ok()) {
-    return ToGrpc(bound);
-  }
-  if (!request->worker_id().empty() && request->worker_id() != *leased) {
-    return ToGrpc(absl::PermissionDeniedError(
-        StrCat("RecordEvalItems: worker '", request->worker_id(), "' may not record items for run ",
-               request->run_id(), " attempt ", request->attempt(), ", leased to '", *leased, "'")));
-  }
   std::vector<store::EvalItems> items;
   for (const v1::EvalItems& e : request->tasks()) items.push_back(FromProto(e));
   return ToGrpc(ctx_.scheduler->RecordEvalItems(request->run_id(), request->attempt(), items));
@@ -327,20 +333,11 @@ grpc::Status WorkerServiceImpl::RecordRunData(grpc::ServerContext* context,
                                               const v1::RecordRunDataRequest* request,
                                               v1::RecordRunDataResponse* response) {
   CART_CHECK_CALLER(who, "RecordRunData");
-  // Only the worker the attempt was leased to: as for RunJob.
-  absl::StatusOr<std::string> leased =
-      ctx_.scheduler->WorkerOfAttempt(request->run_id(), request->attempt());
-  if (!leased.ok()) return ToGrpc(leased.status());
-  if (absl::Status bound = CheckWorkerId(who, "RecordRunData", *leased); !bound.ok()) {
-    return ToGrpc(bound);
-  }
   // Another worker of the same token would record a false identity in the leased one's name,
   // and every later attempt would then fail its data check.
-  if (!request->worker_id().empty() && request->worker_id() != *leased) {
-    return ToGrpc(absl::PermissionDeniedError(
-        StrCat("RecordRunData: worker '", request->worker_id(), "' may not record data for run ",
-               request->run_id(), " attempt ", request->attempt(), ", leased to '", *leased, "'")));
-  }
+  absl::StatusOr<std::string> leased = LeasedWorker(
+      who, "RecordRunData", request->run_id(), request->attempt(), request->worker_id(), "data");
+  if (!leased.ok()) return ToGrpc(leased.status());
   if (request->files_size() > static_cast<int>(store::kMaxDataFiles)) {
     return ToGrpc(absl::InvalidArgumentError(StrCat("RecordRunData: ", request->files_size(),
                                                     " files; at most ", store::kMaxDataFiles)));
