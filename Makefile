@@ -14,11 +14,13 @@ all: build
 deps:
 	@./deploy/install-deps.sh
 
-# Packages only the tests use (a real Slurm for deploy_test), kept off a researcher's box, and the
-# Python client's pinned environment (deploy/install-python.sh: its tests build cartlab's wheel).
+# Packages only the tests use (a real Slurm for deploy_test), kept off a researcher's box, the
+# Python client's pinned environment (deploy/install-python.sh: its tests build cartlab's wheel),
+# and the real text and GPT-2 files the tokenizer tests read (deploy/fetch-corpora.sh).
 test-deps:
 	@./deploy/install-deps.sh --test
 	@./deploy/install-python.sh
+	@./deploy/fetch-corpora.sh var/corpora
 
 $(BUILD)/build.ninja: | deps
 	cmake --preset default -B $(BUILD)
@@ -35,7 +37,9 @@ apps: deps configure
 # with its CUDA paths compiled and linked (docs/gpu.md).
 test: test-default test-torch2
 
-test-default: test-deps build
+# The default build's tests need the torch2 environment too: transformers and lm-eval load what
+# `cart export --format hf` writes (tests/hf), on that PyTorch.
+test-default: test-deps torch2-deps build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) $(CTEST_ARGS)
 
 # The second build: PyTorch 2.x and NVIDIA's CUDA wheels from PyPI, pinned by

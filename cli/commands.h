@@ -47,7 +47,9 @@ struct ExportRequest {
   std::string checkpoint_file;
   std::string config_yaml;
   std::string source;  // what the metadata and errors call it ("run 12 (stage1/3)", a directory)
-  std::string out;     // .safetensors
+  std::string out;     // .safetensors, or the model directory of format "hf"
+  std::string format = "safetensors";           // safetensors | hf (hf/export.h)
+  std::string tokenizer;                        // hf: this spec, not the run's train_data's
   std::string dtype = "fp32";                   // fp32 | bf16
   std::map<std::string, std::string> metadata;  // added to the file's __metadata__
 };

@@ -44,7 +44,7 @@ std::string DownloadCheckpoint(Client& client, int64_t run_id, int64_t step,
 
 struct ExportArgs {
   Conn conn;
-  std::string source, out, dtype = "fp32";
+  std::string source, out, dtype = "fp32", format = "safetensors", tokenizer;
   int64_t step = 0;
 };
 
@@ -54,6 +54,12 @@ void ExportCommand(const ExportArgs& a) {
   ExportRequest req;
   req.out = a.out;
   req.dtype = a.dtype;
+  req.format = a.format;
+  req.tokenizer = a.tokenizer;
+  if (a.format == "hf" && std::filesystem::exists(a.out)) {
+    ExitWith(absl::AlreadyExistsError(
+        StrCat("--out ", a.out, " exists; a model directory is written only to a new path")));
+  }
   std::string download;
   // The downloaded checkpoint goes away however this ends (ExitWith throws).
   struct RemoveDownload {
@@ -90,24 +96,38 @@ void ExportCommand(const ExportArgs& a) {
     std::cout << nlohmann::json{{"source", req.source},
                                 {"step", result->step},
                                 {"parameters", result->parameters},
+                                {"format", a.format},
                                 {"out", a.out}}
                      .dump()
               << "\n";
     return;
   }
-  std::cout << fmt::format("exported {} at step {}: {} parameters ({}) -> {}\n", req.source,
-                           result->step, result->parameters, a.dtype, a.out);
+  std::cout << fmt::format("exported {} at step {}: {} parameters ({}{}) -> {}\n", req.source,
+                           result->step, result->parameters, a.dtype,
+                           a.format == "hf" ? ", Hugging Face model directory" : "", a.out);
 }
 
 void RegisterExport(CLI::App& app) {
   auto a = std::make_shared<ExportArgs>();
   CLI::App* cmd = app.add_subcommand(
       "export",
-      "A checkpoint as safetensors with docs/model.md §8 names: from a `cart train` directory, "
+      "A checkpoint as safetensors with docs/model.md §8 names, or (--format hf) as a Hugging "
+      "Face transformers model directory (docs/huggingface.md): from a `cart train` directory, "
       "or of a run on cartd (by id or <sweep>/<index>)");
   cmd->add_option("source", a->source, "A `cart train` output directory, or a run id / name")
       ->required();
-  cmd->add_option("--out", a->out, "Output .safetensors file")->required();
+  cmd->add_option("--out", a->out,
+                  "Output .safetensors file, or (--format hf) a directory that does not exist yet")
+      ->required();
+  cmd->add_option("--format", a->format,
+                  "safetensors: one file; hf: a model directory transformers and lm-eval load "
+                  "with trust_remote_code")
+      ->check(CLI::IsMember({"safetensors", "hf"}))
+      ->capture_default_str();
+  cmd->add_option(
+      "--tokenizer", a->tokenizer,
+      "hf: the tokenizer to write (bytes, a SentencePiece .model, gpt2:<dir>); default: "
+      "the one the run's train_data names");
   cmd->add_option("--step", a->step, "The checkpoint at this step (default: the newest)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--dtype", a->dtype, "Weights as fp32 or bf16")->capture_default_str();

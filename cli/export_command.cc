@@ -1,5 +1,6 @@
 // `cart export`, the LibTorch half: a checkpoint (from a `cart train` directory or downloaded from
-// cartd) restored into its model and written as safetensors under docs/model.md §8 names.
+// cartd) restored into its model and written as safetensors under docs/model.md §8 names, or as a
+// Hugging Face transformers model directory (hf/export.h).
 
 #include <unistd.h>
 
@@ -11,31 +12,14 @@
 #include "common/status.h"
 #include "common/strings.h"
 #include "config/config.h"
+#include "hf/export.h"
 #include "model/language_model.h"
 #include "model/safetensors.h"
 #include "train/checkpoint.h"
+#include "train/zero_shot.h"
 
 namespace cart::cli {
 namespace fs = std::filesystem;
-
-namespace {
-
-// Removes a path (file or directory tree) when it goes out of scope, however the scope ends.
-class RemoveOnExit {
- public:
-  explicit RemoveOnExit(fs::path path) : path_(std::move(path)) {}
-  ~RemoveOnExit() {
-    std::error_code ec;
-    if (!path_.empty()) fs::remove_all(path_, ec);
-  }
-  RemoveOnExit(const RemoveOnExit&) = delete;
-  RemoveOnExit& operator=(const RemoveOnExit&) = delete;
-
- private:
-  fs::path path_;
-};
-
-}  // namespace
 
 absl::StatusOr<ExportResult> ExportModel(const ExportRequest& request) {
   torch::Dtype dtype = torch::kFloat32;
@@ -44,6 +28,14 @@ absl::StatusOr<ExportResult> ExportModel(const ExportRequest& request) {
   } else if (request.dtype != "fp32") {
     return absl::InvalidArgumentError(
         StrCat("--dtype '", request.dtype, "': allowed values are fp32, bf16"));
+  }
+  if (request.format != "safetensors" && request.format != "hf") {
+    return absl::InvalidArgumentError(
+        StrCat("--format '", request.format, "': allowed values are safetensors, hf"));
+  }
+  if (request.format == "hf" && std::filesystem::exists(request.out)) {
+    return absl::AlreadyExistsError(
+        StrCat("--out ", request.out, " exists; a model directory is written only to a new path"));
   }
   std::string config_yaml = request.config_yaml;
   train::CheckpointManifest manifest;
@@ -77,7 +69,7 @@ absl::StatusOr<ExportResult> ExportModel(const ExportRequest& request) {
     // A checkpoint file fetched from cartd: adopt it beside the output (verified, with a
     // manifest) in a directory of its own that goes away with this scope.
     const fs::path scratch = fs::path(request.out).concat(StrCat(".import-", getpid()));
-    scratch_guard = std::make_unique<RemoveOnExit>(scratch);
+    scratch_guard = std::make_unique<RemoveOnExit>(scratch.string());
     CART_ASSIGN_OR_RETURN(
         manifest, train::ImportCheckpoint(request.checkpoint_file, scratch.string(), config_yaml));
   }
@@ -86,9 +78,31 @@ absl::StatusOr<ExportResult> ExportModel(const ExportRequest& request) {
   CART_ASSIGN_OR_RETURN(auto m, model::BuildModel(config.model, config.train.seed));
   CART_RETURN_IF_ERROR(train::LoadCheckpoint(manifest, *m, nullptr));
   std::map<std::string, std::string> metadata = request.metadata;
-  metadata["cart_source"] = request.source;
-  metadata["cart_step"] = StrCat(manifest.step);
-  CART_RETURN_IF_ERROR(model::SaveModel(*m, request.out, dtype, metadata));
+  if (request.format == "hf") {
+    hf::HfExportRequest hf_request;
+    hf_request.out_dir = request.out;
+    hf_request.dtype = request.dtype;
+    hf_request.source = request.source;
+    hf_request.step = manifest.step;
+    hf_request.metadata = metadata;
+    hf_request.tokenizer_spec = request.tokenizer;
+    if (hf_request.tokenizer_spec.empty()) {
+      absl::StatusOr<std::unique_ptr<data::Tokenizer>> tokenizer = train::RunTokenizer(config);
+      if (!tokenizer.ok()) {
+        return absl::Status(
+            tokenizer.status().code(),
+            StrCat("the tokenizer of ", request.source, ": ", tokenizer.status().message(),
+                   " (give --tokenizer SPEC: bytes, a SentencePiece .model, or "
+                   "gpt2:<dir>)"));
+      }
+      hf_request.tokenizer_spec = (*tokenizer)->spec();
+    }
+    CART_RETURN_IF_ERROR(hf::ExportHfModel(*m, config, hf_request));
+  } else {
+    metadata["cart_source"] = request.source;
+    metadata["cart_step"] = StrCat(manifest.step);
+    CART_RETURN_IF_ERROR(model::SaveModel(*m, request.out, dtype, metadata));
+  }
   ExportResult result;
   result.step = manifest.step;
   for (const torch::Tensor& p : m->parameters()) result.parameters += p.numel();

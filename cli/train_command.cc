@@ -132,7 +132,8 @@ struct EvalArgs {
   std::vector<int> loops;
   int64_t sequences = 0, seq_len = 0, batch = 8;
   bool json = false;
-  bool bos = false;  // --bos: contexts start with BOS
+  bool bos = false;    // --bos: contexts start with BOS
+  bool items = false;  // --items: each task item's scores in the --json output
 };
 
 // The tokenizer of --tokenizer, else the one the run was trained with.
@@ -156,7 +157,7 @@ void PrintTaskRow(const train::TaskResult& t, int r, bool header) {
       lambada ? fmt::format("{:.2f}", t.perplexity) : "-");
 }
 
-nlohmann::json TaskJson(const train::TaskResult& t, int r, int64_t step) {
+nlohmann::json TaskJson(const train::TaskResult& t, int r, int64_t step, bool items) {
   nlohmann::json row = {{"task", t.name}, {"kind", data::TaskKindName(t.kind)},
                         {"R_infer", r},   {"items", t.items},
                         {"acc", t.acc},   {"acc_stderr", t.acc_stderr},
@@ -167,6 +168,16 @@ nlohmann::json TaskJson(const train::TaskResult& t, int r, int64_t step) {
     row["acc_norm"] = t.acc_norm;
     row["acc_norm_stderr"] = t.acc_norm_stderr;
     if (t.chance_choices > 0) row["chance"] = 1.0 / static_cast<double>(t.chance_choices);
+  }
+  if (items) {
+    row["item_logprobs"] = t.item_choice_logprob;
+    row["item_gold"] = t.item_gold;
+    row["item_correct"] = t.item_correct;
+    if (t.kind != data::TaskKind::kLambada) {
+      row["item_choice"] = t.item_choice;
+      row["item_choice_norm"] = t.item_choice_norm;
+      row["item_correct_norm"] = t.item_correct_norm;
+    }
   }
   return row;
 }
@@ -238,7 +249,7 @@ absl::Status RunEval(const EvalArgs& args) {
   }
   for (size_t i = 0; i < options.tasks.size(); ++i) {
     for (const train::LoopEvaluation& e : results) {
-      out.push_back(TaskJson(e.tasks[i], e.loops, ckpt.step));
+      out.push_back(TaskJson(e.tasks[i], e.loops, ckpt.step, args.items));
       if (!args.json) PrintTaskRow(e.tasks[i], e.loops, /*header=*/i == 0 && &e == &results[0]);
     }
   }
@@ -298,6 +309,9 @@ void RegisterTrainCommands(CLI::App& app) {
                  "Start every --task context with the tokenizer's BOS (default: no BOS, as "
                  "lm-evaluation-harness scores causal models); each result records which");
   eval->add_flag("--json", eargs->json, "Print JSON");
+  eval->add_flag("--items", eargs->items,
+                 "With --json: each --task item's choice log-likelihoods, gold and picks, to "
+                 "compare with another scorer item by item (docs/huggingface.md)");
   eval->add_option("--device", eargs->device, "auto | cpu | cuda | cuda:N")->capture_default_str();
   OnRun(eval, [eargs] { EvalCommand(*eargs); });
 }

@@ -140,4 +140,9 @@ absl::Status CreatePrivateDir(const std::string& path) {
   return absl::OkStatus();
 }
 
+RemoveOnExit::~RemoveOnExit() {
+  std::error_code ec;
+  if (!path_.empty()) std::filesystem::remove_all(path_, ec);
+}
+
 }  // namespace cart

@@ -64,4 +64,19 @@ absl::Status CreatePrivateDir(const std::string& path);
 // Reads a whole file. NotFound when it does not exist.
 absl::StatusOr<std::string> ReadWholeFile(const std::string& path);
 
+// Removes a path (a file or a directory tree) when it goes out of scope, however the scope
+// ends, unless Release() was called: the scratch files of a step that either finishes or leaves
+// nothing behind. Errors while removing are ignored.
+class RemoveOnExit {
+ public:
+  explicit RemoveOnExit(std::string path) : path_(std::move(path)) {}
+  ~RemoveOnExit();
+  RemoveOnExit(const RemoveOnExit&) = delete;
+  RemoveOnExit& operator=(const RemoveOnExit&) = delete;
+  void Release() { path_.clear(); }
+
+ private:
+  std::string path_;
+};
+
 }  // namespace cart

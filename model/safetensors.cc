@@ -49,7 +49,11 @@ absl::Status WriteSafetensors(const std::string& path,
             [](const auto& a, const auto& b) { return a.first < b.first; });
   std::vector<torch::Tensor> data;
   int64_t offset = 0;
-  for (const auto& [name, t] : sorted) {
+  for (size_t i = 0; i < sorted.size(); ++i) {
+    const auto& [name, t] = sorted[i];
+    if (i > 0 && sorted[i - 1].first == name) {
+      return absl::InvalidArgumentError(StrCat(path, ": tensor name ", name, " given twice"));
+    }
     torch::Tensor c = t.detach().to(torch::kCPU).contiguous();
     const DtypeName* dn = ByDtype(c.scalar_type());
     if (dn == nullptr) {

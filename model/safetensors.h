@@ -22,6 +22,7 @@ struct SafetensorsFile {
 };
 
 // Writes `tensors` (any device; copied to CPU, made contiguous) atomically to `path`.
+// InvalidArgument, writing nothing, for a name given twice or a dtype safetensors cannot name.
 absl::Status WriteSafetensors(const std::string& path,
                               const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
                               const std::map<std::string, std::string>& metadata);

@@ -159,14 +159,18 @@ absl::StatusOr<TaskResult> AggregateTask(const data::Task& task,
       acc.push_back(scores[k].greedy ? 1.0 : 0.0);
       result.item_correct.push_back(scores[k].greedy ? '1' : '0');
       result.item_logprob.push_back(scores[k].logprob);
+      result.item_choice_logprob.push_back({scores[k].logprob});
+      result.item_gold.push_back(0);
       target_logprob += scores[k].logprob;
       k += 1;
       continue;
     }
     int best = 0, best_norm = 0;
     double best_ll = -INFINITY, best_ll_norm = -INFINITY;
+    std::vector<double>& lls = result.item_choice_logprob.emplace_back();
     for (size_t c = 0; c < item.choices.size(); ++c, ++k) {
       const double ll = scores[k].logprob;
+      lls.push_back(ll);
       // lm-eval divides by the length of the choice text (without the leading space).
       const double norm = ll / std::max(1.0, CharLength(item.choices[c]));
       if (ll > best_ll) best_ll = ll, best = static_cast<int>(c);
@@ -176,6 +180,9 @@ absl::StatusOr<TaskResult> AggregateTask(const data::Task& task,
     acc_norm.push_back(best_norm == item.gold ? 1.0 : 0.0);
     result.item_correct.push_back(best == item.gold ? '1' : '0');
     result.item_correct_norm.push_back(best_norm == item.gold ? '1' : '0');
+    result.item_gold.push_back(item.gold);
+    result.item_choice.push_back(best);
+    result.item_choice_norm.push_back(best_norm);
     const int64_t n = static_cast<int64_t>(item.choices.size());
     result.chance_choices = (result.chance_choices == 0 || result.chance_choices == n) ? n : -1;
   }

@@ -70,6 +70,11 @@ struct TaskResult {
   // item's target log-likelihood in nats (LAMBADA; else empty).
   std::string item_correct, item_correct_norm;
   std::vector<double> item_logprob;
+  // Per item: every choice's log-likelihood (LAMBADA: the target's), the gold index, and the
+  // choice acc and acc_norm pick (multiple choice; else empty). `cart eval --items` prints them,
+  // so that a scorer can be compared with another item by item (docs/huggingface.md).
+  std::vector<std::vector<double>> item_choice_logprob;
+  std::vector<int> item_gold, item_choice, item_choice_norm;
 };
 
 // Aggregates the scores of a task's requests (for each item in order, one per choice) into its
