@@ -7,6 +7,7 @@
 #include <cmath>
 #include <fstream>
 #include <functional>
+#include <set>
 #include <sstream>
 
 #include "common/status.h"
@@ -198,6 +199,12 @@ const std::vector<KeyDef>& Keys() {
                     return absl::OkStatus();
                   },
                   [](const RunConfig& c) { return c.data.train_data; }});
+    k->push_back({"lm_eval",
+                  [](RunConfig& c, std::string_view t) {
+                    c.data.lm_eval = std::string(t);
+                    return absl::OkStatus();
+                  },
+                  [](const RunConfig& c) { return c.data.lm_eval; }});
     return k;
   }();
   return *keys;
@@ -294,6 +301,21 @@ absl::Status ApplyNode(RunConfig& config, const YAML::Node& root, std::string_vi
 int64_t ModelConfig::mlp_hidden() const {
   const int64_t base = (8 * d) / 3;
   return (base + 255) / 256 * 256;
+}
+
+std::vector<std::string> LmEvalTasks(const DataConfig& data) {
+  std::vector<std::string> names;
+  size_t start = 0;
+  while (start <= data.lm_eval.size() && !data.lm_eval.empty()) {
+    size_t comma = data.lm_eval.find(',', start);
+    if (comma == std::string::npos) comma = data.lm_eval.size();
+    std::string name = data.lm_eval.substr(start, comma - start);
+    const size_t first = name.find_first_not_of(' ');
+    const size_t last = name.find_last_not_of(' ');
+    names.push_back(first == std::string::npos ? "" : name.substr(first, last - first + 1));
+    start = comma + 1;
+  }
+  return names;
 }
 
 std::string TaskSpecFile(std::string_view spec) {
@@ -434,6 +456,21 @@ absl::Status Validate(const RunConfig& c) {
       }
     }
   }
+  std::set<std::string> harness_tasks;
+  for (const std::string& name : LmEvalTasks(c.data)) {
+    if (!name_ok(name)) {
+      return absl::InvalidArgumentError(
+          StrCat("lm_eval: task name '", name,
+                 "' must be 1..64 letters, digits, '_', '.' or '-', names separated by commas"));
+    }
+    if (!harness_tasks.insert(name).second) {
+      return absl::InvalidArgumentError(StrCat("lm_eval: task '", name, "' named twice"));
+    }
+  }
+  if (harness_tasks.size() > kMaxSets) {
+    return absl::InvalidArgumentError(
+        StrCat("lm_eval: ", harness_tasks.size(), " tasks; at most ", kMaxSets));
+  }
   for (const auto& [name, spec] : c.data.tasks) {
     const size_t eq = spec.find('=');
     const std::string kind = spec.substr(0, eq == std::string::npos ? 0 : eq);
@@ -517,9 +554,12 @@ std::string ToYaml(const RunConfig& config) {
   std::string out;
   out.reserve(1024);
   for (const auto& k : Keys()) {
+    const std::string value = k.get(config);
+    // Written only when set, so that configs from before the key existed read back unchanged.
+    if (k.name == "lm_eval" && value.empty()) continue;
     out += k.name;
     out += ": ";
-    out += YamlScalar(k.get(config));
+    out += YamlScalar(value);
     out += '\n';
   }
   auto block = [&out](const char* name, const std::map<std::string, std::string>& entries) {

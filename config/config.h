@@ -83,7 +83,16 @@ struct DataConfig {
   // --task`). Set names here and in val_data are metric name parts: letters, digits, '_', '.',
   // '-', 1..64 characters.
   std::map<std::string, std::string> tasks;
+  // Tasks an eval job scores with lm-evaluation-harness instead of CART Lab's scorer
+  // (docs/huggingface.md "Harness tasks in sweeps"): task names, comma-separated. A name that is
+  // also a key of `tasks` is that local file, scored by the harness's own definition of its kind;
+  // any other is a task of the harness's registry with the data it names. Metrics are named as
+  // cart eval's (task_acc/<name>, ...). Empty: none.
+  std::string lm_eval;
 };
+
+// The names in DataConfig::lm_eval, in the order given.
+std::vector<std::string> LmEvalTasks(const DataConfig& data);
 
 struct RunConfig {
   ModelConfig model;

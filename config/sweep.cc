@@ -408,7 +408,12 @@ absl::Status FinishRun(const SweepSpec& spec, std::string_view file, ExpandedRun
         StrCat(file, ": run ", r.name, " (", StrJoin(point, ", "), "): ", Message(valid)));
   }
   r.params.clear();
-  for (const std::string& k : ScalarKeys()) r.params[k] = GetKey(r.config, k).value();
+  for (const std::string& k : ScalarKeys()) {
+    std::string value = GetKey(r.config, k).value();
+    // As in ToYaml: a run that asks for no harness tasks stores no such parameter.
+    if (k == "lm_eval" && value.empty()) continue;
+    r.params[k] = std::move(value);
+  }
   r.config_yaml = ToYaml(r.config);
   const ParamCounts c = CountParams(r.config.model);
   r.stored_params = c.stored;

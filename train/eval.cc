@@ -116,6 +116,7 @@ absl::Status EvaluateCheckpoint(const model::RunConfig& config,
         CART_ASSIGN_OR_RETURN(TaskResult t, EvaluateTask(*m, *options.tokenizer, task, zo));
         e.tasks.push_back(std::move(t));
       }
+      if (options.more_tasks) CART_RETURN_IF_ERROR(options.more_tasks(r, e));
       on_result(e);
     }
   } catch (const std::exception& e) {

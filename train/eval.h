@@ -37,6 +37,8 @@ absl::StatusOr<PerplexityResult> EvaluatePerplexity(model::LanguageModel& model,
                                                     const std::string& path, int64_t seq_len,
                                                     int64_t max_sequences, int loops = 0);
 
+struct LoopEvaluation;
+
 // What to evaluate a checkpoint on.
 struct CheckpointEvalOptions {
   std::string device = "auto";  // train/device.h: auto | cpu | cuda | cuda:N
@@ -50,6 +52,9 @@ struct CheckpointEvalOptions {
   int64_t task_batch = 8;    // requests per forward pass for the tasks
   bool prepend_bos = false;  // contexts start with BOS (ZeroShotOptions::prepend_bos)
   const std::atomic<bool>* stop = nullptr;  // checked between loop counts; may be null
+  // Scores more tasks at each loop count, after `tasks`, appending their results to e.tasks (the
+  // worker's lm-evaluation-harness tasks, hf/harness.h); an error ends the evaluation with it.
+  std::function<absl::Status(int loops, LoopEvaluation& e)> more_tasks;
 };
 
 // The results at one loop count.

@@ -17,10 +17,14 @@
 #include "config/config.h"
 #include "config/devices.h"
 #include "data/tokenizer.h"
+#include "hf/export.h"
+#include "hf/harness.h"
+#include "model/language_model.h"
 #include "rpc/artifacts.h"
 #include "train/checkpoint.h"
 #include "train/eval.h"
 #include "train/precision.h"
+#include "train/torch_error.h"
 #include "train/trainer.h"
 #include "train/zero_shot.h"
 #include "worker/attempt_channel.h"
@@ -86,6 +90,11 @@ class Session {
   JobEnd Train();
   JobEnd Evaluate();
   void SendEvalItems(const train::LoopEvaluation& e);
+  // The checkpoint written as a Hugging Face model directory in the run directory, for the
+  // harness (hf/export.h); its path.
+  absl::StatusOr<std::string> ExportForHarness(const model::RunConfig& config,
+                                               const train::CheckpointManifest& ckpt,
+                                               const std::string& tokenizer_spec);
   absl::StatusOr<std::string> PrepareRunDir();
   absl::Status CheckData(const model::RunConfig& config, bool with_train);
   void OnMetrics(const train::MetricRecord& r);
@@ -382,6 +391,28 @@ void Session::SendEvalItems(const train::LoopEvaluation& e) {
   }
 }
 
+absl::StatusOr<std::string> Session::ExportForHarness(const model::RunConfig& config,
+                                                      const train::CheckpointManifest& ckpt,
+                                                      const std::string& tokenizer_spec) {
+  const std::string dir = (fs::path(run_dir_) / "hf-model").string();
+  std::error_code ec;
+  fs::remove_all(dir, ec);  // an earlier attempt's
+  try {
+    CART_ASSIGN_OR_RETURN(std::shared_ptr<model::LanguageModel> m,
+                          model::BuildModel(config.model, config.train.seed));
+    CART_RETURN_IF_ERROR(train::LoadCheckpoint(ckpt, *m, nullptr));
+    hf::HfExportRequest request;
+    request.out_dir = dir;
+    request.tokenizer_spec = tokenizer_spec;
+    request.source = StrCat("run ", job_.run_id(), " (", job_.run_name(), ")");
+    request.step = ckpt.step;
+    CART_RETURN_IF_ERROR(hf::ExportHfModel(*m, config, request));
+  } catch (const std::exception& e) {
+    return train::FromTorchError(e, "exporting the model for lm-eval");
+  }
+  return dir;
+}
+
 JobEnd Session::Evaluate() {
   JobEnd end;
   auto fail = [&](const absl::Status& s) { return Failed(s, env_); };
@@ -402,8 +433,16 @@ JobEnd Session::Evaluate() {
   if (!ckpt.ok()) return fail(ckpt.status());
   absl::StatusOr<std::vector<data::Task>> tasks = train::LoadRunTasks(*config);
   if (!tasks.ok()) return fail(tasks.status());
+  // Tasks the config names in lm_eval are scored by the harness, not by CART Lab's scorer.
+  absl::StatusOr<std::vector<hf::HarnessTask>> harness_tasks = hf::HarnessTasksFor(*config);
+  if (!harness_tasks.ok()) return fail(harness_tasks.status());
+  for (const hf::HarnessTask& h : *harness_tasks) {
+    tasks->erase(std::remove_if(tasks->begin(), tasks->end(),
+                                [&](const data::Task& t) { return t.name == h.name; }),
+                 tasks->end());
+  }
   std::unique_ptr<data::Tokenizer> tokenizer;
-  if (!tasks->empty()) {
+  if (!tasks->empty() || !harness_tasks->empty()) {
     absl::StatusOr<std::unique_ptr<data::Tokenizer>> t = train::RunTokenizer(*config);
     if (!t.ok()) return fail(t.status());
     tokenizer = std::move(*t);
@@ -417,6 +456,29 @@ JobEnd Session::Evaluate() {
   options.tokenizer = tokenizer.get();
   options.prepend_bos = config->train.eval_bos;  // the config records it with the results
   options.stop = &channel_.stop();
+  if (!harness_tasks->empty()) {
+    // The checkpoint as a model directory once; the harness reads it at every loop count.
+    absl::StatusOr<std::string> model_dir = ExportForHarness(*config, *ckpt, tokenizer->spec());
+    if (!model_dir.ok()) return fail(model_dir.status());
+    channel_.PostLog(StrCat("lm-eval: ", harness_tasks->size(),
+                            " task(s) scored by lm-evaluation-harness on ", *model_dir, " with ",
+                            env_.python));
+    options.more_tasks = [this, config = *config, dir = *model_dir, htasks = *harness_tasks](
+                             int loops, train::LoopEvaluation& e) {
+      hf::HarnessRequest request;
+      request.python = env_.python;
+      request.model_dir = dir;
+      request.work_dir = (fs::path(run_dir_) / StrCat("lm-eval-", loops)).string();
+      request.device = env_.torch_device;
+      request.loops = config.model.model == model::ModelKind::kCart ? loops : 0;
+      request.add_bos = config.train.eval_bos;
+      request.tasks = htasks;
+      request.stop = &channel_.stop();
+      CART_ASSIGN_OR_RETURN(std::vector<train::TaskResult> results, hf::RunHarness(request));
+      for (train::TaskResult& r : results) e.tasks.push_back(std::move(r));
+      return absl::OkStatus();
+    };
+  }
   // One record per loop count (step = R_infer, so the run's series is the variable-R curve), in
   // ascending order: the outbox acknowledges by step.
   absl::Status evaluated =
@@ -427,7 +489,10 @@ JobEnd Session::Evaluate() {
         record.values = train::EvalMetrics(e);
         if (!record.values.empty()) OnMetrics(record);
       });
-  if (!evaluated.ok()) return fail(evaluated);
+  // A harness ended because the job was asked to stop is a stop, not a failure.
+  if (!evaluated.ok() && !(absl::IsCancelled(evaluated) && channel_.stop())) {
+    return fail(evaluated);
+  }
   // A drain (SIGTERM) stops an evaluation part-way: hand it back, to be evaluated again whole.
   end.outcome = channel_.cancel_requested() ? JobResult::OUTCOME_CANCELLED
                 : channel_.stop()           ? JobResult::OUTCOME_DRAINED

@@ -45,6 +45,7 @@ struct JobEnvironment {
   // worker measured at start); else, on a GPU, its card's from `device_name` (model::PeakOf,
   // bf16 or fp32 by the run's precision); else no mfu is logged.
   double peak_tflops = 0;
+  std::string python = "python3";  // runs lm-evaluation-harness (WorkerConfig::python)
   std::string device_name;
   // The device as the worker registered it, GPU fields from NVML: its part of each attempt's
   // environment record (worker/environment.h).

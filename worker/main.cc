@@ -61,6 +61,12 @@ int main(int argc, char** argv) {
                  "The device's peak TFLOP/s that runs' MFU divides by (0: the card's from its "
                  "name, bf16 or fp32 by the run's precision; on a CPU, measured at start)")
       ->check(CLI::Range(0.0, 1e6));
+  app.add_option(
+         "--python", config.python,
+         "Python with torch, transformers and lm-eval, which runs the lm-evaluation-harness "
+         "tasks of eval jobs (env CART_PYTHON; docs/huggingface.md)")
+      ->envname("CART_PYTHON")
+      ->capture_default_str();
   app.add_option("--max-jobs", config.max_jobs, "Exit after this many jobs (0: no limit)");
   app.add_flag("--exit-when-idle", config.exit_when_idle, "Exit when no job is waiting");
   app.add_option("--acquire-wait-ms", config.acquire_wait_ms, "Long-poll length, ms")

@@ -165,6 +165,7 @@ absl::Status RunWorker(const WorkerConfig& config, const std::atomic<bool>& shut
   env.device_name = device.name;
   env.device = device;
   env.peak_tflops = config.peak_tflops;
+  env.python = config.python;
   if (env.peak_tflops <= 0 && device.kind == "cpu") {
     // A CPU has no datasheet peak: its fp32 matmul rate at the thread count runs will use.
     train::UseThreads(config.threads > 0 ? static_cast<int>(config.threads)

@@ -31,6 +31,9 @@ struct WorkerConfig {
   // The device's peak TFLOP/s that runs' MFU divides by; 0: the card's from its name (config/
   // devices.h), or on a CPU the fp32 matmul rate measured at start.
   double peak_tflops = 0;
+  // The Python that runs lm-evaluation-harness for eval jobs naming lm_eval tasks (hf/harness.h):
+  // one with torch, transformers and lm-eval, as deploy/install-torch2.sh installs them.
+  std::string python = "python3";
   int64_t max_jobs = 0;                     // exit after this many jobs; 0: no limit
   bool exit_when_idle = false;              // exit when an acquire returns no job (scripts, tests)
   int64_t acquire_wait_ms = 10'000;         // long-poll length

@@ -16,10 +16,12 @@
 #
 # OUTPUT: {"lm_eval": version, "transformers": version, "tasks": [{"name", "harness_task",
 #          "items", "acc", "acc_stderr", "acc_norm", "acc_norm_stderr", "perplexity",
-#          "item_logprobs": [[per choice]], "item_greedy": [[per choice]], "gold": [per item]}]}
+#          "item_logprobs": [[per choice]], "item_greedy": [[per choice]], "gold": [per item],
+#          "item_acc": [per item], "item_acc_norm": [per item]}]}
 # Exit status 2 with a message on stderr for bad input (an unknown task, a missing file); 1 for
 # anything else.
 
+import difflib
 import gzip
 import json
 import os
@@ -136,8 +138,10 @@ def _metric(results, key):
 
 
 def run(request):
-    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    if all(task.get("path") for task in request["tasks"]):
+        # Local files and a local model need nothing from the hub: never wait on it.
+        os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     import lm_eval
     import transformers
@@ -159,9 +163,9 @@ def run(request):
     known = set(manager.all_tasks)
     for harness_name, name in names.items():
         if harness_name not in known:
-            close = sorted(t for t in known if name.split("_")[0] in t)[:8]
+            close = difflib.get_close_matches(name, sorted(known), n=5, cutoff=0.75)
             raise BadInput(f"lm-eval has no task {name!r}"
-                           + (f"; similar: {', '.join(close)}" if close else ""))
+                           + (f"; close names: {', '.join(close)}" if close else ""))
     model_args = {"pretrained": request["model"], "trust_remote_code": True, "dtype": "float32"}
     if request.get("max_length"):
         model_args["max_length"] = int(request["max_length"])
@@ -189,6 +193,8 @@ def run(request):
             "item_logprobs": [[float(x[0]) for x in s["filtered_resps"]] for s in samples],
             "item_greedy": [[bool(x[1]) for x in s["filtered_resps"]] for s in samples],
             "gold": [s["target"] if isinstance(s["target"], int) else None for s in samples],
+            "item_acc": [s.get("acc") for s in samples],
+            "item_acc_norm": [s.get("acc_norm") for s in samples],
         })
     return {"lm_eval": lm_eval.__version__ if hasattr(lm_eval, "__version__") else None,
             "transformers": transformers.__version__, "tasks": tasks}

@@ -16,6 +16,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "hf/export.h"
+#include "hf/harness.h"
 #include "model/language_model.h"
 #include "model/safetensors.h"
 #include "tests/support/test_support.h"
@@ -242,6 +243,27 @@ TEST(HfExportTest, RefusesAnExistingDirectoryAndATokenizerWithoutText) {
   for (const auto& entry : std::filesystem::directory_iterator(dir.path())) {
     EXPECT_EQ(entry.path().filename(), "exists") << entry.path();
   }
+}
+
+// The harness runner refuses what it cannot run, saying what to do: a Python that is not there,
+// one without lm-eval, and (with the pinned one) a task the harness does not have.
+TEST(HarnessTest, APythonWithoutLmEvalAndAnUnknownTaskAreNamed) {
+  TempDir dir;
+  hf::HarnessRequest request;
+  request.model_dir = dir.File("model");
+  request.work_dir = dir.File("work");
+  request.tasks = {{"hellaswg", "", "", "", 0}};
+  request.python = dir.File("no-such-python");
+  EXPECT_THAT(hf::RunHarness(request),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("no-such-python")));
+  request.python = "/usr/bin/python3";  // Debian's, without lm-eval
+  EXPECT_THAT(hf::RunHarness(request),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("install-torch2.sh")));
+  if (!HavePython()) GTEST_SKIP() << CART_HF_PYTHON << " missing: run deploy/install-torch2.sh";
+  request.python = CART_HF_PYTHON;
+  EXPECT_THAT(hf::RunHarness(request),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("lm-eval has no task 'hellaswg'; close names: hellaswag")));
 }
 
 }  // namespace
