@@ -19,17 +19,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// `name` found on PATH (a path with a '/' is taken as it is); empty when it is not there.
-std::string OnPath(const std::string& name) {
-  if (name.find('/') != std::string::npos) return name;
-  const char* path = std::getenv("PATH");
-  for (const std::string& dir : Split(path != nullptr ? path : "/usr/bin:/bin", ':')) {
-    const fs::path candidate = fs::path(dir.empty() ? "." : dir) / name;
-    if (access(candidate.c_str(), X_OK) == 0) return candidate.string();
-  }
-  return "";
-}
-
 // What `git -C dir ARGS...` prints, or nullopt when it fails (not a checkout, no git).
 std::optional<std::string> Git(const std::string& git, const std::string& dir,
                                std::vector<std::string> args) {
@@ -83,7 +72,7 @@ cart::v1::SweepProvenance SweepFileProvenance(const std::string& path, const std
   Sha256 hash;
   hash.Update(text);
   add("file.sha256", hash.HexDigest());
-  const std::string program = OnPath(git);
+  const std::string program = FindProgram(git).value_or("");
   const std::string dir = absolute.parent_path().string();
   std::optional<std::string> root;
   if (!program.empty()) root = Git(program, dir, {"rev-parse", "--show-toplevel"});

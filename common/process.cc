@@ -84,4 +84,22 @@ void LowerThisThreadsPriority(int niceness) {
           (kClassBestEffort << kClassShift) | kLowestLevel);
 }
 
+std::optional<std::string> FindProgram(const std::string& program) {
+  if (program.find('/') != std::string::npos) {
+    return access(program.c_str(), X_OK) == 0 ? std::optional<std::string>(program) : std::nullopt;
+  }
+  const char* path = std::getenv("PATH");
+  std::string dirs = path != nullptr ? path : "/usr/bin:/bin";
+  size_t start = 0;
+  while (start <= dirs.size()) {
+    size_t colon = dirs.find(':', start);
+    if (colon == std::string::npos) colon = dirs.size();
+    const std::string dir = dirs.substr(start, colon - start);
+    const std::string candidate = (dir.empty() ? std::string(".") : dir) + "/" + program;
+    if (access(candidate.c_str(), X_OK) == 0) return candidate;
+    start = colon + 1;
+  }
+  return std::nullopt;
+}
+
 }  // namespace cart

@@ -6,6 +6,7 @@
 
 #include <sys/types.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,10 @@ struct SpawnOptions {
 // Internal naming `exe` when it cannot be started (an exec failure shows as exit status 127).
 absl::StatusOr<pid_t> Spawn(const std::string& exe, const std::vector<std::string>& args,
                             const SpawnOptions& options = {});
+
+// `program` as exec needs it (Spawn does not search PATH): a name with a '/' as it is, else the
+// first executable of that name on PATH; nullopt when it is not executable or not found.
+std::optional<std::string> FindProgram(const std::string& program);
 
 // Puts the calling thread (only it: on Linux a nice value is a thread's) at `niceness` unless it
 // already runs at that or lower, and its disk I/O at the lowest level of the best-effort class:

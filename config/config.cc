@@ -512,6 +512,16 @@ absl::StatusOr<std::string> GetKey(const RunConfig& config, std::string_view key
   return def->get(config);
 }
 
+std::map<std::string, std::string> ParamsOf(const RunConfig& config) {
+  std::map<std::string, std::string> params;
+  for (const auto& k : Keys()) {
+    std::string value = k.get(config);
+    if (k.name == "lm_eval" && value.empty()) continue;
+    params[k.name] = std::move(value);
+  }
+  return params;
+}
+
 const std::vector<std::string>& ScalarKeys() {
   static const auto* names = [] {
     auto* n = new std::vector<std::string>;

@@ -129,6 +129,9 @@ absl::Status ApplyOverrides(RunConfig& config, const std::vector<std::string>& o
 absl::StatusOr<std::string> GetKey(const RunConfig& config, std::string_view key);
 // Every scalar key, in a fixed order (model keys, then training keys, then train_data).
 const std::vector<std::string>& ScalarKeys();
+// A run's parameters as the database keeps them: every scalar key's value, except `lm_eval`
+// when it is empty (so runs from before that key existed compare equal to new ones).
+std::map<std::string, std::string> ParamsOf(const RunConfig& config);
 
 // Parses a YAML run config: a mapping of §9 keys (optionally grouped under `model:`, `train:` and
 // `data:`), with `val_data` a mapping of name -> file. Unknown keys and bad values are

@@ -407,13 +407,7 @@ absl::Status FinishRun(const SweepSpec& spec, std::string_view file, ExpandedRun
     return absl::InvalidArgumentError(
         StrCat(file, ": run ", r.name, " (", StrJoin(point, ", "), "): ", Message(valid)));
   }
-  r.params.clear();
-  for (const std::string& k : ScalarKeys()) {
-    std::string value = GetKey(r.config, k).value();
-    // As in ToYaml: a run that asks for no harness tasks stores no such parameter.
-    if (k == "lm_eval" && value.empty()) continue;
-    r.params[k] = std::move(value);
-  }
+  r.params = ParamsOf(r.config);
   r.config_yaml = ToYaml(r.config);
   const ParamCounts c = CountParams(r.config.model);
   r.stored_params = c.stored;

@@ -89,7 +89,6 @@ json ConfigJson(const model::RunConfig& run, const data::Tokenizer& tokenizer) {
       {"rms_norm_eps", 1e-6},
       {"rope_theta", 10000.0},
       {"tie_word_embeddings", true},
-      {"torch_dtype", "float32"},
       // How CART Lab scored its zero-shot tasks: with BOS first or not (train.eval_bos).
       {"cart_eval_bos", run.train.eval_bos},
   };
@@ -169,13 +168,20 @@ absl::Status ExportHfModel(model::LanguageModel& model, const model::RunConfig& 
   CART_ASSIGN_OR_RETURN(TokenizerFiles tok, TokenizerFilesFor(*tokenizer, config.train.seq_len));
 
   const fs::path scratch = fs::path(out).concat(StrCat(".partial-", getpid()));
+  const fs::path parent = out.has_parent_path() ? out.parent_path() : fs::path(".");
+  if (!fs::is_directory(parent, ec)) {
+    return absl::NotFoundError(StrCat("the directory ", parent.string(), " (where ",
+                                      request.out_dir, " would go) does not exist"));
+  }
   fs::remove_all(scratch, ec);
-  fs::create_directories(scratch, ec);
-  if (ec)
+  fs::create_directory(scratch, ec);  // the leaf only: a failure leaves nothing behind
+  if (ec) {
     return absl::InternalError(StrCat("cannot create ", scratch.string(), ": ", ec.message()));
+  }
   RemoveOnExit guard(scratch.string());
 
   json cfg = ConfigJson(config, *tokenizer);
+  cfg["torch_dtype"] = dtype == torch::kBFloat16 ? "bfloat16" : "float32";
   json generation = {
       {"do_sample", false},
       {"use_cache", config.model.model == model::ModelKind::kDense || config.model.cross_causal}};

@@ -39,10 +39,10 @@ struct HfExportRequest {
 
 // Writes `model` (trained with `config`) as a model directory at request.out_dir, first into a
 // sibling scratch directory that is renamed into place at the end, so an error leaves nothing at
-// out_dir. Errors: AlreadyExists when out_dir exists; InvalidArgument for a dtype other than
-// fp32/bf16, a tokenizer transformers cannot be given with the same ids (synth:N, whose ids
-// have no text) or one with more ids than the model; the tokenizer's errors (NotFound for a
-// missing file); file system errors naming the path.
+// out_dir. Errors: AlreadyExists when out_dir exists; NotFound when its parent does not;
+// InvalidArgument for a dtype other than fp32/bf16, a tokenizer transformers cannot be given with
+// the same ids (synth:N, whose ids have no text) or one with more ids than the model; the
+// tokenizer's errors (NotFound for a missing file); file system errors naming the path.
 absl::Status ExportHfModel(model::LanguageModel& model, const model::RunConfig& config,
                            const HfExportRequest& request);
 

@@ -6,8 +6,10 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <thread>
 
 #include "common/file.h"
@@ -23,15 +25,16 @@ using nlohmann::json;
 
 namespace {
 
-// The last `lines` lines of `text`.
-std::string Tail(const std::string& text, int lines) {
+// The last `lines` lines of `text`, without the newline that ends it.
+std::string Tail(std::string text, int lines) {
+  while (!text.empty() && text.back() == '\n') text.pop_back();
   size_t at = text.size();
-  while (lines-- > 0 && at > 0) {
-    const size_t nl = text.rfind('\n', at - 1);
+  while (lines-- > 0) {
+    const size_t nl = at == 0 ? std::string::npos : text.rfind('\n', at - 1);
     if (nl == std::string::npos) return text;
     at = nl;
   }
-  return text.substr(at == 0 ? 0 : at + 1);
+  return text.substr(at + 1);
 }
 
 double Number(const json& v) { return v.is_number() ? v.get<double>() : 0.0; }
@@ -51,6 +54,7 @@ absl::StatusOr<train::TaskResult> ToTaskResult(const json& t, const HarnessTask&
   r.acc = Number(t["acc"]);
   r.acc_stderr = Number(t["acc_stderr"]);
   r.acc_norm = Number(t["acc_norm"]);
+  r.has_acc_norm = t["acc_norm"].is_number();
   r.acc_norm_stderr = Number(t["acc_norm_stderr"]);
   r.perplexity = Number(t["perplexity"]);
   const json& lls = t["item_logprobs"];
@@ -65,7 +69,7 @@ absl::StatusOr<train::TaskResult> ToTaskResult(const json& t, const HarnessTask&
       r.item_logprob.push_back(item.empty() ? 0.0 : item[0]);
       r.item_gold.push_back(0);
     } else {
-      r.item_correct_norm.push_back(Number(acc_norm[i]) > 0.5 ? '1' : '0');
+      if (r.has_acc_norm) r.item_correct_norm.push_back(Number(acc_norm[i]) > 0.5 ? '1' : '0');
       r.item_gold.push_back(gold[i].is_number() ? gold[i].get<int>() : -1);
       // Ties go to the first choice, as numpy.argmax does.
       r.item_choice.push_back(
@@ -133,17 +137,34 @@ absl::StatusOr<std::vector<train::TaskResult>> RunHarness(const HarnessRequest& 
   fs::remove(log, ec);
   SpawnOptions options;
   options.output_path = log;
-  CART_ASSIGN_OR_RETURN(pid_t pid, Spawn(request.python, {runner, spec_path}, options));
+  const std::optional<std::string> python = FindProgram(request.python);
+  if (!python) {
+    return absl::FailedPreconditionError(
+        StrCat("no Python '", request.python,
+               "' (not executable, or not on PATH) to run lm-evaluation-harness; point the "
+               "worker's --python at the environment deploy/install-torch2.sh makes"));
+  }
+  // The harness's PyTorch uses the threads the worker trains with, not every core.
+  if (request.threads > 0) {
+    options.env.push_back(StrCat("OMP_NUM_THREADS=", request.threads));
+    options.env.push_back(StrCat("MKL_NUM_THREADS=", request.threads));
+  }
+  CART_ASSIGN_OR_RETURN(pid_t pid, Spawn(*python, {runner, spec_path}, options));
   // Waits for it, ending it (SIGTERM, then SIGKILL after 10 s) once *stop turns true.
   int status = 0;
+  bool signalled = false;
   auto stopped_at = std::chrono::steady_clock::time_point();
   for (;;) {
     const pid_t done = waitpid(pid, &status, WNOHANG);
-    if (done == pid || (done < 0 && errno != EINTR)) break;
+    if (done == pid) break;
+    if (done < 0 && errno != EINTR) {
+      return absl::InternalError(StrCat("waiting for lm-eval (pid ", pid, "): ", strerror(errno)));
+    }
     if (request.stop != nullptr && request.stop->load()) {
       const auto now = std::chrono::steady_clock::now();
-      if (stopped_at == std::chrono::steady_clock::time_point()) {
+      if (!signalled) {
         stopped_at = now;
+        signalled = true;
         kill(pid, SIGTERM);
       } else if (now - stopped_at > std::chrono::seconds(10)) {
         kill(pid, SIGKILL);
@@ -151,9 +172,7 @@ absl::StatusOr<std::vector<train::TaskResult>> RunHarness(const HarnessRequest& 
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  if (request.stop != nullptr && request.stop->load()) {
-    return absl::CancelledError("lm-eval stopped: the job was asked to stop");
-  }
+  if (signalled) return absl::CancelledError("lm-eval stopped: the job was asked to stop");
   const std::string said = ReadWholeFile(log).value_or("");
   const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   if (code == 2) {
@@ -161,6 +180,11 @@ absl::StatusOr<std::vector<train::TaskResult>> RunHarness(const HarnessRequest& 
     std::string message = at == std::string::npos ? Tail(said, 3) : said.substr(at + 14);
     while (!message.empty() && message.back() == '\n') message.pop_back();
     return absl::InvalidArgumentError(message);
+  }
+  if (said.find("CUDA out of memory") != std::string::npos ||
+      said.find("OutOfMemoryError") != std::string::npos) {
+    return absl::ResourceExhaustedError(
+        StrCat("lm-eval ran out of device memory: ", Tail(said, 1)));
   }
   if (code == 127 || said.find("No module named 'lm_eval'") != std::string::npos ||
       said.find("No module named 'transformers'") != std::string::npos) {

@@ -34,6 +34,7 @@ struct HarnessRequest {
   std::string device = "cpu";  // a torch device string
   int loops = 0;               // CART loops (R_infer) for this run; 0: the model's default
   int64_t batch = 1;           // requests per forward pass
+  int64_t threads = 0;         // CPU threads for the harness's PyTorch; 0: its default
   bool add_bos = false;        // start every context with BOS (train.eval_bos)
   std::vector<HarnessTask> tasks;
   const std::atomic<bool>* stop = nullptr;  // when it turns true the harness is ended; may be null
@@ -48,9 +49,11 @@ absl::StatusOr<std::vector<HarnessTask>> HarnessTasksFor(const model::RunConfig&
 // choice) or perplexity (a loglikelihood task such as LAMBADA, given kind lambada), and the
 // per-item fields of train::TaskResult. InvalidArgument with the runner's words for bad input (a
 // task the harness does not have, naming similar ones; a missing or malformed file);
-// FailedPrecondition when the Python cannot run the harness (not found, no lm_eval); Internal
-// with the end of its log for anything else; Cancelled when *stop turned true (the harness is
-// sent SIGTERM, and SIGKILL 10 s later). Blocks until the harness ends.
+// FailedPrecondition when the Python cannot run the harness (not found: a bare name is looked
+// up on PATH; no lm_eval); ResourceExhausted when it ran out of device memory (the worker
+// requeues the job as for its own out-of-memory); Internal with the end of its log for anything
+// else; Cancelled when *stop turned true while it ran (it is sent SIGTERM, and SIGKILL 10 s
+// later). Blocks until the harness ends.
 absl::StatusOr<std::vector<train::TaskResult>> RunHarness(const HarnessRequest& request);
 
 }  // namespace cart::hf

@@ -299,20 +299,6 @@ std::string Gq(const std::string& v) {
   return out + "'";
 }
 
-// `program` as exec needs it: a name with a slash as it is, else the first executable of that
-// name in PATH; nullopt when there is none.
-std::optional<std::string> OnPath(const std::string& program) {
-  if (program.find('/') != std::string::npos) {
-    return access(program.c_str(), X_OK) == 0 ? std::optional<std::string>(program) : std::nullopt;
-  }
-  const char* path = std::getenv("PATH");
-  for (const std::string& dir : Split(path != nullptr ? path : "/usr/bin:/bin", ':')) {
-    const std::string candidate = (fs::path(dir.empty() ? "." : dir) / program).string();
-    if (access(candidate.c_str(), X_OK) == 0) return candidate;
-  }
-  return std::nullopt;
-}
-
 std::string G(double v) { return std::isnan(v) ? std::string("NaN") : fmt::format("{:.8g}", v); }
 
 // The data file and script of one plot; the script writes NAME.svg and NAME.png.
@@ -474,7 +460,7 @@ absl::Status WriteReport(const Report& report, const ReportOptions& options) {
       SpawnOptions spawn;
       spawn.output_path = (plots / "gnuplot.log").string();
       int rc = 127 << 8;  // as a shell reports a program it cannot run
-      if (const std::optional<std::string> exe = OnPath(options.gnuplot)) {
+      if (const std::optional<std::string> exe = FindProgram(options.gnuplot)) {
         absl::StatusOr<pid_t> pid = Spawn(
             *exe, {"-e", StrCat("cd ", Gq(plots.string())), (plots / "all.gp").string()}, spawn);
         if (pid.ok() && waitpid(*pid, &rc, 0) != *pid) rc = 127 << 8;

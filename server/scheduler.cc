@@ -318,9 +318,7 @@ absl::StatusOr<RunRecord> Scheduler::ResumeRun(int64_t run_id, const std::string
                           model::ParseRunConfigYaml(current.config_yaml, StrCat("run ", run_id)));
     CART_ASSIGN_OR_RETURN(model::ResumeChange resumed, model::ApplyResumeSet(config, set));
     change = store::ConfigChange{model::ToYaml(resumed.config), {}};
-    for (const std::string& k : model::ScalarKeys()) {
-      change->params[k] = model::GetKey(resumed.config, k).value();
-    }
+    change->params = model::ParamsOf(resumed.config);
     why = StrCat("resumed with ", StrJoin(resumed.changed, ", "));
   }
   CART_ASSIGN_OR_RETURN(RunRecord run,

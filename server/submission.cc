@@ -162,9 +162,7 @@ absl::StatusOr<std::map<std::string, std::vector<model::ParentRun>>> StoredParen
       parent.index = ParseInt64(record.name).value_or(-1);
       parent.name = StrCat(name, "/", record.name);
       parent.config = *std::move(config);
-      for (const std::string& k : model::ScalarKeys()) {
-        parent.params[k] = model::GetKey(parent.config, k).value();
-      }
+      parent.params = model::ParamsOf(parent.config);
       parents.push_back(std::move(parent));
     }
     if (records.empty()) parent_sweeps.erase(name);

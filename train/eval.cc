@@ -131,7 +131,7 @@ std::map<std::string, double> EvalMetrics(const LoopEvaluation& e) {
     values[StrCat("task_acc/", t.name)] = t.acc;
     if (t.kind == data::TaskKind::kLambada) {
       values[StrCat("task_ppl/", t.name)] = t.perplexity;
-    } else {
+    } else if (t.has_acc_norm) {
       values[StrCat("task_acc_norm/", t.name)] = t.acc_norm;
     }
   }

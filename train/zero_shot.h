@@ -62,9 +62,12 @@ struct TaskResult {
   int64_t items = 0;
   double acc = 0, acc_stderr = 0;
   double acc_norm = 0, acc_norm_stderr = 0;  // multiple choice only
-  double perplexity = 0;                     // LAMBADA only
-  int64_t chance_choices = 0;                // choices per item when all items have the same count
-  bool prepend_bos = false;                  // whether contexts started with BOS (the option used)
+  // False for a multiple-choice task scored without acc_norm (an lm-eval registry task such as
+  // winogrande, hf/harness.h); CART Lab's own scorer always has it.
+  bool has_acc_norm = true;
+  double perplexity = 0;       // LAMBADA only
+  int64_t chance_choices = 0;  // choices per item when all items have the same count
+  bool prepend_bos = false;    // whether contexts started with BOS (the option used)
   // Per item, in the task file's order (the paired tests over items read them): '1' where acc
   // counts it correct, else '0'; the same for acc_norm (multiple choice; else empty); each
   // item's target log-likelihood in nats (LAMBADA; else empty).

@@ -473,6 +473,8 @@ JobEnd Session::Evaluate() {
       request.loops = config.model.model == model::ModelKind::kCart ? loops : 0;
       request.add_bos = config.train.eval_bos;
       request.tasks = htasks;
+      request.batch = train::CheckpointEvalOptions().task_batch;  // as CART Lab's scorer
+      request.threads = env_.threads > 0 ? env_.threads : config.train.threads;
       request.stop = &channel_.stop();
       CART_ASSIGN_OR_RETURN(std::vector<train::TaskResult> results, hf::RunHarness(request));
       for (train::TaskResult& r : results) e.tasks.push_back(std::move(r));

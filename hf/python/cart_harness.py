@@ -24,6 +24,7 @@
 import difflib
 import gzip
 import json
+import math
 import os
 import sys
 
@@ -43,8 +44,9 @@ class BadInput(Exception):
 def _open(path):
     if not os.path.exists(path):
         raise BadInput(f"{path}: no such file")
-    return gzip.open(path, "rt", encoding="utf-8") if path.endswith(".gz") else open(
-        path, encoding="utf-8")
+    with open(path, "rb") as f:
+        gzipped = f.read(2) == b"\x1f\x8b"  # gzip under any name, as CART Lab reads it
+    return gzip.open(path, "rt", encoding="utf-8") if gzipped else open(path, encoding="utf-8")
 
 
 def _rows(path):
@@ -58,32 +60,49 @@ def _rows(path):
 
 
 def _piqa_labels(task):
+    """The PIQA release's separate labels file: PATH with .jsonl replaced by -labels.lst."""
     path = task.get("labels") or ""
     if not path:
         base = task["path"][:-3] if task["path"].endswith(".gz") else task["path"]
         path = (base[:-6] if base.endswith(".jsonl") else base) + "-labels.lst"
     with _open(path) as f:
-        return [int(line) for line in f if line.strip()]
+        labels = []
+        for number, line in enumerate(f, 1):
+            if line.strip():
+                if line.strip() not in ("0", "1"):
+                    raise BadInput(f"{path}:{number}: label {line.strip()!r}; allowed: 0, 1")
+                labels.append(int(line))
+        return path, labels
 
 
 def _hub_layout(task):
     """The task's items as rows of the harness's dataset for its kind."""
     kind, path = task["kind"], task["path"]
     rows = []
-    labels = _piqa_labels(task) if kind == "piqa" else None
+    labels = None
     for index, (number, row) in enumerate(_rows(path)):
         if kind == "hellaswag":
-            ctx_a = row.get("ctx_a", row.get("ctx", ""))
+            if "activity_label" not in row:
+                raise BadInput(f"{path}:{number}: no activity_label; the harness's HellaSwag "
+                               "prompt starts with it")
+            if "ctx_a" in row and "ctx_b" in row:
+                ctx_a, ctx_b = row["ctx_a"], row["ctx_b"]
+            else:
+                ctx_a, ctx_b = row.get("ctx", ""), ""  # the harness joins ctx_a and ctx_b
             rows.append({"ind": index, "activity_label": row["activity_label"],
-                         "ctx_a": ctx_a, "ctx_b": row.get("ctx_b", ""),
-                         "ctx": row.get("ctx", ctx_a + " " + row.get("ctx_b", "")),
+                         "ctx_a": ctx_a, "ctx_b": ctx_b, "ctx": row.get("ctx", ctx_a),
                          "endings": row["endings"], "source_id": str(row.get("source_id", "")),
                          "split": "val", "split_type": "indomain", "label": str(row["label"])})
         elif kind == "piqa":
-            if index >= len(labels):
-                raise BadInput(f"{path}:{number}: no label for this item in the labels file")
+            label = row.get("label")
+            if label is None:  # the PIQA release: labels in a file of their own
+                if labels is None:
+                    labels_path, labels = _piqa_labels(task)
+                if index >= len(labels):
+                    raise BadInput(f"{path}:{number}: no label for this item in {labels_path}")
+                label = labels[index]
             rows.append({"goal": row["goal"], "sol1": row["sol1"], "sol2": row["sol2"],
-                         "label": labels[index]})
+                         "label": int(label)})
         elif kind == "arc":
             q = row["question"]
             if isinstance(q, dict):  # the AI2 release: question.stem, question.choices[]
@@ -130,6 +149,39 @@ def _local_task_yaml(task, work_dir, tasks_dir):
     return name
 
 
+def _registry_entry(manager, name):
+    """(kind, output_type) of a registered task, read from its YAML without loading its data;
+    (None, None) where this lm-eval keeps them elsewhere (the check is then left to the run)."""
+    try:
+        from lm_eval.tasks._yaml_loader import load_yaml
+
+        entry = manager.task_index[name]
+        kind = entry.kind.name
+        if kind != "TASK":
+            return kind, None
+        return kind, load_yaml(entry.yaml_path, resolve_func=False).get("output_type")
+    except Exception:  # noqa: BLE001 - another lm-eval's internals: no pre-check, not an error
+        return None, None
+
+
+def _stderr(values):
+    """The standard error of a mean over items (the sample standard deviation over √n), as the
+    harness computes it when it bootstraps; None without values."""
+    values = [float(v) for v in values if v is not None]
+    n = len(values)
+    if n < 2:
+        return None
+    mean = sum(values) / n
+    return math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1) / n)
+
+
+def _loglikelihood(response, name):
+    if not isinstance(response, (list, tuple)) or not isinstance(response[0], (int, float)):
+        raise BadInput(f"lm-eval task {name!r} answers with text, not log-likelihoods; allowed: "
+                       "multiple_choice and loglikelihood tasks")
+    return float(response[0])
+
+
 def _metric(results, key):
     for k, v in results.items():
         if k.split(",")[0] == key and isinstance(v, (int, float)):
@@ -166,6 +218,13 @@ def run(request):
             close = difflib.get_close_matches(name, sorted(known), n=5, cutoff=0.75)
             raise BadInput(f"lm-eval has no task {name!r}"
                            + (f"; close names: {', '.join(close)}" if close else ""))
+        kind, output_type = _registry_entry(manager, harness_name)
+        if kind in ("GROUP", "TAG"):
+            raise BadInput(f"lm-eval's {name!r} is a {kind.lower()} of tasks; name its tasks")
+        # Only what CART Lab stores: accuracy over choices, or a target's log-likelihood.
+        if output_type not in (None, "multiple_choice", "loglikelihood"):
+            raise BadInput(f"lm-eval task {name!r} is scored by {output_type}; allowed: "
+                           "multiple_choice, loglikelihood")
     model_args = {"pretrained": request["model"], "trust_remote_code": True, "dtype": "float32"}
     if request.get("max_length"):
         model_args["max_length"] = int(request["max_length"])
@@ -186,11 +245,12 @@ def run(request):
             "harness_task": harness_name,
             "items": len(samples),
             "acc": _metric(r, "acc"),
-            "acc_stderr": _metric(r, "acc_stderr"),
+            "acc_stderr": _stderr([s.get("acc") for s in samples]),
             "acc_norm": _metric(r, "acc_norm"),
-            "acc_norm_stderr": _metric(r, "acc_norm_stderr"),
+            "acc_norm_stderr": _stderr([s.get("acc_norm") for s in samples]),
             "perplexity": _metric(r, "perplexity"),
-            "item_logprobs": [[float(x[0]) for x in s["filtered_resps"]] for s in samples],
+            "item_logprobs": [[_loglikelihood(x, name) for x in s["filtered_resps"]]
+                              for s in samples],
             "item_greedy": [[bool(x[1]) for x in s["filtered_resps"]] for s in samples],
             "gold": [s["target"] if isinstance(s["target"], int) else None for s in samples],
             "item_acc": [s.get("acc") for s in samples],

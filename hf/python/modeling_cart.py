@@ -324,12 +324,14 @@ class CartForCausalLM(CartPreTrainedModel, GenerationMixin):
     @property
     def caches_exactly(self):
         """Whether decoding with a cache computes what a full forward computes. Not with
-        cross_causal: false (the leak), where an earlier position reads later anchor positions."""
-        return self.config.model == "dense" or self.config.cross_causal
+        cross_causal: false (the leak), where an earlier position reads later anchor positions
+        (a self-attention core has no anchor and is causal whatever cross_causal says)."""
+        c = self.config
+        return c.model == "dense" or c.cross_causal or c.core_attn == "self"
 
     def _loop_count(self, loops):
         c = self.config
-        n = c.loops if loops is None else int(loops)
+        n = c.loops if loops is None or int(loops) == 0 else int(loops)  # 0: the default
         if not 1 <= n <= MAX_LOOPS:
             raise ValueError(f"loops = {n}; allowed values: 1..{MAX_LOOPS}")
         if c.core == "unshared" and n != c.R:
@@ -381,9 +383,12 @@ class CartForCausalLM(CartPreTrainedModel, GenerationMixin):
         if input_ids is None or input_ids.dim() != 2:
             raise ValueError("input_ids must be given as (batch, tokens)")
         n_loops = self._loop_count(loops) if self.config.model == "cart" else 0
-        _check_right_padded(attention_mask)
         if use_cache is None:
             use_cache = False
+        _check_right_padded(attention_mask)
+        if use_cache and attention_mask is not None and not attention_mask.to(torch.bool).all():
+            raise ValueError("CART's model code keeps a cache for unpadded batches only: "
+                             "generate from one prompt, or from prompts of one length")
         if use_cache and not self.caches_exactly:
             use_cache = False
             cache = None
@@ -414,6 +419,9 @@ class CartForCausalLM(CartPreTrainedModel, GenerationMixin):
                                       attention_mask=None, use_cache=True, loops=None,
                                       **kwargs):
         cache = cache if cache is not None else past_key_values
+        if attention_mask is not None and not bool(attention_mask.to(torch.bool).all()):
+            raise ValueError("CART's model code generates from unpadded batches only: "
+                             "generate from one prompt, or from prompts of one length")
         if not self.caches_exactly:
             use_cache, cache = False, None
         if use_cache and cache is not None and cache.seen > 0:

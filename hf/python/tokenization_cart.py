@@ -5,7 +5,8 @@
 # exported vocab.json and merges.txt.
 #
 # As in CART Lab, text that spells a special token ("<s>", "</s>") is encoded as text, never as
-# the special id, and encoding adds no BOS or EOS: a caller that wants BOS puts bos_token_id first.
+# the special id, and encoding adds no BOS or EOS unless the tokenizer is made with
+# add_bos_token=True (as lm-eval's add_bos_token makes it).
 
 import os
 import shutil
@@ -16,20 +17,42 @@ from transformers import PreTrainedTokenizer
 class _CartTokenizer(PreTrainedTokenizer):
     model_input_names = ["input_ids", "attention_mask"]
 
-    def __init__(self, **kwargs):
+    def __init__(self, add_bos_token=False, **kwargs):
+        # add_bos_token: encoding with special tokens starts with BOS (lm-eval's add_bos_token,
+        # CART Lab's eval_bos); off by default, as CART Lab's Encode adds none.
+        self.add_bos_token = bool(add_bos_token)
         kwargs.setdefault("split_special_tokens", True)  # special ids only from ids, never text
         kwargs.setdefault("padding_side", "right")       # CART supports right padding only
         super().__init__(**kwargs)
 
+    def convert_tokens_to_string(self, tokens):
+        # Special tokens decode to their text ("<s>"), pieces between them as the tokenizer
+        # decodes them: lm-eval tells whether a request starts with BOS by decoding BOS, and an
+        # empty string there made it drop the BOS it was asked for.
+        special = set(self.all_special_tokens)
+        text, run = [], []
+        for token in tokens:
+            if token in special:
+                text.append(self._pieces_to_text(run))
+                text.append(token)
+                run = []
+            else:
+                run.append(token)
+        text.append(self._pieces_to_text(run))
+        return "".join(text)
+
+    def _bos(self):
+        return [self.bos_token_id] if self.add_bos_token and self.bos_token_id is not None else []
+
     def build_inputs_with_special_tokens(self, token_ids_0, token_ids_1=None):
-        return list(token_ids_0) + (list(token_ids_1) if token_ids_1 else [])
+        return self._bos() + list(token_ids_0) + (list(token_ids_1) if token_ids_1 else [])
 
     def get_special_tokens_mask(self, token_ids_0, token_ids_1=None,
                                 already_has_special_tokens=False):
         if already_has_special_tokens:
             special = set(self.all_special_ids)
             return [1 if i in special else 0 for i in token_ids_0 + (token_ids_1 or [])]
-        return [0] * (len(token_ids_0) + len(token_ids_1 or []))
+        return [1] * len(self._bos()) + [0] * (len(token_ids_0) + len(token_ids_1 or []))
 
 
 class CartSentencePieceTokenizer(_CartTokenizer):
@@ -61,8 +84,8 @@ class CartSentencePieceTokenizer(_CartTokenizer):
     def _convert_id_to_token(self, index):
         return self.sp.id_to_piece(index)
 
-    def convert_tokens_to_string(self, tokens):
-        return self.sp.decode_pieces(tokens)
+    def _pieces_to_text(self, tokens):
+        return self.sp.decode_pieces(tokens) if tokens else ""
 
     def save_vocabulary(self, save_directory, filename_prefix=None):
         name = (filename_prefix + "-" if filename_prefix else "") + "tokenizer.model"
@@ -99,7 +122,7 @@ class CartByteTokenizer(_CartTokenizer):
     def _convert_id_to_token(self, index):
         return self._names[index] if 0 <= index < 258 else "\ufffd"
 
-    def convert_tokens_to_string(self, tokens):
+    def _pieces_to_text(self, tokens):
         data = bytes(self._ids[t] for t in tokens if t in self._ids and self._ids[t] < 256)
         return data.decode("utf-8", errors="replace")
 

@@ -250,3 +250,33 @@ TEST(ConfigTest, TasksRoundTripAndNamesAreCheckedAsMetricNameParts) {
 
 }  // namespace
 }  // namespace cart::model
+
+namespace cart::model {
+namespace {
+
+// `lm_eval` (docs/huggingface.md): task names separated by commas, each a metric-name part, none
+// twice; written and stored as a parameter only when set, so earlier configs read back unchanged.
+TEST(ConfigTest, LmEvalNamesHarnessTasksAndIsWrittenOnlyWhenSet) {
+  CART_ASSERT_OK_AND_ASSIGN(RunConfig c,
+                            ParseRunConfigYaml("lm_eval: 'hellaswag, arc_easy,piqa'\n", "a.yaml"));
+  EXPECT_EQ(LmEvalTasks(c.data), (std::vector<std::string>{"hellaswag", "arc_easy", "piqa"}));
+  CART_ASSERT_OK_AND_ASSIGN(RunConfig back, ParseRunConfigYaml(ToYaml(c), "round-trip"));
+  EXPECT_EQ(back.data.lm_eval, c.data.lm_eval);
+  EXPECT_EQ(ParamsOf(c).at("lm_eval"), "hellaswag, arc_easy,piqa");
+
+  const RunConfig plain;
+  EXPECT_EQ(ToYaml(plain).find("lm_eval"), std::string::npos);
+  EXPECT_EQ(ParamsOf(plain).count("lm_eval"), 0u);
+  EXPECT_EQ(ParamsOf(plain).size(), ScalarKeys().size() - 1);
+  EXPECT_TRUE(LmEvalTasks(plain.data).empty());
+
+  EXPECT_THAT(ParseRunConfigYaml("lm_eval: 'hellaswag,,piqa'\n", "a.yaml"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("lm_eval: task name ''")));
+  EXPECT_THAT(ParseRunConfigYaml("lm_eval: 'mmlu/x'\n", "a.yaml"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("'mmlu/x'")));
+  EXPECT_THAT(ParseRunConfigYaml("lm_eval: 'piqa,piqa'\n", "a.yaml"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("'piqa' named twice")));
+}
+
+}  // namespace
+}  // namespace cart::model

@@ -2,8 +2,9 @@
 # a user of the field's tools loads them, and compares them with what CART Lab's LibTorch model
 # computed (tests/hf/hf_export_test.cc writes reference.safetensors beside each model):
 #   - logits at every loop count the reference holds, in fp32 on the CPU;
-#   - decoding with the cache: each position's logits, fed one token at a time after a prompt,
-#     equal the full forward's, and greedy generate() gives the same tokens with and without it;
+#   - decoding with the cache: each position's logits, fed one token (or three) at a time after
+#     a prompt, equal the full forward's, and greedy generate() gives the same tokens with and
+#     without it;
 #   - the tokenizer, where the directory has a tokenizer_ids.json: the ids of each text.
 # Prints one JSON object (each directory's largest errors) and exits 1 when a check fails.
 #
@@ -57,6 +58,16 @@ def check(directory, tolerance):
                             **{("cache" if hasattr(out, "cache") else "past_key_values"): cache})
                 steps.append(out.logits)
             err = relative_error(torch.cat(steps, dim=1), full)
+            # Then chunks of 3 tokens after a prompt of 5: queries at an offset, several at a
+            # time, which take the cache's explicit causal mask.
+            out = model(ids[:, :5], use_cache=True)
+            cache = getattr(out, "cache", None) or getattr(out, "past_key_values", None)
+            chunks = [out.logits]
+            for t in range(5, ids.size(1), 3):
+                out = model(ids[:, t:t + 3], use_cache=True,
+                            **{("cache" if hasattr(out, "cache") else "past_key_values"): cache})
+                chunks.append(out.logits)
+            err = max(err, relative_error(torch.cat(chunks, dim=1), full))
             report["cached_vs_full"] = err
             if not err <= tolerance:
                 fail(f"cached decoding: relative error {err:.3g} against the full forward")

@@ -9,7 +9,8 @@
 #     hf/python/cart_harness.py, with the harness's own task definitions.
 # Both must give the same accuracy and normalized accuracy, and for every item the same choice
 # (acc and acc_norm), each choice's log-likelihood within 1e-4 nats, and for LAMBADA the same
-# greedy verdicts and perplexity. At a second loop count too (R_infer through the config).
+# greedy verdicts and perplexity. At a second loop count too (R_infer through the config), and
+# with BOS starting every context (cart eval --bos; the harness's add_bos_token).
 #
 #   python harness_agreement.py BIN_DIR SOURCE_DIR     (exit 77: skipped, no corpus)
 
@@ -136,23 +137,29 @@ def main():
     tasks = write_tasks(d, sentences(open(sotu, encoding="utf-8").read()))
 
     failures, report = [], {}
-    for loops in (2, 5):
+    # At 2 and 5 loops; and at 2 with BOS starting every context (cart eval --bos, the harness's
+    # add_bos_token).
+    for loops, bos in ((2, False), (5, False), (2, True)):
         specs = [f"{name}:{kind}={d}/{file}" for name, (kind, file) in tasks.items()]
         out = run([cart, "eval", f"{d}/run", "--json", "--items", "--batch", "3", "--R-infer",
-                   str(loops)] + sum((["--task", s] for s in specs), []))
+                   str(loops)] + (["--bos"] if bos else [])
+                  + sum((["--task", s] for s in specs), []))
         ours = {r["task"]: r for r in json.loads(out) if "task" in r}
-        request = {"model": f"{d}/hf", "output": f"{d}/harness-{loops}.json",
-                   "work_dir": f"{d}/harness-work-{loops}", "device": "cpu", "batch_size": 4,
-                   "loops": loops,
+        tag = f"{loops}{'-bos' if bos else ''}"
+        request = {"model": f"{d}/hf", "output": f"{d}/harness-{tag}.json",
+                   "work_dir": f"{d}/harness-work-{tag}", "device": "cpu", "batch_size": 4,
+                   "loops": loops, "add_bos_token": bos,
                    "tasks": [{"name": n, "kind": k, "path": f"{d}/{f}"}
                              for n, (k, f) in tasks.items()]}
-        with open(f"{d}/request-{loops}.json", "w") as f:
+        with open(f"{d}/request-{tag}.json", "w") as f:
             json.dump(request, f)
-        run([sys.executable, harness_py, f"{d}/request-{loops}.json"])
+        run([sys.executable, harness_py, f"{d}/request-{tag}.json"])
         theirs = {t["name"]: t for t in json.load(open(request["output"]))["tasks"]}
         for name in tasks:
-            worst = compare(f"{name} at {loops} loops", ours[name], theirs[name], failures)
-            report[f"{name}@{loops}"] = {"items": ours[name]["items"], "acc": ours[name]["acc"],
+            if ours[name]["bos"] != bos:
+                failures.append(f"{name}: cart eval says bos = {ours[name]['bos']}")
+            worst = compare(f"{name} at {tag} loops", ours[name], theirs[name], failures)
+            report[f"{name}@{tag}"] = {"items": ours[name]["items"], "acc": ours[name]["acc"],
                                          "acc_norm": ours[name].get("acc_norm"),
                                          "max_logprob_diff_nats": worst}
     print(json.dumps(report, indent=1))

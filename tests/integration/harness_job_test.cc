@@ -61,6 +61,7 @@ TEST(HarnessJobTest, AnEvalJobNamingLmEvalTasksStoresWhatCartsScorerStores) {
   c.Cart({"sweep", "submit", file});
   const int64_t ours = RunId(c, "h", 1), harness = RunId(c, "h", 2), unknown = RunId(c, "h", 3);
   ASSERT_GT(ours, 0);
+  ASSERT_GT(harness, 0);
   ASSERT_GT(unknown, 0);
   c.StartWorker("a", 0, {"--python", CART_HF_PYTHON});
   auto state = [&](int64_t id) { return c.GetRun(id).run().state(); };
@@ -105,7 +106,9 @@ TEST(HarnessJobTest, AnEvalJobNamingLmEvalTasksStoresWhatCartsScorerStores) {
     EXPECT_TRUE(c.stub().GetEvalItems(&ctx, req, &response).ok());
     std::map<std::string, std::string> out;
     for (const cart::v1::EvalItems& e : response.tasks()) {
-      out[StrCat(e.task(), "@", e.loops())] = e.correct() + "/" + e.correct_norm();
+      std::string logprobs;  // LAMBADA's, to 4 decimals: within float noise of each other
+      for (double lp : e.logprob()) logprobs += StrCat(" ", std::round(lp * 1e4) / 1e4);
+      out[StrCat(e.task(), "@", e.loops())] = e.correct() + "/" + e.correct_norm() + logprobs;
     }
     return out;
   };
