@@ -116,6 +116,35 @@ TEST(HarnessJobTest, AnEvalJobNamingLmEvalTasksStoresWhatCartsScorerStores) {
   EXPECT_EQ(ours_items.size(), 6u);
   EXPECT_EQ(items(harness), ours_items);
 
+  // `cart export --format hf` of the trained run from cartd: the model directory with the same
+  // tensors as the safetensors export of that run; refused for a run without a checkpoint (the
+  // evaluation) and for a directory that exists, leaving nothing behind.
+  const int64_t trained = RunId(c, "h", 0);
+  const std::string hf_dir = c.dir() + "/hf-export", st = c.dir() + "/run0.safetensors";
+  EXPECT_THAT(c.Cart({"export", StrCat(trained), "--format", "hf", "--out", hf_dir}),
+              ::testing::HasSubstr("Hugging Face model directory"));
+  c.Cart({"export", StrCat(trained), "--out", st});
+  EXPECT_NE(ReadFile(hf_dir + "/config.json").find("\"model_type\": \"cart\""), std::string::npos);
+  EXPECT_TRUE(std::filesystem::exists(hf_dir + "/modeling_cart.py"));
+  const std::string exported = ReadFile(hf_dir + "/model.safetensors");
+  const std::string plain = ReadFile(st);
+  // The same tensors: each file's data section ends both files, in the same name order.
+  ASSERT_GT(exported.size(), 100000u);
+  const size_t data_start = 8 + static_cast<size_t>(static_cast<unsigned char>(plain[0])) +
+                            (static_cast<size_t>(static_cast<unsigned char>(plain[1])) << 8) +
+                            (static_cast<size_t>(static_cast<unsigned char>(plain[2])) << 16);
+  EXPECT_EQ(exported.substr(exported.size() - (plain.size() - data_start)),
+            plain.substr(data_start));
+  int code = 0;
+  const std::string refused =
+      c.Cart({"export", StrCat(ours), "--format", "hf", "--out", c.dir() + "/hf-eval"},
+             /*allow_failure=*/true, &code);
+  EXPECT_NE(code, 0);
+  EXPECT_FALSE(std::filesystem::exists(c.dir() + "/hf-eval"));
+  c.Cart({"export", StrCat(trained), "--format", "hf", "--out", hf_dir}, true, &code);
+  EXPECT_NE(code, 0);
+  EXPECT_TRUE(std::filesystem::exists(hf_dir + "/config.json"));  // the first export untouched
+
   // A task lm-eval does not have fails its job, named.
   bool named = false;
   const cart::v1::GetRunResponse failed = c.GetRun(unknown);
