@@ -67,6 +67,13 @@ int main(int argc, char** argv) {
          "tasks of eval jobs (env CART_PYTHON; docs/huggingface.md)")
       ->envname("CART_PYTHON")
       ->capture_default_str();
+  app.add_option(
+         "--connect-timeout-s", config.connect_timeout_s,
+         "Seconds to keep trying to reach cartd (at start, or after losing it) before "
+         "exiting with an error naming its address; 0: for ever (env CART_CONNECT_TIMEOUT_S)")
+      ->envname("CART_CONNECT_TIMEOUT_S")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--max-jobs", config.max_jobs, "Exit after this many jobs (0: no limit)");
   app.add_flag("--exit-when-idle", config.exit_when_idle, "Exit when no job is waiting");
   app.add_option("--acquire-wait-ms", config.acquire_wait_ms, "Long-poll length, ms")

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 #include <thread>
 
 #include "cart/v1/worker.grpc.pb.h"
@@ -32,6 +33,54 @@ std::string Hostname() {
 void Say(const std::string& worker_id, const std::string& text) {
   std::cerr << "cart-worker[" << worker_id << "]: " << text << std::endl;
 }
+
+// How long cartd has not answered, said where it can be read (the worker's log: a batch job's
+// output file) and bounded: every failed call reports here, every answered one resets it.
+class Unreachable {
+ public:
+  Unreachable(std::string worker_id, std::string address, int64_t limit_s)
+      : worker_id_(std::move(worker_id)), address_(std::move(address)), limit_s_(limit_s) {}
+
+  // A call failed because cartd did not answer. Unavailable, naming the address, once the limit
+  // has passed since the first of these failures.
+  absl::Status Failed(const std::string& error) {
+    const auto now = std::chrono::steady_clock::now();
+    if (!since_) {
+      since_ = now;
+      said_ = now;
+      Say(worker_id_, StrCat("cartd at ", address_, " does not answer (", error, "); retrying",
+                             limit_s_ > 0 ? StrCat(" for up to ", limit_s_, " s") : std::string(),
+                             " (--connect-timeout-s)"));
+    }
+    const int64_t waited = std::chrono::duration_cast<std::chrono::seconds>(now - *since_).count();
+    if (limit_s_ > 0 && waited >= limit_s_) {
+      return absl::UnavailableError(StrCat("cartd at ", address_, " did not answer for ", waited,
+                                           " s (", error, "); giving up (--connect-timeout-s ",
+                                           limit_s_, "). Is cartd running, and is ", address_,
+                                           " its address as seen from ", Hostname(), "?"));
+    }
+    if (now - said_ >= std::chrono::seconds(30)) {
+      said_ = now;
+      Say(worker_id_, StrCat("cartd at ", address_, " still does not answer after ", waited, " s (",
+                             error, ")"));
+    }
+    return absl::OkStatus();
+  }
+
+  // A call was answered.
+  void Reached() {
+    if (since_) {
+      Say(worker_id_, StrCat("cartd at ", address_, " answers again"));
+      since_.reset();
+    }
+  }
+
+ private:
+  const std::string worker_id_, address_;
+  const int64_t limit_s_;
+  std::optional<std::chrono::steady_clock::time_point> since_;
+  std::chrono::steady_clock::time_point said_;
+};
 
 cart::v1::DeviceSample ToProto(const DeviceReading& r) {
   cart::v1::DeviceSample s;
@@ -120,6 +169,7 @@ absl::Status RunWorker(const WorkerConfig& config, const std::atomic<bool>& shut
   reg.set_protocol(kWorkerProtocol);
   cart::v1::RegisterWorkerResponse timing;
   int64_t backoff_ms = 200;
+  Unreachable unreachable(worker_id, config.client.server, config.connect_timeout_s);
   // Register, retrying while cartd is unreachable; a refusal (bad token, bad request) is final.
   while (true) {
     if (shutdown) return absl::OkStatus();
@@ -133,9 +183,11 @@ absl::Status RunWorker(const WorkerConfig& config, const std::atomic<bool>& shut
       return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
                           StrCat("cartd refused registration: ", s.error_message()));
     }
+    CART_RETURN_IF_ERROR(unreachable.Failed(s.error_message()));
     std::this_thread::sleep_for(std::chrono::milliseconds(backoff_ms));
     backoff_ms = std::min<int64_t>(backoff_ms * 2, 5000);
   }
+  unreachable.Reached();
   Say(worker_id,
       StrCat("registered ", device.kind, " '", registered_name, "'",
              config.stand_in_for.empty()
@@ -238,6 +290,10 @@ absl::Status RunWorker(const WorkerConfig& config, const std::atomic<bool>& shut
       return absl::OkStatus();
     }
     if (!s.ok()) {
+      if (s.error_code() == grpc::StatusCode::UNAVAILABLE ||
+          s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+        CART_RETURN_IF_ERROR(unreachable.Failed(s.error_message()));
+      }
       if (s.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
         // cartd forgot us (a fresh database): register again.
         grpc::ClientContext rctx;
@@ -249,6 +305,7 @@ absl::Status RunWorker(const WorkerConfig& config, const std::atomic<bool>& shut
       continue;
     }
     backoff_ms = 200;
+    unreachable.Reached();
     if (!resp.has_job()) {
       if (config.exit_when_idle) break;
       continue;

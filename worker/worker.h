@@ -34,6 +34,10 @@ struct WorkerConfig {
   // The Python that runs lm-evaluation-harness for eval jobs naming lm_eval tasks (hf/harness.h):
   // one with torch, transformers and lm-eval, as deploy/install-torch2.sh installs them.
   std::string python = "python3";
+  // How long the worker keeps trying to reach cartd, at start or after losing it, before it exits
+  // with an error naming the address (a batch job then ends instead of holding its allocation
+  // idle); it says what it is waiting for every 30 s meanwhile. 0: for ever.
+  int64_t connect_timeout_s = 0;
   int64_t max_jobs = 0;                     // exit after this many jobs; 0: no limit
   bool exit_when_idle = false;              // exit when an acquire returns no job (scripts, tests)
   int64_t acquire_wait_ms = 10'000;         // long-poll length
