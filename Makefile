@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CTEST_ARGS ?=
 
-.PHONY: all deps test-deps configure build apps test test-default demo study proof format format-check bench fuzz thread-safety clean torch2-deps build-torch2 test-torch2 gpu-check gpu-bundle
+.PHONY: all deps test-deps configure build apps test test-default demo study proof format format-check bench fuzz thread-safety clean torch2-deps build-torch2 test-torch2 gpu-check gpu-bundle image image-test
 
 # What `make demo`, `make study` and `make proof` run: the three programs (and the SentencePiece
 # plugin cart_data loads), not the tests and benchmarks.
@@ -70,6 +70,17 @@ gpu-check:
 # without internet (gpu-bundle/cart-gpu-bundle.tar.xz, at most 50 MiB; deploy/gpu-bundle.sh).
 gpu-bundle:
 	./deploy/gpu-bundle.sh
+
+# OCI images from a Debian root made here (deploy/image.sh; docs/operations.md): cartd's and a CPU
+# worker's, built from the default build's programs. Not part of `make test` yet: image-test runs
+# them (cartd's container serves, the worker's trains a sweep).
+image: apps
+	@./deploy/install-deps.sh --images
+	./deploy/image.sh $(BUILD)
+
+image-test: apps
+	@./deploy/install-deps.sh --images
+	./tests/images/image_test.sh $(BUILD)
 
 demo: apps
 	./deploy/demo.sh $(BUILD)

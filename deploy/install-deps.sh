@@ -5,7 +5,7 @@
 # and npm playwright-core (tests/dashboard), Debian's PyTorch (the eager reference of
 # tests/cli/eager_reference_test and bench/train_vs_eager.sh), python3-venv (the torch2 build's
 # virtual environment, deploy/install-torch2.sh); with --fuzz clang and libFuzzer
-# (`make fuzz`). Idempotent: packages already present are skipped, so a second run costs one dpkg
+# (`make fuzz`); with --images buildah, podman, debootstrap and runc (`make image`). Idempotent: packages already present are skipped, so a second run costs one dpkg
 # query.
 #
 # Debian 12 (bookworm) only. Elsewhere it prints the list and exits 1: install the equivalents
@@ -24,6 +24,11 @@ packages=(
 )
 if [ "${1:-}" = "--test" ]; then
   packages+=(slurm-wlm munge chromium prometheus prometheus-alertmanager iproute2 python3-torch python3-venv)
+fi
+# `make image`, `make image-test`: buildah and debootstrap build the images (deploy/image.sh),
+# podman and runc run them (tests/images/image_test.sh).
+if [ "${1:-}" = "--images" ]; then
+  packages+=(buildah podman debootstrap runc curl)
 fi
 # `make fuzz`: clang with libFuzzer and the sanitizers' runtimes.
 if [ "${1:-}" = "--fuzz" ]; then

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# The images of deploy/image.sh, run (`make image-test`): cartd's image serves gRPC and the
+# dashboard; a sweep submitted from this machine with the built `cart` is trained to the end by the
+# CPU worker's image; both run as the non-root user cart and carry the commit they were built
+# from. Containers share this machine's network (--network host), ports from 17000 up.
+#
+#   tests/images/image_test.sh [BUILD_DIR]
+#
+# Prints PASS or FAIL lines and exits non-zero on any failure.
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/../.." && pwd)
+build=${1:-$root/build}
+work=$(mktemp -d /tmp/cart-image-test-XXXXXX)
+chmod 755 "$work"
+fails=0
+pass() { echo "PASS $*"; }
+fail() { echo "FAIL $*"; fails=$((fails + 1)); }
+
+"$root/deploy/image.sh" "$build" cartd worker-cpu
+
+# podman's own runtime where it can start a container here, else runc without rlimits.
+podman_cmd=(podman)
+if ! "${podman_cmd[@]}" run --rm --network host localhost/cart-lab/cartd:latest --version >/dev/null 2>&1; then
+  podman_cmd=(podman --runtime "$root/tests/images/oci-runtime-without-rlimits")
+  echo "note: podman's runtime cannot start a container here; using runc without rlimits"
+fi
+cleanup() {
+  "${podman_cmd[@]}" rm -f cart-test-cartd cart-test-worker >/dev/null 2>&1 || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+commit=$(git -C "$root" rev-parse HEAD)
+for image in cartd worker-cpu; do
+  labels=$(podman image inspect "localhost/cart-lab/$image:latest" \
+    --format '{{.Config.User}} {{index .Labels "org.opencontainers.image.revision"}}')
+  [ "$labels" = "cart $commit" ] && pass "$image runs as cart, labelled with $commit" \
+    || fail "$image: user and revision are '$labels'"
+  size=$(podman image inspect "localhost/cart-lab/$image:latest" --format '{{.Size}}')
+  echo "size $image $((size / 1024 / 1024)) MiB"
+done
+
+port=17000
+"$build/bin/cart" data synth --vocab 32 --tokens 200000 --out "$work/synth.bin" >/dev/null
+cat >"$work/sweep.yaml" <<EOF
+name: image
+base: {vocab: 32, d: 64, P: 1, R: 2, seq_len: 32, batch: 4, steps: 20, lr: 1e-2, warmup: 3,
+       eval_every: 0, checkpoint_every: 10, threads: 1, train_data: $work/synth.bin}
+seeds: [1, 2]
+EOF
+"${podman_cmd[@]}" run -d --name cart-test-cartd --network host localhost/cart-lab/cartd:latest \
+  --listen "127.0.0.1:$port" --http "127.0.0.1:$((port + 1))" --data-dir /var/lib/cart/data >/dev/null
+for _ in $(seq 50); do
+  "$build/bin/cart" sweep ls --server "127.0.0.1:$port" >/dev/null 2>&1 && break
+  sleep 0.2
+done
+"$build/bin/cart" sweep submit "$work/sweep.yaml" --server "127.0.0.1:$port" >/dev/null \
+  && pass "a sweep submitted to cartd's container" || fail "submitting to cartd's container"
+[ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$((port + 1))/api/v1/sweeps")" = 200 ] \
+  && pass "the dashboard's API answers" || fail "the dashboard's API does not answer"
+"${podman_cmd[@]}" run -d --name cart-test-worker --network host -v "$work:$work:ro" \
+  localhost/cart-lab/worker-cpu:latest --server "127.0.0.1:$port" --device cpu \
+  --worker-id image-w1 --cache-dir /var/cache/cart --threads 1 >/dev/null
+done_runs=0
+for _ in $(seq 180); do
+  done_runs=$("$build/bin/cart" sweep show image --server "127.0.0.1:$port" --json 2>/dev/null \
+    | python3 -c 'import json,sys; print(sum(r.get("state") == "RUN_STATE_SUCCEEDED"
+                                         for r in json.load(sys.stdin).get("runs", [])))' \
+      2>/dev/null || echo 0)
+  [ "$done_runs" = 2 ] && break
+  sleep 1
+done
+[ "$done_runs" = 2 ] && pass "the worker's container trained both runs" \
+  || { fail "runs succeeded: $done_runs of 2"; "${podman_cmd[@]}" logs cart-test-worker | tail -20; }
+[ "$fails" -eq 0 ] && echo "image_test: all passed" || echo "image_test: $fails failed"
+exit $((fails > 0))
