@@ -26,9 +26,10 @@ if [ "${1:-}" = "--test" ]; then
   packages+=(slurm-wlm munge chromium prometheus prometheus-alertmanager iproute2 python3-torch python3-venv)
 fi
 # `make image`, `make image-test`: buildah and debootstrap build the images (deploy/image.sh),
-# podman and runc run them (tests/images/image_test.sh).
+# podman and runc run them (tests/images/image_test.sh), catatonit is the pause process of
+# `podman kube play`.
 if [ "${1:-}" = "--images" ]; then
-  packages+=(buildah podman debootstrap runc curl)
+  packages+=(buildah podman debootstrap runc catatonit curl)
 fi
 # `make fuzz`: clang with libFuzzer and the sanitizers' runtimes.
 if [ "${1:-}" = "--fuzz" ]; then
