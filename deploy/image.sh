@@ -95,6 +95,9 @@ build_image() {
   pkgs+=("${extra[@]}")
   log "$name: ${#pkgs[@]} Debian packages for ${programs[*]}"
   cp /etc/resolv.conf "$mnt/etc/resolv.conf"
+  # No package's service is started in the image while it is built (invoke-rc.d asks this).
+  printf '#!/bin/sh\nexit 101\n' >"$mnt/usr/sbin/policy-rc.d"
+  chmod 755 "$mnt/usr/sbin/policy-rc.d"
   mount -t proc proc "$mnt/proc"
   if ! chroot "$mnt" sh -c "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends ${pkgs[*]} ca-certificates" \
       >"$cache/$name-apt.log" 2>&1; then
@@ -104,7 +107,8 @@ build_image() {
   fi
   umount "$mnt/proc"
   chroot "$mnt" apt-get clean
-  rm -rf "$mnt"/var/lib/apt/lists/* "$mnt"/usr/share/doc/* "$mnt"/usr/share/man/* "$mnt/etc/resolv.conf"
+  rm -rf "$mnt"/var/lib/apt/lists/* "$mnt"/usr/share/doc/* "$mnt"/usr/share/man/* "$mnt/etc/resolv.conf" \
+    "$mnt/usr/sbin/policy-rc.d"
   for program in "${programs[@]}"; do install -m 0755 "$build/bin/$program" "$mnt/usr/local/bin/"; done
   for module in "${modules[@]}"; do install -m 0644 "$build/lib/$module" "$mnt/usr/local/lib/"; done
   chroot "$mnt" useradd --uid 10001 --no-log-init --create-home --home-dir /var/lib/cart --shell /usr/sbin/nologin cart
