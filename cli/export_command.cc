@@ -22,20 +22,10 @@ namespace cart::cli {
 namespace fs = std::filesystem;
 
 absl::StatusOr<ExportResult> ExportModel(const ExportRequest& request) {
-  torch::Dtype dtype = torch::kFloat32;
-  if (request.dtype == "bf16") {
-    dtype = torch::kBFloat16;
-  } else if (request.dtype != "fp32") {
-    return absl::InvalidArgumentError(
-        StrCat("--dtype '", request.dtype, "': allowed values are fp32, bf16"));
-  }
+  CART_ASSIGN_OR_RETURN(const torch::Dtype dtype, model::ExportDtype(request.dtype));
   if (request.format != "safetensors" && request.format != "hf") {
     return absl::InvalidArgumentError(
         StrCat("--format '", request.format, "': allowed values are safetensors, hf"));
-  }
-  if (request.format == "hf" && std::filesystem::exists(request.out)) {
-    return absl::AlreadyExistsError(
-        StrCat("--out ", request.out, " exists; a model directory is written only to a new path"));
   }
   std::string config_yaml = request.config_yaml;
   train::CheckpointManifest manifest;

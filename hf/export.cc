@@ -137,21 +137,11 @@ std::string ModelCard(const model::RunConfig& run, const HfExportRequest& reques
       "pretrained=DIR,trust_remote_code=True --tasks hellaswag`.\n");
 }
 
-absl::Status WriteText(const fs::path& path, const std::string& text) {
-  return WriteFileAtomically(path.string(), text);
-}
-
 }  // namespace
 
 absl::Status ExportHfModel(model::LanguageModel& model, const model::RunConfig& config,
                            const HfExportRequest& request) {
-  torch::Dtype dtype = torch::kFloat32;
-  if (request.dtype == "bf16") {
-    dtype = torch::kBFloat16;
-  } else if (request.dtype != "fp32") {
-    return absl::InvalidArgumentError(
-        StrCat("--dtype '", request.dtype, "': allowed values are fp32, bf16"));
-  }
+  CART_ASSIGN_OR_RETURN(const torch::Dtype dtype, model::ExportDtype(request.dtype));
   const fs::path out(request.out_dir);
   std::error_code ec;
   if (fs::exists(out, ec)) {
@@ -179,6 +169,7 @@ absl::Status ExportHfModel(model::LanguageModel& model, const model::RunConfig& 
     return absl::InternalError(StrCat("cannot create ", scratch.string(), ": ", ec.message()));
   }
   RemoveOnExit guard(scratch.string());
+  const std::string into = scratch.string() + "/";
 
   json cfg = ConfigJson(config, *tokenizer);
   cfg["torch_dtype"] = dtype == torch::kBFloat16 ? "bfloat16" : "float32";
@@ -190,21 +181,23 @@ absl::Status ExportHfModel(model::LanguageModel& model, const model::RunConfig& 
     generation["eos_token_id"] = tokenizer->eos_id();
     generation["pad_token_id"] = tokenizer->eos_id();
   }
-  CART_RETURN_IF_ERROR(WriteText(scratch / "config.json", cfg.dump(2) + "\n"));
-  CART_RETURN_IF_ERROR(WriteText(scratch / "generation_config.json", generation.dump(2) + "\n"));
-  CART_RETURN_IF_ERROR(WriteText(scratch / "tokenizer_config.json", tok.config.dump(2) + "\n"));
+  CART_RETURN_IF_ERROR(WriteFileAtomically(into + "config.json", cfg.dump(2) + "\n"));
   CART_RETURN_IF_ERROR(
-      WriteText(scratch / "special_tokens_map.json",
-                (tok.special.is_null() ? json::object() : tok.special).dump(2) + "\n"));
+      WriteFileAtomically(into + "generation_config.json", generation.dump(2) + "\n"));
+  CART_RETURN_IF_ERROR(
+      WriteFileAtomically(into + "tokenizer_config.json", tok.config.dump(2) + "\n"));
+  CART_RETURN_IF_ERROR(
+      WriteFileAtomically(into + "special_tokens_map.json",
+                          (tok.special.is_null() ? json::object() : tok.special).dump(2) + "\n"));
   for (const char* name : {"configuration_cart.py", "modeling_cart.py", "tokenization_cart.py"}) {
-    CART_RETURN_IF_ERROR(WriteText(scratch / name, PythonSource(name)));
+    CART_RETURN_IF_ERROR(WriteFileAtomically(into + name, PythonSource(name)));
   }
   for (const auto& [name, source] : tok.copies) {
     fs::copy_file(source, scratch / name, ec);
     if (ec) return absl::NotFoundError(StrCat("cannot copy ", source, ": ", ec.message()));
   }
   CART_RETURN_IF_ERROR(
-      WriteText(scratch / "README.md", ModelCard(config, request, tokenizer->spec())));
+      WriteFileAtomically(into + "README.md", ModelCard(config, request, tokenizer->spec())));
   std::map<std::string, std::string> metadata = request.metadata;
   metadata["format"] = "pt";  // what transformers requires of a safetensors checkpoint
   metadata["cart_source"] = request.source;

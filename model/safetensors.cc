@@ -97,6 +97,12 @@ absl::StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path) {
   return file;
 }
 
+absl::StatusOr<torch::Dtype> ExportDtype(const std::string& name) {
+  if (name == "fp32") return torch::kFloat32;
+  if (name == "bf16") return torch::kBFloat16;
+  return absl::InvalidArgumentError(StrCat("--dtype '", name, "': allowed values are fp32, bf16"));
+}
+
 absl::Status SaveModel(LanguageModel& model, const std::string& path, torch::Dtype dtype,
                        const std::map<std::string, std::string>& extra_metadata) {
   if (dtype != torch::kFloat32 && dtype != torch::kBFloat16) {

@@ -32,6 +32,10 @@ absl::Status WriteSafetensors(const std::string& path,
 // overlapping, or a byte count that does not match the shape.
 absl::StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path);
 
+// The dtype an export's weights are written in, from its name: fp32 or bf16. InvalidArgument
+// naming the allowed values for anything else.
+absl::StatusOr<torch::Dtype> ExportDtype(const std::string& name);
+
 // Exports every parameter of `model` under its §8 name, cast to `dtype` (kFloat32 or kBFloat16),
 // with the resolved model config as YAML in metadata["cart_config"].
 absl::Status SaveModel(LanguageModel& model, const std::string& path, torch::Dtype dtype,
