@@ -75,6 +75,7 @@ struct BenchRow {
   std::optional<double> mfu_6n;
   std::optional<int64_t> peak_bytes;  // the caching allocator's (CUDA) or the process's RSS (CPU)
   std::string peak_kind;
+  std::optional<int64_t> reserved_bytes;  // the caching allocator's peak held from the driver
   int64_t estimate_bytes = 0;
   double final_loss = 0;
   std::optional<PaperFigure> paper;  // the paper's RTX 3090 figures at this shape, if it is its
@@ -169,6 +170,7 @@ absl::StatusOr<BenchRow> BenchOne(const model::RunConfig& config, const BenchArg
   }
   row.peak_bytes = train::PeakDeviceMemoryBytes(device);
   row.peak_kind = "allocated";
+  row.reserved_bytes = train::PeakDeviceReservedBytes(device);
   if (!row.peak_bytes && device.is_cpu()) {
     // The CPU allocator keeps no statistics: how far the process's high-water mark rose above
     // its resident set when the row began. Known only when the row raised the mark (an earlier,
@@ -307,6 +309,8 @@ absl::Status RunBench(const BenchArgs& args) {
           {"mfu_6n", r.mfu_6n ? nlohmann::json(*r.mfu_6n) : nlohmann::json()},
           {"peak_bytes", r.peak_bytes ? nlohmann::json(*r.peak_bytes) : nlohmann::json()},
           {"peak_kind", r.peak_kind},
+          {"reserved_bytes",
+           r.reserved_bytes ? nlohmann::json(*r.reserved_bytes) : nlohmann::json()},
           {"estimate_bytes", r.estimate_bytes},
           {"final_loss", r.final_loss}};
       if (r.paper) {
@@ -334,9 +338,9 @@ absl::Status RunBench(const BenchArgs& args) {
         "micro-batch fitted to {:.2f} GiB usable of {:.2f} GiB (cartd's fit; global batch kept)\n",
         static_cast<double>(*usable) / (1 << 30), static_cast<double>(*memory) / (1 << 30));
   }
-  std::cout << fmt::format("{:>6}{:>8}{:>11}{:>12}{:>9}{:>9}{:>9}{:>11}{:>10}{:>14}{:>8}\n", "d",
-                           "micro", "tokens/s", "3090 paper", "TFLOP/s", "MFU", "MFU 6N",
-                           "paper MFU", "peak MiB", "estimate MiB", "est/pk");
+  std::cout << fmt::format("{:>6}{:>8}{:>11}{:>12}{:>9}{:>9}{:>9}{:>11}{:>10}{:>14}{:>14}{:>8}\n",
+                           "d", "micro", "tokens/s", "3090 paper", "TFLOP/s", "MFU", "MFU 6N",
+                           "paper MFU", "peak MiB", "reserved MiB", "estimate MiB", "est/pk");
   for (const BenchRow& r : rows) {
     if (r.not_fitted) {
       std::cout << fmt::format("{:>6}  {}\n", r.d, *r.not_fitted);
@@ -344,11 +348,11 @@ absl::Status RunBench(const BenchArgs& args) {
     }
     const std::optional<PaperFigure>& p = r.paper;
     std::cout << fmt::format(
-        "{:>6}{:>8}{:>11.0f}{:>12}{:>9.2f}{:>9}{:>9}{:>11}{:>10}{:>14}{:>8}\n", r.d,
+        "{:>6}{:>8}{:>11.0f}{:>12}{:>9.2f}{:>9}{:>9}{:>11}{:>10}{:>14}{:>14}{:>8}\n", r.d,
         fmt::format("{}x{}", r.micro_batch, r.accum), r.tokens_per_s,
         p ? fmt::format("{:.0f}", p->tokens_per_s) : "-",
         r.tokens_per_s * r.train_flops_per_token / 1e12, Percent(r.mfu), Percent(r.mfu_6n),
-        p ? Percent(p->mfu) : "-", Mib(r.peak_bytes), Mib(r.estimate_bytes),
+        p ? Percent(p->mfu) : "-", Mib(r.peak_bytes), Mib(r.reserved_bytes), Mib(r.estimate_bytes),
         r.peak_bytes ? fmt::format("{:.2f}", static_cast<double>(r.estimate_bytes) /
                                                  static_cast<double>(*r.peak_bytes))
                      : "-");
@@ -361,7 +365,8 @@ absl::Status RunBench(const BenchArgs& args) {
                       ? "growth of the process's peak resident set over its size when the row "
                         "began (\"-\": an earlier row had set the peak higher; measure one width "
                         "per call)"
-                      : "bytes allocated for tensors at most, by the CUDA caching allocator")
+                      : "bytes allocated for tensors at most, by the CUDA caching allocator; "
+                        "reserved: bytes it held from the driver at most")
               << "; estimate: EstimateTrainingBytes (docs/model.md)\n";
   }
   return absl::OkStatus();

@@ -82,6 +82,16 @@ std::optional<int64_t> PeakDeviceMemoryBytes(c10::Device device) {
   return std::nullopt;
 }
 
+std::optional<int64_t> PeakDeviceReservedBytes(c10::Device device) {
+#if CART_TORCH_CUDA
+  if (device.is_cuda() && device.index() < CudaDeviceCount()) {
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
+    return static_cast<int64_t>(stats.reserved_bytes[0].peak);
+  }
+#endif
+  return std::nullopt;
+}
+
 void ResetPeakDeviceMemory(c10::Device device) {
 #if CART_TORCH_CUDA
   if (device.is_cuda() && device.index() < CudaDeviceCount()) {

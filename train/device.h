@@ -47,11 +47,15 @@ class RunOnDevice {
 // unset: Debian's), where there is no allocator to ask.
 //  - PeakDeviceMemoryBytes: the most bytes held by tensors at once since the process started or
 //    the last ResetPeakDeviceMemory (allocated, not reserved: what EstimateTrainingBytes counts).
-//  - ResetPeakDeviceMemory: starts that count afresh. The allocator is set up at a process's first
+//  - PeakDeviceReservedBytes: the most bytes the allocator held from the driver at once over the
+//    same span (tensors, the blocks cached between them and their fragmentation): what must fit
+//    on the card.
+//  - ResetPeakDeviceMemory: starts both counts afresh. The allocator is set up at a process's first
 //    CUDA allocation and throws when asked before it; this makes one first.
 //  - CudaDeviceName: the card's name as the CUDA runtime gives it ("NVIDIA GeForce RTX 3090").
 //  - CudaDeviceMemoryBytes: the card's whole memory, as the CUDA runtime gives it.
 std::optional<int64_t> PeakDeviceMemoryBytes(c10::Device device);
+std::optional<int64_t> PeakDeviceReservedBytes(c10::Device device);
 void ResetPeakDeviceMemory(c10::Device device);
 std::optional<std::string> CudaDeviceName(c10::Device device);
 std::optional<int64_t> CudaDeviceMemoryBytes(c10::Device device);
