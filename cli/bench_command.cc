@@ -25,6 +25,7 @@
 #include "data/token_file.h"
 #include "train/device.h"
 #include "train/precision.h"
+#include "train/step_profile.h"
 #include "train/trainer.h"
 
 namespace cart::cli {
@@ -59,6 +60,8 @@ struct BenchArgs {
   double peak_tflops = 0;
   double memory_gib = 0;  // fit each width into this much; 0: the CUDA card's own, none on a CPU
   bool json = false;
+  bool breakdown = false;    // time the step's ops by kind (train/step_profile.h); CPU only
+  std::string step_kernels;  // "fused" | "per-tensor"; empty: the trainer's default
 };
 
 struct BenchRow {
@@ -79,6 +82,9 @@ struct BenchRow {
   int64_t estimate_bytes = 0;
   double final_loss = 0;
   std::optional<PaperFigure> paper;  // the paper's RTX 3090 figures at this shape, if it is its
+  // --breakdown: the timed steps' own op time by kind, and their wall time, per step.
+  std::optional<train::StepBreakdown> breakdown;
+  double breakdown_wall_s = 0;
 };
 
 // Peak resident set of this process, bytes (Linux reports ru_maxrss in KiB).
@@ -139,22 +145,42 @@ absl::StatusOr<BenchRow> BenchOne(const model::RunConfig& config, const BenchArg
   options.out_dir = (dir / StrCat("run-d", c.model.d)).string();
   options.device = args.device;
   options.write_checkpoints = false;
+  if (!args.step_kernels.empty()) {
+    options.step_kernels =
+        args.step_kernels == "fused" ? train::StepKernels::kFused : train::StepKernels::kPerTensor;
+  }
   const auto start = std::chrono::steady_clock::now();
-  options.on_step = [&](int64_t, double) { ends.push_back(std::chrono::steady_clock::now()); };
+  const size_t first_timed = static_cast<size_t>(std::max<int64_t>(args.warmup, 1));
+  std::optional<train::StepProfiler> profiler;
+  if (args.breakdown) profiler.emplace();
+  options.on_step = [&](int64_t, double) {
+    ends.push_back(std::chrono::steady_clock::now());
+    if (profiler && ends.size() == first_timed) (void)profiler->Take();  // the warm-up's, dropped
+  };
   CART_ASSIGN_OR_RETURN(train::TrainResult result, train::Train(c, options));
+  std::optional<train::StepBreakdown> breakdown;
+  if (profiler) breakdown = profiler->Take();
+  profiler.reset();
   fs::remove(c.data.train_data);
 
   // The steps after the warm-up, each timed from the end of the one before (a step ends when
   // its values reach the host, so the device has finished it).
   std::vector<double> step_seconds;
-  for (size_t i = static_cast<size_t>(std::max<int64_t>(args.warmup, 1)); i < ends.size(); ++i) {
+  for (size_t i = first_timed; i < ends.size(); ++i) {
     step_seconds.push_back(std::chrono::duration<double>(ends[i] - ends[i - 1]).count());
   }
   if (step_seconds.empty()) {
     step_seconds.push_back(std::chrono::duration<double>(ends.back() - start).count());
   }
-  std::sort(step_seconds.begin(), step_seconds.end());
   BenchRow row;
+  if (breakdown && ends.size() > first_timed) {
+    const double steps = static_cast<double>(ends.size() - first_timed);
+    for (auto& [kind, seconds] : breakdown->seconds) seconds /= steps;
+    row.breakdown = breakdown;
+    row.breakdown_wall_s =
+        std::chrono::duration<double>(ends.back() - ends[first_timed - 1]).count() / steps;
+  }
+  std::sort(step_seconds.begin(), step_seconds.end());
   row.d = c.model.d;
   row.batch = c.train.batch * c.train.accum;
   row.micro_batch = c.train.batch;
@@ -163,7 +189,7 @@ absl::StatusOr<BenchRow> BenchOne(const model::RunConfig& config, const BenchArg
   row.seconds_per_step = step_seconds[step_seconds.size() / 2];
   row.tokens_per_s = static_cast<double>(row.batch * row.seq_len) / row.seconds_per_step;
   row.train_flops_per_token = model::CountFlops(c.model, c.train.seq_len).train_per_token;
-  row.six_n_flops_per_token = 6.0 * static_cast<double>(model::CountParams(c.model).effective);
+  row.six_n_flops_per_token = model::SixNFlopsPerToken(c.model);
   if (peak_tflops) {
     row.mfu = row.tokens_per_s * row.train_flops_per_token / (*peak_tflops * 1e12);
     row.mfu_6n = row.tokens_per_s * row.six_n_flops_per_token / (*peak_tflops * 1e12);
@@ -191,6 +217,32 @@ std::string Mib(std::optional<int64_t> bytes) {
 }
 std::string Percent(std::optional<double> v) { return v ? fmt::format("{:.1f} %", *v * 100) : "-"; }
 
+// Where each width's step went (--breakdown): ms per step and share of the step, by kind.
+void PrintBreakdown(const std::vector<BenchRow>& rows) {
+  const train::WorkKind kinds[] = {train::WorkKind::kMatmul, train::WorkKind::kAttention,
+                                   train::WorkKind::kElementwise, train::WorkKind::kOptimizer};
+  std::cout << "\nwhere a step's time goes (ms per step, share of the step; profiled steps):\n"
+            << fmt::format("{:>6}{:>10}", "d", "step");
+  for (train::WorkKind k : kinds) std::cout << fmt::format("{:>18}", train::WorkKindName(k));
+  std::cout << fmt::format("{:>18}\n", "outside ops");
+  for (const BenchRow& r : rows) {
+    if (!r.breakdown) continue;
+    auto cell = [&](double seconds) {
+      return fmt::format("{:.1f} ({:.0f} %)", seconds * 1e3, 100 * seconds / r.breakdown_wall_s);
+    };
+    std::cout << fmt::format("{:>6}{:>10.1f}", r.d, r.breakdown_wall_s * 1e3);
+    for (train::WorkKind k : kinds) {
+      auto it = r.breakdown->seconds.find(k);
+      std::cout << fmt::format("{:>18}", cell(it == r.breakdown->seconds.end() ? 0 : it->second));
+    }
+    std::cout << fmt::format("{:>18}\n", cell(r.breakdown_wall_s - r.breakdown->total_seconds()));
+  }
+  std::cout << "matmul: matrix products outside attention; attention: its forward and backward; "
+               "elementwise: every other op (norms, activations, the loss, copies); optimizer: "
+               "clipping and AdamW; outside ops: dispatch between ops, data, the host read "
+               "(train/step_profile.h)\n";
+}
+
 absl::Status RunBench(const BenchArgs& args) {
   model::RunConfig base;
   // The paper's stage-2 shape (docs/model.md §6) with one micro-batch per step: tokens/s does
@@ -217,6 +269,12 @@ absl::Status RunBench(const BenchArgs& args) {
     widths.push_back(*d);
   }
   CART_ASSIGN_OR_RETURN(c10::Device device, train::ResolveDevice(args.device));
+  if (args.breakdown && !device.is_cpu()) {
+    return absl::InvalidArgumentError(
+        StrCat("--breakdown times the step's ops on the host: on ", device.str(),
+               " that is the time to launch kernels, not to run them, so it runs on the CPU only "
+               "(--device cpu; docs/gpu.md \"Where a step's time goes\")"));
+  }
   const std::string device_name =
       train::CudaDeviceName(device).value_or(device.is_cpu() ? "CPU" : device.str());
   std::optional<double> peak;
@@ -313,6 +371,16 @@ absl::Status RunBench(const BenchArgs& args) {
            r.reserved_bytes ? nlohmann::json(*r.reserved_bytes) : nlohmann::json()},
           {"estimate_bytes", r.estimate_bytes},
           {"final_loss", r.final_loss}};
+      if (r.breakdown) {
+        nlohmann::json b = {
+            {"step_ms", r.breakdown_wall_s * 1e3},
+            {"ops", r.breakdown->ops},
+            {"outside_ops_ms", (r.breakdown_wall_s - r.breakdown->total_seconds()) * 1e3}};
+        for (const auto& [kind, seconds] : r.breakdown->seconds) {
+          b[StrCat(train::WorkKindName(kind), "_ms")] = seconds * 1e3;
+        }
+        j["breakdown"] = b;
+      }
       if (r.paper) {
         j["paper_rtx3090_tokens_per_s"] = r.paper->tokens_per_s;
         j["paper_rtx3090_mfu"] = r.paper->mfu;
@@ -369,6 +437,7 @@ absl::Status RunBench(const BenchArgs& args) {
                         "reserved: bytes it held from the driver at most")
               << "; estimate: EstimateTrainingBytes (docs/model.md)\n";
   }
+  if (args.breakdown) PrintBreakdown(rows);
   return absl::OkStatus();
 }
 
@@ -398,6 +467,14 @@ void RegisterModelBenchCommand(CLI::App& model_cmd) {
                     "Fit each width into this much device memory, as cartd fits a run to a "
                     "worker (default: the CUDA card's own; none on the CPU)");
   bench->add_flag("--json", args->json, "Print JSON");
+  bench
+      ->add_option("--step-kernels", args->step_kernels,
+                   "The optimizer step's kernels: fused (LibTorch 2.4+) or per-tensor (default: "
+                   "fused where the LibTorch has them; train/optimizer.h)")
+      ->check(CLI::IsMember({"fused", "per-tensor"}));
+  bench->add_flag("--breakdown", args->breakdown,
+                  "Also time each step's ops by kind (matmul, attention, elementwise, optimizer); "
+                  "CPU only (docs/gpu.md)");
   OnRun(bench, [args] { BenchCommand(*args); });
 }
 

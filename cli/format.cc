@@ -201,7 +201,7 @@ void PrintRuns(const google::protobuf::RepeatedPtrField<cart::v1::RunView>& runs
   std::vector<std::string> keys = VaryingKeys(runs);
   Table t;
   std::vector<std::string> header = {"id", "name"};
-  if (!dry_run) header.insert(header.end(), {"state", "progress", "loss", "rho", "mfu"});
+  if (!dry_run) header.insert(header.end(), {"state", "progress", "loss", "rho", "mfu", "mfu 6N"});
   for (const auto& k : keys) header.push_back(k);
   header.insert(header.end(), {"stored", "effective", "mem est"});
   if (dry_run) header.insert(header.end(), {"tokens", "3090 h"});
@@ -219,6 +219,7 @@ void PrintRuns(const google::protobuf::RepeatedPtrField<cart::v1::RunView>& runs
   const bool device_column = !dry_run && (classes.size() > 1 || spans);
   if (device_column) header.push_back("device");
   t.Header(header);
+  bool any_mfu = false;
   for (const auto& r : runs) {
     std::vector<std::string> row = {std::to_string(r.run_id()), r.name()};
     if (!dry_run) {
@@ -226,12 +227,16 @@ void PrintRuns(const google::protobuf::RepeatedPtrField<cart::v1::RunView>& runs
         auto it = r.latest().find(name);
         return it == r.latest().end() ? std::string("-") : fmt::format("{:.4f}", it->second);
       };
-      // Model FLOPs utilisation, logged by the worker beside tokens/s (docs/design.md).
-      auto mfu = r.latest().find("mfu");
-      row.insert(
-          row.end(),
-          {Colored(StateName(r.state())), Progress(r), metric("loss"), metric("rho_max"),
-           mfu == r.latest().end() ? std::string("-") : fmt::format("{:.1f}%", 100 * mfu->second)});
+      // Model FLOPs utilisation, logged by the worker beside tokens/s by each convention
+      // (docs/gpu.md "Two MFUs").
+      auto percent = [&](const char* name) {
+        auto it = r.latest().find(name);
+        if (it == r.latest().end()) return std::string("-");
+        any_mfu = true;
+        return fmt::format("{:.1f}%", 100 * it->second);
+      };
+      row.insert(row.end(), {Colored(StateName(r.state())), Progress(r), metric("loss"),
+                             metric("rho_max"), percent("mfu"), percent("mfu_6n")});
     }
     for (const auto& k : keys) {
       auto it = r.params().find(k);
@@ -254,6 +259,7 @@ void PrintRuns(const google::protobuf::RepeatedPtrField<cart::v1::RunView>& runs
     t.Row(row);
   }
   t.Print(std::cout);
+  if (any_mfu) std::cout << kMfuLegend << "\n";
 }
 
 }  // namespace cart::cli

@@ -49,6 +49,11 @@ std::vector<std::string> VaryingKeys(
     const google::protobuf::RepeatedPtrField<cart::v1::RunView>& runs);
 // The run table: id, name, (state, progress, loss, ρ), the varying keys, parameter counts and
 // memory; a dry run adds tokens and the estimated RTX 3090 hours.
+// What the two MFU columns count, printed under a table that has them (docs/gpu.md "Two MFUs").
+inline constexpr const char* kMfuLegend =
+    "mfu: model FLOPs (matmuls and attention products, attention in full T x T); mfu 6N: 6 x "
+    "effective parameters per token, the CART paper's count";
+
 void PrintRuns(const google::protobuf::RepeatedPtrField<cart::v1::RunView>& runs, bool dry_run);
 
 }  // namespace cart::cli

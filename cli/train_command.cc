@@ -221,6 +221,7 @@ absl::Status RunEval(const EvalArgs& args) {
   options.sequences = args.sequences;
   options.task_batch = args.batch;
   options.prepend_bos = args.bos;
+  options.on_log = [](const std::string& msg) { std::cerr << "cart: " << msg << "\n"; };
   std::vector<train::LoopEvaluation> results;
   CART_RETURN_IF_ERROR(train::EvaluateCheckpoint(
       config, ckpt, options, [&](const train::LoopEvaluation& e) { results.push_back(e); }));

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -42,7 +43,7 @@ void ListCommand(const Conn& lc) {
   }
   Table t;
   t.Header({"worker", "host", "device", "memory", "speed", "state", "run", "util", "mem used",
-            "temp", "mfu", "idle h", "last seen"});
+            "temp", "mfu", "mfu 6N", "idle h", "last seen"});
   for (const auto& w : resp.workers()) {
     // Speed is a multiple of an RTX 3090, with where placement got it (docs/design.md). util,
     // mem used and temp are the device's latest reading (cart-worker --sample-interval); idle h
@@ -56,9 +57,14 @@ void ListCommand(const Conn& lc) {
            read ? Mib(d.memory_used_mib()) : "-",
            read && d.has_temperature_c() ? fmt::format("{:.0f} C", d.temperature_c()) : "-",
            w.run_mfu() > 0 ? fmt::format("{:.1f}%", 100 * w.run_mfu()) : "-",
+           w.run_mfu_6n() > 0 ? fmt::format("{:.1f}%", 100 * w.run_mfu_6n()) : "-",
            fmt::format("{:.2f}", w.idle_while_queued_hours()), When(w.last_seen_us())});
   }
   t.Print(std::cout);
+  if (std::any_of(resp.workers().begin(), resp.workers().end(),
+                  [](const auto& w) { return w.run_mfu() > 0; })) {
+    std::cout << kMfuLegend << "\n";
+  }
   // Why a worker takes nothing, under the table: its disk below its own floor.
   for (const auto& w : resp.workers()) {
     if (w.state() != "disk_full") continue;

@@ -66,6 +66,10 @@ FlopCounts CountFlops(const ModelConfig& m, int64_t seq_len, int loops) {
   return f;
 }
 
+double SixNFlopsPerToken(const ModelConfig& m) {
+  return 6.0 * static_cast<double>(CountParams(m).effective);
+}
+
 int64_t EstimateTrainingBytes(const ModelConfig& m, int64_t seq_len, int64_t micro_batch,
                               bool bf16) {
   const ParamCounts p = CountParams(m);

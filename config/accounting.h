@@ -37,6 +37,13 @@ struct FlopCounts {
 // `loops` overrides R (e.g. R_infer for evaluation); 0 means the training R.
 FlopCounts CountFlops(const ModelConfig& m, int64_t seq_len, int loops = 0);
 
+// Training FLOPs per token as the paper counts them for its MFU: 6 × the effective parameters
+// (no attention products). With the RTX 3090's 71 TFLOP/s it gives back the paper's stated MFU
+// from its stated tokens/s. Two MFU conventions follow (docs/gpu.md "Two MFUs"): `mfu` from
+// CountFlops (matmuls and attention products, attention counted in full T x T) and `mfu_6n` from
+// this.
+double SixNFlopsPerToken(const ModelConfig& m);
+
 // Peak training memory estimate, bytes: fp32 weights, gradients and AdamW moments (16 B per stored
 // parameter), plus activations kept for backward for every block application (all R loops, no
 // checkpointing) after Korthikanti et al. 2022 (34·T·d + 5·H·T² bytes per sequence in 16-bit,

@@ -239,6 +239,16 @@ if [ "$has_cuda" = 1 ]; then
     timed_out "$rc" && fail "cart model bench on $device took more than $limit_bench s"
     fail "cart model bench on $device"
   fi
+  # Where launches weigh most (d 256), the same with the per-tensor optimizer step, to compare
+  # with the fused one above (train/optimizer.h; LibTorch 2.4+ has both).
+  say "cart model bench --d 256 --step-kernels per-tensor (the fused step's saving at d 256)"
+  rc=0
+  bounded "$limit_bench" "${bench[@]}" --device "$device" --d 256 --steps "$steps" \
+    --step-kernels per-tensor || rc=$?
+  if [ "$rc" != 0 ]; then
+    timed_out "$rc" && fail "cart model bench --step-kernels per-tensor took more than $limit_bench s"
+    fail "cart model bench --step-kernels per-tensor on $device"
+  fi
 else
   say "no CUDA device: skipping the benchmark at the paper's shapes; checking the command on the CPU"
   bounded "$limit_bench" "${bench[@]}" --device cpu --d 64,128 --steps 3 --warmup 1 \

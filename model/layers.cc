@@ -1,5 +1,7 @@
 #include "model/layers.h"
 
+#include <ATen/record_function.h>
+
 #include <cmath>
 
 namespace cart::model {
@@ -60,6 +62,7 @@ torch::Tensor Attention(const torch::Tensor& q, const torch::Tensor& k, const to
   TORCH_CHECK(q.scalar_type() == k.scalar_type() && k.scalar_type() == v.scalar_type(),
               "attention inputs must share one dtype; got q ", q.scalar_type(), ", k ",
               k.scalar_type(), ", v ", v.scalar_type());
+  RECORD_FUNCTION(kAttentionScope, std::vector<c10::IValue>());
 #if TORCH_VERSION_MAJOR >= 2
   // SDPA's default scale is 1/sqrt(64) = 1/8, the spec's.
   return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, causal);

@@ -41,6 +41,10 @@ RopeTables MakeRope(int64_t T, const torch::Tensor& like);
 // x: (B, H, T, 64) -> x·cos + rotate_half(x)·sin.
 torch::Tensor ApplyRope(const torch::Tensor& x, const RopeTables& rope);
 
+// The profiler scope every attention call runs in (train/step_profile.h charges its ops to
+// attention).
+inline constexpr char kAttentionScope[] = "cart::attention";
+
 // softmax(q kᵀ / 8 [+ causal mask]) v for q, k, v of shape (B, H, T, 64); softmax in fp32.
 // `causal`: position t attends to 0..t only.
 torch::Tensor Attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,

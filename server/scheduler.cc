@@ -763,7 +763,7 @@ std::vector<WorkerStatus> Scheduler::ListWorkers(bool device_history) {
   std::map<std::string, const store::RunRow*> busy;
   store::RunPageRequest live;
   live.filter.states = {RunState::kLeased, RunState::kRunning};
-  live.metrics = {"mfu"};
+  live.metrics = {"mfu", "mfu_6n"};
   live.limit = 0;
   absl::StatusOr<store::RunPage> page = store_->ListRunPage(live);
   if (page.ok()) {
@@ -790,6 +790,9 @@ std::vector<WorkerStatus> Scheduler::ListWorkers(bool device_history) {
       status.run_name = StrCat(it->second->run.sweep_name, "/", it->second->run.name);
       if (auto mfu = it->second->latest.find("mfu"); mfu != it->second->latest.end()) {
         status.run_mfu = mfu->second;
+      }
+      if (auto mfu = it->second->latest.find("mfu_6n"); mfu != it->second->latest.end()) {
+        status.run_mfu_6n = mfu->second;
       }
     }
     if (auto d = devices.find(id); d != devices.end()) {

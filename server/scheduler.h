@@ -146,7 +146,10 @@ struct WorkerStatus {
   std::vector<DeviceSample> device;
   double idle_while_queued_s = 0;  // device-seconds it held no run while runs were queued
   bool idle_while_queued = false;  // right now (the last accounting tick)
-  std::optional<double> run_mfu;   // the latest MFU of the run it holds
+  // The latest MFU of the run it holds, by each convention (docs/gpu.md "Two MFUs"): model
+  // FLOPs with attention in full, and the paper's 6 x effective parameters.
+  std::optional<double> run_mfu;
+  std::optional<double> run_mfu_6n;
 };
 
 // One leased attempt of one run, as AcquireJob hands it out.
@@ -234,7 +237,7 @@ struct RunInfo {
   std::string worker_id;                 // current or last worker; empty when never leased
   std::string waiting_reason;            // QUEUED / BLOCKED runs: why it is not running
   int64_t step = 0;                      // latest step reported (heartbeats, metrics)
-  std::map<std::string, double> latest;  // ListRuns: latest loss, rho_max, tokens_per_s, mfu
+  std::map<std::string, double> latest;  // ListRuns: latest loss, rho_max, tokens_per_s, mfu(_6n)
   int64_t expected_finish_us = 0;        // Forecast; 0: none
 };
 

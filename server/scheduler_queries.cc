@@ -219,7 +219,7 @@ absl::StatusOr<std::vector<RunInfo>> Scheduler::ListRuns(const store::RunFilter&
   page.filter = filter;
   page.limit = limit;
   page.offset = offset;
-  page.metrics = {"loss", "rho_max", "tokens_per_s", "mfu"};
+  page.metrics = {"loss", "rho_max", "tokens_per_s", "mfu", "mfu_6n"};
   CART_ASSIGN_OR_RETURN(store::RunPage rows, store_->ListRunPage(page));
   if (total != nullptr) *total = rows.total;
   const std::optional<int64_t> max_memory = MaxWorkerMemory();

@@ -6,15 +6,14 @@
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <string>
-#include <type_traits>
 #include <unordered_map>
 
 #include "common/crc32c.h"
 #include "common/file.h"
 #include "common/status.h"
 #include "common/strings.h"
+#include "train/internal/optimizer_state.h"
 #include "train/torch_error.h"
 
 namespace cart::train {
@@ -139,23 +138,10 @@ void CopyToHost(torch::Tensor& to, const torch::Tensor& from) {
   to.copy_(from);
 }
 
-// The key of `p`'s state in an optimizer's state map: LibTorch keys it by the parameter's
-// TensorImpl, as its address in text before 2.x and as the address itself since; the map's own
-// key type says which.
-using OptimizerStateKey =
-    std::decay_t<decltype(std::declval<torch::optim::Optimizer&>().state())>::key_type;
-template <typename Key = OptimizerStateKey>
-Key StateKey(const torch::Tensor& p) {
-  if constexpr (std::is_same_v<Key, std::string>) {
-    std::ostringstream text;  // as LibTorch 1.x writes it (c10::guts::to_string, gone in 2.x)
-    text << static_cast<const void*>(p.unsafeGetTensorImpl());
-    return text.str();
-  } else {
-    return static_cast<Key>(p.unsafeGetTensorImpl());
-  }
-}
-
 }  // namespace
+
+using internal::OptimizerStateKey;
+using internal::StateKey;
 
 CheckpointSnapshot::CheckpointSnapshot(std::shared_ptr<torch::nn::Module> copy)
     : model_(std::move(copy)) {}

@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <cmath>
 
+#include "common/nvidia.h"
 #include "common/status.h"
 #include "common/strings.h"
 #include "data/token_file.h"
 #include "model/readout.h"
 #include "train/device.h"
+#include "train/precision.h"
 #include "train/torch_error.h"
 #include "train/trainer.h"
 #include "train/windows.h"
@@ -15,18 +17,37 @@
 namespace cart::train {
 namespace {
 
-// The per-sequence losses, read to the host once at the end.
+// The per-sequence losses, `compute.batch` windows per forward pass, read to the host once at the
+// end.
 absl::StatusOr<std::vector<double>> SequenceLosses(model::LanguageModel& model,
-                                                   WindowReader& reader, int64_t n, int loops) {
+                                                   WindowReader& reader, int64_t n, int loops,
+                                                   const EvalCompute& compute) {
   const torch::Device device = model.parameters().front().device();
   model::ForwardOptions options;
   options.loops = loops;
+  const int64_t batch = std::max<int64_t>(compute.batch, 1);
   std::vector<torch::Tensor> losses;
-  for (int64_t i = 0; i < n; ++i) {
-    CART_ASSIGN_OR_RETURN(Batch b, reader.At(i));
-    torch::Tensor logits = model.Forward(ToDevice(b.x, device), options);
+  for (int64_t first = 0; first < n; first += batch) {
+    std::vector<torch::Tensor> xs, ys;
+    for (int64_t i = first; i < std::min(n, first + batch); ++i) {
+      CART_ASSIGN_OR_RETURN(Batch b, reader.At(i));
+      xs.push_back(b.x);
+      ys.push_back(b.y);
+    }
+    const torch::Tensor x = xs.size() == 1 ? xs[0] : torch::cat(xs);
+    const torch::Tensor y = ys.size() == 1 ? ys[0] : torch::cat(ys);
+    torch::Tensor logits;
+    {
+      MixedPrecisionScope scope(compute.mixed_precision, device);
+      logits = model.Forward(ToDevice(x, device), options);  // (b, T, V)
+    }
+    // Each window's mean cross-entropy, in fp32.
     losses.push_back(torch::nn::functional::cross_entropy(
-        logits.view({-1, logits.size(-1)}).to(torch::kFloat32), ToDevice(b.y, device).view({-1})));
+                         logits.reshape({-1, logits.size(-1)}).to(torch::kFloat32),
+                         ToDevice(y, device).reshape({-1}),
+                         torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone))
+                         .view({x.size(0), -1})
+                         .mean(1));
   }
   return model::ReadToHost(losses);
 }
@@ -35,7 +56,8 @@ absl::StatusOr<std::vector<double>> SequenceLosses(model::LanguageModel& model,
 
 absl::StatusOr<PerplexityResult> EvaluatePerplexity(model::LanguageModel& model,
                                                     const std::string& path, int64_t seq_len,
-                                                    int64_t max_sequences, int loops) {
+                                                    int64_t max_sequences, int loops,
+                                                    EvalCompute compute) {
   CART_ASSIGN_OR_RETURN(data::TokenFile file, data::TokenFile::Open(path));
   if (file.info().vocab > model.config().vocab) {
     return absl::InvalidArgumentError(StrCat(path, ": vocabulary ", file.info().vocab,
@@ -55,7 +77,7 @@ absl::StatusOr<PerplexityResult> EvaluatePerplexity(model::LanguageModel& model,
   absl::StatusOr<std::vector<double>> losses;
   try {
     torch::NoGradGuard no_grad;
-    losses = SequenceLosses(model, reader, n, loops);
+    losses = SequenceLosses(model, reader, n, loops, compute);
   } catch (const std::exception& e) {
     losses = FromTorchError(e, StrCat("evaluating ", path));
   }
@@ -100,12 +122,25 @@ absl::Status EvaluateCheckpoint(const model::RunConfig& config,
     const int64_t seq_len = options.seq_len > 0 ? options.seq_len : config.train.seq_len;
     const int64_t sequences =
         options.sequences > 0 ? options.sequences : config.train.eval_sequences;
+    // The run's precision on this device, and its micro-batch of windows per forward pass (a
+    // forward without gradients needs less memory than the training step that fitted it).
+    EvalCompute compute;
+    compute.batch = config.train.batch;
+    compute.mixed_precision = UsesMixedPrecision(config.train.dtype, device);
+    // Every evaluation says where it runs, as every training run does.
+    if (options.on_log) {
+      options.on_log(StrCat("device: ", DeviceLine(device, compute.mixed_precision, options.device,
+                                                   device.is_cuda() || options.device == "cpu"
+                                                       ? 0
+                                                       : UsableGpuCount())));
+    }
     for (int r : loops) {
       if (options.stop != nullptr && options.stop->load()) break;
       LoopEvaluation e;
       e.loops = r;
       for (const auto& [name, path] : options.val_sets) {
-        CART_ASSIGN_OR_RETURN(e.sets[name], EvaluatePerplexity(*m, path, seq_len, sequences, r));
+        CART_ASSIGN_OR_RETURN(e.sets[name],
+                              EvaluatePerplexity(*m, path, seq_len, sequences, r, compute));
       }
       for (const data::Task& task : options.tasks) {
         ZeroShotOptions zo;
@@ -113,6 +148,7 @@ absl::Status EvaluateCheckpoint(const model::RunConfig& config,
         zo.max_len = seq_len;
         zo.batch = options.task_batch;
         zo.prepend_bos = options.prepend_bos;
+        zo.mixed_precision = compute.mixed_precision;
         CART_ASSIGN_OR_RETURN(TaskResult t, EvaluateTask(*m, *options.tokenizer, task, zo));
         e.tasks.push_back(std::move(t));
       }

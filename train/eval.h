@@ -28,14 +28,25 @@ struct PerplexityResult {
   double stderr_loss = 0;  // standard error of mean_loss over sequences
 };
 
+// How an evaluation computes: windows per forward pass, and whether its forward passes run under
+// bf16 autocast (as the run trains: UsesMixedPrecision of its dtype on the device). Losses are
+// always reduced in fp32. Batching changes a loss by float rounding only; bf16 by what bf16 does
+// to the logits (tests/train/eval_test.cc states both).
+struct EvalCompute {
+  int64_t batch = 1;
+  bool mixed_precision = false;
+};
+
 // exp(mean per-sequence CE) over the first `max_sequences` windows (T+1 tokens at stride T) of the
-// token file at `path`, batch 1, at `loops` CART loops (0: the model's R_infer / R), on the
-// model's device. InvalidArgument for a vocabulary larger than the model's or a loop count the
-// model cannot run (an unshared core runs exactly R); the token file's errors; what
-// FromTorchError makes of a LibTorch error (ResourceExhausted for out-of-memory). Never throws.
+// token file at `path`, `compute.batch` windows per forward pass, at `loops` CART loops (0: the
+// model's R_infer / R), on the model's device, reading the losses to the host once. InvalidArgument
+// for a vocabulary larger than the model's or a loop count the model cannot run (an unshared core
+// runs exactly R); the token file's errors; what FromTorchError makes of a LibTorch error
+// (ResourceExhausted for out-of-memory). Never throws.
 absl::StatusOr<PerplexityResult> EvaluatePerplexity(model::LanguageModel& model,
                                                     const std::string& path, int64_t seq_len,
-                                                    int64_t max_sequences, int loops = 0);
+                                                    int64_t max_sequences, int loops = 0,
+                                                    EvalCompute compute = {});
 
 struct LoopEvaluation;
 
@@ -55,6 +66,10 @@ struct CheckpointEvalOptions {
   // Scores more tasks at each loop count, after `tasks`, appending their results to e.tasks (the
   // worker's lm-evaluation-harness tasks, hf/harness.h); an error ends the evaluation with it.
   std::function<absl::Status(int loops, LoopEvaluation& e)> more_tasks;
+  // Human-readable notices: first the device and precision it evaluates with (train::DeviceLine,
+  // "device: cuda:0 (NVIDIA GeForce RTX 3090), bf16 autocast" or "device: cpu, fp32, because
+  // ..."). May be empty.
+  std::function<void(const std::string&)> on_log;
 };
 
 // The results at one loop count.

@@ -70,22 +70,4 @@ MixedPrecisionScope::~MixedPrecisionScope() {
   if (!was_enabled_) at::autocast::clear_cache();
 }
 
-at::Tensor ClipGradNorm(const std::vector<at::Tensor>& parameters, double max_norm) {
-  std::vector<at::Tensor> grads;
-  for (const at::Tensor& p : parameters) {
-    if (p.grad().defined()) grads.push_back(p.grad());
-  }
-  if (grads.empty()) return torch::zeros({});
-  std::vector<at::Tensor> norms;
-  norms.reserve(grads.size());
-  for (const at::Tensor& g : grads) norms.push_back(g.norm(2));
-  at::Tensor total = norms.size() == 1 ? norms[0] : torch::stack(norms).norm(2);
-  if (max_norm > 0) {
-    at::Tensor coef = (max_norm / (total + 1e-6)).clamp_max(1.0);  // clamp(max = 1)
-    torch::NoGradGuard no_grad;
-    for (at::Tensor& g : grads) g.mul_(coef);
-  }
-  return total;
-}
-
 }  // namespace cart::train

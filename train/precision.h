@@ -33,10 +33,4 @@ class MixedPrecisionScope {
   c10::ScalarType previous_dtype_ = c10::ScalarType::Undefined;
 };
 
-// The L2 norm of all gradients of `parameters` (those that have one), as a 0-dim tensor on their
-// device, without reading it to the host. When max_norm > 0 the gradients are also scaled by
-// min(1, max_norm / (norm + 1e-6)), the same operations as LibTorch's clip_grad_norm_ (so the
-// same bits), which however reads the norm to the host to return it.
-at::Tensor ClipGradNorm(const std::vector<at::Tensor>& parameters, double max_norm);
-
 }  // namespace cart::train

@@ -1,5 +1,6 @@
 #include "train/trainer.h"
 
+#include <ATen/record_function.h>
 #include <dlfcn.h>
 #include <malloc.h>
 #include <torch/torch.h>
@@ -29,6 +30,7 @@
 #include "train/device.h"
 #include "train/eval.h"
 #include "train/precision.h"
+#include "train/step_profile.h"
 #include "train/torch_error.h"
 #include "train/windows.h"
 
@@ -117,6 +119,7 @@ class Trainer {
   std::vector<ValSet> val_sets_;
   torch::Device device_ = torch::kCPU;
   bool mixed_precision_ = false;
+  StepKernels step_kernels_ = StepKernels::kPerTensor;
   TrainResult result_;
   // The copy of model and optimizer being written in the background (its memory kept for the
   // next), and that write. Declared last: a trainer leaving on an error waits for the write (the
@@ -159,7 +162,8 @@ absl::Status Trainer::Evaluate(int64_t step) {
   for (const ValSet& v : val_sets_) {
     CART_ASSIGN_OR_RETURN(
         PerplexityResult r,
-        EvaluatePerplexity(*model_, v.path, config_.train.seq_len, config_.train.eval_sequences));
+        EvaluatePerplexity(*model_, v.path, config_.train.seq_len, config_.train.eval_sequences,
+                           /*loops=*/0, EvalCompute{config_.train.batch, mixed_precision_}));
     record.values["val_loss/" + v.name] = r.mean_loss;
     record.values["val_ppl/" + v.name] = r.perplexity;
     if (v.entropy_rate) {
@@ -276,6 +280,14 @@ absl::Status Trainer::Prepare() {
   Log(StrCat("device: ",
              DeviceLine(device_, mixed_precision_, options_.device,
                         device_.is_cuda() || options_.device == "cpu" ? 0 : UsableGpuCount())));
+  step_kernels_ = options_.step_kernels.value_or(DefaultStepKernels());
+  if (step_kernels_ == StepKernels::kFused && !HasFusedStepKernels()) {
+    return absl::FailedPreconditionError(
+        "the fused optimizer step needs LibTorch 2.4 or newer (train/optimizer.h)");
+  }
+  Log(step_kernels_ == StepKernels::kFused
+          ? "optimizer step: fused AdamW, foreach gradient clipping"
+          : "optimizer step: per-tensor AdamW and gradient clipping");
 
   CART_ASSIGN_OR_RETURN(data::TokenFile train_file, data::TokenFile::Open(config_.data.train_data));
   train_file_.emplace(std::move(train_file));
@@ -373,8 +385,12 @@ absl::StatusOr<Trainer::StepResult> Trainer::Step(double lr, bool log_step) {
     (loss / static_cast<double>(config_.train.accum)).backward();
     losses.push_back(loss.detach());
   }
-  torch::Tensor grad_norm = ClipGradNorm(model_->parameters(), config_.train.clip);
-  optimizer_->step();
+  torch::Tensor grad_norm;
+  {
+    RECORD_FUNCTION(kOptimizerScope, std::vector<c10::IValue>());  // train/step_profile.h
+    grad_norm = ClipGradNorm(model_->parameters(), config_.train.clip, step_kernels_);
+    AdamWStep(*optimizer_, step_kernels_);
+  }
   // ρ belongs to the weights the record's step names: σ(a) after the optimizer step, not the value
   // the forward pass saw before it (the per-loop norms are of that pass).
   if (log_step) diag.rho = model_->RhoTensor();

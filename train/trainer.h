@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "config/config.h"
 #include "train/checkpoint.h"
+#include "train/optimizer.h"
 
 namespace cart::train {
 
@@ -43,6 +44,9 @@ struct TrainOptions {
   const std::atomic<bool>* stop = nullptr;
   // Where to train (train/device.h): "auto" (cuda:0 when present, else cpu), "cpu" or "cuda:N".
   std::string device = "auto";
+  // The optimizer step's kernels (train/optimizer.h); unset: DefaultStepKernels(), the fused ones
+  // where LibTorch has them. Set by tests that compare the two.
+  std::optional<StepKernels> step_kernels;
   // False: no checkpoint is written, not even the last (benchmarks: `cart model bench`). A run
   // trained so cannot be resumed.
   bool write_checkpoints = true;

@@ -7,6 +7,8 @@
 #include "common/status.h"
 #include "common/strings.h"
 #include "data/token_file.h"
+#include "model/readout.h"
+#include "train/precision.h"
 #include "train/torch_error.h"
 
 namespace cart::train {
@@ -53,17 +55,38 @@ absl::Status ScoreBatch(model::LanguageModel& model,
   forward.loops = options.loops;
   // Only the continuation rows are normalised, on the model's device: the whole (B, W, V)
   // log-softmax would be vocab-sized per position and, on a GPU, a large copy back.
-  torch::Tensor logits = model.Forward(ids.to(device), forward);  // (B, W, V)
+  torch::Tensor logits;
+  {
+    MixedPrecisionScope scope(options.mixed_precision, device);
+    logits = model.Forward(ids.to(device), forward);  // (B, W, V)
+  }
+  // Every continuation's targets in one host tensor, copied once; each request's log-probability
+  // and greedy match stay on the device until one read for the batch.
+  std::vector<int64_t> targets;
+  for (int64_t i = 0; i < b; ++i) {
+    const ContinuationRequest& r = requests[order[begin + static_cast<size_t>(i)]];
+    targets.insert(targets.end(), r.continuation.begin(), r.continuation.end());
+  }
+  const torch::Tensor all_targets = torch::tensor(targets, torch::kInt64).to(device);
+  std::vector<torch::Tensor> values;
+  values.reserve(static_cast<size_t>(2 * b));
+  int64_t offset = 0;
   for (int64_t i = 0; i < b; ++i) {
     const ContinuationRequest& r = requests[order[begin + static_cast<size_t>(i)]];
     const int64_t len = static_cast<int64_t>(inputs[i].size());
     const int64_t n = static_cast<int64_t>(r.continuation.size());
     torch::Tensor rows =
         torch::log_softmax(logits[i].slice(0, len - n, len).to(torch::kFloat32), -1);  // (n, V)
-    torch::Tensor target = torch::tensor(r.continuation, torch::kInt64).to(device);
+    const torch::Tensor target = all_targets.slice(0, offset, offset + n);
+    offset += n;
+    values.push_back(rows.gather(1, target.unsqueeze(1)).sum());
+    values.push_back(rows.argmax(1).eq(target).all());
+  }
+  const std::vector<double> host = model::ReadToHost(values);
+  for (int64_t i = 0; i < b; ++i) {
     ContinuationScore s;
-    s.logprob = rows.gather(1, target.unsqueeze(1)).sum().item<double>();
-    s.greedy = rows.argmax(1).eq(target).all().item<bool>();
+    s.logprob = host[static_cast<size_t>(2 * i)];
+    s.greedy = host[static_cast<size_t>(2 * i + 1)] != 0;
     (*out)[order[begin + static_cast<size_t>(i)]] = s;
   }
   return absl::OkStatus();

@@ -39,6 +39,8 @@ struct ZeroShotOptions {
   // BOS-prefixed documents may score better with it, which is why it is a switch and why every
   // task result records which was used.
   bool prepend_bos = false;
+  // Forward passes under bf16 autocast (the run's precision); log-probabilities in fp32.
+  bool mixed_precision = false;
 };
 
 // Scores every request; result i belongs to request i. Inputs longer than max_len are cut from

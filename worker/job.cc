@@ -125,8 +125,10 @@ class Session {
   // The trainer's file last written into the shared store and its sha256 (the upload thread's).
   std::pair<std::string, std::string> shared_written_;
   bool shared_unseen_ = false;  // cartd did not find a blob written there (the upload thread's)
-  // For "mfu" (Train sets them from the run's config and the device; 0: none logged).
+  // For "mfu" and "mfu_6n" (Train sets them from the run's config and the device; 0: none
+  // logged): training FLOPs per token by model::CountFlops and by the paper's 6N.
   double train_flops_per_token_ = 0;
+  double six_n_flops_per_token_ = 0;
   double peak_tflops_ = 0;
 };
 
@@ -137,6 +139,8 @@ void Session::OnMetrics(const train::MetricRecord& r) {
   if (auto tps = r.values.find("tokens_per_s"); tps != r.values.end() && peak_tflops_ > 0) {
     const double mfu = model::Mfu(train_flops_per_token_, tps->second, peak_tflops_);
     if (mfu > 0) points.push_back({r.step, "mfu", mfu, now});
+    const double mfu_6n = model::Mfu(six_n_flops_per_token_, tps->second, peak_tflops_);
+    if (mfu_6n > 0) points.push_back({r.step, "mfu_6n", mfu_6n, now});
   }
   if (r.values.count("loss") && env_.sample_system) {
     for (const auto& [name, value] : env_.sample_system()) {
@@ -290,6 +294,7 @@ JobEnd Session::Train() {
   absl::StatusOr<std::string> dir = PrepareRunDir();
   if (!dir.ok()) return fail(dir.status());
   train_flops_per_token_ = model::CountFlops(config.model, config.train.seq_len).train_per_token;
+  six_n_flops_per_token_ = model::SixNFlopsPerToken(config.model);
   peak_tflops_ = env_.peak_tflops;
   if (peak_tflops_ <= 0 && env_.torch_device != "cpu") {
     if (std::optional<model::CardPeak> card = model::PeakOf(env_.device_name)) {
@@ -481,6 +486,7 @@ JobEnd Session::Evaluate() {
       return absl::OkStatus();
     };
   }
+  options.on_log = [this](const std::string& s) { channel_.PostLog(s); };
   // One record per loop count (step = R_infer, so the run's series is the variable-R curve), in
   // ascending order: the outbox acknowledges by step.
   absl::Status evaluated =

@@ -1477,6 +1477,7 @@ Response Dashboard::ListWorkers() {
                 {"run_id", w.run_id},
                 {"run_name", w.run_name},
                 {"run_mfu", w.run_mfu ? Num(*w.run_mfu) : json(nullptr)},
+                {"run_mfu_6n", w.run_mfu_6n ? Num(*w.run_mfu_6n) : json(nullptr)},
                 {"speed", Num(w.speed)},
                 {"speed_source", w.speed_source},
                 {"idle_while_queued", w.idle_while_queued},

@@ -307,7 +307,8 @@ absl::StatusOr<std::string> RenderPrometheus(Scheduler& scheduler,
   CART_ASSIGN_OR_RETURN(
       store::RunPage running,
       NewestRuns(scheduler, RunState::kRunning,
-                 {"loss", "rho_max", "tokens_per_s", "mfu", "leak_suspected", "loss_nonfinite"}));
+                 {"loss", "rho_max", "tokens_per_s", "mfu", "mfu_6n", "leak_suspected",
+                  "loss_nonfinite"}));
   auto& loss = BuildGauge()
                    .Name("cart_run_loss")
                    .Help("Latest training loss of a running run")
@@ -325,9 +326,17 @@ absl::StatusOr<std::string> RenderPrometheus(Scheduler& scheduler,
   auto& mfu = BuildGauge()
                   .Name("cart_run_mfu")
                   .Help(
-                      "Latest model FLOPs utilisation of a running run (model FLOPs per token "
-                      "x tokens/s / the device's peak)")
+                      "Latest model FLOPs utilisation of a running run: model FLOPs per token "
+                      "(matmuls and attention products, attention in full T x T) x tokens/s / "
+                      "the device's peak")
                   .Register(registry);
+  auto& mfu_6n = BuildGauge()
+                     .Name("cart_run_mfu_6n")
+                     .Help(
+                         "Latest model FLOPs utilisation of a running run by the CART paper's "
+                         "count: 6 x effective parameters per token x tokens/s / the device's "
+                         "peak")
+                     .Register(registry);
   for (const store::RunRow& row : running.rows) {
     const prometheus::Labels labels = {{"run", StrCat(row.run.sweep_name, "/", row.run.name)},
                                        {"sweep", row.run.sweep_name}};
@@ -339,6 +348,9 @@ absl::StatusOr<std::string> RenderPrometheus(Scheduler& scheduler,
       speed.Add(labels).Set(it->second);
     }
     if (auto it = row.latest.find("mfu"); it != row.latest.end()) mfu.Add(labels).Set(it->second);
+    if (auto it = row.latest.find("mfu_6n"); it != row.latest.end()) {
+      mfu_6n.Add(labels).Set(it->second);
+    }
   }
   CART_RETURN_IF_ERROR(RenderTrouble(registry, scheduler, running));
   // Expected finishes from the placement plan (Scheduler::ExpectedFinish), as Unix times.

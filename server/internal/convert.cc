@@ -214,6 +214,7 @@ v1::WorkerView ToWorkerView(const WorkerStatus& worker) {
   if (!worker.device.empty()) *view.mutable_latest() = ToProto(worker.device.back());
   view.set_idle_while_queued_hours(worker.idle_while_queued_s / 3600);
   view.set_run_mfu(worker.run_mfu.value_or(0.0));
+  view.set_run_mfu_6n(worker.run_mfu_6n.value_or(0.0));
   view.set_uuid(worker.info.uuid);
   view.set_free_disk_mib(worker.info.free_disk_bytes / kMiB);
   view.set_disk_floor_mib(worker.info.disk_floor_bytes / kMiB);

@@ -86,6 +86,8 @@ TEST(EvalCliTest, TrainedModelAnswersZeroShotTasksInTheirRealFormats) {
                                " --task arc_easy:arc=" + dir.File("ARC-Easy-Test.jsonl") +
                                " --task lambada=" + dir.File("lambada_test.jsonl"));
   ASSERT_EQ(eval.exit_code, 0) << eval.output;
+  // Like a training run, an evaluation first says where and in which precision it runs.
+  EXPECT_THAT(eval.output, HasSubstr("cart: device: cpu, fp32"));
   const nlohmann::json rows = nlohmann::json::parse(eval.output.substr(eval.output.find('[')));
   std::map<std::string, nlohmann::json> by_task;
   for (const auto& row : rows) by_task[row["task"].get<std::string>()] = row;

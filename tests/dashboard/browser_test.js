@@ -104,6 +104,15 @@ const {Cluster, args, waitFor, tinySweep} = require('./lib');
       return /%$/.test(t) ? t : null;
     }, 60000);
     check(/^\d+\.\d %$/.test(mfu), `and the MFU of its run ("${mfu}")`);
+    // Beside it, the same run's MFU by the paper's count (6 x effective parameters), labelled.
+    const mfu6n = (await page.locator('#workers-table tbody tr[data-worker="testbox-0"] td.mfu-6n')
+                       .textContent())
+                      .trim();
+    check(/^\d+\.\d %$/.test(mfu6n) && mfu6n !== mfu, `and its 6N MFU ("${mfu6n}")`);
+    const heads = await page.locator('#workers-table thead th').allTextContents();
+    check(
+        heads.some((t) => t.includes('MFU 6N')) && heads.some((t) => t.includes('MFU full attn')),
+        `each MFU column names its count (${JSON.stringify(heads)})`);
     await shot('workers');
 
     // The run page's loss chart gains points while we watch.
@@ -348,7 +357,8 @@ const {Cluster, args, waitFor, tinySweep} = require('./lib');
     const claimRows = await page.locator('#study-claims tbody tr').count();
     check(
         study.claims.length >= 16 && claimRows === study.claims.length,
-        `the study view lists every claim (${claimRows} rows, ${study.claims.length} from the API)`);
+        `the study view lists every claim (${claimRows} rows, ${
+            study.claims.length} from the API)`);
     let verdictsMatch = true;
     for (const cl of study.claims) {
       const shown = await page.locator(`#study-claim-${cl.id} td:nth-child(2)`).textContent();
@@ -372,7 +382,8 @@ const {Cluster, args, waitFor, tinySweep} = require('./lib');
       refused = e.message;
     }
     check(
-        refused.includes('HTTP 400') && refused.includes("'power': '2' is not a number in (0, 1)"),
+        refused.includes('HTTP 400') &&
+            refused.includes('\'power\': \'2\' is not a number in (0, 1)'),
         `a power outside (0, 1) is refused naming it (${refused})`);
     await shot('study');
     const same = await c.api(`compare?a=${ra.id}&b=${ra.id}`);

@@ -162,8 +162,12 @@ TEST(ServiceTest, PreemptedRunStopsAtACheckpointAndResumesWithIdenticalLosses) {
   EXPECT_THAT(c.Cart({"runs", "logs", StrCat(low)}), HasSubstr("attempt 2  resuming from step"));
   // The CPU worker measured its fp32 matmul peak at start; each run logs its MFU against it.
   EXPECT_THAT(c.Log("worker-a.log"), HasSubstr("CPU fp32 matmul peak"));
+  // By both counts (docs/gpu.md "Two MFUs"), the table saying what each counts.
   EXPECT_THAT(c.Cart({"runs", "show", StrCat(low)}), HasSubstr(" mfu="));
-  EXPECT_THAT(c.Cart({"sweep", "show", "low"}), HasSubstr("mfu"));
+  EXPECT_THAT(c.Cart({"runs", "show", StrCat(low)}), HasSubstr(" mfu_6n="));
+  const std::string sweep_table = c.Cart({"sweep", "show", "low"});
+  EXPECT_THAT(sweep_table, HasSubstr("mfu 6N"));
+  EXPECT_THAT(sweep_table, HasSubstr("mfu 6N: 6 x effective parameters per token"));
   const std::map<int64_t, double> want =
       StraightLosses(resp.run().config_yaml(), c.dir() + "/straight");
   std::map<int64_t, double> got = c.Series(low, "loss");

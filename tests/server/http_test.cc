@@ -1412,7 +1412,7 @@ TEST_F(HttpTest, EveryAlertRuleAndGrafanaPanelNamesASeriesCartdExports) {
   auto stream = worker->Open(job->run_id(), job->attempt());
   v1::WorkerReport report;
   for (const char* name :
-       {"loss_nonfinite", "leak_suspected", "loss", "rho_max", "tokens_per_s", "mfu"}) {
+       {"loss_nonfinite", "leak_suspected", "loss", "rho_max", "tokens_per_s", "mfu", "mfu_6n"}) {
     v1::MetricPoint* point = report.mutable_metrics()->add_points();
     point->set_step(3);
     point->set_name(name);
@@ -1426,6 +1426,12 @@ TEST_F(HttpTest, EveryAlertRuleAndGrafanaPanelNamesASeriesCartdExports) {
   std::string m = Get("/metrics", kWorker).body;
   EXPECT_THAT(m, HasSubstr(R"(cart_run_loss_nonfinite{run="trouble/0",run_id=")"));
   const std::string while_running = m;
+  // MFU by both conventions, each saying what it counts.
+  EXPECT_THAT(m, HasSubstr(R"(cart_run_mfu{run="trouble/0")"));
+  EXPECT_THAT(m, HasSubstr(R"(cart_run_mfu_6n{run="trouble/0")"));
+  EXPECT_THAT(m, HasSubstr("# HELP cart_run_mfu_6n Latest model FLOPs utilisation of a running run "
+                           "by the CART paper's count: 6 x effective parameters"));
+  EXPECT_THAT(m, HasSubstr("attention in full T x T"));
   ASSERT_TRUE(stream->Finish(v1::JobResult::OUTCOME_FAILED).ok());
   ASSERT_EQ(GetRun(job->run_id()).state(), v1::RUN_STATE_FAILED);
   m = Get("/metrics", kWorker).body;

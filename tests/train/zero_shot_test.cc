@@ -3,7 +3,9 @@
 
 #include "train/zero_shot.h"
 
+#include <algorithm>
 #include <cmath>
+#include <iostream>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -68,6 +70,30 @@ TEST(ScoreContinuationsTest, EqualsTheDirectLogLikelihoodWhateverTheBatch) {
     EXPECT_EQ((*a)[i].greedy, (*b)[i].greedy);
     EXPECT_LT(direct, 0);
   }
+}
+
+// Under the run's precision (bf16 autocast; LibTorch has it on the CPU too) the scores stay within
+// the stated tolerance of fp32: 0.05 nats per request at this size (measured: the message below).
+TEST(ScoreContinuationsTest, UnderBf16AutocastTheScoresStayNearFp32) {
+  auto m = TinyModel();
+  std::vector<ContinuationRequest> requests = {
+      {{1, 2, 3, 4, 5}, {6, 7}}, {{9}, {10, 11, 12}}, {{3, 3, 3, 3}, {39}}, {{20, 21}, {22}}};
+  ZeroShotOptions fp32;
+  ZeroShotOptions bf16;
+  bf16.mixed_precision = true;
+  auto a = ScoreContinuations(*m, requests, fp32);
+  auto b = ScoreContinuations(*m, requests, bf16);
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(b.ok()) << b.status();
+  double worst = 0, differ = 0;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const double gap = std::abs((*a)[i].logprob - (*b)[i].logprob);
+    worst = std::max(worst, gap);
+    differ += gap;
+    EXPECT_NEAR((*b)[i].logprob, (*a)[i].logprob, 0.05) << "request " << i;
+  }
+  EXPECT_GT(differ, 0) << "bf16 ran: the scores are not fp32's to the bit";
+  std::cout << "bf16 autocast vs fp32 zero-shot log-probability: at most " << worst << " nats\n";
 }
 
 TEST(ScoreContinuationsTest, GreedyIsTrueExactlyWhenEveryTokenIsTheArgmax) {

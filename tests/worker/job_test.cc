@@ -117,8 +117,9 @@ TEST_F(JobTest, AReportCartdRefusesEndsTheAttemptWithCartdsReason) {
   EXPECT_TRUE(recorded) << "no RUNNING -> QUEUED event carries cartd's refusal";
 }
 
-// With the device's peak known, every logged tokens_per_s comes with its MFU: the model's
-// training FLOPs per token times the tokens per second, over the peak.
+// With the device's peak known, every logged tokens_per_s comes with its MFU by each convention:
+// the model's training FLOPs per token (model::CountFlops) or the paper's 6 x effective
+// parameters, times the tokens per second, over the peak.
 TEST_F(JobTest, TrainingLogsMfuAgainstTheDevicesPeak) {
   std::string sweep = LongSweep("mfu");
   sweep.replace(sweep.find("steps: 100000"), 13, "steps: 6");
@@ -138,6 +139,12 @@ TEST_F(JobTest, TrainingLogsMfuAgainstTheDevicesPeak) {
   const double flops = model::CountFlops(config->model, config->train.seq_len).train_per_token;
   EXPECT_DOUBLE_EQ(run.latest().at("mfu"), model::Mfu(flops, run.latest().at("tokens_per_s"), 0.5));
   EXPECT_GT(run.latest().at("mfu"), 0);
+  ASSERT_EQ(run.latest().count("mfu_6n"), 1u) << "no mfu_6n logged";
+  const double six_n = 6.0 * static_cast<double>(model::CountParams(config->model).effective);
+  EXPECT_DOUBLE_EQ(run.latest().at("mfu_6n"),
+                   model::Mfu(six_n, run.latest().at("tokens_per_s"), 0.5));
+  // The two conventions differ by the attention products, which 6N leaves out.
+  EXPECT_NE(run.latest().at("mfu_6n"), run.latest().at("mfu"));
   // A CPU worker divides by its measured fp32 matmul rate.
   EXPECT_GT(train::MeasureCpuMatmulTflops(0.05), 0);
 }

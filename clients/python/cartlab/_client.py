@@ -23,7 +23,7 @@ STATES = ("QUEUED", "BLOCKED", "LEASED", "RUNNING", "SUCCEEDED", "FAILED", "CANC
 _PAGE = 1000
 # The metrics whose latest values cartd's run list carries (Scheduler::ListRuns); the others come
 # with history() and table().
-LIST_METRICS = ("loss", "rho_max", "tokens_per_s", "mfu")
+LIST_METRICS = ("loss", "rho_max", "tokens_per_s", "mfu", "mfu_6n")
 
 
 _STATE_NAMES = {v: k.removeprefix("RUN_STATE_") for k, v in common_pb2.RunState.items()}
@@ -132,7 +132,7 @@ class Client:
              where: Optional[Mapping[str, Any]] = None) -> pd.DataFrame:
         """One row per run, by id: its ids and state, attempts, worker, steps, when it was made and
         last changed, when it should finish; then one column per config key (numbers as numbers),
-        then `latest.<metric>` for loss, rho_max, tokens_per_s and mfu (LIST_METRICS: what
+        then `latest.<metric>` for loss, rho_max, tokens_per_s, mfu and mfu_6n (LIST_METRICS: what
         cartd's run list carries; a finished run's is its final value; other metrics come with
         history() and table()). `tags` holds each run's tags (a list, by name), `note` its note.
 

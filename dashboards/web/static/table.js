@@ -1,11 +1,12 @@
 // Tables and the selects that drive them.
 import {h} from './dom.js';
 
-// A table with one header row (`heads`, plain text) and the given body rows.
+// A table with one header row (`heads`: plain text, or {text, title} for a header that explains
+// itself on hover) and the given body rows.
 export function table(heads, rows, attrs) {
-  return h(
-      'table', attrs || {}, h('thead', {}, h('tr', {}, heads.map((t) => h('th', {text: t})))),
-      h('tbody', {}, rows));
+  const th = (t) =>
+      typeof t === 'string' ? h('th', {text: t}) : h('th', {text: t.text, title: t.title});
+  return h('table', attrs || {}, h('thead', {}, h('tr', {}, heads.map(th))), h('tbody', {}, rows));
 }
 
 // A body row of one cell across the table, for "nothing here yet".

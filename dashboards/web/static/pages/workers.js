@@ -15,7 +15,18 @@ const heads = [
   'temperature',
   'power',
   'current run',
-  'MFU',
+  // Two counts of the same run's MFU (docs/gpu.md "Two MFUs"), each named.
+  {
+    text: 'MFU full attn',
+    title:
+        'model FLOPs per token (matrix and attention products, attention counted in full T x T) ' +
+        'x tokens/s / the device peak',
+  },
+  {
+    text: 'MFU 6N',
+    title:
+        '6 x effective parameters per token (the CART paper\'s count) x tokens/s / the device peak'
+  },
   'idle while queued',
   'last heartbeat',
   'host',
@@ -36,7 +47,7 @@ function workerRow(w) {
   const d = w.device || {utilization: [], memory_used_bytes: [], temperature_c: [], power_w: []};
   const last = w.latest;
   const total = last ? last.memory_total_bytes : w.memory_bytes;
-  const chip = w.state === 'busy'                               ? 'RUNNING' :
+  const chip = w.state === 'busy'                   ? 'RUNNING' :
       w.state === 'lost' || w.state === 'disk_full' ? 'FAILED' :
                                                       '';
   // A full disk says how full, and why the worker takes nothing.
@@ -55,10 +66,11 @@ function workerRow(w) {
   const has = (key) => last && last[key] !== null;  // a reading some devices lack
   const run =
       w.run_id ? h('a', {href: '#/run/' + w.run_id, text: w.run_name || 'run ' + w.run_id}) : '-';
-  const mfu = w.run_mfu !== null && w.run_mfu !== undefined;
+  const percent = (v) => v !== null && v !== undefined ? (100 * v).toFixed(1) + ' %' : '-';
   return h(
       'tr', {'data-worker': w.id}, h('td', {text: w.id}),
-      h('td', {}, h('span', {class: 'state ' + chip, text: w.state.replace('_', ' '), title: stateTitle}),
+      h('td', {},
+        h('span', {class: 'state ' + chip, text: w.state.replace('_', ' '), title: stateTitle}),
         idle),
       h('td', {text: `${w.device_kind} ${w.device_name}`}),
       deviceCell(
@@ -71,8 +83,8 @@ function workerRow(w) {
           has('temperature_c') ? `${Math.round(last.temperature_c)} °C` : '-', 'temp'),
       deviceCell(
           d.power_w, 0, maxPower, has('power_w') ? `${Math.round(last.power_w)} W` : '-', 'power'),
-      h('td', {}, run),
-      h('td', {class: 'num mfu', text: mfu ? (100 * w.run_mfu).toFixed(1) + ' %' : '-'}),
+      h('td', {}, run), h('td', {class: 'num mfu', text: percent(w.run_mfu)}),
+      h('td', {class: 'num mfu-6n', text: percent(w.run_mfu_6n)}),
       h('td', {class: 'num', text: w.idle_while_queued_hours.toFixed(2) + ' h'}),
       h('td', {text: fmtTime(w.last_seen_us)}), h('td', {text: w.hostname}));
 }

@@ -1,0 +1,134 @@
+#include "train/step_profile.h"
+
+#include <ATen/record_function.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <string_view>
+#include <vector>
+
+#include "model/layers.h"
+
+namespace cart::train {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// What the callbacks add up; one profiler at a time.
+std::mutex g_mu;
+StepBreakdown g_totals;
+bool g_active = false;
+
+// One open op of this thread: when it began, its callees' wall time, and the kind a scope around
+// it (or the op itself, being one) charges it to. `generation`: the profiler it began under (an
+// op open when one profiler ended is dropped by the next).
+struct Open {
+  Clock::time_point start;
+  double callees = 0;
+  std::optional<WorkKind> scope_kind;
+  uint64_t generation = 0;
+};
+thread_local std::vector<Open> t_stack;
+std::atomic<uint64_t> g_generation{0};
+
+bool Contains(std::string_view s, std::string_view part) { return s.find(part) != s.npos; }
+
+// An autograd node running the backward of an attention op (LibTorch names them
+// "autograd::engine::evaluate_function: <Node>").
+bool IsAttentionBackward(std::string_view name) {
+  if (!Contains(name, "evaluate_function: ")) return false;
+  for (std::string_view node :
+       {"ScaledDotProduct", "Softmax", "Bmm", "MaskedFill", "Flash", "EfficientAttention"}) {
+    if (Contains(name, node)) return true;
+  }
+  return false;
+}
+
+std::unique_ptr<at::ObserverContext> Enter(const at::RecordFunction& fn) {
+  const uint64_t generation = g_generation.load();
+  while (!t_stack.empty() && t_stack.back().generation != generation) t_stack.pop_back();
+  const char* name = fn.name();
+  std::optional<WorkKind> kind;
+  if (!t_stack.empty()) kind = t_stack.back().scope_kind;
+  if (std::strcmp(name, kOptimizerScope) == 0) {
+    kind = WorkKind::kOptimizer;
+  } else if (kind != WorkKind::kOptimizer &&
+             (std::strcmp(name, model::kAttentionScope) == 0 || IsAttentionBackward(name))) {
+    kind = WorkKind::kAttention;
+  }
+  t_stack.push_back({Clock::now(), 0, kind, generation});
+  return nullptr;
+}
+
+void Leave(const at::RecordFunction& fn, at::ObserverContext*) {
+  if (t_stack.empty() || t_stack.back().generation != g_generation.load()) return;
+  const Open open = t_stack.back();
+  t_stack.pop_back();
+  const double wall = std::chrono::duration<double>(Clock::now() - open.start).count();
+  if (!t_stack.empty()) t_stack.back().callees += wall;
+  const WorkKind kind = open.scope_kind.value_or(KindOfOp(fn.name()));
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (!g_active) return;
+  g_totals.seconds[kind] += wall - open.callees;
+  ++g_totals.ops;
+}
+
+}  // namespace
+
+const char* WorkKindName(WorkKind kind) {
+  switch (kind) {
+    case WorkKind::kMatmul:
+      return "matmul";
+    case WorkKind::kAttention:
+      return "attention";
+    case WorkKind::kElementwise:
+      return "elementwise";
+    case WorkKind::kOptimizer:
+      return "optimizer";
+  }
+  return "?";
+}
+
+double StepBreakdown::total_seconds() const {
+  double sum = 0;
+  for (const auto& [kind, s] : seconds) sum += s;
+  return sum;
+}
+
+WorkKind KindOfOp(const std::string& op) {
+  for (const char* mm : {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul",
+                         "aten::linear", "aten::addmv", "aten::mv"}) {
+    if (op == mm) return WorkKind::kMatmul;
+  }
+  return WorkKind::kElementwise;
+}
+
+StepProfiler::StepProfiler() {
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    if (g_active) throw std::logic_error("StepProfiler: one at a time");
+    g_active = true;
+    g_totals = {};
+  }
+  ++g_generation;
+  handle_ = at::addGlobalCallback(at::RecordFunctionCallback(&Enter, &Leave));
+}
+
+StepProfiler::~StepProfiler() {
+  at::removeCallback(handle_);
+  std::lock_guard<std::mutex> lock(g_mu);
+  g_active = false;
+}
+
+StepBreakdown StepProfiler::Take() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  StepBreakdown out = g_totals;
+  g_totals = {};
+  return out;
+}
+
+}  // namespace cart::train

@@ -1,0 +1,63 @@
+#pragma once
+
+// Where a training step's time goes on the CPU, by kind of work: matrix products, attention,
+// elementwise work (norms, activations, the loss, copies, everything else the step runs as a
+// LibTorch op) and the optimizer (AdamW and the gradient clipping). `cart model bench
+// --breakdown` prints it (docs/gpu.md "Where a step's time goes").
+//
+// It times every LibTorch op the process runs while a StepProfiler lives, through LibTorch's
+// RecordFunction callbacks, and charges each op's own time (its wall time less that of the ops it
+// called) to a kind:
+//  - optimizer: anything run inside the trainer's "cart::optimizer" scope;
+//  - attention: anything inside the model's "cart::attention" scope (the forward pass), or inside
+//    the backward of an attention op (autograd's nodes for scaled_dot_product_attention, softmax,
+//    batched matmul and masked fill: in LibTorch 1.13's written-out attention those are attention's
+//    alone in this model);
+//  - matmul: the matrix-product kernels (mm, addmm, bmm, matmul, linear) elsewhere;
+//  - elementwise: every other op.
+// The step's wall time less the ops' total is the time outside any op (the framework's dispatch
+// between ops, the data loader, the host read at the end of the step).
+//
+// On the CPU an op's wall time is its computation. On a GPU it is the time to launch its kernels,
+// not to run them; the breakdown refuses a CUDA device for that reason (the kernels' own times
+// need LibTorch's Kineto profiler, which this does not use).
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+namespace cart::train {
+
+// The trainer runs the clipping and the AdamW step in this scope; attention runs in
+// model::kAttentionScope.
+inline constexpr char kOptimizerScope[] = "cart::optimizer";
+
+enum class WorkKind { kMatmul, kAttention, kElementwise, kOptimizer };
+const char* WorkKindName(WorkKind kind);  // "matmul" | "attention" | "elementwise" | "optimizer"
+
+struct StepBreakdown {
+  std::map<WorkKind, double> seconds;  // own time of the ops of each kind
+  int64_t ops = 0;                     // ops timed
+  double total_seconds() const;
+};
+
+// Times the ops of every thread while it lives (one at a time in a process). Take() returns what
+// was timed since construction or the last Take(), and starts afresh.
+class StepProfiler {
+ public:
+  StepProfiler();
+  ~StepProfiler();
+  StepProfiler(const StepProfiler&) = delete;
+  StepProfiler& operator=(const StepProfiler&) = delete;
+
+  StepBreakdown Take();
+
+ private:
+  uint64_t handle_ = 0;
+};
+
+// The kind an op named `op` is charged to when nothing around it says otherwise (exposed for
+// tests).
+WorkKind KindOfOp(const std::string& op);
+
+}  // namespace cart::train
