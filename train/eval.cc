@@ -129,10 +129,10 @@ absl::Status EvaluateCheckpoint(const model::RunConfig& config,
     compute.mixed_precision = UsesMixedPrecision(config.train.dtype, device);
     // Every evaluation says where it runs, as every training run does.
     if (options.on_log) {
-      options.on_log(StrCat("device: ", DeviceLine(device, compute.mixed_precision, options.device,
-                                                   device.is_cuda() || options.device == "cpu"
-                                                       ? 0
-                                                       : UsableGpuCount())));
+      options.on_log(
+          StrCat("device: ",
+                 DeviceLine(device, compute.mixed_precision, options.device,
+                            device.is_cuda() || options.device == "cpu" ? 0 : UsableGpuCount())));
     }
     for (int r : loops) {
       if (options.stop != nullptr && options.stop->load()) break;

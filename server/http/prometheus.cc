@@ -304,11 +304,10 @@ absl::StatusOr<std::string> RenderPrometheus(Scheduler& scheduler,
   }
 
   // The latest values of the running runs, most recently updated first.
-  CART_ASSIGN_OR_RETURN(
-      store::RunPage running,
-      NewestRuns(scheduler, RunState::kRunning,
-                 {"loss", "rho_max", "tokens_per_s", "mfu", "mfu_6n", "leak_suspected",
-                  "loss_nonfinite"}));
+  CART_ASSIGN_OR_RETURN(store::RunPage running,
+                        NewestRuns(scheduler, RunState::kRunning,
+                                   {"loss", "rho_max", "tokens_per_s", "mfu", "mfu_6n",
+                                    "leak_suspected", "loss_nonfinite"}));
   auto& loss = BuildGauge()
                    .Name("cart_run_loss")
                    .Help("Latest training loss of a running run")
