@@ -93,7 +93,8 @@ int64_t EstimateTrainingBytes(const ModelConfig& m, int64_t seq_len, int64_t mic
   return total >= 9.2e18 ? std::numeric_limits<int64_t>::max() : static_cast<int64_t>(total);
 }
 
-std::optional<MicroBatchFit> FitMicroBatch(const RunConfig& c, int64_t memory_bytes) {
+std::optional<MicroBatchFit> FitMicroBatch(const RunConfig& c, int64_t memory_bytes,
+                                           int64_t largest) {
   const bool bf16 = c.train.dtype != DType::kFloat32;
   const int64_t global = c.train.batch * c.train.accum;
   auto bytes = [&](int64_t b) { return EstimateTrainingBytes(c.model, c.train.seq_len, b, bf16); };
@@ -102,7 +103,7 @@ std::optional<MicroBatchFit> FitMicroBatch(const RunConfig& c, int64_t memory_by
   // divisor of the global batch not above it (counting down one by one took seconds for a huge
   // batch on a small device).
   int64_t fits = 1;
-  int64_t too_big = std::min(c.train.batch, global) + 1;
+  int64_t too_big = std::min(largest > 0 ? largest : c.train.batch, global) + 1;
   while (too_big - fits > 1) {
     const int64_t mid = fits + (too_big - fits) / 2;
     (bytes(mid) <= memory_bytes ? fits : too_big) = mid;

@@ -53,15 +53,19 @@ int64_t EstimateTrainingBytes(const ModelConfig& m, int64_t seq_len, int64_t mic
 
 // Training on a device with less memory than a run's estimate: lower the micro-batch and raise
 // gradient accumulation so that the global batch (batch × accum) and so the optimisation stay the
-// same. The fit is the largest micro-batch that divides the global batch, is no larger than the
-// configured one, and whose EstimateTrainingBytes fits `memory_bytes`; nullopt when not even a
-// micro-batch of 1 fits. The configured micro-batch is returned as is when it fits.
+// same. The fit is the largest micro-batch that divides the global batch, is no larger than
+// `largest` (0: the configured one), and whose EstimateTrainingBytes fits `memory_bytes`; nullopt
+// when not even a micro-batch of 1 fits. The configured micro-batch is returned as is when it fits
+// and `largest` is 0. With `largest` up to the global batch the fit also raises the micro-batch
+// (less accumulation) where the memory allows: what cartd does on a GPU, where a larger
+// micro-batch means fewer, larger kernels.
 struct MicroBatchFit {
   int64_t batch = 0;  // sequences per micro-batch
   int64_t accum = 0;  // micro-batches per optimizer step
   int64_t bytes = 0;  // EstimateTrainingBytes at that micro-batch
 };
-std::optional<MicroBatchFit> FitMicroBatch(const RunConfig& c, int64_t memory_bytes);
+std::optional<MicroBatchFit> FitMicroBatch(const RunConfig& c, int64_t memory_bytes,
+                                           int64_t largest = 0);
 // The largest divisor of `n` (>= 1) that is at most `limit`; 1 when none above 1 is.
 int64_t LargestDivisorAtMost(int64_t n, int64_t limit);
 // The estimate at a micro-batch of 1: the least memory the run can train in.

@@ -63,10 +63,11 @@ Extension PlanExtension(const RunConfig& config, int64_t total_steps) {
 }
 
 MicroBatchFit MicroBatchOnDevice(const RunConfig& config, int64_t memory_bytes, int64_t cap,
-                                 bool* capped) {
+                                 bool* capped, bool raise) {
   const int64_t global = config.train.batch * config.train.accum;
   int64_t micro = config.train.batch;
-  if (const std::optional<MicroBatchFit> fit = FitMicroBatch(config, memory_bytes)) {
+  if (const std::optional<MicroBatchFit> fit =
+          FitMicroBatch(config, memory_bytes, raise ? global : 0)) {
     micro = fit->batch;
   }
   const bool lowered = cap > 0 && micro > cap;

@@ -228,6 +228,9 @@ const std::vector<Key>& Keys() {
            "stop a run at a checkpoint for waiting work that outranks it"),
       Duration("preempt_interval", &C::preempt_interval, absl::Minutes(1), 1, 1'000'000,
                "minutes; a run is preempted at most once per this"),
+      Bool("raise_micro_batch", &C::raise_micro_batch,
+           "on a GPU with room, train a run with accumulation at a larger micro-batch, the "
+           "global batch kept"),
       {"http_listen", "the dashboard, JSON API and /metrics, host:port or 'off'",
        [](const Value& v, C& c) -> absl::Status {
          CART_ASSIGN_OR_RETURN(std::string text, v.Scalar());

@@ -612,20 +612,22 @@ absl::StatusOr<std::map<std::string, double>> Scheduler::Usage(int64_t now_us) {
   return usage;
 }
 
-void Scheduler::FitToDevice(Job& job, const std::string& worker_id, int64_t memory_bytes) {
+void Scheduler::FitToDevice(Job& job, const std::string& worker_id, int64_t memory_bytes,
+                            bool raise) {
   const std::string source = StrCat("run ", job.run.id, " config");
   absl::StatusOr<model::RunConfig> config = model::ParseRunConfigYaml(job.run.config_yaml, source);
   if (!config.ok()) return;  // stored configs parse; if not, the worker reports the error
   bool capped = false;
   const model::MicroBatchFit fit =
-      model::MicroBatchOnDevice(*config, memory_bytes, job.run.micro_batch_cap, &capped);
+      model::MicroBatchOnDevice(*config, memory_bytes, job.run.micro_batch_cap, &capped, raise);
   if (fit.batch == config->train.batch) return;
+  const bool raised = fit.batch > config->train.batch;
   const std::string note = StrCat(
       "cartd: micro-batch ", config->train.batch, " -> ", fit.batch, ", gradient accumulation ",
       config->train.accum, " -> ", fit.accum, " (global batch ", fit.batch * fit.accum, " kept) ",
       capped ? StrCat("as the run ran out of memory at a larger one (cap ", job.run.micro_batch_cap,
                       "), on worker '", worker_id, "'")
-             : StrCat("to fit worker '", worker_id, "'"),
+             : StrCat(raised ? "to use the memory of worker '" : "to fit worker '", worker_id, "'"),
       " (", FormatGiB(memory_bytes), " usable after its reserve; estimate ",
       FormatGiB(job.run.memory_estimate_bytes), " -> ", FormatGiB(fit.bytes), ")");
   config->train.batch = fit.batch;
@@ -644,6 +646,7 @@ absl::StatusOr<std::optional<Job>> Scheduler::Acquire(const std::string& worker_
       absl::Now() + std::clamp(wait, absl::ZeroDuration(), options_.max_acquire_wait);
   while (true) {
     int64_t memory = 0;
+    bool gpu = false;  // its spare memory raises a run's micro-batch (FitToDevice)
     int64_t generation = 0;
     {
       absl::MutexLock lock(&mu_);
@@ -660,6 +663,7 @@ absl::StatusOr<std::optional<Job>> Scheduler::Acquire(const std::string& worker_
         return draining;
       }
       memory = worker->info.memory_bytes;
+      gpu = options_.raise_micro_batch && worker->info.device_kind == "cuda";
       generation = generation_;
       worker->last_seen_us = NowMicros();
       // A worker asking for a job holds none: whatever it ran has ended (or was cancelled
@@ -693,8 +697,9 @@ absl::StatusOr<std::optional<Job>> Scheduler::Acquire(const std::string& worker_
       job.init_from = std::move(c.parent_checkpoint);
       job.data = std::move(c.data);
       job.run = std::move(c.run);
-      if (job.run.memory_estimate_bytes > memory || job.run.micro_batch_cap > 0) {
-        FitToDevice(job, worker_id, memory);
+      if (job.run.memory_estimate_bytes > memory || job.run.micro_batch_cap > 0 ||
+          (gpu && job.kind == JobKind::kTrain)) {
+        FitToDevice(job, worker_id, memory, gpu && job.kind == JobKind::kTrain);
       }
       NoteClaim(job, worker_id);
       // Workers that waited planned with this one free: they plan again.
@@ -1083,10 +1088,12 @@ absl::StatusOr<RunRecord> Scheduler::ReportOutcome(int64_t run_id, int64_t attem
       break;
     case AttemptOutcome::kOutOfMemory: {
       int64_t memory = 0;
+      bool gpu = false;  // as Acquire fitted it: raised on a GPU
       {
         absl::MutexLock lock(&mu_);
         if (const WorkerRegistry::Worker* worker = workers_.Find(worker_id); worker != nullptr) {
           memory = worker->info.memory_bytes;
+          gpu = options_.raise_micro_batch && worker->info.device_kind == "cuda";
         }
       }
       if (memory <= 0) {
@@ -1108,7 +1115,8 @@ absl::StatusOr<RunRecord> Scheduler::ReportOutcome(int64_t run_id, int64_t attem
         if (absl::StatusOr<model::RunConfig> config =
                 model::ParseRunConfigYaml(run->config_yaml, StrCat("run ", run_id));
             config.ok()) {
-          micro = model::MicroBatchOnDevice(*config, memory, run->micro_batch_cap).batch;
+          micro =
+              model::MicroBatchOnDevice(*config, memory, run->micro_batch_cap, nullptr, gpu).batch;
           smaller = model::SmallerMicroBatch(config->train.batch * config->train.accum, micro);
         }
       }

@@ -106,6 +106,10 @@ struct SchedulerOptions {
   // Off by default (a single user's box); the lab config turns it on.
   bool preemption = false;
   absl::Duration preempt_interval = absl::Hours(1);
+  // On a GPU worker with room, a run configured with accumulation gets a larger micro-batch and
+  // less accumulation, the global batch kept (model::MicroBatchOnDevice): fewer, larger kernels.
+  // On by default; the tests whose fake workers say "cuda" turn it off unless they test it.
+  bool raise_micro_batch = true;
 };
 
 // The typed mark on Acquire's FailedPrecondition for a draining worker (a status payload under
@@ -609,7 +613,9 @@ class Scheduler {
   void MeasureSpeed(int64_t run_id, double tokens_per_s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Lowers the job's micro-batch and raises its gradient accumulation (same global batch) so that
   // its estimate fits a worker with `memory_bytes`, and notes it in the run's log.
-  void FitToDevice(Job& job, const std::string& worker_id, int64_t memory_bytes);
+  // `raise`: the worker is a GPU, whose spare memory takes a larger micro-batch
+  // (model::MicroBatchOnDevice).
+  void FitToDevice(Job& job, const std::string& worker_id, int64_t memory_bytes, bool raise);
   // Sends `control` to the open streams of the runs `select` accepts (outside mu_).
   template <typename Select>
   void PushControl(Select select, const Control& control);

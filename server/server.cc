@@ -269,6 +269,7 @@ SchedulerOptions SchedulerOptionsFor(const ServerConfig& config, ArtifactStore* 
   options.fair_share_half_life = config.fair_share_half_life;
   options.preemption = config.preemption;
   options.preempt_interval = config.preempt_interval;
+  options.raise_micro_batch = config.raise_micro_batch;
   options.store_dir = config.data_dir;
   options.min_free_store_bytes = config.min_free_store_bytes;
   options.placement = config.placement == "first_fit"

@@ -122,6 +122,8 @@ struct ServerConfig {
   // key is in minutes). Off by default; deploy/systemd/cartd.yaml.example turns it on.
   bool preemption = false;
   absl::Duration preempt_interval = absl::Hours(1);
+  // SchedulerOptions::raise_micro_batch.
+  bool raise_micro_batch = true;
   // The HTTP port: a request must arrive within http_idle_timeout of the connection opening or
   // going idle; the port holds http_max_connections connections (a newcomer past it replaces the
   // one that has waited longest for a request), one client address at most

@@ -95,6 +95,7 @@ class SchedulerTest : public ::testing::Test {
     options.expiry_interval = absl::ZeroDuration();
     options.startup_grace = grace;
     options.max_runs_per_sweep = max_runs;
+    options.raise_micro_batch = raise_micro_batch_;  // the fake workers say "cuda"
     return std::make_unique<Scheduler>(store_.get(), &clock_, options);
   }
 
@@ -122,10 +123,11 @@ class SchedulerTest : public ::testing::Test {
     worker.speed_factor = speed_factor;
     CART_ASSERT_OK(scheduler_->RegisterWorker(worker).status());
   }
-  void Register(const std::string& id, int64_t memory, int64_t reserve = 0) {
+  void Register(const std::string& id, int64_t memory, int64_t reserve = 0,
+                const std::string& kind = "cuda") {
     WorkerInfo worker;
     worker.id = id;
-    worker.device_kind = "cuda";
+    worker.device_kind = kind;
     worker.device_name = StrCat("gpu-", memory / kGiB, "g");
     worker.memory_bytes = memory;
     worker.memory_reserve_bytes = reserve;
@@ -166,6 +168,7 @@ class SchedulerTest : public ::testing::Test {
 
   TempDir dir_;
   FakeClock clock_;
+  bool raise_micro_batch_ = false;  // SchedulerOptions::raise_micro_batch, for MakeScheduler
   std::unique_ptr<store::RunStore> store_;
   std::unique_ptr<Scheduler> scheduler_;
 };
@@ -239,6 +242,49 @@ seeds: [1]
   EXPECT_THAT(log[0].text, HasSubstr("global batch 8 kept"));
 }
 
+// The other way: on a GPU with room, a run configured with accumulation (written for a smaller
+// card) gets a larger micro-batch and less accumulation, the global batch kept; a CPU worker
+// trains it as configured (it gains nothing from larger micro-batches).
+TEST_F(SchedulerTest, AGpuWithRoomRaisesTheMicroBatchACpuDoesNot) {
+  raise_micro_batch_ = true;  // cartd's default
+  scheduler_ = MakeScheduler(absl::ZeroDuration());
+  SubmitResult sweep = Submit(R"(name: raise
+base: {vocab: 1000, d: 128, P: 1, R: 2, steps: 10, seq_len: 256, batch: 2, accum: 6}
+seeds: [1, 2, 3]
+)");
+  ASSERT_EQ(sweep.runs.size(), 3u);
+  CART_ASSERT_OK_AND_ASSIGN(model::RunConfig config,
+                            model::ParseRunConfigYaml(sweep.runs[0].config_yaml, "run"));
+  auto bytes = [&](int64_t b) {
+    return model::EstimateTrainingBytes(config.model, 256, b, /*bf16=*/true);
+  };
+  auto sent = [&](const std::optional<Job>& job) {
+    auto c = model::ParseRunConfigYaml(job->run.config_yaml, "job");
+    EXPECT_TRUE(c.ok()) << c.status();
+    return std::pair{c->train.batch, c->train.accum};
+  };
+  // A CPU worker with all the memory in the world (alone, so that placement gives it a run):
+  // as configured.
+  Register("cpu", bytes(12) * 100, 0, "cpu");
+  std::optional<Job> cpu = AcquireNow("cpu");
+  ASSERT_TRUE(cpu.has_value());
+  EXPECT_EQ(sent(cpu), (std::pair<int64_t, int64_t>{2, 6}));
+  // Room for the whole global batch of 12 at once: 2 x 6 becomes 12 x 1.
+  Register("big", bytes(12));
+  std::optional<Job> big = AcquireNow("big");
+  ASSERT_TRUE(big.has_value());
+  EXPECT_EQ(sent(big), (std::pair<int64_t, int64_t>{12, 1}));
+  CART_ASSERT_OK_AND_ASSIGN(std::vector<store::LogLine> log, store_->RunLog(big->run.id, 0, 0));
+  ASSERT_EQ(log.size(), 1u);
+  EXPECT_THAT(log[0].text, HasSubstr("micro-batch 2 -> 12, gradient accumulation 6 -> 1"));
+  EXPECT_THAT(log[0].text, HasSubstr("to use the memory of worker 'big'"));
+  // Room for 5 but not 6: the largest divisor of 12 that fits, 4 x 3.
+  Register("mid", bytes(5));
+  std::optional<Job> mid = AcquireNow("mid");
+  ASSERT_TRUE(mid.has_value());
+  EXPECT_EQ(sent(mid), (std::pair<int64_t, int64_t>{4, 3}));
+}
+
 // A card's whole memory is not the run's: the CUDA context, cuBLAS's workspace and a desktop take
 // their share. By default cartd keeps max(1 GiB, 10 %) free; a worker can set its own reserve.
 TEST_F(SchedulerTest, RunsAreFittedIntoTheMemoryTheReserveLeaves) {
@@ -298,6 +344,11 @@ TEST(FitMicroBatchTest, LargestDivisorOfTheGlobalBatchThatFitsNeverAboveTheConfi
   EXPECT_EQ(five->bytes, bytes(4));
   EXPECT_EQ(model::FitMicroBatch(c, bytes(1))->accum, 12);
   EXPECT_FALSE(model::FitMicroBatch(c, bytes(1) - 1).has_value());
+  // Allowed up to the global batch, it raises where the memory has room.
+  EXPECT_EQ(model::FitMicroBatch(c, bytes(12), 12)->batch, 12);
+  EXPECT_EQ(model::FitMicroBatch(c, bytes(12), 12)->accum, 1);
+  EXPECT_EQ(model::FitMicroBatch(c, bytes(11), 12)->batch, 6);     // the largest divisor that fits
+  EXPECT_EQ(model::FitMicroBatch(c, bytes(100), 100)->batch, 12);  // never above the global
   EXPECT_EQ(model::MinTrainingBytes(c), bytes(1));
   // A huge batch on a small device: the largest power-of-two divisor of 2^20 that fits.
   c.train.batch = 1 << 20;
