@@ -8,8 +8,11 @@
 
 #include "cli/commands.h"
 #include "common/version.h"
+#include "train/device.h"
 
 int main(int argc, char** argv) {
+  // Before any CUDA allocation: expandable segments, unless the user configured the allocator.
+  cart::train::ConfigureCudaAllocator();
   CLI::App app{"cart: run the CART paper's experiments (CART Lab)", "cart"};
   app.set_version_flag("--version", std::string("cart ") + cart::kVersion);
   app.require_subcommand(1);

@@ -5,6 +5,7 @@
 #include <torch/cuda.h>
 
 #include <chrono>
+#include <cstdlib>
 
 #if CART_TORCH_CUDA
 #include <ATen/cuda/CUDAContext.h>
@@ -111,6 +112,18 @@ std::optional<int64_t> CudaDeviceMemoryBytes(c10::Device device) {
   }
 #endif
   return std::nullopt;
+}
+
+std::string ConfigureCudaAllocator() {
+  const char* user = std::getenv("PYTORCH_CUDA_ALLOC_CONF");
+  if (user == nullptr) user = std::getenv("PYTORCH_ALLOC_CONF");
+  if (user != nullptr) return user;
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)
+  setenv("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True", /*overwrite=*/0);
+  return "expandable_segments:True";
+#else
+  return "";
+#endif
 }
 
 std::string DeviceLine(c10::Device device, bool mixed_precision, std::string_view asked,

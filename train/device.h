@@ -62,6 +62,15 @@ std::optional<int64_t> CudaDeviceMemoryBytes(c10::Device device);
 // True when this build was compiled against a CUDA LibTorch (whether or not a card is present).
 bool BuiltWithCuda();
 
+// The CUDA caching allocator's settings for a process that trains or evaluates: expandable
+// segments (LibTorch 2.1+), which grow a segment instead of opening another, so that blocks freed
+// at one size serve the next and the gap between what the allocator reserves and what tensors
+// hold stays small (a micro-batch fitted by the estimate then fits the card). It sets
+// PYTORCH_CUDA_ALLOC_CONF unless the user set it or PYTORCH_ALLOC_CONF; LibTorch reads it at the
+// first CUDA allocation, so main calls this first (cart-worker, cart-torch). Returns the setting
+// in effect; "" when none (LibTorch 1.x, which does not know the option).
+std::string ConfigureCudaAllocator();
+
 // The device and precision a run trains with, in words, for the first line of its log:
 // "cuda:0 (NVIDIA GeForce RTX 3090), bf16 autocast", or "cpu, fp32" with why when `asked` was
 // not "cpu": no CUDA device, or (a warning) a driver listing `driver_gpus` cards that LibTorch

@@ -8,6 +8,7 @@
 #include "common/strings.h"
 #include "common/version.h"
 #include "rpc/client.h"
+#include "train/device.h"
 #include "worker/worker.h"
 
 namespace {
@@ -24,6 +25,8 @@ int main(int argc, char** argv) {
   // CUDA numbers devices fastest-first by default, NVML by PCI bus: make --device cuda:N mean the
   // same GPU to both (unless the user set an order).
   setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID", /*overwrite=*/0);
+  // Before any CUDA allocation: expandable segments, unless the user configured the allocator.
+  cart::train::ConfigureCudaAllocator();
   CLI::App app{"cart-worker: trains the runs cartd hands it, one device per process",
                "cart-worker"};
   app.set_version_flag("--version", std::string("cart-worker ") + cart::kVersion);

@@ -3,6 +3,10 @@
 #include "train/device.h"
 
 #include <torch/cuda.h>
+#include <torch/version.h>
+
+#include <cstdlib>
+#include <string>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -13,6 +17,31 @@ namespace {
 
 using ::cart::testing::StatusIs;
 using ::testing::HasSubstr;
+
+// Training processes ask LibTorch 2.1+'s CUDA allocator for expandable segments, unless the user
+// configured the allocator; LibTorch 1.x does not know the option and gets nothing.
+TEST(CudaAllocatorTest, ExpandableSegmentsUnlessTheUserConfiguredTheAllocator) {
+  unsetenv("PYTORCH_CUDA_ALLOC_CONF");
+  unsetenv("PYTORCH_ALLOC_CONF");
+  const std::string set = ConfigureCudaAllocator();
+  const char* env = std::getenv("PYTORCH_CUDA_ALLOC_CONF");
+  if (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)) {
+    EXPECT_EQ(set, "expandable_segments:True");
+    ASSERT_NE(env, nullptr);
+    EXPECT_STREQ(env, "expandable_segments:True");
+  } else {
+    EXPECT_EQ(set, "");
+    EXPECT_EQ(env, nullptr);
+  }
+  setenv("PYTORCH_CUDA_ALLOC_CONF", "max_split_size_mb:128", 1);
+  EXPECT_EQ(ConfigureCudaAllocator(), "max_split_size_mb:128");
+  EXPECT_STREQ(std::getenv("PYTORCH_CUDA_ALLOC_CONF"), "max_split_size_mb:128");
+  unsetenv("PYTORCH_CUDA_ALLOC_CONF");
+  setenv("PYTORCH_ALLOC_CONF", "backend:cudaMallocAsync", 1);  // the newer name counts too
+  EXPECT_EQ(ConfigureCudaAllocator(), "backend:cudaMallocAsync");
+  EXPECT_EQ(std::getenv("PYTORCH_CUDA_ALLOC_CONF"), nullptr);
+  unsetenv("PYTORCH_ALLOC_CONF");
+}
 
 TEST(ResolveDeviceTest, CpuAndAutoAlwaysResolve) {
   auto cpu = ResolveDevice("cpu");
