@@ -3,8 +3,6 @@
 // (docs/gpu.md). `make gpu-check` runs it on a GPU box.
 
 #include <fmt/format.h>
-#include <sys/resource.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -62,6 +60,7 @@ struct BenchArgs {
   bool json = false;
   bool breakdown = false;    // time the step's ops by kind (train/step_profile.h); CPU only
   std::string step_kernels;  // "fused" | "per-tensor"; empty: the trainer's default
+  std::string projections;   // "merged" | "separate"; empty: the trainer's default
 };
 
 struct BenchRow {
@@ -76,7 +75,9 @@ struct BenchRow {
   // reproduces its stated MFU from its tokens/s with the RTX 3090's 71 TFLOP/s.
   double six_n_flops_per_token = 0;
   std::optional<double> mfu_6n;
-  std::optional<int64_t> peak_bytes;  // the caching allocator's (CUDA) or the process's RSS (CPU)
+  // The most bytes held by tensors at once: the CUDA caching allocator's, or on the CPU LibTorch's
+  // CPU allocator's as train::CpuTensorMemory counts them.
+  std::optional<int64_t> peak_bytes;
   std::string peak_kind;
   std::optional<int64_t> reserved_bytes;  // the caching allocator's peak held from the driver
   int64_t estimate_bytes = 0;
@@ -86,21 +87,6 @@ struct BenchRow {
   std::optional<train::StepBreakdown> breakdown;
   double breakdown_wall_s = 0;
 };
-
-// Peak resident set of this process, bytes (Linux reports ru_maxrss in KiB).
-int64_t PeakRssBytes() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return static_cast<int64_t>(u.ru_maxrss) * 1024;
-}
-
-// Resident set now, bytes (/proc/self/statm's second field, in pages).
-int64_t RssBytes() {
-  std::ifstream statm("/proc/self/statm");
-  int64_t size = 0, resident = 0;
-  statm >> size >> resident;
-  return resident * static_cast<int64_t>(sysconf(_SC_PAGESIZE));
-}
 
 // A token file of uniform random ids, enough for `steps` steps of `c`.
 absl::StatusOr<std::string> WriteRandomTokens(const fs::path& dir, const model::RunConfig& c,
@@ -139,7 +125,9 @@ absl::StatusOr<BenchRow> BenchOne(const model::RunConfig& config, const BenchArg
   CART_RETURN_IF_ERROR(model::Validate(c));
 
   train::ResetPeakDeviceMemory(device);
-  const int64_t rss_start = RssBytes(), max_rss_start = PeakRssBytes();
+  // The CPU's tensor bytes, counted as the CUDA allocator counts its (train/device.h).
+  std::optional<train::CpuTensorMemory> cpu_memory;
+  if (device.is_cpu()) cpu_memory.emplace();
   std::vector<std::chrono::steady_clock::time_point> ends;
   train::TrainOptions options;
   options.out_dir = (dir / StrCat("run-d", c.model.d)).string();
@@ -149,6 +137,7 @@ absl::StatusOr<BenchRow> BenchOne(const model::RunConfig& config, const BenchArg
     options.step_kernels =
         args.step_kernels == "fused" ? train::StepKernels::kFused : train::StepKernels::kPerTensor;
   }
+  if (!args.projections.empty()) options.merged_projections = args.projections == "merged";
   const auto start = std::chrono::steady_clock::now();
   const size_t first_timed = static_cast<size_t>(std::max<int64_t>(args.warmup, 1));
   std::optional<train::StepProfiler> profiler;
@@ -194,17 +183,12 @@ absl::StatusOr<BenchRow> BenchOne(const model::RunConfig& config, const BenchArg
     row.mfu = row.tokens_per_s * row.train_flops_per_token / (*peak_tflops * 1e12);
     row.mfu_6n = row.tokens_per_s * row.six_n_flops_per_token / (*peak_tflops * 1e12);
   }
-  row.peak_bytes = train::PeakDeviceMemoryBytes(device);
-  row.peak_kind = "allocated";
-  row.reserved_bytes = train::PeakDeviceReservedBytes(device);
-  if (!row.peak_bytes && device.is_cpu()) {
-    // The CPU allocator keeps no statistics: how far the process's high-water mark rose above
-    // its resident set when the row began. Known only when the row raised the mark (an earlier,
-    // larger row may have set it higher).
-    row.peak_kind = "RSS growth";
-    const int64_t max_rss = PeakRssBytes();
-    if (max_rss > max_rss_start) row.peak_bytes = max_rss - rss_start;
+  if (const auto peak = train::PeakDeviceMemory(device)) {
+    row.peak_bytes = peak->allocated;
+    row.reserved_bytes = peak->reserved;
   }
+  if (cpu_memory) row.peak_bytes = cpu_memory->peak_bytes();
+  row.peak_kind = "allocated";
   const bool bf16 = train::UsesMixedPrecision(c.train.dtype, device);
   row.estimate_bytes = model::EstimateTrainingBytes(c.model, c.train.seq_len, c.train.batch, bf16);
   row.final_loss = result.final_loss;
@@ -429,12 +413,10 @@ absl::Status RunBench(const BenchArgs& args) {
       std::find_if(rows.begin(), rows.end(), [](const BenchRow& r) { return !r.not_fitted; });
   if (measured != rows.end()) {
     std::cout << "micro: sequences per micro-batch x micro-batches per step; peak: "
-              << (measured->peak_kind == "RSS growth"
-                      ? "growth of the process's peak resident set over its size when the row "
-                        "began (\"-\": an earlier row had set the peak higher; measure one width "
-                        "per call)"
-                      : "bytes allocated for tensors at most, by the CUDA caching allocator; "
-                        "reserved: bytes it held from the driver at most")
+              << (measured->reserved_bytes
+                      ? "bytes allocated for tensors at most, by the CUDA caching allocator; "
+                        "reserved: bytes it held from the driver at most"
+                      : "bytes allocated for tensors at most, by LibTorch's CPU allocator")
               << "; estimate: EstimateTrainingBytes (docs/model.md)\n";
   }
   if (args.breakdown) PrintBreakdown(rows);
@@ -472,6 +454,11 @@ void RegisterModelBenchCommand(CLI::App& model_cmd) {
                    "The optimizer step's kernels: fused (LibTorch 2.4+) or per-tensor (default: "
                    "fused where the LibTorch has them; train/optimizer.h)")
       ->check(CLI::IsMember({"fused", "per-tensor"}));
+  bench
+      ->add_option("--projections", args->projections,
+                   "Projections that read one input: merged (one matmul per group) or separate "
+                   "(default: merged on CUDA, separate on the CPU; model/layers.h)")
+      ->check(CLI::IsMember({"merged", "separate"}));
   bench->add_flag("--breakdown", args->breakdown,
                   "Also time each step's ops by kind (matmul, attention, elementwise, optimizer); "
                   "CPU only (docs/gpu.md)");

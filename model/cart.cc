@@ -83,7 +83,8 @@ torch::Tensor CartImpl::Forward(const torch::Tensor& ids, const ForwardOptions& 
   const int64_t anchor_calls_before = anchor ? anchor->calls : 0;
   const bool want_diag = options.diagnostics && diag != nullptr;
 
-  torch::Tensor x = embed(ids);  // (B, T, d)
+  const HeldStackedWeights held(*this);  // merged projections: stacked once per pass
+  torch::Tensor x = embed(ids);          // (B, T, d)
   const RopeTables rope = MakeRope(T, x);
   for (const auto& layer : *prelude) x = layer->as<PreludeLayerImpl>()->forward(x, rope);
   const torch::Tensor e = x;  // the context anchor

@@ -18,7 +18,8 @@ DenseImpl::DenseImpl(const ModelConfig& config) : config_(config) {
 torch::Tensor DenseImpl::Forward(const torch::Tensor& ids, const ForwardOptions& options,
                                  DiagnosticTensors* diag) {
   TORCH_CHECK(ids.dim() == 2, "ids must be (B, T), got ", ids.sizes());
-  torch::Tensor x = embed(ids);  // (B, T, d)
+  const HeldStackedWeights held(*this);  // merged projections: stacked once per pass
+  torch::Tensor x = embed(ids);          // (B, T, d)
   const RopeTables rope = MakeRope(ids.size(1), x);
   for (const auto& layer : *layers) x = layer->as<DenseLayerImpl>()->forward(x, rope);
   return torch::matmul(final_norm(x), embed->weight.t().to(x.scalar_type()));  // (B, T, vocab)

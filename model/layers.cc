@@ -4,6 +4,15 @@
 
 #include <cmath>
 
+#if __has_include(<ATen/ops/_fused_rms_norm.h>)
+#include <ATen/ops/rms_norm.h>
+#define CART_HAS_FUSED_RMS_NORM 1
+#else
+#define CART_HAS_FUSED_RMS_NORM 0
+#endif
+
+#include "model/autocast.h"
+
 namespace cart::model {
 
 torch::nn::Linear MakeLinear(int64_t in, int64_t out) {
@@ -11,6 +20,60 @@ torch::nn::Linear MakeLinear(int64_t in, int64_t out) {
   torch::NoGradGuard no_grad;
   linear->weight.normal_(0.0, 0.02);
   return linear;
+}
+
+std::vector<torch::Tensor> MergesProjections::Project(
+    const torch::Tensor& x, std::initializer_list<torch::nn::Linear> parts, int slot) {
+  std::vector<torch::Tensor> out;
+  out.reserve(parts.size());
+  if (!merged_) {
+    for (torch::nn::Linear part : parts) out.push_back(part->forward(x));
+    return out;
+  }
+  torch::Tensor weight;
+  if (auto it = held_.find(slot); it != held_.end()) {
+    weight = it->second;
+  } else {
+    std::vector<torch::Tensor> rows;
+    for (const auto& part : parts) rows.push_back(part->weight);
+    weight = torch::cat(rows, 0);  // (Σ out, in)
+    if (hold_) {
+      const c10::DeviceType type = weight.device().type();
+      if (AutocastEnabled(type)) weight = weight.to(AutocastDtype(type));
+      held_[slot] = weight;
+    }
+  }
+  const torch::Tensor y = torch::linear(x, weight);
+  int64_t at = 0;
+  for (const auto& part : parts) {
+    const int64_t width = part->weight.size(0);
+    out.push_back(y.narrow(-1, at, width));
+    at += width;
+  }
+  return out;
+}
+
+void SetMergedProjections(torch::nn::Module& root, bool on) {
+  if (auto* self = dynamic_cast<MergesProjections*>(&root)) self->set_merged(on);
+  // include_self would need `root` to be owned by a shared_ptr.
+  for (const auto& m : root.modules(/*include_self=*/false)) {
+    if (auto merging = std::dynamic_pointer_cast<MergesProjections>(m)) merging->set_merged(on);
+  }
+}
+
+HeldStackedWeights::HeldStackedWeights(torch::nn::Module& root) {
+  // The models hold it over their submodules; a model is no MergesProjections itself.
+  for (const auto& m : root.modules(/*include_self=*/false)) {
+    auto merging = std::dynamic_pointer_cast<MergesProjections>(m);
+    if (merging && merging->merged()) {
+      merging->Hold();
+      held_.push_back(std::move(merging));
+    }
+  }
+}
+
+HeldStackedWeights::~HeldStackedWeights() {
+  for (const auto& m : held_) m->Release();
 }
 
 RMSNormImpl::RMSNormImpl(int64_t d) { weight = register_parameter("weight", torch::ones({d})); }
@@ -21,6 +84,15 @@ static torch::Dtype ReductionType(const torch::Tensor& x) {
 }
 
 torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
+#if CART_HAS_FUSED_RMS_NORM
+  // LibTorch's rms_norm, one fused kernel on CUDA where the LibTorch has it (_fused_rms_norm),
+  // instead of six. Only for fp32 input (the residual stream is fp32 even under autocast): there
+  // the cast back below is a no-op and both orders multiply by the weight in fp32, so it is the
+  // same function; bf16 input keeps the spec's order (cast back, then the weight).
+  if (x.is_cuda() && x.scalar_type() == torch::kFloat32) {
+    return at::rms_norm(x, {x.size(-1)}, weight, 1e-6);
+  }
+#endif
   torch::Tensor xf = x.to(ReductionType(x));
   torch::Tensor normed = xf * torch::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + 1e-6);
   return normed.to(x.scalar_type()) * weight;
@@ -33,7 +105,8 @@ MlpImpl::MlpImpl(int64_t d, int64_t hidden) {
 }
 
 torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
-  return down(torch::silu(gate(x)) * up(x));
+  const std::vector<torch::Tensor> gate_up = Project(x, {gate, up}, 0);
+  return down(torch::silu(gate_up[0]) * gate_up[1]);
 }
 
 RopeTables MakeRope(int64_t T, const torch::Tensor& like) {
@@ -100,10 +173,12 @@ MlaAttentionImpl::MlaAttentionImpl(int64_t d) {
 }
 
 torch::Tensor MlaAttentionImpl::forward(const torch::Tensor& x, const RopeTables& rope) {
-  torch::Tensor c = kv_down(x);                              // (B, T, d/4) latent
-  torch::Tensor q = ApplyRope(SplitHeads(q_proj(x)), rope);  // (B, H, T, 64)
-  torch::Tensor k = ApplyRope(SplitHeads(k_up(c)), rope);    // (B, H, T, 64)
-  torch::Tensor v = SplitHeads(v_up(c));                     // (B, H, T, 64)
+  const std::vector<torch::Tensor> q_c = Project(x, {q_proj, kv_down}, 0);
+  const torch::Tensor& c = q_c[1];  // (B, T, d/4) latent
+  const std::vector<torch::Tensor> k_v = Project(c, {k_up, v_up}, 1);
+  torch::Tensor q = ApplyRope(SplitHeads(q_c[0]), rope);  // (B, H, T, 64)
+  torch::Tensor k = ApplyRope(SplitHeads(k_v[0]), rope);  // (B, H, T, 64)
+  torch::Tensor v = SplitHeads(k_v[1]);                   // (B, H, T, 64)
   return o_proj(MergeHeads(Attention(q, k, v, /*causal=*/true)));
 }
 
@@ -115,9 +190,10 @@ DenseAttentionImpl::DenseAttentionImpl(int64_t d) {
 }
 
 torch::Tensor DenseAttentionImpl::forward(const torch::Tensor& x, const RopeTables& rope) {
-  torch::Tensor q = ApplyRope(SplitHeads(q_proj(x)), rope);  // (B, H, T, 64)
-  torch::Tensor k = ApplyRope(SplitHeads(k_proj(x)), rope);  // (B, H, T, 64)
-  torch::Tensor v = SplitHeads(v_proj(x));                   // (B, H, T, 64)
+  const std::vector<torch::Tensor> qkv = Project(x, {q_proj, k_proj, v_proj}, 0);
+  torch::Tensor q = ApplyRope(SplitHeads(qkv[0]), rope);  // (B, H, T, 64)
+  torch::Tensor k = ApplyRope(SplitHeads(qkv[1]), rope);  // (B, H, T, 64)
+  torch::Tensor v = SplitHeads(qkv[2]);                   // (B, H, T, 64)
   return o_proj(MergeHeads(Attention(q, k, v, /*causal=*/true)));
 }
 
@@ -153,8 +229,9 @@ AnchorImpl::AnchorImpl(int64_t d) {
 
 std::pair<torch::Tensor, torch::Tensor> AnchorImpl::forward(const torch::Tensor& e) {
   ++calls;
-  torch::Tensor c = kv_down(e);                       // (B, T, d/4)
-  return {SplitHeads(k_up(c)), SplitHeads(v_up(c))};  // (B, H, T, 64) each
+  torch::Tensor c = kv_down(e);  // (B, T, d/4)
+  const std::vector<torch::Tensor> k_v = Project(c, {k_up, v_up}, 0);
+  return {SplitHeads(k_v[0]), SplitHeads(k_v[1])};  // (B, H, T, 64) each
 }
 
 CoreBlockImpl::CoreBlockImpl(int64_t d, int64_t hidden, bool self_attention, bool causal)

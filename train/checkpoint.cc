@@ -124,22 +124,6 @@ absl::StatusOr<CheckpointManifest> FinishCheckpoint(const std::string& dir,
 
 }  // namespace
 
-namespace {
-
-// `to` = `from`, on the CPU, reusing `to`'s memory when it has the shape and type.
-void CopyToHost(torch::Tensor& to, const torch::Tensor& from) {
-  if (!from.defined()) {
-    to = torch::Tensor();
-    return;
-  }
-  if (!to.defined() || to.sizes() != from.sizes() || to.scalar_type() != from.scalar_type()) {
-    to = torch::empty(from.sizes(), from.options().device(torch::kCPU));
-  }
-  to.copy_(from);
-}
-
-}  // namespace
-
 using internal::OptimizerStateKey;
 using internal::StateKey;
 
@@ -193,8 +177,16 @@ absl::Status CheckpointSnapshot::Take(torch::nn::Module& model, torch::optim::Ad
   if (optimizer_->param_groups().size() != optimizer.param_groups().size()) {
     return absl::FailedPreconditionError("checkpoint snapshot: the optimizer's groups changed");
   }
-  for (size_t i = 0; i < from.size(); ++i) to[i].copy_(from[i]);
-  for (size_t i = 0; i < from_buffers.size(); ++i) to_buffers[i].copy_(from_buffers[i]);
+  copies_.Begin(from.empty() ? c10::Device(c10::kCPU) : from[0].device());
+  // A parameter of the copy stays the same tensor (the copy's optimizer holds it): where the copy
+  // needs new memory (page-locked, the first time from a GPU) it takes the new storage.
+  auto copy_into = [this](const torch::Tensor& dst, const torch::Tensor& src) {
+    torch::Tensor target = dst;
+    copies_.Copy(target, src);
+    if (!target.is_same(dst)) dst.set_data(target);
+  };
+  for (size_t i = 0; i < from.size(); ++i) copy_into(to[i], from[i]);
+  for (size_t i = 0; i < from_buffers.size(); ++i) copy_into(to_buffers[i], from_buffers[i]);
   for (size_t g = 0; g < optimizer.param_groups().size(); ++g) {
     auto& src = optimizer.param_groups()[g];
     auto& dst = optimizer_->param_groups()[g];
@@ -214,11 +206,12 @@ absl::Status CheckpointSnapshot::Take(torch::nn::Module& model, torch::optim::Ad
       if (!slot) slot = std::make_unique<torch::optim::AdamWParamState>();
       auto& b = static_cast<torch::optim::AdamWParamState&>(*slot);
       b.step(a.step());
-      CopyToHost(b.exp_avg(), a.exp_avg());
-      CopyToHost(b.exp_avg_sq(), a.exp_avg_sq());
-      CopyToHost(b.max_exp_avg_sq(), a.max_exp_avg_sq());
+      copies_.Copy(b.exp_avg(), a.exp_avg());
+      copies_.Copy(b.exp_avg_sq(), a.exp_avg_sq());
+      copies_.Copy(b.max_exp_avg_sq(), a.max_exp_avg_sq());
     }
   }
+  copies_.End();
   rng_ = at::detail::getDefaultCPUGenerator().get_state();
   return absl::OkStatus();
 }

@@ -18,6 +18,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "train/device.h"
 
 namespace cart::train {
 
@@ -79,7 +80,12 @@ class CheckpointSnapshot {
   // Copies `model`'s parameters and buffers, `optimizer`'s parameter groups (their options, the
   // learning rate among them) and per-parameter state (step and moments), and the CPU
   // generator's state. FailedPrecondition when `model` is not of the copy's structure.
+  // From a model on CUDA the copies are queued on a side stream into page-locked memory
+  // (train::HostCopies) and Take returns before they are done: call BeforeUpdate before the
+  // next optimizer step and WaitForCopies before reading the copies. On the CPU both do nothing.
   absl::Status Take(torch::nn::Module& model, torch::optim::AdamW& optimizer);
+  void BeforeUpdate() { copies_.Fence(); }
+  void WaitForCopies() { copies_.Wait(); }
   // The copies, for WriteCheckpoint (with rng() as the state's rng_cpu); valid after a Take.
   torch::nn::Module& model() { return *model_; }
   torch::optim::AdamW& optimizer() { return *optimizer_; }
@@ -89,6 +95,7 @@ class CheckpointSnapshot {
   std::shared_ptr<torch::nn::Module> model_;
   std::unique_ptr<torch::optim::AdamW> optimizer_;
   torch::Tensor rng_;
+  HostCopies copies_;
 };
 
 // Removes what a killed write left in `dir`: AtomicFileWriter's "<name>.tmp-<pid>-<n>" files

@@ -1,17 +1,25 @@
 #include "train/device.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/Allocator.h>
+#include <c10/util/ThreadLocalDebugInfo.h>
 #include <dlfcn.h>
 #include <torch/cuda.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <vector>
 
 #if CART_TORCH_CUDA
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
 #endif
 
+#include "common/nvidia.h"
 #include "common/strings.h"
 
 namespace cart::train {
@@ -54,7 +62,142 @@ absl::StatusOr<c10::Device> ResolveDevice(std::string_view spec) {
   return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(*index));
 }
 
+// LibTorch's CPU allocator reports each allocation and free (a negative size) to the
+// MemoryReportingInfoBase in the thread's PROFILER_STATE slot when it says memory profiling is on.
+class CpuTensorMemory::Reporter : public c10::MemoryReportingInfoBase {
+ public:
+#if TORCH_VERSION_MAJOR >= 2
+  using Total = size_t;  // the totals' type changed in LibTorch 2.0
+#else
+  using Total = int64_t;
+#endif
+  void reportMemoryUsage(void*, int64_t alloc_size, Total, Total, c10::Device device) override {
+    if (!device.is_cpu()) return;
+    const int64_t now = live_.fetch_add(alloc_size) + alloc_size;
+    int64_t peak = peak_.load();
+    while (now > peak && !peak_.compare_exchange_weak(peak, now)) {
+    }
+  }
+  bool memoryProfilingEnabled() const override { return true; }
+  std::atomic<int64_t> live_{0}, peak_{0};
+};
+
+namespace {
+// The guard lives with the tracker: a DebugInfoGuard is neither copyable nor movable.
+thread_local std::vector<std::unique_ptr<c10::DebugInfoGuard>> t_memory_guards;
+}  // namespace
+
+CpuTensorMemory::CpuTensorMemory() : reporter_(std::make_shared<Reporter>()) {
+  t_memory_guards.push_back(
+      std::make_unique<c10::DebugInfoGuard>(c10::DebugInfoKind::PROFILER_STATE, reporter_));
+}
+
+CpuTensorMemory::~CpuTensorMemory() {
+  if (!t_memory_guards.empty()) t_memory_guards.pop_back();
+}
+
+int64_t CpuTensorMemory::live_bytes() const { return reporter_->live_.load(); }
+int64_t CpuTensorMemory::peak_bytes() const { return reporter_->peak_.load(); }
+
+// The side stream and the event its batch of copies ends with; the CUDA runtime's event API
+// itself, which every LibTorch 2.x exposes the same way (its event class moved between releases).
+struct HostCopies::Cuda {
+#if CART_TORCH_CUDA
+  explicit Cuda(c10::Device device)
+      : device(device),
+        side(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device.index())) {
+    const c10::cuda::CUDAGuard guard(device);
+    C10_CUDA_CHECK(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
+    C10_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+  }
+  ~Cuda() {
+    cudaEventDestroy(ready);
+    cudaEventDestroy(done);
+  }
+  c10::Device device;
+  c10::cuda::CUDAStream side;
+  cudaEvent_t ready = nullptr, done = nullptr;
+  bool fence_due = false, wait_due = false;
+#endif
+};
+
+HostCopies::HostCopies() = default;
+HostCopies::~HostCopies() { Wait(); }
+
+void HostCopies::Begin(c10::Device source) {
+  on_cuda_ = false;
+#if CART_TORCH_CUDA
+  if (source.is_cuda()) {
+    if (!cuda_ || cuda_->device != source) cuda_ = std::make_unique<Cuda>(source);
+    // The side stream starts after everything the training stream has queued: the values copied
+    // are the ones the step left.
+    const c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream(source.index());
+    C10_CUDA_CHECK(cudaEventRecord(cuda_->ready, current.stream()));
+    C10_CUDA_CHECK(cudaStreamWaitEvent(cuda_->side.stream(), cuda_->ready, 0));
+    on_cuda_ = true;
+  }
+#else
+  (void)source;
+#endif
+}
+
+void HostCopies::Copy(at::Tensor& to, const at::Tensor& from) {
+  if (!from.defined()) {
+    to = at::Tensor();
+    return;
+  }
+  const bool pinned = from.is_cuda();
+  if (!to.defined() || to.sizes() != from.sizes() || to.scalar_type() != from.scalar_type() ||
+      (pinned && !to.is_pinned())) {
+    to = at::empty(from.sizes(),
+                   from.options().device(c10::kCPU).pinned_memory(pinned).memory_format(
+                       c10::MemoryFormat::Contiguous));
+  }
+#if CART_TORCH_CUDA
+  if (on_cuda_ && pinned) {
+    const c10::cuda::CUDAStreamGuard on_side(cuda_->side);
+    to.copy_(from, /*non_blocking=*/true);
+    // The source lives on the training stream's allocations; tell the caching allocator that the
+    // side stream uses it, so that a free on the training stream waits for the copy.
+    c10::cuda::CUDACachingAllocator::recordStream(from.storage().data_ptr(), cuda_->side);
+    return;
+  }
+#endif
+  to.copy_(from);
+}
+
+void HostCopies::End() {
+#if CART_TORCH_CUDA
+  if (on_cuda_) {
+    C10_CUDA_CHECK(cudaEventRecord(cuda_->done, cuda_->side.stream()));
+    cuda_->fence_due = cuda_->wait_due = true;
+  }
+#endif
+  on_cuda_ = false;
+}
+
+void HostCopies::Fence() {
+#if CART_TORCH_CUDA
+  if (cuda_ && cuda_->fence_due) {
+    const c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream(cuda_->device.index());
+    C10_CUDA_CHECK(cudaStreamWaitEvent(current.stream(), cuda_->done, 0));
+    cuda_->fence_due = false;
+  }
+#endif
+}
+
+void HostCopies::Wait() {
+#if CART_TORCH_CUDA
+  if (cuda_ && cuda_->wait_due) {
+    C10_CUDA_CHECK(cudaEventSynchronize(cuda_->done));
+    cuda_->wait_due = false;
+  }
+#endif
+}
+
 bool BuiltWithCuda() { return CART_TORCH_CUDA != 0; }
+
+bool DefaultMergedProjections(c10::Device device) { return device.is_cuda(); }
 
 double MeasureCpuMatmulTflops(double seconds) {
   constexpr int64_t n = 1024;
@@ -72,22 +215,13 @@ double MeasureCpuMatmulTflops(double seconds) {
   return 2.0 * static_cast<double>(n * n * n) * static_cast<double>(products) / elapsed / 1e12;
 }
 
-std::optional<int64_t> PeakDeviceMemoryBytes(c10::Device device) {
+std::optional<PeakDeviceBytes> PeakDeviceMemory(c10::Device device) {
 #if CART_TORCH_CUDA
   if (device.is_cuda() && device.index() < CudaDeviceCount()) {
     const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
-    // allocated_bytes[0]: the aggregate over the small and large pools.
-    return static_cast<int64_t>(stats.allocated_bytes[0].peak);
-  }
-#endif
-  return std::nullopt;
-}
-
-std::optional<int64_t> PeakDeviceReservedBytes(c10::Device device) {
-#if CART_TORCH_CUDA
-  if (device.is_cuda() && device.index() < CudaDeviceCount()) {
-    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
-    return static_cast<int64_t>(stats.reserved_bytes[0].peak);
+    // [0]: the aggregate over the small and large pools.
+    return PeakDeviceBytes{static_cast<int64_t>(stats.allocated_bytes[0].peak),
+                           static_cast<int64_t>(stats.reserved_bytes[0].peak)};
   }
 #endif
   return std::nullopt;
@@ -144,6 +278,11 @@ std::string DeviceLine(c10::Device device, bool mixed_precision, std::string_vie
                   ")");
   }
   return StrCat(line, ", because there is no CUDA device");
+}
+
+std::string DeviceLineFor(c10::Device device, bool mixed_precision, std::string_view asked) {
+  const bool driver_matters = !device.is_cuda() && asked != "cpu";
+  return DeviceLine(device, mixed_precision, asked, driver_matters ? UsableGpuCount() : 0);
 }
 
 std::optional<std::string> CudaDeviceName(c10::Device device) {

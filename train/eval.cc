@@ -3,10 +3,10 @@
 #include <algorithm>
 #include <cmath>
 
-#include "common/nvidia.h"
 #include "common/status.h"
 #include "common/strings.h"
 #include "data/token_file.h"
+#include "model/layers.h"
 #include "model/readout.h"
 #include "train/device.h"
 #include "train/precision.h"
@@ -110,6 +110,7 @@ absl::Status EvaluateCheckpoint(const model::RunConfig& config,
                           model::BuildModel(config.model, config.train.seed));
     CART_RETURN_IF_ERROR(LoadCheckpoint(checkpoint, *m, nullptr));
     m->to(device);
+    model::SetMergedProjections(*m, DefaultMergedProjections(device));
     if (options.tokenizer != nullptr && options.tokenizer->vocab_size() > config.model.vocab) {
       return absl::InvalidArgumentError(StrCat("tokenizer ", options.tokenizer->spec(), " has ",
                                                options.tokenizer->vocab_size(),
@@ -130,9 +131,7 @@ absl::Status EvaluateCheckpoint(const model::RunConfig& config,
     // Every evaluation says where it runs, as every training run does.
     if (options.on_log) {
       options.on_log(
-          StrCat("device: ",
-                 DeviceLine(device, compute.mixed_precision, options.device,
-                            device.is_cuda() || options.device == "cpu" ? 0 : UsableGpuCount())));
+          StrCat("device: ", DeviceLineFor(device, compute.mixed_precision, options.device)));
     }
     for (int r : loops) {
       if (options.stop != nullptr && options.stop->load()) break;

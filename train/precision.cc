@@ -3,42 +3,14 @@
 #include <ATen/autocast_mode.h>
 #include <torch/torch.h>
 
+#include "model/autocast.h"
+
 namespace cart::train {
-namespace {
 
-// The autocast API took a device type in LibTorch 2.4; before, CUDA and CPU had functions each.
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
-bool AutocastEnabled(c10::DeviceType t) { return at::autocast::is_autocast_enabled(t); }
-void SetAutocastEnabled(c10::DeviceType t, bool on) { at::autocast::set_autocast_enabled(t, on); }
-c10::ScalarType AutocastDtype(c10::DeviceType t) { return at::autocast::get_autocast_dtype(t); }
-void SetAutocastDtype(c10::DeviceType t, c10::ScalarType d) {
-  at::autocast::set_autocast_dtype(t, d);
-}
-#else
-bool AutocastEnabled(c10::DeviceType t) {
-  return t == c10::kCUDA ? at::autocast::is_enabled() : at::autocast::is_cpu_enabled();
-}
-void SetAutocastEnabled(c10::DeviceType t, bool on) {
-  if (t == c10::kCUDA) {
-    at::autocast::set_enabled(on);
-  } else {
-    at::autocast::set_cpu_enabled(on);
-  }
-}
-c10::ScalarType AutocastDtype(c10::DeviceType t) {
-  return t == c10::kCUDA ? at::autocast::get_autocast_gpu_dtype()
-                         : at::autocast::get_autocast_cpu_dtype();
-}
-void SetAutocastDtype(c10::DeviceType t, c10::ScalarType d) {
-  if (t == c10::kCUDA) {
-    at::autocast::set_autocast_gpu_dtype(d);
-  } else {
-    at::autocast::set_autocast_cpu_dtype(d);
-  }
-}
-#endif
-
-}  // namespace
+using model::AutocastDtype;
+using model::AutocastEnabled;
+using model::SetAutocastDtype;
+using model::SetAutocastEnabled;
 
 bool UsesMixedPrecision(model::DType dtype, c10::Device device) {
   switch (dtype) {

@@ -99,7 +99,7 @@ double StepBreakdown::total_seconds() const {
   return sum;
 }
 
-WorkKind KindOfOp(const std::string& op) {
+WorkKind KindOfOp(std::string_view op) {
   for (const char* mm : {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul",
                          "aten::linear", "aten::addmv", "aten::mv"}) {
     if (op == mm) return WorkKind::kMatmul;

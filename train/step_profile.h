@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <string_view>
 
 namespace cart::train {
 
@@ -58,6 +59,6 @@ class StepProfiler {
 
 // The kind an op named `op` is charged to when nothing around it says otherwise (exposed for
 // tests).
-WorkKind KindOfOp(const std::string& op);
+WorkKind KindOfOp(std::string_view op);
 
 }  // namespace cart::train

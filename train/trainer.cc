@@ -19,13 +19,13 @@
 #include <thread>
 
 #include "common/file.h"
-#include "common/nvidia.h"
 #include "common/process.h"
 #include "common/status.h"
 #include "common/strings.h"
 #include "config/schedule.h"
 #include "data/token_file.h"
 #include "model/language_model.h"
+#include "model/layers.h"
 #include "model/readout.h"
 #include "train/device.h"
 #include "train/eval.h"
@@ -120,6 +120,7 @@ class Trainer {
   torch::Device device_ = torch::kCPU;
   bool mixed_precision_ = false;
   StepKernels step_kernels_ = StepKernels::kPerTensor;
+  bool merged_projections_ = false;  // model/layers.h MergesProjections
   TrainResult result_;
   // The copy of model and optimizer being written in the background (its memory kept for the
   // next), and that write. Declared last: a trainer leaving on an error waits for the write (the
@@ -217,6 +218,7 @@ absl::Status Trainer::Checkpoint(int64_t step) {
   w.done = std::async(std::launch::async, [this, since, state = std::move(state), keep, write] {
     if (options_.background_niceness > 0) LowerThisThreadsPriority(options_.background_niceness);
     const auto began = std::chrono::steady_clock::now();
+    snapshot_->WaitForCopies();
     Written out{WriteCheckpoint(checkpoint_dir_, state, snapshot_->model(), snapshot_->optimizer(),
                                 keep, write)};
     out.seconds = since(began);
@@ -277,9 +279,7 @@ absl::Status Trainer::Prepare() {
   CART_ASSIGN_OR_RETURN(device_, ResolveDevice(options_.device));
   mixed_precision_ = UsesMixedPrecision(config_.train.dtype, device_);
   // Every run says where it trains: `--device auto` falling back to the CPU used to be silent.
-  Log(StrCat("device: ",
-             DeviceLine(device_, mixed_precision_, options_.device,
-                        device_.is_cuda() || options_.device == "cpu" ? 0 : UsableGpuCount())));
+  Log(StrCat("device: ", DeviceLineFor(device_, mixed_precision_, options_.device)));
   step_kernels_ = options_.step_kernels.value_or(DefaultStepKernels());
   if (step_kernels_ == StepKernels::kFused && !HasFusedStepKernels()) {
     return absl::FailedPreconditionError(
@@ -288,6 +288,9 @@ absl::Status Trainer::Prepare() {
   Log(step_kernels_ == StepKernels::kFused
           ? "optimizer step: fused AdamW, foreach gradient clipping"
           : "optimizer step: per-tensor AdamW and gradient clipping");
+  merged_projections_ = options_.merged_projections.value_or(DefaultMergedProjections(device_));
+  Log(merged_projections_ ? "projections: merged (q with kv_down, k_up with v_up, gate with up)"
+                          : "projections: one matmul each");
 
   CART_ASSIGN_OR_RETURN(data::TokenFile train_file, data::TokenFile::Open(config_.data.train_data));
   train_file_.emplace(std::move(train_file));
@@ -389,6 +392,7 @@ absl::StatusOr<Trainer::StepResult> Trainer::Step(double lr, bool log_step) {
   {
     RECORD_FUNCTION(kOptimizerScope, std::vector<c10::IValue>());  // train/step_profile.h
     grad_norm = ClipGradNorm(model_->parameters(), config_.train.clip, step_kernels_);
+    if (snapshot_) snapshot_->BeforeUpdate();  // a checkpoint's copies read these weights
     AdamWStep(*optimizer_, step_kernels_);
   }
   // ρ belongs to the weights the record's step names: σ(a) after the optimizer step, not the value
@@ -449,6 +453,7 @@ absl::StatusOr<TrainResult> Trainer::Run() {
   CART_ASSIGN_OR_RETURN(model_, model::BuildModel(config_.model, config_.train.seed));
   model_->to(device_);
   model_->train();
+  model::SetMergedProjections(*model_, merged_projections_);
   BuildOptimizer();
   if (options_.background_checkpoints) {  // the copy a checkpoint is taken into, on the host
     CART_ASSIGN_OR_RETURN(std::shared_ptr<model::LanguageModel> copy,

@@ -47,6 +47,9 @@ struct TrainOptions {
   // The optimizer step's kernels (train/optimizer.h); unset: DefaultStepKernels(), the fused ones
   // where LibTorch has them. Set by tests that compare the two.
   std::optional<StepKernels> step_kernels;
+  // Projections that read one input as one matmul (model/layers.h MergesProjections); unset:
+  // DefaultMergedProjections(device). Set by tests and `cart model bench` to compare.
+  std::optional<bool> merged_projections;
   // False: no checkpoint is written, not even the last (benchmarks: `cart model bench`). A run
   // trained so cannot be resumed.
   bool write_checkpoints = true;

@@ -16,6 +16,8 @@
 #include "common/sha256.h"
 #include "common/strings.h"
 #include "common/version.h"
+#include "train/device.h"
+#include "train/optimizer.h"
 
 namespace cart::worker {
 
@@ -189,6 +191,10 @@ EnvironmentItems AttemptEnvironment(const DeviceDescription& device,
     add("gpu.driver", device.driver_version);
   }
   add("precision", precision);
+  // The step's kernels where they change its floats (docs/gpu.md): the trainer's defaults here.
+  add("step.optimizer", train::StepKernelsName(train::DefaultStepKernels()));
+  add("step.projections",
+      train::DefaultMergedProjections(c10::Device(torch_device)) ? "merged" : "separate");
   add("threads", threads > 0 ? StrCat(threads) : std::string("all cores"));
   return items;
 }

@@ -23,7 +23,8 @@ using EnvironmentItems = std::vector<std::pair<std::string, std::string>>;
 const EnvironmentItems& ProcessEnvironment();
 
 // What one attempt runs on: the process's items, then its device (`device`: the worker's, GPU
-// fields from NVML), the LibTorch device it trains on, its precision and thread setting.
+// fields from NVML), the LibTorch device it trains on, its precision, the step's optimizer and
+// projection kernels (train/optimizer.h, model/layers.h) and its thread setting.
 EnvironmentItems AttemptEnvironment(const DeviceDescription& device,
                                     const std::string& torch_device, const std::string& precision,
                                     int64_t threads);

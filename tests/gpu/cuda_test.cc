@@ -12,6 +12,7 @@
 #include "data/synth.h"
 #include "gtest/gtest.h"
 #include "model/language_model.h"
+#include "model/layers.h"
 #include "tests/support/test_support.h"
 #include "train/checkpoint.h"
 #include "train/trainer.h"
@@ -52,6 +53,46 @@ TEST(CudaTest, CartLogitsOnTheGpuMatchTheCpuInFp32) {
   // TF32 may be on for matmuls on Ampere and later: allow its 10-bit mantissa.
   EXPECT_LT((a - b).abs().max().item<double>(), 2e-2);
   EXPECT_TRUE(b.isfinite().all().item<bool>());
+}
+
+// Merged projections (model/layers.h), on by default on CUDA, against separate ones on the same
+// card, forward and backward; and RMSNorm, which takes LibTorch's fused kernel on CUDA where it
+// exists, against the CPU's written-out one.
+TEST(CudaTest, MergedProjectionsAndTheFusedRmsNormMatchTheirReferences) {
+  SKIP_WITHOUT_CUDA();
+  auto built = model::BuildModel(SmallCart(), 12);
+  ASSERT_TRUE(built.ok());
+  std::shared_ptr<model::LanguageModel> m = *built;
+  m->to(torch::kCUDA);
+  const torch::Tensor ids = torch::randint(0, 64, {2, 48}, torch::kInt64).to(torch::kCUDA);
+  auto pass = [&](bool merged) {
+    model::SetMergedProjections(*m, merged);
+    m->zero_grad();
+    torch::Tensor logits = m->Forward(ids);
+    logits.pow(2).mean().backward();
+    std::vector<torch::Tensor> grads;
+    for (const auto& p : m->parameters()) grads.push_back(p.grad().to(torch::kCPU));
+    return std::pair{logits.to(torch::kCPU), grads};
+  };
+  const auto [separate, separate_grads] = pass(false);
+  const auto [merged, merged_grads] = pass(true);
+  EXPECT_LT((merged - separate).abs().max().item<double>(), 2e-2);  // TF32, as above
+  for (size_t i = 0; i < merged_grads.size(); ++i) {
+    const double scale = separate_grads[i].abs().max().item<double>();
+    EXPECT_LE((merged_grads[i] - separate_grads[i]).abs().max().item<double>(),
+              2e-2 * std::max(scale, 1e-6))
+        << "gradient " << i;
+  }
+  model::RMSNorm norm(128);
+  {
+    torch::NoGradGuard no_grad;
+    norm->weight.uniform_(0.5, 1.5);
+  }
+  const torch::Tensor x = torch::randn({4, 16, 128});
+  const torch::Tensor on_cpu = norm(x);
+  norm->to(torch::kCUDA);
+  const torch::Tensor on_gpu = norm(x.to(torch::kCUDA)).to(torch::kCPU);
+  EXPECT_LT((on_gpu - on_cpu).abs().max().item<double>(), 1e-5);
 }
 
 class CudaTrainTest : public ::testing::Test {
@@ -158,6 +199,43 @@ TEST_F(CudaTrainTest, ResumeOnTheGpuContinuesFromItsCheckpoint) {
   // CUDA kernels (atomics in backward) are not bit-reproducible; the resumed run must still
   // follow the straight one closely, which a restart from scratch or a lost optimizer would not.
   for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 0.05) << "log line " << i;
+}
+
+// A background checkpoint (the worker's) copies from the GPU on a side stream into page-locked
+// memory while training goes on (train::HostCopies): the snapshot must hold the weights and
+// moments of the step it was taken at, to the bit, even though the next optimizer step is queued
+// right behind it.
+TEST(CudaTest, ASnapshotFromTheGpuHoldsItsStepsValuesWhileTheNextStepRuns) {
+  SKIP_WITHOUT_CUDA();
+  auto built = model::BuildModel(SmallCart(), 13);
+  auto copy = model::BuildModel(SmallCart(), 14);
+  ASSERT_TRUE(built.ok() && copy.ok());
+  std::shared_ptr<model::LanguageModel> m = *built;
+  m->to(torch::kCUDA);
+  torch::optim::AdamW optimizer(m->parameters(), torch::optim::AdamWOptions(1e-2));
+  const torch::Tensor ids = torch::randint(0, 64, {4, 64}, torch::kInt64).to(torch::kCUDA);
+  auto step = [&] {
+    optimizer.zero_grad();
+    m->Forward(ids).pow(2).mean().backward();
+    optimizer.step();
+  };
+  step();
+  std::vector<torch::Tensor> at_snapshot;
+  for (const auto& p : m->parameters()) at_snapshot.push_back(p.detach().to(torch::kCPU));
+  CheckpointSnapshot snapshot(*copy);
+  ASSERT_TRUE(snapshot.Take(*m, optimizer).ok());
+  snapshot.BeforeUpdate();
+  step();  // changes every weight the copies read
+  snapshot.WaitForCopies();
+  const std::vector<torch::Tensor> copied = snapshot.model().parameters();
+  ASSERT_EQ(copied.size(), at_snapshot.size());
+  bool moved = false;
+  for (size_t i = 0; i < copied.size(); ++i) {
+    EXPECT_TRUE(copied[i].is_pinned()) << "parameter " << i;
+    EXPECT_TRUE(torch::equal(copied[i], at_snapshot[i])) << "parameter " << i;
+    moved |= !torch::equal(m->parameters()[i].detach().to(torch::kCPU), at_snapshot[i]);
+  }
+  EXPECT_TRUE(moved) << "the second step changed the weights";
 }
 
 }  // namespace

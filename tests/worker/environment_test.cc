@@ -15,6 +15,7 @@
 #include "common/sha256.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "train/optimizer.h"
 
 namespace cart::worker {
 namespace {
@@ -94,6 +95,8 @@ TEST(EnvironmentTest, AnAttemptOnAGpuNamesItsCardDriverVbiosAndComputeCapability
   EXPECT_EQ(m.at("gpu.compute_capability"), "8.6");
   EXPECT_EQ(m.at("precision"), "bf16 autocast (dtype auto)");
   EXPECT_EQ(m.at("threads"), "4");
+  EXPECT_EQ(m.at("step.projections"), "merged") << "merged on CUDA";
+  EXPECT_EQ(m.at("step.optimizer"), train::StepKernelsName(train::DefaultStepKernels()));
   // Every item as cartd stores it: a key of [a-z0-9_.], one line of at most 1,024 bytes.
   for (const auto& [key, value] : items) {
     EXPECT_THAT(key, ::testing::MatchesRegex("[a-z0-9_.]+"));
