@@ -216,12 +216,7 @@ TEST_F(StepKernelsRunTest, TrainingAndResumeCrossBetweenThePerTensorAndTheFusedS
   ASSERT_EQ(reference.size(), 12u);
   EXPECT_GT(std::abs(reference.front() - reference.back()), 0.1) << "it learned";
   for (const std::string name : {"fused", "per-tensor-then-fused", "fused-then-per-tensor"}) {
-    const std::vector<double> losses = LossesOf(name);
-    ASSERT_EQ(losses.size(), reference.size()) << name;
-    for (size_t i = 0; i < losses.size(); ++i) {
-      EXPECT_NEAR(losses[i], reference[i], 1e-5 * std::abs(reference[i]))
-          << name << " step " << i + 1;
-    }
+    testing::ExpectLossesNear(LossesOf(name), reference, 1e-5, name);
   }
   // The first four steps of a run that began per-tensor are that run's, to the bit.
   const std::vector<double> crossed = LossesOf("per-tensor-then-fused");

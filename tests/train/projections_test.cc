@@ -69,12 +69,7 @@ TEST_F(MergedProjectionsRunTest, TrainingAndResumeCrossBetweenMergedAndSeparateP
   ASSERT_EQ(reference.size(), 12u);
   EXPECT_GT(std::abs(reference.front() - reference.back()), 0.1) << "it learned";
   for (const std::string name : {"merged", "separate-then-merged", "merged-then-separate"}) {
-    const std::vector<double> losses = LossesOf(name);
-    ASSERT_EQ(losses.size(), reference.size()) << name;
-    for (size_t i = 0; i < losses.size(); ++i) {
-      EXPECT_NEAR(losses[i], reference[i], 1e-5 * std::abs(reference[i]))
-          << name << " step " << i + 1;
-    }
+    testing::ExpectLossesNear(LossesOf(name), reference, 1e-5, name);
   }
   // Up to the crossing, a run is the run it began as, to the bit.
   const std::vector<double> crossed = LossesOf("separate-then-merged");

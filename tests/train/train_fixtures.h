@@ -3,6 +3,7 @@
 // What the training tests share: a synthetic Markov source on disk and a tiny run that learns it in
 // a few seconds on one CPU thread.
 
+#include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -72,6 +73,18 @@ inline std::vector<double> Losses(const std::vector<nlohmann::json>& metrics) {
     if (m.contains("loss")) out.push_back(m["loss"].get<double>());
   }
   return out;
+}
+
+// Each of `losses` within `relative` of `reference`'s loss at the same step; as many steps.
+// `name` labels the run in a failure.
+inline void ExpectLossesNear(const std::vector<double>& losses,
+                             const std::vector<double>& reference, double relative,
+                             const std::string& name) {
+  ASSERT_EQ(losses.size(), reference.size()) << name;
+  for (size_t i = 0; i < losses.size(); ++i) {
+    EXPECT_NEAR(losses[i], reference[i], relative * std::abs(reference[i]))
+        << name << " step " << i + 1;
+  }
 }
 
 }  // namespace cart::train::testing
