@@ -124,10 +124,17 @@ absl::Status WriteFileAtomically(const std::string& path, std::string_view data,
 }
 
 absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
+  // A directory opens as a stream and reads as nothing: refused by name, as a volume mounted where
+  // a file was meant would otherwise read as an empty file.
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+    return absl::InvalidArgumentError(StrCat(path, " is a directory, not a file"));
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) return ErrnoError("cannot open", path);
   std::ostringstream ss;
   ss << in.rdbuf();
+  if (in.bad()) return ErrnoError("cannot read", path);
   return ss.str();
 }
 

@@ -24,6 +24,11 @@ TEST(FileTest, AtomicWriteReplacesTheFileAndKeepsASecretPrivateFromTheStart) {
   ASSERT_EQ(stat(path.c_str(), &info), 0);
   EXPECT_EQ(info.st_mode & 0777, 0600u);
   EXPECT_FALSE(ReadWholeFile(dir.File("missing")).ok());
+  // A directory where a file was meant (a volume mounted over a config file's path) is an
+  // error that says so, not an empty file.
+  const absl::StatusOr<std::string> directory = ReadWholeFile(dir.path().string());
+  ASSERT_FALSE(directory.ok());
+  EXPECT_THAT(std::string(directory.status().message()), ::testing::HasSubstr("is a directory"));
 }
 
 TEST(FileTest, EachCommitPutsTheWholeFileInPlaceAndLeavesNoTemporary) {

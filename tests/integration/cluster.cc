@@ -79,18 +79,22 @@ bool Cluster::AddHost(const std::string& id, std::string* why) {
   Host host;
   host.netns = StrCat("cartt", getpid(), id);
   host.link = StrCat("cv", getpid() % 10'000'000, index, "r");
-  const std::string inner = StrCat("cv", getpid() % 10'000'000, index, "n");
-  // A /24 per host, chosen by pid so that tests in parallel processes do not share one.
-  const int subnet = (getpid() % 100) * 2 + index + 1;
+  host.inner = StrCat("cv", getpid() % 10'000'000, index, "n");
+  // A /24 per host, chosen by pid so that tests in parallel processes do not share one; up to
+  // four hosts per test.
+  const int subnet = (getpid() % 60) * 4 + index + 1;
   host.cartd_ip = StrCat("10.200.", subnet, ".1");
+  host.address = StrCat("10.200.", subnet, ".2");
   const std::string commands[] = {
       StrCat("ip netns add ", host.netns),
-      StrCat("ip link add ", host.link, " type veth peer name ", inner, " netns ", host.netns),
+      StrCat("ip link add ", host.link, " type veth peer name ", host.inner, " netns ", host.netns),
       StrCat("ip addr add ", host.cartd_ip, "/24 dev ", host.link),
       StrCat("ip link set ", host.link, " up"),
-      StrCat("ip -n ", host.netns, " addr add 10.200.", subnet, ".2/24 dev ", inner),
-      StrCat("ip -n ", host.netns, " link set ", inner, " up"),
-      StrCat("ip -n ", host.netns, " link set lo up")};
+      StrCat("ip -n ", host.netns, " addr add ", host.address, "/24 dev ", host.inner),
+      StrCat("ip -n ", host.netns, " link set ", host.inner, " up"),
+      StrCat("ip -n ", host.netns, " link set lo up"),
+      // Everything else through this side: cartd's addresses on the other links too.
+      StrCat("ip -n ", host.netns, " route add default via ", host.cartd_ip)};
   hosts_[id] = host;  // the destructor deletes what was made, even after a failure below
   for (const std::string& command : commands) {
     const CommandResult r = RunCommand(command + " 2>&1");
@@ -102,9 +106,12 @@ bool Cluster::AddHost(const std::string& id, std::string* why) {
   return true;
 }
 
-void Cluster::SetLink(const std::string& id, bool up) {
-  const CommandResult r =
-      RunCommand(StrCat("ip link set ", hosts_.at(id).link, up ? " up" : " down", " 2>&1"));
+void Cluster::SetLink(const std::string& id, bool up, LinkEnd end) {
+  const Host& host = hosts_.at(id);
+  const std::string command = end == LinkEnd::kCartd
+                                  ? StrCat("ip link set ", host.link)
+                                  : StrCat("ip -n ", host.netns, " link set ", host.inner);
+  const CommandResult r = RunCommand(StrCat(command, up ? " up" : " down", " 2>&1"));
   EXPECT_EQ(r.exit_code, 0) << r.output;
 }
 

@@ -29,8 +29,19 @@ class Cluster {
   // this side's address. Call before StartCartd, which then listens on every address. Returns
   // false with the reason when namespaces cannot be made (not root, no `ip`).
   bool AddHost(const std::string& id, std::string* why);
-  // Takes the link to host `id` down (a real split: packets are dropped, nothing is reset) or up.
-  void SetLink(const std::string& id, bool up);
+  // Takes the link to host `id` down (a real split: packets are dropped, nothing is reset) or up,
+  // at cartd's end of it or at the host's. Cutting at the host's end leaves cartd's address on
+  // this side up, so the other hosts still reach it (they route to it through their own links).
+  enum class LinkEnd { kCartd, kHost };
+  void SetLink(const std::string& id, bool up, LinkEnd end = LinkEnd::kCartd);
+  // Host `id`'s namespace (for `nsenter --net=/run/netns/<name>`), its own address, and the
+  // address cartd listens on at this side of its link. Every host routes to all of cartd's
+  // addresses, so one of them can stand for cartd on every host (as a lab's DNS name would).
+  const std::string& HostNetns(const std::string& id) const { return hosts_.at(id).netns; }
+  const std::string& HostAddress(const std::string& id) const { return hosts_.at(id).address; }
+  std::string CartdAddressFor(const std::string& id) const {
+    return hosts_.at(id).cartd_ip + ":" + std::to_string(port_);
+  }
 
   // `config_yaml`: a cartd config file's text (keys: docs/architecture.md "cartd config").
   void StartCartd(const std::string& config_yaml = "");
@@ -109,7 +120,9 @@ class Cluster {
   struct Host {
     std::string netns;     // the namespace
     std::string link;      // this side's end of the veth pair
+    std::string inner;     // the host's end
     std::string cartd_ip;  // this side's address, which the host's worker dials
+    std::string address;   // the host's address
   };
   std::map<std::string, Host> hosts_;  // by worker id
   std::unique_ptr<cart::v1::SchedulerService::Stub> stub_;
