@@ -72,8 +72,10 @@ gpu-bundle:
 	./deploy/gpu-bundle.sh
 
 # OCI images from a Debian root made here (deploy/image.sh; docs/operations.md): cartd's and a CPU
-# worker's, built from the default build's programs. Not part of `make test` yet: image-test runs
-# them (cartd's container serves, the worker's trains a sweep).
+# worker's, built from the default build's programs (the CUDA worker's: deploy/image.sh
+# build-torch2 worker-cuda). Not part of `make test` (a cold build costs minutes of apt-get, and
+# the pods need ports 7070 and 8080): image-test runs the images (cartd's container serves, the
+# worker's trains a sweep) and the Kubernetes manifests with podman kube play.
 image: apps
 	@./deploy/install-deps.sh --images
 	./deploy/image.sh $(BUILD)
@@ -81,6 +83,7 @@ image: apps
 image-test: apps
 	@./deploy/install-deps.sh --images
 	./tests/images/image_test.sh $(BUILD)
+	./tests/images/k8s_test.sh $(BUILD)
 
 demo: apps
 	./deploy/demo.sh $(BUILD)

@@ -7,7 +7,10 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <string_view>
 
@@ -100,6 +103,43 @@ std::optional<std::string> FindProgram(const std::string& program) {
     start = colon + 1;
   }
   return std::nullopt;
+}
+
+absl::StatusOr<std::string> ExpandEnvReferences(std::string_view text,
+                                                const char* (*lookup)(const char* name)) {
+  std::string out;
+  size_t i = 0;
+  while (i < text.size()) {
+    if (text.compare(i, 3, "$$(") == 0) {
+      out += "$(";
+      i += 3;
+      continue;
+    }
+    if (text.compare(i, 2, "$(") != 0) {
+      out += text[i++];
+      continue;
+    }
+    const size_t close = text.find(')', i + 2);
+    const std::string name(text.substr(i + 2, close == std::string_view::npos ? 0 : close - i - 2));
+    const bool valid = close != std::string_view::npos && !name.empty() &&
+                       !std::isdigit(static_cast<unsigned char>(name[0])) &&
+                       std::all_of(name.begin(), name.end(),
+                                   [](unsigned char c) { return std::isalnum(c) || c == '_'; });
+    if (!valid) {
+      return absl::InvalidArgumentError(StrCat(
+          "'", text, "': '$(' at offset ", i,
+          " must start a reference $(NAME) to an environment variable (letters, digits, '_'); "
+          "write $$( for a literal $("));
+    }
+    const char* value = lookup != nullptr ? lookup(name.c_str()) : std::getenv(name.c_str());
+    if (value == nullptr) {
+      return absl::InvalidArgumentError(
+          StrCat("'", text, "': $(", name, ") names an environment variable that is not set"));
+    }
+    out += value;
+    i = close + 1;
+  }
+  return out;
 }
 
 }  // namespace cart

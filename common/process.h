@@ -8,6 +8,7 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -44,5 +45,12 @@ std::optional<std::string> FindProgram(const std::string& program);
 void LowerThisThreadsPriority(int niceness);
 // The calling thread's nice value.
 int ThisThreadsNiceness();
+
+// `text` with each `$(NAME)` replaced by the value of environment variable NAME (letters, digits,
+// '_'; not starting with a digit), as Kubernetes expands a container's args; `$$(` stands for a
+// literal `$(`. An unset variable is an error that names it; text without `$(` comes back as it
+// is. `lookup` stands for getenv (tests).
+absl::StatusOr<std::string> ExpandEnvReferences(std::string_view text,
+                                                const char* (*lookup)(const char* name) = nullptr);
 
 }  // namespace cart

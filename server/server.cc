@@ -6,6 +6,7 @@
 #include <grpcpp/resource_quota.h>
 #include <netinet/in.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -212,7 +213,10 @@ absl::StatusOr<TokenTable> LoadTokens(const ServerConfig& config) {
     return absl::InvalidArgumentError(StrCat("tokens file ", config.tokens_file, " has no token"));
   }
   struct stat info {};
-  if (stat(config.tokens_file.c_str(), &info) == 0 && (info.st_mode & 077) != 0) {
+  // Readable by others, or by a group that is not cartd's own: a secret volume mounted for
+  // cartd's group (Kubernetes' fsGroup, mode 0440) or a file root:cart 0640 is not warned about.
+  if (stat(config.tokens_file.c_str(), &info) == 0 &&
+      ((info.st_mode & 007) != 0 || ((info.st_mode & 070) != 0 && info.st_gid != getegid()))) {
     std::fprintf(stderr,
                  "cartd: warning: tokens file %s can be read by other users (mode %03o); "
                  "chmod 600 %s\n",

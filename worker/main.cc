@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <iostream>
 
+#include "common/process.h"
 #include "common/strings.h"
 #include "common/version.h"
 #include "rpc/client.h"
@@ -40,7 +41,10 @@ int main(int argc, char** argv) {
   app.add_option("--tls-server-name", flags.tls_server_name,
                  "Expected name in cartd's certificate");
   app.add_option("--client-config", config_file, "Client config file (written by `cart up`)");
-  app.add_option("--worker-id", config.worker_id, "Stable id of this worker (default host-device)");
+  app.add_option("--worker-id", config.worker_id,
+                 "Stable id of this worker (default host-device); $(NAME) is replaced by "
+                 "environment variable NAME, as Kubernetes does, for runtimes that do not "
+                 "(podman kube play)");
   app.add_option("--device", config.device,
                  "auto | cpu | cuda | cuda:N (auto: cuda:0 when LibTorch can use CUDA, else cpu)")
       ->capture_default_str();
@@ -122,6 +126,13 @@ int main(int argc, char** argv) {
     return 2;
   }
   config.client = *client;
+  // Left for us where the runtime did not expand it (podman kube play leaves "k8s-$(POD_NAME)").
+  absl::StatusOr<std::string> worker_id = cart::ExpandEnvReferences(config.worker_id);
+  if (!worker_id.ok()) {
+    std::cerr << "cart-worker: --worker-id " << cart::Message(worker_id.status()) << "\n";
+    return 2;
+  }
+  config.worker_id = *worker_id;
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGINT, OnSignal);
   absl::Status s = cart::worker::RunWorker(config, g_shutdown);

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <string>
+#include <string_view>
 #include <thread>
 
 #include "gmock/gmock.h"
@@ -83,6 +84,30 @@ TEST(ThreadPriorityTest, OnlyTheCallingThreadAndTheThreadsItStartsAreLowered) {
   // This thread is as it was.
   EXPECT_EQ(ThisThreadsNiceness(), before);
   EXPECT_EQ(ThisThreadsIoPriority(), io_before);
+}
+
+const char* FakeEnv(const char* name) {
+  if (std::string_view(name) == "POD_NAME") return "cart-worker-7d9f-x2";
+  if (std::string_view(name) == "EMPTY") return "";
+  return nullptr;
+}
+
+TEST(ExpandEnvReferencesTest, ReplacesEachReferenceAndNamesTheOneThatIsUnset) {
+  EXPECT_EQ(ExpandEnvReferences("k8s-$(POD_NAME)", FakeEnv).value(), "k8s-cart-worker-7d9f-x2");
+  EXPECT_EQ(ExpandEnvReferences("$(POD_NAME)/$(EMPTY)x", FakeEnv).value(), "cart-worker-7d9f-x2/x");
+  EXPECT_EQ(ExpandEnvReferences("plain-id.1", FakeEnv).value(), "plain-id.1");
+  EXPECT_EQ(ExpandEnvReferences("a$b $$(POD_NAME)", FakeEnv).value(), "a$b $(POD_NAME)");
+
+  const absl::StatusOr<std::string> unset = ExpandEnvReferences("k8s-$(NODE)", FakeEnv);
+  ASSERT_FALSE(unset.ok());
+  EXPECT_EQ(unset.status().message(),
+            "'k8s-$(NODE)': $(NODE) names an environment variable that is not set");
+  for (const char* bad : {"k8s-$(POD_NAME", "$()", "$(1X)", "$(A-B)"}) {
+    const absl::StatusOr<std::string> r = ExpandEnvReferences(bad, FakeEnv);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.status().message().find("must start a reference $(NAME)"), std::string::npos)
+        << r.status();
+  }
 }
 
 }  // namespace

@@ -4,6 +4,9 @@
 
 #include "server/auth.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cstdlib>
 #include <set>
 
@@ -305,6 +308,36 @@ TEST_F(HttpsTest, TheDashboardPortServesHttpsWithTheServersCertificate) {
 }
 
 // ---- Where cartd may listen
+
+// cartd warns about a tokens file that others may read, or a group other than its own: a file
+// readable by cartd's own group (Kubernetes' fsGroup with mode 0440, root:cart 0640) is not.
+TEST(TokensFileModeTest, WarnsWhenOthersOrAnotherGroupMayReadIt) {
+  if (geteuid() != 0) GTEST_SKIP() << "giving the file another group needs root";
+  struct Case {
+    mode_t mode;
+    gid_t group;
+    bool warns;
+  };
+  const gid_t own = getegid(), other = getegid() + 1;
+  for (const Case& c : {Case{0600, own, false}, Case{0440, own, false}, Case{0640, other, true},
+                        Case{0604, own, true}}) {
+    testing::TempDir dir;
+    const std::string path = dir.File("tokens");
+    WriteFile(path, StrCat(kUserToken, " user alice\n"));
+    ASSERT_EQ(chmod(path.c_str(), c.mode), 0);
+    ASSERT_EQ(chown(path.c_str(), static_cast<uid_t>(-1), c.group), 0);
+    ServerConfig config;
+    config.listen = "127.0.0.1:0";
+    config.data_dir = dir.File("data");
+    config.tokens_file = path;
+    ::testing::internal::CaptureStderr();
+    absl::StatusOr<std::unique_ptr<ServerHandle>> server = RunServer(config);
+    const std::string said = ::testing::internal::GetCapturedStderr();
+    ASSERT_TRUE(server.ok()) << server.status();
+    EXPECT_EQ(said.find("can be read by other users") != std::string::npos, c.warns)
+        << "mode " << std::oct << c.mode << " group " << std::dec << c.group << ": " << said;
+  }
+}
 
 TEST(ListenTest, LoopbackIsRecognised) {
   EXPECT_TRUE(IsLoopbackListen("127.0.0.1:7070"));
