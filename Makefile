@@ -82,7 +82,7 @@ image: apps
 
 image-test: apps
 	@./deploy/install-deps.sh --images
-	./tests/images/image_test.sh $(BUILD)
+	./tests/images/image_test.sh $(BUILD) $(if $(wildcard $(TORCH2_BUILD)/bin/cart-worker),$(TORCH2_BUILD))
 	./tests/images/k8s_test.sh $(BUILD)
 
 demo: apps

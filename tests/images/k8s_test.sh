@@ -90,6 +90,12 @@ cleanup() {
 trap cleanup EXIT
 
 remove_all  # what an earlier run left, if it was killed
+# Without the tokens secret the workers cannot start, and podman says which secret is missing.
+missing=$("${podman_cmd[@]}" kube play "$work/cart-lab.yaml" 2>&1 || true)
+grep -q 'no secret with name or id "cart-tokens"' <<<"$missing" \
+  && pass "without the secret, kube play names it: $(grep -o 'cannot set env CART_TOKEN: no secret[^:]*' <<<"$missing")" \
+  || fail "kube play without the secret said: $missing"
+remove_all
 # The workers' token, as the secret the manifest's secretKeyRef names.
 printf '{"worker-token": "%s"}' "$(printf %s "$worker_token" | base64 -w0)" >"$work/secret.json"
 podman secret create cart-tokens "$work/secret.json" >/dev/null
