@@ -82,7 +82,11 @@ image: apps
 
 image-test: apps
 	@./deploy/install-deps.sh --images
-	./tests/images/image_test.sh $(BUILD) $(if $(wildcard $(TORCH2_BUILD)/bin/cart-worker),$(TORCH2_BUILD))
+	@# The CUDA worker's image when the torch2 build is configured: its programs brought up to date.
+	if [ -f $(TORCH2_BUILD)/build.ninja ]; then \
+	  cmake --build $(TORCH2_BUILD) -j $(JOBS) --target cart-worker cart cart-torch cartd cart_sentencepiece && \
+	  ./tests/images/image_test.sh $(BUILD) $(TORCH2_BUILD); \
+	else ./tests/images/image_test.sh $(BUILD); fi
 	./tests/images/k8s_test.sh $(BUILD)
 
 demo: apps

@@ -47,9 +47,11 @@ void LowerThisThreadsPriority(int niceness);
 int ThisThreadsNiceness();
 
 // `text` with each `$(NAME)` replaced by the value of environment variable NAME (letters, digits,
-// '_'; not starting with a digit), as Kubernetes expands a container's args; `$$(` stands for a
-// literal `$(`. An unset variable is an error that names it; text without `$(` comes back as it
-// is. `lookup` stands for getenv (tests).
+// '_'; not starting with a digit), for runtimes that leave a container's args unexpanded where
+// Kubernetes expands them (podman kube play). Stricter than Kubernetes: an unset variable or a
+// malformed reference is an error that names it, and only `$$(` is an escape (for a literal
+// `$(`), not `$$`. Under Kubernetes the kubelet has expanded (and unescaped) the text already, so
+// a literal `$(` cannot reach the program. `lookup` stands for getenv (tests).
 absl::StatusOr<std::string> ExpandEnvReferences(std::string_view text,
                                                 const char* (*lookup)(const char* name) = nullptr);
 

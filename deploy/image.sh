@@ -53,12 +53,13 @@ done
 # The CUDA worker needs programs linked against a CUDA LibTorch whose libraries are all present.
 for image in "${images[@]}"; do
   [ "$image" = worker-cuda ] || continue
-  if ! ldd "$build/bin/cart-worker" | grep -q 'libtorch_cuda\.so'; then
+  # A here-string, not a pipe: grep -q's early exit would fail the pipe under pipefail.
+  if ! grep -q 'libtorch_cuda\.so' <<<"$(ldd "$build/bin/cart-worker")"; then
     log "worker-cuda: $build/bin/cart-worker is not linked against a CUDA LibTorch; build it against"
     log "  the PyTorch wheel (make build-torch2, then deploy/image.sh build-torch2 worker-cuda)"
     exit 1
   fi
-  missing_libs=$(ldd "$build/bin/cart-worker" "$build/bin/cart" | awk '/not found/ {print $1}' | sort -u | tr '\n' ' ')
+  missing_libs=$(ldd "$build/bin/cart-worker" "$build/bin/cart" "$build/bin/cart-torch" | awk '/not found/ {print $1}' | sort -u | tr '\n' ' ')
   if [ -n "$missing_libs" ]; then
     log "worker-cuda: libraries not found: $missing_libs"
     log "  install the pinned wheels (deploy/install-torch2.sh, hashes in deploy/torch2-requirements.txt)"
@@ -125,20 +126,6 @@ build_image() {
   local paths=()
   for program in "${programs[@]}"; do paths+=("$build/bin/$program"); done
   for module in "${modules[@]}"; do paths+=("$build/lib/$module"); done
-  # Everything the image is made of: when an image of this name already carries the same digest,
-  # it is kept as it is.
-  local inputs
-  inputs=$({ sha256sum "${paths[@]}" "$0" "$base"; echo "$commit $version ${extra[*]}";
-             if [ "$name" = cartd ]; then
-               find "$root/dashboards/web" -path '*/node_modules' -prune -o -type f -print0 \
-                 | sort -z | xargs -0 sha256sum
-             fi; } | sha256sum | cut -c1-32)
-  if [ "$(buildah inspect --type image --format '{{index .OCIv1.Config.Labels "org.cart-lab.inputs"}}' \
-          "localhost/cart-lab/$name:latest" 2>/dev/null)" = "$inputs" ]; then
-    log "$name: up to date (same programs, commit and packages)"
-    echo "localhost/cart-lab/$name:latest  $(buildah images --format '{{.Size}}' "localhost/cart-lab/$name:latest" | awk 'NR == 1')"
-    return 0
-  fi
   if [ "$name" != worker-cuda ]; then
     local foreign
     foreign=$(foreign_libs "${paths[@]}" | tr '\n' ' ')
@@ -150,6 +137,22 @@ build_image() {
   fi
   mapfile -t pkgs < <(packages_for "${paths[@]}")
   pkgs+=("${extra[@]}")
+  # Everything the image is made of (programs, commit, packages, the wheels' libraries): when an
+  # image of this name already carries the same digest, it is kept as it is.
+  local inputs
+  inputs=$({ sha256sum "${paths[@]}" "$0" "$base"; echo "$commit $version ${pkgs[*]}";
+             # The wheels' 3 GiB by name, size and time: a re-pinned wheel changes all three.
+             if [ "$name" = worker-cuda ]; then foreign_libs "${paths[@]}" | xargs -r stat -L -c '%n %s %Y'; fi
+             if [ "$name" = cartd ]; then
+               find "$root/dashboards/web" -path '*/node_modules' -prune -o -type f -print0 \
+                 | sort -z | xargs -0 sha256sum
+             fi; } | sha256sum | cut -c1-32)
+  if [ "$(buildah inspect --type image --format '{{index .OCIv1.Config.Labels "org.cart-lab.inputs"}}' \
+          "localhost/cart-lab/$name:latest" 2>/dev/null)" = "$inputs" ]; then
+    log "$name: up to date (same programs, commit and packages)"
+    echo "localhost/cart-lab/$name:latest  $(buildah images --format '{{.Size}}' "localhost/cart-lab/$name:latest" | awk 'NR == 1')"
+    return 0
+  fi
   local ctr mnt
   ctr=$(buildah from scratch)
   trap 'buildah umount "$ctr" >/dev/null 2>&1 || true; buildah rm "$ctr" >/dev/null 2>&1 || true' RETURN
@@ -204,8 +207,8 @@ build_image() {
       fi
     done
     log "$name: $count libraries of the wheels in /opt/cart/lib ($(du -sh "$mnt/opt/cart/lib" | cut -f1))"
-    buildah config --env LD_LIBRARY_PATH=/opt/cart/lib --env NVIDIA_VISIBLE_DEVICES=all \
-      --env NVIDIA_DRIVER_CAPABILITIES=compute,utility "$ctr"
+    # No NVIDIA_VISIBLE_DEVICES: the GPUs a container sees are the ones it is given (CDI).
+    buildah config --env LD_LIBRARY_PATH=/opt/cart/lib "$ctr"
   fi
   chroot "$mnt" useradd --uid 10001 --no-log-init --create-home --home-dir /var/lib/cart --shell /usr/sbin/nologin cart
   mkdir -p "$mnt/var/cache/cart" && chroot "$mnt" chown cart:cart /var/cache/cart

@@ -75,10 +75,14 @@ done
 [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$((port + 1))/api/v1/sweeps")" = 200 ] \
   && pass "the dashboard's API answers" || fail "the dashboard's API does not answer"
 if [ -n "$cuda_build" ]; then
-  unresolved=$("${podman_cmd[@]}" run --rm --entrypoint /bin/sh localhost/cart-lab/worker-cuda:latest -c \
-    'ldd /usr/local/bin/cart-worker /usr/local/bin/cart /usr/local/bin/cart-torch | grep "not found"' || true)
-  [ -z "$unresolved" ] && pass "worker-cuda: every library its programs link is in the image" \
-    || fail "worker-cuda: missing libraries: $unresolved"
+  # The marker shows that ldd ran in the container; then no line may say "not found".
+  lddout=$("${podman_cmd[@]}" run --rm --entrypoint /bin/sh localhost/cart-lab/worker-cuda:latest -c \
+    'ldd /usr/local/bin/cart-worker /usr/local/bin/cart /usr/local/bin/cart-torch; echo LDD_DONE' 2>&1 || true)
+  if grep -q '^LDD_DONE$' <<<"$lddout" && ! grep -q 'not found' <<<"$lddout"; then
+    pass "worker-cuda: every library its programs link is in the image"
+  else
+    fail "worker-cuda: ldd in the image: $(grep -E 'not found|rror' <<<"$lddout" || tail -3 <<<"$lddout")"
+  fi
   "${podman_cmd[@]}" run -d --name cart-test-worker-cuda --network host -v "$work:$work:ro" \
     localhost/cart-lab/worker-cuda:latest --server "127.0.0.1:$port" --device cpu \
     --worker-id image-w2 --cache-dir /var/cache/cart --threads 1 >/dev/null

@@ -19,6 +19,27 @@ build=${1:-$root/build}
 cart="$build/bin/cart"
 work=$(mktemp -d /tmp/cart-k8s-test-XXXXXX)
 chmod 755 "$work"
+podman_cmd=(podman)
+# What kube play makes from the test's overlay (every name prefixed cart-test-, so that a lab's own
+# deploy/podman pods, volume and secret on this machine are never touched): pods named
+# <deployment>-pod-<n>, named volumes for the claim and the ConfigMap, and the test's secret.
+remove_all() {
+  local pod volume
+  for pod in cart-test-cartd-pod-0 cart-test-cart-worker-pod-0 cart-test-cart-worker-pod-1 \
+             cart-test-cart-worker-r-pod-0; do
+    "${podman_cmd[@]}" pod rm -f "$pod" >/dev/null 2>&1 || true  # one at a time: a missing one ends the call
+  done
+  for volume in cart-test-cartd-data cart-test-cartd-config; do
+    podman volume rm -f "$volume" >/dev/null 2>&1 || true
+  done
+  podman secret rm cart-test-tokens >/dev/null 2>&1 || true
+}
+cleanup() {
+  if [ -n "${KEEP_PODS:-}" ]; then echo "KEEP_PODS: pods and $work left for inspection"; return; fi
+  remove_all
+  rm -rf "$work"
+}
+trap cleanup EXIT
 fails=0
 pass() { echo "PASS $*"; }
 fail() { echo "FAIL $*"; fails=$((fails + 1)); }
@@ -33,7 +54,6 @@ command -v kubectl >/dev/null || { echo "k8s_test: kubectl is needed for kustomi
 
 "$root/deploy/image.sh" "$build" cartd worker-cpu
 
-podman_cmd=(podman)
 if ! podman run --rm --network host localhost/cart-lab/cartd:latest --version >/dev/null 2>&1; then
   podman_cmd=(podman --runtime "$root/tests/images/oci-runtime-without-rlimits")
   echo "note: podman's runtime cannot start a container here; using runc without rlimits"
@@ -51,16 +71,26 @@ chmod 440 "$work/tokens/tokens"
 cat >"$work/overlay/kustomization.yaml" <<EOF
 apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization
+namePrefix: cart-test-
 resources:
   - $(realpath --relative-to="$work/overlay" "$root/deploy/podman")
 patches:
   - target: {kind: Deployment, name: cartd}
     patch: |-
+      - op: test
+        path: /spec/template/spec/volumes/2/name
+        value: tokens
       - op: replace
         path: /spec/template/spec/volumes/2/hostPath/path
         value: $work/tokens
   - target: {kind: Deployment, name: cart-worker}
     patch: |-
+      - op: test
+        path: /spec/template/spec/containers/0/env/1/valueFrom/secretKeyRef/name
+        value: cart-tokens
+      - op: replace
+        path: /spec/template/spec/containers/0/env/1/valueFrom/secretKeyRef/name
+        value: cart-test-tokens
       - op: add
         path: /spec/template/spec/volumes/-
         value: {name: data, hostPath: {path: $work/data, type: Directory}}
@@ -72,37 +102,20 @@ EOF
 kubectl kustomize "$work/overlay" >"$work/cart-lab.yaml" 2>"$work/kustomize.log" \
   || { cat "$work/kustomize.log" >&2; echo "k8s_test: kustomize failed" >&2; exit 1; }
 
-# What kube play makes: pods named <deployment>-pod-<n>, and named volumes for the claim, the
-# ConfigMap and each emptyDir.
-remove_all() {
-  local pod
-  for pod in cartd-pod-0 cart-worker-pod-0 cart-worker-pod-1 cart-worker-r-pod-0; do
-    podman pod rm -f "$pod" >/dev/null 2>&1 || true  # one at a time: a missing one ends the call
-  done
-  podman volume rm -f cartd-data cartd-config >/dev/null 2>&1 || true
-  podman secret rm cart-tokens >/dev/null 2>&1 || true
-}
-cleanup() {
-  if [ -n "${KEEP_PODS:-}" ]; then echo "KEEP_PODS: pods and $work left for inspection"; return; fi
-  remove_all
-  rm -rf "$work"
-}
-trap cleanup EXIT
-
 remove_all  # what an earlier run left, if it was killed
 # Without the tokens secret the workers cannot start, and podman says which secret is missing.
 missing=$("${podman_cmd[@]}" kube play "$work/cart-lab.yaml" 2>&1 || true)
-grep -q 'no secret with name or id "cart-tokens"' <<<"$missing" \
+grep -q 'no secret with name or id "cart-test-tokens"' <<<"$missing" \
   && pass "without the secret, kube play names it: $(grep -o 'cannot set env CART_TOKEN: no secret[^:]*' <<<"$missing")" \
   || fail "kube play without the secret said: $missing"
 remove_all
 # The workers' token, as the secret the manifest's secretKeyRef names.
 printf '{"worker-token": "%s"}' "$(printf %s "$worker_token" | base64 -w0)" >"$work/secret.json"
-podman secret create cart-tokens "$work/secret.json" >/dev/null
+podman secret create cart-test-tokens "$work/secret.json" >/dev/null
 "${podman_cmd[@]}" kube play "$work/cart-lab.yaml" >"$work/play.log" 2>&1 \
   || { cat "$work/play.log"; fail "podman kube play"; exit 1; }
 pods=$(podman pod ps --format '{{.Name}}' | sort | tr '\n' ' ')
-[ "$pods" = "cart-worker-pod-0 cart-worker-pod-1 cartd-pod-0 " ] \
+[ "$pods" = "cart-test-cart-worker-pod-0 cart-test-cart-worker-pod-1 cart-test-cartd-pod-0 " ] \
   && pass "kube play started cartd's pod and two worker pods" || fail "pods: $pods"
 
 export CART_TOKEN=$user_token
@@ -119,32 +132,46 @@ for _ in $(seq 100); do "$cart" sweep ls --server "$server" >/dev/null 2>&1 && b
 base="{vocab: 32, d: 64, P: 1, R: 2, seq_len: 32, batch: 4, steps: 300, lr: 1e-2, warmup: 3,
        log_every: 1, eval_every: 0, checkpoint_every: 10, threads: 1,
        train_data: $work/data/synth.bin}"
-printf 'name: pods\nbase: %s\nseeds: [1, 2]\n' "$base" >"$work/pods.yaml"
+# The run that will move, and a long one that keeps the other pod busy, so that only the
+# replacement pod can take the moved run up.
+printf 'name: pods\nbase: %s\nseeds: [1]\n' "$base" >"$work/pods.yaml"
+printf 'name: busy\nbase: %s\nseeds: [2]\n' "${base/steps: 300/steps: 1000000}" >"$work/busy.yaml"
 "$cart" sweep submit "$work/pods.yaml" --server "$server" >/dev/null \
-  && pass "a sweep submitted to cartd's pod" || fail "submitting to cartd's pod"
+  && "$cart" sweep submit "$work/busy.yaml" --server "$server" >/dev/null \
+  && pass "two sweeps submitted to cartd's pod" || fail "submitting to cartd's pod"
 
-# run_field RUN FIELD: a field of `cart runs show RUN --json`'s run.
+# run_field RUN FIELD: a field of `cart runs show RUN --json`'s run ("" when there is none).
 run_field() {
   "$cart" runs show "$1" --server "$server" --json 2>/dev/null \
     | python3 -c "import json,sys; print(json.load(sys.stdin)['run'].get('$2', ''))" 2>/dev/null || true
 }
+# run_id SWEEP INDEX ("" when there is none).
 run_id() {
   "$cart" sweep show "$1" --server "$server" --json 2>/dev/null | python3 -c "
 import json, sys
-runs = json.load(sys.stdin)['runs']
-print([r['run_id'] for r in runs if r['name'] == '$1/$2'][0])"
+runs = [r['run_id'] for r in json.load(sys.stdin).get('runs', []) if r['name'] == '$1/$2']
+print(runs[0] if runs else '')" 2>/dev/null || true
 }
 first=$(run_id pods 0)
+busy=$(run_id busy 0)
+step=0
 for _ in $(seq 300); do
-  step=$(run_field "$first" step); [ "${step:-0}" -ge 30 ] && break; sleep 0.5
+  step=$(run_field "$first" step)
+  [ "${step:-0}" -ge 30 ] && [ "$(run_field "$busy" state)" = RUN_STATE_RUNNING ] && break
+  sleep 0.5
 done
 holder=$(run_field "$first" worker_id)
 pod=${holder#k8s-}
-[ "${step:-0}" -ge 30 ] && [ -n "$pod" ] && pass "run $first trains on $holder (step $step)" \
-  || { fail "run $first did not reach step 30 (worker '$holder')"; exit 1; }
+if [ "${step:-0}" -ge 30 ] && [ -n "$pod" ]; then
+  pass "run $first trains on $holder (step $step); run $busy on $(run_field "$busy" worker_id)"
+else
+  fail "run $first did not reach step 30 (worker '$holder')"
+  exit 1
+fi
 
 # The pod is removed: SIGTERM, and the worker stops the run after a final checkpoint.
-podman pod stop -t 120 "$pod" >/dev/null && podman pod rm "$pod" >/dev/null
+"${podman_cmd[@]}" pod stop -t 120 "$pod" >/dev/null 2>&1 || fail "podman pod stop $pod"
+"${podman_cmd[@]}" pod rm "$pod" >/dev/null 2>&1 || fail "podman pod rm $pod"
 events=$("$cart" runs show "$first" --server "$server" 2>/dev/null || true)
 grep -q DRAINED <<<"$events" && pass "removing pod $pod drained run $first to a checkpoint" \
   || fail "no DRAINED event for run $first: $events"
@@ -154,31 +181,25 @@ grep -q DRAINED <<<"$events" && pass "removing pod $pod drained run $first to a 
 python3 - "$work/cart-lab.yaml" "$work/replacement.yaml" <<'PY'
 import sys
 docs = open(sys.argv[1]).read().split("\n---\n")
-worker = [d for d in docs if "kind: Deployment" in d and "name: cart-worker" in d][0]
-worker = worker.replace("name: cart-worker\n", "name: cart-worker-r\n", 1).replace("replicas: 2", "replicas: 1")
-open(sys.argv[2], "w").write(worker + "\n")
+worker = [d for d in docs if "kind: Deployment" in d and "name: cart-test-cart-worker\n" in d][0]
+worker = worker.replace("name: cart-test-cart-worker\n", "name: cart-test-cart-worker-r\n", 1)
+open(sys.argv[2], "w").write(worker.replace("replicas: 2", "replicas: 1") + "\n")
 PY
+replacement=k8s-cart-test-cart-worker-r-pod-0
 "${podman_cmd[@]}" kube play "$work/replacement.yaml" >>"$work/play.log" 2>&1 \
-  || fail "the replacement pod did not start"
-for _ in $(seq 120); do
-  "$cart" workers ls --server "$server" 2>/dev/null | grep -q k8s-cart-worker-r-pod-0 && break
-  sleep 0.5
-done
-"$cart" workers ls --server "$server" 2>/dev/null | grep -q k8s-cart-worker-r-pod-0 \
-  && pass "a replacement worker pod started and registered as k8s-cart-worker-r-pod-0" \
-  || fail "the replacement pod's worker did not register: $("$cart" workers ls --server "$server" 2>&1)"
+  || fail "the replacement pod did not start: $(tail -3 "$work/play.log")"
 
-second=$(run_id pods 1)
 for _ in $(seq 600); do
-  [ "$(run_field "$first" state)" = RUN_STATE_SUCCEEDED ] \
-    && [ "$(run_field "$second" state)" = RUN_STATE_SUCCEEDED ] && break
+  [ "$(run_field "$first" state)" = RUN_STATE_SUCCEEDED ] && break
   sleep 0.5
 done
-[ "$(run_field "$first" state)" = RUN_STATE_SUCCEEDED ] && [ "$(run_field "$second" state)" = RUN_STATE_SUCCEEDED ] \
-  && pass "both runs finished; run $first on $(run_field "$first" worker_id), attempt $(run_field "$first" attempt)" \
-  || fail "runs did not finish: $(run_field "$first" state) $(run_field "$second" state)"
+[ "$(run_field "$first" state)" = RUN_STATE_SUCCEEDED ] \
+  && [ "$(run_field "$first" worker_id)" = "$replacement" ] \
+  && pass "the replacement pod ($replacement) resumed run $first and finished it (attempt $(run_field "$first" attempt))" \
+  || fail "run $first: $(run_field "$first" state) on '$(run_field "$first" worker_id)', not finished by $replacement"
+"$cart" runs cancel "$busy" --server "$server" >/dev/null 2>&1 || true
 
-# The same config trained without interruption, on one of the pods.
+# The same config trained without interruption, on one of the pods (the busy one is free now).
 printf 'name: straight\nbase: %s\nseeds: [1]\n' "$base" >"$work/straight.yaml"
 "$cart" sweep submit "$work/straight.yaml" --server "$server" >/dev/null
 straight=$(run_id straight 0)

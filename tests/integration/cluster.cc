@@ -76,6 +76,10 @@ bool Cluster::AddHost(const std::string& id, std::string* why) {
   }
   if (hosts_.empty()) DeleteStaleNamespaces();
   const int index = static_cast<int>(hosts_.size());
+  if (index >= 4) {
+    *why = "at most four hosts per test (each takes one of the test process's four /24s)";
+    return false;
+  }
   Host host;
   host.netns = StrCat("cartt", getpid(), id);
   host.link = StrCat("cv", getpid() % 10'000'000, index, "r");

@@ -142,6 +142,14 @@ std::map<std::string, std::string> WorkersByNode(const std::string& dir, const s
   return by_node;
 }
 
+// squeue's elapsed time ("M:SS", "H:MM:SS" or "D-HH:MM:SS") in seconds; -1 when malformed.
+int64_t ElapsedSeconds(const std::string& text) {
+  std::smatch m;
+  if (!std::regex_match(text, m, std::regex("(?:(\\d+)-)?(?:(\\d+):)?(\\d+):(\\d+)"))) return -1;
+  const auto part = [&](int i) { return m[i].matched ? std::stoll(m[i].str()) : 0LL; };
+  return ((part(1) * 24 + part(2)) * 60 + part(3)) * 60 + part(4);
+}
+
 int CountDrained(const cart::v1::GetRunResponse& run) {
   int n = 0;
   for (const auto& e : run.events()) n += e.why().find("DRAINED") != std::string::npos;
@@ -153,8 +161,9 @@ int CountDrained(const cart::v1::GetRunResponse& run) {
 // job puts one worker on each node. One node is cut mid-run (its slurmd killed, its link down):
 // Slurm marks it down, cartd's lease on its run lapses, and the run finishes on the idle node
 // with the losses of a run trained straight through. Then a run of a sweep that allows a single
-// attempt is drained twice through the SIGTERM path, once by the job's time limit and once by
-// scancel, and is still queued: handing a run back spends no attempt.
+// attempt is drained twice through the SIGTERM path, once before its task's time limit (the
+// script's --signal) and once by scancel, and is still queued: handing a run back spends no
+// attempt.
 TEST(DeployTest, SlurmOnThreeNodesMovesACutNodesRunAndDrainsOnTimeLimitAndScancel) {
   if (geteuid() != 0) GTEST_SKIP() << "slurmd and network namespaces need root";
   if (!OnPath("slurmctld") || !OnPath("munged") || !OnPath("nsenter")) {
@@ -239,8 +248,8 @@ TEST(DeployTest, SlurmOnThreeNodesMovesACutNodesRunAndDrainsOnTimeLimitAndScance
       std::chrono::seconds(60)))
       << slurm.Run("sinfo -N");
 
-  // A run allowed one attempt, drained by the time limit of the task that holds it (Slurm sends
-  // SIGTERM to the batch script, which is the worker)...
+  // A run allowed one attempt, drained ahead of the time limit of the task that holds it (Slurm
+  // sends SIGTERM to the batch script, which is the worker)...
   c.Cart({"sweep", "submit",
           c.WriteFile("long.yaml", StrCat("name: long\nmax_attempts: 1\nbase:\n",
                                           RunBase(data, 50000, 10), "seeds: [3]\n"))});
@@ -250,15 +259,29 @@ TEST(DeployTest, SlurmOnThreeNodesMovesACutNodesRunAndDrainsOnTimeLimitAndScance
       << slurm.Run("squeue");
   const std::string holder = c.GetRun(run).run().worker_id();
   const std::string task = holder.substr(holder.rfind('-') + 1);
-  // A limit of one minute, which this task has reached or soon will. The script asks for SIGTERM
-  // 300 s before the limit (--signal=B:TERM@300), so slurmctld sends it at its next check of
-  // time limits (every 30 s), as it would five minutes before a real limit; past the limit Slurm
-  // would send SIGTERM itself.
-  EXPECT_EQ(slurm.Run(StrCat("scontrol update JobId=", job, "_", task, " TimeLimit=1")), "");
+  // A limit 3 minutes past the time the task has run: under the 300 s by which the script asks
+  // for SIGTERM before its limit (--signal=B:TERM@300), so slurmctld sends it at its next check
+  // of time limits (every 30 s), as it would five minutes before a real limit, and the worker
+  // drains and exits before the limit itself: the task ends COMPLETED, not TIMEOUT.
+  const std::string elapsed =
+      std::string(Trim(slurm.Run(StrCat("squeue -h -j ", job, "_", task, " -o %M"))));
+  ASSERT_GE(ElapsedSeconds(elapsed), 0) << "squeue said '" << elapsed << "'";
+  const int64_t limit_minutes = ElapsedSeconds(elapsed) / 60 + 3;
+  EXPECT_EQ(
+      slurm.Run(StrCat("scontrol update JobId=", job, "_", task, " TimeLimit=", limit_minutes)),
+      "");
   ASSERT_TRUE(
       c.WaitFor([&] { return CountDrained(c.GetRun(run)) == 1; }, std::chrono::seconds(150)))
       << StateOf(c, run) << slurm.Run("squeue")
       << ReadFile(StrCat(c.dir(), "/cart-worker-", job, "_", task, ".log"));
+
+  EXPECT_TRUE(c.WaitFor(
+      [&] {
+        return slurm.Run(StrCat("scontrol show job ", job, "_", task)).find("JobState=COMPLETED") !=
+               std::string::npos;
+      },
+      std::chrono::seconds(60)))
+      << slurm.Run(StrCat("scontrol show job ", job, "_", task));
 
   // ... taken up by another node's worker, and drained again by scancel.
   ASSERT_TRUE(c.WaitFor(

@@ -94,6 +94,8 @@ chmod 400 "$dir/munge/munge.key"
 munged --key-file="$dir/munge/munge.key" --socket="$dir/munge/munge.socket" \
   --pid-file="$dir/munged.pid" --log-file="$dir/munged.log" --seed-file="$dir/munge/seed" \
   --force
+# From here on, a failed step stops what was started before exiting (set -e).
+trap 'echo "slurm_cluster: start failed; stopping what it started" >&2; stop' ERR
 
 host="$(hostname)"
 if [ ${#nodes[@]} -eq 0 ]; then
