@@ -32,12 +32,8 @@ fi
 "$root/deploy/image.sh" "$build" cartd worker-cpu
 [ -n "$cuda_build" ] && "$root/deploy/image.sh" "$cuda_build" worker-cuda
 
-# podman's own runtime where it can start a container here, else runc without rlimits.
-podman_cmd=(podman)
-if ! "${podman_cmd[@]}" run --rm --network host localhost/cart-lab/cartd:latest --version >/dev/null 2>&1; then
-  podman_cmd=(podman --runtime "$root/tests/images/oci-runtime-without-rlimits")
-  echo "note: podman's runtime cannot start a container here; using runc without rlimits"
-fi
+# shellcheck source=tests/images/podman_runtime.sh
+source "$root/tests/images/podman_runtime.sh"
 cleanup() {
   "${podman_cmd[@]}" rm -f cart-test-cartd cart-test-worker cart-test-worker-cuda >/dev/null 2>&1 || true
   rm -rf "$work"

@@ -54,10 +54,8 @@ command -v kubectl >/dev/null || { echo "k8s_test: kubectl is needed for kustomi
 
 "$root/deploy/image.sh" "$build" cartd worker-cpu
 
-if ! podman run --rm --network host localhost/cart-lab/cartd:latest --version >/dev/null 2>&1; then
-  podman_cmd=(podman --runtime "$root/tests/images/oci-runtime-without-rlimits")
-  echo "note: podman's runtime cannot start a container here; using runc without rlimits"
-fi
+# shellcheck source=tests/images/podman_runtime.sh
+source "$root/tests/images/podman_runtime.sh"
 
 # The test's own overlay on deploy/podman: cartd's tokens from this test's directory, and the
 # sweep's data mounted read-only into the workers at the path the sweep names.
