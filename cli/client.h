@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 
+#include "cart/v1/notify.grpc.pb.h"
 #include "cart/v1/scheduler.grpc.pb.h"
 #include "cli/commands.h"
 #include "common/strings.h"
@@ -44,18 +45,19 @@ class Client {
   static Client FromConfig(const rpc::ClientConfig& config) {
     absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = rpc::MakeChannel(config);
     if (!channel.ok()) ExitWith(channel.status());
-    return Client(config, cart::v1::SchedulerService::NewStub(*channel));
+    return Client(config, cart::v1::SchedulerService::NewStub(*channel),
+                  cart::v1::NotifyService::NewStub(*channel));
   }
 
   // Calls `method` with a fresh context (30 s deadline); exits with a clear message on error.
   template <typename Req, typename Resp, typename Method>
   Resp Call(Method method, const Req& request, int64_t timeout_ms = 30'000) {
-    grpc::ClientContext ctx;
-    rpc::PrepareContext(ctx, config_, timeout_ms);
-    Resp response;
-    grpc::Status s = (stub_.get()->*method)(&ctx, request, &response);
-    if (!s.ok()) Fail(s);
-    return response;
+    return CallOn<Req, Resp>(*stub_, method, request, timeout_ms);
+  }
+  // The same on NotifyService (notify.proto).
+  template <typename Req, typename Resp, typename Method>
+  Resp CallNotify(Method method, const Req& request, int64_t timeout_ms = 30'000) {
+    return CallOn<Req, Resp>(*notify_, method, request, timeout_ms);
   }
 
   cart::v1::SchedulerService::Stub& stub() { return *stub_; }
@@ -79,10 +81,21 @@ class Client {
   }
 
  private:
-  Client(rpc::ClientConfig c, std::unique_ptr<cart::v1::SchedulerService::Stub> s)
-      : config_(std::move(c)), stub_(std::move(s)) {}
+  Client(rpc::ClientConfig c, std::unique_ptr<cart::v1::SchedulerService::Stub> s,
+         std::unique_ptr<cart::v1::NotifyService::Stub> n)
+      : config_(std::move(c)), stub_(std::move(s)), notify_(std::move(n)) {}
+  template <typename Req, typename Resp, typename Stub, typename Method>
+  Resp CallOn(Stub& stub, Method method, const Req& request, int64_t timeout_ms) {
+    grpc::ClientContext ctx;
+    rpc::PrepareContext(ctx, config_, timeout_ms);
+    Resp response;
+    grpc::Status s = (stub.*method)(&ctx, request, &response);
+    if (!s.ok()) Fail(s);
+    return response;
+  }
   rpc::ClientConfig config_;
   std::unique_ptr<cart::v1::SchedulerService::Stub> stub_;
+  std::unique_ptr<cart::v1::NotifyService::Stub> notify_;
 };
 
 // Every run matching `request` (its limit is ignored), read with ListRuns in pages of at most

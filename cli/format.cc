@@ -132,6 +132,9 @@ std::string AttemptsBlock(
                        a.device_class().empty() ? "" : " [" + a.device_class() + "]",
                        When(a.leased_us()), a.outcome().empty() ? "running" : a.outcome(),
                        a.reason().empty() ? "" : ": " + a.reason());
+    out += a.energy_measured() ? fmt::format("     energy: {:.0f} J ({:.3g} Wh, {})\n",
+                                             a.energy_j(), a.energy_j() / 3.6e3, a.energy_source())
+                               : "     energy: not measured\n";
     if (a.environment().empty()) {
       out += "     environment: not recorded (a worker of a release before the record)\n";
       continue;

@@ -175,6 +175,7 @@ void ShowCommand(const IdArgs& sh) {
   }
   std::cout << AnnotationHistoryBlock(resp.annotation_history());
   std::cout << AttemptsBlock(resp.attempts());
+  if (resp.has_spending()) std::cout << "spent: " << resp.spending().text() << "\n";
   if (!resp.checkpoints().empty()) {
     std::cout << "checkpoints:";
     for (const auto& c : resp.checkpoints()) {

@@ -13,6 +13,7 @@ void RegisterServiceCommands(CLI::App& app) {
   RegisterReproduceCommand(app);
   RegisterResultsCommands(app);
   RegisterWorkersCommands(app);
+  RegisterNotifyCommands(app);
   RegisterExportMetricsCommand(app);
 }
 

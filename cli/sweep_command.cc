@@ -186,14 +186,17 @@ void ListCommand(const Conn& ls_conn) {
   }
   Table t;
   t.Header({"sweep", "created", "queued", "running", "succeeded", "failed", "cancelled",
-            "expected finish", "tags"});
+            "expected finish", "kWh", "device-h", "tags"});
   for (const auto& s : resp.sweeps()) {
     auto n = [&](const char* k) {
       auto it = s.runs_by_state().find(k);
       return std::to_string(it == s.runs_by_state().end() ? 0 : it->second);
     };
     t.Row({s.name(), When(s.created_us()), n("QUEUED"), n("RUNNING"), n("SUCCEEDED"), n("FAILED"),
-           n("CANCELLED"), ExpectedAt(s.expected_finish_us()), TagList(s.tags())});
+           n("CANCELLED"), ExpectedAt(s.expected_finish_us()),
+           s.spending().measured_attempts() > 0 ? fmt::format("{:.3f}", s.spending().energy_kwh())
+                                                : "-",
+           fmt::format("{:.2f}", s.spending().device_hours()), TagList(s.tags())});
   }
   t.Print(std::cout);
 }
@@ -240,6 +243,9 @@ void ShowCommand(const NameArgs& show) {
     if (state == "QUEUED" || state == "BLOCKED" || state == "LEASED" || state == "RUNNING") {
       unfinished += n;
     }
+  }
+  if (resp.sweep().has_spending()) {
+    std::cout << "spent: " << resp.sweep().spending().text() << "\n";
   }
   if (resp.sweep().expected_finish_us() > 0) {
     // From cartd's placement plan over the live workers' speeds (docs/design.md "Placement").

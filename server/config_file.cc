@@ -4,6 +4,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 
 #include "common/status.h"
@@ -92,6 +93,21 @@ Key OneOf(std::string_view name, std::string ServerConfig::*field, std::vector<s
             return absl::OkStatus();
           },
           [field](const ServerConfig& c) { return c.*field; }};
+}
+
+// A number >= min, written as a decimal ("0.31", "2e2").
+Key Number(std::string_view name, double ServerConfig::*field, double min, std::string_view help) {
+  return {name, help,
+          [field, min](const Value& v, ServerConfig& c) -> absl::Status {
+            CART_ASSIGN_OR_RETURN(std::string text, v.Scalar());
+            std::optional<double> n = ParseDouble(text);
+            if (!n || !std::isfinite(*n) || *n < min) {
+              return v.Error(StrCat("'", text, "' is not a number >= ", min));
+            }
+            c.*field = *n;
+            return absl::OkStatus();
+          },
+          [field](const ServerConfig& c) { return StrCat(c.*field); }};
 }
 
 Key Bool(std::string_view name, bool ServerConfig::*field, std::string_view help) {
@@ -247,6 +263,34 @@ const std::vector<Key>& Keys() {
               "HTTP connections held at once"),
       Integer("http_max_connections_per_client", &C::http_max_connections_per_client, 1, 1 << 20,
               "HTTP connections one client address may hold"),
+      Text("smtp_host", &C::smtp_host,
+           "the SMTP server notification mail goes through (none: no e-mail)"),
+      Integer("smtp_port", &C::smtp_port, 1, 65535, "its port"),
+      OneOf("smtp_tls", &C::smtp_tls, {"none", "starttls", "implicit"},
+            "TLS to it: none, starttls, or implicit (port 465 style)"),
+      Text("smtp_username", &C::smtp_username, "its login (AUTH PLAIN; none: no login)"),
+      Text("smtp_password_file", &C::smtp_password_file,
+           "a file holding the login's password (its first line)"),
+      Text("smtp_from", &C::smtp_from, "the address notification mail comes from"),
+      Duration("notify_retry_base_ms", &C::notify_retry_base, absl::Milliseconds(1), 1, kNoMax,
+               "milliseconds before a failed delivery's first retry (then doubling)"),
+      Duration("notify_retry_max", &C::notify_retry_max, absl::Seconds(1), 1, kNoMax,
+               "seconds between retries at most"),
+      Duration("notify_give_up_after", &C::notify_give_up_after, absl::Seconds(1), 1, kNoMax,
+               "seconds after which an undelivered notification is given up"),
+      Duration("notify_scan_interval_ms", &C::notify_scan_interval, absl::Milliseconds(1), 10,
+               kNoMax, "milliseconds between looks for new events and the timed checks"),
+      Duration("notify_stuck_floor", &C::notify_stuck_floor, absl::Seconds(1), 1, kNoMax,
+               "seconds without progress a run needs at least to count as stuck"),
+      Text("notify_ca_file", &C::notify_ca_file,
+           "CA bundle for https webhooks and SMTP over TLS (none: the system's)"),
+      Number("energy_price_per_kwh", &C::energy_price_per_kwh, 0,
+             "what a kWh costs, in energy_currency (0: no cost shown)"),
+      Text("energy_currency", &C::energy_currency, "the currency of energy_price_per_kwh"),
+      Number("co2_grams_per_kwh", &C::co2_grams_per_kwh, 0,
+             "grams of CO2 emitted per kWh where the lab draws power (0: not shown)"),
+      Text("public_url", &C::public_url,
+           "the dashboard's address as subscribers reach it, linked from notifications"),
   };
   return *keys;
 }

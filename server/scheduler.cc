@@ -465,6 +465,7 @@ void Scheduler::NoteClaim(const Job& job, const std::string& worker_id,
   }
   absl::MutexLock lock(&mu_);
   progress_.erase(job.run.id);  // this attempt's pace is measured from its own reports
+  progress_at_us_.erase(job.run.id);
   running_[job.run.id] = std::move(r);
   not_placed_.erase(job.run.id);
 }
@@ -949,8 +950,7 @@ absl::StatusOr<bool> Scheduler::Heartbeat(int64_t run_id, int64_t attempt, int64
   CART_ASSIGN_OR_RETURN(store::HeartbeatReply reply,
                         Noted(store_->Heartbeat(run_id, attempt, NowMicros())));
   absl::MutexLock lock(&mu_);
-  int64_t& progress = progress_[run_id];
-  progress = std::max(progress, step);
+  NoteProgressLocked(run_id, step);
   return reply.cancel_requested;
 }
 
@@ -980,12 +980,19 @@ absl::StatusOr<int64_t> Scheduler::AppendMetrics(int64_t run_id, int64_t attempt
                    std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   {
     absl::MutexLock lock(&mu_);
-    int64_t& progress = progress_[run_id];
-    progress = std::max(progress, acked);
+    NoteProgressLocked(run_id, acked);
     if (tokens_per_s) MeasureSpeed(run_id, *tokens_per_s);
     BumpRunLocked(run_id);
   }
   return acked;
+}
+
+void Scheduler::NoteProgressLocked(int64_t run_id, int64_t step) {
+  int64_t& progress = progress_[run_id];
+  if (step > progress) {
+    progress = step;
+    progress_at_us_[run_id] = NowMicros();
+  }
 }
 
 absl::Status Scheduler::Noted(absl::Status status) {
@@ -1058,11 +1065,13 @@ absl::StatusOr<RunRecord> Scheduler::ReportOutcome(int64_t run_id, int64_t attem
         why, ": ",
         error.size() > kMaxError ? StrCat(ValidUtf8(error.substr(0, kMaxError)), "…") : error);
   }
+  store::EventCause cause = store::EventCause::kNone;
   if (outcome == AttemptOutcome::kDrained) {
     absl::MutexLock lock(&mu_);
     if (auto ask = preempt_asked_.find(run_id);
         ask != preempt_asked_.end() && ask->second.attempt == attempt) {
       why = StrCat(why, " (preempted: ", ask->second.reason, ")");
+      cause = store::EventCause::kPreempted;
     }
   }
   absl::StatusOr<RunRecord> result;
@@ -1070,8 +1079,8 @@ absl::StatusOr<RunRecord> Scheduler::ReportOutcome(int64_t run_id, int64_t attem
     case AttemptOutcome::kSucceeded:
     case AttemptOutcome::kCancelled:
     case AttemptOutcome::kDrained:
-      result =
-          store_->RecordAttemptOutcome(run_id, attempt, outcome, store::Audit{now_us, who, why});
+      result = store_->RecordAttemptOutcome(run_id, attempt, outcome,
+                                            store::Audit{now_us, who, why, cause});
       break;
     case AttemptOutcome::kFailed:
     case AttemptOutcome::kLost:  // refused above

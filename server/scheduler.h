@@ -236,6 +236,16 @@ struct PlanApplied {
   std::vector<store::RunRecord> runs;  // the runs it queued, in order
 };
 
+// A leased run's progress as cartd has seen it (the notifier's "stuck", server/notify/).
+struct RunPace {
+  int64_t run_id = 0;
+  int64_t attempt = 0;
+  int64_t step = 0;      // the latest step its worker reported this attempt; 0: none yet
+  int64_t since_us = 0;  // when that step was first reported (or the attempt claimed)
+  double expected_step_us =
+      0;  // one step's time: this attempt's pace, else its estimate; 0: unknown
+};
+
 struct RunInfo {
   store::RunRecord run;
   std::string worker_id;                 // current or last worker; empty when never leased
@@ -449,6 +459,12 @@ class Scheduler {
   absl::StatusOr<std::vector<store::AttemptRecord>> ListAttempts(int64_t run_id);
   // Counters for /metrics.
   const SchedulerStats& stats() const { return stats_; }
+  // What each sweep's attempts used (store::RunStore::SweepSpending), by sweep id.
+  absl::StatusOr<std::map<int64_t, store::Spending>> SweepSpending() {
+    return store_->SweepSpending(NowMicros());
+  }
+  // Every leased run's progress (RunPace), by run id.
+  std::vector<RunPace> RunPaces();
   // Room on cartd's own disk (server/store_room.h): /metrics and the dashboard show it.
   StoreRoom::State store_room() const { return room_.state(); }
   // The expected finish of every unfinished run and sweep that has one (Forecast). Planned again
@@ -467,6 +483,11 @@ class Scheduler {
   // admin). NotFound for a sweep deleted since the plan was made; FailedPrecondition for a config
   // the sweep has no training run of; InvalidArgument for a side without runs.
   absl::StatusOr<PlanApplied> ApplyPlan(PlanRequest request);
+  // The energy `attempt` has used so far (store::RunStore::RecordEnergy, fenced).
+  absl::Status RecordEnergy(int64_t run_id, int64_t attempt, double joules,
+                            const std::string& source) {
+    return Noted(store_->RecordEnergy(run_id, attempt, joules, source));
+  }
   // Per-item outcomes of an evaluation job's tasks (store::RunStore::RecordEvalItems, fenced).
   absl::Status RecordEvalItems(int64_t run_id, int64_t attempt,
                                const std::vector<store::EvalItems>& items) {
@@ -588,6 +609,8 @@ class Scheduler {
     return result;
   }
   void BumpRun(int64_t run_id);
+  // A step reported for the run (heartbeat, metric batch): its progress and when it rose.
+  void NoteProgressLocked(int64_t run_id, int64_t step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void BumpRunLocked(int64_t run_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Chooses and claims a run for the worker (SchedulerOptions::placement); nullopt when it should
   // wait.
@@ -664,9 +687,10 @@ class Scheduler {
     absl::CondVar changed;  // version changed, or shutting down
   };
   std::map<int64_t, RunWatch> run_watches_ ABSL_GUARDED_BY(mu_);
-  std::map<int64_t, int64_t> progress_ ABSL_GUARDED_BY(mu_);  // run -> latest reported step
-  std::map<int64_t, Running> running_ ABSL_GUARDED_BY(mu_);   // leased runs, by id
-  std::map<std::string, double> usage_ ABSL_GUARDED_BY(mu_);  // Usage()'s cache
+  std::map<int64_t, int64_t> progress_ ABSL_GUARDED_BY(mu_);        // run -> latest reported step
+  std::map<int64_t, int64_t> progress_at_us_ ABSL_GUARDED_BY(mu_);  // run -> when it rose last
+  std::map<int64_t, Running> running_ ABSL_GUARDED_BY(mu_);         // leased runs, by id
+  std::map<std::string, double> usage_ ABSL_GUARDED_BY(mu_);        // Usage()'s cache
   int64_t usage_at_us_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<int64_t, PreemptAsk> preempt_asked_ ABSL_GUARDED_BY(mu_);   // by run id
   std::map<int64_t, int64_t> last_preempted_us_ ABSL_GUARDED_BY(mu_);  // within preempt_interval

@@ -318,6 +318,35 @@ absl::StatusOr<std::vector<store::LogLine>> Scheduler::RunLog(int64_t run_id, in
   return store_->RunLog(run_id, after_id, limit);
 }
 
+std::vector<RunPace> Scheduler::RunPaces() {
+  absl::MutexLock lock(&mu_);
+  std::vector<RunPace> out;
+  for (const auto& [run_id, r] : running_) {
+    RunPace pace;
+    pace.run_id = run_id;
+    pace.attempt = r.attempt;
+    pace.since_us = r.claimed_us;
+    const auto p = progress_.find(run_id);
+    const auto at = progress_at_us_.find(run_id);
+    if (p != progress_.end() && at != progress_at_us_.end()) {
+      pace.step = p->second;
+      pace.since_us = at->second;
+    }
+    const int64_t done = pace.step - r.done_steps_at_claim;
+    if (pace.step > 0 && done > 0 && pace.since_us > r.claimed_us) {
+      pace.expected_step_us =
+          static_cast<double>(pace.since_us - r.claimed_us) / static_cast<double>(done);
+    } else if (const WorkerRegistry::Worker* w = workers_.Find(r.worker_id);
+               w != nullptr && w->speed > 0 && r.steps > r.done_steps_at_claim &&
+               r.remaining_hours_at_claim > 0) {
+      pace.expected_step_us = r.remaining_hours_at_claim / w->speed * 3.6e9 /
+                              static_cast<double>(r.steps - r.done_steps_at_claim);
+    }
+    out.push_back(pace);
+  }
+  return out;
+}
+
 absl::StatusOr<store::CheckpointRecord> Scheduler::Checkpoint(int64_t run_id, int64_t step) {
   CART_ASSIGN_OR_RETURN(std::vector<store::CheckpointRecord> all, store_->ListCheckpoints(run_id));
   const store::CheckpointRecord* chosen = nullptr;

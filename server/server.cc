@@ -21,6 +21,7 @@
 #include "server/http/dashboard.h"
 #include "server/http/http_server.h"
 #include "server/internal/services.h"
+#include "server/notify/notifier.h"
 #include "server/scheduler.h"
 #include "store/run_store.h"
 
@@ -140,6 +141,7 @@ absl::Status ValidateServerConfig(const ServerConfig& config) {
 struct ServerHandle::Services {
   std::unique_ptr<internal::SchedulerServiceImpl> scheduler;
   std::unique_ptr<internal::WorkerServiceImpl> worker;
+  std::unique_ptr<internal::NotifyServiceImpl> notify;
 };
 
 ServerHandle::ServerHandle() = default;
@@ -181,6 +183,7 @@ void ServerHandle::Shutdown() {
   // every queued write.
   http_.reset();
   dashboard_.reset();
+  notifier_.reset();  // its threads read the scheduler and the store
   scheduler_.reset();
   services_.reset();
   followers_.reset();
@@ -262,6 +265,38 @@ ArtifactStoreOptions ArtifactOptionsFor(const ServerConfig& config) {
 }
 
 // `artifacts` (not owned) removes the blobs retention and sweep deletion release.
+absl::StatusOr<notify::NotifierOptions> NotifierOptionsFor(const ServerConfig& config) {
+  notify::NotifierOptions options;
+  options.scan_interval = config.notify_scan_interval;
+  options.retry_base = config.notify_retry_base;
+  options.retry_max = config.notify_retry_max;
+  options.give_up_after = config.notify_give_up_after;
+  options.stuck_floor = config.notify_stuck_floor;
+  options.dashboard_url = config.public_url;
+  while (!options.dashboard_url.empty() && options.dashboard_url.back() == '/') {
+    options.dashboard_url.pop_back();
+  }
+  options.delivery.ca_file = config.notify_ca_file;
+  notify::SmtpServer& smtp = options.delivery.smtp;
+  smtp.host = config.smtp_host;
+  smtp.port = config.smtp_port;
+  smtp.tls = config.smtp_tls == "starttls"   ? notify::SmtpServer::Tls::kStartTls
+             : config.smtp_tls == "implicit" ? notify::SmtpServer::Tls::kImplicit
+                                             : notify::SmtpServer::Tls::kNone;
+  smtp.username = config.smtp_username;
+  smtp.from = config.smtp_from;
+  if (!config.smtp_password_file.empty()) {
+    absl::StatusOr<std::string> password = ReadWholeFile(config.smtp_password_file);
+    if (!password.ok()) {
+      return absl::InvalidArgumentError(StrCat("smtp_password_file: ", Message(password.status())));
+    }
+    std::string first = password->substr(0, password->find('\n'));
+    if (!first.empty() && first.back() == '\r') first.pop_back();
+    smtp.password = std::move(first);
+  }
+  return options;
+}
+
 SchedulerOptions SchedulerOptionsFor(const ServerConfig& config, ArtifactStore* artifacts) {
   SchedulerOptions options;
   options.lease_ttl = config.lease_ttl;
@@ -337,8 +372,16 @@ absl::StatusOr<std::unique_ptr<ServerHandle>> RunServer(const ServerConfig& conf
   handle->scheduler_ = std::make_unique<Scheduler>(
       handle->store_.get(), config.clock, SchedulerOptionsFor(config, handle->artifacts_.get()));
 
+  CART_ASSIGN_OR_RETURN(notify::NotifierOptions notifier_options, NotifierOptionsFor(config));
+  handle->notifier_ = std::make_unique<notify::Notifier>(
+      handle->store_.get(), handle->scheduler_.get(), config.clock, std::move(notifier_options));
+
   // The gRPC services and their bounds.
   internal::ServiceContext context;
+  context.notifier = handle->notifier_.get();
+  context.prices.per_kwh = config.energy_price_per_kwh;
+  context.prices.currency = config.energy_currency;
+  context.prices.co2_grams_per_kwh = config.co2_grams_per_kwh;
   context.scheduler = handle->scheduler_.get();
   context.artifacts = handle->artifacts_.get();
   context.tokens = handle->tokens_.get();
@@ -366,12 +409,14 @@ absl::StatusOr<std::unique_ptr<ServerHandle>> RunServer(const ServerConfig& conf
   handle->services_ = std::make_unique<ServerHandle::Services>();
   handle->services_->scheduler = std::make_unique<internal::SchedulerServiceImpl>(context);
   handle->services_->worker = std::make_unique<internal::WorkerServiceImpl>(context);
+  handle->services_->notify = std::make_unique<internal::NotifyServiceImpl>(context);
 
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   builder.AddListeningPort(config.listen, credentials, &handle->port_);
   builder.RegisterService(handle->services_->scheduler.get());
   builder.RegisterService(handle->services_->worker.get());
+  builder.RegisterService(handle->services_->notify.get());
   grpc::ResourceQuota quota("cartd");
   quota.SetMaxThreads(config.max_threads);
   builder.SetResourceQuota(quota);
@@ -395,6 +440,8 @@ absl::StatusOr<std::unique_ptr<ServerHandle>> RunServer(const ServerConfig& conf
   dashboard.big_reads = handle->big_reads_.get();
   dashboard.followers = handle->followers_.get();
   dashboard.max_answer_bytes = static_cast<size_t>(std::max<int64_t>(config.max_answer_bytes, 1));
+  dashboard.notifier = handle->notifier_.get();
+  dashboard.prices = context.prices;
   ServerHandle* raw = handle.get();
   dashboard.stopping = [raw] { return raw->stopping_.load(); };
   dashboard.storage = [artifacts = handle->artifacts_.get()] {

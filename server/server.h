@@ -35,6 +35,10 @@ class Dashboard;
 class HttpServer;
 }  // namespace cart::server::http
 
+namespace cart::server::notify {
+class Notifier;
+}
+
 namespace cart::server {
 
 class ArtifactStore;
@@ -156,6 +160,35 @@ struct ServerConfig {
   // name (a request whose Host is another name is refused: DNS rebinding; docs/dashboard.md).
   // The config file takes them comma-separated (`http_hosts: cart.lab.example, labbox3.lan`).
   std::vector<std::string> http_hosts;
+  // Notifications (docs/operations.md "Notifications"). The SMTP server mail goes through:
+  // smtp_host empty means no e-mail (subscriptions to an address are refused); smtp_tls "none",
+  // "starttls" or "implicit" (port 465 style); a login when smtp_username is set, its password
+  // read from smtp_password_file (never from the config itself); smtp_from the sender address.
+  std::string smtp_host;
+  int smtp_port = 25;
+  std::string smtp_tls = "none";
+  std::string smtp_username;
+  std::string smtp_password_file;
+  std::string smtp_from = "cartd@localhost";
+  // A failed delivery is retried after notify_retry_base, doubling up to notify_retry_max, and
+  // given up notify_give_up_after after the notification was made. Defaults 10 s, 1 h, 24 h.
+  absl::Duration notify_retry_base = absl::Seconds(10);
+  absl::Duration notify_retry_max = absl::Hours(1);
+  absl::Duration notify_give_up_after = absl::Hours(24);
+  // How often new events are looked at and the timed checks run. Default 1 s.
+  absl::Duration notify_scan_interval = absl::Seconds(1);
+  // "stuck" needs at least this long without progress. Default 2 min.
+  absl::Duration notify_stuck_floor = absl::Minutes(2);
+  // CA bundle for https webhooks and SMTP over TLS; empty: the system's.
+  std::string notify_ca_file;
+  // The dashboard as subscribers reach it ("https://cart.lab.example"), linked from each
+  // notification; empty: no link.
+  std::string public_url;
+  // What spending is priced at (docs/operations.md "Energy"): a price per kWh in
+  // energy_currency and grams of CO2 per kWh; 0: not set (no cost or CO2 shown).
+  double energy_price_per_kwh = 0;
+  std::string energy_currency = "EUR";
+  double co2_grams_per_kwh = 0;
   // Time source for timestamps and leases; not owned. Default: the real clock.
   Clock* clock = Clock::Real();
 };
@@ -207,6 +240,7 @@ class ServerHandle {
   void Wait();
 
   Scheduler& scheduler() { return *scheduler_; }
+  notify::Notifier& notifier() { return *notifier_; }
   store::RunStore& store() { return *store_; }
   ArtifactStore& artifacts() { return *artifacts_; }
 
@@ -221,6 +255,7 @@ class ServerHandle {
   std::unique_ptr<store::RunStore> store_;
   std::unique_ptr<ArtifactStore> artifacts_;
   std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<notify::Notifier> notifier_;
   std::unique_ptr<CallerSlots> followers_;
   std::unique_ptr<CallerSlots> big_reads_;  // the gRPC side's and the dashboard's
   std::unique_ptr<CallerSlots> downloads_;

@@ -71,6 +71,9 @@ constexpr char kSelectUsage[] =
     "JOIN runs AS r ON r.id = a.run_id JOIN sweeps AS s ON s.id = r.sweep_id "
     "WHERE a.started_us IS NOT NULL AND coalesce(a.ended_us, ?1) >= ?2 "
     "UNION ALL SELECT owner, started_us, ended_us FROM deleted_usage WHERE ended_us >= ?2";
+constexpr char kSetAttemptEnergy[] =
+    "UPDATE attempts SET energy_j = max(coalesce(energy_j, 0), ?1), energy_source = ?2 "
+    "WHERE run_id = ?3 AND attempt = ?4";
 constexpr char kSetLastPreempted[] = "UPDATE runs SET last_preempted_us = ?2 WHERE id = ?1";
 constexpr char kSelectRecentPreemptions[] =
     "SELECT id, last_preempted_us FROM runs WHERE last_preempted_us >= ?";
@@ -357,7 +360,7 @@ absl::StatusOr<std::vector<ExpiredLease>> RunStore::ExpireLeases(int64_t now_us)
       CART_RETURN_IF_ERROR(
           EndAttempt(db, row.lease.run_id, row.lease.attempt, AttemptOutcome::kLost, now_us, why));
       CART_RETURN_IF_ERROR(ChangeState(db, row.lease.run_id, fence.state, row.lease.new_state,
-                                       Audit{now_us, "scheduler", why}));
+                                       Audit{now_us, "scheduler", why, EventCause::kLeaseExpired}));
       out.push_back(std::move(row.lease));
     }
     return out;
@@ -410,7 +413,9 @@ absl::StatusOr<RunRecord> RunStore::RecordAttemptOutcome(int64_t run_id, int64_t
     }
     CART_RETURN_IF_ERROR(EndAttempt(db, run_id, attempt, outcome, audit.at_us, audit.why));
     CART_RETURN_IF_ERROR(Exec(db, kSetCancelRequested, 0, run_id));
-    CART_RETURN_IF_ERROR(ChangeState(db, run_id, fence.state, to, audit));
+    Audit told = audit;
+    if (diverged) told.cause = EventCause::kDiverged;
+    CART_RETURN_IF_ERROR(ChangeState(db, run_id, fence.state, to, told));
     if (diverged) {
       CART_RETURN_IF_ERROR(Exec(db, kSetDiverged, diverged->step, StrCat(diverged->loss), run_id));
     }
@@ -427,6 +432,27 @@ absl::StatusOr<RunRecord> RunStore::RecordAttemptOutcome(int64_t run_id, int64_t
     }
     return internal::LoadRun(db, run_id);
   });
+}
+
+absl::Status RunStore::RecordEnergy(int64_t run_id, int64_t attempt, double joules,
+                                    const std::string& source) {
+  if (!std::isfinite(joules) || joules < 0) {
+    return absl::InvalidArgumentError(
+        StrCat("run ", run_id, " attempt ", attempt, ": energy ", joules, " J is not >= 0"));
+  }
+  if (source != "nvml" && source != "rapl") {
+    return absl::InvalidArgumentError(StrCat("run ", run_id, " attempt ", attempt,
+                                             ": energy source '", source.substr(0, 32),
+                                             "' is not nvml or rapl"));
+  }
+  return writer_
+      ->Run<bool>([&](WriteContext& ctx) -> absl::StatusOr<bool> {
+        Database& db = ctx.db();
+        CART_RETURN_IF_ERROR(CheckFence(db, run_id, attempt, "energy").status());
+        CART_RETURN_IF_ERROR(Exec(db, kSetAttemptEnergy, joules, source, run_id, attempt));
+        return true;
+      })
+      .status();
 }
 
 absl::StatusOr<RunRecord> RunStore::RetryAttempt(int64_t run_id, int64_t attempt,

@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -24,8 +25,7 @@ using internal::RequireRun;
 namespace {
 
 constexpr char kSelectEvents[] =
-    "SELECT id, run_id, sweep_id, from_state, to_state, who, at_us, why FROM events "
-    "WHERE run_id = ? ORDER BY id";
+    "SELECT " CART_EVENT_COLUMNS " FROM events WHERE run_id = ? ORDER BY id";
 constexpr char kSelectLog[] =
     "SELECT id, attempt, coalesce(seq, 0), wall_time_us, text FROM run_logs "
     "WHERE run_id = ? AND id > ? ORDER BY id LIMIT ?";
@@ -36,6 +36,11 @@ constexpr char kSelectSummaries[] =
 constexpr char kSelectMaxWorkerMemory[] = "SELECT max(memory_bytes) FROM workers";
 constexpr char kSelectWorkers[] =
     "SELECT id, device, memory_bytes, registered_us, last_seen_us FROM workers ORDER BY id";
+constexpr char kSelectSweepSpending[] =
+    "SELECT r.sweep_id, count(*), count(a.energy_j), coalesce(sum(a.energy_j), 0), "
+    "coalesce(sum(max(0, coalesce(a.ended_us, ?1) - coalesce(a.started_us, a.leased_us))), 0), "
+    "coalesce(group_concat(DISTINCT a.energy_source), '') "
+    "FROM attempts AS a JOIN runs AS r ON r.id = a.run_id GROUP BY r.sweep_id ORDER BY r.sweep_id";
 constexpr char kIntegrityCheck[] = "PRAGMA integrity_check";
 constexpr char kForeignKeyCheck[] = "PRAGMA foreign_key_check";
 
@@ -206,6 +211,27 @@ absl::StatusOr<std::optional<SweepProvenance>> RunStore::GetSweepProvenance(
   });
 }
 
+absl::StatusOr<std::map<int64_t, Spending>> RunStore::SweepSpending(int64_t now_us) {
+  using Out = std::map<int64_t, Spending>;
+  return ReadSnapshot<Out>(*readers_, [&](Database& db) -> absl::StatusOr<Out> {
+    CART_ASSIGN_OR_RETURN(auto select, db.Cached(kSelectSweepSpending));
+    select->BindAll(now_us);
+    Out out;
+    CART_RETURN_IF_ERROR(select->ForEachRow([&](const auto& cur) {
+      Spending& s = out[cur.ColumnInt64(0)];
+      s.attempts = cur.ColumnInt64(1);
+      s.measured_attempts = cur.ColumnInt64(2);
+      s.energy_j = cur.ColumnDouble(3);
+      s.device_hours = static_cast<double>(cur.ColumnInt64(4)) / 3.6e9;
+      for (const std::string& source : Split(cur.ColumnText(5), ',')) {
+        if (!source.empty()) s.sources.push_back(source);
+      }
+      std::sort(s.sources.begin(), s.sources.end());
+    }));
+    return out;
+  });
+}
+
 absl::StatusOr<std::vector<EventRecord>> RunStore::RunEvents(int64_t run_id) {
   using Out = std::vector<EventRecord>;
   return ReadSnapshot<Out>(*readers_, [&](Database& db) -> absl::StatusOr<Out> {
@@ -213,19 +239,8 @@ absl::StatusOr<std::vector<EventRecord>> RunStore::RunEvents(int64_t run_id) {
     CART_ASSIGN_OR_RETURN(auto select, db.Cached(kSelectEvents));
     select->BindAll(run_id);
     Out out;
-    CART_RETURN_IF_ERROR(select->ForEachRow([&](const auto& cur) -> absl::Status {
-      EventRecord e;
-      e.id = cur.ColumnInt64(0);
-      e.run_id = cur.ColumnOptionalInt64(1);
-      e.sweep_id = cur.ColumnOptionalInt64(2);
-      e.from_state = cur.ColumnOptionalText(3).value_or("");
-      e.to_state = cur.ColumnText(4);
-      e.who = cur.ColumnText(5);
-      e.at_us = cur.ColumnInt64(6);
-      e.why = cur.ColumnText(7);
-      out.push_back(std::move(e));
-      return absl::OkStatus();
-    }));
+    CART_RETURN_IF_ERROR(
+        select->ForEachRow([&](const auto& cur) { out.push_back(internal::ReadEvent(cur)); }));
     return out;
   });
 }

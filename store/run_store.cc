@@ -17,7 +17,10 @@ using internal::Database;
 
 RunStore::RunStore(StoreOptions options, std::unique_ptr<internal::Writer> writer,
                    std::unique_ptr<internal::ReaderPool> readers)
-    : options_(std::move(options)), writer_(std::move(writer)), readers_(std::move(readers)) {}
+    : options_(std::move(options)),
+      writer_(std::move(writer)),
+      readers_(std::move(readers)),
+      notify_(std::make_unique<NotifyStore>(writer_.get(), readers_.get())) {}
 
 RunStore::~RunStore() = default;
 

@@ -32,6 +32,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "store/notify_store.h"
 #include "store/pages.h"
 #include "store/results.h"
 #include "store/types.h"
@@ -262,6 +263,12 @@ class RunStore {
   // naming the item past the bounds: at most kMaxEnvironmentItems items, keys of 1 to 64
   // characters [a-z0-9_.], values of at most 1,024 bytes.
   static constexpr size_t kMaxEnvironmentItems = 96;
+  // Records the energy `attempt` has used so far (joules since it began, from `source`: "nvml"
+  // or "rapl"; docs/operations.md "Energy"); a reading lower than the one stored is ignored (a
+  // heartbeat overtaken by a later one). Fenced as metrics are. InvalidArgument for a negative
+  // or non-finite value or another source.
+  absl::Status RecordEnergy(int64_t run_id, int64_t attempt, double joules,
+                            const std::string& source);
   absl::Status RecordEnvironment(int64_t run_id, int64_t attempt,
                                  const std::vector<std::pair<std::string, std::string>>& items);
   // Records the identities of data files the attempt opened (data lineage): a role the run has
@@ -343,7 +350,10 @@ class RunStore {
   absl::StatusOr<RunRecord> FindRun(const std::string& sweep, const std::string& name);
   absl::StatusOr<std::vector<RunRecord>> ListRuns(const RunFilter& filter);  // by id
   absl::StatusOr<std::vector<AttemptRecord>> ListAttempts(int64_t run_id);   // by attempt
-  absl::StatusOr<std::vector<EventRecord>> RunEvents(int64_t run_id);        // oldest first
+  // What each sweep's attempts used (Spending), by sweep id; attempts still running count up to
+  // `now_us`. One query, whatever the number of runs.
+  absl::StatusOr<std::map<int64_t, Spending>> SweepSpending(int64_t now_us);
+  absl::StatusOr<std::vector<EventRecord>> RunEvents(int64_t run_id);  // oldest first
   // A run's log lines with id > after_id, oldest first, at most `limit` (0: all).
   absl::StatusOr<std::vector<LogLine>> RunLog(int64_t run_id, int64_t after_id, int64_t limit);
   absl::StatusOr<std::vector<MetricSummary>> RunSummaries(int64_t run_id);        // by name
@@ -381,6 +391,10 @@ class RunStore {
 
   const StoreOptions& options() const { return options_; }
 
+  // Subscriptions, the notification outbox and the notifier's marks, in the same database and
+  // through the same writer (notify_store.h).
+  NotifyStore& notify() { return *notify_; }
+
  private:
   RunStore(StoreOptions options, std::unique_ptr<internal::Writer> writer,
            std::unique_ptr<internal::ReaderPool> readers);
@@ -394,6 +408,7 @@ class RunStore {
   const StoreOptions options_;
   std::unique_ptr<internal::Writer> writer_;
   std::unique_ptr<internal::ReaderPool> readers_;
+  std::unique_ptr<NotifyStore> notify_;
 };
 
 // The same two admin operations on a database file that no RunStore in this process has open

@@ -25,6 +25,13 @@ constexpr std::array<std::pair<AttemptOutcome, std::string_view>, 6> kOutcomeNam
     {AttemptOutcome::kLost, "LOST"},
 }};
 
+constexpr std::array<std::pair<EventCause, std::string_view>, 4> kCauseNames = {{
+    {EventCause::kNone, ""},
+    {EventCause::kLeaseExpired, "lease_expired"},
+    {EventCause::kPreempted, "preempted"},
+    {EventCause::kDiverged, "diverged"},
+}};
+
 template <typename Enum, size_t N>
 std::string_view NameOf(const std::array<std::pair<Enum, std::string_view>, N>& names, Enum e) {
   for (const auto& [value, name] : names) {
@@ -54,6 +61,12 @@ std::string_view AttemptOutcomeName(AttemptOutcome outcome) {
 
 std::optional<AttemptOutcome> ParseAttemptOutcome(std::string_view name) {
   return Parse(kOutcomeNames, name);
+}
+
+std::string_view EventCauseName(EventCause cause) { return NameOf(kCauseNames, cause); }
+
+std::optional<EventCause> ParseEventCause(std::string_view name) {
+  return Parse(kCauseNames, name);
 }
 
 bool IsTerminal(RunState state) {

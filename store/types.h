@@ -51,10 +51,22 @@ std::string_view AttemptOutcomeName(AttemptOutcome outcome);
 std::optional<AttemptOutcome> ParseAttemptOutcome(std::string_view name);
 
 // Who made a change, when and why: every state change writes these into an event row.
+// Why a run changed state, where notifications need to tell it apart from the free text of
+// `why` (server/notify/events.h): stored with the event row.
+enum class EventCause {
+  kNone,
+  kLeaseExpired,  // the lease lapsed: the worker was lost
+  kPreempted,     // the run handed its worker back for other work (Scheduler::Preempt)
+  kDiverged,      // the attempt failed on a non-finite loss
+};
+std::string_view EventCauseName(EventCause cause);  // "", "lease_expired", "preempted", "diverged"
+std::optional<EventCause> ParseEventCause(std::string_view name);
+
 struct Audit {
   int64_t at_us = 0;  // Unix time, microseconds
   std::string who;    // "user:alice", "worker:box3-gpu0", "scheduler"; must not be empty
   std::string why;    // free text for the run's history; may be empty
+  EventCause cause = EventCause::kNone;
 };
 
 // Tags and notes: what researchers write on runs and sweeps ("leak", "rerun-of-12", "why this
@@ -392,6 +404,21 @@ struct AttemptRecord {
   // What it ran on, as its worker recorded it at the start (RunStore::RecordEnvironment): ordered
   // (key, value) items; empty when none was recorded (a worker of a release before the record).
   std::vector<std::pair<std::string, std::string>> environment;
+  // The energy it used so far, from its device's counter (RunStore::RecordEnergy), and which
+  // counter ("nvml", "rapl"); nullopt: not measured.
+  std::optional<double> energy_j;
+  std::string energy_source;
+};
+
+// What a sweep's attempts used (RunStore::SweepSpending): energy where it was measured, and
+// device-hours (each attempt from its start, or its lease when it never started, to its end or
+// now).
+struct Spending {
+  int64_t attempts = 0;
+  int64_t measured_attempts = 0;  // those with an energy reading
+  double energy_j = 0;            // of the measured ones
+  double device_hours = 0;
+  std::vector<std::string> sources;  // the counters read, by name
 };
 
 struct CheckpointRecord {
@@ -428,6 +455,7 @@ struct EventRecord {
   std::string who;
   int64_t at_us = 0;
   std::string why;
+  EventCause cause = EventCause::kNone;
 };
 
 struct MetricPoint {

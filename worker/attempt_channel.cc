@@ -220,6 +220,12 @@ void AttemptChannel::SenderLoop() {
     if (std::chrono::steady_clock::now() >= next_heartbeat) {
       WorkerReport r = Report();
       r.mutable_heartbeat()->set_step(step_);
+      if (energy_read_) {
+        if (std::optional<double> joules = energy_read_()) {
+          r.mutable_heartbeat()->mutable_energy()->set_joules(*joules);
+          r.mutable_heartbeat()->mutable_energy()->set_source(energy_source_);
+        }
+      }
       next_heartbeat = std::chrono::steady_clock::now() +
                        std::chrono::milliseconds(options_.heartbeat_interval_ms);
       if (!Write(r)) continue;

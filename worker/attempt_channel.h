@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -71,6 +72,12 @@ class AttemptChannel {
     environment_ = std::move(items);
   }
   // Starts the sender thread. Call once, before posting.
+  // The attempt's energy so far (joules since it began; nullopt: no reading now) and the counter
+  // it comes from ("nvml", "rapl"), sent with each heartbeat. Call before Start().
+  void SetEnergy(std::function<std::optional<double>()> read, std::string source) {
+    energy_read_ = std::move(read);
+    energy_source_ = std::move(source);
+  }
   void Start();
 
   // --- the job side; from one thread (the training thread) ---
@@ -155,6 +162,9 @@ class AttemptChannel {
   std::atomic<bool> reader_done_{false};
   std::thread sender_;
   std::vector<std::pair<std::string, std::string>> environment_;  // for each hello
+  // Set before Start(), then read by the sender thread only.
+  std::function<std::optional<double>()> energy_read_;
+  std::string energy_source_;
 };
 
 }  // namespace cart::worker

@@ -521,7 +521,16 @@ JobEnd Session::Run() {
     if (threads <= 0) threads = config->train.threads;
   }
   channel_.SetEnvironment(AttemptEnvironment(env_.device, env_.torch_device, precision, threads));
+  // The attempt's energy, from the start of its work (docs/operations.md "Energy").
+  std::unique_ptr<EnergyMeter> meter = env_.energy_meter ? env_.energy_meter() : nullptr;
+  if (meter != nullptr && !meter->source().empty()) {
+    EnergyMeter* reading = meter.get();
+    channel_.SetEnergy([reading] { return reading->Joules(); }, meter->source());
+  }
   channel_.Start();
+  if (meter != nullptr && meter->source().empty()) {
+    channel_.PostLog("energy: not measured: " + meter->why_not());
+  }
   ResolveSharedStore();
   JobEnd end = job_.kind() == cart::v1::JOB_KIND_EVAL ? Evaluate() : Train();
   if (!end.error.empty()) channel_.PostLog("error: " + end.error);
@@ -529,6 +538,12 @@ JobEnd Session::Run() {
   result.set_outcome(end.outcome);
   result.set_error(end.error);
   if (end.diverged) *result.mutable_diverged() = *end.diverged;
+  if (meter != nullptr && !meter->source().empty()) {
+    if (std::optional<double> joules = meter->Joules()) {
+      result.mutable_energy()->set_joules(*joules);
+      result.mutable_energy()->set_source(meter->source());
+    }
+  }
   const ChannelEnd delivered = channel_.Finish(result);
   end.fenced = delivered.fenced;
   end.gave_up = delivered.gave_up;

@@ -13,6 +13,7 @@
 
 #include "cart/v1/worker.grpc.pb.h"
 #include "rpc/client.h"
+#include "worker/energy_meter.h"
 #include "worker/system_metrics.h"
 
 namespace cart::data {
@@ -35,6 +36,9 @@ struct JobEnvironment {
   // Machine metrics logged next to each training loss ("sys/..."); empty: none. cart-worker
   // samples SystemMetrics; tests give their own.
   std::function<std::map<std::string, double>()> sample_system;
+  // Makes each attempt's energy meter (worker/energy_meter.h), started as the attempt starts;
+  // empty: energy not measured.
+  std::function<std::unique_ptr<EnergyMeter>()> energy_meter;
   // After `shutdown` turns true the job has this long to hand its run back (stop after a
   // checkpoint, upload it, deliver metrics and the result). Past it the worker gives up on
   // whatever is still undelivered and returns: cartd's lease lapses and the run resumes from its

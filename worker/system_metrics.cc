@@ -46,6 +46,8 @@ struct SystemMetrics::Nvml {
   int (*get_driver)(char*, unsigned int) = nullptr;
   int (*get_vbios)(Device, char*, unsigned int) = nullptr;
   int (*get_capability)(Device, int*, int*) = nullptr;
+  // Optional (the attempt's energy, worker/energy_meter.h): millijoules since the driver loaded.
+  int (*get_energy)(Device, unsigned long long*) = nullptr;
 };
 
 namespace {
@@ -120,11 +122,21 @@ SystemMetrics::SystemMetrics() {
   Resolve(handle, "nvmlSystemGetDriverVersion", n->get_driver);
   Resolve(handle, "nvmlDeviceGetVbiosVersion", n->get_vbios);
   Resolve(handle, "nvmlDeviceGetCudaComputeCapability", n->get_capability);
+  Resolve(handle, "nvmlDeviceGetTotalEnergyConsumption", n->get_energy);
   // Renamed "clocks event reasons" in CUDA 12.2's NVML; the old name stays exported.
   if (!Resolve(handle, "nvmlDeviceGetCurrentClocksEventReasons", n->get_throttle)) {
     Resolve(handle, "nvmlDeviceGetCurrentClocksThrottleReasons", n->get_throttle);
   }
   nvml_ = n;
+}
+
+std::optional<uint64_t> SystemMetrics::GpuEnergyMillijoules(int gpu_index) {
+  if (nvml_ == nullptr || nvml_->get_energy == nullptr || gpu_index < 0) return std::nullopt;
+  Nvml::Device dev = nullptr;
+  if (nvml_->get_handle(static_cast<unsigned int>(gpu_index), &dev) != 0) return std::nullopt;
+  unsigned long long millijoules = 0;
+  if (nvml_->get_energy(dev, &millijoules) != 0) return std::nullopt;
+  return static_cast<uint64_t>(millijoules);
 }
 
 SystemMetrics::~SystemMetrics() {

@@ -64,6 +64,9 @@ class SystemMetrics {
   // from Sample's.
   DeviceReading ReadDevice(int gpu_index, int cpu_cores);
 
+  // GPU `gpu_index`'s total energy counter (NVML, millijoules since the driver loaded); nullopt
+  // without NVML or on a card without the counter (before Volta).
+  std::optional<uint64_t> GpuEnergyMillijoules(int gpu_index);
   // The GPU `index` through NVML, if any.
   std::optional<DeviceDescription> Gpu(int index);
   // GPUs NVML sees (all of the machine's: NVML ignores CUDA_VISIBLE_DEVICES); 0 without NVML.

@@ -227,6 +227,11 @@ absl::Status RunWorker(const WorkerConfig& config, const std::atomic<bool>& shut
                           " TFLOP/s measured (the MFU of its runs divides by it)"));
   }
   env.sample_system = [&system, gpu_index] { return system.Sample(gpu_index); };
+  // Each attempt's energy from its device's counter: the card's (NVML) or the CPU packages'
+  // (RAPL); a CPU worker on a GPU box (gpu_index < 0) reads RAPL.
+  env.energy_meter = [&system, gpu_index] {
+    return std::make_unique<EnergyMeter>(&system, gpu_index);
+  };
   std::unique_ptr<DeviceWatch> watch;
   if (config.sample_interval_s > 0) {
     const int cores = config.threads > 0 ? static_cast<int>(config.threads)

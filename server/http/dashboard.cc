@@ -20,10 +20,13 @@
 #include "config/config.h"
 #include "server/auth.h"
 #include "server/caller_slots.h"
+#include "server/http/notify_api.h"
 #include "server/http/prometheus.h"
+#include "server/http/request_body.h"
 #include "server/http/study_view.h"
 #include "server/run_cursor.h"
 #include "server/scheduler.h"
+#include "server/spending.h"
 #include "store/results.h"
 
 namespace cart::server::http {
@@ -135,23 +138,21 @@ absl::StatusOr<std::map<std::string, std::string>> ParamFilter(const Request& re
   return out;
 }
 
-// The body of a change (cancel, resume, extend, delete): empty, or a JSON object with no keys but
-// `allowed` (a misspelt key is refused, not ignored).
-absl::StatusOr<json> ActionBody(const Request& request, std::vector<std::string_view> allowed) {
-  if (request.body.empty()) return json::object();
-  json body = json::parse(request.body, nullptr, /*allow_exceptions=*/false);
-  if (body.is_discarded() || !body.is_object()) {
-    return absl::InvalidArgumentError("the request body is not a JSON object");
-  }
-  for (const auto& [key, value] : body.items()) {
-    if (std::find(allowed.begin(), allowed.end(), key) == allowed.end()) {
-      return absl::InvalidArgumentError(
-          StrCat("the request body has the key '", ValidUtf8(key.substr(0, 64)), "'; ",
-                 allowed.empty() ? std::string("this change takes none")
-                                 : StrCat("allowed: ", StrJoin(allowed, ", "))));
-    }
-  }
-  return body;
+// What attempts used (server/spending.h): kWh of the measured ones, cost and CO2 where cartd has
+// a price and a carbon intensity, device-hours, and the same in one line.
+json SpendingJson(const store::Spending& s, const EnergyPrices& prices) {
+  const SpendingFigures f = FiguresOf(s, prices);
+  return json{
+      {"attempts", s.attempts},
+      {"measured_attempts", s.measured_attempts},
+      {"energy_kwh", s.measured_attempts > 0 ? json(f.kwh) : json(nullptr)},
+      {"sources", s.sources},
+      {"device_hours", s.device_hours},
+      {"cost", prices.per_kwh > 0 && s.measured_attempts > 0 ? json(f.cost) : json(nullptr)},
+      {"currency", prices.currency},
+      {"co2_grams",
+       prices.co2_grams_per_kwh > 0 && s.measured_attempts > 0 ? json(f.co2_grams) : json(nullptr)},
+      {"text", SpendingLine(s, prices)}};
 }
 
 // A runs page's sort: a known config key after "param:", a metric name of at most 128 printable
@@ -528,6 +529,14 @@ Response Dashboard::Api(const Request& request, const std::string& who) {
   if (n == 1 && get && parts[0] == "sweeps") return ListSweeps();
   if (n == 1 && get && parts[0] == "workers") return ListWorkers();
   if (n == 1 && get && parts[0] == "compare") return CompareRuns(request);
+  if (n >= 1 && (parts[0] == "subscriptions" || parts[0] == "notifications")) {
+    if (options_.notifier == nullptr) {
+      return Error(absl::StatusCode::kUnavailable, "this cartd runs no notifier");
+    }
+    absl::StatusOr<json> answer = NotifyApi(*options_.notifier, request, parts, who);
+    if (!answer.ok()) return Error(answer.status());
+    return Json(*answer);
+  }
   const bool study = n == 1 && get && parts[0] == "study";
   // Large reads hold a slot while they run (DashboardOptions::big_reads): 429 past the bound.
   // One run's series is not one (at most a few thousand points, and a run page asks for every
@@ -628,6 +637,8 @@ Response Dashboard::ListSweeps() {
   if (!sweeps.ok()) return Error(sweeps.status());
   absl::StatusOr<std::shared_ptr<const Forecast>> forecast = scheduler_->ExpectedFinish();
   if (!forecast.ok()) return Error(forecast.status());
+  absl::StatusOr<std::map<int64_t, store::Spending>> spending = scheduler_->SweepSpending();
+  if (!spending.ok()) return Error(spending.status());
   json out = json::array();
   for (const store::SweepProgress& p : *sweeps) {
     int64_t total = 0, finished = 0;
@@ -645,24 +656,28 @@ Response Dashboard::ListSweeps() {
       eta = static_cast<double>(std::max<int64_t>(at->second - (*forecast)->at_us, 0)) / 1e6;
       estimated = (*forecast)->sweep_estimated_runs.at(p.sweep.id);
     }
-    out.push_back(json{{"name", p.sweep.name},
-                       {"id", p.sweep.id},
-                       {"cancelled", p.sweep.cancelled},
-                       {"priority", p.sweep.priority},
-                       {"created_by", p.sweep.created_by},
-                       {"created_us", p.sweep.created_us},
-                       {"runs", total},
-                       {"finished", finished},
-                       {"states", StateCounts(p.sweep.run_counts)},
-                       {"train_runs", p.train_runs},
-                       {"planned_tokens", p.planned_tokens},
-                       {"done_tokens", p.done_tokens},
-                       {"tokens_per_s", Num(p.tokens_per_s)},
-                       {"expected_finish_us", finish_us},
-                       {"eta_s", eta},
-                       {"unfinished", total - finished},
-                       {"runs_estimated", estimated},
-                       {"tags", TagNames(p.sweep.tags)}});
+    out.push_back(json{
+        {"name", p.sweep.name},
+        {"id", p.sweep.id},
+        {"cancelled", p.sweep.cancelled},
+        {"priority", p.sweep.priority},
+        {"created_by", p.sweep.created_by},
+        {"created_us", p.sweep.created_us},
+        {"runs", total},
+        {"finished", finished},
+        {"states", StateCounts(p.sweep.run_counts)},
+        {"train_runs", p.train_runs},
+        {"planned_tokens", p.planned_tokens},
+        {"done_tokens", p.done_tokens},
+        {"tokens_per_s", Num(p.tokens_per_s)},
+        {"expected_finish_us", finish_us},
+        {"eta_s", eta},
+        {"unfinished", total - finished},
+        {"runs_estimated", estimated},
+        {"spending",
+         SpendingJson(spending->count(p.sweep.id) ? spending->at(p.sweep.id) : store::Spending{},
+                      options_.prices)},
+        {"tags", TagNames(p.sweep.tags)}});
   }
   return Json(json{{"sweeps", out}});
 }
@@ -1104,9 +1119,13 @@ Response Dashboard::GetRun(int64_t id) {
              {"outcome",
               a.outcome ? json(std::string(store::AttemptOutcomeName(*a.outcome))) : json(nullptr)},
              {"reason", a.reason},
+             {"energy_j", a.energy_j ? json(*a.energy_j) : json(nullptr)},
+             {"energy_source", a.energy_source},
              {"environment", environment}});
   }
   out["attempts"] = tries;
+  out["spending"] =
+      SpendingJson(SpendingOf(details->attempts, scheduler_->NowMicros()), options_.prices);
   return Json(out);
 }
 

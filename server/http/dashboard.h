@@ -34,9 +34,14 @@
 #include "absl/time/time.h"
 #include "server/http/http_server.h"
 #include "server/http/prometheus.h"
+#include "server/spending.h"
 
 namespace cart::store {
 struct SweepKeys;
+}
+
+namespace cart::server::notify {
+class Notifier;
 }
 
 namespace cart::server {
@@ -78,6 +83,10 @@ struct DashboardOptions {
   absl::Duration live_min_interval = absl::Seconds(1);
   // The artifact store's room for /metrics (its quota and disk-floor alerts); empty: not shown.
   std::function<StorageFigures()> storage;
+  // What spending is priced at (server/spending.h): runs' and sweeps' cost and CO2.
+  EnergyPrices prices;
+  // Subscriptions and the notification log (notify_api.h). Not owned; nullptr: not served.
+  notify::Notifier* notifier = nullptr;
 };
 
 // True when `host_header` (a Host header's value: name or address, optionally ":port") names this

@@ -382,6 +382,39 @@ absl::StatusOr<std::string> RenderPrometheus(Scheduler& scheduler,
       }
     }
   }
+  // What each sweep's attempts used: measured energy (joules, only attempts whose worker read a
+  // device counter; how many of them did) and device-hours.
+  CART_ASSIGN_OR_RETURN(auto spending, scheduler.SweepSpending());
+  if (!spending.empty()) {
+    CART_ASSIGN_OR_RETURN(std::vector<store::SweepRecord> sweeps, scheduler.ListSweeps());
+    auto& energy = BuildGauge()
+                       .Name("cart_sweep_energy_joules")
+                       .Help(
+                           "Energy a sweep's attempts used, from the workers' device counters "
+                           "(NVML, RAPL); attempts not measured add nothing")
+                       .Register(registry);
+    auto& measured = BuildGauge()
+                         .Name("cart_sweep_energy_measured_attempts")
+                         .Help("Attempts of a sweep whose energy was measured")
+                         .Register(registry);
+    auto& attempts = BuildGauge()
+                         .Name("cart_sweep_attempts")
+                         .Help("Attempts of a sweep's runs so far")
+                         .Register(registry);
+    auto& hours = BuildGauge()
+                      .Name("cart_sweep_device_hours")
+                      .Help("Device-hours a sweep's attempts held their workers")
+                      .Register(registry);
+    for (const store::SweepRecord& sweep : sweeps) {
+      auto it = spending.find(sweep.id);
+      if (it == spending.end()) continue;
+      const prometheus::Labels labels = {{"sweep", sweep.name}};
+      energy.Add(labels).Set(it->second.energy_j);
+      measured.Add(labels).Set(static_cast<double>(it->second.measured_attempts));
+      attempts.Add(labels).Set(static_cast<double>(it->second.attempts));
+      hours.Add(labels).Set(it->second.device_hours);
+    }
+  }
   std::ostringstream out;
   prometheus::TextSerializer().Serialize(out, registry.Collect());
   return out.str();

@@ -6,6 +6,8 @@
 
 #include "common/status.h"
 #include "common/strings.h"
+#include "server/notify/events.h"
+#include "server/notify/senders.h"
 
 namespace cart::server::internal {
 
@@ -180,6 +182,11 @@ v1::AttemptView ToProto(const store::AttemptRecord& attempt) {
   if (attempt.outcome) out.set_outcome(std::string(store::AttemptOutcomeName(*attempt.outcome)));
   out.set_reason(attempt.reason);
   out.set_device_class(attempt.device_class);
+  if (attempt.energy_j) {
+    out.set_energy_measured(true);
+    out.set_energy_j(*attempt.energy_j);
+    out.set_energy_source(attempt.energy_source);
+  }
   for (const auto& [key, value] : attempt.environment) {
     v1::EnvironmentItem* item = out.add_environment();
     item->set_key(key);
@@ -420,6 +427,65 @@ v1::MetricColumns ToMetricColumns(const store::MetricPoint* begin, const store::
     columns.add_wall_time_us(p->wall_time_us);
   }
   return columns;
+}
+
+v1::SubscriptionView ToProto(const store::Subscription& sub) {
+  v1::SubscriptionView view;
+  view.set_id(sub.id);
+  view.set_owner(sub.owner);
+  view.set_scope(std::string(store::SubscriptionScopeName(sub.scope)));
+  view.set_run_id(sub.run_id);
+  view.set_run_name(sub.run_name);
+  view.set_sweep(sub.sweep_name);
+  for (const std::string& e : sub.events) view.add_events(e);
+  view.set_channel(std::string(store::NotifyChannelName(sub.channel)));
+  view.set_target(sub.channel == store::NotifyChannel::kEmail ? sub.target
+                                                              : notify::RedactUrl(sub.target));
+  view.set_lost_after_s(sub.lost_after_us / 1'000'000);
+  view.set_stuck_factor(sub.stuck_factor);
+  view.set_slip_share(sub.slip_share);
+  view.set_created_us(sub.created_us);
+  return view;
+}
+
+v1::NotificationView ToProto(const store::NotificationRecord& n) {
+  v1::NotificationView view;
+  view.set_id(n.id);
+  view.set_subscription_id(n.notice.subscription_id);
+  view.set_event(n.notice.event);
+  view.set_key(n.notice.key);
+  view.set_run_id(n.notice.run_id.value_or(0));
+  view.set_sweep_id(n.notice.sweep_id.value_or(0));
+  view.set_happened_us(n.notice.happened_us);
+  view.set_summary(n.notice.summary);
+  view.set_state(std::string(store::NotificationStateName(n.state)));
+  view.set_tries(n.tries);
+  view.set_next_try_us(n.next_try_us);
+  view.set_done_us(n.done_us.value_or(0));
+  for (const store::NotificationTry& t : n.log) {
+    v1::NotificationTryView* tv = view.add_log();
+    tv->set_number(t.number);
+    tv->set_at_us(t.at_us);
+    tv->set_ok(t.ok);
+    tv->set_detail(t.detail);
+  }
+  view.set_idempotency_key(notify::IdempotencyKey(n));
+  return view;
+}
+
+v1::SpendingView ToProto(const store::Spending& spending, const EnergyPrices& prices) {
+  const SpendingFigures f = FiguresOf(spending, prices);
+  v1::SpendingView view;
+  view.set_attempts(spending.attempts);
+  view.set_measured_attempts(spending.measured_attempts);
+  view.set_energy_kwh(f.kwh);
+  for (const std::string& source : spending.sources) view.add_sources(source);
+  view.set_device_hours(spending.device_hours);
+  view.set_cost(f.cost);
+  view.set_currency(prices.currency);
+  view.set_co2_grams(f.co2_grams);
+  view.set_text(SpendingLine(spending, prices));
+  return view;
 }
 
 }  // namespace cart::server::internal

@@ -12,9 +12,11 @@
 
 #include "absl/status/status.h"
 #include "cart/v1/common.pb.h"
+#include "cart/v1/notify.pb.h"
 #include "cart/v1/scheduler.pb.h"
 #include "cart/v1/worker.pb.h"
 #include "server/scheduler.h"
+#include "server/spending.h"
 #include "store/types.h"
 
 namespace cart::server::internal {
@@ -34,6 +36,10 @@ inline std::optional<std::string_view> AuthorizationOf(const grpc::ServerContext
 }
 
 v1::RunState ToProto(store::RunState state);
+// A subscription as its owner sees it: a webhook URL redacted past its host (it carries a secret).
+v1::SubscriptionView ToProto(const store::Subscription& sub);
+v1::NotificationView ToProto(const store::NotificationRecord& n);
+v1::SpendingView ToProto(const store::Spending& spending, const EnergyPrices& prices);
 v1::JobKind ToProto(JobKind kind);
 v1::EvalItems ToProto(const store::EvalItems& items);
 store::EvalItems FromProto(const v1::EvalItems& items);

@@ -139,10 +139,15 @@ grpc::Status SchedulerServiceImpl::ListSweeps(grpc::ServerContext* context,
   if (!sweeps.ok()) return ToGrpc(sweeps.status());
   absl::StatusOr<std::shared_ptr<const Forecast>> forecast = ctx_.scheduler->ExpectedFinish();
   if (!forecast.ok()) return ToGrpc(forecast.status());
+  absl::StatusOr<std::map<int64_t, store::Spending>> spending = ctx_.scheduler->SweepSpending();
+  if (!spending.ok()) return ToGrpc(spending.status());
   // Newest first.
   for (auto it = sweeps->rbegin(); it != sweeps->rend(); ++it) {
     v1::SweepView view = ToSweepView(*it, forecast->get());
     view.clear_spec_yaml();
+    if (auto s = spending->find(it->id); s != spending->end()) {
+      *view.mutable_spending() = ToProto(s->second, ctx_.prices);
+    }
     *response->add_sweeps() = std::move(view);
   }
   return grpc::Status::OK;
@@ -167,6 +172,13 @@ grpc::Status SchedulerServiceImpl::GetSweep(grpc::ServerContext* context,
   absl::StatusOr<std::shared_ptr<const Forecast>> forecast = ctx_.scheduler->ExpectedFinish();
   if (!forecast.ok()) return ToGrpc(forecast.status());
   *response->mutable_sweep() = ToSweepView(*sweep, forecast->get());
+  {
+    absl::StatusOr<std::map<int64_t, store::Spending>> spending = ctx_.scheduler->SweepSpending();
+    if (!spending.ok()) return ToGrpc(spending.status());
+    if (auto s = spending->find(sweep->id); s != spending->end()) {
+      *response->mutable_sweep()->mutable_spending() = ToProto(s->second, ctx_.prices);
+    }
+  }
   response->set_run_total(total);
   absl::StatusOr<std::vector<store::AnnotationEvent>> history =
       ctx_.scheduler->SweepAnnotationHistory(request->name());
@@ -293,6 +305,8 @@ grpc::Status SchedulerServiceImpl::GetRun(grpc::ServerContext* context,
     *response->add_annotation_history() = ToProto(e);
   }
   for (const store::AttemptRecord& a : details->attempts) *response->add_attempts() = ToProto(a);
+  *response->mutable_spending() =
+      ToProto(SpendingOf(details->attempts, ctx_.scheduler->NowMicros()), ctx_.prices);
   return grpc::Status::OK;
 }
 

@@ -13,13 +13,16 @@
 #include <string>
 
 #include "absl/synchronization/mutex.h"
+#include "cart/v1/notify.grpc.pb.h"
 #include "cart/v1/scheduler.grpc.pb.h"
 #include "cart/v1/worker.grpc.pb.h"
 #include "server/artifacts.h"
 #include "server/auth.h"
 #include "server/caller_slots.h"
+#include "server/notify/notifier.h"
 #include "server/scheduler.h"
 #include "server/send_watch.h"
+#include "server/spending.h"
 
 namespace cart::server::internal {
 
@@ -28,14 +31,16 @@ struct ServiceContext {
   Scheduler* scheduler = nullptr;
   ArtifactStore* artifacts = nullptr;
   const TokenTable* tokens = nullptr;
-  CallerSlots* followers = nullptr;   // follow streams; nullptr: unbounded
-  CallerSlots* big_reads = nullptr;   // ListRuns, GetSweep, QueryTable; nullptr: unbounded
-  CallerSlots* downloads = nullptr;   // GetCheckpoint, GetArtifact streams; nullptr: unbounded
-  CallerSlots* polls = nullptr;       // AcquireJob long polls, per token; nullptr: unbounded
-  SendWatch* send_watch = nullptr;    // send deadline of download streams; nullptr: none
-  int max_workers_per_token = 0;      // worker ids one worker token may register; 0: no bound
-  int min_worker_protocol = 1;        // older workers are refused at registration
-  size_t max_answer_bytes = 8 << 20;  // of run views in one answer (ServerConfig)
+  CallerSlots* followers = nullptr;      // follow streams; nullptr: unbounded
+  CallerSlots* big_reads = nullptr;      // ListRuns, GetSweep, QueryTable; nullptr: unbounded
+  CallerSlots* downloads = nullptr;      // GetCheckpoint, GetArtifact streams; nullptr: unbounded
+  CallerSlots* polls = nullptr;          // AcquireJob long polls, per token; nullptr: unbounded
+  SendWatch* send_watch = nullptr;       // send deadline of download streams; nullptr: none
+  int max_workers_per_token = 0;         // worker ids one worker token may register; 0: no bound
+  int min_worker_protocol = 1;           // older workers are refused at registration
+  size_t max_answer_bytes = 8 << 20;     // of run views in one answer (ServerConfig)
+  notify::Notifier* notifier = nullptr;  // NotifyService
+  EnergyPrices prices;                   // what spending views are priced at
 };
 
 // Sends the artifact `sha256` in 1 MiB chunks, the first carrying its hash and size (GetArtifact,
@@ -105,6 +110,30 @@ class SchedulerServiceImpl final : public v1::SchedulerService::Service {
   // The caller's audit name ("user:alice"), or the auth error.
   absl::StatusOr<std::string> Caller(grpc::ServerContext* context, const char* method) const;
   grpc::Status RunView(int64_t run_id, v1::RunResponse* response);
+
+  const ServiceContext ctx_;
+};
+
+// NotifyService: subscriptions and their notifications (notify.proto), over the Notifier.
+class NotifyServiceImpl final : public v1::NotifyService::Service {
+ public:
+  explicit NotifyServiceImpl(ServiceContext context) : ctx_(std::move(context)) {}
+
+  grpc::Status Subscribe(grpc::ServerContext* context, const v1::SubscribeRequest* request,
+                         v1::SubscriptionView* response) override;
+  grpc::Status ListSubscriptions(grpc::ServerContext* context,
+                                 const v1::ListSubscriptionsRequest* request,
+                                 v1::ListSubscriptionsResponse* response) override;
+  grpc::Status Unsubscribe(grpc::ServerContext* context, const v1::UnsubscribeRequest* request,
+                           v1::UnsubscribeResponse* response) override;
+  grpc::Status SendTest(grpc::ServerContext* context, const v1::SendTestRequest* request,
+                        v1::SendTestResponse* response) override;
+  grpc::Status NotificationLog(grpc::ServerContext* context,
+                               const v1::NotificationLogRequest* request,
+                               v1::NotificationLogResponse* response) override;
+
+ private:
+  absl::StatusOr<std::string> Caller(grpc::ServerContext* context, const char* method) const;
 
   const ServiceContext ctx_;
 };

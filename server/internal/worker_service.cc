@@ -115,6 +115,11 @@ class AttemptReports {
   std::optional<grpc::Status> Heartbeat(const v1::Heartbeat& heartbeat) {
     absl::StatusOr<bool> cancel = ctx_.scheduler->Heartbeat(run_id_, attempt_, heartbeat.step());
     if (!cancel.ok()) return ToGrpc(cancel.status());
+    if (heartbeat.has_energy()) {
+      absl::Status recorded = ctx_.scheduler->RecordEnergy(
+          run_id_, attempt_, heartbeat.energy().joules(), heartbeat.energy().source());
+      if (!recorded.ok()) return ToGrpc(recorded);
+    }
     if (*cancel && !cancel_sent_) {
       cancel_sent_ = true;
       sink_.Send(Control{Control::Kind::kCancel, "cancel requested"});
@@ -189,6 +194,11 @@ class AttemptReports {
             StrCat("RunJob: run ", run_id_, ": a divergence comes with a FAILED result")));
       }
       diverged = store::Divergence{result.diverged().step(), result.diverged().loss()};
+    }
+    if (result.has_energy()) {
+      absl::Status recorded = ctx_.scheduler->RecordEnergy(
+          run_id_, attempt_, result.energy().joules(), result.energy().source());
+      if (!recorded.ok()) return ToGrpc(recorded);
     }
     return ToGrpc(
         ctx_.scheduler->ReportOutcome(run_id_, attempt_, *outcome, result.error(), diverged)

@@ -63,7 +63,7 @@ constexpr char kSelectCheckpoints[] = CART_CHECKPOINT_SELECT "WHERE c.run_id = ?
 
 #define CART_ATTEMPT_SELECT                                                                \
   "SELECT run_id, attempt, worker_id, leased_us, lease_expires_us, started_us, ended_us, " \
-  "outcome, reason, device_class FROM attempts "
+  "outcome, reason, device_class, energy_j, energy_source FROM attempts "
 constexpr char kSelectAttempt[] = CART_ATTEMPT_SELECT "WHERE run_id = ? AND attempt = ?";
 constexpr char kSelectAttempts[] = CART_ATTEMPT_SELECT "WHERE run_id = ? ORDER BY attempt";
 constexpr char kSelectAttemptEnvironments[] =
@@ -236,10 +236,26 @@ absl::StatusOr<AttemptRecord> ReadAttempt(const Statement& row) {
   }
   a.reason = row.ColumnOptionalText(8).value_or("");
   a.device_class = row.ColumnOptionalText(9).value_or("");
+  if (!row.ColumnIsNull(10)) a.energy_j = row.ColumnDouble(10);
+  a.energy_source = row.ColumnOptionalText(11).value_or("");
   return a;
 }
 
 }  // namespace
+
+EventRecord ReadEvent(const Statement& row) {
+  EventRecord e;
+  e.id = row.ColumnInt64(0);
+  e.run_id = row.ColumnOptionalInt64(1);
+  e.sweep_id = row.ColumnOptionalInt64(2);
+  e.from_state = row.ColumnOptionalText(3).value_or("");
+  e.to_state = row.ColumnText(4);
+  e.who = row.ColumnText(5);
+  e.at_us = row.ColumnInt64(6);
+  e.why = row.ColumnText(7);
+  e.cause = ParseEventCause(row.ColumnOptionalText(8).value_or("")).value_or(EventCause::kNone);
+  return e;
+}
 
 absl::Status RequireRun(Database& db, int64_t run_id) {
   CART_ASSIGN_OR_RETURN(auto select, db.Cached(kSelectRunExists));

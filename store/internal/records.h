@@ -52,6 +52,9 @@ absl::StatusOr<std::vector<CheckpointRecord>> LoadCheckpoints(Database& db, int6
 absl::StatusOr<std::optional<AttemptRecord>> LoadAttempt(Database& db, int64_t run_id,
                                                          int64_t attempt);
 absl::StatusOr<std::vector<AttemptRecord>> LoadAttempts(Database& db, int64_t run_id);
+// The columns every read of events selects, in this order, and one row of them read.
+#define CART_EVENT_COLUMNS "id, run_id, sweep_id, from_state, to_state, who, at_us, why, cause"
+EventRecord ReadEvent(const Statement& row);
 
 // A run's data lineage rows (types.h RunDataRecord): train first, then by role.
 absl::StatusOr<std::vector<RunDataRecord>> LoadRunData(Database& db, int64_t run_id);

@@ -437,6 +437,73 @@ CREATE TABLE eval_items(
 ) WITHOUT ROWID;
 )sql";
 
+// Version 23: notifications (server/notify/): events.cause, what a notification needs to tell a
+// lost worker, a preemption and a divergence apart; subscriptions; the outbox `notifications`
+// (one row per subscription and happening, unique on its key, delivered at least once) with each
+// delivery try in `notification_tries`; `notify_marks`, what the notifier last saw (its cursor
+// over events, a claim's verdict, a sweep's expected finish).
+constexpr char kSchemaV23[] = R"sql(
+ALTER TABLE events ADD COLUMN cause TEXT
+  CHECK(cause IS NULL OR cause IN ('lease_expired', 'preempted', 'diverged'));
+CREATE TABLE subscriptions(
+  id INTEGER PRIMARY KEY,
+  owner TEXT NOT NULL,
+  scope TEXT NOT NULL CHECK(scope IN ('run', 'sweep', 'mine')),
+  run_id INTEGER REFERENCES runs(id),
+  sweep_id INTEGER REFERENCES sweeps(id),
+  events TEXT NOT NULL,
+  channel TEXT NOT NULL CHECK(channel IN ('webhook', 'slack', 'email')),
+  target TEXT NOT NULL,
+  lost_after_us INTEGER NOT NULL CHECK(lost_after_us > 0),
+  stuck_factor REAL NOT NULL CHECK(stuck_factor > 1),
+  slip_share REAL NOT NULL CHECK(slip_share > 0),
+  created_us INTEGER NOT NULL,
+  removed_us INTEGER,
+  CHECK((scope = 'run') = (run_id IS NOT NULL)),
+  CHECK((scope = 'sweep') = (sweep_id IS NOT NULL))
+);
+CREATE INDEX subscriptions_by_owner ON subscriptions(owner, id);
+CREATE TABLE notifications(
+  id INTEGER PRIMARY KEY,
+  subscription_id INTEGER NOT NULL REFERENCES subscriptions(id),
+  key TEXT NOT NULL,
+  event TEXT NOT NULL,
+  run_id INTEGER REFERENCES runs(id),
+  sweep_id INTEGER REFERENCES sweeps(id),
+  happened_us INTEGER NOT NULL,
+  summary TEXT NOT NULL,
+  payload TEXT NOT NULL,
+  created_us INTEGER NOT NULL,
+  state TEXT NOT NULL CHECK(state IN ('PENDING', 'DELIVERED', 'GAVE_UP')),
+  tries INTEGER NOT NULL DEFAULT 0,
+  next_try_us INTEGER NOT NULL,
+  done_us INTEGER,
+  UNIQUE(subscription_id, key)
+);
+CREATE INDEX notifications_due ON notifications(next_try_us, id) WHERE state = 'PENDING';
+CREATE TABLE notification_tries(
+  notification_id INTEGER NOT NULL REFERENCES notifications(id),
+  try INTEGER NOT NULL,
+  at_us INTEGER NOT NULL,
+  ok INTEGER NOT NULL CHECK(ok IN (0, 1)),
+  detail TEXT NOT NULL,
+  PRIMARY KEY(notification_id, try)
+) WITHOUT ROWID;
+CREATE TABLE notify_marks(
+  name TEXT PRIMARY KEY,
+  value TEXT NOT NULL,
+  at_us INTEGER NOT NULL
+) WITHOUT ROWID;
+)sql";
+
+// Version 24: attempts.energy_j and energy_source, what each attempt used from its device's own
+// energy counter (NVML on a GPU, RAPL on a CPU; NULL: not measured).
+constexpr char kSchemaV24[] = R"sql(
+ALTER TABLE attempts ADD COLUMN energy_j REAL CHECK(energy_j IS NULL OR energy_j >= 0);
+ALTER TABLE attempts ADD COLUMN energy_source TEXT
+  CHECK(energy_source IS NULL OR energy_source IN ('nvml', 'rapl'));
+)sql";
+
 absl::Status Apply(Database& db, const Migration& migration) {
   Transaction txn(&db);
   CART_RETURN_IF_ERROR(txn.Begin(Transaction::Mode::kImmediate));
@@ -483,6 +550,8 @@ const std::vector<Migration>& Migrations() {
       {20, "attempts.kept_work: an attempt that recorded a checkpoint", kSchemaV20},
       {21, "plans, plan_claims and runs.plan_id: seeds queued by cart plan --apply", kSchemaV21},
       {22, "eval_items: per-item outcomes of zero-shot tasks", kSchemaV22},
+      {23, "events.cause, subscriptions and the notification outbox", kSchemaV23},
+      {24, "attempts.energy_j, energy_source: each attempt's measured energy", kSchemaV24},
   };
   return *kAll;
 }

@@ -16,8 +16,8 @@ namespace {
 constexpr char kUpdateSweepStatus[] = "UPDATE sweeps SET status = ? WHERE id = ?";
 constexpr char kSelectRunIdsOfSweep[] = "SELECT id FROM runs WHERE sweep_id = ? ORDER BY id";
 constexpr char kInsertEvent[] =
-    "INSERT INTO events(run_id, sweep_id, from_state, to_state, who, at_us, why) "
-    "VALUES(?, ?, ?, ?, ?, ?, ?)";
+    "INSERT INTO events(run_id, sweep_id, from_state, to_state, who, at_us, why, cause) "
+    "VALUES(?, ?, ?, ?, ?, ?, ?, ?)";
 constexpr char kUpdateRunState[] = "UPDATE runs SET status = ?, updated_us = ? WHERE id = ?";
 constexpr char kSelectRunFence[] =
     "SELECT status, attempt, cancel_requested FROM runs WHERE id = ?";
@@ -30,7 +30,9 @@ absl::Status InsertEvent(Database& db, std::optional<int64_t> run_id,
                          std::optional<int64_t> sweep_id, std::optional<std::string_view> from,
                          std::string_view to, const Audit& audit) {
   CART_ASSIGN_OR_RETURN(auto insert, db.Cached(kInsertEvent));
-  insert->BindAll(run_id, sweep_id, from, to, audit.who, audit.at_us, audit.why);
+  const std::string_view cause = EventCauseName(audit.cause);
+  insert->BindAll(run_id, sweep_id, from, to, audit.who, audit.at_us, audit.why,
+                  cause.empty() ? std::nullopt : std::optional<std::string_view>(cause));
   return insert->Run();
 }
 

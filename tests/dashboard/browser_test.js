@@ -4,9 +4,11 @@
 // holding <script> is shown as text, that the Data table shows the run's recorded training file,
 // that tags and a note written on the run page reach cartd and filter the runs table, that a
 // finished grid fills the pivot, groups and parallel-coordinates tabs, and that a tab left stops
-// its refresh. Screenshots of every page go to --out.
+// its refresh, and that a subscription made on the notifications page delivers a test to a
+// webhook here. Screenshots of every page go to --out.
 'use strict';
 const fs = require('fs');
+const http = require('http');
 const path = require('path');
 const {chromium} = require('playwright-core');
 const {Cluster, args, waitFor, tinySweep} = require('./lib');
@@ -45,9 +47,15 @@ const {Cluster, args, waitFor, tinySweep} = require('./lib');
     });
     const page = await browser.newPage({viewport: {width: 1400, height: 1000}});
     const dialogs = [];
+    let acceptNextDialog = false;  // a confirm the test answers yes (Remove)
     page.on('dialog', (d) => {
       dialogs.push(d.message());
-      d.dismiss();
+      if (acceptNextDialog) {
+        acceptNextDialog = false;
+        d.accept();
+      } else {
+        d.dismiss();
+      }
     });
     page.on('pageerror', (e) => failures.push('page error: ' + e.message));
     const open = async (hash) => {
@@ -117,6 +125,13 @@ const {Cluster, args, waitFor, tinySweep} = require('./lib');
 
     // The run page's loss chart gains points while we watch.
     await open(`#/run/${runId}`);
+    // What the run used: this machine's kernel has no RAPL, so the energy is not measured and
+    // the page says so rather than showing a figure; the device-hours are there.
+    const spent = (await page.textContent('#run-spending')) || '';
+    check(
+        /^Spent: energy not measured · [0-9.]+ device-hours$/.test(spent) &&
+            (await page.locator('td.energy').first().textContent()) === 'not measured',
+        `the run page says what the run used ("${spent}")`);
     const points = () => page.evaluate(() => window.cartDashboard.points('loss'));
     const first = await points();
     const grown = await waitFor(
@@ -391,6 +406,69 @@ const {Cluster, args, waitFor, tinySweep} = require('./lib');
         same.series.first_different_step === null && same.config.length === 0 &&
             same.environment.items.length === 0,
         'a run compared with itself differs in nothing and its losses never part');
+
+    // Notifications (docs/dashboard.md "Notifications"): a subscription made in the form, its
+    // webhook URL shown only up to its host, a test sent from its row reaching a receiver here,
+    // and the Sent table saying it was delivered.
+    const received = [];
+    const hook = http.createServer((req, res) => {
+      let body = '';
+      req.on('data', (d) => body += d);
+      req.on('end', () => {
+        received.push({path: req.url, key: req.headers['idempotency-key'], body});
+        res.writeHead(204);
+        res.end();
+      });
+    });
+    await new Promise((ok) => hook.listen(0, '127.0.0.1', ok));
+    const hookUrl = `http://127.0.0.1:${hook.address().port}/hooks/T0/B0/XSECRETX`;
+    try {
+      await open('#/notify');
+      await page.selectOption('#notify-scope', 'sweep');
+      await page.fill('#notify-which', 'browser');
+      await page.check('input[data-event=failed]');
+      await page.check('input[data-event=sweep_finished]');
+      await page.selectOption('#notify-channel', 'webhook');
+      await page.fill('#notify-target', hookUrl);
+      await page.click('#notify-add');
+      const subRow = page.locator('#subscriptions-table tbody tr[data-subscription]');
+      await waitFor('the new subscription', () => subRow.count(), 10000);
+      const subText = await subRow.first().textContent();
+      check(
+          subText.includes('sweep browser') && subText.includes('failed, sweep_finished') &&
+              subText.includes(`http://127.0.0.1:${hook.address().port}/…`) &&
+              !(await page.content()).includes('XSECRETX'),
+          `the subscription is listed with its URL up to the host ("${subText}")`);
+      await subRow.first().locator('button[data-test]').click();
+      await waitFor('the test notification at the receiver', () => received.length > 0, 20000);
+      const got = JSON.parse(received[0].body);
+      check(
+          received[0].path === '/hooks/T0/B0/XSECRETX' && got.event === 'test' &&
+              /^cart-\d+-test-/.test(received[0].key),
+          `the receiver got the test with its idempotency key (${received[0].key})`);
+      const sent = page.locator('#notifications-table tbody tr[data-notification]');
+      await waitFor('the Sent table to say DELIVERED', async () => {
+        await open('#/notify');
+        return (await sent.count()) && (await sent.first().textContent()).includes('DELIVERED');
+      }, 20000);
+      check(
+          (await sent.first().textContent()).includes('HTTP 204'),
+          'the Sent table shows the receiver\'s answer');
+      await page.fill('#notify-target', 'ftp://x/y');
+      await page.check('input[data-event=failed]');
+      await page.click('#notify-add');
+      await waitFor(
+          'the refusal', async () => (await page.textContent('#notice')).includes('not http'),
+          10000);
+      check(true, 'a webhook URL that is not http(s) is refused by name');
+      await shot('notify');
+      acceptNextDialog = true;
+      await subRow.first().locator('button[data-remove]').click();
+      await waitFor('the subscription gone', async () => (await subRow.count()) === 0, 10000);
+      check(true, 'Remove takes the subscription away');
+    } finally {
+      hook.close();
+    }
   } catch (e) {
     failures.push(String(e && e.stack ? e.stack : e));
   } finally {

@@ -3,12 +3,14 @@ the CPU, and the `cart` CLI as the yardstick. runs(), table() and history() must
 runs ls`, `cart results` and `cart results series` print (as JSON) to the last digit; submit,
 extend, follow and the errors behave as the CLI's do. Run by tests/python/run.sh."""
 
+import http.server
 import json
 import math
 import os
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 import unittest
 
@@ -549,6 +551,50 @@ class CartlabTest(unittest.TestCase):
         with self.assertRaises(cartlab.CartError) as e:
             self.lab.resume(run)
         self.assertEqual(e.exception.code, "FAILED_PRECONDITION")
+
+    def test_a_subscription_delivers_to_its_webhook_and_never_shows_its_secret(self):
+        got = []
+
+        class Hook(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                got.append((self.path, self.headers["Idempotency-Key"], json.loads(body)))
+                self.send_response(204)
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hook)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        try:
+            url = f"http://127.0.0.1:{server.server_port}/hooks/T0/B0/XSECRET"
+            sub = self.lab.subscribe(["failed", "lost"], webhook=url, sweep="py")
+            self.assertEqual(sub["events"], ["failed", "lost"])
+            self.assertEqual(sub["target"], f"http://127.0.0.1:{server.server_port}/…")
+            listed = self.lab.subscriptions()
+            self.assertIn(sub["id"], list(listed.id))
+            self.assertNotIn("XSECRET", listed.to_string())
+            self.assertNotIn("XSECRET", CLUSTER.cart(["notify", "ls"]))
+            self.lab.send_test(sub["id"])
+            wait_for("the test notification", lambda: (
+                self.lab.notifications(sub["id"]).state == "DELIVERED").any(), timeout=30)
+            log = self.lab.notifications(sub["id"])
+            self.assertEqual(list(log.event), ["test"])
+            self.assertEqual(list(log.last_try), ["HTTP 204"])
+            self.assertEqual(len(got), 1)
+            path, key, body = got[0]
+            self.assertEqual(path, "/hooks/T0/B0/XSECRET")
+            self.assertEqual(key, log.idempotency_key[0])
+            self.assertEqual(body["event"], "test")
+            self.lab.unsubscribe(sub["id"])
+            self.assertNotIn(sub["id"], list(self.lab.subscriptions().id))
+            with self.assertRaises(cartlab.CartError) as e:
+                self.lab.subscribe("failed,melted", webhook=url)
+            self.assertEqual(e.exception.code, "INVALID_ARGUMENT")
+            self.assertIn("unknown event 'melted'", e.exception.message)
+        finally:
+            server.shutdown()
 
     def test_errors_carry_the_grpc_code_and_cartds_message(self):
         with self.assertRaises(cartlab.CartError) as e:

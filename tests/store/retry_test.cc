@@ -1,4 +1,4 @@
-// The two store additions the scheduler needs: RetryAttempt (a worker-reported failure requeues the
+// Store additions the scheduler needs (and, at the end, each attempt's energy): RetryAttempt (a worker-reported failure requeues the
 // run until max_attempts) and the OOM placement floor (a run that ran out of memory on a device is
 // never placed on a device that small again).
 
@@ -104,6 +104,51 @@ TEST_F(StoreRetryTest, CancelRequestedBeforeAFailureEndsCancelled) {
   CART_ASSERT_OK_AND_ASSIGN(RunRecord run, store_->RetryAttempt(run_id_, attempt, RetryRequest{},
                                                                 By("worker:big", kT0, "crash")));
   EXPECT_EQ(run.state, RunState::kCancelled);
+}
+
+// Energy (RunStore::RecordEnergy) kept per attempt, and a sweep's spending added up from them.
+TEST(StoreEnergyTest, EachAttemptKeepsItsLargestReadingAndTheSweepAddsUpTheMeasuredOnes) {
+  TempDir dir;
+  std::unique_ptr<RunStore> store = OpenStore(dir.File("cart.db"));
+  ASSERT_NE(store, nullptr);
+  CART_ASSERT_OK(store->RegisterWorker("w", "RTX 3090", 24 * kGiB, kT0));
+  NewRun run = MakeRun("r0", {}, kGiB);
+  run.max_attempts = 3;
+  auto created = store->CreateSweep(MakeSweep("s", {run}), By("user:a", kT0));
+  ASSERT_TRUE(created.ok()) << created.status();
+  const int64_t id = created->run_ids.at(0);
+  const int64_t hour = int64_t{3600} * 1'000'000;
+  auto claim = store->ClaimNextRun("w", 24 * kGiB, kT0);
+  ASSERT_TRUE(claim.ok() && claim->has_value());
+  CART_ASSERT_OK(store->MarkRunning(id, 1, kT0));
+  CART_ASSERT_OK(store->RecordEnergy(id, 1, 1000, "nvml"));
+  CART_ASSERT_OK(store->RecordEnergy(id, 1, 900, "nvml"));  // an older heartbeat, late: ignored
+  CART_ASSERT_OK(store->RecordEnergy(id, 1, 3.6e6, "nvml"));
+  EXPECT_THAT(store->RecordEnergy(id, 1, -1, "nvml"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("is not >= 0")));
+  EXPECT_THAT(store->RecordEnergy(id, 1, 5, "guess"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not nvml or rapl")));
+  CART_ASSERT_OK(store->RetryAttempt(id, 1, RetryRequest{}, By("worker:w", kT0 + hour)).status());
+  EXPECT_THAT(store->RecordEnergy(id, 1, 5e6, "nvml"),
+              StatusIs(absl::StatusCode::kFailedPrecondition, ::testing::_));  // fenced
+  // A second attempt on a worker that measures nothing, still running half an hour later.
+  auto again = store->ClaimNextRun("w", 24 * kGiB, kT0 + hour);
+  ASSERT_TRUE(again.ok() && again->has_value());
+  CART_ASSERT_OK(store->MarkRunning(id, 2, kT0 + hour));
+  auto attempts = store->ListAttempts(id);
+  ASSERT_TRUE(attempts.ok());
+  ASSERT_EQ(attempts->size(), 2u);
+  EXPECT_EQ((*attempts)[0].energy_j, 3.6e6);
+  EXPECT_EQ((*attempts)[0].energy_source, "nvml");
+  EXPECT_FALSE((*attempts)[1].energy_j.has_value());
+  auto spending = store->SweepSpending(kT0 + hour + hour / 2);
+  ASSERT_TRUE(spending.ok()) << spending.status();
+  const Spending& s = spending->at(created->sweep.id);
+  EXPECT_EQ(s.attempts, 2);
+  EXPECT_EQ(s.measured_attempts, 1);
+  EXPECT_DOUBLE_EQ(s.energy_j, 3.6e6);
+  EXPECT_DOUBLE_EQ(s.device_hours, 1.5);
+  EXPECT_EQ(s.sources, std::vector<std::string>{"nvml"});
 }
 
 }  // namespace

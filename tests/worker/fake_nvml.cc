@@ -1,9 +1,9 @@
 // A stand-in for libnvidia-ml.so.1 with two cards, loaded by SystemMetrics through
 // CART_NVML_LIBRARY (tests/worker/system_metrics_test.cc): the GPU fields of the device heartbeat
-// are tested on a machine without a GPU. Each call reads FAKE_NVML_UTIL, FAKE_NVML_TEMP and
-// FAKE_NVML_THROTTLE from the environment, so a test can change the card's state between two
-// readings. Only the entry points and struct layouts SystemMetrics uses, with C linkage as
-// NVML's.
+// are tested on a machine without a GPU. Each call reads FAKE_NVML_UTIL, FAKE_NVML_TEMP,
+// FAKE_NVML_THROTTLE and FAKE_NVML_ENERGY_MJ from the environment, so a test can change the card's
+// state between two readings. Only the entry points and struct layouts SystemMetrics uses, with C
+// linkage as NVML's.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -87,6 +87,15 @@ int nvmlDeviceGetTemperature(void* dev, int sensor, unsigned int* celsius) {
 }
 int nvmlDeviceGetPowerUsage(void* dev, unsigned int* milliwatts) {
   *milliwatts = Index(dev) == 0 ? 115500 : 342250;
+  return 0;
+}
+// The energy counter: FAKE_NVML_ENERGY_MJ millijoules (card 0) or twice that (card 1); a test
+// moves it between readings. "none": the card has no counter (NVML_ERROR_NOT_SUPPORTED).
+int nvmlDeviceGetTotalEnergyConsumption(void* dev, unsigned long long* millijoules) {
+  const char* v = getenv("FAKE_NVML_ENERGY_MJ");
+  if (v != nullptr && std::strcmp(v, "none") == 0) return 3;
+  *millijoules = static_cast<unsigned long long>(EnvOr("FAKE_NVML_ENERGY_MJ", 1000000)) *
+                 (Index(dev) == 0 ? 1 : 2);
   return 0;
 }
 int nvmlDeviceGetClockInfo(void* dev, int type, unsigned int* mhz) {

@@ -13,7 +13,8 @@ import yaml
 
 from ._config import ClientConfig
 from ._errors import CartError
-from ._proto.cart.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc
+from ._proto.cart.v1 import (common_pb2, notify_pb2, notify_pb2_grpc, scheduler_pb2,
+                             scheduler_pb2_grpc)
 
 RunRef = Union[int, str]  # a run id, or its name "<sweep>/<index>"
 
@@ -73,6 +74,7 @@ class Client:
         else:
             self._channel = grpc.insecure_channel(config.server, options=options)
         self._stub = scheduler_pb2_grpc.SchedulerServiceStub(self._channel)
+        self._notify = notify_pb2_grpc.NotifyServiceStub(self._channel)
         self._metadata = [("authorization", "Bearer " + config.token)] if config.token else []
 
     def close(self) -> None:
@@ -86,10 +88,11 @@ class Client:
 
     # ---- calls
 
-    def _call(self, method: str, request: Any, timeout: Optional[float] = None) -> Any:
+    def _call(self, method: str, request: Any, timeout: Optional[float] = None,
+              stub: Any = None) -> Any:
         try:
-            return getattr(self._stub, method)(request, metadata=self._metadata,
-                                               timeout=timeout or self.timeout)
+            return getattr(stub or self._stub, method)(request, metadata=self._metadata,
+                                                       timeout=timeout or self.timeout)
         except grpc.RpcError as e:
             raise CartError(e.code().name, e.details() or str(e), method) from None
 
@@ -456,6 +459,68 @@ class Client:
         "at"} as it then is ("at": a UTC timestamp, NaT when never written)."""
         return self._annotate(target, note=text)["note"]
 
+    # ---- notifications (docs/operations.md "Notifications")
+
+    def subscribe(self, on: Union[str, Sequence[str]], webhook: Optional[str] = None,
+                  slack: Optional[str] = None, email: Optional[str] = None,
+                  run: Optional[RunRef] = None, sweep: Optional[str] = None,
+                  lost_after_s: int = 0, stuck_factor: float = 0,
+                  slip_share: float = 0) -> Dict[str, Any]:
+        """Subscribes to events of a run, a sweep, or (neither given) every run of your own
+        sweeps, delivered to exactly one of `webhook`, `slack` (an incoming-webhook URL) or
+        `email`. `on`: event names ("failed", "lost", "stuck", "diverged", "leak_suspected",
+        "preempted", "sweep_finished", "verdict_changed", "finish_slipped") or "all". Zero
+        thresholds take cartd's defaults (600 s, 5, 0.25). Returns the subscription as
+        `subscriptions()` lists it (a URL shown up to its host)."""
+        targets = {"webhook": webhook, "slack": slack, "email": email}
+        given = {k: v for k, v in targets.items() if v}
+        if len(given) != 1:
+            raise ValueError("give exactly one of webhook=, slack= or email=")
+        (channel, target), = given.items()
+        events = on if isinstance(on, str) else ",".join(on)
+        request = notify_pb2.SubscribeRequest(
+            run_id=self.run_id(run) if run is not None else 0, sweep=sweep or "", events=events,
+            channel=channel, target=target, lost_after_s=int(lost_after_s),
+            stuck_factor=float(stuck_factor), slip_share=float(slip_share))
+        return _subscription(self._call("Subscribe", request, stub=self._notify))
+
+    def subscriptions(self, all: bool = False) -> pd.DataFrame:
+        """Your subscriptions (everyone's for an admin with all=True), one row each."""
+        response = self._call("ListSubscriptions", notify_pb2.ListSubscriptionsRequest(all=all),
+                              stub=self._notify)
+        rows = [_subscription(s) for s in response.subscriptions]
+        columns = ["id", "owner", "scope", "run_id", "sweep", "events", "channel", "target",
+                   "lost_after_s", "stuck_factor", "slip_share", "created"]
+        return pd.DataFrame(rows, columns=columns)
+
+    def unsubscribe(self, subscription: int) -> None:
+        """Removes one of your subscriptions; what it had pending is given up."""
+        self._call("Unsubscribe", notify_pb2.UnsubscribeRequest(id=int(subscription)),
+                   stub=self._notify)
+
+    def send_test(self, subscription: int) -> int:
+        """Queues a test notification on one of your subscriptions at once; its id."""
+        response = self._call("SendTest", notify_pb2.SendTestRequest(id=int(subscription)),
+                              stub=self._notify)
+        return response.notification_id
+
+    def notifications(self, subscription: int = 0, limit: int = 50,
+                      all: bool = False) -> pd.DataFrame:
+        """What was sent on your subscriptions, newest first: event, state (PENDING, DELIVERED,
+        GAVE_UP), tries, the last try's answer, summary."""
+        response = self._call("NotificationLog", notify_pb2.NotificationLogRequest(
+            subscription_id=int(subscription), all=all, limit=int(limit)), stub=self._notify)
+        rows = []
+        for n in response.notifications:
+            rows.append({"id": n.id, "subscription": n.subscription_id, "event": n.event,
+                         "state": n.state, "tries": n.tries,
+                         "last_try": n.log[-1].detail if n.log else None,
+                         "run_id": n.run_id or None, "happened": _time(n.happened_us),
+                         "summary": n.summary, "idempotency_key": n.idempotency_key})
+        columns = ["id", "subscription", "event", "state", "tries", "last_try", "run_id",
+                   "happened", "summary", "idempotency_key"]
+        return pd.DataFrame(rows, columns=columns)
+
     def _annotate(self, target: RunRef, add_tags: Sequence[str] = (),
                   remove_tags: Sequence[str] = (), note: Optional[str] = None) -> Dict[str, Any]:
         request = scheduler_pb2.AnnotateRequest(add_tags=list(add_tags),
@@ -483,6 +548,13 @@ class Client:
             for p in batch.points:
                 yield {"step": p.step, "metric": p.name, "value": p.value,
                        "wall_time": _time(p.wall_time_us)}
+
+
+def _subscription(s: Any) -> Dict[str, Any]:
+    return {"id": s.id, "owner": s.owner, "scope": s.scope, "run_id": s.run_id or None,
+            "sweep": s.sweep or None, "events": list(s.events), "channel": s.channel,
+            "target": s.target, "lost_after_s": s.lost_after_s, "stuck_factor": s.stuck_factor,
+            "slip_share": s.slip_share, "created": _time(s.created_us)}
 
 
 def table_frame(table: Any) -> pd.DataFrame:

@@ -1,9 +1,10 @@
-// CART Lab dashboard: one page, six views (#/ sweeps, #/sweep/NAME, #/run/ID, #/compare/A/B,
-// #/study, #/workers), all read from cartd's JSON API (docs/dashboard.md). ES modules, no build step: this
+// CART Lab dashboard: one page, seven views (#/ sweeps, #/sweep/NAME, #/run/ID, #/compare/A/B,
+// #/study, #/workers, #/notify), all read from cartd's JSON API (docs/dashboard.md). ES modules, no build step: this
 // file routes;
 // each view is a module under pages/, on shared modules for the DOM, the API, tables and charts.
 import {fail, show} from './notice.js';
 import {viewCompare} from './pages/compare.js';
+import {viewNotify} from './pages/notify.js';
 import {viewRun} from './pages/run.js';
 import {viewStudy} from './pages/study.js';
 import {viewSweep} from './pages/sweep.js';
@@ -36,6 +37,8 @@ async function route() {
       await viewStudy(main, scope);
     } else if (parts[0] === 'workers') {
       await viewWorkers(main, scope);
+    } else if (parts[0] === 'notify') {
+      await viewNotify(main, scope);
     } else {
       await viewSweeps(main, scope);
     }

@@ -151,12 +151,20 @@ function runTables(run) {
   return [
     h('h2', {text: 'Attempts'}),
     table(
-        ['attempt', 'worker', 'device', 'leased', 'started', 'ended', 'outcome', 'reason'],
+        ['attempt', 'worker', 'device', 'leased', 'started', 'ended', 'outcome', 'energy',
+         'reason'],
         run.attempts.map(
             (a) =>
                 h('tr', {}, td(a.attempt), td(a.worker), td(a.device_class || '-'),
                   td(fmtTime(a.leased_us)), td(fmtTime(a.started_us)), td(fmtTime(a.ended_us)),
-                  td(a.outcome || 'holds lease'), td(a.reason)))),
+                  td(a.outcome || 'holds lease'),
+                  td(a.energy_j === null ?
+                         'not measured' :
+                         `${Math.round(a.energy_j)} J (${(a.energy_j / 3600).toPrecision(3)} Wh, ${
+                             a.energy_source})`,
+                     {class: 'num energy'}),
+                  td(a.reason)))),
+    h('p', {id: 'run-spending', class: 'muted', text: 'Spent: ' + run.spending.text}),
     h('h2', {text: 'Environment'}),
     ...environments(run.attempts, td),
     h('h2', {text: 'Events'}),

@@ -1,4 +1,4 @@
-// #/ : every sweep with its progress, tokens, throughput and expected finish.
+// #/ : every sweep with its progress, tokens, throughput, expected finish and what it used.
 import {api} from '../api.js';
 import {h, stateChip} from '../dom.js';
 import {fmtDuration, fmtTime, fmtTokens} from '../format.js';
@@ -12,9 +12,23 @@ const heads = [
   'tokens done / planned',
   'tokens/s',
   'expected finish',
+  {text: 'energy', title: 'measured by the workers\' device counters (NVML, RAPL); device-hours'},
   'created',
   'tags',
 ];
+
+// kWh of the measured attempts (with cost and CO2 where cartd has prices) over device-hours.
+export function spendingCell(sp) {
+  if (!sp) return h('td', {class: 'muted', text: '-'});
+  // Short here; cartd's own line (as `cart sweep show` prints it) in the tooltip.
+  const kwh = sp.energy_kwh;
+  const energy = kwh === null ? 'not measured' :
+      kwh >= 1                ? `${kwh.toFixed(3)} kWh` :
+      kwh >= 0.001            ? `${(kwh * 1000).toFixed(2)} Wh` :
+                                `${Math.round(kwh * 3.6e6)} J`;
+  const hours = sp.device_hours.toPrecision(2);
+  return h('td', {class: 'num spending', title: sp.text, text: `${energy} · ${hours} device-h`});
+}
 
 function sweepRow(s) {
   const pct = s.runs ? Math.round(100 * s.finished / s.runs) : 0;
@@ -42,7 +56,7 @@ function sweepRow(s) {
         class: 'num',
         text: s.tokens_per_s ? fmtTokens(Math.round(s.tokens_per_s)) + '/s' : '-',
       }),
-      h('td', finish), h('td', {text: fmtTime(s.created_us)}),
+      h('td', finish), spendingCell(s.spending), h('td', {text: fmtTime(s.created_us)}),
       h('td', {text: (s.tags || []).join(', ')}));
 }
 
