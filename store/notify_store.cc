@@ -86,7 +86,7 @@ constexpr char kSelectLost[] =
     "FROM attempts AS a WHERE a.outcome = 'LOST' AND a.ended_us >= ? "
     "ORDER BY a.ended_us, a.run_id, a.attempt";
 constexpr char kSelectFlagged[] =
-    "SELECT s.run_id, s.latest_step, s.latest_value FROM run_summaries AS s "
+    "SELECT s.run_id, s.latest_step, s.latest_value, s.latest_wall_time_us FROM run_summaries AS s "
     "JOIN metric_names AS m ON m.id = s.name_id "
     "WHERE m.name = ? AND s.latest_value > 0 AND s.latest_wall_time_us >= ? ORDER BY s.run_id";
 constexpr char kSelectRunScope[] =
@@ -409,8 +409,9 @@ absl::Status NotifyStore::RecordTry(int64_t notification_id, int64_t at_us, bool
         CART_RETURN_IF_ERROR(
             Exec(db, kInsertTry, notification_id, tries, at_us, ok ? 1 : 0, detail));
         if (ok) {
-          return Exec(db, kUpdateNotification, "DELIVERED", tries, at_us, at_us, notification_id)
-              .ok();
+          CART_RETURN_IF_ERROR(
+              Exec(db, kUpdateNotification, "DELIVERED", tries, at_us, at_us, notification_id));
+          return true;
         }
         if (retry_at_us) {
           CART_RETURN_IF_ERROR(Exec(db, kUpdateNotification, "PENDING", tries, *retry_at_us,
@@ -470,7 +471,8 @@ absl::StatusOr<std::vector<FlaggedRun>> NotifyStore::FlaggedRuns(const std::stri
     select->BindAll(metric, since_us);
     Out out;
     CART_RETURN_IF_ERROR(select->ForEachRow([&](const auto& cur) {
-      out.push_back(FlaggedRun{cur.ColumnInt64(0), cur.ColumnInt64(1), cur.ColumnDouble(2)});
+      out.push_back(FlaggedRun{cur.ColumnInt64(0), cur.ColumnInt64(1), cur.ColumnDouble(2),
+                               cur.ColumnInt64(3)});
     }));
     return out;
   });

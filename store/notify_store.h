@@ -121,6 +121,7 @@ struct FlaggedRun {
   int64_t run_id = 0;
   int64_t step = 0;
   double value = 0;
+  int64_t wall_time_us = 0;  // when the worker logged it
 };
 
 // Where a run belongs, for matching it against subscriptions.

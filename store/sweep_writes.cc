@@ -89,6 +89,18 @@ constexpr const char* kDeleteSweepRows[] = {
     "(SELECT id FROM runs WHERE sweep_id = ?1)",
     "DELETE FROM run_data WHERE run_id IN (SELECT id FROM runs WHERE sweep_id = ?1)",
     "DELETE FROM eval_items WHERE run_id IN (SELECT id FROM runs WHERE sweep_id = ?1)",
+    // Subscriptions to the sweep or one of its runs go with it, and their notifications; other
+    // subscriptions' notifications about it stay (their text names it) without the reference.
+    "DELETE FROM notification_tries WHERE notification_id IN (SELECT n.id FROM notifications AS n "
+    "JOIN subscriptions AS s ON s.id = n.subscription_id WHERE s.sweep_id = ?1 OR s.run_id IN "
+    "(SELECT id FROM runs WHERE sweep_id = ?1))",
+    "DELETE FROM notifications WHERE subscription_id IN (SELECT id FROM subscriptions WHERE "
+    "sweep_id = ?1 OR run_id IN (SELECT id FROM runs WHERE sweep_id = ?1))",
+    "DELETE FROM subscriptions WHERE sweep_id = ?1 OR run_id IN (SELECT id FROM runs WHERE "
+    "sweep_id = ?1)",
+    "UPDATE notifications SET run_id = NULL WHERE run_id IN (SELECT id FROM runs WHERE "
+    "sweep_id = ?1)",
+    "UPDATE notifications SET sweep_id = NULL WHERE sweep_id = ?1",
     "DELETE FROM runs WHERE sweep_id = ?1",
     "DELETE FROM sweeps WHERE id = ?1",
 };

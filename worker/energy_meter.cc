@@ -69,7 +69,13 @@ EnergyMeter::EnergyMeter(SystemMetrics* metrics, int gpu_index)
   std::vector<std::string> zones;
   for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
     const std::string name = e.path().filename().string();
-    if (std::regex_match(name, std::regex("intel-rapl:[0-9]+"))) zones.push_back(e.path().string());
+    if (!std::regex_match(name, std::regex("intel-rapl:[0-9]+"))) continue;
+    // A package's zone is named "package-N"; "psys" (the whole platform, on client parts) holds
+    // the packages' energy too and would count it twice.
+    std::ifstream zone_name(e.path() / "name");
+    std::string kind;
+    if (zone_name && std::getline(zone_name, kind) && kind.rfind("package-", 0) != 0) continue;
+    zones.push_back(e.path().string());
   }
   std::sort(zones.begin(), zones.end());
   if (zones.empty()) {

@@ -1,5 +1,7 @@
 #include "server/http/notify_api.h"
 
+#include <cmath>
+
 #include "common/status.h"
 #include "common/strings.h"
 #include "server/http/request_body.h"
@@ -77,12 +79,12 @@ absl::StatusOr<notify::SubscribeRequest> SubscribeRequestOf(const Request& reque
   CART_RETURN_IF_ERROR(number("lost_after_s", &lost_after_s));
   CART_RETURN_IF_ERROR(number("stuck_factor", &stuck_factor));
   CART_RETURN_IF_ERROR(number("slip_share", &slip_share));
-  if (run_id < 0 || run_id != static_cast<double>(static_cast<int64_t>(run_id))) {
+  if (run_id < 0 || run_id > 9e15 || run_id != std::floor(run_id)) {
     return absl::InvalidArgumentError("run_id must be a positive integer");
   }
   ask.run_id = static_cast<int64_t>(run_id);
   if (lost_after_s < 0 || lost_after_s > 1e9) {
-    return absl::InvalidArgumentError("lost_after_s must be at least 1");
+    return absl::InvalidArgumentError("lost_after_s must be from 1 to 2592000 (30 days)");
   }
   if (lost_after_s > 0) ask.lost_after = absl::Seconds(lost_after_s);
   if (stuck_factor != 0) ask.stuck_factor = stuck_factor;

@@ -116,9 +116,7 @@ class AttemptReports {
     absl::StatusOr<bool> cancel = ctx_.scheduler->Heartbeat(run_id_, attempt_, heartbeat.step());
     if (!cancel.ok()) return ToGrpc(cancel.status());
     if (heartbeat.has_energy()) {
-      absl::Status recorded = ctx_.scheduler->RecordEnergy(
-          run_id_, attempt_, heartbeat.energy().joules(), heartbeat.energy().source());
-      if (!recorded.ok()) return ToGrpc(recorded);
+      RecordEnergy(heartbeat.energy());
     }
     if (*cancel && !cancel_sent_) {
       cancel_sent_ = true;
@@ -180,6 +178,20 @@ class AttemptReports {
     return std::nullopt;
   }
 
+  // The attempt's energy so far. A reading cartd cannot take (a malformed value, a counter it
+  // does not know, a write that failed) is said in cartd's log and dropped: energy never fails
+  // the report it came with.
+  void RecordEnergy(const v1::AttemptEnergy& energy) {
+    absl::Status recorded =
+        ctx_.scheduler->RecordEnergy(run_id_, attempt_, energy.joules(), energy.source());
+    if (!recorded.ok() && !energy_error_said_) {
+      energy_error_said_ = true;
+      std::fprintf(stderr, "cartd: run %lld attempt %lld: energy reading not stored: %s\n",
+                   static_cast<long long>(run_id_), static_cast<long long>(attempt_),
+                   std::string(recorded.message()).c_str());
+    }
+  }
+
   // The attempt's end: the stream ends with it.
   grpc::Status Result(const v1::JobResult& result) {
     const std::optional<store::AttemptOutcome> outcome = FromProto(result.outcome());
@@ -195,11 +207,7 @@ class AttemptReports {
       }
       diverged = store::Divergence{result.diverged().step(), result.diverged().loss()};
     }
-    if (result.has_energy()) {
-      absl::Status recorded = ctx_.scheduler->RecordEnergy(
-          run_id_, attempt_, result.energy().joules(), result.energy().source());
-      if (!recorded.ok()) return ToGrpc(recorded);
-    }
+    if (result.has_energy()) RecordEnergy(result.energy());
     return ToGrpc(
         ctx_.scheduler->ReportOutcome(run_id_, attempt_, *outcome, result.error(), diverged)
             .status());
@@ -208,6 +216,7 @@ class AttemptReports {
   const ServiceContext& ctx_;
   const int64_t run_id_;
   const int64_t attempt_;
+  bool energy_error_said_ = false;
   RunJobStream& sink_;
   bool cancel_sent_ = false;
 };

@@ -15,10 +15,23 @@ Delivered Post(const std::string& url, const std::string& body, const store::Out
   };
   absl::StatusOr<PostResult> posted =
       PostJson(url, body, headers, options.http_timeout, options.ca_file);
-  if (!posted.ok()) return Delivered{false, std::string(posted.status().message())};
+  if (!posted.ok()) {
+    return Delivered{false, std::string(posted.status().message()),
+                     !absl::IsInvalidArgument(posted.status())};
+  }
   const bool ok = posted->http_status >= 200 && posted->http_status < 300;
   std::string detail = StrCat("HTTP ", posted->http_status);
-  if (!ok && !posted->body_start.empty()) detail += StrCat(": ", ValidUtf8(posted->body_start));
+  if (!ok && !posted->body_start.empty()) {
+    // An error page may echo the path, which is the secret of a Slack-style URL.
+    std::string answer = ValidUtf8(posted->body_start);
+    if (absl::StatusOr<Url> parsed = ParseWebhookUrl(url);
+        parsed.ok() && parsed->target.size() > 1) {
+      for (size_t at; (at = answer.find(parsed->target)) != std::string::npos;) {
+        answer.replace(at, parsed->target.size(), "/…");
+      }
+    }
+    detail += StrCat(": ", answer);
+  }
   return Delivered{ok, detail};
 }
 
@@ -44,7 +57,9 @@ Delivered Deliver(const store::Outgoing& out, const DeliveryOptions& options) {
       SmtpServer smtp = options.smtp;
       if (smtp.ca_file.empty()) smtp.ca_file = options.ca_file;
       absl::Status sent = SendMail(smtp, mail);
-      if (!sent.ok()) return Delivered{false, std::string(sent.message())};
+      if (!sent.ok()) {
+        return Delivered{false, std::string(sent.message()), !absl::IsInvalidArgument(sent)};
+      }
       return Delivered{true, StrCat("SMTP ", smtp.host, ":", smtp.port, " accepted")};
     }
   }

@@ -26,6 +26,9 @@ struct DeliveryOptions {
 struct Delivered {
   bool ok = false;
   std::string detail;  // "HTTP 204", "HTTP 500: <body start>", the SMTP reply, the socket error
+  // A failure trying again cannot mend (the notification itself cannot be sent as it is): given
+  // up at once. Receivers' refusals, 4xx and SMTP 5xx included, are retried: they get fixed.
+  bool retryable = true;
 };
 
 // One try. Never throws; a 2xx answer (webhook, Slack) or an accepted mail is ok.

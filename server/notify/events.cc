@@ -1,6 +1,8 @@
 #include "server/notify/events.h"
 
 #include <algorithm>
+#include <cctype>
+#include <cstdio>
 #include <ctime>
 #include <nlohmann/json.hpp>
 
@@ -23,6 +25,21 @@ std::string Rfc3339(int64_t us) {
 
 bool Contains(const std::vector<std::string>& v, const std::string& x) {
   return std::find(v.begin(), v.end(), x) != v.end();
+}
+
+// A sweep name as one part of a dashboard address: letters, digits and "-._~" as they are.
+std::string PercentEncoded(const std::string& text) {
+  std::string out;
+  for (unsigned char c : text) {
+    if (std::isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~') {
+      out += static_cast<char>(c);
+    } else {
+      char hex[4];
+      std::snprintf(hex, sizeof hex, "%%%02X", c);
+      out += hex;
+    }
+  }
+  return out;
 }
 
 json Payload(const store::NotificationRecord& n) {
@@ -99,13 +116,13 @@ store::Notice ToNotice(const store::Subscription& sub, const Happening& h,
     j["run"] = {{"id", h.run->run_id},
                 {"name", h.run->run_name},
                 {"state", std::string(store::RunStateName(h.run->state))}};
-    if (!dashboard_url.empty()) j["url"] = StrCat(dashboard_url, "/#/runs/", h.run->run_id);
+    if (!dashboard_url.empty()) j["url"] = StrCat(dashboard_url, "/#/run/", h.run->run_id);
   }
   if (h.sweep_id != 0) {
     n.sweep_id = h.sweep_id;
     j["sweep"] = {{"id", h.sweep_id}, {"name", h.sweep_name}, {"owner", h.owner}};
     if (!dashboard_url.empty() && !h.run) {
-      j["url"] = StrCat(dashboard_url, "/#/sweeps/", h.sweep_name);
+      j["url"] = StrCat(dashboard_url, "/#/sweep/", PercentEncoded(h.sweep_name));
     }
   }
   json details = json::object();

@@ -18,13 +18,15 @@ namespace {
 using store::EventCause;
 using store::RunState;
 
-// The scanner reads at most this many events per pass (the rest next pass, at once).
+// The scanner reads at most this many events per pass (the rest on the next passes).
 constexpr int64_t kEventsPerScan = 1000;
 // The sender takes at most this many due notifications per pass.
 constexpr int64_t kSendsPerPass = 50;
 // Lost leases are looked for this far back (a cartd down longer than this misses older ones).
 constexpr int64_t kLostLookbackUs = int64_t{7} * 24 * 3600 * 1'000'000;
 constexpr char kEventMark[] = "events";
+// "stuck" before an attempt's first step needs at least this long (start-up).
+constexpr int64_t kStartUpUs = int64_t{15} * 60 * 1'000'000;
 
 bool IsAdminCaller(const std::string& who) { return who.rfind("admin:", 0) == 0; }
 
@@ -130,9 +132,9 @@ absl::StatusOr<store::Subscription> Notifier::Subscribe(const std::string& who,
       }
       break;
   }
-  if (request.lost_after < absl::Seconds(1)) {
-    return absl::InvalidArgumentError(
-        StrCat("lost_after must be at least 1 s, got ", absl::FormatDuration(request.lost_after)));
+  if (request.lost_after < absl::Seconds(1) || request.lost_after > absl::Hours(24 * 30)) {
+    return absl::InvalidArgumentError(StrCat("lost_after must be from 1 s to 30 days, got ",
+                                             absl::FormatDuration(request.lost_after)));
   }
   if (!(request.stuck_factor > 1) || request.stuck_factor > 1e6) {
     return absl::InvalidArgumentError(
@@ -203,9 +205,15 @@ absl::StatusOr<int64_t> Notifier::SendTest(const std::string& who, int64_t id) {
     absl::MutexLock lock(&mu_);
     enqueued_ += added;
   }
-  CART_ASSIGN_OR_RETURN(std::vector<store::NotificationRecord> log, Log(who, id, false, 1));
-  if (log.empty()) return absl::InternalError("the test notification was not stored");
-  return log.front().id;
+  store::NotificationLogRequest request;
+  request.subscription_id = id;
+  request.limit = 20;
+  CART_ASSIGN_OR_RETURN(std::vector<store::NotificationRecord> log,
+                        store_->notify().NotificationLog(request));
+  for (const store::NotificationRecord& n : log) {
+    if (n.notice.key == h.key) return n.id;
+  }
+  return absl::InternalError("the test notification was not stored");
 }
 
 absl::StatusOr<std::map<int64_t, store::RunScope>> Notifier::Scopes(std::vector<int64_t> run_ids) {
@@ -362,8 +370,12 @@ absl::Status Notifier::CheckStuck(const std::vector<store::Subscription>& subs,
     const auto scope = scopes.find(p.run_id);
     if (scope == scopes.end() || p.expected_step_us <= 0) continue;
     const double stalled_us = static_cast<double>(now_us - p.since_us);
+    // Before its first step an attempt downloads its checkpoint, reads its data and builds the
+    // model: that is start-up, not a stall, for up to kStartUpUs.
+    const double start_up_us = p.step == 0 ? static_cast<double>(kStartUpUs) : 0;
     for (const store::Subscription& sub : subs) {
-      const double limit_us = std::max(floor_us, sub.stuck_factor * p.expected_step_us);
+      const double limit_us =
+          std::max({floor_us, start_up_us, sub.stuck_factor * p.expected_step_us});
       if (stalled_us < limit_us) continue;
       Happening h = RunHappening(
           "stuck", StrCat("stuck/run/", p.run_id, "/attempt/", p.attempt, "/step/", p.step), now_us,
@@ -390,7 +402,7 @@ absl::Status Notifier::CheckLeaks(std::vector<Happening>& out) {
     const auto scope = scopes.find(f.run_id);
     if (scope == scopes.end()) continue;
     Happening h = RunHappening("leak_suspected", StrCat("leak_suspected/run/", f.run_id),
-                               NowMicros(), scope->second);
+                               f.wall_time_us, scope->second);
     h.summary = StrCat("run ", scope->second.run_name, " (", f.run_id,
                        ") may be leaking future tokens (leak guard at step ", f.step, ")");
     h.details["step"] = StrCat(f.step);
@@ -534,10 +546,13 @@ absl::StatusOr<int64_t> Notifier::Scan() {
     CART_ASSIGN_OR_RETURN(mark, notify.LatestEventId());
   }
   const int64_t start_mark = mark;
-  CART_ASSIGN_OR_RETURN(std::vector<store::Subscription> subs, notify.ListSubscriptions(""));
+  // Events first, then the subscriptions: one made between the two reads is then matched
+  // against these events too (what happened before it was made is left out below), where the
+  // other order would move the mark past events it never saw.
   std::vector<Happening> happenings;
   bool runs_ended = false;
   CART_RETURN_IF_ERROR(HappeningsFromEvents(happenings, mark, runs_ended));
+  CART_ASSIGN_OR_RETURN(std::vector<store::Subscription> subs, notify.ListSubscriptions(""));
   std::vector<store::Notice> notices;
   std::vector<std::pair<std::string, std::string>> marks;
   if (!subs.empty()) {
@@ -572,11 +587,21 @@ absl::StatusOr<int64_t> Notifier::DeliverDue() {
       absl::MutexLock lock(&mu_);
       if (stopping_) break;
     }
-    const Delivered result =
-        options_.deliver ? options_.deliver(out) : Deliver(out, options_.delivery);
+    // A delivery whose record failed (cartd's disk, a busy database) is recorded again, not
+    // sent again.
+    std::optional<Delivered> unrecorded;
+    {
+      absl::MutexLock lock(&mu_);
+      if (auto it = unrecorded_.find(out.notification.id); it != unrecorded_.end()) {
+        unrecorded = it->second;
+      }
+    }
+    const Delivered result = unrecorded         ? *unrecorded
+                             : options_.deliver ? options_.deliver(out)
+                                                : Deliver(out, options_.delivery);
     const int64_t now_us = NowMicros();
     std::optional<int64_t> retry_at;
-    if (!result.ok) {
+    if (!result.ok && result.retryable) {
       // After try n, wait retry_base * 2^(n-1), at most retry_max; give up past give_up_after.
       const int64_t tries = out.notification.tries + 1;
       absl::Duration wait = options_.retry_base;
@@ -589,6 +614,14 @@ absl::StatusOr<int64_t> Notifier::DeliverDue() {
     }
     absl::Status recorded =
         notify.RecordTry(out.notification.id, now_us, result.ok, result.detail, retry_at);
+    {
+      absl::MutexLock lock(&mu_);
+      if (recorded.ok() || absl::IsFailedPrecondition(recorded)) {
+        unrecorded_.erase(out.notification.id);
+      } else {
+        unrecorded_[out.notification.id] = result;
+      }
+    }
     if (!recorded.ok() && !absl::IsFailedPrecondition(recorded)) return recorded;
     if (!result.ok) {
       std::fprintf(stderr, "cartd: notification %lld (subscription %lld, %s) not delivered: %s%s\n",
@@ -616,6 +649,8 @@ void Notifier::ScanLoop() {
 
 void Notifier::SendLoop() {
   int64_t seen = -1;
+  std::string last_error;
+  absl::Duration failing_wait = absl::ZeroDuration();
   for (;;) {
     {
       absl::MutexLock lock(&mu_);
@@ -624,14 +659,24 @@ void Notifier::SendLoop() {
     }
     absl::StatusOr<int64_t> sent = DeliverDue();
     if (!sent.ok()) {
-      std::fprintf(stderr, "cartd: notifications: delivery pass failed: %s\n",
-                   std::string(sent.status().message()).c_str());
+      const std::string message(sent.status().message());
+      if (message != last_error) {
+        std::fprintf(stderr, "cartd: notifications: delivery pass failed: %s\n", message.c_str());
+      }
+      last_error = message;
+      // The store refused a write: wait, longer each time, before the next pass.
+      failing_wait = std::min(std::max(failing_wait * 2, options_.scan_interval), absl::Minutes(1));
+    } else {
+      last_error.clear();
+      failing_wait = absl::ZeroDuration();
     }
     // Sleep until something is enqueued, the next retry is due, or a scan interval passes.
     absl::Duration wait = options_.scan_interval;
     if (sent.ok() && *sent >= kSendsPerPass) wait = absl::ZeroDuration();
-    if (absl::StatusOr<std::optional<int64_t>> next = store_->notify().NextDue();
-        next.ok() && next->has_value()) {
+    if (!sent.ok()) {
+      wait = failing_wait;
+    } else if (absl::StatusOr<std::optional<int64_t>> next = store_->notify().NextDue();
+               next.ok() && next->has_value()) {
       wait =
           std::min(wait, std::max(absl::ZeroDuration(), absl::Microseconds(**next - NowMicros())));
     }

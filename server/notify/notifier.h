@@ -149,7 +149,9 @@ class Notifier {
   absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   int64_t enqueued_ ABSL_GUARDED_BY(mu_) = 0;  // bumped when something may be due: wakes the sender
-  absl::Mutex scan_mu_;                        // one Scan at a time
+  // Deliveries whose try could not be recorded, by notification id: recorded, not sent, again.
+  std::map<int64_t, Delivered> unrecorded_ ABSL_GUARDED_BY(mu_);
+  absl::Mutex scan_mu_;  // one Scan at a time
   // CheckVerdicts: when the claims were last decided (clock µs) and whether a run ended since.
   int64_t verdicts_at_us_ ABSL_GUARDED_BY(scan_mu_) = 0;
   bool verdicts_due_ ABSL_GUARDED_BY(scan_mu_) = true;

@@ -442,9 +442,27 @@ CREATE TABLE eval_items(
 // (one row per subscription and happening, unique on its key, delivered at least once) with each
 // delivery try in `notification_tries`; `notify_marks`, what the notifier last saw (its cursor
 // over events, a claim's verdict, a sweep's expected finish).
+//
+// events is rebuilt with AUTOINCREMENT and the cause column: the notifier's mark is an event id,
+// and without AUTOINCREMENT SQLite hands a deleted sweep's newest ids out again, below the mark.
 constexpr char kSchemaV23[] = R"sql(
-ALTER TABLE events ADD COLUMN cause TEXT
-  CHECK(cause IS NULL OR cause IN ('lease_expired', 'preempted', 'diverged'));
+CREATE TABLE events_v23(
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  run_id INTEGER REFERENCES runs(id),
+  sweep_id INTEGER REFERENCES sweeps(id),
+  from_state TEXT,
+  to_state TEXT NOT NULL,
+  who TEXT NOT NULL,
+  at_us INTEGER NOT NULL,
+  why TEXT NOT NULL,
+  cause TEXT CHECK(cause IS NULL OR cause IN ('lease_expired', 'preempted', 'diverged'))
+);
+INSERT INTO events_v23(id, run_id, sweep_id, from_state, to_state, who, at_us, why)
+  SELECT id, run_id, sweep_id, from_state, to_state, who, at_us, why FROM events;
+DROP TABLE events;
+ALTER TABLE events_v23 RENAME TO events;
+CREATE INDEX events_by_run ON events(run_id, id) WHERE run_id IS NOT NULL;
+CREATE INDEX events_by_sweep ON events(sweep_id) WHERE sweep_id IS NOT NULL;
 CREATE TABLE subscriptions(
   id INTEGER PRIMARY KEY,
   owner TEXT NOT NULL,

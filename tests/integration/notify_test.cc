@@ -120,7 +120,7 @@ TEST_F(NotifyEndToEndTest, ARunThatFailsReachesAWebhookASlackHookAndAMailboxOnce
   EXPECT_EQ(failed["event"], "failed");
   EXPECT_EQ(failed["sweep"]["name"], "fails");
   EXPECT_EQ(failed["run"]["state"], "FAILED");
-  EXPECT_THAT(failed["url"].get<std::string>(), HasSubstr("http://cart.lab.example:8080/#/runs/"));
+  EXPECT_THAT(failed["url"].get<std::string>(), HasSubstr("http://cart.lab.example:8080/#/run/"));
   EXPECT_THAT(failed["details"]["why"].get<std::string>(), HasSubstr("gone/synth"));
   EXPECT_THAT(hooks[0]["headers"]["Idempotency-Key"].get<std::string>(),
               HasSubstr(StrCat("cart-", hook, "-failed-run-")));

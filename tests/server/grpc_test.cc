@@ -222,6 +222,41 @@ TEST_F(GrpcTest, ADivergenceReportedOnTheStreamFailsTheRunAndResumeNeedsAChange)
   EXPECT_FALSE(answer.run().has_diverged());
 }
 
+TEST_F(GrpcTest, EnergyCartdCannotTakeNeverFailsTheReportItCameWith) {
+  auto worker = MakeWorker("w1");
+  ASSERT_TRUE(worker->Register().ok());
+  v1::Job job = LeaseOne(*worker);
+  auto stream = worker->Open(job.run_id(), job.attempt());
+  v1::WorkerReport beat;
+  beat.mutable_heartbeat()->set_step(1);
+  beat.mutable_heartbeat()->mutable_energy()->set_joules(12.5);
+  beat.mutable_heartbeat()->mutable_energy()->set_source("nvml");
+  ASSERT_TRUE(stream->Send(beat));
+  // A counter cartd does not know (a newer worker's): dropped, the stream goes on.
+  beat.mutable_heartbeat()->mutable_energy()->set_source("a-meter-from-the-future");
+  beat.mutable_heartbeat()->mutable_energy()->set_joules(20);
+  ASSERT_TRUE(stream->Send(beat));
+  ASSERT_TRUE(stream->Metrics({{0, 5.0}, {1, 4.0}}));
+  EXPECT_EQ(ReadAck(*stream), 1);
+  v1::WorkerReport result;
+  result.mutable_result()->set_outcome(v1::JobResult::OUTCOME_SUCCEEDED);
+  result.mutable_result()->mutable_energy()->set_joules(-1);  // malformed: dropped too
+  result.mutable_result()->mutable_energy()->set_source("nvml");
+  ASSERT_TRUE(stream->Send(result));
+  ASSERT_TRUE(stream->Finish().ok());
+  EXPECT_EQ(GetRun(job.run_id()).state(), v1::RUN_STATE_SUCCEEDED);
+  v1::GetRunRequest get;
+  get.set_run_id(job.run_id());
+  v1::GetRunResponse details;
+  grpc::ClientContext context;
+  Prepare(context, user_token_);
+  ASSERT_TRUE(scheduler_->GetRun(&context, get, &details).ok());
+  ASSERT_EQ(details.attempts_size(), 1);
+  EXPECT_TRUE(details.attempts(0).energy_measured());
+  EXPECT_EQ(details.attempts(0).energy_j(), 12.5);  // the one good reading
+  EXPECT_EQ(details.spending().measured_attempts(), 1);
+}
+
 TEST_F(GrpcTest, ListRunsShowsAFinishedRunsLastStepAndLatestValuesAfterARestart) {
   auto worker = MakeWorker("w1");
   v1::Job job = LeaseOne(*worker);

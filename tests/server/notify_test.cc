@@ -457,6 +457,49 @@ TEST_F(NotifyTest, AClaimWhoseVerdictChangesIsToldToTheSubscribersOfTheSweepsItR
   EXPECT_THAT(subs, UnorderedElementsAre(on_stage2.id, mine.id));
 }
 
+TEST_F(NotifyTest, ADeletedSweepTakesItsSubscriptionsAlongAndLaterEventsAreStillSeen) {
+  Submit(Sweep("gone"));
+  const auto on_sweep =
+      Subscribe("user:bob", SubscribeRequest{.sweep = "gone", .events = "failed"});
+  const auto mine = Subscribe("user:ann", SubscribeRequest{.events = "failed"});
+  Register("w1");
+  const Job job = Start("w1");
+  CART_ASSERT_OK(
+      scheduler_->ReportOutcome(job.run.id, job.attempt, store::AttemptOutcome::kFailed, "x")
+          .status());
+  ASSERT_EQ(Scan(), 2);
+  // The sweep held the newest events; deleting it must not let new events reuse their ids
+  // below the notifier's mark.
+  CART_ASSERT_OK(scheduler_->DeleteSweep("gone", "user:ann").status());
+  auto bobs = notifier_->List("user:bob", false);
+  ASSERT_TRUE(bobs.ok());
+  EXPECT_TRUE(bobs->empty()) << "the subscription to the deleted sweep is gone";
+  auto kept = notifier_->Log("user:ann", mine.id, false, 10);
+  ASSERT_TRUE(kept.ok());
+  ASSERT_EQ(kept->size(), 1u);
+  EXPECT_FALSE(kept->front().notice.run_id.has_value());
+  EXPECT_THAT(kept->front().notice.summary, HasSubstr("gone/"));
+  EXPECT_THAT(notifier_->Unsubscribe("user:bob", on_sweep.id),
+              StatusIs(absl::StatusCode::kNotFound, ::testing::_));
+  Submit(Sweep("next"));
+  const Job again = Start("w1");
+  CART_ASSERT_OK(
+      scheduler_->ReportOutcome(again.run.id, again.attempt, store::AttemptOutcome::kFailed, "y")
+          .status());
+  EXPECT_EQ(Scan(), 1);
+}
+
+TEST_F(NotifyTest, AnAdminSendsATestOnAnotherUsersSubscription) {
+  const auto bob = Subscribe("user:bob", SubscribeRequest{.events = "failed"});
+  auto sent = notifier_->SendTest("admin:root", bob.id);
+  ASSERT_TRUE(sent.ok()) << sent.status();
+  auto log = notifier_->Log("user:bob", bob.id, false, 10);
+  ASSERT_TRUE(log.ok());
+  ASSERT_EQ(log->size(), 1u);
+  EXPECT_EQ(log->front().id, *sent);
+  EXPECT_EQ(log->front().notice.event, "test");
+}
+
 TEST_F(NotifyTest, OwnersSeeAndRemoveOnlyTheirOwnSubscriptions) {
   Submit(Sweep("own"));
   const auto ann = Subscribe("user:ann", SubscribeRequest{.events = "failed"});

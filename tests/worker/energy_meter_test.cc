@@ -31,18 +31,23 @@ class RaplTest : public ::testing::Test {
   TempDir dir_;
 };
 
-TEST_F(RaplTest, AddsUpEveryPackageButNotItsSubzonesAndAllowsForTheWrap) {
+TEST_F(RaplTest, AddsUpEveryPackageButNotItsSubzonesNorPsysAndAllowsForTheWrap) {
   Write(Zone("intel-rapl:0/energy_uj"), "1000000");
   Write(Zone("intel-rapl:0/max_energy_range_uj"), "262143328850");
   Write(Zone("intel-rapl:1/energy_uj"), "262143000000");  // about to wrap
   Write(Zone("intel-rapl:1/max_energy_range_uj"), "262143328850");
   Write(Zone("intel-rapl:0:0/energy_uj"), "5");  // the cores of package 0: part of it
+  Write(Zone("intel-rapl:0/name"), "package-0");
+  Write(Zone("intel-rapl:1/name"), "package-1");
+  Write(Zone("intel-rapl:2/name"), "psys");  // the platform: the packages' energy and more
+  Write(Zone("intel-rapl:2/energy_uj"), "7");
   EnergyMeter meter(nullptr, -1);
   ASSERT_EQ(meter.source(), "rapl") << meter.why_not();
   EXPECT_THAT(*meter.Joules(), DoubleNear(0, 1e-9));
   Write(Zone("intel-rapl:0/energy_uj"), "3500000");  // +2.5 J
   Write(Zone("intel-rapl:1/energy_uj"), "671149");   // wrapped: +328851 + 671149 µJ = +1 J
   Write(Zone("intel-rapl:0:0/energy_uj"), "999999999");
+  Write(Zone("intel-rapl:2/energy_uj"), "888888888");
   EXPECT_THAT(*meter.Joules(), DoubleNear(3.5, 1e-9));
   Write(Zone("intel-rapl:0/energy_uj"), "4500000");  // +1 J more
   EXPECT_THAT(*meter.Joules(), DoubleNear(4.5, 1e-9));

@@ -2,6 +2,7 @@
 // and what was sent with each delivery try (docs/dashboard.md "Notifications").
 import {act, api} from '../api.js';
 import {h} from '../dom.js';
+import {show} from '../notice.js';
 import {fmtTime} from '../format.js';
 import {emptyRow, table} from '../table.js';
 import {drawAndRefresh} from '../view.js';
@@ -71,8 +72,15 @@ function addForm(redraw) {
       channel: channel.value,
       target: target.value.trim(),
     };
-    if (scope.value === 'sweep') body.sweep = which.value.trim();
-    if (scope.value === 'run') body.run_id = Number(which.value.trim());
+    const named = which.value.trim();
+    if (scope.value === 'sweep') {
+      if (!named) return show('Refused: give the sweep\'s name (or choose all my runs)');
+      body.sweep = named;
+    }
+    if (scope.value === 'run') {
+      if (!/^[1-9][0-9]*$/.test(named)) return show('Refused: give the run\'s id (a number)');
+      body.run_id = Number(named);
+    }
     if (await act('subscriptions', null, body)) {
       target.value = '';
       redraw();
