@@ -1,6 +1,6 @@
-// Store additions the scheduler needs (and, at the end, each attempt's energy): RetryAttempt (a worker-reported failure requeues the
-// run until max_attempts) and the OOM placement floor (a run that ran out of memory on a device is
-// never placed on a device that small again).
+// Store additions the scheduler needs: RetryAttempt (a worker-reported failure requeues the run
+// until max_attempts), the OOM placement floor (a run that ran out of memory on a device is never
+// placed on a device that small again), and each attempt's energy (RecordEnergy, SweepSpending).
 
 #include <optional>
 
