@@ -556,7 +556,12 @@ absl::StatusOr<int64_t> Notifier::Scan() {
   std::vector<store::Notice> notices;
   std::vector<std::pair<std::string, std::string>> marks;
   if (!subs.empty()) {
-    CART_RETURN_IF_ERROR(CheckLeaks(happenings));
+    // The leak check reads every run's latest leak_suspected: only when someone asked for it.
+    if (std::any_of(subs.begin(), subs.end(), [](const store::Subscription& sub) {
+          return std::count(sub.events.begin(), sub.events.end(), "leak_suspected") > 0;
+        })) {
+      CART_RETURN_IF_ERROR(CheckLeaks(happenings));
+    }
     CART_RETURN_IF_ERROR(CheckVerdicts(subs, happenings, marks, runs_ended));
     for (const Happening& h : happenings) {
       for (const store::Subscription& sub : subs) {
