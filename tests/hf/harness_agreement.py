@@ -8,7 +8,9 @@
 #   - by the harness (lm_eval.simple_evaluate, model "hf", trust_remote_code) through
 #     hf/python/cart_harness.py, with the harness's own task definitions.
 # Both must give the same accuracy and normalized accuracy, and for every item the same choice
-# (acc and acc_norm), each choice's log-likelihood within 1e-4 nats, and for LAMBADA the same
+# (acc and acc_norm; an item whose two picks are within 2e-4 nats of each other is a tie that
+# may break either way, and only such items may differ), each choice's log-likelihood within
+# 1e-4 nats, and for LAMBADA the same
 # greedy verdicts and perplexity. At a second loop count too (R_infer through the config), and
 # with BOS starting every context (cart eval --bos; the harness's add_bos_token).
 #
@@ -105,14 +107,26 @@ def compare(name, cart, harness, failures):
             fail(f"greedy verdicts {cart['item_correct']} (cart) vs {greedy} (harness)")
         if not math.isclose(cart["perplexity"], harness["perplexity"], rel_tol=1e-5):
             fail(f"perplexity {cart['perplexity']} vs {harness['perplexity']}")
-    else:
+    ties = 0
+    if cart["kind"] != "lambada":
+        # The same pick for every item, except where the two picks' log-likelihoods are within
+        # twice the tolerance of each other: such a tie may break either way in float
+        # arithmetic that differs by less than the tolerance (it did on one CPU, by 6e-5 nats).
         pick = [max(range(len(l)), key=lambda k: (l[k], -k)) for l in harness["item_logprobs"]]
-        if pick != cart["item_choice"]:
-            fail(f"acc picks {cart['item_choice']} (cart) vs {pick} (harness)")
-        if not math.isclose(cart["acc_norm"], harness["acc_norm"], abs_tol=1e-12):
-            fail(f"acc_norm {cart['acc_norm']} vs {harness['acc_norm']}")
-    if not math.isclose(cart["acc"], harness["acc"], abs_tol=1e-12):
-        fail(f"acc {cart['acc']} vs {harness['acc']}")
+        for i, (a, b) in enumerate(zip(cart["item_choice"], pick)):
+            if a == b:
+                continue
+            l = harness["item_logprobs"][i]
+            if abs(l[a] - l[b]) <= 2 * TOLERANCE_NATS:
+                ties += 1
+            else:
+                fail(f"item {i}: cart picks {a}, the harness {b} "
+                     f"({l[a]:.6f} vs {l[b]:.6f} nats: no tie)")
+        # acc_norm and acc may differ by the tied items only.
+        if abs(cart["acc_norm"] - harness["acc_norm"]) > ties / cart["items"] + 1e-12:
+            fail(f"acc_norm {cart['acc_norm']} vs {harness['acc_norm']} ({ties} tied items)")
+    if abs(cart["acc"] - harness["acc"]) > ties / max(cart["items"], 1) + 1e-12:
+        fail(f"acc {cart['acc']} vs {harness['acc']} ({ties} tied items)")
     return worst
 
 
