@@ -30,6 +30,15 @@ constexpr int64_t kStartUpUs = int64_t{15} * 60 * 1'000'000;
 
 bool IsAdminCaller(const std::string& who) { return who.rfind("admin:", 0) == 0; }
 
+// Whether `sub` names `event`, and whether any of `subs` does (a timed check runs only then).
+bool Names(const store::Subscription& sub, const std::string& event) {
+  return std::find(sub.events.begin(), sub.events.end(), event) != sub.events.end();
+}
+bool AnyNames(const std::vector<store::Subscription>& subs, const std::string& event) {
+  return std::any_of(subs.begin(), subs.end(),
+                     [&](const store::Subscription& sub) { return Names(sub, event); });
+}
+
 std::string Seconds(double us) { return StrCat(Fixed(us / 1e6, 0), " s"); }
 
 // Cuts a free-text reason to a line a message can carry.
@@ -321,9 +330,7 @@ absl::Status Notifier::HappeningsFromEvents(std::vector<Happening>& out, int64_t
 
 absl::Status Notifier::CheckLost(const std::vector<store::Subscription>& subs,
                                  std::vector<store::Notice>& out) {
-  const bool wanted = std::any_of(subs.begin(), subs.end(), [](const store::Subscription& s) {
-    return std::count(s.events.begin(), s.events.end(), "lost") > 0;
-  });
+  const bool wanted = AnyNames(subs, "lost");
   if (!wanted) return absl::OkStatus();
   const int64_t now_us = NowMicros();
   CART_ASSIGN_OR_RETURN(std::vector<store::LostAttempt> lost,
@@ -356,9 +363,7 @@ absl::Status Notifier::CheckLost(const std::vector<store::Subscription>& subs,
 
 absl::Status Notifier::CheckStuck(const std::vector<store::Subscription>& subs,
                                   std::vector<store::Notice>& out) {
-  const bool wanted = std::any_of(subs.begin(), subs.end(), [](const store::Subscription& s) {
-    return std::count(s.events.begin(), s.events.end(), "stuck") > 0;
-  });
+  const bool wanted = AnyNames(subs, "stuck");
   if (!wanted) return absl::OkStatus();
   const int64_t now_us = NowMicros();
   std::vector<RunPace> paces = scheduler_->RunPaces();
@@ -417,9 +422,7 @@ absl::Status Notifier::CheckVerdicts(const std::vector<store::Subscription>& sub
                                      std::vector<std::pair<std::string, std::string>>& marks,
                                      bool runs_ended) {
   if (runs_ended) verdicts_due_ = true;
-  const bool wanted = std::any_of(subs.begin(), subs.end(), [](const store::Subscription& s) {
-    return std::count(s.events.begin(), s.events.end(), "verdict_changed") > 0;
-  });
+  const bool wanted = AnyNames(subs, "verdict_changed");
   const int64_t now_us = NowMicros();
   if (!wanted || !verdicts_due_ ||
       now_us - verdicts_at_us_ < absl::ToInt64Microseconds(options_.verdict_interval)) {
@@ -484,7 +487,7 @@ absl::Status Notifier::CheckSlip(const std::vector<store::Subscription>& subs,
                                  std::vector<std::pair<std::string, std::string>>& marks) {
   std::vector<const store::Subscription*> wanting;
   for (const store::Subscription& s : subs) {
-    if (std::count(s.events.begin(), s.events.end(), "finish_slipped") > 0) wanting.push_back(&s);
+    if (Names(s, "finish_slipped")) wanting.push_back(&s);
   }
   if (wanting.empty()) return absl::OkStatus();
   CART_ASSIGN_OR_RETURN(std::shared_ptr<const Forecast> forecast, scheduler_->ExpectedFinish());
@@ -557,9 +560,7 @@ absl::StatusOr<int64_t> Notifier::Scan() {
   std::vector<std::pair<std::string, std::string>> marks;
   if (!subs.empty()) {
     // The leak check reads every run's latest leak_suspected: only when someone asked for it.
-    if (std::any_of(subs.begin(), subs.end(), [](const store::Subscription& sub) {
-          return std::count(sub.events.begin(), sub.events.end(), "leak_suspected") > 0;
-        })) {
+    if (AnyNames(subs, "leak_suspected")) {
       CART_RETURN_IF_ERROR(CheckLeaks(happenings));
     }
     CART_RETURN_IF_ERROR(CheckVerdicts(subs, happenings, marks, runs_ended));
