@@ -31,6 +31,7 @@ void RegisterReproduceCommand(CLI::App& app);      // cart reproduce (runs_diff.
 void RegisterResultsCommands(CLI::App& app);       // results_command.cc
 void RegisterWorkersCommands(CLI::App& app);       // workers_command.cc
 void RegisterNotifyCommands(CLI::App& app);        // notify_command.cc
+void RegisterBudgetCommands(CLI::App& app);        // budget_command.cc
 void RegisterExportMetricsCommand(CLI::App& app);  // export_metrics_command.cc (TensorBoard)
 void RegisterExportCommand(CLI::App& app);         // export_client.cc (needs LibTorch)
 void RegisterUpCommand(CLI::App& app);      // cart up: embedded cartd + local workers (server/)

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <ctime>
 #include <set>
@@ -263,6 +264,18 @@ void PrintRuns(const google::protobuf::RepeatedPtrField<cart::v1::RunView>& runs
   }
   t.Print(std::cout);
   if (any_mfu) std::cout << kMfuLegend << "\n";
+}
+
+std::string DeviceHoursText(double hours) {
+  return std::fabs(hours) < 0.1 && hours != 0 ? fmt::format("{:.4f} h", hours)
+                                              : fmt::format("{:.1f} h", hours);
+}
+
+std::string BudgetText(const cart::v1::BudgetView& b) {
+  return fmt::format(
+      "{} {}: budget {}, {} spent, {} held by running runs, {} left ({})", b.scope(), b.name(),
+      DeviceHoursText(b.limit_device_hours()), DeviceHoursText(b.spent_device_hours()),
+      DeviceHoursText(b.held_device_hours()), DeviceHoursText(b.left_device_hours()), b.source());
 }
 
 }  // namespace cart::cli

@@ -16,6 +16,11 @@ namespace cart::cli {
 std::string StateName(cart::v1::RunState s);
 // The state in colour when stdout is a terminal.
 std::string Colored(const std::string& state);
+// Device-hours for reading: "12.3 h", or four decimals below 0.1 (a CPU-scale sweep's runs).
+std::string DeviceHoursText(double hours);
+// A budget in one line: "sweep s: budget 40.0 h, 12.3 h spent, 1.0 h held by running runs,
+// 26.7 h left (sweep file or admin)".
+std::string BudgetText(const cart::v1::BudgetView& b);
 // A message as indented JSON with the proto's field names.
 std::string ToJson(const google::protobuf::Message& m);
 // "512 MiB", "9.1 GiB".

@@ -237,8 +237,10 @@ std::string Hours(double h) {
 
 // The claims a budget takes, cheapest decision first, each whole or not at all; InvalidArgument
 // when the budget is below the cheapest run any plan queues.
+// `which` names the budget in those errors ("--budget 3", or the caller's device-hour budget).
 absl::StatusOr<std::vector<const report::ClaimPlan*>> WithinBudget(
-    const std::vector<report::ClaimPlan>& plans, std::optional<double> budget) {
+    const std::vector<report::ClaimPlan>& plans, std::optional<double> budget,
+    const std::string& which) {
   std::vector<const report::ClaimPlan*> out;
   double cheapest = std::numeric_limits<double>::infinity(), spent = 0;
   for (const report::ClaimPlan& p : plans) {
@@ -252,9 +254,9 @@ absl::StatusOr<std::vector<const report::ClaimPlan*>> WithinBudget(
   }
   if (budget && std::isfinite(cheapest) && *budget < cheapest) {
     return absl::InvalidArgumentError(
-        fmt::format("--budget {:g} RTX 3090 hours is smaller than one run: the cheapest run "
-                    "the plan queues takes {} hours",
-                    *budget, Hours(cheapest)));
+        fmt::format("{} is smaller than one run: the cheapest run the plan queues takes {} "
+                    "hours",
+                    which, Hours(cheapest)));
   }
   if (budget && out.empty()) {
     double least = std::numeric_limits<double>::infinity();
@@ -262,10 +264,9 @@ absl::StatusOr<std::vector<const report::ClaimPlan*>> WithinBudget(
       if (p.planned && p.runs > 0) least = std::min(least, p.hours);
     }
     if (std::isfinite(least)) {
-      return absl::InvalidArgumentError(fmt::format(
-          "--budget {:g} RTX 3090 hours takes no whole claim: the cheapest claim's seeds take {} "
-          "hours",
-          *budget, Hours(least)));
+      return absl::InvalidArgumentError(
+          fmt::format("{} takes no whole claim: the cheapest claim's seeds take {} hours", which,
+                      Hours(least)));
     }
   }
   return out;
@@ -274,8 +275,22 @@ absl::StatusOr<std::vector<const report::ClaimPlan*>> WithinBudget(
 // Queues the plans a budget takes through cartd (ApplyPlan) and prints what it queued.
 absl::Status ApplyPlans(Client& client, const PlanArgs& a,
                         const std::vector<report::ClaimPlan>& plans) {
+  // The caller's device-hour budget holds what is queued too (docs/operations.md "Budgets"): a
+  // plan's RTX 3090 hours are its runs' device-hours on a 3090, as placement counts them there.
+  std::optional<double> budget = a.budget;
+  std::string which = a.budget ? fmt::format("--budget {:g} RTX 3090 hours", *a.budget) : "";
+  const auto budgets = client.Call<cart::v1::ListBudgetsRequest, cart::v1::ListBudgetsResponse>(
+      &cart::v1::SchedulerService::Stub::ListBudgets, cart::v1::ListBudgetsRequest());
+  for (const cart::v1::BudgetView& b : budgets.budgets()) {
+    if (b.scope() != "user" || b.name() != budgets.caller()) continue;
+    const double left = std::max(b.left_device_hours(), 0.0);
+    if (!budget || left < *budget) {
+      budget = left;
+      which = fmt::format("user '{}''s budget, {} device-hours left,", b.name(), Hours(left));
+    }
+  }
   CART_ASSIGN_OR_RETURN(std::vector<const report::ClaimPlan*> chosen,
-                        WithinBudget(plans, a.budget));
+                        WithinBudget(plans, budget, which));
   if (chosen.empty()) {
     std::cout << (a.conn.json ? R"({"plan_id": 0, "runs": []})"
                               : "nothing to queue: no claim that cannot tell has a plan")

@@ -14,6 +14,7 @@ void RegisterServiceCommands(CLI::App& app) {
   RegisterResultsCommands(app);
   RegisterWorkersCommands(app);
   RegisterNotifyCommands(app);
+  RegisterBudgetCommands(app);
   RegisterExportMetricsCommand(app);
 }
 

@@ -186,7 +186,7 @@ void ListCommand(const Conn& ls_conn) {
   }
   Table t;
   t.Header({"sweep", "created", "queued", "running", "succeeded", "failed", "cancelled",
-            "expected finish", "kWh", "device-h", "tags"});
+            "expected finish", "kWh", "device-h", "budget left", "tags"});
   for (const auto& s : resp.sweeps()) {
     auto n = [&](const char* k) {
       auto it = s.runs_by_state().find(k);
@@ -196,7 +196,9 @@ void ListCommand(const Conn& ls_conn) {
            n("CANCELLED"), ExpectedAt(s.expected_finish_us()),
            s.spending().measured_attempts() > 0 ? fmt::format("{:.3f}", s.spending().energy_kwh())
                                                 : "-",
-           fmt::format("{:.2f}", s.spending().device_hours()), TagList(s.tags())});
+           fmt::format("{:.2f}", s.spending().device_hours()),
+           s.has_budget() ? DeviceHoursText(s.budget().left_device_hours()) : "-",
+           TagList(s.tags())});
   }
   t.Print(std::cout);
 }
@@ -243,6 +245,9 @@ void ShowCommand(const NameArgs& show) {
     if (state == "QUEUED" || state == "BLOCKED" || state == "LEASED" || state == "RUNNING") {
       unfinished += n;
     }
+  }
+  if (resp.sweep().has_budget()) {
+    std::cout << BudgetText(resp.sweep().budget()) << "\n";
   }
   if (resp.sweep().has_spending()) {
     std::cout << "spent: " << resp.sweep().spending().text() << "\n";

@@ -3,6 +3,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 
 #include "common/status.h"
@@ -301,6 +302,14 @@ absl::StatusOr<SweepSpec> ParseSweepYaml(std::string_view text, std::string_view
         }
       } else if (key == "priority") {
         CART_ASSIGN_OR_RETURN(spec.priority, Int(file, v, "priority"));
+      } else if (key == "budget_device_hours") {
+        const std::optional<double> hours = v.IsScalar() ? ParseDouble(v.Scalar()) : std::nullopt;
+        if (!hours || !(*hours > 0) || !std::isfinite(*hours)) {
+          return At(
+              file, v,
+              StrCat("budget_device_hours: '", Scalar(v), "' is not a number of device-hours > 0"));
+        }
+        spec.budget_device_hours = *hours;
       } else if (key == "max_attempts") {
         CART_ASSIGN_OR_RETURN(spec.max_attempts, Int(file, v, "max_attempts"));
         if (spec.max_attempts < 1) return At(file, v, "max_attempts: must be at least 1");
@@ -339,7 +348,7 @@ absl::StatusOr<SweepSpec> ParseSweepYaml(std::string_view text, std::string_view
         return At(file, kv.first,
                   StrCat("unknown key '", key,
                          "' (known: name, base, grid, variants, seeds, extra_seeds, priority, "
-                         "max_attempts, max_runs, device_classes, derived)"));
+                         "budget_device_hours, max_attempts, max_runs, device_classes, derived)"));
       }
     }
   } catch (const YAML::Exception& e) {

@@ -15,6 +15,7 @@
 //     - at: {d: 1024, P: 6}   # grid keys and values; every point that has them
 //       seeds: [43, 44]       # seeds not in `seeds`
 //   priority: 10          # higher runs first
+//   budget_device_hours: 40   # optional: runs start only while the sweep's device-hours fit it
 //   max_attempts: 3       # attempts per run before FAILED
 //   max_runs: 10000       # refuse a grid that expands past this
 //   derived:
@@ -33,6 +34,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -72,6 +74,9 @@ struct SweepSpec {
   std::vector<int64_t> seeds = {42};
   std::vector<ExtraSeeds> extra_seeds;  // runs after the grid's, in file order
   int64_t priority = 0;
+  // budget_device_hours: the sweep's device-hour budget (docs/operations.md "Budgets"); none: only
+  // its owner's applies.
+  std::optional<double> budget_device_hours;
   int64_t max_attempts = 3;
   int64_t max_runs = 10000;
   // device_classes.balance: each config's seeds are placed across the device classes present.

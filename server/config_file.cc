@@ -174,6 +174,23 @@ absl::Status ApplyHttpHosts(const Value& v, ServerConfig& config) {
   return absl::OkStatus();
 }
 
+// user_budgets: {user: device-hours, ...}, each > 0.
+absl::Status ApplyUserBudgets(const Value& v, ServerConfig& config) {
+  if (!v.node.IsMap()) return v.Error("must be a mapping {user: device-hours, ...}");
+  std::map<std::string, double> budgets;
+  for (const auto& kv : v.node) {
+    const std::string user = kv.first.as<std::string>();
+    const std::optional<double> hours =
+        kv.second.IsScalar() ? ParseDouble(kv.second.Scalar()) : std::nullopt;
+    if (user.empty() || !hours || !std::isfinite(*hours) || !(*hours > 0)) {
+      return v.Error(kv.second, StrCat(v.key, ".", user), "must be a number of device-hours > 0");
+    }
+    budgets[user] = *hours;
+  }
+  config.user_budgets = std::move(budgets);
+  return absl::OkStatus();
+}
+
 const std::vector<Key>& Keys() {
   using C = ServerConfig;
   static const auto* keys = new std::vector<Key>{
@@ -247,6 +264,17 @@ const std::vector<Key>& Keys() {
       Bool("raise_micro_batch", &C::raise_micro_batch,
            "on a GPU with room, train a run with accumulation at a larger micro-batch, the "
            "global batch kept"),
+      Number("user_budget_device_hours", &C::user_budget_device_hours, 0,
+             "device-hours each user's runs may use in all (0: no budget; docs/operations.md "
+             "Budgets)"),
+      {"user_budgets", "{user: device-hours, ...}: budgets of named users over the one above",
+       ApplyUserBudgets,
+       [](const C& c) {
+         std::vector<std::string> items;
+         for (const auto& [user, hours] : c.user_budgets)
+           items.push_back(StrCat(user, ": ", hours));
+         return items.empty() ? std::string() : StrCat("{", StrJoin(items, ", "), "}");
+       }},
       {"http_listen", "the dashboard, JSON API and /metrics, host:port or 'off'",
        [](const Value& v, C& c) -> absl::Status {
          CART_ASSIGN_OR_RETURN(std::string text, v.Scalar());

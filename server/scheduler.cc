@@ -37,9 +37,6 @@ constexpr int64_t kPreemptPendingUs = 10 * 60 * 1'000'000LL;
 // so that one call cannot write hundreds of megabytes.
 constexpr size_t kMaxReasonBytes = 1000;
 
-// Callers are named "admin:<name>" or "user:<name>" (the services build the name from the token).
-bool IsAdmin(std::string_view who) { return who.rfind("admin:", 0) == 0; }
-
 absl::Status CheckReason(const std::string& reason) {
   if (reason.size() > kMaxReasonBytes) {
     return absl::InvalidArgumentError(StrCat("reason: ", reason.size(), " bytes is more than ",
@@ -65,6 +62,8 @@ using store::RunRecord;
 using store::RunState;
 
 }  // namespace
+
+bool IsAdmin(std::string_view who) { return who.rfind("admin:", 0) == 0; }
 
 std::string FormatGiB(int64_t bytes) {
   char text[32];
@@ -521,9 +520,9 @@ void Scheduler::MeasureSpeed(int64_t run_id, double tokens_per_s) {
 absl::StatusOr<std::optional<store::Claim>> Scheduler::Place(const std::string& worker_id,
                                                              int64_t memory) {
   const int64_t now_us = NowMicros();
-  if (options_.placement == SchedulerOptions::Placement::kFirstFit) {
-    return store_->ClaimNextRun(worker_id, memory, now_us);
-  }
+  CART_ASSIGN_OR_RETURN(const BudgetLedger ledger, Ledger(now_us));
+  const bool first_fit = options_.placement == SchedulerOptions::Placement::kFirstFit;
+  if (first_fit && ledger.Empty()) return store_->ClaimNextRun(worker_id, memory, now_us);
   const int64_t largest = std::max(memory, MaxWorkerMemory().value_or(memory));
   CART_ASSIGN_OR_RETURN(std::vector<store::PlaceableRun> queued,
                         store_->ListQueuedWork(kMostWeighed, largest));
@@ -540,6 +539,24 @@ absl::StatusOr<std::optional<store::Claim>> Scheduler::Place(const std::string& 
         others.push_back(std::move(w));
       }
     }
+  }
+  // Runs that would overrun a budget on this worker wait, saying so (server/budgets.h).
+  std::map<int64_t, std::string> over_budget;
+  HoldOverBudget(ledger, asker.speed, worker_id, queued, &over_budget);
+  NoteOverBudget(over_budget);
+  if (first_fit) {
+    // The store's order (priority, then oldest) among the runs the budgets let start.
+    std::sort(queued.begin(), queued.end(), [](const auto& a, const auto& b) {
+      return std::tie(b.priority, a.created_us, a.id) < std::tie(a.priority, b.created_us, b.id);
+    });
+    for (const store::PlaceableRun& run : queued) {
+      if (!Fits(run, memory)) continue;
+      CART_ASSIGN_OR_RETURN(std::optional<store::Claim> claim,
+                            store_->ClaimRun(worker_id, run.id, memory, now_us));
+      if (!claim) WakePollers();
+      return claim;
+    }
+    return std::optional<store::Claim>();
   }
   std::map<std::string, double> usage;
   if (options_.fair_share_half_life > absl::ZeroDuration()) {
@@ -571,8 +588,8 @@ absl::StatusOr<store::SeedGroupClasses> Scheduler::SeedGroups(
   return store_->ListSeedGroupClasses();
 }
 
-std::map<std::string, double> Scheduler::BusyHoursLocked(int64_t now_us) {
-  std::map<std::string, double> busy_hours;
+std::map<int64_t, double> Scheduler::HoursLeftLocked(int64_t now_us) {
+  std::map<int64_t, double> hours_left;
   for (const auto& [run_id, r] : running_) {
     const WorkerRegistry::Worker* w = workers_.Find(r.worker_id);
     if (w == nullptr || w->speed <= 0) continue;
@@ -590,7 +607,15 @@ std::map<std::string, double> Scheduler::BusyHoursLocked(int64_t now_us) {
       const double estimate = r.remaining_hours_at_claim / w->speed;
       left = estimate > elapsed ? estimate - elapsed : estimate;
     }
-    busy_hours[r.worker_id] = left;
+    hours_left[run_id] = left;
+  }
+  return hours_left;
+}
+
+std::map<std::string, double> Scheduler::BusyHoursLocked(int64_t now_us) {
+  std::map<std::string, double> busy_hours;
+  for (const auto& [run_id, left] : HoursLeftLocked(now_us)) {
+    busy_hours[running_.at(run_id).worker_id] = left;
   }
   return busy_hours;
 }
@@ -1177,6 +1202,19 @@ absl::StatusOr<std::vector<int64_t>> Scheduler::Preempt() {
   if (!largest) return asked;
   CART_ASSIGN_OR_RETURN(std::vector<store::PlaceableRun> queued,
                         store_->ListQueuedWork(kMostWeighed, *largest));
+  // A run its budget holds back would not take a freed worker: it preempts nothing. Weighed on
+  // the fastest live worker, where it would cost least.
+  CART_ASSIGN_OR_RETURN(const BudgetLedger ledger, Ledger(now_us));
+  if (!ledger.Empty()) {
+    double fastest = 0;
+    {
+      absl::MutexLock lock(&mu_);
+      for (const PlacementWorker& w : workers_.Fleet(now_us, "", {})) {
+        fastest = std::max(fastest, w.speed);
+      }
+    }
+    HoldOverBudget(ledger, fastest, "any", queued, nullptr);
+  }
   if (queued.empty()) return asked;
   const bool fair = options_.fair_share_half_life > absl::ZeroDuration();
   std::map<std::string, double> usage;

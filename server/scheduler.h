@@ -43,6 +43,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "server/budgets.h"
 #include "server/fleet.h"
 #include "server/placement.h"
 #include "server/stats.h"
@@ -110,6 +111,11 @@ struct SchedulerOptions {
   // less accumulation, the global batch kept (model::MicroBatchOnDevice): fewer, larger kernels.
   // On by default; the tests whose fake workers say "cuda" turn it off unless they test it.
   bool raise_micro_batch = true;
+  // Device-hour budgets (server/budgets.h; docs/operations.md "Budgets"): each user's unless an
+  // admin set theirs (SetBudget), from `user_budgets` by name, else `user_budget_device_hours`
+  // (0: none). Sweeps carry their own.
+  double user_budget_device_hours = 0;
+  std::map<std::string, double> user_budgets;
 };
 
 // The typed mark on Acquire's FailedPrecondition for a draining worker (a status payload under
@@ -263,6 +269,17 @@ struct RunDetails {
   std::vector<store::RunDataRecord> data;                  // data lineage
   std::vector<store::AnnotationEvent> annotation_history;  // who changed its tags and note
   std::vector<store::AttemptRecord> attempts;              // oldest first, with what each ran on
+};
+
+// Callers are named "admin:<name>" or "user:<name>" (the services build the name from the token).
+bool IsAdmin(std::string_view who);
+
+// One budget as `cart budget ls` and the sweep views show it.
+struct BudgetLine {
+  std::string scope;  // "user" or "sweep"
+  std::string name;   // the user (store::OwnerName) or the sweep
+  int64_t sweep_id = 0;
+  BudgetAccount account;
 };
 
 class Scheduler {
@@ -463,6 +480,16 @@ class Scheduler {
   absl::StatusOr<std::map<int64_t, store::Spending>> SweepSpending() {
     return store_->SweepSpending(NowMicros());
   }
+  // Device-hour budgets (server/budgets.h): those `who` may see (an admin: all; a user: their own
+  // and their sweeps'), users first, then sweeps by id.
+  absl::StatusOr<std::vector<BudgetLine>> Budgets(const std::string& who);
+  // Sets the budget of a sweep or a user (`scope` "sweep" or "user"); admins only
+  // (PermissionDenied). FailedPrecondition for one below what is already spent (the store says
+  // how much). Returns the budget as it now stands.
+  absl::StatusOr<BudgetLine> SetBudget(const std::string& scope, const std::string& name,
+                                       double hours, const std::string& who);
+  // Every budget with what is spent and held now (placement's view).
+  absl::StatusOr<BudgetLedger> BudgetsNow() { return Ledger(NowMicros()); }
   // Every leased run's progress (RunPace), by run id.
   std::vector<RunPace> RunPaces();
   // Room on cartd's own disk (server/store_room.h): /metrics and the dashboard show it.
@@ -622,6 +649,15 @@ class Scheduler {
   // Hours each busy worker's current run has left, by worker id: at the pace its steps have gone
   // once it has reported progress, else its work at the worker's speed less the time it has run.
   std::map<std::string, double> BusyHoursLocked(int64_t now_us) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The same by run id (the hours each running run is still expected to hold its device).
+  std::map<int64_t, double> HoursLeftLocked(int64_t now_us) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The budgets in force at `now_us`: limits (a user's from an admin's setting, else cartd's
+  // config), spent from the store, held by the runs running now. `read`: the store's figures.
+  absl::StatusOr<BudgetLedger> Ledger(int64_t now_us, store::BudgetUse* read = nullptr);
+  double UserBudgetLimit(const std::string& user, const store::BudgetUse& use,
+                         std::string* source) const;
+  // Keeps why each refused run waits (Explain).
+  void NoteOverBudget(const std::map<int64_t, std::string>& refused);
   // Fair share's usage per owner (store::RunStore::DecayedUsage), cached for a minute.
   absl::StatusOr<std::map<std::string, double>> Usage(int64_t now_us);
   // Records a claimed run for placement's plan and speed measurement; `done_steps`, when given,

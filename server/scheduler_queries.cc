@@ -61,6 +61,13 @@ absl::StatusOr<std::shared_ptr<const Forecast>> Scheduler::ExpectedFinish() {
     }
     fleet = workers_.Fleet(now_us, "", busy_hours);
   }
+  // Runs their budgets hold back have no expected finish (weighed on the fastest worker).
+  if (!queued.empty()) {
+    CART_ASSIGN_OR_RETURN(const BudgetLedger ledger, Ledger(now_us));
+    double fastest = 0;
+    for (const PlacementWorker& w : fleet) fastest = std::max(fastest, w.speed);
+    HoldOverBudget(ledger, fastest, "any", queued, nullptr);
+  }
   std::map<int64_t, int64_t> sweep_of;
   for (const store::PlaceableRun& r : queued) sweep_of[r.id] = r.sweep_id;
   CART_ASSIGN_OR_RETURN(store::SeedGroupClasses groups, SeedGroups(queued));

@@ -309,6 +309,8 @@ SchedulerOptions SchedulerOptionsFor(const ServerConfig& config, ArtifactStore* 
   options.preemption = config.preemption;
   options.preempt_interval = config.preempt_interval;
   options.raise_micro_batch = config.raise_micro_batch;
+  options.user_budget_device_hours = config.user_budget_device_hours;
+  options.user_budgets = config.user_budgets;
   options.store_dir = config.data_dir;
   options.min_free_store_bytes = config.min_free_store_bytes;
   options.placement = config.placement == "first_fit"

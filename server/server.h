@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -128,6 +129,11 @@ struct ServerConfig {
   absl::Duration preempt_interval = absl::Hours(1);
   // SchedulerOptions::raise_micro_batch.
   bool raise_micro_batch = true;
+  // Device-hour budgets per user (docs/operations.md "Budgets"): every user's unless named in
+  // user_budgets (user -> device-hours); 0: none. An admin's `cart budget set --user` overrides
+  // both.
+  double user_budget_device_hours = 0;
+  std::map<std::string, double> user_budgets;
   // The HTTP port: a request must arrive within http_idle_timeout of the connection opening or
   // going idle; the port holds http_max_connections connections (a newcomer past it replaces the
   // one that has waited longest for a request), one client address at most

@@ -198,6 +198,7 @@ absl::StatusOr<PreparedSweep> PrepareSweep(store::RunStore& store, const SubmitR
   sweep.name = spec.name;
   sweep.spec_text = request.spec_yaml;
   sweep.priority = spec.priority;
+  sweep.budget_device_hours = spec.budget_device_hours;
   sweep.client_request_id = request.request_id;
   sweep.provenance = request.provenance;
   sweep.runs.reserve(expanded.size());
@@ -215,6 +216,7 @@ SubmitResult PreviewSweep(const PreparedSweep& prepared, int64_t run_limit, int6
   result.sweep.name = spec.name;
   result.sweep.spec_text = prepared.sweep.spec_text;
   result.sweep.priority = spec.priority;
+  result.sweep.budget_device_hours = spec.budget_device_hours;
   result.sweep.created_us = now_us;
   for (const store::NewRun& run : prepared.sweep.runs) {
     RunRecord preview = PreviewRun(spec, run, now_us);

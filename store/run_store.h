@@ -145,6 +145,12 @@ class RunStore {
   // checkpoints are kept as long as they exist (the message names those sweeps). NotFound for an
   // unknown sweep. The hours its attempts ran stay in its owner's fair-share usage.
   absl::StatusOr<DeletedSweep> DeleteSweep(const std::string& name);
+  // Sets sweep `name`'s device-hour budget, with an event on the sweep; a user's (over cartd's
+  // config). InvalidArgument for hours not > 0; FailedPrecondition, naming what is spent, for a
+  // budget below the device-hours already spent (up to audit.at_us); NotFound for an unknown
+  // sweep.
+  absl::Status SetSweepBudget(const std::string& name, double hours, const Audit& audit);
+  absl::Status SetUserBudget(const std::string& user, double hours, const Audit& audit);
   // Sets the sweep's priority and that of its runs not yet finished (QUEUED, BLOCKED, LEASED,
   // RUNNING), with an event on the sweep. Returns how many runs changed. NotFound for an unknown
   // sweep.
@@ -353,6 +359,13 @@ class RunStore {
   // What each sweep's attempts used (Spending), by sweep id; attempts still running count up to
   // `now_us`. One query, whatever the number of runs.
   absl::StatusOr<std::map<int64_t, Spending>> SweepSpending(int64_t now_us);
+  // What device-hour budgets are kept from (docs/operations.md "Budgets"): every sweep's owner,
+  // budget and spent device-hours (running attempts up to `now_us`), deleted sweeps' hours by
+  // owner, and the user budgets an admin set.
+  absl::StatusOr<BudgetUse> ReadBudgetUse(int64_t now_us);
+  // Whether any sweep or user has a budget in the store (one cheap read: placement skips the
+  // ledger when none does and cartd's config sets none).
+  absl::StatusOr<bool> AnyBudget();
   absl::StatusOr<std::vector<EventRecord>> RunEvents(int64_t run_id);  // oldest first
   // A run's log lines with id > after_id, oldest first, at most `limit` (0: all).
   absl::StatusOr<std::vector<LogLine>> RunLog(int64_t run_id, int64_t after_id, int64_t limit);

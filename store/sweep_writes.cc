@@ -31,7 +31,7 @@ constexpr char kInsertProvenance[] =
     "INSERT INTO sweep_provenance(sweep_id, items, git_diff) VALUES(?, ?, ?)";
 constexpr char kInsertSweep[] =
     "INSERT INTO sweeps(name, client_request_id, spec_text, status, priority, created_by, "
-    "created_us) VALUES(?, ?, ?, 'ACTIVE', ?, ?, ?)";
+    "created_us, budget_device_hours) VALUES(?, ?, ?, 'ACTIVE', ?, ?, ?, ?)";
 constexpr char kInsertRun[] =
     "INSERT INTO runs(sweep_id, name, config_yaml, params_json, d, r, p, seed, steps, "
     "stored_params, effective_params, memory_estimate_bytes, min_memory_bytes, status, priority, "
@@ -187,7 +187,8 @@ absl::StatusOr<CreatedSweep> RunStore::CreateSweep(const NewSweep& sweep, const 
     if (taken.status().code() != absl::StatusCode::kNotFound) return taken.status();
 
     CART_RETURN_IF_ERROR(Exec(db, kInsertSweep, sweep.name, sweep.client_request_id,
-                              sweep.spec_text, sweep.priority, audit.who, audit.at_us));
+                              sweep.spec_text, sweep.priority, audit.who, audit.at_us,
+                              sweep.budget_device_hours));
     const int64_t sweep_id = db.LastInsertRowId();
     CART_RETURN_IF_ERROR(InsertEvent(db, std::nullopt, sweep_id, std::nullopt, "ACTIVE", audit));
     if (sweep.provenance) {

@@ -106,4 +106,20 @@ std::string_view AnnotationKindName(AnnotationEvent::Kind kind) {
   return "note";
 }
 
+std::string_view OwnerName(std::string_view created_by) {
+  const size_t colon = created_by.find(':');
+  return colon == std::string_view::npos ? created_by : created_by.substr(colon + 1);
+}
+
+double BudgetUse::UserSpent(const std::string& user) const {
+  double spent = 0;
+  for (const auto& [id, sweep] : sweeps) {
+    if (OwnerName(sweep.owner) == user) spent += sweep.spent;
+  }
+  for (const auto& [owner, hours] : deleted_spent) {
+    if (OwnerName(owner) == user) spent += hours;
+  }
+  return spent;
+}
+
 }  // namespace cart::store

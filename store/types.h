@@ -205,6 +205,8 @@ struct NewSweep {
   std::string client_request_id;  // idempotency key: a resubmission returns the first sweep
   std::string spec_text;          // the sweep spec as submitted, stored verbatim
   int64_t priority = 0;
+  // Its device-hour budget (docs/operations.md "Budgets"); none: only its owner's applies.
+  std::optional<double> budget_device_hours;
   std::vector<NewRun> runs;                   // 1..StoreOptions::max_runs_per_sweep
   std::optional<SweepProvenance> provenance;  // none: the client sent none (an older one)
 };
@@ -221,6 +223,7 @@ struct SweepRecord {
   std::map<RunState, int64_t> run_counts;  // runs per state; states with no runs are absent
   std::vector<Tag> tags;                   // by name
   Note note;
+  std::optional<double> budget_device_hours;  // none: no budget of its own
 };
 
 struct CreatedSweep {
@@ -419,6 +422,33 @@ struct Spending {
   double energy_j = 0;            // of the measured ones
   double device_hours = 0;
   std::vector<std::string> sources;  // the counters read, by name
+};
+
+// What the budgets are read from (RunStore::BudgetUse): each sweep's owner, budget and
+// device-hours spent (counted as Spending counts them), and the users' budgets an admin set.
+struct SweepBudgetUse {
+  std::string name;
+  std::string owner;
+  std::optional<double> limit;
+  double spent = 0;
+};
+struct UserBudget {
+  std::string user;
+  double device_hours = 0;
+  std::string set_by;
+  int64_t set_us = 0;
+};
+// The user a caller name belongs to ("user:ann", "admin:ann" -> "ann"): whose budget a sweep's
+// device-hours count against, whichever token submitted it.
+std::string_view OwnerName(std::string_view created_by);
+
+struct BudgetUse {
+  std::map<int64_t, SweepBudgetUse> sweeps;  // every sweep, by id
+  std::map<std::string, UserBudget> users;   // those an admin set, by user
+  // Device-hours of deleted sweeps, by owner: they stay spent (as in fair share's usage).
+  std::map<std::string, double> deleted_spent;
+  // What `user` (an OwnerName) has spent: their sweeps' and their deleted sweeps'.
+  double UserSpent(const std::string& user) const;
 };
 
 struct CheckpointRecord {

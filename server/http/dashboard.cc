@@ -20,6 +20,7 @@
 #include "config/config.h"
 #include "server/auth.h"
 #include "server/caller_slots.h"
+#include "server/http/budget_api.h"
 #include "server/http/notify_api.h"
 #include "server/http/prometheus.h"
 #include "server/http/request_body.h"
@@ -529,6 +530,11 @@ Response Dashboard::Api(const Request& request, const std::string& who) {
   if (n == 1 && get && parts[0] == "sweeps") return ListSweeps();
   if (n == 1 && get && parts[0] == "workers") return ListWorkers();
   if (n == 1 && get && parts[0] == "compare") return CompareRuns(request);
+  if (n >= 1 && parts[0] == "budgets") {
+    absl::StatusOr<json> answer = BudgetApi(*scheduler_, request, parts, who);
+    if (!answer.ok()) return Error(answer.status());
+    return Json(*answer);
+  }
   if (n >= 1 && (parts[0] == "subscriptions" || parts[0] == "notifications")) {
     if (options_.notifier == nullptr) {
       return Error(absl::StatusCode::kUnavailable, "this cartd runs no notifier");
@@ -639,8 +645,14 @@ Response Dashboard::ListSweeps() {
   if (!forecast.ok()) return Error(forecast.status());
   absl::StatusOr<std::map<int64_t, store::Spending>> spending = scheduler_->SweepSpending();
   if (!spending.ok()) return Error(spending.status());
+  absl::StatusOr<BudgetLedger> budgets = scheduler_->BudgetsNow();
+  if (!budgets.ok()) return Error(budgets.status());
   json out = json::array();
   for (const store::SweepProgress& p : *sweeps) {
+    json budget = nullptr;
+    if (auto b = budgets->sweeps.find(p.sweep.id); b != budgets->sweeps.end()) {
+      budget = BudgetJson(BudgetLine{"sweep", p.sweep.name, p.sweep.id, b->second});
+    }
     int64_t total = 0, finished = 0;
     for (const auto& [state, n] : p.sweep.run_counts) {
       total += n;
@@ -677,6 +689,7 @@ Response Dashboard::ListSweeps() {
         {"spending",
          SpendingJson(spending->count(p.sweep.id) ? spending->at(p.sweep.id) : store::Spending{},
                       options_.prices)},
+        {"budget", budget},
         {"tags", TagNames(p.sweep.tags)}});
   }
   return Json(json{{"sweeps", out}});
@@ -699,8 +712,15 @@ Response Dashboard::GetSweep(const std::string& name) {
       items.push_back(json::array({key, value}));
     origin = json{{"items", items}, {"git_diff", (*provenance)->git_diff}};
   }
+  absl::StatusOr<BudgetLedger> budgets = scheduler_->BudgetsNow();
+  if (!budgets.ok()) return Error(budgets.status());
+  json budget = nullptr;
+  if (auto b = budgets->sweeps.find(sweep->id); b != budgets->sweeps.end()) {
+    budget = BudgetJson(BudgetLine{"sweep", sweep->name, sweep->id, b->second});
+  }
   return Json(json{{"name", sweep->name},
                    {"id", sweep->id},
+                   {"budget", budget},
                    {"cancelled", sweep->cancelled},
                    {"priority", sweep->priority},
                    {"created_by", sweep->created_by},

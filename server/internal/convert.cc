@@ -473,6 +473,18 @@ v1::NotificationView ToProto(const store::NotificationRecord& n) {
   return view;
 }
 
+v1::BudgetView ToProto(const BudgetLine& budget) {
+  v1::BudgetView out;
+  out.set_scope(budget.scope);
+  out.set_name(budget.name);
+  out.set_limit_device_hours(budget.account.limit);
+  out.set_spent_device_hours(budget.account.spent);
+  out.set_held_device_hours(budget.account.held);
+  out.set_left_device_hours(budget.account.Left());
+  out.set_source(budget.account.source);
+  return out;
+}
+
 v1::SpendingView ToProto(const store::Spending& spending, const EnergyPrices& prices) {
   const SpendingFigures f = FiguresOf(spending, prices);
   v1::SpendingView view;

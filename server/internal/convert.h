@@ -40,6 +40,7 @@ v1::RunState ToProto(store::RunState state);
 v1::SubscriptionView ToProto(const store::Subscription& sub);
 v1::NotificationView ToProto(const store::NotificationRecord& n);
 v1::SpendingView ToProto(const store::Spending& spending, const EnergyPrices& prices);
+v1::BudgetView ToProto(const BudgetLine& budget);
 v1::JobKind ToProto(JobKind kind);
 v1::EvalItems ToProto(const store::EvalItems& items);
 store::EvalItems FromProto(const v1::EvalItems& items);

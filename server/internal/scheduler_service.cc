@@ -141,12 +141,17 @@ grpc::Status SchedulerServiceImpl::ListSweeps(grpc::ServerContext* context,
   if (!forecast.ok()) return ToGrpc(forecast.status());
   absl::StatusOr<std::map<int64_t, store::Spending>> spending = ctx_.scheduler->SweepSpending();
   if (!spending.ok()) return ToGrpc(spending.status());
+  absl::StatusOr<BudgetLedger> budgets = ctx_.scheduler->BudgetsNow();
+  if (!budgets.ok()) return ToGrpc(budgets.status());
   // Newest first.
   for (auto it = sweeps->rbegin(); it != sweeps->rend(); ++it) {
     v1::SweepView view = ToSweepView(*it, forecast->get());
     view.clear_spec_yaml();
     if (auto s = spending->find(it->id); s != spending->end()) {
       *view.mutable_spending() = ToProto(s->second, ctx_.prices);
+    }
+    if (auto b = budgets->sweeps.find(it->id); b != budgets->sweeps.end()) {
+      *view.mutable_budget() = ToProto(BudgetLine{"sweep", it->name, it->id, b->second});
     }
     *response->add_sweeps() = std::move(view);
   }
@@ -177,6 +182,12 @@ grpc::Status SchedulerServiceImpl::GetSweep(grpc::ServerContext* context,
     if (!spending.ok()) return ToGrpc(spending.status());
     if (auto s = spending->find(sweep->id); s != spending->end()) {
       *response->mutable_sweep()->mutable_spending() = ToProto(s->second, ctx_.prices);
+    }
+    absl::StatusOr<BudgetLedger> budgets = ctx_.scheduler->BudgetsNow();
+    if (!budgets.ok()) return ToGrpc(budgets.status());
+    if (auto b = budgets->sweeps.find(sweep->id); b != budgets->sweeps.end()) {
+      *response->mutable_sweep()->mutable_budget() =
+          ToProto(BudgetLine{"sweep", sweep->name, sweep->id, b->second});
     }
   }
   response->set_run_total(total);
@@ -243,6 +254,33 @@ grpc::Status SchedulerServiceImpl::SetSweepPriority(grpc::ServerContext* context
       ctx_.scheduler->SetSweepPriority(request->name(), request->priority(), who);
   if (!changed.ok()) return ToGrpc(changed.status());
   response->set_runs_affected(*changed);
+  return grpc::Status::OK;
+}
+
+grpc::Status SchedulerServiceImpl::ListBudgets(grpc::ServerContext* context,
+                                               const v1::ListBudgetsRequest* request,
+                                               v1::ListBudgetsResponse* response) {
+  CART_CALLER(who, "ListBudgets");
+  absl::StatusOr<std::vector<BudgetLine>> budgets = ctx_.scheduler->Budgets(who);
+  if (!budgets.ok()) return ToGrpc(budgets.status());
+  for (const BudgetLine& b : *budgets) *response->add_budgets() = ToProto(b);
+  response->set_caller(std::string(store::OwnerName(who)));
+  return grpc::Status::OK;
+}
+
+grpc::Status SchedulerServiceImpl::SetBudget(grpc::ServerContext* context,
+                                             const v1::SetBudgetRequest* request,
+                                             v1::BudgetView* response) {
+  CART_CALLER(who, "SetBudget");
+  if (request->sweep().empty() == request->user().empty()) {
+    return ToGrpc(absl::InvalidArgumentError("SetBudget: give one of sweep and user"));
+  }
+  const bool sweep = !request->sweep().empty();
+  absl::StatusOr<BudgetLine> set = ctx_.scheduler->SetBudget(
+      sweep ? "sweep" : "user", sweep ? request->sweep() : request->user(), request->device_hours(),
+      who);
+  if (!set.ok()) return ToGrpc(set.status());
+  *response = ToProto(*set);
   return grpc::Status::OK;
 }
 

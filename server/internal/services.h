@@ -70,6 +70,10 @@ class SchedulerServiceImpl final : public v1::SchedulerService::Service {
   grpc::Status SetSweepPriority(grpc::ServerContext* context,
                                 const v1::SetSweepPriorityRequest* request,
                                 v1::SetSweepPriorityResponse* response) override;
+  grpc::Status ListBudgets(grpc::ServerContext* context, const v1::ListBudgetsRequest* request,
+                           v1::ListBudgetsResponse* response) override;
+  grpc::Status SetBudget(grpc::ServerContext* context, const v1::SetBudgetRequest* request,
+                         v1::BudgetView* response) override;
   grpc::Status ListRuns(grpc::ServerContext* context, const v1::ListRunsRequest* request,
                         v1::ListRunsResponse* response) override;
   grpc::Status GetRun(grpc::ServerContext* context, const v1::GetRunRequest* request,

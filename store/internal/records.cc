@@ -42,7 +42,7 @@ constexpr char kSelectTagsJson[] =
 #define CART_SWEEP_SELECT                                                                     \
   "SELECT id, name, client_request_id, spec_text, status, priority, created_by, created_us, " \
   "note, note_by, note_us, (SELECT json_group_array(json_array(t.tag, t.who, t.at_us)) "      \
-  "FROM sweep_tags AS t WHERE t.sweep_id = sweeps.id) "                                       \
+  "FROM sweep_tags AS t WHERE t.sweep_id = sweeps.id), budget_device_hours "                  \
   "FROM sweeps "
 constexpr char kSelectSweepByName[] = CART_SWEEP_SELECT "WHERE name = ?";
 constexpr char kSelectSweepById[] = CART_SWEEP_SELECT "WHERE id = ?";
@@ -175,6 +175,7 @@ SweepRecord ReadSweepFields(const Statement& row) {
   sweep.created_by = row.ColumnText(6);
   sweep.created_us = row.ColumnInt64(7);
   sweep.note = Note{row.ColumnText(8), row.ColumnText(9), row.ColumnInt64(10)};
+  if (!row.ColumnIsNull(12)) sweep.budget_device_hours = row.ColumnDouble(12);
   return sweep;
 }
 

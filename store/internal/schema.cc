@@ -522,6 +522,19 @@ ALTER TABLE attempts ADD COLUMN energy_source TEXT
   CHECK(energy_source IS NULL OR energy_source IN ('nvml', 'rapl'));
 )sql";
 
+// Version 25: device-hour budgets (docs/operations.md "Budgets"): a sweep's, from its file or an
+// admin; a user's, set by an admin over cartd's config.
+constexpr char kSchemaV25[] = R"sql(
+ALTER TABLE sweeps ADD COLUMN budget_device_hours REAL
+  CHECK(budget_device_hours IS NULL OR budget_device_hours > 0);
+CREATE TABLE user_budgets(
+  user TEXT PRIMARY KEY,
+  device_hours REAL NOT NULL CHECK(device_hours > 0),
+  set_by TEXT NOT NULL,
+  set_us INTEGER NOT NULL
+) WITHOUT ROWID;
+)sql";
+
 absl::Status Apply(Database& db, const Migration& migration) {
   Transaction txn(&db);
   CART_RETURN_IF_ERROR(txn.Begin(Transaction::Mode::kImmediate));
@@ -570,6 +583,7 @@ const std::vector<Migration>& Migrations() {
       {22, "eval_items: per-item outcomes of zero-shot tasks", kSchemaV22},
       {23, "events.cause, subscriptions and the notification outbox", kSchemaV23},
       {24, "attempts.energy_j, energy_source: each attempt's measured energy", kSchemaV24},
+      {25, "sweeps.budget_device_hours and user_budgets: device-hour budgets", kSchemaV25},
   };
   return *kAll;
 }

@@ -123,6 +123,20 @@ derived:
   }
 }
 
+TEST(SweepTest, ABudgetIsDeviceHoursAboveZero) {
+  CART_ASSERT_OK_AND_ASSIGN(SweepSpec spec,
+                            ParseSweepYaml("name: a\nbudget_device_hours: 12.5\n", "a.yaml"));
+  EXPECT_EQ(spec.budget_device_hours, 12.5);
+  CART_ASSERT_OK_AND_ASSIGN(SweepSpec none, ParseSweepYaml("name: a\n", "a.yaml"));
+  EXPECT_FALSE(none.budget_device_hours.has_value());
+  for (const char* bad : {"0", "-3", "lots", "[1]", ".inf"}) {
+    EXPECT_THAT(
+        ParseSweepYaml(StrCat("name: a\nbudget_device_hours: ", bad, "\n"), "a.yaml"),
+        StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("a.yaml:2: budget_device_hours: ")))
+        << bad;
+  }
+}
+
 TEST(SweepTest, ErrorsNameFileLineKeyAndAllowedValues) {
   EXPECT_THAT(ParseSweepYaml("name: a\ngrid:\n  kv: [frozen, frozn]\n", "a.yaml"),
               StatusIs(absl::StatusCode::kInvalidArgument,

@@ -29,7 +29,8 @@ const {Cluster, args, waitFor, tinySweep} = require('./lib');
     fs.mkdirSync(evilDir, {recursive: true});
     const data = c.file('<script>alert(1)</script>.bin');
     c.synth(data, 200000);
-    fs.writeFileSync(c.file('sweep.yaml'), tinySweep('browser', data, 20000));
+    fs.writeFileSync(
+        c.file('sweep.yaml'), tinySweep('browser', data, 20000) + 'budget_device_hours: 50\n');
     c.cart(['sweep', 'submit', c.file('sweep.yaml')]);
     c.startWorker('0');
     const runs = await waitFor('the run to start', async () => {
@@ -79,10 +80,20 @@ const {Cluster, args, waitFor, tinySweep} = require('./lib');
     // The running sweep shows when cartd's plan expects it to finish ("in 7m 43s (…)").
     const finish = await page.locator('tbody tr td:nth-child(6)').first().textContent();
     check(/^in \d/.test(finish), `the sweeps page shows an expected finish ("${finish}")`);
+    // Its device-hour budget: what is left of the 50 while its run spends and holds some.
+    const left = await page.locator('tbody tr td.budget').first().textContent();
+    check(
+        /^\d+\.\d \/ 50\.0 h$/.test(left) && parseFloat(left) > 0,
+        `the sweeps page shows the budget left ("${left}")`);
     await shot('sweeps');
 
     await open('#/sweep/browser');
     await waitFor('the runs table', () => page.locator('#runs-table tbody tr').count(), 10000);
+    const budget = (await page.textContent('#sweep-budget')) || '';
+    check(
+        budget.startsWith('Budget: ') && budget.includes('h left of 50.0 h') &&
+            budget.includes('held by running runs'),
+        `the sweep page says its budget ("${budget}")`);
     await shot('sweep-runs');
     await page.click('button[data-tab=live]');
     await waitFor('a live chart', () => page.locator('.uplot').count(), 15000);

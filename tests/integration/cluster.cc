@@ -27,7 +27,9 @@ namespace cart::testing {
 Cluster::Cluster(double lease_ttl_s) : lease_ttl_s_(lease_ttl_s) {
   user_token_ = "user-token-0123456789abcdef";
   worker_token_ = "worker-token-0123456789abcdef";
-  WriteFile("tokens", StrCat(user_token_, " user tester\n", worker_token_, " worker testbox\n"));
+  admin_token_ = "admin-token-0123456789abcdef";
+  WriteFile("tokens", StrCat(user_token_, " user tester\n", worker_token_, " worker testbox\n",
+                             admin_token_, " admin root\n"));
   port_ = FreePort();
   client_.server = address();
   client_.token = user_token_;

@@ -95,6 +95,8 @@ class Cluster {
   std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
   const std::string& worker_token() const { return worker_token_; }
   const std::string& user_token() const { return user_token_; }
+  // An admin's ("admin root"): `cart ... --token` with it acts as an admin.
+  const std::string& admin_token() const { return admin_token_; }
   std::string Log(const std::string& name) const;  // a process's captured stderr
 
  private:
@@ -114,7 +116,7 @@ class Cluster {
   TempDir dir_;
   double lease_ttl_s_;
   int port_ = 0;
-  std::string user_token_, worker_token_;
+  std::string user_token_, worker_token_, admin_token_;
   pid_t cartd_ = -1;
   std::vector<pid_t> workers_;
   struct Host {

@@ -140,6 +140,31 @@ class CartlabTest(unittest.TestCase):
         self.assertEqual(sorted(runs["name"]), ["py/0", "py/1", "py/2", "py/3"])
         self.assertEqual(sorted(set(runs["R"])), [1, 2])
 
+    def test_budgets_show_spent_and_left_and_only_an_admin_sets_one(self):
+        spec = sweep("pybudget", steps=5)
+        spec.update({"grid": {"R": [1]}, "seeds": [1], "budget_device_hours": 100})
+        self.lab.submit(spec, cart=os.path.join(BIN, "cart"))
+        wait_for("the budgeted sweep to finish",
+                 lambda: (self.lab.runs(sweep="pybudget").state == "SUCCEEDED").all(), timeout=300)
+        budgets = self.lab.budgets()
+        row = budgets[(budgets.scope == "sweep") & (budgets.name == "pybudget")].iloc[0]
+        self.assertEqual(row["limit"], 100)
+        self.assertGreater(row["spent"], 0)
+        self.assertEqual(row["held"], 0)
+        self.assertAlmostEqual(row["left"], 100 - row["spent"])
+        sweeps = self.lab.sweeps()
+        mine = sweeps[sweeps.name == "pybudget"].iloc[0]
+        self.assertEqual(mine["budget"], 100)
+        self.assertAlmostEqual(mine["budget_left"], row["left"])
+        self.assertAlmostEqual(mine["device_hours"], row["spent"])
+        self.assertTrue(pd.isna(sweeps[sweeps.name == "py"].iloc[0]["budget"]))
+        with self.assertRaises(cartlab.CartError) as denied:
+            self.lab.set_budget(200, sweep="pybudget")
+        self.assertEqual(denied.exception.code, "PERMISSION_DENIED")
+        self.assertIn("admin", denied.exception.message)
+        with self.assertRaises(ValueError):
+            self.lab.set_budget(200)
+
     def test_data_shows_the_training_file_bound_at_submit(self):
         with open(CLUSTER.file("train.json"), encoding="utf-8") as f:
             meta = json.load(f)

@@ -493,6 +493,22 @@ TEST(ConfigFileTest, EveryKeyOfTheTableIsParsed) {
   EXPECT_EQ(config.http_max_connections_per_client, 9);
 }
 
+TEST(ConfigFileTest, UserBudgetsAreDeviceHoursAboveZeroByName) {
+  ServerConfig config;
+  CART_ASSERT_OK(ApplyConfigYaml(
+      "user_budget_device_hours: 100\nuser_budgets: {ann: 250.5, bob: 10}\n", "c.yaml", config));
+  EXPECT_EQ(config.user_budget_device_hours, 100);
+  EXPECT_EQ(config.user_budgets, (std::map<std::string, double>{{"ann", 250.5}, {"bob", 10}}));
+  EXPECT_THAT(
+      ApplyConfigYaml("user_budgets:\n  ann: 5\n  bob: lots\n", "c.yaml", config),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               HasSubstr("c.yaml:3: user_budgets.bob: must be a number of device-hours > 0")));
+  EXPECT_THAT(ApplyConfigYaml("user_budgets: 5\n", "c.yaml", config),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("must be a mapping")));
+  EXPECT_THAT(ApplyConfigYaml("user_budget_device_hours: -1\n", "c.yaml", config),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not a number >= 0")));
+}
+
 TEST(ConfigFileTest, TheArtifactStoreIsCartdsOwnOrASharedFilesystem) {
   ServerConfig config;
   CART_ASSERT_OK(ApplyConfigYaml("artifact_store: {kind: shared_fs, path: /mnt/lab/cart}\n",

@@ -24,6 +24,7 @@ using ::cart::testing::StatusIs;
 using ::cart::testing::TempDir;
 using store::RunState;
 using ::testing::_;
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 constexpr int64_t kGiB = int64_t{1} << 30;
@@ -1741,6 +1742,96 @@ TEST_F(SchedulerTest, ALogCursorPagesThroughTheLinesOnce) {
   EXPECT_EQ(page[0].text, "line 3");
   CART_ASSERT_OK_AND_ASSIGN(page, cursor.Next(2));
   EXPECT_TRUE(page.empty());
+}
+
+// Device-hour budgets (server/budgets.h): a run whose work would overrun its sweep's budget waits
+// and says why; only an admin raises a budget, never below what is spent, and the run then starts.
+TEST_F(SchedulerTest, ARunThatWouldOverrunItsSweepsBudgetWaitsUntilAnAdminRaisesIt) {
+  RegisterAtSpeed("w1", 1.0);
+  RegisterAtSpeed("w2", 1.0);
+  // Two runs of equal work W; a budget of 1.5 W holds one, not the second while the first runs.
+  constexpr char kBase[] =
+      "base: {d: 256, vocab: 1000, P: 1, R: 2, seq_len: 256, batch: 8, steps: 100000}\n";
+  const SubmitResult probe = Submit(StrCat("name: probe\n", kBase));
+  const double work = probe.runs[0].work_hours;
+  ASSERT_GT(work * 3.6e9, 1e6);  // over a second: the figures below are far above rounding
+  const SubmitResult capped = Submit(StrCat("name: capped\n", kBase, "seeds: [1, 2]\n",
+                                            "budget_device_hours: ", 1.5 * work, "\n"));
+  ASSERT_EQ(capped.runs.size(), 2u);
+  CART_ASSERT_OK(scheduler_->CancelSweep("probe", "user:test", "").status());
+
+  const Job first = Start("w1");
+  EXPECT_EQ(first.run.sweep_id, capped.sweep.id);
+  EXPECT_FALSE(AcquireNow("w2").has_value());  // the first holds W of the 1.5 W
+  const int64_t second = first.run.id == capped.runs[0].id ? capped.runs[1].id : capped.runs[0].id;
+  auto waiting = [&] {
+    absl::StatusOr<RunDetails> run = scheduler_->GetRun(second);
+    EXPECT_TRUE(run.ok()) << run.status();
+    return run.ok() ? run->info.waiting_reason : "";
+  };
+  EXPECT_THAT(waiting(), AllOf(HasSubstr("waits for budget: sweep 'capped'"),
+                               HasSubstr("held by running runs"), HasSubstr("on worker w2"),
+                               HasSubstr("cart budget set --sweep capped")));
+
+  // What the views show: spent grows with the clock, held is the first run's rest.
+  clock_.Advance(absl::Seconds(work * 3600 * 0.5));
+  absl::StatusOr<std::vector<BudgetLine>> lines = scheduler_->Budgets("user:test");
+  ASSERT_TRUE(lines.ok()) << lines.status();
+  ASSERT_EQ(lines->size(), 1u);
+  EXPECT_EQ((*lines)[0].scope, "sweep");
+  EXPECT_NEAR((*lines)[0].account.spent, 0.5 * work, 1e-3 * work);
+  EXPECT_NEAR((*lines)[0].account.held, 0.5 * work, 1e-3 * work);
+  EXPECT_NEAR((*lines)[0].account.Left(), 0.5 * work, 1e-3 * work);
+
+  EXPECT_THAT(scheduler_->SetBudget("sweep", "capped", 10 * work, "user:test"),
+              StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("needs an admin token")));
+  EXPECT_THAT(scheduler_->SetBudget("sweep", "capped", 0.25 * work, "admin:root"),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       AllOf(HasSubstr("sweep 'capped' has already spent"),
+                             HasSubstr("would be below it"))));
+  EXPECT_THAT(scheduler_->SetBudget("sweep", "capped", -1, "admin:root"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("> 0")));
+  absl::StatusOr<BudgetLine> raised =
+      scheduler_->SetBudget("sweep", "capped", 10 * work, "admin:root");
+  ASSERT_TRUE(raised.ok()) << raised.status();
+  EXPECT_NEAR(raised->account.limit, 10 * work, 1e-9);
+  std::optional<Job> next = AcquireNow("w2");
+  ASSERT_TRUE(next.has_value());
+  EXPECT_EQ(next->run.id, second);
+}
+
+// A user's budget from cartd's config holds every one of their sweeps; an admin's setting
+// overrides it.
+TEST_F(SchedulerTest, AUsersBudgetFromTheConfigHoldsTheirRunsUntilAnAdminRaisesIt) {
+  const SubmitResult probe = Submit(OneRunSweep("probe"));
+  const double work = probe.runs[0].work_hours;
+  CART_ASSERT_OK(scheduler_->CancelSweep("probe", "user:test", "").status());
+  SchedulerOptions options;
+  options.lease_ttl = kTtl;
+  options.expiry_interval = absl::ZeroDuration();
+  options.raise_micro_batch = false;
+  options.user_budgets["test"] = 0.5 * work;
+  scheduler_ = std::make_unique<Scheduler>(store_.get(), &clock_, options);
+  clock_.Advance(absl::Seconds(1));  // the new scheduler's request ids start over: not the same
+  RegisterAtSpeed("w1", 1.0);
+  const SubmitResult sweep = Submit(OneRunSweep("mine"));
+  ASSERT_EQ(sweep.runs.size(), 1u);
+  EXPECT_FALSE(AcquireNow("w1").has_value());
+  absl::StatusOr<RunDetails> run = scheduler_->GetRun(sweep.runs[0].id);
+  ASSERT_TRUE(run.ok()) << run.status();
+  EXPECT_THAT(run->info.waiting_reason,
+              AllOf(HasSubstr("user 'test'"), HasSubstr("cart budget set --user test")));
+  absl::StatusOr<std::vector<BudgetLine>> lines = scheduler_->Budgets("user:test");
+  ASSERT_TRUE(lines.ok()) << lines.status();
+  ASSERT_EQ(lines->size(), 1u);
+  EXPECT_EQ((*lines)[0].account.source, "cartd config");
+  absl::StatusOr<std::vector<BudgetLine>> others = scheduler_->Budgets("user:other");
+  ASSERT_TRUE(others.ok()) << others.status();
+  EXPECT_TRUE(others->empty());  // not theirs to see
+  absl::StatusOr<BudgetLine> raised = scheduler_->SetBudget("user", "test", 2 * work, "admin:root");
+  ASSERT_TRUE(raised.ok()) << raised.status();
+  EXPECT_EQ(raised->account.source, "admin root");
+  EXPECT_TRUE(AcquireNow("w1").has_value());
 }
 
 }  // namespace

@@ -116,7 +116,8 @@ class Client:
     def sweeps(self) -> pd.DataFrame:
         """Every sweep, newest first: name, id, priority, when it was submitted, its runs by state,
         when cartd's placement plan expects its last estimated run to finish, its tags (a list)
-        and its note."""
+        and its note; the device-hours its attempts used, and its device-hour budget with what is
+        left of it (NaN: none of its own; see budgets())."""
         response = self._call("ListSweeps", scheduler_pb2.ListSweepsRequest())
         rows = []
         for s in response.sweeps:
@@ -128,6 +129,10 @@ class Client:
             row["runs_estimated"] = s.runs_estimated
             row["tags"] = [t.name for t in s.tags]
             row["note"] = s.note.text
+            row["device_hours"] = s.spending.device_hours
+            has_budget = s.HasField("budget")
+            row["budget"] = s.budget.limit_device_hours if has_budget else float("nan")
+            row["budget_left"] = s.budget.left_device_hours if has_budget else float("nan")
             rows.append(row)
         return pd.DataFrame(rows, columns=SWEEP_COLUMNS)
 
@@ -484,6 +489,23 @@ class Client:
             stuck_factor=float(stuck_factor), slip_share=float(slip_share))
         return _subscription(self._call("Subscribe", request, stub=self._notify))
 
+    def budgets(self) -> pd.DataFrame:
+        """Device-hour budgets: yours and your sweeps' (an admin's: every one), one row each with
+        scope ("user" or "sweep"), name, limit, spent, held (what running runs are still expected
+        to take), left, and where the limit comes from (docs/operations.md "Budgets")."""
+        response = self._call("ListBudgets", scheduler_pb2.ListBudgetsRequest())
+        return pd.DataFrame([_budget(b) for b in response.budgets], columns=BUDGET_COLUMNS)
+
+    def set_budget(self, device_hours: float, sweep: Optional[str] = None,
+                   user: Optional[str] = None) -> Dict[str, Any]:
+        """Sets or raises the budget of a sweep or a user (admins only; never below what is
+        already spent: CartError FAILED_PRECONDITION names it). Returns it as budgets() shows it."""
+        if (sweep is None) == (user is None):
+            raise ValueError("give exactly one of sweep= and user=")
+        request = scheduler_pb2.SetBudgetRequest(sweep=sweep or "", user=user or "",
+                                                 device_hours=float(device_hours))
+        return _budget(self._call("SetBudget", request))
+
     def subscriptions(self, all: bool = False) -> pd.DataFrame:
         """Your subscriptions (everyone's for an admin with all=True), one row each."""
         response = self._call("ListSubscriptions", notify_pb2.ListSubscriptionsRequest(all=all),
@@ -741,8 +763,17 @@ _RUN_COLUMNS = ["run_id", "name", "sweep", "state", "kind", "attempt", "max_atte
                 "effective_params", "memory_estimate_mib", "created", "updated",
                 "expected_finish", "tags", "note", "device_classes"]
 # sweeps()' columns, for connect() and open_db alike.
+BUDGET_COLUMNS = ["scope", "name", "limit", "spent", "held", "left", "source"]
+
+
+def _budget(b: Any) -> Dict[str, Any]:
+    return {"scope": b.scope, "name": b.name, "limit": b.limit_device_hours,
+            "spent": b.spent_device_hours, "held": b.held_device_hours,
+            "left": b.left_device_hours, "source": b.source}
+
+
 SWEEP_COLUMNS = ["name", "sweep_id", "priority", "created", "runs", *STATES, "expected_finish",
-                 "runs_estimated", "tags", "note"]
+                 "runs_estimated", "tags", "note", "device_hours", "budget", "budget_left"]
 
 
 def _typed_column(values: List[Optional[str]]) -> List[Any]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import time
 from typing import Any, Iterable, List, Mapping, Optional, Sequence, Union
 
 import pandas as pd
@@ -50,6 +51,9 @@ class Database:
         rows = []
         sweep_tags = self._tags("sweep_tags", "sweep_id")
         notes = dict(self._db.execute("SELECT id, note FROM sweeps")) if self._annotated else {}
+        budgets = dict(self._db.execute("SELECT id, budget_device_hours FROM sweeps")) \
+            if self.schema_version >= 25 else {}
+        now_us = int(time.time() * 1e6)
         for sweep_id, name, priority, created_us in self._db.execute(
                 "SELECT id, name, priority, created_us FROM sweeps ORDER BY id DESC"):
             counts = dict(self._db.execute(
@@ -62,6 +66,17 @@ class Database:
             row["runs_estimated"] = 0
             row["tags"] = sweep_tags.get(sweep_id, [])
             row["note"] = notes.get(sweep_id, "")
+            # Device-hours as cartd counts them (docs/operations.md "Budgets"); an attempt still
+            # running counts to now, and no run is known to hold more (the file has no live
+            # ledger), so a running sweep's figures are cartd's less what its runs hold.
+            spent_us, = self._db.execute(
+                "SELECT coalesce(sum(max(0, coalesce(a.ended_us, ?) - coalesce(a.started_us, "
+                "a.leased_us))), 0) FROM attempts AS a JOIN runs AS r ON r.id = a.run_id "
+                "WHERE r.sweep_id = ?", (now_us, sweep_id)).fetchone()
+            row["device_hours"] = spent_us / 3.6e9
+            limit = budgets.get(sweep_id)
+            row["budget"] = float("nan") if limit is None else limit
+            row["budget_left"] = float("nan") if limit is None else limit - row["device_hours"]
             rows.append(row)
         return pd.DataFrame(rows, columns=_client.SWEEP_COLUMNS)
 

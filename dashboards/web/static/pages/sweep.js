@@ -9,6 +9,8 @@ import {fail} from '../notice.js';
 import {keySelect, table} from '../table.js';
 import {drawAndRefresh} from '../view.js';
 
+import {budgetText} from './sweeps.js';
+
 const runStates =
     ['', 'QUEUED', 'BLOCKED', 'LEASED', 'RUNNING', 'SUCCEEDED', 'FAILED', 'CANCELLED'];
 
@@ -413,7 +415,14 @@ export async function viewSweep(main, scope, name) {
   const drawStates = (s) => states.replaceChildren(
       ...Object.entries(s).map(([k, v]) => h('span', {}, stateChip(k), ' ', String(v), '  ')));
   drawStates(sweep.states);
-  main.append(header, states, annotationCard(path, sweep.annotation));
+  // Its device-hour budget (docs/operations.md "Budgets"): runs that would overrun it wait.
+  const budget = sweep.budget ? h('p', {
+    id: 'sweep-budget',
+    class: sweep.budget.left <= 0 ? 'over' : 'muted',
+    text: 'Budget: ' + budgetText(sweep.budget)
+  }) :
+                                null;
+  main.append(header, states, ...(budget ? [budget] : []), annotationCard(path, sweep.annotation));
 
   const tabs = h('div', {class: 'tabs'});
   const body = h('div');

@@ -13,6 +13,11 @@ const heads = [
   'tokens/s',
   'expected finish',
   {text: 'energy', title: 'measured by the workers\' device counters (NVML, RAPL); device-hours'},
+  {
+    text: 'budget',
+    title: 'device-hours left of the sweep\'s budget (spent and held by running ' +
+        'runs counted); - : none of its own'
+  },
   'created',
   'tags',
 ];
@@ -28,6 +33,26 @@ export function spendingCell(sp) {
                                 `${Math.round(kwh * 3.6e6)} J`;
   const hours = sp.device_hours.toPrecision(2);
   return h('td', {class: 'num spending', title: sp.text, text: `${energy} · ${hours} device-h`});
+}
+
+// Device-hours as `cart` shows them: four decimals below 0.1 (a CPU-scale sweep), else one.
+function fmtHours(x) {
+  return Math.abs(x) < 0.1 && x !== 0 ? x.toFixed(4) : x.toFixed(1);
+}
+
+// One line for a budget: what is left of it, with what is spent and held.
+export function budgetText(b) {
+  return `${fmtHours(b.left)} h left of ${fmtHours(b.limit)} h (${fmtHours(b.spent)} h spent, ` +
+      `${fmtHours(b.held)} h held by running runs; ${b.source})`;
+}
+
+export function budgetCell(b) {
+  if (!b) return h('td', {class: 'muted', text: '-'});
+  return h('td', {
+    class: 'num budget' + (b.left <= 0 ? ' over' : ''),
+    title: budgetText(b),
+    text: `${fmtHours(b.left)} / ${fmtHours(b.limit)} h`,
+  });
 }
 
 function sweepRow(s) {
@@ -56,8 +81,8 @@ function sweepRow(s) {
         class: 'num',
         text: s.tokens_per_s ? fmtTokens(Math.round(s.tokens_per_s)) + '/s' : '-',
       }),
-      h('td', finish), spendingCell(s.spending), h('td', {text: fmtTime(s.created_us)}),
-      h('td', {text: (s.tags || []).join(', ')}));
+      h('td', finish), spendingCell(s.spending), budgetCell(s.budget),
+      h('td', {text: fmtTime(s.created_us)}), h('td', {text: (s.tags || []).join(', ')}));
 }
 
 export async function viewSweeps(main, scope) {
