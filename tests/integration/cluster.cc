@@ -341,6 +341,15 @@ bool Cluster::WaitFor(const std::function<bool()>& done, std::chrono::seconds ti
   return testing::WaitUntil(done, absl::FromChrono(timeout), absl::Milliseconds(100));
 }
 
+bool Cluster::WaitForStepAndCheckpoint(int64_t run_id, int64_t step) {
+  return WaitFor(
+      [&] {
+        const cart::v1::GetRunResponse got = GetRun(run_id);
+        return got.run().step() >= step && got.checkpoints_size() > 0;
+      },
+      std::chrono::seconds(120));
+}
+
 std::map<int64_t, double> Cluster::Series(int64_t run_id, const std::string& name) {
   grpc::ClientContext ctx;
   rpc::PrepareContext(ctx, client_, 10'000);

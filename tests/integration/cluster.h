@@ -88,6 +88,11 @@ class Cluster {
   std::vector<cart::v1::RunView> Runs(const std::string& sweep);
   // testing::WaitUntil polling every 100 ms (each poll is a gRPC call); false on timeout.
   bool WaitFor(const std::function<bool()>& done, std::chrono::seconds timeout);
+  // Waits (up to 120 s) until the run has reported `step` and cartd holds a checkpoint of it.
+  // Tests that kill or cut a worker and expect a resume wait for both: a checkpoint's write and
+  // upload run beside training, so step reports can reach cartd before the checkpoint that
+  // precedes them is acknowledged, and a run stopped before any acknowledgement starts over.
+  bool WaitForStepAndCheckpoint(int64_t run_id, int64_t step);
   // All points of `name` for a run, by step.
   std::map<int64_t, double> Series(int64_t run_id, const std::string& name);
 

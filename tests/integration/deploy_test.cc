@@ -211,9 +211,7 @@ TEST(DeployTest, SlurmOnThreeNodesMovesACutNodesRunAndDrainsOnTimeLimitAndScance
             "node1 node2 node3");
 
   const int64_t cut_run = RunId(c, "spread", 0), other_run = RunId(c, "spread", 1);
-  ASSERT_TRUE(
-      c.WaitFor([&] { return c.GetRun(cut_run).run().step() >= 30; }, std::chrono::seconds(120)))
-      << slurm.Run("squeue");
+  ASSERT_TRUE(c.WaitForStepAndCheckpoint(cut_run, 30)) << slurm.Run("squeue");
   const std::string first_worker = c.GetRun(cut_run).run().worker_id();
   std::string cut_node;
   for (const auto& [node, worker] : workers) {

@@ -40,9 +40,7 @@ TEST(DeviceClassTest, ACheckpointedRunStaysOnItsClassUntilUnpinnedAndSpanningIsF
        c.WriteFile("k.yaml", StrCat("name: k\nbase:\n", RunBase(data, 60, 10), "seeds: [3]\n"))});
   const int64_t run = RunId(c, "k", 0);
   pid_t a = c.StartWorker("a", 0, StandIn(k3050, "0.25"));
-  ASSERT_TRUE(
-      c.WaitFor([&] { return c.GetRun(run).run().step() >= 25; }, std::chrono::seconds(120)))
-      << c.Log("worker-a.log");
+  ASSERT_TRUE(c.WaitForStepAndCheckpoint(run, 25)) << c.Log("worker-a.log");
   c.Signal(a, SIGKILL);
   c.Wait(a);
   {

@@ -243,9 +243,7 @@ TEST(LineageTest, AWorkerWithAnotherFileAtTheRunsPathIsRefusedAndTheRunResumesEx
     EXPECT_FALSE(Role(resp, "val:synth")->sha256().empty());
   }
   pid_t a = c.StartWorker("a");
-  ASSERT_TRUE(
-      c.WaitFor([&] { return c.GetRun(run).run().step() >= 25; }, std::chrono::seconds(120)))
-      << c.Log("worker-a.log");
+  ASSERT_TRUE(c.WaitForStepAndCheckpoint(run, 25)) << c.Log("worker-a.log");
   c.Signal(a, SIGKILL);
   c.Wait(a);
 

@@ -25,9 +25,7 @@ TEST(NetworkTest, ACutLinkMovesTheRunToAnotherHostAndTheLossesMatchAnUninterrupt
   const int64_t run = RunId(c, "net", 0);
 
   c.StartWorker("a");
-  ASSERT_TRUE(
-      c.WaitFor([&] { return c.GetRun(run).run().step() >= 25; }, std::chrono::seconds(120)))
-      << c.Log("worker-a.log") << c.Log("cartd.log");
+  ASSERT_TRUE(c.WaitForStepAndCheckpoint(run, 25)) << c.Log("worker-a.log") << c.Log("cartd.log");
   c.SetLink("a", false);  // host a is cut off; it goes on training, unheard
   const int64_t cut_at = c.GetRun(run).run().step();
   c.StartWorker("b");

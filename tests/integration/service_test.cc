@@ -223,16 +223,7 @@ TEST_P(KillTest, KilledWorkersRunResumesElsewhereFromItsCheckpointWithIdenticalL
   c.Cart({"sweep", "submit", file});
   const int64_t run = RunId(c, "one", 0);
   pid_t a = c.StartWorker("a");
-  // Killed once cartd holds a checkpoint of it: metrics can reach cartd before the checkpoint
-  // that precedes them is acknowledged (its write and upload run beside training), and a run
-  // killed before any acknowledgement rightly starts over.
-  ASSERT_TRUE(c.WaitFor(
-      [&] {
-        const cart::v1::GetRunResponse r = c.GetRun(run);
-        return r.run().step() >= 25 && r.checkpoints_size() > 0;
-      },
-      std::chrono::seconds(120)))
-      << c.Log("worker-a.log");
+  ASSERT_TRUE(c.WaitForStepAndCheckpoint(run, 25)) << c.Log("worker-a.log");
   c.Signal(a, SIGKILL);
   c.Wait(a);
   c.StartWorker("b");
