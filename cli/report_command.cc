@@ -44,6 +44,9 @@ class ServiceStudySource : public report::StudySource {
               &cart::v1::SchedulerService::Stub::ListSweeps, {});
       sweep_names_.emplace();
       for (const auto& s : sweeps.sweeps()) sweep_names_->insert(s.name());
+      prices_.per_kwh = sweeps.prices().per_kwh();
+      prices_.currency = sweeps.prices().currency();
+      prices_.co2_grams_per_kwh = sweeps.prices().co2_grams_per_kwh();
     }
     if (!sweep_names_->count(sweep)) return out;
     cart::v1::ListRunsRequest req;
@@ -69,6 +72,12 @@ class ServiceStudySource : public report::StudySource {
       r.total_steps = v.total_steps();
       r.stored_params = v.stored_params();
       r.device_classes.assign(v.device_classes().begin(), v.device_classes().end());
+      const cart::v1::SpendingView& spent = full.spending();
+      r.spending.attempts = spent.attempts();
+      r.spending.measured_attempts = spent.measured_attempts();
+      r.spending.energy_j = spent.energy_kwh() * 3.6e6;
+      r.spending.device_hours = spent.device_hours();
+      r.spending.sources.assign(spent.sources().begin(), spent.sources().end());
       out.push_back(std::move(r));
     }
     return out;
@@ -109,6 +118,9 @@ class ServiceStudySource : public report::StudySource {
     return out;
   }
 
+  // cartd's prices, as ListSweeps gave them (Runs asks it before the report prices anything).
+  absl::StatusOr<store::EnergyPrices> Prices() override { return prices_; }
+
   absl::StatusOr<std::vector<report::ClaimLook>> Looks() override {
     const cart::v1::ListPlansResponse plans =
         client_.Call<cart::v1::ListPlansRequest, cart::v1::ListPlansResponse>(
@@ -126,6 +138,7 @@ class ServiceStudySource : public report::StudySource {
  private:
   Client client_;
   std::optional<std::set<std::string>> sweep_names_;  // cartd's sweeps, read on first use
+  store::EnergyPrices prices_;                        // cartd's, read with them
 };
 
 struct ReportArgs {
@@ -133,6 +146,8 @@ struct ReportArgs {
   std::string db;
   std::string format = "md";
   bool no_plots = false;
+  std::optional<double> price_per_kwh, co2_per_kwh;
+  std::string currency = "EUR";
   report::ReportOptions options;
 };
 
@@ -156,6 +171,13 @@ absl::Status Write(report::StudySource& source, const report::ReportOptions& opt
 void RunReport(ReportArgs& a) {
   a.options.plots = !a.no_plots;
   a.options.html = a.format == "html";
+  if (a.price_per_kwh || a.co2_per_kwh) {
+    // Given here, they price the report instead of cartd's (or the none of a database file).
+    a.options.prices.emplace();
+    a.options.prices->per_kwh = a.price_per_kwh.value_or(0);
+    a.options.prices->currency = a.currency;
+    a.options.prices->co2_grams_per_kwh = a.co2_per_kwh.value_or(0);
+  }
   absl::Status status;
   if (!a.db.empty()) {
     std::unique_ptr<store::RunStore> opened = OpenDatabaseFile(a.db, "--db");
@@ -176,15 +198,9 @@ void AddStudyFlags(CLI::App* cmd, report::ReportOptions& options) {
   cmd->add_option("--claims", options.claims_file,
                   "Claims file to decide instead of the paper's compiled-in claims (the form of "
                   "report/claims.yaml; docs/study.md, \"Claims and verdicts\")");
-  report::StudySweeps& sw = options.sweeps;
-  for (auto [flag, field] : std::initializer_list<std::pair<const char*, std::string*>>{
-           {"--stage1", &sw.stage1},
-           {"--stage2", &sw.stage2},
-           {"--baselines", &sw.baselines},
-           {"--ablations", &sw.ablations},
-           {"--faithfulness", &sw.faithfulness},
-           {"--leak", &sw.leak},
-           {"--variable-r", &sw.variable_r}}) {
+  for (auto [part, field] : report::StudyParts(options.sweeps)) {
+    std::string flag = "--" + part;  // --variable-r
+    std::replace(flag.begin(), flag.end(), '_', '-');
     cmd->add_option(flag, *field, StrCat("Sweep holding this part of the study"))
         ->capture_default_str();
   }
@@ -235,20 +251,55 @@ std::string Hours(double h) {
   return h < 0.1 ? fmt::format("{:.2g}", h) : fmt::format("{:.1f}", h);
 }
 
+// The sweeps' device-hour budgets a plan's seeds count against: each side's new seeds go into
+// the sweep of the run they copy (SideSeeds::template_run).
+struct SweepBudgets {
+  std::map<std::string, double> left;           // sweep -> device-hours left (those with a budget)
+  std::map<int64_t, std::string> sweep_of_run;  // template run -> its sweep
+};
+
 // The claims a budget takes, cheapest decision first, each whole or not at all; InvalidArgument
 // when the budget is below the cheapest run any plan queues.
 // `which` names the budget in those errors ("--budget 3", or the caller's device-hour budget).
+// With `sweeps`, a claim is also left out when its seeds would pass what is left of a sweep's
+// budget; `left_out` then says which (claim id -> why).
 absl::StatusOr<std::vector<const report::ClaimPlan*>> WithinBudget(
     const std::vector<report::ClaimPlan>& plans, std::optional<double> budget,
-    const std::string& which) {
+    const std::string& which, const SweepBudgets* sweeps = nullptr,
+    std::map<std::string, std::string>* left_out = nullptr) {
   std::vector<const report::ClaimPlan*> out;
   double cheapest = std::numeric_limits<double>::infinity(), spent = 0;
+  std::map<std::string, double> sweep_spent;
   for (const report::ClaimPlan& p : plans) {
     if (!p.planned || p.runs == 0) continue;
+    std::map<std::string, double> need;  // by sweep with a budget
     for (const report::SideSeeds& side : p.sides) {
       if (side.runs > 0) cheapest = std::min(cheapest, side.hours_each);
+      if (sweeps == nullptr || side.runs == 0) continue;
+      auto sweep = sweeps->sweep_of_run.find(side.template_run);
+      if (sweep != sweeps->sweep_of_run.end() && sweeps->left.count(sweep->second)) {
+        need[sweep->second] += static_cast<double>(side.runs) * side.hours_each;
+      }
     }
-    if (budget && spent + p.hours > *budget + 1e-9) continue;
+    if (budget && spent + p.hours > *budget + 1e-9) {
+      if (left_out)
+        (*left_out)[p.id] = fmt::format("{} hours would pass the budget", Hours(p.hours));
+      continue;
+    }
+    std::string over;
+    for (const auto& [sweep, hours] : need) {
+      const double left = sweeps->left.at(sweep) - sweep_spent[sweep];
+      if (hours > left + 1e-9) {
+        over = fmt::format("its seeds in sweep '{}' take {} hours; its budget has {} left", sweep,
+                           Hours(hours), Hours(std::max(left, 0.0)));
+        break;
+      }
+    }
+    if (!over.empty()) {
+      if (left_out) (*left_out)[p.id] = over;
+      continue;
+    }
+    for (const auto& [sweep, hours] : need) sweep_spent[sweep] += hours;
     spent += p.hours;
     out.push_back(&p);
   }
@@ -289,12 +340,41 @@ absl::Status ApplyPlans(Client& client, const PlanArgs& a,
       which = fmt::format("user '{}''s budget, {} device-hours left,", b.name(), Hours(left));
     }
   }
+  // Each sweep's budget holds the seeds queued into it: the sweeps of the runs they copy.
+  SweepBudgets sweeps;
+  for (const cart::v1::BudgetView& b : budgets.budgets()) {
+    if (b.scope() == "sweep") sweeps.left[b.name()] = std::max(b.left_device_hours(), 0.0);
+  }
+  for (const report::ClaimPlan& p : plans) {
+    for (const report::SideSeeds& side : p.sides) {
+      if (sweeps.left.empty() || side.runs == 0 || side.template_run == 0 ||
+          sweeps.sweep_of_run.count(side.template_run)) {
+        continue;
+      }
+      cart::v1::GetRunRequest get;
+      get.set_run_id(side.template_run);
+      sweeps.sweep_of_run[side.template_run] =
+          client
+              .Call<cart::v1::GetRunRequest, cart::v1::GetRunResponse>(
+                  &cart::v1::SchedulerService::Stub::GetRun, get)
+              .run()
+              .sweep();
+    }
+  }
+  std::map<std::string, std::string> left_out;
   CART_ASSIGN_OR_RETURN(std::vector<const report::ClaimPlan*> chosen,
-                        WithinBudget(plans, budget, which));
+                        WithinBudget(plans, budget, which, &sweeps, &left_out));
   if (chosen.empty()) {
-    std::cout << (a.conn.json ? R"({"plan_id": 0, "runs": []})"
-                              : "nothing to queue: no claim that cannot tell has a plan")
-              << "\n";
+    if (a.conn.json) {
+      std::cout << R"({"plan_id": 0, "runs": []})"
+                << "\n";
+    } else if (left_out.empty()) {
+      std::cout << "nothing to queue: no claim that cannot tell has a plan\n";
+    } else {
+      std::cout << "nothing to queue: every planned claim passes a budget\n";
+      for (const auto& [claim, why] : left_out)
+        std::cout << "left out: " << claim << " (" << why << ")\n";
+    }
     return absl::OkStatus();
   }
   cart::v1::ApplyPlanRequest req;
@@ -377,12 +457,8 @@ absl::Status ApplyPlans(Client& client, const PlanArgs& a,
            StrCat(g.first, "–", g.last)});
   }
   t.Print(std::cout);
-  for (const report::ClaimPlan& p : plans) {
-    if (p.planned && p.runs > 0 &&
-        std::none_of(kept.begin(), kept.end(), [&](const auto& k) { return k.id == p.id; })) {
-      std::cout << fmt::format("left out: {} ({} hours would pass the budget)\n", p.id,
-                               Hours(p.hours));
-    }
+  for (const auto& [claim, why] : left_out) {
+    std::cout << fmt::format("left out: {} ({})\n", claim, why);
   }
   std::cout << "each claim's next look spends its level by the O'Brien-Fleming-like boundary "
                "(docs/study.md \"Planning seeds\"): `cart report` once the seeds finish\n";
@@ -519,6 +595,15 @@ void RegisterReportCommand(CLI::App& app) {
   cmd->add_flag("--no-plots", a->no_plots, "Tables and CSVs only (no gnuplot needed)");
   cmd->add_option("--title", a->options.title, "Report title")->capture_default_str();
   cmd->add_option("--gnuplot", a->options.gnuplot, "gnuplot binary")->capture_default_str();
+  cmd->add_option("--price-per-kwh", a->price_per_kwh,
+                  "Price of a kWh in \"What the study cost\" (default: cartd's "
+                  "energy_price_per_kwh; none from --db)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--currency", a->currency, "Currency of --price-per-kwh")->capture_default_str();
+  cmd->add_option("--co2-per-kwh", a->co2_per_kwh,
+                  "Grams of CO2 per kWh in \"What the study cost\" (default: cartd's "
+                  "co2_grams_per_kwh; none from --db)")
+      ->check(CLI::NonNegativeNumber);
   AddStudyFlags(cmd, a->options);
   AddConnFlags(cmd, a->conn);
   OnRun(cmd, [a] { RunReport(*a); });

@@ -367,6 +367,7 @@ class Decider {
   absl::StatusOr<ClaimOutcome> Decide(const ClaimSpec& claim) {
     ClaimOutcome out;
     out.spec = &claim;
+    selected_.clear();
     std::vector<Sides> sides;
     std::vector<bool> every_run_ok;
     for (const TestSpec& t : claim.tests) {
@@ -444,6 +445,7 @@ class Decider {
       if (out.verdict != Verdict::kHolds) break;
     }
     out.evidence = decisive != nullptr ? Evidence(*decisive) : "no test could be computed";
+    for (const auto& [id, run] : selected_) out.runs.push_back(run);
     return out;
   }
 
@@ -668,6 +670,7 @@ class Decider {
       }
       runs = Where(runs, {{key, value}});
     }
+    for (const StudyRun* r : runs) selected_.emplace(r->id, r);
     return runs;
   }
 
@@ -1129,6 +1132,7 @@ class Decider {
   const ClaimInputs& inputs_;
   std::map<std::pair<int64_t, std::string>, std::vector<StudyPoint>> series_;
   std::map<int64_t, std::vector<ItemOutcomes>> items_;  // by run
+  std::map<int64_t, const StudyRun*> selected_;         // the claim's sides' runs so far, by id
 };
 
 // Formatted number text with a true minus sign (U+2212), and a plus unless it is a level.

@@ -131,6 +131,8 @@ struct ClaimOutcome {
   bool confounded = false;  // a test of it is confounded with the device class
   std::string evidence;     // one line: the decisive test's numbers
   std::vector<TestOutcome> tests;
+  // Every run its tests' sides selected, in any state, by id: what the evidence cost.
+  std::vector<const StudyRun*> runs;
 };
 
 // The runs of each part, as the report read them (part name -> runs; variable_r: its

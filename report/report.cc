@@ -230,6 +230,7 @@ class Builder {
     CART_RETURN_IF_ERROR(Leak());
     Faithfulness();
     CART_RETURN_IF_ERROR(Claims());
+    CART_RETURN_IF_ERROR(Costs());
     return report_;
   }
 
@@ -831,6 +832,8 @@ class Builder {
       line.confounded = o.confounded;
       line.sequential = o.sequential;
       line.seeds = o.seeds;
+      line.runs = static_cast<int64_t>(o.runs.size());
+      for (const StudyRun* r : o.runs) store::Add(line.spending, r->spending);
       bool classes_of_confounded = false;
       for (const TestOutcome& t : o.tests) {
         if (line.device_classes.empty() || (t.confounded && !classes_of_confounded)) {
@@ -864,6 +867,98 @@ class Builder {
       report_.claims.push_back(std::move(line));
     }
     return absl::OkStatus();
+  }
+
+  // What each of the study's sweeps cost (parts sharing a sweep on one row), and the prices.
+  absl::Status Costs() {
+    if (options_.prices) {
+      report_.prices = *options_.prices;
+    } else {
+      CART_ASSIGN_OR_RETURN(report_.prices, source_.Prices());
+    }
+    for (const auto& [part, sweep] : StudyParts(options_.sweeps)) {
+      const std::vector<StudyRun>& runs = runs_[*sweep];
+      if (runs.empty()) continue;
+      auto same = std::find_if(report_.costs.begin(), report_.costs.end(),
+                               [&](const PartCost& c) { return c.sweep == *sweep; });
+      if (same != report_.costs.end()) {
+        same->part += ", " + part;
+        continue;
+      }
+      PartCost cost;
+      cost.part = part;
+      cost.sweep = *sweep;
+      cost.runs = static_cast<int64_t>(runs.size());
+      for (const StudyRun& r : runs) store::Add(cost.spending, r.spending);
+      report_.costs.push_back(std::move(cost));
+    }
+    CostSection();
+    return absl::OkStatus();
+  }
+
+  // "What the study cost": a row per claim and a row per sweep with the study's total, as numbers
+  // (their CSVs are for reading back); energy and its price only where a counter measured it.
+  void CostSection() {
+    if (report_.costs.empty()) return;
+    const store::EnergyPrices& prices = report_.prices;
+    std::vector<std::string> unit_columns = {"runs", "attempts", "device-hours",
+                                             "measured attempts", "kWh"};
+    if (prices.per_kwh > 0) unit_columns.push_back(prices.currency);
+    if (prices.co2_grams_per_kwh > 0) unit_columns.push_back("g CO2");
+    auto cells = [&](int64_t runs, const store::Spending& s) {
+      const store::SpendingFigures f = store::FiguresOf(s, prices);
+      const bool measured = s.measured_attempts > 0;
+      std::vector<std::string> row = {
+          StrCat(runs), StrCat(s.attempts), fmt::format("{:.4g}", s.device_hours),
+          StrCat(s.measured_attempts), measured ? fmt::format("{:.4g}", f.kwh) : kNone};
+      if (prices.per_kwh > 0) row.push_back(measured ? fmt::format("{:.4g}", f.cost) : kNone);
+      if (prices.co2_grams_per_kwh > 0) {
+        row.push_back(measured ? fmt::format("{:.4g}", f.co2_grams) : kNone);
+      }
+      return row;
+    };
+    std::vector<std::string> sweeps;
+    for (const PartCost& c : report_.costs) sweeps.push_back(c.sweep);
+    Section& s = NewSection("What the study cost", StrJoin(sweeps, ", "));
+    Table& claims = s.tables.emplace_back();
+    claims.id = "cost_claims";
+    claims.title = "By claim: the runs its tests read, in any state";
+    claims.columns = {"claim"};
+    claims.columns.insert(claims.columns.end(), unit_columns.begin(), unit_columns.end());
+    for (const ClaimLine& c : report_.claims) {
+      std::vector<std::string> row = {c.id};
+      for (std::string& cell : cells(c.runs, c.spending)) row.push_back(std::move(cell));
+      claims.rows.push_back(std::move(row));
+    }
+    Table& parts = s.tables.emplace_back();
+    parts.id = "cost_parts";
+    parts.title = "By part of the study: every run of its sweep";
+    parts.columns = {"part (sweep)"};
+    parts.columns.insert(parts.columns.end(), unit_columns.begin(), unit_columns.end());
+    store::Spending all;
+    int64_t all_runs = 0;
+    for (const PartCost& c : report_.costs) {
+      std::vector<std::string> row = {fmt::format("{} ({})", c.part, c.sweep)};
+      for (std::string& cell : cells(c.runs, c.spending)) row.push_back(std::move(cell));
+      parts.rows.push_back(std::move(row));
+      store::Add(all, c.spending);
+      all_runs += c.runs;
+    }
+    std::vector<std::string> total = {"all"};
+    for (std::string& cell : cells(all_runs, all)) total.push_back(std::move(cell));
+    parts.rows.push_back(std::move(total));
+    s.findings.push_back(StrCat("The whole study: ", store::SpendingLine(all, prices), "."));
+    s.findings.push_back(
+        "Device-hours run from each attempt's start to its end; energy comes from the workers' "
+        "device counters (NVML on a GPU, RAPL on a CPU where the kernel exposes it) and only "
+        "where one was read: an attempt without one is counted as not measured, never "
+        "estimated. A run read by several claims counts in each; an evaluation counts its own "
+        "job, not the training before it.");
+    if (prices.per_kwh <= 0 && prices.co2_grams_per_kwh <= 0) {
+      s.findings.push_back(
+          "No price or carbon intensity is set: cartd's energy_price_per_kwh and "
+          "co2_grams_per_kwh, or cart report's --price-per-kwh and --co2-per-kwh.");
+    }
   }
 
   StudySource& source_;
@@ -924,15 +1019,28 @@ absl::StatusOr<Report> BuildReport(StudySource& source, const ReportOptions& opt
   return Builder(source, options).Build();
 }
 
+std::vector<std::pair<std::string, std::string*>> StudyParts(StudySweeps& sweeps) {
+  return {{"stage1", &sweeps.stage1},
+          {"stage2", &sweeps.stage2},
+          {"baselines", &sweeps.baselines},
+          {"ablations", &sweeps.ablations},
+          {"faithfulness", &sweeps.faithfulness},
+          {"leak", &sweeps.leak},
+          {"variable_r", &sweeps.variable_r}};
+}
+
+std::vector<std::pair<std::string, const std::string*>> StudyParts(const StudySweeps& sweeps) {
+  std::vector<std::pair<std::string, const std::string*>> out;
+  for (const auto& [part, sweep] : StudyParts(const_cast<StudySweeps&>(sweeps))) {
+    out.emplace_back(part, sweep);
+  }
+  return out;
+}
+
 absl::Status SetStudyPart(StudySweeps& sweeps, const std::string& part, const std::string& sweep) {
-  const std::map<std::string, std::string*> parts = {{"stage1", &sweeps.stage1},
-                                                     {"stage2", &sweeps.stage2},
-                                                     {"baselines", &sweeps.baselines},
-                                                     {"ablations", &sweeps.ablations},
-                                                     {"faithfulness", &sweeps.faithfulness},
-                                                     {"leak", &sweeps.leak},
-                                                     {"variable_r", &sweeps.variable_r}};
-  auto it = parts.find(part);
+  const std::vector<std::pair<std::string, std::string*>> parts = StudyParts(sweeps);
+  auto it =
+      std::find_if(parts.begin(), parts.end(), [&](const auto& p) { return p.first == part; });
   if (it == parts.end()) {
     return absl::InvalidArgumentError(
         StrCat("'", part,

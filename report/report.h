@@ -14,11 +14,13 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "common/job_kind.h"
+#include "store/spending.h"
 
 namespace cart::store {
 class RunStore;
@@ -43,6 +45,9 @@ struct StudyRun {
   // The card models its kept attempts trained on (docs/architecture.md "Device classes"),
   // first first; empty: not known (a store from before device classes).
   std::vector<std::string> device_classes;
+  // What its attempts used (store/spending.h): device-hours, and energy where a counter measured
+  // it; no attempts: nothing yet.
+  store::Spending spending;
 };
 
 struct StudyPoint {
@@ -114,10 +119,12 @@ class StudySource {
   virtual absl::StatusOr<std::vector<ItemOutcomes>> EvalItems(int64_t run_id) {
     return std::vector<ItemOutcomes>{};
   }
+  // What the source prices energy at (cartd's config, read over gRPC); none by default.
+  virtual absl::StatusOr<store::EnergyPrices> Prices() { return store::EnergyPrices{}; }
 };
 
-// Reads an open store (what `cart report --db FILE` uses).
-std::unique_ptr<StudySource> StoreSource(store::RunStore& store);
+// Reads an open store (what `cart report --db FILE` uses; cartd's dashboard passes its prices).
+std::unique_ptr<StudySource> StoreSource(store::RunStore& store, store::EnergyPrices prices = {});
 
 // The parts of the study and the sweep that holds each.
 struct StudySweeps {
@@ -129,6 +136,11 @@ struct StudySweeps {
   std::string leak = "leak";
   std::string variable_r = "variable_r";  // its eval runs (else stage2's own eval runs)
 };
+
+// The parts of the study in order, each with the field naming its sweep: stage1, stage2,
+// baselines, ablations, faithfulness, leak, variable_r.
+std::vector<std::pair<std::string, std::string*>> StudyParts(StudySweeps& sweeps);
+std::vector<std::pair<std::string, const std::string*>> StudyParts(const StudySweeps& sweeps);
 
 // Points the part `part` (stage1, stage2, baselines, ablations, faithfulness, leak, variable_r)
 // at `sweep`; InvalidArgument naming the part and the parts there are for another name.
@@ -150,6 +162,9 @@ struct ReportOptions {
   // A claim in a sequential design whose conditional power falls below this stops for futility
   // (the report says so and `cart plan` plans it no further); 0: never.
   double futility_floor = 0.1;
+  // What energy is priced at in "What the study cost"; nullopt: the source's (cartd's config when
+  // the report reads cartd, none from a database file).
+  std::optional<store::EnergyPrices> prices;
 };
 
 // A table as written: header, rows of text cells, and where its published figures come from.
@@ -234,6 +249,19 @@ struct ClaimLine {
   std::vector<TestNumbers> numbers;
   SequentialStatus sequential;  // where its sequential design stands, when a plan was applied
   int64_t seeds = 0;            // seeds per side it stands on, as its looks count them (claims.h)
+  // What the evidence cost: every run its tests' sides selected, in any state (a failed or
+  // cancelled seed cost as much as a finished one), with their attempts' spending. A run read by
+  // several claims counts in each; an evaluation counts its own job, not the training before it.
+  int64_t runs = 0;
+  store::Spending spending;
+};
+
+// What one part of the study cost: every run of its sweep (docs/study.md "What it cost").
+struct PartCost {
+  std::string part;  // "stage1", "stage2", …; parts that share a sweep are named together
+  std::string sweep;
+  int64_t runs = 0;
+  store::Spending spending;
 };
 
 struct Report {
@@ -245,6 +273,10 @@ struct Report {
   std::vector<std::string> spanning_runs;
   std::vector<ClaimLine> claims;  // in the claims file's order
   std::vector<Section> sections;
+  // What the study's sweeps cost, one row per sweep that has runs (in the parts' order), and the
+  // prices the figures are given at (none: energy and hours only).
+  std::vector<PartCost> costs;
+  store::EnergyPrices prices;
 };
 
 // A claim's look in its sequential design in words ("look 2: 6 of 12 seeds (t = 0.50); α spent

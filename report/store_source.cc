@@ -1,5 +1,6 @@
 // StudySource over an open RunStore: runs with their latest metric values, and series.
 
+#include "absl/time/clock.h"
 #include "common/status.h"
 #include "common/strings.h"
 #include "report/report.h"
@@ -10,13 +11,18 @@ namespace {
 
 class StoreStudySource : public StudySource {
  public:
-  explicit StoreStudySource(store::RunStore& store) : store_(store) {}
+  StoreStudySource(store::RunStore& store, store::EnergyPrices prices)
+      : store_(store), prices_(std::move(prices)) {}
 
   absl::StatusOr<std::vector<StudyRun>> Runs(const std::string& sweep) override {
     store::RunFilter filter;
     filter.sweeps = {sweep};
     CART_ASSIGN_OR_RETURN(std::vector<store::RunRecord> records, store_.ListRuns(filter));
     std::vector<StudyRun> out;
+    if (records.empty()) return out;
+    using SpendingById = std::map<int64_t, store::Spending>;
+    CART_ASSIGN_OR_RETURN(SpendingById spending,
+                          store_.RunSpending(sweep, absl::ToUnixMicros(absl::Now())));
     out.reserve(records.size());
     for (store::RunRecord& r : records) {
       StudyRun run;
@@ -30,6 +36,7 @@ class StoreStudySource : public StudySource {
       run.kind = r.kind;
       run.params = std::move(r.params);
       run.device_classes = std::move(r.device_classes);
+      if (auto it = spending.find(run.id); it != spending.end()) run.spending = it->second;
       CART_ASSIGN_OR_RETURN(std::vector<store::MetricSummary> summaries,
                             store_.RunSummaries(run.id));
       for (const store::MetricSummary& s : summaries) {
@@ -66,6 +73,8 @@ class StoreStudySource : public StudySource {
     return out;
   }
 
+  absl::StatusOr<store::EnergyPrices> Prices() override { return prices_; }
+
   absl::StatusOr<std::vector<ClaimLook>> Looks() override {
     CART_ASSIGN_OR_RETURN(std::vector<store::PlanRecord> plans, store_.ListPlans());
     std::vector<ClaimLook> out;
@@ -79,12 +88,13 @@ class StoreStudySource : public StudySource {
 
  private:
   store::RunStore& store_;
+  store::EnergyPrices prices_;
 };
 
 }  // namespace
 
-std::unique_ptr<StudySource> StoreSource(store::RunStore& store) {
-  return std::make_unique<StoreStudySource>(store);
+std::unique_ptr<StudySource> StoreSource(store::RunStore& store, store::EnergyPrices prices) {
+  return std::make_unique<StoreStudySource>(store, std::move(prices));
 }
 
 }  // namespace cart::report

@@ -115,10 +115,28 @@ std::string LooksMarkdown(const Report& r) {
 
 std::string ClaimsCsv(const Report& r) {
   Table t;
-  t.columns = {
-      "id",         "verdict",        "claim",   "evidence",          "section",      "published",
-      "confounded", "device_classes", "look",    "look_seeds",        "seeds_target", "alpha_spent",
-      "boundary_z", "boundary_p",     "crossed", "conditional_power", "futile"};
+  t.columns = {"id",
+               "verdict",
+               "claim",
+               "evidence",
+               "section",
+               "published",
+               "confounded",
+               "device_classes",
+               "look",
+               "look_seeds",
+               "seeds_target",
+               "alpha_spent",
+               "boundary_z",
+               "boundary_p",
+               "crossed",
+               "conditional_power",
+               "futile",
+               "runs",
+               "attempts",
+               "device_hours",
+               "measured_attempts",
+               "energy_kwh"};
   auto num = [](double v) { return std::isnan(v) ? std::string() : fmt::format("{:.6g}", v); };
   for (const ClaimLine& c : r.claims) {
     const SequentialStatus& s = c.sequential;
@@ -136,8 +154,13 @@ std::string ClaimsCsv(const Report& r) {
                   StrCat(s.seeds_target), num(s.alpha_spent), num(s.boundary), num(s.nominal),
                   s.crossed ? "yes" : "no", num(s.conditional_power), s.futile ? "yes" : ""});
     } else {
-      row.resize(t.columns.size());
+      row.resize(t.columns.size() - 5);
     }
+    // What the evidence cost (ClaimLine::runs); energy empty when no attempt was measured.
+    row.insert(row.end(), {StrCat(c.runs), StrCat(c.spending.attempts),
+                           num(c.spending.device_hours), StrCat(c.spending.measured_attempts),
+                           c.spending.measured_attempts > 0 ? num(c.spending.energy_j / 3.6e6)
+                                                            : std::string()});
     t.rows.push_back(std::move(row));
   }
   return Csv(t);

@@ -36,11 +36,19 @@ constexpr char kSelectSummaries[] =
 constexpr char kSelectMaxWorkerMemory[] = "SELECT max(memory_bytes) FROM workers";
 constexpr char kSelectWorkers[] =
     "SELECT id, device, memory_bytes, registered_us, last_seen_us FROM workers ORDER BY id";
+// What attempts used, added up by the first column (Spending; ?1: now, for running attempts).
+#define CART_SPENDING_COLUMNS                                                                  \
+  "count(*), count(a.energy_j), coalesce(sum(a.energy_j), 0), "                                \
+  "coalesce(sum(max(0, coalesce(a.ended_us, ?1) - coalesce(a.started_us, a.leased_us))), 0), " \
+  "coalesce(group_concat(DISTINCT a.energy_source), '') "
 constexpr char kSelectSweepSpending[] =
-    "SELECT r.sweep_id, count(*), count(a.energy_j), coalesce(sum(a.energy_j), 0), "
-    "coalesce(sum(max(0, coalesce(a.ended_us, ?1) - coalesce(a.started_us, a.leased_us))), 0), "
-    "coalesce(group_concat(DISTINCT a.energy_source), '') "
+    "SELECT r.sweep_id, " CART_SPENDING_COLUMNS
     "FROM attempts AS a JOIN runs AS r ON r.id = a.run_id GROUP BY r.sweep_id ORDER BY r.sweep_id";
+constexpr char kSelectRunSpending[] =
+    "SELECT a.run_id, " CART_SPENDING_COLUMNS
+    "FROM attempts AS a JOIN runs AS r ON r.id = a.run_id WHERE r.sweep_id = ?2 "
+    "GROUP BY a.run_id ORDER BY a.run_id";
+#undef CART_SPENDING_COLUMNS
 constexpr char kIntegrityCheck[] = "PRAGMA integrity_check";
 constexpr char kForeignKeyCheck[] = "PRAGMA foreign_key_check";
 
@@ -211,24 +219,45 @@ absl::StatusOr<std::optional<SweepProvenance>> RunStore::GetSweepProvenance(
   });
 }
 
+namespace {
+
+// The rows of kSelectSweepSpending or kSelectRunSpending, by their first column.
+template <typename Statement>
+absl::StatusOr<std::map<int64_t, Spending>> ReadSpending(Statement& select) {
+  std::map<int64_t, Spending> out;
+  CART_RETURN_IF_ERROR(select.ForEachRow([&](const auto& cur) {
+    Spending& s = out[cur.ColumnInt64(0)];
+    s.attempts = cur.ColumnInt64(1);
+    s.measured_attempts = cur.ColumnInt64(2);
+    s.energy_j = cur.ColumnDouble(3);
+    s.device_hours = static_cast<double>(cur.ColumnInt64(4)) / 3.6e9;
+    for (const std::string& source : Split(cur.ColumnText(5), ',')) {
+      if (!source.empty()) s.sources.push_back(source);
+    }
+    std::sort(s.sources.begin(), s.sources.end());
+  }));
+  return out;
+}
+
+}  // namespace
+
 absl::StatusOr<std::map<int64_t, Spending>> RunStore::SweepSpending(int64_t now_us) {
   using Out = std::map<int64_t, Spending>;
   return ReadSnapshot<Out>(*readers_, [&](Database& db) -> absl::StatusOr<Out> {
     CART_ASSIGN_OR_RETURN(auto select, db.Cached(kSelectSweepSpending));
     select->BindAll(now_us);
-    Out out;
-    CART_RETURN_IF_ERROR(select->ForEachRow([&](const auto& cur) {
-      Spending& s = out[cur.ColumnInt64(0)];
-      s.attempts = cur.ColumnInt64(1);
-      s.measured_attempts = cur.ColumnInt64(2);
-      s.energy_j = cur.ColumnDouble(3);
-      s.device_hours = static_cast<double>(cur.ColumnInt64(4)) / 3.6e9;
-      for (const std::string& source : Split(cur.ColumnText(5), ',')) {
-        if (!source.empty()) s.sources.push_back(source);
-      }
-      std::sort(s.sources.begin(), s.sources.end());
-    }));
-    return out;
+    return ReadSpending(*select);
+  });
+}
+
+absl::StatusOr<std::map<int64_t, Spending>> RunStore::RunSpending(const std::string& sweep,
+                                                                  int64_t now_us) {
+  using Out = std::map<int64_t, Spending>;
+  return ReadSnapshot<Out>(*readers_, [&](Database& db) -> absl::StatusOr<Out> {
+    CART_ASSIGN_OR_RETURN(SweepRecord record, internal::LoadSweepByName(db, sweep));
+    CART_ASSIGN_OR_RETURN(auto select, db.Cached(kSelectRunSpending));
+    select->BindAll(now_us, record.id);
+    return ReadSpending(*select);
   });
 }
 

@@ -359,6 +359,9 @@ class RunStore {
   // What each sweep's attempts used (Spending), by sweep id; attempts still running count up to
   // `now_us`. One query, whatever the number of runs.
   absl::StatusOr<std::map<int64_t, Spending>> SweepSpending(int64_t now_us);
+  // The same for each run of one sweep, by run id (runs with no attempt are absent); NotFound
+  // names a sweep that does not exist.
+  absl::StatusOr<std::map<int64_t, Spending>> RunSpending(const std::string& sweep, int64_t now_us);
   // What device-hour budgets are kept from (docs/operations.md "Budgets"): every sweep's owner,
   // budget and spent device-hours (running attempts up to `now_us`), deleted sweeps' hours by
   // owner, and the user budgets an admin set.

@@ -18,6 +18,7 @@
 #include "common/status.h"
 #include "common/strings.h"
 #include "config/config.h"
+#include "report/report.h"
 #include "server/auth.h"
 #include "server/caller_slots.h"
 #include "server/http/budget_api.h"
@@ -27,8 +28,8 @@
 #include "server/http/study_view.h"
 #include "server/run_cursor.h"
 #include "server/scheduler.h"
-#include "server/spending.h"
 #include "store/results.h"
+#include "store/spending.h"
 
 namespace cart::server::http {
 namespace {
@@ -137,23 +138,6 @@ absl::StatusOr<std::map<std::string, std::string>> ParamFilter(const Request& re
         StrCat(out.size(), " param.KEY filters; at most ", kMaxParamFilters, " per request"));
   }
   return out;
-}
-
-// What attempts used (server/spending.h): kWh of the measured ones, cost and CO2 where cartd has
-// a price and a carbon intensity, device-hours, and the same in one line.
-json SpendingJson(const store::Spending& s, const EnergyPrices& prices) {
-  const SpendingFigures f = FiguresOf(s, prices);
-  return json{
-      {"attempts", s.attempts},
-      {"measured_attempts", s.measured_attempts},
-      {"energy_kwh", s.measured_attempts > 0 ? json(f.kwh) : json(nullptr)},
-      {"sources", s.sources},
-      {"device_hours", s.device_hours},
-      {"cost", prices.per_kwh > 0 && s.measured_attempts > 0 ? json(f.cost) : json(nullptr)},
-      {"currency", prices.currency},
-      {"co2_grams",
-       prices.co2_grams_per_kwh > 0 && s.measured_attempts > 0 ? json(f.co2_grams) : json(nullptr)},
-      {"text", SpendingLine(s, prices)}};
 }
 
 // A runs page's sort: a known config key after "param:", a metric name of at most 128 printable
@@ -512,8 +496,27 @@ Response Dashboard::Static(const Request& request) {
   return r;
 }
 
+absl::StatusOr<std::vector<ClaimCost>> Dashboard::ClaimCosts() {
+  absl::MutexLock lock(&claims_mu_);
+  const absl::Time now = absl::Now();
+  if (now - claims_at_ < absl::Minutes(1)) return claim_costs_;
+  report::ReportOptions options;
+  options.plots = false;
+  std::unique_ptr<report::StudySource> source = report::StoreSource(scheduler_->store());
+  CART_ASSIGN_OR_RETURN(report::Report built, report::BuildReport(*source, options));
+  claim_costs_.clear();
+  for (const report::ClaimLine& c : built.claims) {
+    if (c.runs > 0)
+      claim_costs_.push_back({c.id, c.runs, c.spending});  // a claim with no runs yet has no series
+  }
+  claims_at_ = now;
+  return claim_costs_;
+}
+
 Response Dashboard::Metrics() {
-  absl::StatusOr<std::string> text = RenderPrometheus(*scheduler_, options_.storage);
+  absl::StatusOr<std::vector<ClaimCost>> claims = ClaimCosts();
+  if (!claims.ok()) return Error(claims.status());
+  absl::StatusOr<std::string> text = RenderPrometheus(*scheduler_, options_.storage, *claims);
   if (!text.ok()) return Error(text.status());
   Response r;
   r.content_type = "text/plain; version=0.0.4; charset=utf-8";
@@ -1145,7 +1148,7 @@ Response Dashboard::GetRun(int64_t id) {
   }
   out["attempts"] = tries;
   out["spending"] =
-      SpendingJson(SpendingOf(details->attempts, scheduler_->NowMicros()), options_.prices);
+      SpendingJson(store::SpendingOf(details->attempts, scheduler_->NowMicros()), options_.prices);
   return Json(out);
 }
 
@@ -1225,6 +1228,7 @@ Response Dashboard::Study(const Request& request) {
        {"stage1", "stage2", "baselines", "ablations", "faithfulness", "leak", "variable_r"}) {
     if (!request.Query(part).empty()) query.sweeps[part] = request.Query(part);
   }
+  query.prices = options_.prices;
   absl::StatusOr<json> out = StudyJson(scheduler_->store(), query);
   if (!out.ok()) return Error(out.status());
   return Json(*out);

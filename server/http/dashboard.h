@@ -34,7 +34,7 @@
 #include "absl/time/time.h"
 #include "server/http/http_server.h"
 #include "server/http/prometheus.h"
-#include "server/spending.h"
+#include "store/spending.h"
 
 namespace cart::store {
 struct SweepKeys;
@@ -83,8 +83,8 @@ struct DashboardOptions {
   absl::Duration live_min_interval = absl::Seconds(1);
   // The artifact store's room for /metrics (its quota and disk-floor alerts); empty: not shown.
   std::function<StorageFigures()> storage;
-  // What spending is priced at (server/spending.h): runs' and sweeps' cost and CO2.
-  EnergyPrices prices;
+  // What spending is priced at (store/spending.h): runs' and sweeps' cost and CO2.
+  store::EnergyPrices prices;
   // Subscriptions and the notification log (notify_api.h). Not owned; nullptr: not served.
   notify::Notifier* notifier = nullptr;
 };
@@ -142,6 +142,9 @@ class Dashboard {
   // The sweep's varying keys and metric names, cached for a few seconds: computing them reads
   // every run of the sweep.
   std::shared_ptr<const store::SweepKeys> Keys(const std::string& sweep, absl::Status* error);
+  // Each claim's cost for /metrics (cart_claim_*), as the report over the study's default sweeps
+  // counts it; recomputed at most once a minute (it reads every run of the study).
+  absl::StatusOr<std::vector<ClaimCost>> ClaimCosts();
 
   Scheduler* scheduler_;
   DashboardOptions options_;
@@ -154,6 +157,9 @@ class Dashboard {
   std::map<std::string, CachedKeys> keys_ ABSL_GUARDED_BY(mu_);
   absl::Mutex frames_mu_;  // held while a frame is computed
   std::map<std::string, std::shared_ptr<const SweepFrame>> frames_ ABSL_GUARDED_BY(frames_mu_);
+  absl::Mutex claims_mu_;  // held while the claims' costs are computed
+  absl::Time claims_at_ ABSL_GUARDED_BY(claims_mu_) = absl::InfinitePast();
+  std::vector<ClaimCost> claim_costs_ ABSL_GUARDED_BY(claims_mu_);
 };
 
 }  // namespace cart::server::http

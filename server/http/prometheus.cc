@@ -166,10 +166,52 @@ absl::Status RenderTrouble(prometheus::Registry& registry, Scheduler& scheduler,
   return absl::OkStatus();
 }
 
+// The four spending series of a sweep or a claim (cart_<what>_energy_joules, …), one label;
+// `whose` names the attempts counted, for the help texts.
+class SpendingGauges {
+ public:
+  SpendingGauges(prometheus::Registry& registry, const std::string& what, const std::string& whose)
+      : label_(what),
+        energy_(BuildGauge()
+                    .Name(StrCat("cart_", what, "_energy_joules"))
+                    .Help(StrCat("Energy used by ", whose,
+                                 ", from the workers' device counters (NVML, RAPL); "
+                                 "attempts not measured add nothing"))
+                    .Register(registry)),
+        measured_(BuildGauge()
+                      .Name(StrCat("cart_", what, "_energy_measured_attempts"))
+                      .Help(StrCat("How many of ", whose, " had their energy measured"))
+                      .Register(registry)),
+        attempts_(BuildGauge()
+                      .Name(StrCat("cart_", what, "_attempts"))
+                      .Help(StrCat("Count of ", whose, " so far"))
+                      .Register(registry)),
+        hours_(BuildGauge()
+                   .Name(StrCat("cart_", what, "_device_hours"))
+                   .Help(StrCat("Device-hours ", whose, " held their workers"))
+                   .Register(registry)) {}
+
+  void Set(const std::string& name, const store::Spending& s) {
+    const prometheus::Labels labels = {{label_, name}};
+    energy_.Add(labels).Set(s.energy_j);
+    measured_.Add(labels).Set(static_cast<double>(s.measured_attempts));
+    attempts_.Add(labels).Set(static_cast<double>(s.attempts));
+    hours_.Add(labels).Set(s.device_hours);
+  }
+
+ private:
+  std::string label_;
+  prometheus::Family<prometheus::Gauge>& energy_;
+  prometheus::Family<prometheus::Gauge>& measured_;
+  prometheus::Family<prometheus::Gauge>& attempts_;
+  prometheus::Family<prometheus::Gauge>& hours_;
+};
+
 }  // namespace
 
 absl::StatusOr<std::string> RenderPrometheus(Scheduler& scheduler,
-                                             const std::function<StorageFigures()>& storage) {
+                                             const std::function<StorageFigures()>& storage,
+                                             const std::vector<ClaimCost>& claims) {
   using prometheus::BuildHistogram;
   CART_ASSIGN_OR_RETURN(store::StoreTotals totals, scheduler.Totals());
   const SchedulerStats::Snapshot stats = scheduler.stats().Read();
@@ -387,33 +429,16 @@ absl::StatusOr<std::string> RenderPrometheus(Scheduler& scheduler,
   CART_ASSIGN_OR_RETURN(auto spending, scheduler.SweepSpending());
   if (!spending.empty()) {
     CART_ASSIGN_OR_RETURN(std::vector<store::SweepRecord> sweeps, scheduler.ListSweeps());
-    auto& energy = BuildGauge()
-                       .Name("cart_sweep_energy_joules")
-                       .Help(
-                           "Energy a sweep's attempts used, from the workers' device counters "
-                           "(NVML, RAPL); attempts not measured add nothing")
-                       .Register(registry);
-    auto& measured = BuildGauge()
-                         .Name("cart_sweep_energy_measured_attempts")
-                         .Help("Attempts of a sweep whose energy was measured")
-                         .Register(registry);
-    auto& attempts = BuildGauge()
-                         .Name("cart_sweep_attempts")
-                         .Help("Attempts of a sweep's runs so far")
-                         .Register(registry);
-    auto& hours = BuildGauge()
-                      .Name("cart_sweep_device_hours")
-                      .Help("Device-hours a sweep's attempts held their workers")
-                      .Register(registry);
+    SpendingGauges gauges(registry, "sweep", "the attempts of a sweep's runs");
     for (const store::SweepRecord& sweep : sweeps) {
       auto it = spending.find(sweep.id);
-      if (it == spending.end()) continue;
-      const prometheus::Labels labels = {{"sweep", sweep.name}};
-      energy.Add(labels).Set(it->second.energy_j);
-      measured.Add(labels).Set(static_cast<double>(it->second.measured_attempts));
-      attempts.Add(labels).Set(static_cast<double>(it->second.attempts));
-      hours.Add(labels).Set(it->second.device_hours);
+      if (it != spending.end()) gauges.Set(sweep.name, it->second);
     }
+  }
+  // What each claim's evidence cost: the runs its tests read, as `cart report` counts them.
+  if (!claims.empty()) {
+    SpendingGauges gauges(registry, "claim", "the attempts of the runs a claim's tests read");
+    for (const ClaimCost& c : claims) gauges.Set(c.claim, c.spending);
   }
   std::ostringstream out;
   prometheus::TextSerializer().Serialize(out, registry.Collect());

@@ -8,8 +8,10 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
+#include "store/spending.h"
 
 namespace cart::server {
 class Scheduler;
@@ -29,8 +31,18 @@ struct StorageFigures {
   int64_t free_disk_bytes = -1;  // -1: unknown
 };
 
-// `storage`: the artifact store's figures (none: those series are left out).
+// What one claim's evidence cost, as the report counts it (report::ClaimLine::runs): the
+// cart_claim_* series.
+struct ClaimCost {
+  std::string claim;
+  int64_t runs = 0;
+  store::Spending spending;
+};
+
+// `storage`: the artifact store's figures (none: those series are left out); `claims`: each
+// claim's cost (none: those series are left out).
 absl::StatusOr<std::string> RenderPrometheus(Scheduler& scheduler,
-                                             const std::function<StorageFigures()>& storage = {});
+                                             const std::function<StorageFigures()>& storage = {},
+                                             const std::vector<ClaimCost>& claims = {});
 
 }  // namespace cart::server::http

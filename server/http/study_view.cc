@@ -36,13 +36,28 @@ json LookJson(const report::SequentialStatus& s) {
 
 }  // namespace
 
+json SpendingJson(const store::Spending& s, const store::EnergyPrices& prices) {
+  const store::SpendingFigures f = store::FiguresOf(s, prices);
+  return json{
+      {"attempts", s.attempts},
+      {"measured_attempts", s.measured_attempts},
+      {"energy_kwh", s.measured_attempts > 0 ? json(f.kwh) : json(nullptr)},
+      {"sources", s.sources},
+      {"device_hours", s.device_hours},
+      {"cost", prices.per_kwh > 0 && s.measured_attempts > 0 ? json(f.cost) : json(nullptr)},
+      {"currency", prices.currency},
+      {"co2_grams",
+       prices.co2_grams_per_kwh > 0 && s.measured_attempts > 0 ? json(f.co2_grams) : json(nullptr)},
+      {"text", store::SpendingLine(s, prices)}};
+}
+
 absl::StatusOr<json> StudyJson(store::RunStore& store, const StudyQuery& query) {
   report::ReportOptions options;
   options.plots = false;
   for (const auto& [part, sweep] : query.sweeps) {
     CART_RETURN_IF_ERROR(report::SetStudyPart(options.sweeps, part, sweep));
   }
-  std::unique_ptr<report::StudySource> source = report::StoreSource(store);
+  std::unique_ptr<report::StudySource> source = report::StoreSource(store, query.prices);
   CART_ASSIGN_OR_RETURN(report::Report built, report::BuildReport(*source, options));
   report::PlanOptions plan_options;
   plan_options.power = query.power;
@@ -57,7 +72,17 @@ absl::StatusOr<json> StudyJson(store::RunStore& store, const StudyQuery& query) 
                       {"verdict", c.verdict},
                       {"evidence", c.evidence},
                       {"confounded", c.confounded},
-                      {"look", LookJson(c.sequential)}});
+                      {"look", LookJson(c.sequential)},
+                      {"runs", c.runs},
+                      {"spending", SpendingJson(c.spending, built.prices)}});
+  }
+  // What each sweep of the study cost (Report::costs), the claims' runs counted once each there.
+  json costs = json::array();
+  for (const report::PartCost& p : built.costs) {
+    costs.push_back({{"part", p.part},
+                     {"sweep", p.sweep},
+                     {"runs", p.runs},
+                     {"spending", SpendingJson(p.spending, built.prices)}});
   }
   const json planned = report::PlansJson(plans);
   CART_ASSIGN_OR_RETURN(std::vector<store::PlanRecord> records, store.ListPlans());
@@ -81,11 +106,8 @@ absl::StatusOr<json> StudyJson(store::RunStore& store, const StudyQuery& query) 
                        {"claims", looks},
                        {"runs", r.run_ids.size()}});
   }
-  return json{{"power", query.power},
-              {"alpha", query.alpha},
-              {"claims", claims},
-              {"plans", planned},
-              {"applied", applied}};
+  return json{{"power", query.power}, {"alpha", query.alpha}, {"claims", claims},
+              {"costs", costs},       {"plans", planned},     {"applied", applied}};
 }
 
 }  // namespace cart::server

@@ -485,8 +485,8 @@ v1::BudgetView ToProto(const BudgetLine& budget) {
   return out;
 }
 
-v1::SpendingView ToProto(const store::Spending& spending, const EnergyPrices& prices) {
-  const SpendingFigures f = FiguresOf(spending, prices);
+v1::SpendingView ToProto(const store::Spending& spending, const store::EnergyPrices& prices) {
+  const store::SpendingFigures f = store::FiguresOf(spending, prices);
   v1::SpendingView view;
   view.set_attempts(spending.attempts);
   view.set_measured_attempts(spending.measured_attempts);
@@ -496,7 +496,7 @@ v1::SpendingView ToProto(const store::Spending& spending, const EnergyPrices& pr
   view.set_cost(f.cost);
   view.set_currency(prices.currency);
   view.set_co2_grams(f.co2_grams);
-  view.set_text(SpendingLine(spending, prices));
+  view.set_text(store::SpendingLine(spending, prices));
   return view;
 }
 

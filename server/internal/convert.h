@@ -16,7 +16,7 @@
 #include "cart/v1/scheduler.pb.h"
 #include "cart/v1/worker.pb.h"
 #include "server/scheduler.h"
-#include "server/spending.h"
+#include "store/spending.h"
 #include "store/types.h"
 
 namespace cart::server::internal {
@@ -39,7 +39,7 @@ v1::RunState ToProto(store::RunState state);
 // A subscription as its owner sees it: a webhook URL redacted past its host (it carries a secret).
 v1::SubscriptionView ToProto(const store::Subscription& sub);
 v1::NotificationView ToProto(const store::NotificationRecord& n);
-v1::SpendingView ToProto(const store::Spending& spending, const EnergyPrices& prices);
+v1::SpendingView ToProto(const store::Spending& spending, const store::EnergyPrices& prices);
 v1::BudgetView ToProto(const BudgetLine& budget);
 v1::JobKind ToProto(JobKind kind);
 v1::EvalItems ToProto(const store::EvalItems& items);

@@ -155,6 +155,9 @@ grpc::Status SchedulerServiceImpl::ListSweeps(grpc::ServerContext* context,
     }
     *response->add_sweeps() = std::move(view);
   }
+  response->mutable_prices()->set_per_kwh(ctx_.prices.per_kwh);
+  response->mutable_prices()->set_currency(ctx_.prices.currency);
+  response->mutable_prices()->set_co2_grams_per_kwh(ctx_.prices.co2_grams_per_kwh);
   return grpc::Status::OK;
 }
 
@@ -344,7 +347,7 @@ grpc::Status SchedulerServiceImpl::GetRun(grpc::ServerContext* context,
   }
   for (const store::AttemptRecord& a : details->attempts) *response->add_attempts() = ToProto(a);
   *response->mutable_spending() =
-      ToProto(SpendingOf(details->attempts, ctx_.scheduler->NowMicros()), ctx_.prices);
+      ToProto(store::SpendingOf(details->attempts, ctx_.scheduler->NowMicros()), ctx_.prices);
   return grpc::Status::OK;
 }
 

@@ -22,7 +22,7 @@
 #include "server/notify/notifier.h"
 #include "server/scheduler.h"
 #include "server/send_watch.h"
-#include "server/spending.h"
+#include "store/spending.h"
 
 namespace cart::server::internal {
 
@@ -40,7 +40,7 @@ struct ServiceContext {
   int min_worker_protocol = 1;           // older workers are refused at registration
   size_t max_answer_bytes = 8 << 20;     // of run views in one answer (ServerConfig)
   notify::Notifier* notifier = nullptr;  // NotifyService
-  EnergyPrices prices;                   // what spending views are priced at
+  store::EnergyPrices prices;            // what spending views are priced at
 };
 
 // Sends the artifact `sha256` in 1 MiB chunks, the first carrying its hash and size (GetArtifact,

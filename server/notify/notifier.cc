@@ -436,14 +436,8 @@ absl::Status Notifier::CheckVerdicts(const std::vector<store::Subscription>& sub
   CART_ASSIGN_OR_RETURN(report::Report built, report::BuildReport(*source, options));
   CART_ASSIGN_OR_RETURN(std::vector<report::ClaimSpec> specs, report::DefaultClaims());
   // The sweeps a claim reads: its part's and its tests' sides'.
-  const std::map<std::string, std::string> sweep_of = {
-      {"stage1", options.sweeps.stage1},
-      {"stage2", options.sweeps.stage2},
-      {"baselines", options.sweeps.baselines},
-      {"ablations", options.sweeps.ablations},
-      {"faithfulness", options.sweeps.faithfulness},
-      {"leak", options.sweeps.leak},
-      {"variable_r", options.sweeps.variable_r}};
+  std::map<std::string, std::string> sweep_of;
+  for (const auto& [part, sweep] : report::StudyParts(options.sweeps)) sweep_of[part] = *sweep;
   CART_ASSIGN_OR_RETURN(std::vector<store::SweepRecord> sweeps, store_->ListSweeps());
   for (const report::ClaimLine& claim : built.claims) {
     const std::string name = StrCat("verdict/claim/", claim.id);

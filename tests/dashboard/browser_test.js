@@ -391,6 +391,24 @@ const {Cluster, args, waitFor, tinySweep} = require('./lib');
       if (!shown.startsWith(cl.verdict)) verdictsMatch = false;
     }
     check(verdictsMatch, 'each claim shows the verdict the API computed');
+    // What each claim's evidence cost: the stage 2 claims read the grid's runs, which trained
+    // here (device-hours from their attempts; this machine's kernel gives no energy counter).
+    const rhoBand = study.claims.find((cl) => cl.id === 'rho_band');
+    const tabsCost = study.costs.find((p) => p.sweep === 'tabs');
+    check(
+        rhoBand && rhoBand.runs > 0 && rhoBand.spending.attempts >= rhoBand.runs &&
+            rhoBand.spending.device_hours > 0 && tabsCost && tabsCost.runs >= rhoBand.runs &&
+            tabsCost.spending.device_hours >= rhoBand.spending.device_hours - 1e-12,
+        `a claim counts the runs its tests read and the sweep every run (${
+            JSON.stringify(rhoBand && rhoBand.spending)}; ${JSON.stringify(tabsCost)})`);
+    check(
+        (await page.locator('#study-claim-rho_band td.spending').textContent())
+            .includes('device-h'),
+        'each claim shows what its evidence cost');
+    check(
+        (await page.locator('#study-costs tbody tr').count()) === study.costs.length &&
+            (await page.textContent('#study-costs')).includes('stage2 (tabs)'),
+        'the study\'s cost is listed per sweep');
     const unplanned = study.plans.filter((p) => !p.planned).length;
     check(
         (await page.locator('#study-unplanned li').count()) === unplanned && unplanned > 0,

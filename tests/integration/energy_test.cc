@@ -11,6 +11,7 @@
 
 #include "common/strings.h"
 #include "tests/integration/cluster.h"
+#include "tests/support/test_support.h"
 
 namespace cart::testing {
 namespace {
@@ -41,14 +42,14 @@ TEST(EnergyTest, ARunsEnergyIsReadFromRaplPricedAndShownAndAWorkerWithoutItSaysS
   });
   c.StartCartd("energy_price_per_kwh: 0.30\nenergy_currency: EUR\nco2_grams_per_kwh: 400\n");
   const std::string data = c.SynthData();
-  c.Cart(
-      {"sweep", "submit",
-       c.WriteFile("e.yaml", StrCat("name: e\nbase:\n", RunBase(data, 40, 20), "seeds: [1]\n"))});
+  c.Cart({"sweep", "submit",
+          c.WriteFile("e.yaml",
+                      StrCat("name: stage2\nbase:\n", RunBase(data, 40, 20), "seeds: [1]\n"))});
   setenv("CART_POWERCAP_DIR", powercap.c_str(), 1);
   const pid_t worker = c.StartWorker("w1");
   unsetenv("CART_POWERCAP_DIR");
   const bool done =
-      c.WaitFor([&] { return c.Runs("e")[0].state() == cart::v1::RUN_STATE_SUCCEEDED; },
+      c.WaitFor([&] { return c.Runs("stage2")[0].state() == cart::v1::RUN_STATE_SUCCEEDED; },
                 std::chrono::seconds(120));
   stop = true;
   meter.join();
@@ -56,7 +57,7 @@ TEST(EnergyTest, ARunsEnergyIsReadFromRaplPricedAndShownAndAWorkerWithoutItSaysS
   c.Signal(worker, SIGTERM);
   c.Wait(worker);
 
-  const cart::v1::GetRunResponse run = c.GetRun(c.Runs("e")[0].run_id());
+  const cart::v1::GetRunResponse run = c.GetRun(c.Runs("stage2")[0].run_id());
   ASSERT_EQ(run.attempts_size(), 1);
   const cart::v1::AttemptView& a = run.attempts(0);
   ASSERT_TRUE(a.energy_measured());
@@ -75,11 +76,24 @@ TEST(EnergyTest, ARunsEnergyIsReadFromRaplPricedAndShownAndAWorkerWithoutItSaysS
   EXPECT_THAT(shown, HasSubstr(" (1 of 1 attempts measured, rapl) · "));
   EXPECT_THAT(shown, HasSubstr(" EUR · "));
   EXPECT_THAT(shown, HasSubstr(" g CO2 · "));
-  EXPECT_THAT(c.Cart({"sweep", "show", "e"}), HasSubstr("spent: "));
+  EXPECT_THAT(c.Cart({"sweep", "show", "stage2"}), HasSubstr("spent: "));
   EXPECT_THAT(c.Cart({"sweep", "ls"}), HasSubstr("kWh"));
   const std::string metrics = c.Http("/metrics");
-  EXPECT_THAT(metrics, HasSubstr("cart_sweep_energy_joules{sweep=\"e\"}"));
-  EXPECT_THAT(metrics, HasSubstr("cart_sweep_energy_measured_attempts{sweep=\"e\"} 1"));
+  EXPECT_THAT(metrics, HasSubstr("cart_sweep_energy_joules{sweep=\"stage2\"}"));
+  EXPECT_THAT(metrics, HasSubstr("cart_sweep_energy_measured_attempts{sweep=\"stage2\"} 1"));
+  // Per claim: the stage 2 claims read this run (the study's default sweep names).
+  EXPECT_THAT(metrics, HasSubstr("cart_claim_energy_measured_attempts{claim=\"rho_band\"} 1"));
+  EXPECT_THAT(metrics, HasSubstr("cart_claim_device_hours{claim=\"rho_band\"} "));
+
+  // `cart report` over gRPC: what each claim and the sweep cost, priced at cartd's prices.
+  c.Cart({"report", "--no-plots", "--out", c.dir() + "/report"});
+  const std::string parts = ReadFile(c.dir() + "/report/tables/cost_parts.csv");
+  EXPECT_THAT(parts, HasSubstr("part (sweep),runs,attempts,device-hours,measured attempts,kWh,EUR,"
+                               "g CO2\nstage2 (stage2),1,1,"));
+  EXPECT_THAT(ReadFile(c.dir() + "/report/tables/cost_claims.csv"), HasSubstr("\nrho_band,1,1,"));
+  EXPECT_THAT(
+      ReadFile(c.dir() + "/report/report.md"),
+      HasSubstr("The whole study: " + spent.text().substr(0, spent.text().find(" · ")) + " · "));
 
   // A worker on a machine whose kernel exposes no RAPL: not measured, and its log says why.
   const std::string empty = c.dir() + "/no-powercap";

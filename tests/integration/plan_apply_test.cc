@@ -95,6 +95,8 @@ TEST(PlanApplyTest, ThePlannedSeedsAreQueuedWithTheirDerivedJobsAndDecideAtTheNe
     }
     ASSERT_TRUE(s->CreateSweep(MakeSweep("probe", evals), by).ok());
     FinishAllQueued(*s, Ppl);
+    // A sweep budget far below one new seed (docs/operations.md "Budgets").
+    ASSERT_TRUE(s->SetSweepBudget("ablations", 1e-9, by).ok());
   }
   c.StartCartd();
 
@@ -107,10 +109,16 @@ TEST(PlanApplyTest, ThePlannedSeedsAreQueuedWithTheirDerivedJobsAndDecideAtTheNe
   EXPECT_THAT(out, HasSubstr("--apply queues runs through cartd; drop --db"));
   EXPECT_EQ(c.Runs("ablations").size(), 6u);
 
-  // The plan, then applied.
+  // The plan, held by the sweep's budget until an admin raises it, then applied.
   out = c.Cart({"plan", "--json"});
   const size_t at = out.find("\"claim\": \"ablation_no_hyper\"");
   ASSERT_NE(at, std::string::npos) << out;
+  out = c.Cart({"plan", "--apply"});
+  EXPECT_THAT(out, HasSubstr("nothing to queue: every planned claim passes a budget"));
+  EXPECT_THAT(out, HasSubstr("left out: ablation_no_hyper (its seeds in sweep 'ablations' take "));
+  EXPECT_EQ(c.Runs("ablations").size(), 6u);
+  c.Cart({"budget", "set", "--sweep", "ablations", "--device-hours", "1000", "--token",
+          c.admin_token()});
   out = c.Cart({"plan", "--apply"});
   EXPECT_THAT(out, HasSubstr("plan 1 queued: "));
   EXPECT_THAT(out, HasSubstr("for ablation_no_hyper"));

@@ -19,6 +19,7 @@ using ::cart::store::AttemptOutcome;
 using ::cart::store::MetricPoint;
 using ::cart::store::RunRecord;
 using ::cart::store::testing::FinishAllQueued;
+using ::cart::store::testing::kT0;
 using ::cart::store::testing::MakeRun;
 using ::cart::store::testing::MakeSweep;
 using ::cart::store::testing::OpenStore;
@@ -309,6 +310,114 @@ TEST(MeanCurveTest, ADivergedSeedMakesTheMeanAndTheBandNaNAtItsSteps) {
     EXPECT_TRUE(std::isnan(s.low[i])) << "step " << i;
     EXPECT_TRUE(std::isnan(s.high[i])) << "step " << i;
   }
+}
+
+// What the study cost (docs/study.md "What it cost"): a claim counts every run its tests' sides
+// selected, each sweep every run once, energy only where a counter measured it, priced at the
+// report's prices or else the source's.
+TEST(CostTest, AClaimCountsTheRunsItsTestsReadAndEachSweepCountsEveryRunOnce) {
+  TempDir dir;
+  std::unique_ptr<store::RunStore> store = OpenStore(dir.File("cart.db"));
+  ASSERT_NE(store, nullptr);
+  std::vector<store::NewRun> stage2;
+  for (const auto& [r, seed] :
+       std::vector<std::pair<int, int>>{{2, 1}, {2, 2}, {4, 1}, {4, 2}, {8, 1}}) {
+    stage2.push_back(MakeRun(StrCat(stage2.size()), {{"R", StrCat(r)}, {"seed", StrCat(seed)}}));
+  }
+  ASSERT_TRUE(store->CreateSweep(MakeSweep("stage2", stage2), store::Audit{1, "t", "t"}).ok());
+  ASSERT_TRUE(
+      store->CreateSweep(MakeSweep("leak", {MakeRun("0", {{"R", "2"}})}), store::Audit{1, "t", "t"})
+          .ok());
+  // Each stage 2 run trains R / 2 hours and its worker's counter reads 1 kWh; the leak run trains
+  // 3 hours on a worker that measures nothing.
+  const int64_t hour = int64_t{3600} * 1'000'000;
+  CART_ASSERT_OK(store->RegisterWorker("w", "test", 80 * store::testing::kGiB, kT0));
+  for (int i = 0; i < 6; ++i) {
+    auto claim = store->ClaimNextRun("w", 80 * store::testing::kGiB, kT0);
+    ASSERT_TRUE(claim.ok() && claim->has_value());
+    const RunRecord& run = (*claim)->run;
+    CART_ASSERT_OK(store->MarkRunning(run.id, 1, kT0));
+    const int64_t r = IntParam(run, "R");
+    const bool leak = run.sweep_name == "leak";
+    CART_ASSERT_OK(store->AppendMetrics(
+        run.id, 1, PointsAt(10, {{"rho_max", 0.8 + 0.01 * r + 0.001 * IntParam(run, "seed")}})));
+    if (!leak) CART_ASSERT_OK(store->RecordEnergy(run.id, 1, 3.6e6, "rapl"));
+    CART_ASSERT_OK(store->RecordAttemptOutcome(
+        run.id, 1, AttemptOutcome::kSucceeded,
+        store::testing::By("worker:w", kT0 + (leak ? 3 : r / 2) * hour)));
+  }
+  const std::string claims = dir.File("claims.yaml");
+  {
+    std::ofstream f(claims);
+    f << "rho_by_r:\n  claim: \"ρ grows with R\"\n  section: \"s\"\n  published: \"p\"\n"
+         "  part: stage2\n  tests:\n    - kind: compare\n      label: \"ρ\"\n"
+         "      metric: rho_max\n      a: {match: {R: 2}}\n      b: {match: {R: 4}}\n"
+         "      direction: less\n";
+  }
+  store::EnergyPrices cartds;
+  cartds.per_kwh = 0.25;
+  std::unique_ptr<StudySource> source = StoreSource(*store, cartds);
+  ReportOptions options;
+  options.out_dir = dir.File("report");
+  options.plots = false;
+  options.claims_file = claims;
+  {
+    // Without prices of its own the report takes the source's (cartd's).
+    CART_ASSERT_OK_AND_ASSIGN(Report report, BuildReport(*source, options));
+    EXPECT_DOUBLE_EQ(report.prices.per_kwh, 0.25);
+  }
+  options.prices.emplace();
+  options.prices->per_kwh = 0.5;
+  options.prices->co2_grams_per_kwh = 400;
+  CART_ASSERT_OK_AND_ASSIGN(Report report, BuildReport(*source, options));
+  ASSERT_EQ(report.claims.size(), 1u);
+  // The claim read R = 2 and R = 4 (four runs: 1 + 1 + 2 + 2 hours, 4 kWh), not R = 8.
+  const ClaimLine& claim = report.claims[0];
+  EXPECT_EQ(claim.runs, 4);
+  EXPECT_EQ(claim.spending.attempts, 4);
+  EXPECT_EQ(claim.spending.measured_attempts, 4);
+  EXPECT_DOUBLE_EQ(claim.spending.device_hours, 6);
+  EXPECT_DOUBLE_EQ(claim.spending.energy_j, 4 * 3.6e6);
+  ASSERT_EQ(report.costs.size(), 2u);
+  EXPECT_EQ(report.costs[0].sweep, "stage2");
+  EXPECT_EQ(report.costs[0].runs, 5);
+  EXPECT_DOUBLE_EQ(report.costs[0].spending.device_hours, 10);
+  EXPECT_EQ(report.costs[1].part, "leak");
+  EXPECT_EQ(report.costs[1].spending.measured_attempts, 0);
+
+  const Table* by_claim = nullptr;
+  const Table* by_part = nullptr;
+  for (const Section& s : report.sections) {
+    for (const Table& t : s.tables) {
+      if (t.id == "cost_claims") by_claim = &t;
+      if (t.id == "cost_parts") by_part = &t;
+    }
+  }
+  ASSERT_NE(by_claim, nullptr);
+  ASSERT_NE(by_part, nullptr);
+  EXPECT_EQ(by_claim->columns,
+            (std::vector<std::string>{"claim", "runs", "attempts", "device-hours",
+                                      "measured attempts", "kWh", "EUR", "g CO2"}));
+  EXPECT_EQ(
+      by_claim->rows,
+      (std::vector<std::vector<std::string>>{{"rho_by_r", "4", "4", "6", "4", "4", "2", "1600"}}));
+  EXPECT_EQ(by_part->rows, (std::vector<std::vector<std::string>>{
+                               {"stage2 (stage2)", "5", "5", "10", "5", "5", "2.5", "2000"},
+                               {"leak (leak)", "1", "1", "3", "0", "—", "—", "—"},
+                               {"all", "6", "6", "13", "5", "5", "2.5", "2000"}}));
+
+  CART_ASSERT_OK(WriteReport(report, options));
+  const std::string md = ReadFile(dir.File("report/report.md"));
+  EXPECT_THAT(md, HasSubstr("## What the study cost"));
+  EXPECT_THAT(md, HasSubstr("The whole study: 5.000 kWh (5 of 6 attempts measured, rapl) · "
+                            "2.50 EUR · 2000 g CO2 · 13.00 device-hours."));
+  const std::string csv = ReadFile(dir.File("report/claims.csv"));
+  EXPECT_THAT(csv, HasSubstr(",runs,attempts,device_hours,measured_attempts,energy_kwh\n"));
+  EXPECT_THAT(csv, HasSubstr(",4,4,6,4,4\n"));
+  EXPECT_EQ(ReadFile(dir.File("report/tables/cost_parts.csv")),
+            "part (sweep),runs,attempts,device-hours,measured attempts,kWh,EUR,g CO2\n"
+            "stage2 (stage2),5,5,10,5,5,2.5,2000\nleak (leak),1,1,3,0,—,—,—\n"
+            "all,6,6,13,5,5,2.5,2000\n");
 }
 
 TEST(PaperFiguresTest, EveryPublishedFigureNamesItsSection) {

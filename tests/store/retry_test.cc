@@ -151,5 +151,50 @@ TEST(StoreEnergyTest, EachAttemptKeepsItsLargestReadingAndTheSweepAddsUpTheMeasu
   EXPECT_EQ(s.sources, std::vector<std::string>{"nvml"});
 }
 
+// Each run of one sweep on its own (RunStore::RunSpending, what `cart report` adds up per claim):
+// a run's attempts only, another sweep's runs apart, a run never claimed absent.
+TEST(StoreEnergyTest, RunSpendingGivesEachRunOfOneSweepItsOwnAttempts) {
+  TempDir dir;
+  std::unique_ptr<RunStore> store = OpenStore(dir.File("cart.db"));
+  ASSERT_NE(store, nullptr);
+  CART_ASSERT_OK(store->RegisterWorker("w", "RTX 3090", 24 * kGiB, kT0));
+  const int64_t hour = int64_t{3600} * 1'000'000;
+  auto b = store->CreateSweep(MakeSweep("b", {MakeRun("0", {}, kGiB)}), By("user:a", kT0));
+  auto a = store->CreateSweep(
+      MakeSweep("a", {MakeRun("0", {}, kGiB), MakeRun("1", {}, kGiB), MakeRun("2", {}, kGiB)}),
+      By("user:a", kT0));
+  ASSERT_TRUE(a.ok() && b.ok());
+  // a/0: one hour measured at 2 kWh by RAPL; a/1: two hours, not measured; b/0: 5 hours, NVML.
+  // a/2 is never claimed.
+  auto run_for = [&](int64_t id, int64_t hours, std::optional<double> joules, const char* source) {
+    auto claim = store->ClaimNextRun("w", 24 * kGiB, kT0);
+    ASSERT_TRUE(claim.ok() && claim->has_value());
+    ASSERT_EQ((*claim)->run.id, id);
+    CART_ASSERT_OK(store->MarkRunning(id, 1, kT0));
+    if (joules) CART_ASSERT_OK(store->RecordEnergy(id, 1, *joules, source));
+    CART_ASSERT_OK(store->RecordAttemptOutcome(id, 1, AttemptOutcome::kSucceeded,
+                                               By("worker:w", kT0 + hours * hour)));
+  };
+  run_for(b->run_ids[0], 5, 1.8e7, "nvml");  // claimed in id order: b's first
+  run_for(a->run_ids[0], 1, 7.2e6, "rapl");
+  run_for(a->run_ids[1], 2, std::nullopt, "");
+
+  auto spending = store->RunSpending("a", kT0 + 10 * hour);
+  ASSERT_TRUE(spending.ok()) << spending.status();
+  ASSERT_EQ(spending->size(), 2u);  // a/2 never ran; b's run is another sweep's
+  const Spending& first = spending->at(a->run_ids[0]);
+  EXPECT_EQ(first.attempts, 1);
+  EXPECT_EQ(first.measured_attempts, 1);
+  EXPECT_DOUBLE_EQ(first.energy_j, 7.2e6);
+  EXPECT_DOUBLE_EQ(first.device_hours, 1);
+  EXPECT_EQ(first.sources, std::vector<std::string>{"rapl"});
+  const Spending& second = spending->at(a->run_ids[1]);
+  EXPECT_EQ(second.measured_attempts, 0);
+  EXPECT_DOUBLE_EQ(second.device_hours, 2);
+  EXPECT_TRUE(second.sources.empty());
+  EXPECT_THAT(store->RunSpending("nope", kT0).status(),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("nope")));
+}
+
 }  // namespace
 }  // namespace cart::store

@@ -2,11 +2,14 @@
 // decides them, each sequential claim's look, the seeds `cart plan` would add to decide the
 // claims that cannot tell (cheapest decision first), and the plans already applied, from
 // GET /api/v1/study (docs/dashboard.md "The study and its plan"). Read-only: `cart plan --apply`
-// queues a plan.
+// queues a plan. Each claim shows what its evidence cost (the runs its tests read, in any state),
+// and each sweep of the study what it cost.
 import {api} from '../api.js';
 import {h} from '../dom.js';
 import {fmtTime} from '../format.js';
 import {emptyRow, table} from '../table.js';
+
+import {spendingCell} from './sweeps.js';
 
 const td = (text, attrs) => h('td', Object.assign({text}, attrs || {}));
 const PARTS = ['stage1', 'stage2', 'baselines', 'ablations', 'faithfulness', 'leak', 'variable_r'];
@@ -19,7 +22,15 @@ function claimRow(c) {
       h('td', {}, h('span', {class: 'state ' + CHIP[c.verdict], text: c.verdict}),
         c.confounded ? h('span', {class: 'state FAILED', text: 'confounded'}) : null),
       td(c.evidence, {class: 'evidence'}),
-      td(c.look ? c.look.text : 'fixed design', {class: c.look ? 'look' : 'muted'}));
+      td(c.look ? c.look.text : 'fixed design', {class: c.look ? 'look' : 'muted'}),
+      td(String(c.runs), {class: 'num'}),
+      c.runs ? spendingCell(c.spending) : td('-', {class: 'muted num'}));
+}
+
+function costRow(p) {
+  return h(
+      'tr', {}, td(`${p.part} (${p.sweep})`), td(String(p.runs), {class: 'num'}),
+      spendingCell(p.spending), td(p.spending.text, {class: 'muted'}));
 }
 
 function planRows(plans) {
@@ -55,16 +66,24 @@ export async function viewStudy(main, scope) {
   const planned = planRows(study.plans);
   const unplanned = study.plans.filter((p) => !p.planned);
   main.append(
-      h('h1', {text: 'The study'}),
-      h('p', {
+      h('h1', {text: 'The study'}), h('p', {
         class: 'muted',
         text: 'Each claim of the paper decided from the finished runs, as `cart report` decides ' +
             'it; a claim seeds were planned for is decided at its look, spending its level ' +
             'by the boundary.'
       }),
       table(
-          ['claim (paper)', 'verdict', 'evidence', 'look'], study.claims.map(claimRow),
-          {id: 'study-claims'}),
+          ['claim (paper)', 'verdict', 'evidence', 'look', 'runs', 'cost'],
+          study.claims.map(claimRow), {id: 'study-claims'}),
+      h('h2', {text: 'What the study cost'}), h('p', {
+        class: 'muted',
+        text: 'Energy where the workers\' device counters measured it (NVML, RAPL), never ' +
+            'estimated; device-hours from the attempts\' times. A run read by several claims ' +
+            'counts in each; here every run of a sweep counts once.'
+      }),
+      table(
+          ['part (sweep)', 'runs', 'cost', 'in full'], study.costs.map(costRow),
+          {id: 'study-costs'}),
       h('h2', {
         text: `Seeds to decide what cannot tell (power ${study.power}, alpha ${study.alpha}), ` +
             'cheapest first'

@@ -1,15 +1,15 @@
-#include "server/spending.h"
+#include "store/spending.h"
 
 #include <algorithm>
 #include <cmath>
 
 #include "common/strings.h"
 
-namespace cart::server {
+namespace cart::store {
 
-store::Spending SpendingOf(const std::vector<store::AttemptRecord>& attempts, int64_t now_us) {
-  store::Spending s;
-  for (const store::AttemptRecord& a : attempts) {
+Spending SpendingOf(const std::vector<AttemptRecord>& attempts, int64_t now_us) {
+  Spending s;
+  for (const AttemptRecord& a : attempts) {
     ++s.attempts;
     const int64_t from = a.started_us.value_or(a.leased_us);
     s.device_hours +=
@@ -26,7 +26,20 @@ store::Spending SpendingOf(const std::vector<store::AttemptRecord>& attempts, in
   return s;
 }
 
-SpendingFigures FiguresOf(const store::Spending& spending, const EnergyPrices& prices) {
+void Add(Spending& into, const Spending& more) {
+  into.attempts += more.attempts;
+  into.measured_attempts += more.measured_attempts;
+  into.energy_j += more.energy_j;
+  into.device_hours += more.device_hours;
+  for (const std::string& source : more.sources) {
+    if (std::find(into.sources.begin(), into.sources.end(), source) == into.sources.end()) {
+      into.sources.push_back(source);
+    }
+  }
+  std::sort(into.sources.begin(), into.sources.end());
+}
+
+SpendingFigures FiguresOf(const Spending& spending, const EnergyPrices& prices) {
   SpendingFigures f;
   f.kwh = spending.energy_j / 3.6e6;
   f.cost = f.kwh * prices.per_kwh;
@@ -40,7 +53,7 @@ std::string EnergyText(double joules) {
   return StrCat(Fixed(joules, 0), " J");
 }
 
-std::string SpendingLine(const store::Spending& spending, const EnergyPrices& prices) {
+std::string SpendingLine(const Spending& spending, const EnergyPrices& prices) {
   // Small figures keep two significant digits rather than rounding to zero.
   auto figure = [](double v, int decimals) {
     while (decimals < 6 && v > 0 && v < std::pow(10.0, 1 - decimals)) ++decimals;
@@ -57,4 +70,4 @@ std::string SpendingLine(const store::Spending& spending, const EnergyPrices& pr
   return StrCat(line, " · ", hours);
 }
 
-}  // namespace cart::server
+}  // namespace cart::store
