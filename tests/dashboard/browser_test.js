@@ -77,7 +77,8 @@ const {Cluster, args, waitFor, tinySweep} = require('./lib');
     await page.click('#token-save');
     await waitFor(
         'the sweeps table', () => page.locator('a[href="#/sweep/browser"]').count(), 10000);
-    // The running sweep shows when cartd's plan expects it to finish ("in 7m 43s (…)").
+    // The running sweep shows when cartd's plan expects it to finish ("in 7m 43s", the moment
+    // in its tooltip), and its table fits the page's card at 1400 px.
     const finish = await page.locator('tbody tr td:nth-child(6)').first().textContent();
     check(/^in \d/.test(finish), `the sweeps page shows an expected finish ("${finish}")`);
     // Its device-hour budget: what is left of the 50 while its run spends and holds some.
@@ -85,6 +86,13 @@ const {Cluster, args, waitFor, tinySweep} = require('./lib');
     check(
         /^\d+\.\d \/ 50\.0 h$/.test(left) && parseFloat(left) > 0,
         `the sweeps page shows the budget left ("${left}")`);
+    const fits = await page.evaluate(() => {
+      const card = document.querySelector('main .card');
+      const table = card.querySelector('table');
+      return table.getBoundingClientRect().right <= card.getBoundingClientRect().right + 0.5 &&
+          document.documentElement.scrollWidth <= window.innerWidth;
+    });
+    check(fits, 'the sweeps table fits its card and the page needs no sideways scroll');
     await shot('sweeps');
 
     await open('#/sweep/browser');
