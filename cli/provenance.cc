@@ -102,9 +102,7 @@ cart::v1::SweepProvenance SweepFileProvenance(const std::string& path, const std
   if (diff.size() > store::kMaxProvenanceDiffBytes) {
     add("git.diff",
         StrCat("cut to its first ", store::kMaxProvenanceDiffBytes, " of ", diff.size(), " bytes"));
-    size_t end = store::kMaxProvenanceDiffBytes;
-    while (end > 0 && (static_cast<unsigned char>(diff[end]) & 0xC0) == 0x80) --end;
-    diff.resize(end);  // on a character's first byte
+    diff.resize(Utf8Boundary(diff, store::kMaxProvenanceDiffBytes));  // on a character boundary
   }
   out.set_git_diff(diff);
   return out;

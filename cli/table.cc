@@ -40,13 +40,6 @@ bool HasSpread(const cart::v1::Table& table) {
   return false;
 }
 
-std::string CsvEscape(const std::string& s) {
-  if (s.find_first_of(",\"\n") == std::string::npos) return s;
-  std::string out = "\"";
-  for (char c : s) out += c == '"' ? std::string("\"\"") : std::string(1, c);
-  return out + "\"";
-}
-
 }  // namespace
 
 void Table::Print(std::ostream& out) const {
@@ -72,7 +65,7 @@ void Table::Print(std::ostream& out) const {
 void PrintResultTable(const cart::v1::Table& table, const std::string& format, std::ostream& out) {
   if (format == "csv") {
     for (size_t i = 0; i < static_cast<size_t>(table.columns_size()); ++i) {
-      out << (i ? "," : "") << CsvEscape(table.columns(i));
+      out << (i ? "," : "") << CsvField(table.columns(i));
     }
     out << "\n";
     for (const auto& row : table.rows()) {
@@ -80,7 +73,7 @@ void PrintResultTable(const cart::v1::Table& table, const std::string& format, s
         const auto& c = row.cells(i);
         out << (i ? "," : "")
             << (c.n() > 0 && c.text().empty() ? fmt::format("{:.6g}", c.mean())
-                                              : CsvEscape(c.text()));
+                                              : CsvField(c.text()));
       }
       out << "\n";
     }

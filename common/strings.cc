@@ -79,6 +79,28 @@ std::string Sci(double value) {
   return text;
 }
 
+std::optional<HostPort> SplitHostPort(std::string_view address) {
+  const size_t colon = address.rfind(':');
+  if (colon == std::string_view::npos) return std::nullopt;
+  HostPort out;
+  out.host = std::string(address.substr(0, colon));
+  if (out.host.size() >= 2 && out.host.front() == '[' && out.host.back() == ']') {
+    out.host = out.host.substr(1, out.host.size() - 2);
+  }
+  out.port = ParseInt64(address.substr(colon + 1));
+  return out;
+}
+
+std::string CsvField(std::string_view text) {
+  if (text.find_first_of(",\"\n\r") == std::string_view::npos) return std::string(text);
+  std::string out = "\"";
+  for (char c : text) {
+    if (c == '"') out += '"';
+    out += c;
+  }
+  return out + "\"";
+}
+
 namespace {
 
 // Bytes of the well-formed UTF-8 sequence starting at text[i]; 0 when there is none.

@@ -64,6 +64,18 @@ std::string Fixed(double value, int decimals);
 // `value` in scientific notation with two decimals ("3.00e-04"), as learning rates are written.
 std::string Sci(double value);
 
+// "host:port" or "[v6]:port" split at its last colon, the brackets dropped; nullopt without a
+// colon. `port` is the text after it as a whole number (nullopt when it is not one).
+struct HostPort {
+  std::string host;
+  std::optional<int64_t> port;
+};
+std::optional<HostPort> SplitHostPort(std::string_view address);
+
+// One CSV field as RFC 4180 writes it: quoted, with its quotes doubled, when it holds a comma, a
+// quote, or a line break (\n or \r); as it is otherwise.
+std::string CsvField(std::string_view text);
+
 // `bytes` random bytes from std::random_device as 2 * `bytes` lowercase hex digits (tokens,
 // request ids, store ids).
 std::string RandomHex(size_t bytes);

@@ -25,16 +25,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string CsvField(const std::string& v) {
-  if (v.find_first_of(",\"\n") == std::string::npos) return v;
-  std::string out = "\"";
-  for (char c : v) {
-    if (c == '"') out += '"';
-    out += c;
-  }
-  return out + "\"";
-}
-
 std::string Csv(const Table& t) {
   std::string out;
   auto line = [&](const std::vector<std::string>& cells) {

@@ -56,8 +56,8 @@ namespace cart::server {
 
 struct SchedulerOptions {
   // A lease lapses this long after the claim or the last heartbeat. Must equal the store's
-  // StoreOptions::lease_ttl_us (RunServer sets both). Default 60 s; > 0.
-  absl::Duration lease_ttl = absl::Seconds(60);
+  // StoreOptions::lease_ttl_us (RunServer sets both from cartd's config). > 0.
+  absl::Duration lease_ttl = absl::Microseconds(store::kDefaultLeaseTtlUs);
   // How often workers should heartbeat; zero: lease_ttl / 4.
   absl::Duration heartbeat_interval = absl::ZeroDuration();
   // The longest an Acquire long poll waits; longer requests are capped. Default 30 s.

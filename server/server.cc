@@ -30,19 +30,14 @@ namespace {
 
 // The host part of "host:port" / "[v6]:port"; nullopt when there is no ":port".
 std::optional<std::string> HostOf(std::string_view listen) {
-  const size_t colon = listen.rfind(':');
-  if (colon == std::string_view::npos) return std::nullopt;
-  std::string host(listen.substr(0, colon));
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
-  }
-  return host;
+  std::optional<HostPort> split = SplitHostPort(listen);
+  if (!split) return std::nullopt;
+  return split->host;
 }
 
 std::optional<int64_t> PortOf(std::string_view listen) {
-  const size_t colon = listen.rfind(':');
-  if (colon == std::string_view::npos) return std::nullopt;
-  return ParseInt64(listen.substr(colon + 1));
+  std::optional<HostPort> split = SplitHostPort(listen);
+  return split ? split->port : std::nullopt;
 }
 
 // The host a client on this machine dials for a listen address: a wildcard becomes 127.0.0.1, an

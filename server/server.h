@@ -22,6 +22,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "store/types.h"
 
 namespace grpc {
 class Server;
@@ -59,8 +60,9 @@ struct ServerConfig {
   // PEM certificate chain and private key; both or neither. Empty: plaintext.
   std::string tls_cert_file;
   std::string tls_key_file;
-  // A lease lapses this long after the claim or the last heartbeat. Default 60 s; >= 1 s.
-  absl::Duration lease_ttl = absl::Seconds(60);
+  // A lease lapses this long after the claim or the last heartbeat (store::kDefaultLeaseTtlUs
+  // unless set); >= 1 s.
+  absl::Duration lease_ttl = absl::Microseconds(store::kDefaultLeaseTtlUs);
   // Allows a non-loopback address without TLS and tokens.
   bool insecure = false;
   // Largest artifact accepted, bytes. Default 64 GiB.

@@ -48,8 +48,8 @@ class ReaderPool;
 struct StoreOptions {
   // The SQLite file; created with the latest schema when missing, migrated when older.
   std::string path;
-  // How long a lease lasts after a claim or heartbeat, microseconds. Default 60 s.
-  int64_t lease_ttl_us = 60'000'000;
+  // How long a lease lasts after a claim or heartbeat, microseconds.
+  int64_t lease_ttl_us = kDefaultLeaseTtlUs;
   // fsync every commit (power-loss safe) instead of relying on the OS (process-crash safe).
   bool synchronous_full = false;
   // How long to wait for a lock held by another process (an admin backup), milliseconds.

@@ -69,6 +69,10 @@ struct Audit {
   EventCause cause = EventCause::kNone;
 };
 
+// How long a lease lasts after its claim or last heartbeat unless cartd's config says otherwise
+// (lease_ttl): the one default the store, the scheduler and cartd's config start from.
+inline constexpr int64_t kDefaultLeaseTtlUs = 60'000'000;
+
 // Tags and notes: what researchers write on runs and sweeps ("leak", "rerun-of-12", "why this
 // run diverged") to find and explain them later (RunStore::AnnotateRun, AnnotateSweep).
 //

@@ -836,17 +836,14 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpServerOp
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   impl->handler = std::move(handler);
-  const size_t colon = options.listen.rfind(':');
-  if (colon == std::string::npos) {
+  std::optional<HostPort> split = SplitHostPort(options.listen);
+  if (!split) {
     return absl::InvalidArgumentError(
         StrCat("HTTP address '", options.listen, "' is not host:port"));
   }
-  std::string host = options.listen.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
-  }
+  std::string host = split->host;
   if (host == "localhost") host = "127.0.0.1";
-  std::optional<int64_t> port = ParseInt64(options.listen.substr(colon + 1));
+  const std::optional<int64_t> port = split->port;
   if (!port || *port < 0 || *port > 65535) {
     return absl::InvalidArgumentError(
         StrCat("HTTP address '", options.listen, "': the port must be 0..65535"));

@@ -50,4 +50,30 @@ TEST(Utf8CutTest, CutsOnACharacterBoundaryAndMarksTheCut) {
 }
 
 }  // namespace
+TEST(CsvFieldTest, QuotesCommasQuotesAndBothLineBreaksOnly) {
+  EXPECT_EQ(CsvField("plain 1.5"), "plain 1.5");
+  EXPECT_EQ(CsvField("a,b"), "\"a,b\"");
+  EXPECT_EQ(CsvField("say \"hi\""), "\"say \"\"hi\"\"\"");
+  EXPECT_EQ(CsvField("two\nlines"), "\"two\nlines\"");
+  EXPECT_EQ(CsvField("windows\r\nline"), "\"windows\r\nline\"");  // a bare \r breaks a row too
+  EXPECT_EQ(CsvField(""), "");
+}
+
+TEST(SplitHostPortTest, SplitsAtTheLastColonAndDropsAnIpv6AddressesBrackets) {
+  std::optional<HostPort> v4 = SplitHostPort("127.0.0.1:50051");
+  ASSERT_TRUE(v4.has_value());
+  EXPECT_EQ(v4->host, "127.0.0.1");
+  EXPECT_EQ(v4->port, 50051);
+  std::optional<HostPort> v6 = SplitHostPort("[::1]:8080");
+  ASSERT_TRUE(v6.has_value());
+  EXPECT_EQ(v6->host, "::1");
+  EXPECT_EQ(v6->port, 8080);
+  std::optional<HostPort> any = SplitHostPort(":0");
+  ASSERT_TRUE(any.has_value());
+  EXPECT_EQ(any->host, "");
+  EXPECT_EQ(any->port, 0);
+  EXPECT_FALSE(SplitHostPort("localhost").has_value());
+  EXPECT_FALSE(SplitHostPort("host:http")->port.has_value());
+}
+
 }  // namespace cart
