@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Puts the claims table `cart report` generated (REPORT_DIR/claims.md) into README.md between the
-# lines `<!-- claims:begin -->` and `<!-- claims:end -->`, verbatim, so the README's table of
-# verdicts is the study's output and never written by hand.
+# Puts the claims table `cart report` generated (REPORT_DIR/claims.md) into docs/measurements.md
+# (its `make study` section) between the lines `<!-- claims:begin -->` and `<!-- claims:end -->`,
+# verbatim, so the table of verdicts is the study's output and never written by hand.
 #
 #   deploy/quote-claims.sh [REPORT_DIR]     REPORT_DIR defaults to var/study/report
 set -euo pipefail
@@ -11,13 +11,14 @@ if [ ! -s "$table" ]; then
   echo "quote-claims: $table is missing or empty: run make study (or cart report) first" >&2
   exit 1
 fi
-if ! grep -q '^<!-- claims:begin -->$' README.md || ! grep -q '^<!-- claims:end -->$' README.md; then
-  echo "quote-claims: README.md has no <!-- claims:begin --> / <!-- claims:end --> lines" >&2
+doc=docs/measurements.md
+if ! grep -q '^<!-- claims:begin -->$' "$doc" || ! grep -q '^<!-- claims:end -->$' "$doc"; then
+  echo "quote-claims: $doc has no <!-- claims:begin --> / <!-- claims:end --> lines" >&2
   exit 1
 fi
 awk -v table="$table" '
   /^<!-- claims:begin -->$/ { print; while ((getline line < table) > 0) print line; skip = 1; next }
   /^<!-- claims:end -->$/ { skip = 0 }
-  !skip { print }' README.md > README.md.tmp
-mv README.md.tmp README.md
-echo "quote-claims: README.md now quotes $table"
+  !skip { print }' "$doc" > "$doc.tmp"
+mv "$doc.tmp" "$doc"
+echo "quote-claims: $doc now quotes $table"

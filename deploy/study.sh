@@ -85,5 +85,5 @@ done
 echo "study: finished in $(( $(date +%s) - start )) s; report: $out/report/report.md (and .html)"
 echo "study: the machine: $(head -1 "$out/report/machine.txt") ($out/report/machine.txt)"
 echo "study: the claims and their verdicts ($out/report/claims.md; deploy/quote-claims.sh puts it"
-echo "study: into README.md):"
+echo "study: into docs/measurements.md):"
 cat "$out/report/claims.md"

@@ -5,7 +5,7 @@
 // where a look still cannot tell, it is planned again (up to three looks). The same configs and
 // seeds as a fixed design of five seeds per side are trained too (bit for bit the same runs on
 // one machine), and the test prints what each design cost in runs and worker-seconds and what
-// it decided. README.md quotes the figures.
+// it decided. docs/measurements.md quotes the figures.
 
 #include <signal.h>
 
