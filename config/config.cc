@@ -2,9 +2,11 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <array>
 #include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <functional>
 #include <set>
@@ -99,19 +101,17 @@ absl::Status ParseBool(std::string_view key, std::string_view text, bool& out) {
   return absl::OkStatus();
 }
 
+// The shortest text that reads back to the same double, as %g writes it ("0.0003", "3.05e+04"):
+// %g at the number of significant digits of the shortest round trip, which std::to_chars finds.
 std::string FormatDouble(double v) {
-  std::ostringstream os;
-  os.precision(17);
-  os << v;
-  // Shortest text that reads back to the same double.
-  for (int p = 1; p <= 17; ++p) {
-    std::ostringstream s;
-    s.precision(p);
-    s << v;
-    std::optional<double> back = cart::ParseDouble(s.str());
-    if (back && *back == v) return s.str();
-  }
-  return os.str();
+  char shortest[64];
+  const std::to_chars_result r =
+      std::to_chars(shortest, shortest + sizeof(shortest), v, std::chars_format::scientific);
+  int digits = 0;
+  for (const char* c = shortest; c < r.ptr && *c != 'e'; ++c) digits += *c >= '0' && *c <= '9';
+  char text[64];
+  std::snprintf(text, sizeof(text), "%.*g", std::max(digits, 1), v);
+  return text;
 }
 
 struct KeyDef {

@@ -12,6 +12,7 @@
 #include "common/strings.h"
 #include "report/claims.h"
 #include "report/internal/select.h"
+#include "report/stats.h"
 #include "store/results.h"
 
 namespace cart::report {
@@ -410,8 +411,7 @@ class Builder {
           "The best loop count changed between the stages at {} of {} widths.", changed, compared));
     }
     if (va.size() >= 2) {
-      const double rho = store::RankCorrelation(store::Ranks(va, store::Goal::kMin),
-                                                store::Ranks(vb, store::Goal::kMin));
+      const double rho = stats::Spearman(va, vb).r;
       s.findings.push_back(fmt::format(
           "Spearman rank correlation of the {} configs both stages ran: {:.3f} (1: the short "
           "budget ranks them as the long one does).",

@@ -150,6 +150,24 @@ TEST(ConfigTest, YamlRoundTripKeepsEveryKey) {
   EXPECT_EQ(back.data.val_data, c.data.val_data);
 }
 
+// A number is written as %g writes it at the fewest significant digits that read back to the
+// same double: the text configs stored before have.
+TEST(ConfigTest, NumbersAreWrittenAtTheirShortestRoundTripInPercentGStyle) {
+  const std::vector<std::pair<std::string, std::string>> written = {
+      {"0.0003", "0.0003"},
+      {"3e-5", "3e-05"},
+      {"30500", "3.05e+04"},
+      {"0.1", "0.1"},
+      {"1.5e-4", "0.00015"},
+      {"123456789012", "123456789012"},
+      {"0.30000000000000004", "0.30000000000000004"}};
+  for (const auto& [set, text] : written) {
+    RunConfig c;
+    CART_ASSERT_OK(SetKey(c, "lr", set));
+    EXPECT_EQ(GetKey(c, "lr").value(), text) << set;
+  }
+}
+
 TEST(ConfigTest, YamlScalarsAreWrittenAsYamlCppWroteThemAndReadBackUnchanged) {
   // The style yaml-cpp's emitter chose for each (configs stored before kept this text).
   const std::vector<std::pair<std::string, std::string>> styles = {{"cart", "cart"},
