@@ -79,6 +79,13 @@ std::string Sci(double value) {
   return text;
 }
 
+std::optional<bool> ParseBool(std::string_view text) {
+  const std::string t = ToLower(text);
+  if (t == "true" || t == "on" || t == "yes" || t == "1") return true;
+  if (t == "false" || t == "off" || t == "no" || t == "0") return false;
+  return std::nullopt;
+}
+
 std::optional<HostPort> SplitHostPort(std::string_view address) {
   const size_t colon = address.rfind(':');
   if (colon == std::string_view::npos) return std::nullopt;

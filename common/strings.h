@@ -64,6 +64,12 @@ std::string Fixed(double value, int decimals);
 // `value` in scientific notation with two decimals ("3.00e-04"), as learning rates are written.
 std::string Sci(double value);
 
+// A yes/no setting as every file CART Lab reads spells it (run configs, sweep files, cartd's
+// config, claims files): true/false, on/off, yes/no or 1/0, in any case (YAML 1.1 reads a bare
+// on/off as a boolean); nullopt otherwise. Errors name the spellings with kBoolSpellings.
+std::optional<bool> ParseBool(std::string_view text);
+inline constexpr char kBoolSpellings[] = "true, false (or on, off, yes, no)";
+
 // "host:port" or "[v6]:port" split at its last colon, the brackets dropped; nullopt without a
 // colon. `port` is the text after it as a whole number (nullopt when it is not one).
 struct HostPort {

@@ -1,3 +1,7 @@
+// Run configs (config/: what a run is, its sweep files and their expansion, the learning-rate
+// schedule and the parameter, FLOP and memory accounting; no LibTorch): keys, parsing, checks
+// and the YAML a run's config is written as.
+
 #include "config/config.h"
 
 #include <yaml-cpp/yaml.h>
@@ -87,17 +91,14 @@ absl::Status ParseDouble(std::string_view key, std::string_view text, double& ou
   return absl::OkStatus();
 }
 
-// Switches accept on/off, true/false, yes/no (YAML 1.1 turns bare on/off into booleans).
+// Switches accept what every file accepts (cart::ParseBool: on/off, true/false, yes/no).
 absl::Status ParseBool(std::string_view key, std::string_view text, bool& out) {
-  std::string t = ToLower(text);
-  if (t == "on" || t == "true" || t == "yes" || t == "1") {
-    out = true;
-  } else if (t == "off" || t == "false" || t == "no" || t == "0") {
-    out = false;
-  } else {
+  const std::optional<bool> v = cart::ParseBool(text);
+  if (!v) {
     return absl::InvalidArgumentError(
-        StrCat(key, ": '", text, "' is not one of on, off (or true, false)"));
+        StrCat(key, ": '", text, "' is not one of on, off (or true, false, yes, no)"));
   }
+  out = *v;
   return absl::OkStatus();
 }
 

@@ -36,11 +36,12 @@ absl::Status ParseDeviceClasses(std::string_view file, const YAML::Node& node, S
     const std::string key = kv.first.as<std::string>();
     const std::string value = Scalar(kv.second);
     if (key == "balance") {
-      if (value != "true" && value != "false") {
+      const std::optional<bool> balance = ParseBool(value);
+      if (!balance) {
         return At(file, kv.second,
-                  StrCat("device_classes.balance: '", value, "' is not one of true, false"));
+                  StrCat("device_classes.balance: '", value, "' is not one of ", kBoolSpellings));
       }
-      spec.balance_device_classes = value == "true";
+      spec.balance_device_classes = *balance;
     } else if (key == "resume") {
       if (value != "same" && value != "any") {
         return At(file, kv.second,

@@ -11,6 +11,7 @@
 
 #include "common/status.h"
 #include "common/strings.h"
+#include "common/yaml.h"
 #include "config/devices.h"
 #include "report/internal/select.h"
 #include "report/sequential.h"
@@ -46,13 +47,9 @@ class Parser {
   explicit Parser(const std::string& file) : file_(file) {}
 
   absl::StatusOr<std::vector<ClaimSpec>> Parse(const std::string& text) {
-    YAML::Node root;
-    try {
-      root = YAML::Load(text);
-    } catch (const YAML::Exception& e) {
-      return absl::InvalidArgumentError(
-          fmt::format("{}:{}: not valid YAML: {}", file_, e.mark.line + 1, e.msg));
-    }
+    // The loader every hand-written file goes through (common/yaml.h): syntax errors, bytes that
+    // are not UTF-8 and a claim or key given twice, each at its file and line.
+    CART_ASSIGN_OR_RETURN(YAML::Node root, LoadYaml(text, file_));
     if (!root.IsMap()) return Bad(root, "the file must map claim ids to claims");
     std::vector<ClaimSpec> claims;
     for (const auto& entry : root) {
@@ -226,10 +223,11 @@ class Parser {
     }
     if (n["every_run"]) {
       CART_ASSIGN_OR_RETURN(std::string e, Text(n["every_run"], "every_run"));
-      if (e != "true" && e != "false") {
-        return Bad(n["every_run"], "'every_run' must be true or false");
+      const std::optional<bool> every_run = ParseBool(e);
+      if (!every_run) {
+        return Bad(n["every_run"], StrCat("'every_run' must be one of ", kBoolSpellings));
       }
-      t.every_run = e == "true";
+      t.every_run = *every_run;
     }
     if (n["published_effect"]) {
       CART_ASSIGN_OR_RETURN(t.published_effect, Number(n["published_effect"], "published_effect"));

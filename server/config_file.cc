@@ -114,10 +114,9 @@ Key Bool(std::string_view name, bool ServerConfig::*field, std::string_view help
   return {name, help,
           [field](const Value& v, ServerConfig& c) -> absl::Status {
             CART_ASSIGN_OR_RETURN(std::string text, v.Scalar());
-            if (text != "true" && text != "false") {
-              return v.Error(StrCat("'", text, "' is not true or false"));
-            }
-            c.*field = text == "true";
+            const std::optional<bool> on = ParseBool(text);
+            if (!on) return v.Error(StrCat("'", text, "' is not one of ", kBoolSpellings));
+            c.*field = *on;
             return absl::OkStatus();
           },
           [field](const ServerConfig& c) -> std::string { return c.*field ? "true" : "false"; }};

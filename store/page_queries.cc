@@ -102,7 +102,7 @@ absl::StatusOr<RunPage> LoadRunPage(Database& db, const RunPageRequest& request)
     return absl::InvalidArgumentError(StrCat("offset (", request.offset, ") and limit (",
                                              request.limit, ") must not be negative"));
   }
-  const internal::FilterSql where = internal::BuildFilterSql(request.filter);
+  CART_ASSIGN_OR_RETURN(const internal::FilterSql where, internal::BuildFilterSql(request.filter));
   CART_ASSIGN_OR_RETURN(OrderSql order, BuildOrder(request));
   RunPage page;
   {

@@ -65,7 +65,7 @@ absl::StatusOr<std::vector<MetricRow>> FetchMetricRows(Database& db, const RunFi
   sql += kRowsFrom;
   sql += final ? kRowsWhereFinal : kRowsWhereLatest;
   for (size_t i = 0; i < keys.size(); ++i) sql += kRowsKeyPresent;
-  const internal::FilterSql where = internal::BuildFilterSql(filter);
+  CART_ASSIGN_OR_RETURN(const internal::FilterSql where, internal::BuildFilterSql(filter));
   sql += where.conditions;
   sql += kRowsOrder;
 

@@ -147,11 +147,7 @@ Response Dashboard::SweepRuns(const Request& request, const std::string& name) {
   absl::StatusOr<std::map<std::string, std::string>> params = ParamFilter(request);
   if (!params.ok()) return Error(params.status());
   page.filter.params = std::move(*params);
-  page.filter.tags = SplitList(request.Query("tag"));
-  if (page.filter.tags.size() > store::kMaxTags) {
-    return Error(absl::StatusCode::kInvalidArgument,
-                 StrCat("at most ", store::kMaxTags, " tags in a filter"));
-  }
+  page.filter.tags = SplitList(request.Query("tag"));  // the store limits how many
   page.metrics =
       request.query.count("metrics") ? SplitList(request.Query("metrics")) : kTableMetrics;
   if (page.metrics.size() > 32) {

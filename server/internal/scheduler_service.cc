@@ -305,10 +305,6 @@ grpc::Status SchedulerServiceImpl::ListRuns(grpc::ServerContext* context,
   if (request->limit() < 0 || request->offset() < 0) {
     return ToGrpc(absl::InvalidArgumentError("ListRuns: limit and offset must not be negative"));
   }
-  if (request->tags_size() > static_cast<int>(store::kMaxTags)) {
-    return ToGrpc(absl::InvalidArgumentError(StrCat(
-        "ListRuns: at most ", store::kMaxTags, " tags in a filter, not ", request->tags_size())));
-  }
   filter.tags.assign(request->tags().begin(), request->tags().end());
   int64_t total = 0;
   absl::StatusOr<std::vector<RunInfo>> runs =

@@ -367,7 +367,11 @@ std::string ParamsJson(const std::map<std::string, std::string>& params) {
   return out;
 }
 
-FilterSql BuildFilterSql(const RunFilter& filter) {
+absl::StatusOr<FilterSql> BuildFilterSql(const RunFilter& filter) {
+  if (filter.tags.size() > kMaxTags) {
+    return absl::InvalidArgumentError(
+        StrCat("at most ", kMaxTags, " tags in a filter, not ", filter.tags.size()));
+  }
   FilterSql out;
   auto placeholders = [](size_t n) {
     std::string text;
@@ -399,7 +403,7 @@ FilterSql BuildFilterSql(const RunFilter& filter) {
 }
 
 absl::StatusOr<std::vector<RunRecord>> LoadRuns(Database& db, const RunFilter& filter) {
-  const FilterSql where = BuildFilterSql(filter);
+  CART_ASSIGN_OR_RETURN(const FilterSql where, BuildFilterSql(filter));
   std::vector<RunRecord> runs;
   CART_ASSIGN_OR_RETURN(auto select,
                         db.Prepare(StrCat(kSelectRunsWhere, where.conditions, kOrderByRunId)));

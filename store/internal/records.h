@@ -88,11 +88,12 @@ std::string EnvironmentText(const std::vector<std::pair<std::string, std::string
 std::vector<std::pair<std::string, std::string>> ParseEnvironmentText(std::string_view text);
 
 // A RunFilter as SQL: a condition on the runs table aliased `r` (" AND ..." clauses, or empty)
-// and the text values to bind, in order, to its placeholders.
+// and the text values to bind, in order, to its placeholders. InvalidArgument for a filter on
+// more than kMaxTags tags (the one place that limit is kept for every front end).
 struct FilterSql {
   std::string conditions;
   std::vector<std::string> binds;
 };
-FilterSql BuildFilterSql(const RunFilter& filter);
+absl::StatusOr<FilterSql> BuildFilterSql(const RunFilter& filter);
 
 }  // namespace cart::store::internal

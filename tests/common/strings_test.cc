@@ -76,4 +76,14 @@ TEST(SplitHostPortTest, SplitsAtTheLastColonAndDropsAnIpv6AddressesBrackets) {
   EXPECT_FALSE(SplitHostPort("host:http")->port.has_value());
 }
 
+TEST(ParseBoolTest, EveryFileSpellsYesAndNoTheSameWays) {
+  for (const char* yes : {"true", "on", "yes", "1", "True", "ON"})
+    EXPECT_EQ(ParseBool(yes), true) << yes;
+  for (const char* no : {"false", "off", "no", "0", "FALSE", "Off"})
+    EXPECT_EQ(ParseBool(no), false) << no;
+  for (const char* neither : {"", "maybe", "2", "t", "truee"}) {
+    EXPECT_FALSE(ParseBool(neither).has_value()) << neither;
+  }
+}
+
 }  // namespace cart

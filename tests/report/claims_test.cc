@@ -835,7 +835,11 @@ TEST(ClaimsFileTest, ErrorsNameFileLineFieldAndAllowedValues) {
                            "      direction: less\n      against: d\n"
                            "      a: {match: {d: \"@median\"}}\n"),
               HasSubstr("claims.yaml:11: selector '@median' of 'd' (allowed: @min, @max, @best)"));
-  EXPECT_THAT(error("c: [unclosed\n"), HasSubstr("claims.yaml:2: not valid YAML"));
+  EXPECT_THAT(error("c: [unclosed\n"), HasSubstr("claims.yaml:2: YAML syntax error"));
+  // A claim given twice would silently keep one of the two.
+  EXPECT_THAT(error("c:\n  claim: x\n  section: s\n  part: stage2\n  tests: []\n"
+                    "c:\n  claim: y\n  section: s\n  part: stage2\n  tests: []\n"),
+              HasSubstr("claims.yaml:6: 'c' is given twice in one mapping (first at line 1)"));
 }
 
 // A faithfulness sweep without its reference arm takes the ablations' baseline of the same recipe

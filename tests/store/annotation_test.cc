@@ -130,6 +130,18 @@ TEST_F(AnnotationTest, TheTagFilterKeepsRunsCarryingEveryTagInListsPagesAndResul
   EXPECT_EQ(table.row_values, (std::vector<std::string>{"2"}));
   EXPECT_EQ(table.cells[0][0].n, 2);  // b and c, not a
   EXPECT_EQ(table.cells[0][0].mean, (ids_[1] + ids_[2]) / 2.0);
+  // More tags than a run can carry: the store refuses the filter, whichever front end asked.
+  std::vector<std::string> many;
+  for (size_t i = 0; i <= kMaxTags; ++i) many.push_back(StrCat("t", i));
+  filter.tags = many;
+  request.filter.tags = many;
+  pivot.filter.tags = many;
+  const auto too_many =
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               HasSubstr(StrCat("at most ", kMaxTags, " tags in a filter, not ", kMaxTags + 1)));
+  EXPECT_THAT(store_->ListRuns(filter).status(), too_many);
+  EXPECT_THAT(store_->ListRunPage(request).status(), too_many);
+  EXPECT_THAT(store_->Pivot(pivot).status(), too_many);
 }
 
 TEST_F(AnnotationTest, BadTagsNotesAndTooManyTagsAreRefusedNamingTheFaultAndChangeNothing) {
