@@ -1,3 +1,6 @@
+// Hugging Face interop (hf/: a run exported as a transformers model directory, and the
+// lm-evaluation-harness run on one): the export.
+
 #include "hf/export.h"
 
 #include <unistd.h>

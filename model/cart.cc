@@ -1,3 +1,6 @@
+// CART in LibTorch (model/: the model as docs/model.md specifies it, every switch of the
+// ablations, and the dense baseline beside it).
+
 #include "model/cart.h"
 
 #include <cmath>

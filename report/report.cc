@@ -1,3 +1,6 @@
+// `cart report` (report/: the paper's tables and claims decided from a results database):
+// each part's section and its tables; the claims are decided in claims.cc, written in write.cc.
+
 #include "report/report.h"
 
 #include <fmt/format.h>

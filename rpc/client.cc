@@ -1,3 +1,6 @@
+// The client side of cartd's gRPC API (rpc/: channels with the bearer token and TLS, the
+// client config file, checkpoints streamed both ways), shared by `cart`, workers and tests.
+
 #include "rpc/client.h"
 
 #include <sys/stat.h>

@@ -1,3 +1,7 @@
+// cartd, the scheduler daemon (server/: docs/architecture.md "Module map"): RunServer opens the
+// store, builds the Scheduler, the gRPC services and the dashboard port, and runs them until
+// shutdown. The folder's concepts each have a file of their own beside this one.
+
 #include "server/server.h"
 
 #include <arpa/inet.h>

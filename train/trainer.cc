@@ -1,3 +1,6 @@
+// The training loop (train/: everything a run does on its device, from the first batch to the
+// last checkpoint, with exact resume).
+
 #include "train/trainer.h"
 
 #include <ATen/record_function.h>

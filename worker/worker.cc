@@ -1,3 +1,6 @@
+// cart-worker (worker/): registers with cartd, leases one job at a time, runs it through the
+// attempt channel and says how each ended; job.cc trains or evaluates one attempt.
+
 #include "worker/worker.h"
 
 #include <unistd.h>
