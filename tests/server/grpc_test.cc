@@ -921,18 +921,30 @@ TEST_F(StreamLimitTest, UnreadDownloadsAreCutAtTheSendDeadlineAndNoCallerHoldsMo
     u->reader = u->stub->GetArtifact(&u->context, request);
     unread.push_back(std::move(u));
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // both started streaming
-  // A third download of the same token is refused, naming the bound.
+  // Once both are streaming (each holds its slot from its handler's start, which a loaded
+  // machine may delay), a third download of the same token is refused, naming the bound; one
+  // asked before that goes through whole, and the test asks again.
   std::string got;
-  grpc::Status third = worker->Get(sha, &got);
-  EXPECT_EQ(third.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << third.error_message();
-  EXPECT_THAT(third.error_message(), ::testing::HasSubstr("checkpoint downloads"));
-  // Past the send deadline the unread ones are cancelled and their slots come back: a download
-  // that reads goes through whole.
+  grpc::Status third;
   ASSERT_TRUE(::cart::testing::WaitUntil(
       [&] {
-        std::string again;
-        return worker->Get(sha, &again).ok() && again == data;
+        third = worker->Get(sha, &got);
+        return third.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED;
+      },
+      absl::Seconds(20)))
+      << third.error_message();
+  EXPECT_THAT(third.error_message(), ::testing::HasSubstr("checkpoint downloads"));
+  // Past the send deadline the unread ones are cancelled and both their slots come back: two
+  // downloads that read go through whole at once (one alone could pass while the other unread
+  // stream still held its slot, and draining that one below would then finish it).
+  ASSERT_TRUE(::cart::testing::WaitUntil(
+      [&] {
+        std::string first, second;
+        grpc::Status first_status;
+        std::thread beside([&] { first_status = worker->Get(sha, &first); });
+        const grpc::Status second_status = worker->Get(sha, &second);
+        beside.join();
+        return first_status.ok() && second_status.ok() && first == data && second == data;
       },
       absl::Seconds(20)));
   for (auto& u : unread) {
