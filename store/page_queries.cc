@@ -9,6 +9,7 @@
 #include "common/strings.h"
 #include "store/internal/records.h"
 #include "store/internal/sql.h"
+#include "store/internal/validate.h"
 #include "store/internal/writer.h"
 #include "store/run_store.h"
 
@@ -80,6 +81,11 @@ absl::StatusOr<OrderSql> BuildOrder(const RunPageRequest& request) {
                        dir, ", json_extract(r.params_json, ?)", dir, ", r.id", dir);
     out.binds = {path, path, path, path, path};
   } else if (sort.rfind("metric:", 0) == 0 && sort.size() > 7) {
+    if (!internal::IsMetricName(sort.substr(7))) {
+      return absl::InvalidArgumentError(
+          StrCat("sort metric:", ValidUtf8(sort.substr(7, 64)),
+                 ": not a metric name (1 to 128 letters, digits, '_', '.', '-', '/')"));
+    }
     out.joins =
         " LEFT JOIN run_summaries AS ms ON ms.run_id = r.id AND ms.name_id = "
         "(SELECT id FROM metric_names WHERE name = ?)";

@@ -420,4 +420,8 @@ absl::Status ValidateAnnotationChange(const AnnotationChange& change, const std:
   return absl::OkStatus();
 }
 
+bool IsMetricName(std::string_view name) {
+  return IsName(name, kMaxMetricName, /*allow_slash=*/true);
+}
+
 }  // namespace cart::store::internal

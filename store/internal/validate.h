@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -25,6 +26,8 @@ absl::Status ValidateEvalItems(int64_t run_id, const std::vector<EvalItems>& ite
 // (size >= 0, tokens >= -1) and text lengths. `what` names the run.
 absl::Status ValidateRunData(const std::vector<RunDataRecord>& files, const std::string& what);
 absl::Status ValidateWorkerId(const std::string& worker_id);
+// A metric's name as the store keeps one: 1..128 letters, digits, '_', '.', '-' and '/'.
+bool IsMetricName(std::string_view name);
 absl::Status ValidateMetricBatch(int64_t run_id, const std::vector<MetricPoint>& points,
                                  int64_t max_points);
 absl::Status ValidateCheckpoint(int64_t run_id, const NewCheckpoint& checkpoint);

@@ -125,6 +125,16 @@ TEST_F(PagesTest, SortsByMetricParamAndStateAndFilters) {
   request.sort = "colour";
   EXPECT_THAT(store_->ListRunPage(request),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("'colour' is not one of")));
+  // A metric's name by the rule the store keeps names by, whichever front end asked.
+  for (const std::string bad : {std::string("metric:has space"), "metric:" + std::string(129, 'm'),
+                                std::string("metric:a;b")}) {
+    request.sort = bad;
+    EXPECT_THAT(store_->ListRunPage(request),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(": not a metric name")))
+        << bad;
+  }
+  request.sort = "metric:val/wiki.ppl_2-x";
+  EXPECT_TRUE(store_->ListRunPage(request).ok());
   request.sort = "id";
   request.offset = -1;
   EXPECT_THAT(store_->ListRunPage(request),
