@@ -44,6 +44,7 @@
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "server/budgets.h"
+#include "server/defaults.h"
 #include "server/fleet.h"
 #include "server/placement.h"
 #include "server/stats.h"
@@ -61,7 +62,7 @@ struct SchedulerOptions {
   // How often workers should heartbeat; zero: lease_ttl / 4.
   absl::Duration heartbeat_interval = absl::ZeroDuration();
   // The longest an Acquire long poll waits; longer requests are capped. Default 30 s.
-  absl::Duration max_acquire_wait = absl::Seconds(30);
+  absl::Duration max_acquire_wait = defaults::kMaxAcquireWait;
   // Period of the background thread that expires leases (real time). Zero: no thread; the owner
   // calls ExpireLeases() (tests). Default 1 s.
   absl::Duration expiry_interval = absl::Seconds(1);
@@ -69,9 +70,9 @@ struct SchedulerOptions {
   absl::Duration startup_grace = absl::Seconds(-1);
   // The most runs one sweep may expand to, whatever its own max_runs says. Default 100,000 (the
   // store's limit).
-  int64_t max_runs_per_sweep = 100'000;
+  int64_t max_runs_per_sweep = defaults::kMaxRunsPerSweep;
   // The most bytes one sweep's runs may hold in configs and keys (SubmitLimits). Default 256 MiB.
-  int64_t max_sweep_bytes = int64_t{256} << 20;
+  int64_t max_sweep_bytes = defaults::kMaxSweepBytes;
   // Sweep submissions (and dry runs) expanded at once; more get RESOURCE_EXHAUSTED. Expanding a
   // big grid costs up to ~100 MB and a core for a second, so 32 careless parallel submits took
   // cartd to 3 GB; a few at a time keep it bounded and still serve a lab.
@@ -89,15 +90,15 @@ struct SchedulerOptions {
   Placement placement = Placement::kEarliestFinish;
   // The highest `priority:` a user (not an admin) may give a sweep; more is refused naming this.
   // Admins may set any, and re-prioritise a sweep later (SetSweepPriority). Default 10.
-  int64_t max_user_priority = 10;
+  int64_t max_user_priority = defaults::kMaxUserPriority;
   // Fair share: within a priority level, placement serves first the owner whose GPU-hours, each
   // weighed down by half every `fair_share_half_life` since it was used, are fewest (plus what the
   // plan already gives them). Zero: off (one queue, longest first). Default 24 h.
-  absl::Duration fair_share_half_life = absl::Hours(24);
+  absl::Duration fair_share_half_life = defaults::kFairShareHalfLife;
   // cartd's own disk (server/store_room.h): a directory on the database's filesystem (empty:
   // only failed writes tell) and the free space below which cartd takes no new change.
   std::string store_dir;
-  int64_t min_free_store_bytes = int64_t{64} << 20;
+  int64_t min_free_store_bytes = defaults::kMinFreeStoreBytes;
   // Preemption at a checkpoint (docs/design.md "Preemption"): when no worker is free and a queued
   // run would be served before a running one (a higher priority; or, with fair share on, the same
   // priority, an owner with less decayed usage, and the running run's owner holding at least two
@@ -105,12 +106,12 @@ struct SchedulerOptions {
   // a checkpoint written there; it is requeued DRAINED (no attempt counted) and resumes exactly.
   // Only training runs with a checkpoint are preempted, each at most once per `preempt_interval`.
   // Off by default (a single user's box); the lab config turns it on.
-  bool preemption = false;
-  absl::Duration preempt_interval = absl::Hours(1);
+  bool preemption = defaults::kPreemption;
+  absl::Duration preempt_interval = defaults::kPreemptInterval;
   // On a GPU worker with room, a run configured with accumulation gets a larger micro-batch and
   // less accumulation, the global batch kept (model::MicroBatchOnDevice): fewer, larger kernels.
   // On by default; the tests whose fake workers say "cuda" turn it off unless they test it.
-  bool raise_micro_batch = true;
+  bool raise_micro_batch = defaults::kRaiseMicroBatch;
   // Device-hour budgets (server/budgets.h; docs/operations.md "Budgets"): each user's unless an
   // admin set theirs (SetBudget), from `user_budgets` by name, else `user_budget_device_hours`
   // (0: none). Sweeps carry their own.

@@ -22,6 +22,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "server/defaults.h"
 #include "store/types.h"
 
 namespace grpc {
@@ -71,7 +72,7 @@ struct ServerConfig {
   int64_t min_free_artifact_bytes = int64_t{256} << 20;
   // Free space on data_dir's filesystem below which cartd takes no new change and hands out no
   // job until there is room (server/store_room.h; docs/design.md "cartd's disk fills").
-  int64_t min_free_store_bytes = int64_t{64} << 20;
+  int64_t min_free_store_bytes = defaults::kMinFreeStoreBytes;
   // The artifact store may hold at most this many bytes; uploads past it are refused. 0: no quota.
   int64_t max_artifact_store_bytes = 0;
   // Where checkpoints live: empty, under <data_dir>/artifacts, every byte through cartd; else a
@@ -120,17 +121,17 @@ struct ServerConfig {
   // commits, a submitted sweep included: PowerCutTest). docs/design.md "Storage".
   std::string store_sync = "full";
   // The highest sweep priority a user may set (admins: any). Default 10.
-  int64_t max_user_priority = 10;
+  int64_t max_user_priority = defaults::kMaxUserPriority;
   // Fair share's half-life (placement orders owners within a priority level by their decayed
   // GPU-hours); zero: off. Default 24 h; the config key is in hours.
-  absl::Duration fair_share_half_life = absl::Hours(24);
+  absl::Duration fair_share_half_life = defaults::kFairShareHalfLife;
   // Preemption at a checkpoint for waiting work of a higher priority or an owner under their
   // share (docs/design.md "Preemption"); each run at most once per preempt_interval (the config
   // key is in minutes). Off by default; deploy/systemd/cartd.yaml.example turns it on.
-  bool preemption = false;
-  absl::Duration preempt_interval = absl::Hours(1);
+  bool preemption = defaults::kPreemption;
+  absl::Duration preempt_interval = defaults::kPreemptInterval;
   // SchedulerOptions::raise_micro_batch.
-  bool raise_micro_batch = true;
+  bool raise_micro_batch = defaults::kRaiseMicroBatch;
   // Device-hour budgets per user (docs/operations.md "Budgets"): every user's unless named in
   // user_budgets (user -> device-hours); 0: none. An admin's `cart budget set --user` overrides
   // both.
@@ -144,14 +145,14 @@ struct ServerConfig {
   int http_max_connections = 4096;
   int http_max_connections_per_client = 256;
   // Longest AcquireJob long poll. Default 30 s.
-  absl::Duration max_acquire_wait = absl::Seconds(30);
+  absl::Duration max_acquire_wait = defaults::kMaxAcquireWait;
   // How long Shutdown() lets unary RPCs in flight finish before cancelling them. Default 5 s.
   absl::Duration shutdown_grace = absl::Seconds(5);
   // Most runs a sweep may expand to. Default 100,000.
-  int64_t max_runs_per_sweep = 100'000;
+  int64_t max_runs_per_sweep = defaults::kMaxRunsPerSweep;
   // Most bytes one sweep's runs may hold in configs and keys; a submit past it is refused naming
   // the run that passed it. Default 256 MiB.
-  int64_t max_sweep_bytes = int64_t{256} << 20;
+  int64_t max_sweep_bytes = defaults::kMaxSweepBytes;
   // Log lines stored per attempt of a run; later ones are dropped (one line says so). Default
   // 20,000 (at most 4 KiB each).
   int64_t max_log_lines_per_attempt = 20'000;
