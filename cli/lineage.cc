@@ -2,17 +2,14 @@
 
 #include "common/status.h"
 #include "data/identity.h"
+#include "proto/data_identity.h"
 
 namespace cart::cli {
 
 cart::v1::DataIdentity IdentityProto(const std::string& path, const data::FileIdentity& id) {
   cart::v1::DataIdentity d;
   d.set_path(path);
-  d.set_sha256(id.sha256);
-  d.set_size_bytes(id.size_bytes);
-  d.set_tokens(id.tokens);
-  d.set_tokenizer(id.tokenizer);
-  d.set_tokenizer_sha256(id.tokenizer_sha256);
+  data::SetIdentity(id, &d);
   return d;
 }
 

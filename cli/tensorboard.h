@@ -1,8 +1,9 @@
 #pragma once
 
 // TensorBoard event files, written without TensorFlow or TensorBoard code: TFRecord framing
-// (length, masked CRC-32C of the length, the record, masked CRC-32C of the record) around
-// tensorflow.Event protos encoded by hand, the first carrying file_version "brain.Event:2", the
+// (length, masked CRC-32C of the length, the record, masked CRC-32C of the record) around Event
+// messages (proto/tensorboard/event.proto, compiled by protoc), the first carrying file_version
+// "brain.Event:2", the
 // rest one Summary of scalars (simple_value) each. TensorBoard's scalars are 32-bit floats, as
 // every writer's (PyTorch's SummaryWriter, TensorFlow's): a value keeps float precision, its
 // step and wall time exactly. What `cart export-metrics --format tensorboard` writes

@@ -33,4 +33,22 @@ double StudentTQuantile(double p, double df) {
   return boost::math::quantile(StudentT(df), p);
 }
 
+SampleMean MeanOf(const std::vector<double>& x, double level) {
+  SampleMean m{static_cast<int64_t>(x.size()), kNaN, kNaN, kNaN, kNaN, kNaN};
+  if (x.empty()) return m;
+  double sum = 0;
+  for (double v : x) sum += v;
+  m.mean = sum / static_cast<double>(m.n);
+  if (std::isnan(m.mean) || m.n < 2) return m;
+  double ss = 0;
+  for (double v : x) ss += (v - m.mean) * (v - m.mean);
+  const double n = static_cast<double>(m.n);
+  m.std = std::sqrt(ss / (n - 1));
+  m.se = m.std / std::sqrt(n);
+  const double half = StudentTQuantile(0.5 + level / 2, n - 1) * m.se;
+  m.low = m.mean - half;
+  m.high = m.mean + half;
+  return m;
+}
+
 }  // namespace cart::stats

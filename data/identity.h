@@ -16,16 +16,9 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "data/file_identity.h"
 
 namespace cart::data {
-
-struct FileIdentity {
-  std::string sha256;  // of the file's bytes, lowercase hex
-  int64_t size_bytes = 0;
-  int64_t tokens = -1;           // token files: the token count; -1 for any other file
-  std::string tokenizer;         // token files: the tokenizer spec their metadata names
-  std::string tokenizer_sha256;  // of the tokenizer's own files; empty when they cannot be read
-};
 
 // Remembers each path's sha256 with the file's (device, inode, size, modification and change
 // times), so that a worker hashes a 2 GB training file once, not before every attempt: a file

@@ -975,28 +975,25 @@ class Builder {
 
 PlotSeries MeanCurve(StudySource& source, const std::vector<const StudyRun*>& runs,
                      const std::string& metric, const std::string& label, absl::Status* error) {
-  std::map<int64_t, std::vector<double>> at;
+  std::vector<std::vector<store::StepValue>> series;
   for (const StudyRun* r : runs) {
     absl::StatusOr<std::vector<StudyPoint>> pts = source.Series(r->id, metric, kCurvePoints);
     if (!pts.ok()) {
       *error = pts.status();
       return {};
     }
-    for (const StudyPoint& p : *pts) at[p.step].push_back(p.value);
+    if (!pts->empty()) series.push_back(std::move(*pts));
   }
   PlotSeries s;
   s.label = label;
   const bool band = runs.size() > 1;
-  for (const auto& [step, values] : at) {
-    const store::CellStats st = store::Summarize(values);
-    s.x.push_back(static_cast<double>(step));
-    s.y.push_back(st.mean);
+  // The dashboard's group curves draw the same points (store::SeedMeanCurve).
+  for (const store::CurvePoint& p : store::SeedMeanCurve(series, kCurvePoints)) {
+    s.x.push_back(static_cast<double>(p.step));
+    s.y.push_back(p.stats.mean);
     if (band) {
-      // A NaN (a diverged seed) makes the mean NaN, and the band with it: min_element and
-      // max_element over a NaN would depend on where it sits.
-      const bool diverged = std::isnan(st.mean);
-      s.low.push_back(diverged ? kNaN : *std::min_element(values.begin(), values.end()));
-      s.high.push_back(diverged ? kNaN : *std::max_element(values.begin(), values.end()));
+      s.low.push_back(p.min);
+      s.high.push_back(p.max);
     }
   }
   return s;

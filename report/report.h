@@ -20,11 +20,11 @@
 
 #include "absl/status/statusor.h"
 #include "common/job_kind.h"
+#include "store/results.h"
 #include "store/spending.h"
 
 namespace cart::store {
 class RunStore;
-struct CellStats;
 }  // namespace cart::store
 
 namespace cart::report {
@@ -50,10 +50,8 @@ struct StudyRun {
   store::Spending spending;
 };
 
-struct StudyPoint {
-  int64_t step = 0;
-  double value = 0;
-};
+// One point of a run's metric series.
+using StudyPoint = store::StepValue;
 
 // One look of a claim's group-sequential design, as a seed plan recorded it when `cart plan
 // --apply` queued seeds for the claim (store::PlanClaim; docs/study.md "Planning seeds").
@@ -182,9 +180,10 @@ struct PlotSeries {
   std::vector<double> x, y;
   std::vector<double> low, high;  // a band around y (min and max over seeds); empty: none
 };
-// The mean of a metric's series over runs, aligned on step (at most the report's curve points per
-// run), with the min-max band when there is more than one run. A step where a run's value is NaN
-// (a diverged seed) has a NaN mean and band. A failed read sets *error and returns no series.
+// The mean of a metric's series over runs on one grid of steps (store::SeedMeanCurve, at most the
+// report's curve points), with the min-max band when there is more than one run. A range where a
+// run's value is NaN (a diverged seed) has a NaN mean and band. A failed read sets *error and
+// returns no series.
 PlotSeries MeanCurve(StudySource& source, const std::vector<const StudyRun*>& runs,
                      const std::string& metric, const std::string& label, absl::Status* error);
 

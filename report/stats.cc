@@ -23,42 +23,30 @@ bool AnyNaN(const std::vector<double>& x) {
   return std::any_of(x.begin(), x.end(), [](double v) { return std::isnan(v); });
 }
 
-// The sample mean and standard deviation (n - 1); std is NaN for n < 2.
-struct Moments {
-  double mean = kNaN;
-  double var = kNaN;
-  int64_t n = 0;
-};
-Moments MomentsOf(const std::vector<double>& x) {
-  Moments m;
-  m.n = static_cast<int64_t>(x.size());
-  if (x.empty()) return m;
-  m.mean = std::accumulate(x.begin(), x.end(), 0.0) / m.n;
-  if (m.n < 2) return m;
-  double ss = 0;
-  for (double v : x) ss += (v - m.mean) * (v - m.mean);
-  m.var = ss / (m.n - 1);
-  return m;
-}
-
-// Fills the interval and the test of an estimate whose value, se and df are set.
-void FinishEstimate(Estimate& e, double null, double level) {
+// Fills the t test of an estimate whose value, se, df and interval are set (an estimate that
+// cannot be tested has no interval either).
+void FinishTest(Estimate& e, double null) {
   if (std::isnan(e.value) || std::isnan(e.se) || std::isnan(e.df)) {
     e.low = e.high = e.t = e.p = kNaN;
     return;
   }
   if (e.se == 0) {
-    e.low = e.high = e.value;
     e.t = e.value == null ? 0
                           : std::copysign(std::numeric_limits<double>::infinity(), e.value - null);
     e.p = e.value == null ? 1 : 0;
     return;
   }
-  const double q = StudentTQuantile(0.5 + level / 2, e.df);
-  e.low = e.value - q * e.se;
-  e.high = e.value + q * e.se;
   e.t = (e.value - null) / e.se;
   e.p = StudentTTwoSided(e.t, e.df);
+}
+
+// Fills the interval and the test of an estimate whose value, se and df are set. Zero spread:
+// the interval is the point.
+void FinishEstimate(Estimate& e, double null, double level) {
+  const double half = StudentTQuantile(0.5 + level / 2, e.df) * e.se;
+  e.low = e.value - half;
+  e.high = e.value + half;
+  FinishTest(e, null);
 }
 
 Estimate AllNaN(int64_t n, int64_t n2) {
@@ -82,14 +70,16 @@ double NoncentralTCdf(double t, double df, double nc) {
 
 Estimate Mean(const std::vector<double>& x, double null, double level) {
   if (x.empty() || AnyNaN(x)) return AllNaN(static_cast<int64_t>(x.size()), 0);
-  const Moments m = MomentsOf(x);
+  // The mean and its interval as the results tables compute them (common/student_t.h).
+  const cart::stats::SampleMean m = cart::stats::MeanOf(x, level);
   Estimate e;
   e.n = m.n;
   e.value = m.mean;
-  e.df = static_cast<double>(m.n - 1);
-  e.se = m.n < 2 ? kNaN : std::sqrt(m.var / m.n);
-  if (m.n < 2) e.df = kNaN;
-  FinishEstimate(e, null, level);
+  e.se = m.se;
+  e.df = m.n < 2 ? kNaN : static_cast<double>(m.n - 1);
+  e.low = m.low;
+  e.high = m.high;
+  FinishTest(e, null);
   return e;
 }
 
@@ -104,7 +94,7 @@ Estimate PairedDifference(const std::vector<double>& a, const std::vector<double
 Estimate WelchDifference(const std::vector<double>& a, const std::vector<double>& b, double level) {
   const int64_t na = static_cast<int64_t>(a.size()), nb = static_cast<int64_t>(b.size());
   if (a.empty() || b.empty() || AnyNaN(a) || AnyNaN(b)) return AllNaN(na, nb);
-  const Moments ma = MomentsOf(a), mb = MomentsOf(b);
+  const cart::stats::SampleMean ma = cart::stats::MeanOf(a), mb = cart::stats::MeanOf(b);
   Estimate e;
   e.n = na;
   e.n2 = nb;
@@ -112,7 +102,7 @@ Estimate WelchDifference(const std::vector<double>& a, const std::vector<double>
   if (na < 2 || nb < 2) {
     e.se = e.df = kNaN;
   } else {
-    const double va = ma.var / na, vb = mb.var / nb;
+    const double va = ma.se * ma.se, vb = mb.se * mb.se;  // each mean's variance
     e.se = std::sqrt(va + vb);
     e.df = va + vb == 0 ? static_cast<double>(na + nb - 2)
                         : (va + vb) * (va + vb) / (va * va / (na - 1) + vb * vb / (nb - 1));

@@ -48,6 +48,10 @@ std::string_view RoleName(Role role) {
   return "unknown";
 }
 
+std::string CallerName(const Principal& who) { return StrCat(RoleName(who.role), ":", who.name); }
+
+bool IsAdminCaller(std::string_view caller) { return caller.rfind("admin:", 0) == 0; }
+
 absl::StatusOr<TokenTable> TokenTable::Parse(std::string_view text, std::string_view source) {
   TokenTable table;
   int line_number = 0;

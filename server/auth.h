@@ -41,6 +41,12 @@ struct Principal {
   Role role = Role::kAdmin;
 };
 
+// A caller as cartd records it (a sweep's owner, an action's "who", a per-caller bound, a
+// subscription's owner): "<role>:<name>" ("admin:ann", "user:bob", "worker:box3"). The one
+// writer of that form, and the one reader of its role; store::OwnerName reads its name.
+std::string CallerName(const Principal& who);
+bool IsAdminCaller(std::string_view caller);
+
 class TokenTable {
  public:
   // An empty table: authentication is off and every caller is the admin "anonymous" (only

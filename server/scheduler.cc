@@ -63,8 +63,6 @@ using store::RunState;
 
 }  // namespace
 
-bool IsAdmin(std::string_view who) { return who.rfind("admin:", 0) == 0; }
-
 std::string FormatGiB(int64_t bytes) {
   char text[32];
   std::snprintf(text, sizeof(text), "%.1f GiB", static_cast<double>(bytes) / (1 << 30));
@@ -185,7 +183,7 @@ absl::StatusOr<SubmitResult> Scheduler::SubmitSweep(const SubmitRequest& request
   // glibc keeps freed arenas otherwise (one 100,000-run submit left cartd at gigabytes).
   absl::Cleanup trim = [] { malloc_trim(0); };
   CART_ASSIGN_OR_RETURN(PreparedSweep prepared,
-                        PrepareSweep(*store_, request, IsAdmin(request.who), limits));
+                        PrepareSweep(*store_, request, IsAdminCaller(request.who), limits));
   const int64_t now_us = NowMicros();
   if (request.dry_run) return PreviewSweep(prepared, request.run_limit, now_us);
   store::NewSweep& sweep = prepared.sweep;
@@ -212,7 +210,7 @@ absl::StatusOr<SubmitResult> Scheduler::SubmitSweep(const SubmitRequest& request
 
 absl::Status Scheduler::CheckSweepOwner(const std::string& sweep, const std::string& who,
                                         std::string_view action) {
-  if (IsAdmin(who)) return absl::OkStatus();
+  if (IsAdminCaller(who)) return absl::OkStatus();
   CART_ASSIGN_OR_RETURN(store::SweepRecord record, store_->GetSweep(sweep));
   if (record.created_by == who) return absl::OkStatus();
   return absl::PermissionDeniedError(StrCat(who, " may not ", action, " sweep '", sweep,
@@ -222,7 +220,7 @@ absl::Status Scheduler::CheckSweepOwner(const std::string& sweep, const std::str
 
 absl::Status Scheduler::CheckRunOwner(int64_t run_id, const std::string& who,
                                       std::string_view action) {
-  if (IsAdmin(who)) return absl::OkStatus();
+  if (IsAdminCaller(who)) return absl::OkStatus();
   CART_ASSIGN_OR_RETURN(RunRecord run, store_->GetRun(run_id));
   CART_ASSIGN_OR_RETURN(store::SweepRecord record, store_->GetSweep(run.sweep_name));
   if (record.created_by == who) return absl::OkStatus();
@@ -273,7 +271,7 @@ absl::StatusOr<store::DeletedSweep> Scheduler::DeleteSweep(const std::string& na
 
 absl::StatusOr<int64_t> Scheduler::SetSweepPriority(const std::string& name, int64_t priority,
                                                     const std::string& who) {
-  if (!IsAdmin(who)) {
+  if (!IsAdminCaller(who)) {
     return absl::PermissionDeniedError(
         StrCat(who, " may not set the priority of sweep '", name, "': that needs an admin token"));
   }
@@ -470,10 +468,7 @@ void Scheduler::NoteClaim(const Job& job, const std::string& worker_id,
 }
 
 void Scheduler::RecoverRunning() {
-  store::RunPageRequest live;
-  live.filter.states = {RunState::kLeased, RunState::kRunning};
-  live.limit = 0;
-  if (absl::StatusOr<store::RunPage> page = store_->ListRunPage(live); page.ok()) {
+  if (absl::StatusOr<store::RunPage> page = LiveRuns(); page.ok()) {
     for (const store::RunRow& row : page->rows) {
       if (row.worker_id.empty()) continue;
       Job job;
@@ -769,7 +764,7 @@ std::optional<int64_t> Scheduler::MaxWorkerMemory() {
 }
 
 absl::Status Scheduler::DrainWorker(const std::string& worker_id, const std::string& who) {
-  if (!IsAdmin(who)) {
+  if (!IsAdminCaller(who)) {
     return absl::PermissionDeniedError(
         StrCat(who, " may not drain worker '", worker_id, "': draining needs an admin token"));
   }
@@ -792,19 +787,11 @@ absl::Status Scheduler::DrainWorker(const std::string& worker_id, const std::str
 std::vector<WorkerStatus> Scheduler::ListWorkers(bool device_history) {
   // Which worker holds which run, and its MFU, from the store's live attempts (one paged read).
   std::map<std::string, const store::RunRow*> busy;
-  store::RunPageRequest live;
-  live.filter.states = {RunState::kLeased, RunState::kRunning};
-  live.metrics = {"mfu", "mfu_6n"};
-  live.limit = 0;
-  absl::StatusOr<store::RunPage> page = store_->ListRunPage(live);
+  absl::StatusOr<store::RunPage> page = LiveRuns({"mfu", "mfu_6n"});
   if (page.ok()) {
     for (const store::RunRow& row : page->rows) {
       if (!row.worker_id.empty()) busy[row.worker_id] = &row;
     }
-  }
-  std::map<std::string, int64_t> store_seen;
-  if (absl::StatusOr<std::vector<store::WorkerRecord>> known = store_->ListWorkers(); known.ok()) {
-    for (const store::WorkerRecord& w : *known) store_seen[w.id] = w.last_seen_us;
   }
   std::map<std::string, FleetWatch::Device> devices = fleet_.Devices(device_history);
   const int64_t now_us = NowMicros();
@@ -815,7 +802,7 @@ std::vector<WorkerStatus> Scheduler::ListWorkers(bool device_history) {
     status.info = worker.info;
     status.speed = worker.speed;
     status.speed_source = worker.speed_source;
-    status.last_seen_us = std::max(worker.last_seen_us, store_seen[id]);
+    status.last_seen_us = worker.last_seen_us;
     if (auto it = busy.find(id); it != busy.end()) {
       status.run_id = it->second->run.id;
       status.run_name = StrCat(it->second->run.sweep_name, "/", it->second->run.name);
@@ -890,10 +877,7 @@ absl::Status Scheduler::AccountIdle() {
   }
   // Who holds a run, from the store (a restarted cartd's running_ knows only new claims), and
   // whether any run waits: two small reads, the live runs being at most one per worker.
-  store::RunPageRequest live;
-  live.filter.states = {RunState::kLeased, RunState::kRunning};
-  live.limit = 0;
-  CART_ASSIGN_OR_RETURN(store::RunPage holding, store_->ListRunPage(live));
+  CART_ASSIGN_OR_RETURN(store::RunPage holding, LiveRuns());
   store::RunPageRequest queued;
   queued.filter.states = {RunState::kQueued};
   queued.limit = 1;
@@ -976,6 +960,10 @@ absl::StatusOr<bool> Scheduler::Heartbeat(int64_t run_id, int64_t attempt, int64
                         Noted(store_->Heartbeat(run_id, attempt, NowMicros())));
   absl::MutexLock lock(&mu_);
   NoteProgressLocked(run_id, step);
+  // The store saw the run's worker; liveness reads the registry, so it sees it too.
+  if (auto it = running_.find(run_id); it != running_.end() && it->second.attempt == attempt) {
+    workers_.Seen(it->second.worker_id, NowMicros());
+  }
   return reply.cancel_requested;
 }
 

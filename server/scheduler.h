@@ -43,6 +43,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "server/auth.h"
 #include "server/budgets.h"
 #include "server/defaults.h"
 #include "server/fleet.h"
@@ -271,9 +272,6 @@ struct RunDetails {
   std::vector<store::AnnotationEvent> annotation_history;  // who changed its tags and note
   std::vector<store::AttemptRecord> attempts;              // oldest first, with what each ran on
 };
-
-// Callers are named "admin:<name>" or "user:<name>" (the services build the name from the token).
-bool IsAdmin(std::string_view who);
 
 // One budget as `cart budget ls` and the sweep views show it.
 struct BudgetLine {
@@ -669,6 +667,9 @@ class Scheduler {
   // so that placement, preemption and the expected finish see those workers busy at once; and
   // each run's last preemption within the interval, so that none is preempted twice within it.
   void RecoverRunning();
+  // The runs a worker holds now (LEASED or RUNNING, at most one per worker), with the latest
+  // value of `metrics`: one paged read of the store, whatever each caller does with an error.
+  absl::StatusOr<store::RunPage> LiveRuns(std::vector<std::string> metrics = {});
   // Folds a reported tokens/s into the run's worker's measured speed (WorkerRegistry).
   void MeasureSpeed(int64_t run_id, double tokens_per_s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Lowers the job's micro-batch and raises its gradient accumulation (same global batch) so that

@@ -68,7 +68,7 @@ absl::StatusOr<std::vector<BudgetLine>> Scheduler::Budgets(const std::string& wh
   const int64_t now_us = NowMicros();
   store::BudgetUse use;
   CART_ASSIGN_OR_RETURN(BudgetLedger ledger, Ledger(now_us, &use));
-  const bool admin = IsAdmin(who);
+  const bool admin = IsAdminCaller(who);
   const std::string caller(store::OwnerName(who));
   std::vector<BudgetLine> out;
   for (const auto& [user, account] : ledger.owners) {
@@ -89,7 +89,7 @@ absl::StatusOr<BudgetLine> Scheduler::SetBudget(const std::string& scope, const 
     return absl::InvalidArgumentError(
         StrCat("a budget is a sweep's or a user's, not a '", scope, "' one"));
   }
-  if (!IsAdmin(who)) {
+  if (!IsAdminCaller(who)) {
     return absl::PermissionDeniedError(StrCat(who, " may not set the budget of ", scope, " '", name,
                                               "': that needs an admin token"));
   }

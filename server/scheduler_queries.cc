@@ -262,6 +262,14 @@ absl::StatusOr<store::RunPage> Scheduler::ListRunPage(const store::RunPageReques
   return store_->ListRunPage(request);
 }
 
+absl::StatusOr<store::RunPage> Scheduler::LiveRuns(std::vector<std::string> metrics) {
+  store::RunPageRequest live;
+  live.filter.states = {RunState::kLeased, RunState::kRunning};
+  live.metrics = std::move(metrics);
+  live.limit = 0;
+  return store_->ListRunPage(live);
+}
+
 absl::StatusOr<std::vector<store::SweepProgress>> Scheduler::ListSweepProgress() {
   return store_->ListSweepProgress();
 }

@@ -31,7 +31,7 @@ std::string SeedGroup(const std::map<std::string, std::string>& params) {
 }
 
 store::NewRun ToNewRun(model::ExpandedRun&& expanded, const model::SweepSpec& spec,
-                       const std::map<std::string, store::DataFileIdentity>& data_files) {
+                       const std::map<std::string, data::FileIdentity>& data_files) {
   store::NewRun run;
   run.any_device_class = spec.resume_any_device_class;
   if (spec.balance_device_classes && expanded.kind == JobKind::kTrain &&

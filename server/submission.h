@@ -27,7 +27,7 @@ struct SubmitRequest {
   int64_t run_limit = 0;  // at most this many runs in SubmitResult::runs; 0: all
   // Data file identities the submitting client took, by path (data lineage): each run's files
   // with one of these paths are recorded with it; the others wait for the first worker.
-  std::map<std::string, store::DataFileIdentity> data_files;
+  std::map<std::string, data::FileIdentity> data_files;
   std::optional<store::SweepProvenance> provenance;  // where the file came from; kept as given
 };
 

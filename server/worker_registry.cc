@@ -2,6 +2,8 @@
 
 #include "server/worker_registry.h"
 
+#include <algorithm>
+
 #include "common/strings.h"
 #include "config/devices.h"
 
@@ -41,6 +43,10 @@ WorkerRegistry::Worker* WorkerRegistry::Find(const std::string& id) {
 const WorkerRegistry::Worker* WorkerRegistry::Find(const std::string& id) const {
   auto it = workers_.find(id);
   return it == workers_.end() ? nullptr : &it->second;
+}
+
+void WorkerRegistry::Seen(const std::string& id, int64_t now_us) {
+  if (Worker* w = Find(id); w != nullptr) w->last_seen_us = std::max(w->last_seen_us, now_us);
 }
 
 bool WorkerRegistry::Lost(int64_t last_seen_us, int64_t now_us) const {

@@ -81,6 +81,9 @@ class WorkerRegistry {
   bool empty() const { return workers_.empty(); }
   const std::map<std::string, Worker>& all() const { return workers_; }
 
+  // The worker `id` was heard from at `now_us` (an ask, a stream, a heartbeat of its run); no-op
+  // for an unregistered one. The registry's time is the one every view of liveness reads.
+  void Seen(const std::string& id, int64_t now_us);
   // Whether a worker last seen at `last_seen_us` is lost at `now_us`.
   bool Lost(int64_t last_seen_us, int64_t now_us) const;
   // Whether a live worker that is not draining registered as `device_class` (DeviceLabel).

@@ -63,7 +63,7 @@ constexpr char kSelectRunData[] =
     "d.recorded_by, d.recorded_us FROM run_data AS d LEFT JOIN data_files AS f ON f.id = "
     "d.file_id WHERE d.run_id = ? ORDER BY d.role != 'train', d.role";
 
-absl::StatusOr<int64_t> DataFileId(Database& db, const DataFileIdentity& id) {
+absl::StatusOr<int64_t> DataFileId(Database& db, const data::FileIdentity& id) {
   CART_RETURN_IF_ERROR(Exec(db, kInsertDataFile, id.sha256, id.size_bytes, id.tokens, id.tokenizer,
                             id.tokenizer_sha256));
   CART_ASSIGN_OR_RETURN(auto select, db.Cached(kSelectDataFile));
@@ -109,7 +109,7 @@ absl::StatusOr<std::vector<RunDataRecord>> LoadRunData(Database& db, int64_t run
     r.role = row.ColumnText(0);
     r.path = row.ColumnText(1);
     if (std::optional<std::string> sha = row.ColumnOptionalText(2)) {
-      DataFileIdentity id;
+      data::FileIdentity id;
       id.sha256 = *std::move(sha);
       id.size_bytes = row.ColumnInt64(3);
       id.tokens = row.ColumnInt64(4);

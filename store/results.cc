@@ -143,24 +143,59 @@ std::vector<std::string> SortedValues(const std::set<std::string>& values) {
 }
 
 CellStats Summarize(const std::vector<double>& values) {
+  const cart::stats::SampleMean m = cart::stats::MeanOf(values);
   CellStats stats;
-  stats.n = static_cast<int64_t>(values.size());
+  stats.n = m.n;
   if (values.empty()) return stats;
-  stats.mean = std::accumulate(values.begin(), values.end(), 0.0) / values.size();
-  if (values.size() >= 2) {
-    double sum_sq = 0;
-    for (double v : values) sum_sq += (v - stats.mean) * (v - stats.mean);
-    stats.std = std::sqrt(sum_sq / (values.size() - 1));
-  }
-  if (std::isnan(stats.mean)) {
-    stats.std = kNaN;
-  } else if (values.size() >= 2) {
-    const double n = static_cast<double>(values.size());
-    const double half = cart::stats::StudentTQuantile(0.975, n - 1) * stats.std / std::sqrt(n);
-    stats.ci_low = stats.mean - half;
-    stats.ci_high = stats.mean + half;
-  }
+  stats.mean = m.mean;
+  // One run has no spread to show: 0. A diverged run: NaN, as its mean.
+  stats.std = std::isnan(m.mean) ? kNaN : m.n < 2 ? 0 : m.std;
+  stats.ci_low = m.low;
+  stats.ci_high = m.high;
   return stats;
+}
+
+std::vector<CurvePoint> SeedMeanCurve(const std::vector<std::vector<StepValue>>& runs,
+                                      int64_t bins) {
+  if (bins < 1) return {};
+  int64_t last = 0;
+  for (const std::vector<StepValue>& run : runs) {
+    for (const StepValue& p : run) last = std::max(last, p.step);
+  }
+  const auto bin_of = [&](int64_t step) {
+    return std::clamp<int64_t>(step * bins / (last + 1), 0, bins - 1);
+  };
+  std::vector<std::vector<double>> values(bins);  // [bin] -> one value per run
+  std::vector<int64_t> step(bins, -1);
+  std::vector<double> sum(bins);
+  std::vector<int64_t> count(bins);
+  for (const std::vector<StepValue>& run : runs) {
+    std::fill(sum.begin(), sum.end(), 0.0);
+    std::fill(count.begin(), count.end(), 0);
+    for (const StepValue& p : run) {
+      const int64_t b = bin_of(p.step);
+      sum[b] += p.value;
+      ++count[b];
+      step[b] = std::max(step[b], p.step);
+    }
+    for (int64_t b = 0; b < bins; ++b) {
+      if (count[b] > 0) values[b].push_back(sum[b] / static_cast<double>(count[b]));
+    }
+  }
+  std::vector<CurvePoint> curve;
+  for (int64_t b = 0; b < bins; ++b) {
+    if (values[b].empty()) continue;
+    CurvePoint point;
+    point.step = step[b];
+    point.stats = Summarize(values[b]);
+    // min_element and max_element over a NaN would depend on where it sits.
+    const bool diverged = std::isnan(point.stats.mean);
+    const auto [lo, hi] = std::minmax_element(values[b].begin(), values[b].end());
+    point.min = diverged ? kNaN : *lo;
+    point.max = diverged ? kNaN : *hi;
+    curve.push_back(point);
+  }
+  return curve;
 }
 
 std::vector<double> Ranks(const std::vector<double>& values, Goal goal) {

@@ -162,6 +162,25 @@ std::vector<std::string> SortedValues(const std::set<std::string>& values);
 // Mean, sample std, 95 % interval and count of `values`.
 CellStats Summarize(const std::vector<double>& values);
 
+// --- One seed-averaged curve: a metric over several runs (seeds) on one grid of steps. The
+// dashboard's group curves and `cart report`'s plots both draw it.
+struct StepValue {
+  int64_t step = 0;
+  double value = 0;
+};
+struct CurvePoint {
+  int64_t step = 0;  // the last step any run reported in this range
+  CellStats stats;   // over the runs with a point in the range (Summarize)
+  double min = 0;    // the smallest and largest run; NaN where the mean is NaN
+  double max = 0;
+};
+// Steps 0 .. the last step any run reached are cut into `bins` equal ranges; a run's points in
+// one range are averaged, and each range with at least one run's point gives a CurvePoint, in
+// step order. A run's NaN in a range (a diverged seed) makes its value there NaN, and so the
+// range's mean, interval, min and max. Fewer logged steps than bins: one point per step.
+std::vector<CurvePoint> SeedMeanCurve(const std::vector<std::vector<StepValue>>& runs,
+                                      int64_t bins);
+
 // Ranks 1..n of `values` (1 = best under `goal`), ties sharing the mean of their ranks.
 std::vector<double> Ranks(const std::vector<double>& values, Goal goal);
 

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/job_kind.h"
+#include "data/file_identity.h"
 
 namespace cart::store {
 
@@ -118,17 +119,6 @@ struct AnnotationEvent {
 // "tag added", "tag removed", "note"
 std::string_view AnnotationKindName(AnnotationEvent::Kind kind);
 
-// One run of a new sweep, as the scheduler resolved it.
-// The identity of one data file (data lineage, docs/architecture.md): its bytes, and for a token
-// file its token count and tokenizer. Computed where the file is read (data/identity.h).
-struct DataFileIdentity {
-  std::string sha256;  // 64 lowercase hex digits
-  int64_t size_bytes = 0;
-  int64_t tokens = -1;           // token files; -1 for other files (task sets)
-  std::string tokenizer;         // token files: their metadata's tokenizer spec
-  std::string tokenizer_sha256;  // empty when the tokenizer's files could not be read
-};
-
 // Where a run's loss became non-finite; the run failed without retries (RunRecord::diverged).
 struct Divergence {
   int64_t step = 0;  // the optimizer step (1-based)
@@ -150,11 +140,12 @@ inline constexpr size_t kMaxDataFiles = 1000;
 struct RunDataRecord {
   std::string role;
   std::string path;                          // as the run's config names it
-  std::optional<DataFileIdentity> identity;  // nullopt: not recorded yet
+  std::optional<data::FileIdentity> identity;  // nullopt: not recorded yet
   std::string recorded_by;  // "submit", "worker W (attempt N)", "run N (its parent)"
   int64_t recorded_us = 0;
 };
 
+// One run of a new sweep, as the scheduler resolved it.
 struct NewRun {
   // Unique within the sweep, e.g. "d512-R6-P6-s42". 1..200 characters.
   std::string name;

@@ -7,30 +7,17 @@
 #include "absl/time/time.h"
 #include "common/status.h"
 #include "common/strings.h"
+#include "proto/data_identity.h"
 #include "worker/unary_call.h"
 
 namespace cart::worker {
 namespace {
 
-data::FileIdentity FromProto(const cart::v1::DataIdentity& d) {
-  data::FileIdentity id;
-  id.sha256 = d.sha256();
-  id.size_bytes = d.size_bytes();
-  id.tokens = d.tokens();
-  id.tokenizer = d.tokenizer();
-  id.tokenizer_sha256 = d.tokenizer_sha256();
-  return id;
-}
-
 cart::v1::DataIdentity ToProto(const model::DataFile& file, const data::FileIdentity& id) {
   cart::v1::DataIdentity d;
   d.set_role(file.role);
   d.set_path(file.path);
-  d.set_sha256(id.sha256);
-  d.set_size_bytes(id.size_bytes);
-  d.set_tokens(id.tokens);
-  d.set_tokenizer(id.tokenizer);
-  d.set_tokenizer_sha256(id.tokenizer_sha256);
+  data::SetIdentity(id, &d);
   return d;
 }
 
@@ -62,7 +49,8 @@ absl::StatusOr<std::vector<cart::v1::DataIdentity>> CheckRunData(
       unrecorded.push_back(ToProto(file, *actual));
       continue;
     }
-    if (std::optional<std::string> differs = data::IdentityMismatch(FromProto(*it), *actual)) {
+    if (std::optional<std::string> differs =
+            data::IdentityMismatch(data::IdentityOf(*it), *actual)) {
       return absl::FailedPreconditionError(StrCat(
           "data lineage: ", file.role, " file ", file.path,
           " is not the file this run was bound to (", *differs, "); its identity was recorded by ",

@@ -132,7 +132,7 @@ Response Dashboard::Handle(const Request& request) {
                                    principal.status().code() == absl::StatusCode::kPermissionDenied;
     if (!principal.ok() && !metrics_by_worker) return Error(principal.status());
     if (principal.ok()) {
-      who = StrCat(principal->role == Role::kAdmin ? "admin:" : "user:", principal->name);
+      who = CallerName(*principal);  // a worker's token may not call this API
     }
   }
   if (path == "/metrics") {

@@ -47,7 +47,9 @@ void RenderFleet(prometheus::Registry& registry, const std::vector<WorkerStatus>
                     "The cart-worker process's CPU time per second (1 = one core busy)");
   auto& run_info = gauge("cart_device_run_info",
                          "1 for the run a device holds: join a DCGM exporter's series on uuid");
-  auto& up = gauge("cart_worker_up", "1 when the worker was seen within a lease TTL, 0 when lost");
+  auto& up =
+      gauge("cart_worker_up",
+            "1 when the worker was seen within a lease TTL plus the longest poll, 0 when lost");
   auto& idle_now = gauge("cart_worker_idle_while_queued",
                          "1 while the worker holds no run and runs are queued (drained included)");
   auto& idle_s = BuildCounter()
@@ -260,7 +262,7 @@ absl::StatusOr<std::string> RenderPrometheus(Scheduler& scheduler,
   for (const auto& [state, n] : worker_states) workers.Add({{"state", state}}).Set(n);
   BuildGauge()
       .Name("cart_workers_alive")
-      .Help("Workers seen within a lease TTL (not lost)")
+      .Help("Workers seen within a lease TTL plus the longest poll (not lost)")
       .Register(registry)
       .Add({})
       .Set(worker_states["idle"] + worker_states["busy"] + worker_states["draining"] +

@@ -260,12 +260,11 @@ Response Dashboard::SweepGroups(const Request& request, const std::string& name)
   page.limit = *max_runs;
   absl::StatusOr<store::RunPage> runs = scheduler_->ListRunPage(page);
   if (!runs.ok()) return Error(runs.status());
-  struct RunCurve {
-    std::string group;
-    std::vector<store::SeriesPoint> points;
-  };
-  std::vector<RunCurve> curves;
-  int64_t max_step = 0;
+  // Each group's runs (seeds) averaged on one grid of steps, the curve `cart report` draws
+  // (store::SeedMeanCurve): mean, sample std and the mean's 95 % interval, a diverged seed
+  // making them NaN (sent as null).
+  std::vector<std::string> order;
+  std::map<std::string, std::vector<std::vector<store::StepValue>>> curves;  // group -> runs
   for (const store::RunRow& row : runs->rows) {
     store::SeriesRequest s;
     s.run_id = row.run.id;
@@ -274,51 +273,26 @@ Response Dashboard::SweepGroups(const Request& request, const std::string& name)
     absl::StatusOr<store::Series> series = scheduler_->MetricSeries(s);
     if (!series.ok() || series->points.empty()) continue;
     auto it = row.run.params.find(by);
-    RunCurve c{it == row.run.params.end() ? std::string("(none)") : it->second,
-               std::move(series->points)};
-    max_step = std::max(max_step, c.points.back().step);
-    curves.push_back(std::move(c));
-  }
-  const int64_t g = *points;
-  std::vector<std::string> order;
-  std::map<std::string, std::vector<std::vector<double>>> values;  // group -> [bin] -> runs
-  std::map<std::string, int64_t> members;
-  for (const RunCurve& c : curves) {
-    auto [it, fresh] = values.try_emplace(c.group, g);
-    if (fresh) order.push_back(c.group);
-    ++members[c.group];
-    // A run's points in one bin are averaged; a NaN among them (a diverged run) makes the
-    // bin NaN, the rule of store::Summarize, so that this view and `cart report` draw the same
-    // curve for the same sweep.
-    std::vector<double> sum(g, 0), count(g, 0);
-    for (const store::SeriesPoint& p : c.points) {
-      const int64_t bin = std::min(g - 1, p.step * g / (max_step + 1));
-      sum[bin] += p.value;
-      ++count[bin];
-    }
-    for (int64_t b = 0; b < g; ++b) {
-      if (count[b] > 0) it->second[b].push_back(sum[b] / count[b]);
-    }
+    const std::string group = it == row.run.params.end() ? std::string("(none)") : it->second;
+    auto [members, fresh] = curves.try_emplace(group);
+    if (fresh) order.push_back(group);
+    std::vector<store::StepValue>& run = members->second.emplace_back();
+    for (const store::SeriesPoint& p : series->points) run.push_back({p.step, p.value});
   }
   json groups = json::array();
   for (const std::string& group : order) {
     json steps = json::array(), mean = json::array(), sd = json::array(), n = json::array();
     json low = json::array(), high = json::array();
-    const auto& bins = values[group];
-    for (int64_t b = 0; b < g; ++b) {
-      if (bins[b].empty()) continue;
-      // Mean, sample std and the mean's 95 % interval over the group's runs: the results
-      // queries' one helper and rule (a NaN run makes them NaN, sent as null).
-      const store::CellStats st = store::Summarize(bins[b]);
-      steps.push_back((b + 1) * (max_step + 1) / g);
-      mean.push_back(Num(st.mean));
-      sd.push_back(st.n > 1 ? Num(st.std) : json(nullptr));
-      low.push_back(Num(st.ci_low));  // NaN (null) below two runs
-      high.push_back(Num(st.ci_high));
-      n.push_back(st.n);
+    for (const store::CurvePoint& p : store::SeedMeanCurve(curves[group], *points)) {
+      steps.push_back(p.step);
+      mean.push_back(Num(p.stats.mean));
+      sd.push_back(p.stats.n > 1 ? Num(p.stats.std) : json(nullptr));
+      low.push_back(Num(p.stats.ci_low));  // NaN (null) below two runs
+      high.push_back(Num(p.stats.ci_high));
+      n.push_back(p.stats.n);
     }
     groups.push_back(json{{"value", group},
-                          {"runs", members[group]},
+                          {"runs", static_cast<int64_t>(curves[group].size())},
                           {"step", steps},
                           {"mean", mean},
                           {"std", sd},

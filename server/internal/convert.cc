@@ -6,6 +6,7 @@
 
 #include "common/status.h"
 #include "common/strings.h"
+#include "proto/data_identity.h"
 #include "server/notify/events.h"
 #include "server/notify/senders.h"
 
@@ -257,14 +258,7 @@ v1::DataIdentity ToProto(const store::RunDataRecord& record) {
   out.set_role(record.role);
   out.set_path(record.path);
   out.set_tokens(-1);
-  if (record.identity) {
-    const store::DataFileIdentity& id = *record.identity;
-    out.set_sha256(id.sha256);
-    out.set_size_bytes(id.size_bytes);
-    out.set_tokens(id.tokens);
-    out.set_tokenizer(id.tokenizer);
-    out.set_tokenizer_sha256(id.tokenizer_sha256);
-  }
+  if (record.identity) data::SetIdentity(*record.identity, &out);
   out.set_recorded_by(record.recorded_by);
   out.set_recorded_us(record.recorded_us);
   return out;
@@ -274,15 +268,7 @@ store::RunDataRecord FromProto(const v1::DataIdentity& identity) {
   store::RunDataRecord out;
   out.role = identity.role();
   out.path = identity.path();
-  if (!identity.sha256().empty()) {
-    store::DataFileIdentity id;
-    id.sha256 = identity.sha256();
-    id.size_bytes = identity.size_bytes();
-    id.tokens = identity.tokens();
-    id.tokenizer = identity.tokenizer();
-    id.tokenizer_sha256 = identity.tokenizer_sha256();
-    out.identity = std::move(id);
-  }
+  if (!identity.sha256().empty()) out.identity = data::IdentityOf(identity);
   return out;
 }
 

@@ -27,7 +27,7 @@ constexpr int64_t kMaxAheadUs = int64_t{10} * 60 * 1'000'000;
 constexpr int64_t kMostDiskMib = int64_t{1} << 40;
 
 // How a worker-side caller is counted in the per-caller bounds: by token ("worker:box3").
-std::string Caller(const Principal& who) { return StrCat(RoleName(who.role), ":", who.name); }
+std::string Caller(const Principal& who) { return CallerName(who); }
 
 // The RunJob stream as the scheduler sees it. Writes (acks from the handler thread, controls from
 // whichever thread cancels or drains) are serialized by mu_; Read runs concurrently on the handler

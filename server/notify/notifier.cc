@@ -28,8 +28,6 @@ constexpr char kEventMark[] = "events";
 // "stuck" before an attempt's first step needs at least this long (start-up).
 constexpr int64_t kStartUpUs = int64_t{15} * 60 * 1'000'000;
 
-bool IsAdminCaller(const std::string& who) { return who.rfind("admin:", 0) == 0; }
-
 // Whether `sub` names `event`, and whether any of `subs` does (a timed check runs only then).
 bool Names(const store::Subscription& sub, const std::string& event) {
   return std::find(sub.events.begin(), sub.events.end(), event) != sub.events.end();

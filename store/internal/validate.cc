@@ -280,7 +280,7 @@ absl::Status ValidateRunData(const std::vector<RunDataRecord>& files, const std:
           StrCat(what, ": data ", f.role, ": recorded_by is over ", kMaxText, " bytes"));
     }
     if (!f.identity) continue;
-    const DataFileIdentity& id = *f.identity;
+    const data::FileIdentity& id = *f.identity;
     if (!IsSha256(id.sha256)) {
       return absl::InvalidArgumentError(StrCat(what, ": data ", f.role, ": sha256 '",
                                                ValidUtf8(id.sha256.substr(0, 80)),

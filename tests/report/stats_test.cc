@@ -13,6 +13,7 @@
 
 #include "gtest/gtest.h"
 #include "report/sequential.h"
+#include "store/results.h"
 
 namespace cart::report::stats {
 namespace {
@@ -113,6 +114,20 @@ TEST(StatsTest, DetectableEffectMatchesSciPysNoncentralT) {
   }
   // At the detectable effect the power is what was asked for.
   EXPECT_NEAR(Power(DetectableEffect(1.0, 4) / 1.0, 4), 0.8, 1e-6);
+}
+
+// The results tables' cells (store::Summarize) and the claims' one-sample test compute a mean and
+// its 95 % interval once (common/student_t.h MeanOf): the same numbers, bit for bit.
+TEST(StatsTest, TheResultsTablesAndTheClaimsShareOneMeanAndInterval) {
+  for (const std::vector<double>& x : std::vector<std::vector<double>>{
+           {1, 2, 3, 4}, {0.1, 0.7}, {3.25, 3.5, 2.875, 4.125, 3.0}, {2, 2, 2}}) {
+    const store::CellStats cell = store::Summarize(x);
+    const Estimate e = Mean(x);
+    EXPECT_EQ(cell.mean, e.value);
+    EXPECT_EQ(cell.ci_low, e.low);
+    EXPECT_EQ(cell.ci_high, e.high);
+    EXPECT_EQ(cell.n, e.n);
+  }
 }
 
 TEST(StatsTest, ADivergedSeedMakesEveryResultNaN) {

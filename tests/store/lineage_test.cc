@@ -24,8 +24,8 @@ using ::cart::testing::StatusIs;
 using ::cart::testing::TempDir;
 using ::testing::HasSubstr;
 
-DataFileIdentity Identity(char digit, int64_t tokens = 1000) {
-  DataFileIdentity id;
+data::FileIdentity Identity(char digit, int64_t tokens = 1000) {
+  data::FileIdentity id;
   id.sha256 = std::string(64, digit);
   id.size_bytes = tokens >= 0 ? tokens * 2 : 777;
   id.tokens = tokens;
@@ -35,7 +35,7 @@ DataFileIdentity Identity(char digit, int64_t tokens = 1000) {
 }
 
 RunDataRecord Row(const std::string& role, const std::string& path,
-                  std::optional<DataFileIdentity> identity = std::nullopt,
+                  std::optional<data::FileIdentity> identity = std::nullopt,
                   const std::string& by = "") {
   RunDataRecord r;
   r.role = role;
@@ -114,7 +114,7 @@ TEST_F(LineageTest, OnlyTheCurrentAttemptRecordsAndMalformedEntriesAreRefusedNam
   EXPECT_THAT(
       store_->RecordRunData(id, claim.attempt + 1, {Row("train", "mix.bin", Identity('1'))}, kT0),
       StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("data record")));
-  DataFileIdentity bad = Identity('1');
+  data::FileIdentity bad = Identity('1');
   bad.sha256 = "XYZ";
   EXPECT_THAT(store_->RecordRunData(id, claim.attempt, {Row("train", "mix.bin", bad)}, kT0),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("sha256 'XYZ'")));

@@ -445,6 +445,44 @@ TEST(ResultsMathTest, SummarizeGivesTheStudentTIntervalOfTheMean) {
   EXPECT_TRUE(std::isnan(Summarize({1.0, std::nan("")}).ci_low)) << "a diverged seed has none";
 }
 
+// The seed-averaged curve the dashboard and `cart report` both draw: runs logged at different
+// steps meet on one grid of ranges; each range's point is at the last step logged in it.
+TEST(ResultsMathTest, SeedMeanCurveAveragesRunsOnOneGridOfSteps) {
+  // Steps 0..9 in 5 ranges of two steps: {0,1} {2,3} {4,5} {6,7} {8,9}.
+  const std::vector<std::vector<StepValue>> runs = {
+      {{0, 4}, {1, 2}, {2, 6}, {8, 1}},  // ranges 0 (mean 3), 1 (6), 4 (1)
+      {{1, 5}, {3, 8}, {9, 3}},          // ranges 0 (5), 1 (8), 4 (3)
+  };
+  const std::vector<CurvePoint> curve = SeedMeanCurve(runs, 5);
+  ASSERT_EQ(curve.size(), 3u) << "ranges no run logged in give no point";
+  EXPECT_EQ(curve[0].step, 1);
+  EXPECT_EQ(curve[0].stats.mean, 4);
+  EXPECT_EQ(curve[0].stats.n, 2);
+  EXPECT_EQ(curve[0].min, 3);
+  EXPECT_EQ(curve[0].max, 5);
+  EXPECT_EQ(curve[1].step, 3);
+  EXPECT_EQ(curve[1].stats.mean, 7);
+  EXPECT_EQ(curve[2].step, 9);
+  EXPECT_EQ(curve[2].stats.mean, 2);
+  // The interval is Summarize's, over the runs' values in the range.
+  EXPECT_EQ(curve[2].stats.ci_low, Summarize({1, 3}).ci_low);
+  // Fewer steps than ranges: one point per logged step.
+  const std::vector<CurvePoint> fine = SeedMeanCurve({{{0, 1}, {1, 2}, {2, 3}}}, 200);
+  ASSERT_EQ(fine.size(), 3u);
+  EXPECT_EQ(fine[2].step, 2);
+  EXPECT_EQ(fine[2].stats.n, 1);
+  // A diverged run makes its range's mean, interval and band NaN; it still counts.
+  const std::vector<CurvePoint> diverged =
+      SeedMeanCurve({{{0, 1}, {1, std::nan("")}}, {{0, 2}, {1, 3}}}, 2);
+  ASSERT_EQ(diverged.size(), 2u);
+  EXPECT_EQ(diverged[0].stats.mean, 1.5);
+  EXPECT_TRUE(std::isnan(diverged[1].stats.mean));
+  EXPECT_TRUE(std::isnan(diverged[1].min));
+  EXPECT_TRUE(std::isnan(diverged[1].max));
+  EXPECT_EQ(diverged[1].stats.n, 2);
+  EXPECT_TRUE(SeedMeanCurve({}, 10).empty());
+}
+
 TEST(ResultsMathTest, RanksShareTiesAndPutNanLast) {
   EXPECT_THAT(Ranks({3, 1, 3, 2}, Goal::kMin), ElementsAre(3.5, 1, 3.5, 2));
   EXPECT_THAT(Ranks({3, 1, 3, 2}, Goal::kMax), ElementsAre(1.5, 4, 1.5, 3));
