@@ -1,5 +1,5 @@
 // cart results: the results tables (pivot, best, deltas, series, ranks) from cartd, or with --db
-// from a database file (the same queries, server/results_tables.h).
+// from a database file (the same queries, report/results_tables.h).
 
 #include <fmt/format.h>
 #include <unistd.h>
@@ -20,10 +20,8 @@
 #include "common/file.h"
 #include "common/status.h"
 #include "common/strings.h"
+#include "report/results_tables.h"
 #include "rpc/client.h"
-#ifdef CART_CLI_WITH_SERVER
-#include "server/results_tables.h"
-#endif
 
 namespace cart::cli {
 namespace {
@@ -48,14 +46,12 @@ void ResultsCommand(const ResultsArgs& a) {
   for (const auto& s : a.sweeps) req.add_sweeps(s);
   for (const auto& tag : a.tags) req.add_tags(tag);
   cart::v1::Table t;
-#ifdef CART_CLI_WITH_SERVER
   if (!a.db.empty()) {
     std::unique_ptr<store::RunStore> store = OpenDatabaseFile(a.db, "--db");
-    absl::StatusOr<cart::v1::Table> table = server::QueryTableOverStore(*store, req);
+    absl::StatusOr<cart::v1::Table> table = report::QueryTableOverStore(*store, req);
     if (!table.ok()) ExitWith(table.status());
     t = *std::move(table);
   }
-#endif
   if (a.db.empty()) {
     Client client = Client::Connect(a.conn);
     t = client.Call<cart::v1::QueryTableRequest, cart::v1::Table>(
@@ -97,11 +93,9 @@ void RegisterResults(CLI::App& app) {
       "--lower-is-better", [a](int64_t) { a->req.set_lower_is_better(true); },
       "best, ranks: smaller values win (perplexity)");
   results->add_option("--value", *a->req.mutable_value(), "final (default) or latest");
-#ifdef CART_CLI_WITH_SERVER
   results->add_option("--db", a->db,
                       "Read this SQLite database file directly instead of asking cartd (opened "
                       "as cartd opens it: an older schema is migrated)");
-#endif
   results->add_option("--format", a->format, "text | csv | markdown | json")
       ->check(CLI::IsMember({"text", "csv", "markdown", "json"}))
       ->capture_default_str();

@@ -15,6 +15,7 @@
 #include "common/strings.h"
 #include "report/claims.h"
 #include "report/internal/select.h"
+#include "report/internal/tables.h"
 #include "report/stats.h"
 #include "store/results.h"
 
@@ -22,153 +23,24 @@ namespace cart::report {
 namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-constexpr char kNone[] = "—";
 constexpr int64_t kCurvePoints = 200;  // points per loss / ρ curve
 
+using internal::CellValue;
 using internal::Distinct;
+using internal::kNone;
+using internal::MeanOrNaN;
+using internal::NoteProgress;
+using internal::Num;
+using internal::Paper;
+using internal::PaperCell;
 using internal::Param;
+using internal::PivotTables;
 using internal::Runs;
 using internal::SameConfigBut;
+using internal::Signed;
+using internal::Stat;
+using internal::Text;
 using internal::Where;
-
-// Statistics of a metric over the finished runs of a cell.
-struct CellValue {
-  store::CellStats stats;
-  int64_t total = 0;  // runs in the cell, finished or not
-};
-
-CellValue Stat(const Runs& runs, const std::string& metric) {
-  std::vector<double> values;
-  for (const StudyRun* r : runs) {
-    if (!r->finished) continue;
-    auto it = r->values.find(metric);
-    if (it != r->values.end()) values.push_back(it->second);
-  }
-  CellValue c;
-  c.stats = store::Summarize(values);
-  c.total = static_cast<int64_t>(runs.size());
-  return c;
-}
-
-std::string Text(const CellValue& c, int precision) {
-  if (c.total == 0) return kNone;
-  std::string s = FormatStats(c.stats, precision);
-  if (c.stats.n < c.total) s += fmt::format(" ({}/{} done)", c.stats.n, c.total);
-  return s;
-}
-
-std::string Num(double v, int precision) {
-  return std::isnan(v) ? std::string(kNone) : fmt::format("{:.{}f}", v, precision);
-}
-
-std::string Signed(double v, int precision) {
-  return std::isnan(v) ? std::string(kNone) : fmt::format("{:+.{}f}", v, precision);
-}
-
-double MeanOrNaN(const CellValue& c) { return c.stats.n > 0 ? c.stats.mean : kNaN; }
-
-const PaperTable* Paper(const std::string& id) {
-  auto it = PaperFigures().find(id);
-  return it == PaperFigures().end() ? nullptr : &it->second;
-}
-
-double PaperCell(const std::string& id, const std::string& key) {
-  const PaperTable* t = Paper(id);
-  if (t == nullptr) return kNaN;
-  auto it = t->cells.find(key);
-  return it == t->cells.end() ? kNaN : it->second;
-}
-
-// Notes what is missing or unfinished in a part; returns false when it has no runs.
-bool NoteProgress(Section& s, const Runs& runs, const std::string& what) {
-  if (runs.empty()) {
-    s.status.push_back(fmt::format("no {} runs in sweep '{}': nothing to show yet", what, s.sweep));
-    return false;
-  }
-  int64_t done = 0;
-  for (const StudyRun* r : runs) done += r->finished;
-  if (done < static_cast<int64_t>(runs.size())) {
-    s.status.push_back(fmt::format("{} of {} {} runs finished; cells use finished runs only", done,
-                                   runs.size(), what));
-  }
-  return true;
-}
-
-// A metric by two config keys: one table of "mean ± 95 % CI", and the published figures (when the
-// paper has a table with this id) as their own table with the difference where cells match.
-void PivotTables(Section& s, const Runs& runs, const std::string& metric, const std::string& rk,
-                 const std::string& ck, const std::string& id, const std::string& title,
-                 int precision, Plot* heatmap) {
-  const std::vector<std::string> rows = Distinct(runs, rk), cols = Distinct(runs, ck);
-  Table t;
-  t.id = id;
-  t.title = fmt::format("{} ({}; mean ± 95 % CI over seeds)", title, metric);
-  t.columns.push_back(rk + " \\ " + ck);
-  for (const std::string& c : cols) t.columns.push_back(ck + "=" + c);
-  if (heatmap != nullptr) {
-    heatmap->rows = rows;
-    heatmap->cols = cols;
-    heatmap->xlabel = ck;
-    heatmap->ylabel = rk;
-  }
-  for (const std::string& r : rows) {
-    std::vector<std::string> row = {r};
-    std::vector<double> hrow;
-    for (const std::string& c : cols) {
-      const CellValue v = Stat(Where(runs, {{rk, r}, {ck, c}}), metric);
-      row.push_back(Text(v, precision));
-      hrow.push_back(MeanOrNaN(v));
-    }
-    t.rows.push_back(std::move(row));
-    if (heatmap != nullptr) heatmap->values.push_back(std::move(hrow));
-  }
-  s.tables.push_back(std::move(t));
-
-  const PaperTable* paper = Paper(id);
-  if (paper == nullptr) return;
-  std::set<std::string> prow, pcol;
-  for (const auto& [key, v] : paper->cells) {
-    const std::vector<std::string> parts = Split(key, '/');
-    if (parts.size() != 2) continue;
-    prow.insert(parts[0]);
-    pcol.insert(parts[1]);
-  }
-  auto by_number = [](std::set<std::string> in) {
-    std::vector<std::string> v(in.begin(), in.end());
-    std::sort(v.begin(), v.end(), [](const std::string& a, const std::string& b) {
-      return ParseDouble(a).value_or(0) < ParseDouble(b).value_or(0);
-    });
-    return v;
-  };
-  Table p;
-  p.id = id + "_paper";
-  p.title = fmt::format("{}: published (ours − published where the configs match)", title);
-  p.paper_section = paper->section;
-  p.columns.push_back(rk + " \\ " + ck);
-  for (const std::string& c : by_number(pcol)) p.columns.push_back(ck + "=" + c);
-  int matched = 0;
-  for (const std::string& r : by_number(prow)) {
-    std::vector<std::string> row = {r};
-    for (const std::string& c : by_number(pcol)) {
-      const double pv = PaperCell(id, r + "/" + c);
-      const CellValue v = Stat(Where(runs, {{rk, r}, {ck, c}}), metric);
-      std::string cell = Num(pv, precision);
-      if (v.stats.n > 0 && !std::isnan(pv)) {
-        cell += " (" + Signed(v.stats.mean - pv, precision) + ")";
-        ++matched;
-      }
-      row.push_back(cell);
-    }
-    p.rows.push_back(std::move(row));
-  }
-  s.tables.push_back(std::move(p));
-  if (matched == 0) {
-    s.findings.push_back(fmt::format(
-        "No {} cell of this study has the paper's config ({} and {} differ), so the published "
-        "figures stand as reference only; compare trends, not values.",
-        metric, rk, ck));
-  }
-}
 
 std::string ValSetOf(const std::vector<StudyRun>& all, const std::string& wanted) {
   if (!wanted.empty()) return wanted;

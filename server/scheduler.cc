@@ -726,7 +726,7 @@ absl::StatusOr<std::optional<Job>> Scheduler::Acquire(const std::string& worker_
       // Workers that waited planned with this one free: they plan again.
       if (options_.placement == SchedulerOptions::Placement::kEarliestFinish) WakePollers();
       BumpRun(job.run.id);
-      stats_.AddJobHandedOut();
+      counters_.AddJobHandedOut();
       return std::optional<Job>(std::move(job));
     }
     absl::MutexLock lock(&mu_);
@@ -989,8 +989,8 @@ absl::StatusOr<int64_t> Scheduler::AppendMetrics(int64_t run_id, int64_t attempt
   }
   CART_ASSIGN_OR_RETURN(int64_t acked,
                         Noted(store_->AppendMetrics(run_id, attempt, std::move(points))));
-  stats_.AddIngest(count,
-                   std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  counters_.AddIngest(
+      count, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   {
     absl::MutexLock lock(&mu_);
     NoteProgressLocked(run_id, acked);
@@ -1167,7 +1167,7 @@ absl::StatusOr<RunRecord> Scheduler::ReportOutcome(int64_t run_id, int64_t attem
   }
   if (!result.ok()) return Noted(result.status());
   if (outcome == AttemptOutcome::kFailed || outcome == AttemptOutcome::kOutOfMemory) {
-    stats_.AddRetry();
+    counters_.AddRetry();
   }
   {
     // Only this attempt's entry: the run may be requeued and claimed again already.
@@ -1262,7 +1262,7 @@ absl::StatusOr<std::vector<int64_t>> Scheduler::Preempt() {
     PushControl(
         [&](const OpenStream& s) { return s.run_id == ask.run_id && s.attempt == ask.attempt; },
         Control{Control::Kind::kPreempt, ask.reason});
-    stats_.AddPreemption();
+    counters_.AddPreemption();
     BumpRun(ask.run_id);
     asked.push_back(ask.run_id);
   }
@@ -1275,7 +1275,7 @@ absl::StatusOr<std::vector<store::ExpiredLease>> Scheduler::ExpireLeases() {
   CART_ASSIGN_OR_RETURN(std::vector<store::ExpiredLease> expired,
                         Noted(store_->ExpireLeases(now_us)));
   if (!expired.empty()) {
-    stats_.AddLeaseExpiries(static_cast<int64_t>(expired.size()));
+    counters_.AddLeaseExpiries(static_cast<int64_t>(expired.size()));
     {
       absl::MutexLock lock(&mu_);
       for (const store::ExpiredLease& lease : expired) {

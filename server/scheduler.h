@@ -45,10 +45,10 @@
 #include "common/clock.h"
 #include "server/auth.h"
 #include "server/budgets.h"
+#include "server/counters.h"
 #include "server/defaults.h"
 #include "server/fleet.h"
 #include "server/placement.h"
-#include "server/stats.h"
 #include "server/store_room.h"
 #include "server/submission.h"
 #include "server/worker_registry.h"
@@ -474,7 +474,7 @@ class Scheduler {
   absl::StatusOr<store::StoreTotals> Totals();
   absl::StatusOr<std::vector<store::AttemptRecord>> ListAttempts(int64_t run_id);
   // Counters for /metrics.
-  const SchedulerStats& stats() const { return stats_; }
+  const SchedulerCounters& counters() const { return counters_; }
   // What each sweep's attempts used (store::RunStore::SweepSpending), by sweep id.
   absl::StatusOr<std::map<int64_t, store::Spending>> SweepSpending() {
     return store_->SweepSpending(NowMicros());
@@ -709,7 +709,7 @@ class Scheduler {
 
   absl::Mutex mu_;
   absl::CondVar pollers_cv_;  // generation_ changed or shutting down
-  SchedulerStats stats_;
+  SchedulerCounters counters_;
   StoreRoom room_;
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
   int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;

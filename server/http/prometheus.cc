@@ -216,7 +216,7 @@ absl::StatusOr<std::string> RenderPrometheus(Scheduler& scheduler,
                                              const std::vector<ClaimCost>& claims) {
   using prometheus::BuildHistogram;
   CART_ASSIGN_OR_RETURN(store::StoreTotals totals, scheduler.Totals());
-  const SchedulerStats::Snapshot stats = scheduler.stats().Read();
+  const SchedulerCounters::Snapshot stats = scheduler.counters().Read();
   prometheus::Registry registry;
 
   auto& runs = BuildGauge().Name("cart_runs").Help("Runs by state, every sweep").Register(registry);
@@ -310,8 +310,8 @@ absl::StatusOr<std::string> RenderPrometheus(Scheduler& scheduler,
   counter("cart_metric_batches_ingested_total", "Metric batches stored", stats.metric_batches);
   counter("cart_metric_points_ingested_total", "Metric points stored", stats.metric_points);
 
-  prometheus::Histogram::BucketBoundaries bounds(SchedulerStats::kLatencyBounds.begin(),
-                                                 SchedulerStats::kLatencyBounds.end());
+  prometheus::Histogram::BucketBoundaries bounds(SchedulerCounters::kLatencyBounds.begin(),
+                                                 SchedulerCounters::kLatencyBounds.end());
   std::vector<double> increments(stats.latency_buckets.begin(), stats.latency_buckets.end());
   BuildHistogram()
       .Name("cart_ingest_latency_seconds")

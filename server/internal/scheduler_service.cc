@@ -627,7 +627,7 @@ grpc::Status SchedulerServiceImpl::QueryTable(grpc::ServerContext* context,
   CART_CALLER(who, "QueryTable");
   CART_BIG_READ(true, who);
   SchedulerResults results(ctx_.scheduler);
-  absl::StatusOr<v1::Table> table = internal::QueryTable(results, *request);
+  absl::StatusOr<v1::Table> table = report::QueryTable(results, *request);
   if (!table.ok()) return ToGrpc(table.status());
   *response = *std::move(table);
   return grpc::Status::OK;

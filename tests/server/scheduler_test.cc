@@ -898,7 +898,7 @@ TEST_F(PreemptionTest, ALowerPriorityRunStopsAtACheckpointForWaitingWork) {
   EXPECT_EQ(resumed.run.id, low);
   ASSERT_TRUE(resumed.resume_from.has_value());
   EXPECT_EQ(resumed.resume_from->step, 4);
-  EXPECT_EQ(scheduler_->stats().Read().preemptions, 1);
+  EXPECT_EQ(scheduler_->counters().Read().preemptions, 1);
 }
 
 // Off by default (a single user's box), and never while a live worker that fits is free: that

@@ -1,13 +1,14 @@
-#include "server/internal/tables.h"
+// The results tables (report/results_tables.h).
+
+#include "report/results_tables.h"
 
 #include <map>
 #include <set>
 
 #include "common/status.h"
 #include "common/strings.h"
-#include "server/results_tables.h"
 
-namespace cart::server::internal {
+namespace cart::report {
 namespace {
 
 using store::CellStats;
@@ -254,13 +255,10 @@ absl::StatusOr<v1::Table> QueryTable(ResultsReader& results, const v1::QueryTabl
       StrCat("unknown table '", name, "' (known: pivot, best, deltas, series, ranks)"));
 }
 
-}  // namespace cart::server::internal
-
-namespace cart::server {
 namespace {
 
 // The same queries straight from a store: what `cart results --db` reads.
-class StoreResults final : public internal::ResultsReader {
+class StoreResults final : public ResultsReader {
  public:
   explicit StoreResults(store::RunStore* store) : store_(store) {}
   absl::StatusOr<store::PivotTable> Pivot(const store::PivotRequest& request) override {
@@ -291,7 +289,7 @@ class StoreResults final : public internal::ResultsReader {
 absl::StatusOr<v1::Table> QueryTableOverStore(store::RunStore& store,
                                               const v1::QueryTableRequest& request) {
   StoreResults results(&store);
-  return internal::QueryTable(results, request);
+  return QueryTable(results, request);
 }
 
-}  // namespace cart::server
+}  // namespace cart::report

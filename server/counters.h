@@ -10,7 +10,7 @@
 
 namespace cart::server {
 
-class SchedulerStats {
+class SchedulerCounters {
  public:
   // Upper bounds, seconds, of the ingest latency histogram's buckets (+Inf is implicit).
   static constexpr std::array<double, 12> kLatencyBounds = {
