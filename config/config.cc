@@ -388,6 +388,17 @@ std::map<std::string, std::string> ParamsOf(const RunConfig& config) {
   return params;
 }
 
+std::map<std::string, std::string> RunParams(const RunConfig& config, std::string_view derived) {
+  std::map<std::string, std::string> params = ParamsOf(config);
+  if (!derived.empty()) params[kDerivedParam] = std::string(derived);
+  return params;
+}
+
+std::string DerivedName(const std::map<std::string, std::string>& params) {
+  auto it = params.find(kDerivedParam);
+  return it == params.end() ? std::string() : it->second;
+}
+
 const std::vector<std::string>& ScalarKeys() {
   static const auto* names = [] {
     auto* n = new std::vector<std::string>;

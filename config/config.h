@@ -132,6 +132,14 @@ const std::vector<std::string>& ScalarKeys();
 // A run's parameters as the database keeps them: every scalar key's value, except `lm_eval`
 // when it is empty (so runs from before that key existed compare equal to new ones).
 std::map<std::string, std::string> ParamsOf(const RunConfig& config);
+// A run's params: ParamsOf(config) and, for a run that a sweep's `derived:` entry made, that
+// entry's name under "derived" (not a config key; run views and filters show it). The one way a
+// run's params are computed: at submit, and again whenever its config changes (a resume with
+// --set, an extension, a seed plan's copy).
+inline constexpr char kDerivedParam[] = "derived";
+std::map<std::string, std::string> RunParams(const RunConfig& config, std::string_view derived);
+// The derivation `params` name; empty for a run of the grid.
+std::string DerivedName(const std::map<std::string, std::string>& params);
 
 // Parses a YAML run config: a mapping of §9 keys (optionally grouped under `model:`, `train:` and
 // `data:`), with `val_data` a mapping of name -> file. Unknown keys and bad values are

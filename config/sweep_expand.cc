@@ -46,8 +46,10 @@ absl::StatusOr<GridSize> SizeOfGrid(const SweepSpec& spec, std::string_view file
 }
 
 // Validates a run's config (the error names the run and its grid point) and fills in what is
-// derived from it: params, the YAML, parameter counts and memory estimates.
-absl::Status FinishRun(const SweepSpec& spec, std::string_view file, ExpandedRun& r) {
+// derived from it: params (naming `derived`, the entry that made it, if any), the YAML, parameter
+// counts and memory estimates.
+absl::Status FinishRun(const SweepSpec& spec, std::string_view file, ExpandedRun& r,
+                       std::string_view derived = {}) {
   absl::Status valid = Validate(r.config);
   if (!valid.ok()) {
     std::vector<std::string> point;
@@ -59,7 +61,7 @@ absl::Status FinishRun(const SweepSpec& spec, std::string_view file, ExpandedRun
     return absl::InvalidArgumentError(
         StrCat(file, ": run ", r.name, " (", StrJoin(point, ", "), "): ", Message(valid)));
   }
-  r.params = ParamsOf(r.config);
+  r.params = RunParams(r.config, derived);
   r.config_yaml = ToYaml(r.config);
   const ParamCounts c = CountParams(r.config.model);
   r.stored_params = c.stored;
@@ -263,8 +265,7 @@ absl::Status ExpandDerived(const SweepSpec& spec, std::string_view file,
       if (r.kind == JobKind::kEval && r.eval_loops.empty()) {
         r.eval_loops.push_back(r.config.model.effective_R_infer());
       }
-      CART_RETURN_IF_ERROR(FinishRun(spec, file, r));
-      r.params["derived"] = d.name;
+      CART_RETURN_IF_ERROR(FinishRun(spec, file, r, d.name));
       runs.push_back(std::move(r));
     }
     if (matched == 0) {

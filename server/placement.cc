@@ -25,13 +25,11 @@ void SortLongestFirst(std::vector<store::PlaceableRun>& runs) {
 
 std::string Hours(double h) { return StrCat(Fixed(h, 1), " h"); }
 
-// Calls `plan(run)` for each queued run in plan order until it returns true: by priority, and
-// within a level (with `usage`) the longest run of the owner whose usage plus `share` (hours
-// `plan` has added) is least, else longest first.
-template <typename Plan>
+}  // namespace
+
 void InPlanOrder(std::vector<store::PlaceableRun>& queued,
                  const std::map<std::string, double>& usage, std::map<std::string, double>& share,
-                 const Plan& plan) {
+                 const std::function<bool(const store::PlaceableRun&)>& plan) {
   SortLongestFirst(queued);
   for (size_t level = 0; level < queued.size();) {
     size_t end = level;
@@ -58,6 +56,8 @@ void InPlanOrder(std::vector<store::PlaceableRun>& queued,
     level = end;
   }
 }
+
+namespace {
 
 // Device classes (docs/architecture.md "Device classes"): a run pinned to a class goes only to
 // a worker of it; a run of a balanced seed group goes only to the classes present (with a

@@ -22,6 +22,7 @@
 // config's seeds so far, the plan's own placements counted as it goes.
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -63,6 +64,15 @@ PlacementDecision PlaceEarliestFinish(const PlacementWorker& asker,
                                       std::vector<store::PlaceableRun> queued,
                                       const std::map<std::string, double>& usage = {},
                                       const store::SeedGroupClasses& groups = {});
+
+// The order placement serves queued runs in, one at a time, calling `serve` for each until it
+// returns true: by priority; within a level, with `usage` (fair share), the longest run of the
+// owner whose usage plus `share` (what the caller has handed out so far, added to by `serve`) is
+// least, owners in name order on a tie; without it, longest first. Known work before unknown
+// (0), then oldest, then by id. Placement, the plan of the queue and preemption all take it.
+void InPlanOrder(std::vector<store::PlaceableRun>& queued,
+                 const std::map<std::string, double>& usage, std::map<std::string, double>& share,
+                 const std::function<bool(const store::PlaceableRun&)>& serve);
 
 // One queued run as the plan places it: on which worker, and when it is expected to start and
 // finish, in hours from now.

@@ -3,6 +3,7 @@
 #include "server/preemption.h"
 
 #include <algorithm>
+#include <deque>
 #include <tuple>
 
 #include "common/strings.h"
@@ -27,16 +28,6 @@ std::vector<PreemptionAsk> ChoosePreemptions(std::vector<store::PlaceableRun> qu
     const auto it = usage.find(owner);
     return it == usage.end() ? 0.0 : it->second;
   };
-  // Served first by placement: higher priority, then the owner with less usage, then longest.
-  std::sort(queued.begin(), queued.end(),
-            [&](const store::PlaceableRun& a, const store::PlaceableRun& b) {
-              if (a.priority != b.priority) return a.priority > b.priority;
-              if (fair && used(a.owner) != used(b.owner)) return used(a.owner) < used(b.owner);
-              if (a.RemainingHours() != b.RemainingHours()) {
-                return a.RemainingHours() > b.RemainingHours();
-              }
-              return a.id < b.id;
-            });
   std::vector<const PreemptionCandidate*> by_id;
   for (const PreemptionCandidate& r : running) by_id.push_back(&r);
   std::sort(by_id.begin(), by_id.end(),
@@ -44,11 +35,11 @@ std::vector<PreemptionAsk> ChoosePreemptions(std::vector<store::PlaceableRun> qu
               return a->run_id < b->run_id;
             });
   std::map<std::string, int> held;  // owner -> workers their runs hold (asked ones excluded)
-  int pending = 0;                  // asked runs still handing back: workers about to be free
+  std::deque<double> pending;       // the speeds of workers whose asked runs are still handing back
   std::vector<const PreemptionCandidate*> candidates;
   for (const PreemptionCandidate* r : by_id) {
     if (r->asked != PreemptionCandidate::Asked::kNo) {
-      if (r->asked == PreemptionCandidate::Asked::kHandingBack) ++pending;
+      if (r->asked == PreemptionCandidate::Asked::kHandingBack) pending.push_back(r->speed);
       continue;
     }
     ++held[r->owner];
@@ -69,15 +60,23 @@ std::vector<PreemptionAsk> ChoosePreemptions(std::vector<store::PlaceableRun> qu
                   " workers, ", Fixed(used(q.owner), 1), " decayed GPU-h) while ", r.owner,
                   " holds ", held[r.owner], " (", Fixed(used(r.owner), 1), " GPU-h)");
   };
-  for (const store::PlaceableRun& q : queued) {
-    if (candidates.empty() && pending == 0) break;
+  // What each owner has been handed, as placement counts it: their usage, plus each waiting
+  // run given a worker here at that worker's speed.
+  const std::map<std::string, double> no_usage;
+  std::map<std::string, double> share = fair ? usage : no_usage;
+  auto hand = [&](const store::PlaceableRun& q, double speed) {
+    ++held[q.owner];
+    share[q.owner] += q.RemainingHours() / (speed > 0 ? speed : 1);
+  };
+  InPlanOrder(queued, fair ? usage : no_usage, share, [&](const store::PlaceableRun& q) {
+    if (candidates.empty() && pending.empty()) return true;
     bool waits_for_any = false;
     for (const PreemptionCandidate* r : by_id) waits_for_any = waits_for_any || outranks(q, *r);
-    if (!waits_for_any) continue;
-    if (pending > 0) {  // a worker already being handed back serves it
-      --pending;
-      ++held[q.owner];
-      continue;
+    if (!waits_for_any) return false;
+    if (!pending.empty()) {  // a worker already being handed back serves it
+      hand(q, pending.front());
+      pending.pop_front();
+      return false;
     }
     // The victim: lowest priority, then the owner holding most, then most used, then the attempt
     // that started last.
@@ -89,13 +88,14 @@ std::vector<PreemptionAsk> ChoosePreemptions(std::vector<store::PlaceableRun> qu
       if (!Fits(q, (*c)->memory_bytes) || !outranks(q, **c)) continue;
       if (victim == candidates.end() || key(**c) > key(**victim)) victim = c;
     }
-    if (victim == candidates.end()) continue;
+    if (victim == candidates.end()) return false;
     const PreemptionCandidate& chosen = **victim;
     asks.push_back(PreemptionAsk{chosen.run_id, chosen.attempt, why(q, chosen)});  // before the
     --held[chosen.owner];                                                          // counts move
-    ++held[q.owner];
+    hand(q, chosen.speed);
     candidates.erase(victim);
-  }
+    return false;
+  });
   return asks;
 }
 

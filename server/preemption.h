@@ -6,9 +6,10 @@
 // usage) and sends the preempt controls this decides, with the reasons it gives.
 //
 // The rule. Nothing is preempted while a live worker that is free fits a waiting run: placement
-// serves it. Otherwise the waiting runs are taken in the order placement serves them (priority,
-// then the owner with less decayed usage, then longest) and each that outranks some running run
-// gets a worker: one already handing its run back if there is one, else a victim. A waiting run
+// serves it. Otherwise the waiting runs are taken in the order placement serves them (InPlanOrder:
+// priority; with fair share the owner least served counting what this hands out, else longest
+// first; known work before unknown, then oldest) and each that outranks some running run gets a
+// worker: one already handing its run back if there is one, else a victim. A waiting run
 // outranks a running one at a higher priority; with fair share, also at the same priority when
 // it is another owner's with less usage and the running run's owner holds at least two more
 // workers. The victim, among the preemptible running runs on a worker the waiting run fits and
@@ -32,6 +33,7 @@ struct PreemptionCandidate {
   int64_t priority = 0;
   int64_t claimed_us = 0;    // when this attempt began
   int64_t memory_bytes = 0;  // its worker's usable memory: what a waiting run would get
+  double speed = 1;          // its worker's, × an RTX 3090: a waiting run's hours there
   // Asked to stop already: kHandingBack while it is still expected to hand its worker back (a
   // worker about to be free), kOverdue after that (it counts for nothing but outranking).
   enum class Asked { kNo, kHandingBack, kOverdue };

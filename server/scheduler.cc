@@ -315,7 +315,7 @@ absl::StatusOr<RunRecord> Scheduler::ResumeRun(int64_t run_id, const std::string
                           model::ParseRunConfigYaml(current.config_yaml, StrCat("run ", run_id)));
     CART_ASSIGN_OR_RETURN(model::ResumeChange resumed, model::ApplyResumeSet(config, set));
     change = store::ConfigChange{model::ToYaml(resumed.config), {}};
-    change->params = model::ParamsOf(resumed.config);
+    change->params = model::RunParams(resumed.config, model::DerivedName(current.params));
     why = StrCat("resumed with ", StrJoin(resumed.changed, ", "));
   }
   CART_ASSIGN_OR_RETURN(RunRecord run,
@@ -385,8 +385,10 @@ absl::StatusOr<ExtendOutcome> Scheduler::ExtendRun(int64_t run_id, int64_t total
   const std::string why =
       StrCat("schedule ", ExtendScheduleName(schedule), ": learning rate ", Sci(out.lr_before),
              " at step ", out.from_step, " -> ", Sci(out.lr_after), " at step ", out.from_step + 1);
-  CART_ASSIGN_OR_RETURN(out.run, store_->ExtendRun(run_id, total_steps, model::ToYaml(chosen),
-                                                   store::Audit{NowMicros(), who, why}));
+  const store::ConfigChange change{model::ToYaml(chosen),
+                                   model::RunParams(chosen, model::DerivedName(run.params))};
+  CART_ASSIGN_OR_RETURN(
+      out.run, store_->ExtendRun(run_id, total_steps, change, store::Audit{NowMicros(), who, why}));
   BumpRun(run_id);
   WakePollers();
   return out;
@@ -1233,7 +1235,10 @@ absl::StatusOr<std::vector<int64_t>> Scheduler::Preempt() {
       c.priority = r.priority;
       c.claimed_us = r.claimed_us;
       const WorkerRegistry::Worker* worker = workers_.Find(r.worker_id);
-      if (worker != nullptr) c.memory_bytes = worker->info.memory_bytes;
+      if (worker != nullptr) {
+        c.memory_bytes = worker->info.memory_bytes;
+        c.speed = worker->speed;
+      }
       if (auto ask = preempt_asked_.find(run_id); ask != preempt_asked_.end()) {
         c.asked = now_us - ask->second.asked_us < kPreemptPendingUs
                       ? PreemptionCandidate::Asked::kHandingBack

@@ -51,8 +51,7 @@ absl::StatusOr<store::NewPlanRun> CopyWithSeed(store::RunStore& store, const Run
   out.parent_entry = parent_entry;
   store::NewRun& r = out.run;
   r.config_yaml = model::ToYaml(config);
-  r.params = run.params;
-  r.params["seed"] = StrCat(seed);
+  r.params = model::RunParams(config, model::DerivedName(run.params));
   r.stored_params = run.stored_params;
   r.effective_params = run.effective_params;
   r.memory_estimate_bytes = run.memory_estimate_bytes;

@@ -162,7 +162,7 @@ absl::StatusOr<std::map<std::string, std::vector<model::ParentRun>>> StoredParen
       parent.index = ParseInt64(record.name).value_or(-1);
       parent.name = StrCat(name, "/", record.name);
       parent.config = *std::move(config);
-      parent.params = model::ParamsOf(parent.config);
+      parent.params = record.params;  // as its submit computed them (model::RunParams)
       parents.push_back(std::move(parent));
     }
     if (records.empty()) parent_sweeps.erase(name);

@@ -32,9 +32,8 @@ namespace {
 
 constexpr char kSetDeviceClassPolicy[] = "UPDATE runs SET device_class_policy = ? WHERE id = ?";
 
-constexpr char kSetStepsParam[] =
-    "UPDATE runs SET params_json = json_set(params_json, '$.\"steps\"', ?) WHERE id = ?";
-constexpr char kSetStepsAndConfig[] = "UPDATE runs SET steps = ?, config_yaml = ? WHERE id = ?";
+constexpr char kSetStepsAndConfig[] =
+    "UPDATE runs SET steps = ?, config_yaml = ?, params_json = ? WHERE id = ?";
 // A run's work is linear in its steps (tokens = steps x batch x accum x seq_len): an extended run's
 // grows with them. Run before kSetStepsAndConfig, which changes `steps`.
 constexpr char kScaleWork[] =
@@ -177,10 +176,9 @@ absl::StatusOr<RunRecord> RunStore::ResumeRun(int64_t run_id, const Audit& audit
 }
 
 absl::StatusOr<RunRecord> RunStore::ExtendRun(int64_t run_id, int64_t new_total_steps,
-                                              const std::string& new_config_yaml,
-                                              const Audit& audit) {
+                                              const ConfigChange& change, const Audit& audit) {
   CART_RETURN_IF_ERROR(internal::ValidateAudit(audit));
-  if (new_config_yaml.empty()) {
+  if (change.config_yaml.empty()) {
     return absl::InvalidArgumentError(StrCat("extend of run ", run_id, ": config is empty"));
   }
   return writer_->Run<RunRecord>([&](WriteContext& ctx) -> absl::StatusOr<RunRecord> {
@@ -196,8 +194,8 @@ absl::StatusOr<RunRecord> RunStore::ExtendRun(int64_t run_id, int64_t new_total_
                                                   " would add none"));
     }
     CART_RETURN_IF_ERROR(Exec(db, kScaleWork, static_cast<double>(new_total_steps), run_id));
-    CART_RETURN_IF_ERROR(Exec(db, kSetStepsAndConfig, new_total_steps, new_config_yaml, run_id));
-    CART_RETURN_IF_ERROR(Exec(db, kSetStepsParam, StrCat(new_total_steps), run_id));
+    CART_RETURN_IF_ERROR(Exec(db, kSetStepsAndConfig, new_total_steps, change.config_yaml,
+                              internal::ParamsJson(change.params), run_id));
     CART_RETURN_IF_ERROR(Exec(db, kSetAttemptFloor, run.attempt, run_id));
     Audit extend = audit;
     extend.why = StrCat("extend from ", run.steps, " to ", new_total_steps, " steps",

@@ -315,11 +315,11 @@ class RunStore {
   absl::StatusOr<RunRecord> ResumeRun(int64_t run_id, const Audit& audit,
                                       const std::optional<ConfigChange>& change = {});
   // SUCCEEDED -> QUEUED to train on to new_total_steps (> the current steps), resuming from its
-  // latest checkpoint. new_config_yaml is the re-resolved config (with the new steps); it
-  // replaces the stored one, and params["steps"] follows. FailedPrecondition for another state or
+  // latest checkpoint. `change` is the re-resolved config (with the new steps and schedule) and
+  // its params; both replace the stored ones. FailedPrecondition for another state or
   // new_total_steps not above the current steps.
   absl::StatusOr<RunRecord> ExtendRun(int64_t run_id, int64_t new_total_steps,
-                                      const std::string& new_config_yaml, const Audit& audit);
+                                      const ConfigChange& change, const Audit& audit);
   // Lets the run's later attempts go to any device class (`any`), or only to the class that
   // wrote its latest checkpoint (docs/architecture.md "Device classes"), with an event of the
   // run saying which and why. Any state; a no-op (no event) when it already is so.

@@ -123,5 +123,28 @@ TEST(ChoosePreemptionsTest, EachWaitingRunTakesOneVictimAndTheCountsMove) {
   EXPECT_EQ(Ids(asks), (std::vector<int64_t>{4, 3}));
 }
 
+// Waiting runs are taken in placement's own order (InPlanOrder): with fair share, each worker
+// handed out counts in its owner's share at that worker's speed, so owners alternate as placement
+// would serve them. Two workers of carol's lower-priority runs for ann (usage 1, three 10 h runs)
+// and bob (usage 2, one 5 h run): ann's first run (ann's share becomes 11), then bob's, not two of
+// ann's.
+TEST(ChoosePreemptionsTest, WaitingRunsAreTakenInPlacementsOrderOwnersAlternating) {
+  const std::vector<store::PlaceableRun> queued = {
+      Queued(10, "ann", 1, 10), Queued(11, "ann", 1, 10), Queued(12, "ann", 1, 10),
+      Queued(20, "bob", 1, 5)};
+  const std::vector<PreemptionAsk> asks =
+      ChoosePreemptions(queued, {}, {Running(1, "carol", 0), Running(2, "carol", 0)},
+                        {{"ann", 1.0}, {"bob", 2.0}}, /*fair=*/true);
+  ASSERT_EQ(asks.size(), 2u);
+  EXPECT_THAT(asks[0].reason, HasSubstr("run 10 of ann"));
+  EXPECT_THAT(asks[1].reason, HasSubstr("run 20 of bob"));
+  // Without fair share: longest first, then oldest.
+  const std::vector<PreemptionAsk> plain = ChoosePreemptions(
+      queued, {}, {Running(1, "carol", 0), Running(2, "carol", 0)}, {}, /*fair=*/false);
+  ASSERT_EQ(plain.size(), 2u);
+  EXPECT_THAT(plain[0].reason, HasSubstr("run 10 of ann"));
+  EXPECT_THAT(plain[1].reason, HasSubstr("run 11 of ann"));
+}
+
 }  // namespace
 }  // namespace cart::server

@@ -1307,6 +1307,10 @@ TEST_F(SchedulerTest, ExtendAsksBeforeAWarmRestartAndRecordsTheScheduleItApplied
                             model::ParseRunConfigYaml(held.run.config_yaml, "run"));
   EXPECT_EQ(after.train.steps, total);
   EXPECT_EQ(after.train.lr_decay_steps, steps);
+  // The run's params follow its config (they were patched for `steps` alone, so filters and
+  // tables read the old schedule).
+  EXPECT_EQ(held.run.params.at("steps"), StrCat(total));
+  EXPECT_EQ(held.run.params.at("lr_decay_steps"), StrCat(steps));
   // The first steps' rates are those the run trained with; every later one is the final rate.
   for (int64_t s : {int64_t{0}, steps / 2, steps - 1}) {
     EXPECT_EQ(model::ScheduledLr(after.train, s), model::ScheduledLr(before.train, s)) << s;

@@ -272,7 +272,7 @@ TEST_F(RunStoreTest, IllegalTransitionsAreFailedPreconditionNamingTheRunAndItsSt
   const std::string run = StrCat("run ", id, " is ");
   EXPECT_THAT(store_->ResumeRun(id, By("u", kT0)),
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr(run + "QUEUED")));
-  EXPECT_THAT(store_->ExtendRun(id, 5000, "steps: 5000", By("u", kT0)),
+  EXPECT_THAT(store_->ExtendRun(id, 5000, {"steps: 5000", {{"steps", "5000"}}}, By("u", kT0)),
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr(run + "QUEUED")));
   Claim claim = ClaimExpecting(id, kT0);
   EXPECT_THAT(store_->RecordAttemptOutcome(id, claim.attempt, AttemptOutcome::kSucceeded,
@@ -335,14 +335,21 @@ TEST_F(RunStoreTest, ExtendRequeuesASucceededRunWithMoreStepsFromItsFinalCheckpo
   CART_ASSERT_OK(store_->RecordAttemptOutcome(id, claim.attempt, AttemptOutcome::kSucceeded,
                                               By("worker:w1", kT0)));
   EXPECT_THAT(
-      store_->ExtendRun(id, 1000, "steps: 1000", By("user:a", kT0)),
+      store_->ExtendRun(id, 1000, {"steps: 1000", {{"steps", "1000"}}}, By("user:a", kT0)),
       StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("already trains for 1000")));
+  // The re-resolved config and its params replace the stored ones: the schedule's keys follow
+  // the steps (a held schedule keeps decaying over the old 1,000).
   CART_ASSERT_OK_AND_ASSIGN(
-      RunRecord extended, store_->ExtendRun(id, 3000, "d: 256\nsteps: 3000\n", By("user:a", kT0)));
+      RunRecord extended,
+      store_->ExtendRun(id, 3000,
+                        {"d: 256\nsteps: 3000\nlr_decay_steps: 1000\n",
+                         {{"d", "256"}, {"steps", "3000"}, {"lr_decay_steps", "1000"}}},
+                        By("user:a", kT0)));
   EXPECT_EQ(extended.state, RunState::kQueued);
   EXPECT_EQ(extended.steps, 3000);
   EXPECT_EQ(extended.params.at("steps"), "3000");
-  EXPECT_EQ(extended.config_yaml, "d: 256\nsteps: 3000\n");
+  EXPECT_EQ(extended.params.at("lr_decay_steps"), "1000");
+  EXPECT_EQ(extended.config_yaml, "d: 256\nsteps: 3000\nlr_decay_steps: 1000\n");
   EXPECT_DOUBLE_EQ(extended.work_hours, 6.0);  // the work grows with the steps
   Claim resumed = ClaimExpecting(id, kT0);
   ASSERT_TRUE(resumed.resume_from.has_value());
