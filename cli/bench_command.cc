@@ -31,8 +31,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-using model::CardPeak;
-using model::PeakOf;
+using config::CardPeak;
+using config::PeakOf;
 
 // The paper's measured training throughput on one RTX 3090 (CART, P 6, R 6, T 1024, bf16) and
 // the MFU it states, by d.
@@ -46,8 +46,8 @@ const std::map<int64_t, PaperFigure>& PaperFigures() {
   return *figures;
 }
 
-bool IsPaperShape(const model::RunConfig& c) {
-  return c.model.model == model::ModelKind::kCart && c.model.P == 6 && c.model.R == 6 &&
+bool IsPaperShape(const config::RunConfig& c) {
+  return c.model.model == config::ModelKind::kCart && c.model.P == 6 && c.model.R == 6 &&
          c.train.seq_len == 1024 && PaperFigures().count(c.model.d) > 0;
 }
 
@@ -89,7 +89,7 @@ struct BenchRow {
 };
 
 // A token file of uniform random ids, enough for `steps` steps of `c`.
-absl::StatusOr<std::string> WriteRandomTokens(const fs::path& dir, const model::RunConfig& c,
+absl::StatusOr<std::string> WriteRandomTokens(const fs::path& dir, const config::RunConfig& c,
                                               int64_t steps) {
   data::TokenFileInfo meta;
   meta.tokenizer = StrCat("synth:", c.model.vocab);
@@ -110,10 +110,10 @@ absl::StatusOr<std::string> WriteRandomTokens(const fs::path& dir, const model::
   return path;
 }
 
-absl::StatusOr<BenchRow> BenchOne(const model::RunConfig& config, const BenchArgs& args,
+absl::StatusOr<BenchRow> BenchOne(const config::RunConfig& config, const BenchArgs& args,
                                   c10::Device device, const fs::path& dir,
                                   std::optional<double> peak_tflops) {
-  model::RunConfig c = config;
+  config::RunConfig c = config;
   const int64_t total = args.warmup + args.steps;
   c.train.steps = total;
   c.train.log_every = total;
@@ -122,7 +122,7 @@ absl::StatusOr<BenchRow> BenchOne(const model::RunConfig& config, const BenchArg
   c.train.warmup = std::min<int64_t>(c.train.warmup, total);
   c.data.val_data.clear();
   CART_ASSIGN_OR_RETURN(c.data.train_data, WriteRandomTokens(dir, c, total));
-  CART_RETURN_IF_ERROR(model::Validate(c));
+  CART_RETURN_IF_ERROR(config::Validate(c));
 
   train::ResetPeakDeviceMemory(device);
   // The CPU's tensor bytes, counted as the CUDA allocator counts its (train/device.h).
@@ -177,8 +177,8 @@ absl::StatusOr<BenchRow> BenchOne(const model::RunConfig& config, const BenchArg
   row.seq_len = c.train.seq_len;
   row.seconds_per_step = step_seconds[step_seconds.size() / 2];
   row.tokens_per_s = static_cast<double>(row.batch * row.seq_len) / row.seconds_per_step;
-  row.train_flops_per_token = model::CountFlops(c.model, c.train.seq_len).train_per_token;
-  row.six_n_flops_per_token = model::SixNFlopsPerToken(c.model);
+  row.train_flops_per_token = config::CountFlops(c.model, c.train.seq_len).train_per_token;
+  row.six_n_flops_per_token = config::SixNFlopsPerToken(c.model);
   if (peak_tflops) {
     row.mfu = row.tokens_per_s * row.train_flops_per_token / (*peak_tflops * 1e12);
     row.mfu_6n = row.tokens_per_s * row.six_n_flops_per_token / (*peak_tflops * 1e12);
@@ -190,7 +190,7 @@ absl::StatusOr<BenchRow> BenchOne(const model::RunConfig& config, const BenchArg
   if (cpu_memory) row.peak_bytes = cpu_memory->peak_bytes();
   row.peak_kind = "allocated";
   const bool bf16 = train::UsesMixedPrecision(c.train.dtype, device);
-  row.estimate_bytes = model::EstimateTrainingBytes(c.model, c.train.seq_len, c.train.batch, bf16);
+  row.estimate_bytes = config::EstimateTrainingBytes(c.model, c.train.seq_len, c.train.batch, bf16);
   row.final_loss = result.final_loss;
   if (IsPaperShape(c)) row.paper = PaperFigures().at(c.model.d);
   return row;
@@ -228,7 +228,7 @@ void PrintBreakdown(const std::vector<BenchRow>& rows) {
 }
 
 absl::Status RunBench(const BenchArgs& args) {
-  model::RunConfig base;
+  config::RunConfig base;
   // The paper's stage-2 shape (docs/model.md §6) with one micro-batch per step: tokens/s does
   // not depend on accumulation.
   base.model.P = 6;
@@ -237,9 +237,9 @@ absl::Status RunBench(const BenchArgs& args) {
   base.train.batch = 8;
   base.train.accum = 1;
   if (!args.config.empty()) {
-    CART_ASSIGN_OR_RETURN(base, model::LoadRunConfigFile(args.config));
+    CART_ASSIGN_OR_RETURN(base, config::LoadRunConfigFile(args.config));
   }
-  CART_RETURN_IF_ERROR(model::ApplyOverrides(base, args.sets));
+  CART_RETURN_IF_ERROR(config::ApplyOverrides(base, args.sets));
   if (args.steps < 1 || args.warmup < 0) {
     return absl::InvalidArgumentError("--steps must be >= 1 and --warmup >= 0");
   }
@@ -277,31 +277,31 @@ absl::Status RunBench(const BenchArgs& args) {
     return absl::InternalError(StrCat("cannot make a temporary directory from ", pattern));
   }
   const fs::path dir = pattern;
-  // Each width runs at the micro-batch cartd would give this card (model::FitMicroBatch into
+  // Each width runs at the micro-batch cartd would give this card (config::FitMicroBatch into
   // what the reserve leaves, the global batch kept by accumulation), or is reported as not
   // fitting: an 8 GB card cannot hold d >= 768 at micro-batch 8, T 1024.
   std::optional<int64_t> memory = train::CudaDeviceMemoryBytes(device);
   if (args.memory_gib > 0) memory = static_cast<int64_t>(args.memory_gib * (1 << 30));
   std::optional<int64_t> usable;
-  if (memory) usable = model::UsableMemoryBytes(*memory, -1);
+  if (memory) usable = config::UsableMemoryBytes(*memory, -1);
   std::vector<BenchRow> rows;
   absl::Status status;
   for (int64_t d : widths) {
-    model::RunConfig c = base;
+    config::RunConfig c = base;
     c.model.d = d;
     if (usable) {
       // Fitted at the precision the step will run in (dtype auto is fp32 on a CPU).
-      model::RunConfig fitting = c;
+      config::RunConfig fitting = c;
       if (!train::UsesMixedPrecision(c.train.dtype, device)) {
-        fitting.train.dtype = model::DType::kFloat32;
+        fitting.train.dtype = config::DType::kFloat32;
       }
-      const std::optional<model::MicroBatchFit> fit = model::FitMicroBatch(fitting, *usable);
+      const std::optional<config::MicroBatchFit> fit = config::FitMicroBatch(fitting, *usable);
       if (!fit) {
         BenchRow row;
         row.d = d;
         row.not_fitted = fmt::format(
             "does not fit at micro-batch 1: {:.2f} GiB estimated, {:.2f} GiB usable of {:.2f}",
-            static_cast<double>(model::MinTrainingBytes(fitting)) / (1 << 30),
+            static_cast<double>(config::MinTrainingBytes(fitting)) / (1 << 30),
             static_cast<double>(*usable) / (1 << 30), static_cast<double>(*memory) / (1 << 30));
         if (!args.json)
           std::cerr << fmt::format("cart model bench: d = {} {}\n", d, *row.not_fitted);
@@ -376,7 +376,7 @@ absl::Status RunBench(const BenchArgs& args) {
   }
   std::cout << fmt::format(
       "{} ({}), {}, P {} R {} T {}, {} tokens/step, median of {} steps after {} warm-up\n"
-      "MFU: model::CountFlops (attention included); MFU 6N: 6 x effective parameters, the "
+      "MFU: config::CountFlops (attention included); MFU 6N: 6 x effective parameters, the "
       "paper's count\n",
       device.str(), device_name, bf16 ? "bf16 autocast" : "fp32", base.model.P, base.model.R,
       base.train.seq_len, base.train.batch * base.train.accum * base.train.seq_len, args.steps,

@@ -386,7 +386,7 @@ void RunIdentify(const std::vector<std::string>& files, const std::string& sweep
   if (!sweep.empty()) {
     absl::StatusOr<std::string> text = ReadWholeFile(sweep);
     if (!text.ok()) ExitWith(text.status());
-    absl::StatusOr<model::SweepSpec> spec = model::ParseSweepYaml(*text, sweep);
+    absl::StatusOr<config::SweepSpec> spec = config::ParseSweepYaml(*text, sweep);
     if (!spec.ok()) ExitWith(spec.status());
     absl::StatusOr<std::vector<cart::v1::DataIdentity>> found =
         SweepDataIdentities(*spec, &missing);

@@ -63,8 +63,8 @@ absl::StatusOr<ExportResult> ExportModel(const ExportRequest& request) {
     CART_ASSIGN_OR_RETURN(
         manifest, train::ImportCheckpoint(request.checkpoint_file, scratch.string(), config_yaml));
   }
-  CART_ASSIGN_OR_RETURN(model::RunConfig config,
-                        model::ParseRunConfigYaml(config_yaml, request.source + " config"));
+  CART_ASSIGN_OR_RETURN(config::RunConfig config,
+                        config::ParseRunConfigYaml(config_yaml, request.source + " config"));
   CART_ASSIGN_OR_RETURN(auto m, model::BuildModel(config.model, config.train.seed));
   CART_RETURN_IF_ERROR(train::LoadCheckpoint(manifest, *m, nullptr));
   std::map<std::string, std::string> metadata = request.metadata;

@@ -256,7 +256,7 @@ void PrintRuns(const google::protobuf::RepeatedPtrField<cart::v1::RunView>& runs
     if (tagged) row.push_back(TagList(r.tags()));
     if (device_column) {
       std::vector<std::string> names;
-      for (const std::string& c : r.device_classes()) names.push_back(model::ShortDeviceName(c));
+      for (const std::string& c : r.device_classes()) names.push_back(config::ShortDeviceName(c));
       row.push_back(names.empty() ? std::string("-")
                                   : StrJoin(names, "+") + (names.size() > 1 ? " (SPANS)" : ""));
     }

@@ -14,9 +14,9 @@ cart::v1::DataIdentity IdentityProto(const std::string& path, const data::FileId
 }
 
 absl::StatusOr<std::vector<cart::v1::DataIdentity>> SweepDataIdentities(
-    const model::SweepSpec& spec, std::vector<std::string>* missing) {
+    const config::SweepSpec& spec, std::vector<std::string>* missing) {
   std::vector<cart::v1::DataIdentity> out;
-  for (const auto& [path, token_file] : model::SweepDataPaths(spec)) {
+  for (const auto& [path, token_file] : config::SweepDataPaths(spec)) {
     absl::StatusOr<data::FileIdentity> id = token_file ? data::IdentifyTokenFile(path, nullptr)
                                                        : data::IdentifyPlainFile(path, nullptr);
     if (absl::IsNotFound(id.status())) {

@@ -20,11 +20,11 @@ namespace cart::cli {
 // The wire form of a file's identity, by path (role empty).
 cart::v1::DataIdentity IdentityProto(const std::string& path, const data::FileIdentity& id);
 
-// The identities of the data files `spec` names (model::SweepDataPaths) that this machine can
+// The identities of the data files `spec` names (config::SweepDataPaths) that this machine can
 // read, by path (role empty). A file that is missing here is left out, for the first worker to
 // record, and its path added to `missing`. DataLoss naming the file when its bytes do not match
 // its metadata; other read errors as they are.
 absl::StatusOr<std::vector<cart::v1::DataIdentity>> SweepDataIdentities(
-    const model::SweepSpec& spec, std::vector<std::string>* missing);
+    const config::SweepSpec& spec, std::vector<std::string>* missing);
 
 }  // namespace cart::cli

@@ -17,18 +17,18 @@
 namespace cart::cli {
 namespace {
 
-using model::ModelConfig;
-using model::RunConfig;
+using config::ModelConfig;
+using config::RunConfig;
 
 // Loads CONFIG (a run-config YAML) and applies `--set key=value` overrides.
 absl::StatusOr<RunConfig> LoadConfig(const std::string& path,
                                      const std::vector<std::string>& sets) {
   RunConfig config;
   if (!path.empty()) {
-    CART_ASSIGN_OR_RETURN(config, model::LoadRunConfigFile(path));
+    CART_ASSIGN_OR_RETURN(config, config::LoadRunConfigFile(path));
   }
-  CART_RETURN_IF_ERROR(model::ApplyOverrides(config, sets));
-  absl::Status valid = model::Validate(config);
+  CART_RETURN_IF_ERROR(config::ApplyOverrides(config, sets));
+  absl::Status valid = config::Validate(config);
   if (!valid.ok()) return absl::InvalidArgumentError(StrCat(path, ": ", Message(valid)));
   return config;
 }
@@ -37,11 +37,11 @@ std::string Millions(int64_t n) { return fmt::format("{:.2f}M", n / 1e6); }
 
 void PrintParams(const RunConfig& config, bool json) {
   const ModelConfig& m = config.model;
-  const model::ParamCounts c = model::CountParams(m);
-  const model::FlopCounts f = model::CountFlops(m, config.train.seq_len);
-  const int64_t mem = model::EstimateTrainingBytes(m, config.train.seq_len, config.train.batch,
-                                                   /*bf16=*/true);
-  nlohmann::json out = {{"model", std::string(model::ToString(m.model))},
+  const config::ParamCounts c = config::CountParams(m);
+  const config::FlopCounts f = config::CountFlops(m, config.train.seq_len);
+  const int64_t mem = config::EstimateTrainingBytes(m, config.train.seq_len, config.train.batch,
+                                                    /*bf16=*/true);
+  nlohmann::json out = {{"model", std::string(config::ToString(m.model))},
                         {"d", m.d},
                         {"vocab", m.vocab},
                         {"stored", c.stored},
@@ -55,9 +55,9 @@ void PrintParams(const RunConfig& config, bool json) {
                         {"forward_flops_per_token", f.forward_per_token},
                         {"train_flops_per_token", f.train_per_token},
                         {"train_memory_bytes_bf16", mem}};
-  if (m.model == model::ModelKind::kCart) {
-    auto stored = model::MatchDenseDepth(m, model::MatchTarget::kStored);
-    auto eff = model::MatchDenseDepth(m, model::MatchTarget::kEffective);
+  if (m.model == config::ModelKind::kCart) {
+    auto stored = config::MatchDenseDepth(m, config::MatchTarget::kStored);
+    auto eff = config::MatchDenseDepth(m, config::MatchTarget::kEffective);
     out["dense_match_stored"] = {{"layers", stored.layers}, {"params", stored.params}};
     out["dense_match_effective"] = {{"layers", eff.layers}, {"params", eff.params}};
   }
@@ -68,7 +68,7 @@ void PrintParams(const RunConfig& config, bool json) {
   auto row = [](const std::string& k, const std::string& v) {
     std::cout << fmt::format("{:<28}{:>16}\n", k, v);
   };
-  if (m.model == model::ModelKind::kCart) {
+  if (m.model == config::ModelKind::kCart) {
     row("model", fmt::format("cart d={} P={} R={}", m.d, m.P, m.R));
     row("stored params", Millions(c.stored));
     row("effective params (R loops)", Millions(c.effective));
@@ -103,7 +103,7 @@ absl::Status Init(const RunConfig& config, int64_t seed, const std::string& out,
   CART_RETURN_IF_ERROR(model::SaveModel(*m, out,
                                         dtype == "bf16" ? torch::kBFloat16 : torch::kFloat32,
                                         {{"seed", std::to_string(seed)}}));
-  std::cout << "wrote " << out << " (" << Millions(model::CountParams(config.model).stored)
+  std::cout << "wrote " << out << " (" << Millions(config::CountParams(config.model).stored)
             << " parameters, seed " << seed << ")\n";
   return absl::OkStatus();
 }
@@ -115,12 +115,12 @@ absl::Status Logits(const std::string& file, const std::string& config_path,
   RunConfig config;
   if (config_path.empty()) {
     CART_ASSIGN_OR_RETURN(config.model, model::ConfigFromMetadata(weights, file));
-    CART_RETURN_IF_ERROR(model::ApplyOverrides(config, sets));
+    CART_RETURN_IF_ERROR(config::ApplyOverrides(config, sets));
   } else {
     CART_ASSIGN_OR_RETURN(config, LoadConfig(config_path, sets));
   }
   if (R_infer > 0) config.model.R_infer = R_infer;
-  CART_RETURN_IF_ERROR(model::Validate(config));
+  CART_RETURN_IF_ERROR(config::Validate(config));
   std::vector<int64_t> ids;
   for (const std::string& t : Split(ids_text, ',')) {
     std::optional<int64_t> v = ParseInt64(t);
@@ -156,7 +156,7 @@ absl::Status Logits(const std::string& file, const std::string& config_path,
     rows.emplace_back(row.data_ptr<double>(), row.data_ptr<double>() + row.numel());
   }
   out["logits"] = rows;
-  if (config.model.model == model::ModelKind::kCart) {
+  if (config.model.model == config::ModelKind::kCart) {
     out["rho"] = {{"max", diag.rho_max}, {"mean", diag.rho_mean}, {"min", diag.rho_min}};
     out["h_norm"] = diag.h_norm;
     out["rel_update"] = diag.rel_update;

@@ -231,7 +231,7 @@ void ReproduceCommand(const ReproduceArgs& args) {
                   absl::ToUnixSeconds(absl::Now()));
   }
   const std::string text = ReproductionSweep(name, run.config_yaml());
-  absl::StatusOr<model::SweepSpec> spec = model::ParseSweepYaml(text, "the run's config");
+  absl::StatusOr<config::SweepSpec> spec = config::ParseSweepYaml(text, "the run's config");
   if (!spec.ok()) ExitWith(spec.status());
   // The data: what this machine reads must be what the original trained on.
   std::vector<std::string> missing;

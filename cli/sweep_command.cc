@@ -38,7 +38,7 @@ struct SubmitArgs {
   bool no_data_identity = false;
 };
 
-void RunSubmit(const SubmitArgs& sa, const std::string& text, const model::SweepSpec& spec) {
+void RunSubmit(const SubmitArgs& sa, const std::string& text, const config::SweepSpec& spec) {
   Client client = Client::Connect(sa.conn);
   cart::v1::SubmitSweepRequest req;
   if (!sa.no_data_identity) {
@@ -75,7 +75,7 @@ void RunSubmit(const SubmitArgs& sa, const std::string& text, const model::Sweep
 
 // The expanded runs with parameter counts, memory, tokens and estimated RTX 3090 hours, and the
 // totals; nothing is submitted.
-void PrintDryRun(const model::SweepSpec& spec, const std::vector<model::ExpandedRun>& runs,
+void PrintDryRun(const config::SweepSpec& spec, const std::vector<config::ExpandedRun>& runs,
                  bool json) {
   cart::v1::SubmitSweepResponse resp;
   resp.mutable_sweep()->set_name(spec.name);
@@ -90,8 +90,8 @@ void PrintDryRun(const model::SweepSpec& spec, const std::vector<model::Expanded
     v->set_effective_params(r.effective_params);
     v->set_memory_estimate_mib(r.memory_estimate_bytes >> 20);
     v->set_total_steps(r.config.train.steps);
-    const model::RunCost cost =
-        model::EstimateRunCost(r.config, r.kind == JobKind::kEval, r.eval_loops);
+    const config::RunCost cost =
+        config::EstimateRunCost(r.config, r.kind == JobKind::kEval, r.eval_loops);
     v->set_tokens(cost.tokens);
     v->set_est_hours_rtx3090(cost.rtx3090_hours);
     train_runs += r.kind == JobKind::kTrain;
@@ -140,7 +140,7 @@ void SubmitCommand(const SubmitArgs& sa) {
   absl::StatusOr<std::string> text = ReadWholeFile(sa.file);
   if (!text.ok()) ExitWith(text.status());
   // Validate locally first: errors name file and line without a round trip.
-  absl::StatusOr<model::SweepSpec> spec = model::ParseSweepYaml(*text, sa.file);
+  absl::StatusOr<config::SweepSpec> spec = config::ParseSweepYaml(*text, sa.file);
   if (!spec.ok()) ExitWith(spec.status());
   // A real submit leaves expansion to cartd, which checks every run and answers with the same
   // file:line errors (expanding here too cost as much again: 10,000 runs took 1.7 s of client
@@ -150,8 +150,8 @@ void SubmitCommand(const SubmitArgs& sa) {
     RunSubmit(sa, *text, *spec);
     return;
   }
-  const std::vector<std::string> parent_sweeps = model::ParentSweeps(*spec);
-  std::map<std::string, std::vector<model::ParentRun>> parents;
+  const std::vector<std::string> parent_sweeps = config::ParentSweeps(*spec);
+  std::map<std::string, std::vector<config::ParentRun>> parents;
   for (const std::string& name : parent_sweeps) {
     const std::string sibling =
         (std::filesystem::path(sa.file).parent_path() / (name + ".yaml")).string();
@@ -161,16 +161,16 @@ void SubmitCommand(const SubmitArgs& sa) {
           StrCat(sa.file, ": derived jobs start from sweep '", name, "'; a dry run reads ", sibling,
                  " for its runs (cartd resolves them from its database)")));
     }
-    absl::StatusOr<model::SweepSpec> pspec = model::ParseSweepYaml(*ptext, sibling);
+    absl::StatusOr<config::SweepSpec> pspec = config::ParseSweepYaml(*ptext, sibling);
     if (!pspec.ok()) ExitWith(pspec.status());
-    absl::StatusOr<std::vector<model::ExpandedRun>> pruns = model::ExpandSweep(*pspec, sibling);
+    absl::StatusOr<std::vector<config::ExpandedRun>> pruns = config::ExpandSweep(*pspec, sibling);
     if (!pruns.ok()) ExitWith(pruns.status());
-    for (const model::ExpandedRun& r : *pruns) {
-      if (r.kind == JobKind::kTrain) parents[name].push_back(model::AsParentRun(r));
+    for (const config::ExpandedRun& r : *pruns) {
+      if (r.kind == JobKind::kTrain) parents[name].push_back(config::AsParentRun(r));
     }
   }
-  absl::StatusOr<std::vector<model::ExpandedRun>> runs =
-      model::ExpandSweep(*spec, sa.file, parents);
+  absl::StatusOr<std::vector<config::ExpandedRun>> runs =
+      config::ExpandSweep(*spec, sa.file, parents);
   if (!runs.ok()) ExitWith(runs.status());
   PrintDryRun(*spec, *runs, sa.conn.json);
 }

@@ -35,23 +35,23 @@ struct TrainArgs {
 };
 
 absl::Status RunTrain(const TrainArgs& args) {
-  model::RunConfig config;
+  config::RunConfig config;
   train::TrainOptions options;
   options.device = args.device;
   if (!args.resume.empty()) {
     options.resume = true;
     options.out_dir = args.resume;
     options.extend_to = args.steps;
-    CART_ASSIGN_OR_RETURN(config, model::LoadRunConfigFile(args.resume + "/config.yaml"));
+    CART_ASSIGN_OR_RETURN(config, config::LoadRunConfigFile(args.resume + "/config.yaml"));
     if (args.steps > 0) config.train.steps = args.steps;
   } else {
     if (args.config.empty() || args.out.empty()) {
       return absl::InvalidArgumentError("give RUN.yaml and --out DIR, or --resume DIR");
     }
-    CART_ASSIGN_OR_RETURN(config, model::LoadRunConfigFile(args.config));
-    CART_RETURN_IF_ERROR(model::ApplyOverrides(config, args.sets));
+    CART_ASSIGN_OR_RETURN(config, config::LoadRunConfigFile(args.config));
+    CART_RETURN_IF_ERROR(config::ApplyOverrides(config, args.sets));
     if (args.steps > 0) config.train.steps = args.steps;
-    absl::Status valid = model::Validate(config);
+    absl::Status valid = config::Validate(config);
     if (!valid.ok()) return absl::InvalidArgumentError(StrCat(args.config, ": ", Message(valid)));
     options.out_dir = args.out;
     if (fs::exists(fs::path(args.out) / "config.yaml")) {
@@ -137,7 +137,7 @@ struct EvalArgs {
 };
 
 // The tokenizer of --tokenizer, else the one the run was trained with.
-absl::StatusOr<std::unique_ptr<data::Tokenizer>> RunTokenizer(const model::RunConfig& config,
+absl::StatusOr<std::unique_ptr<data::Tokenizer>> RunTokenizer(const config::RunConfig& config,
                                                               const std::string& override_spec) {
   if (!override_spec.empty()) return data::Tokenizer::Load(override_spec);
   return train::RunTokenizer(config);
@@ -183,8 +183,8 @@ nlohmann::json TaskJson(const train::TaskResult& t, int r, int64_t step, bool it
 }
 
 absl::Status RunEval(const EvalArgs& args) {
-  CART_ASSIGN_OR_RETURN(model::RunConfig config,
-                        model::LoadRunConfigFile(args.run + "/config.yaml"));
+  CART_ASSIGN_OR_RETURN(config::RunConfig config,
+                        config::LoadRunConfigFile(args.run + "/config.yaml"));
   std::vector<std::string> problems;
   CART_ASSIGN_OR_RETURN(train::CheckpointManifest ckpt,
                         train::LatestValidCheckpoint(args.run + "/checkpoints", &problems));

@@ -257,7 +257,7 @@ absl::StatusOr<std::vector<std::string>> SubmitSweeps(const std::vector<std::str
   for (const std::string& file : files) {
     CART_ASSIGN_OR_RETURN(std::string text, ReadWholeFile(file));
     cart::v1::SubmitSweepRequest req;
-    if (absl::StatusOr<model::SweepSpec> spec = model::ParseSweepYaml(text, file); spec.ok()) {
+    if (absl::StatusOr<config::SweepSpec> spec = config::ParseSweepYaml(text, file); spec.ok()) {
       CART_ASSIGN_OR_RETURN(std::vector<cart::v1::DataIdentity> data,
                             SweepDataIdentities(*spec, nullptr));
       for (cart::v1::DataIdentity& f : data) *req.add_data_files() = std::move(f);

@@ -24,7 +24,7 @@ struct Difference {
 std::vector<Difference> Differences(const std::map<std::string, std::string>& a,
                                     const std::map<std::string, std::string>& b);
 
-// A resolved run config's top-level "key: value" lines (model::ToYaml's form).
+// A resolved run config's top-level "key: value" lines (config::ToYaml's form).
 std::map<std::string, std::string> ConfigKeys(std::string_view yaml);
 
 // Whether a metric is one a comparison lists (not the per-device sys/ readings or the per-loop

@@ -5,7 +5,7 @@
 #include <limits>
 #include <utility>
 
-namespace cart::model {
+namespace cart::config {
 namespace {
 
 int64_t MlpParams(const ModelConfig& m) { return 3 * m.d * m.mlp_hidden(); }
@@ -195,4 +195,4 @@ int64_t UsableMemoryBytes(int64_t device_bytes, int64_t reserve_bytes) {
   return std::max<int64_t>(0, device_bytes - reserve);
 }
 
-}  // namespace cart::model
+}  // namespace cart::config

@@ -11,7 +11,7 @@
 
 #include "config/config.h"
 
-namespace cart::model {
+namespace cart::config {
 
 // Parameter counts, in parameters (not bytes).
 struct ParamCounts {
@@ -108,4 +108,4 @@ struct RunCost {
 // tokens of every validation set (zero-shot tasks are not counted: their size is in the files).
 RunCost EstimateRunCost(const RunConfig& c, bool eval, const std::vector<int>& eval_loops);
 
-}  // namespace cart::model
+}  // namespace cart::config

@@ -22,7 +22,7 @@
 #include "common/yaml.h"
 #include "config/internal/keys.h"
 
-namespace cart::model {
+namespace cart::config {
 
 using internal::FindKey;
 using internal::KeyDef;
@@ -442,4 +442,4 @@ std::string_view ToString(GateMode v) { return NameOf(kGateModes, v); }
 std::string_view ToString(WeightDecayScope v) { return NameOf(kScopes, v); }
 std::string_view ToString(DType v) { return NameOf(kDTypes, v); }
 
-}  // namespace cart::model
+}  // namespace cart::config

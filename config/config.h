@@ -13,7 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
-namespace cart::model {
+namespace cart::config {
 
 enum class ModelKind { kCart, kDense };
 enum class KvMode { kFrozen, kRecompute };        // §4 `kv`
@@ -161,4 +161,4 @@ std::string_view ToString(GateMode v);
 std::string_view ToString(WeightDecayScope v);
 std::string_view ToString(DType v);
 
-}  // namespace cart::model
+}  // namespace cart::config

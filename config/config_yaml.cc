@@ -7,7 +7,7 @@
 #include "config/config.h"
 #include "config/internal/keys.h"
 
-namespace cart::model {
+namespace cart::config {
 
 using internal::Keys;
 
@@ -81,4 +81,4 @@ std::string YamlScalar(std::string_view text) {
   return out;
 }
 
-}  // namespace cart::model
+}  // namespace cart::config

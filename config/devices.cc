@@ -2,7 +2,7 @@
 
 #include <cstring>
 
-namespace cart::model {
+namespace cart::config {
 namespace {
 
 // bf16 dense tensor-core and plain fp32 TFLOP/s, from the vendors' datasheets.
@@ -38,4 +38,4 @@ std::string ShortDeviceName(std::string name) {
   return name;
 }
 
-}  // namespace cart::model
+}  // namespace cart::config

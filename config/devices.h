@@ -8,7 +8,7 @@
 #include <string>
 #include <string_view>
 
-namespace cart::model {
+namespace cart::config {
 
 // bf16 dense tensor-core peak with fp32 accumulation (what autocast's matmuls run at), TFLOP/s,
 // from the vendors' datasheets.
@@ -35,11 +35,11 @@ inline constexpr double kRtx3090Tflops = 71.0;
 // replaces the guess with what the device's runs measure.
 std::optional<double> PeakSpeedRelativeTo3090(std::string_view device_name);
 
-// Model FLOPs utilisation: the model's training FLOPs per token (model::CountFlops) times the
+// Model FLOPs utilisation: the model's training FLOPs per token (config::CountFlops) times the
 // tokens per second reached, over the device's peak. 0 when either is unknown (<= 0).
 inline double Mfu(double train_flops_per_token, double tokens_per_s, double peak_tflops) {
   if (!(train_flops_per_token > 0) || !(tokens_per_s > 0) || !(peak_tflops > 0)) return 0;
   return train_flops_per_token * tokens_per_s / (peak_tflops * 1e12);
 }
 
-}  // namespace cart::model
+}  // namespace cart::config

@@ -8,7 +8,7 @@
 #include "common/strings.h"
 #include "config/schedule.h"
 
-namespace cart::model {
+namespace cart::config {
 
 const std::vector<std::string_view>& ResumeKeys() {
   static const std::vector<std::string_view> keys = {"lr", "lr_min", "warmup", "clip", "dtype"};
@@ -83,4 +83,4 @@ std::optional<int64_t> SmallerMicroBatch(int64_t global, int64_t micro) {
   return LargestDivisorAtMost(global, micro - 1);
 }
 
-}  // namespace cart::model
+}  // namespace cart::config

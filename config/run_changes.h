@@ -15,7 +15,7 @@
 #include "config/accounting.h"
 #include "config/config.h"
 
-namespace cart::model {
+namespace cart::config {
 
 // The keys a resume may change: each changes the trajectory from the checkpoint on, and none
 // changes the model's shape, the data order or a column the store keeps apart.
@@ -60,4 +60,4 @@ MicroBatchFit MicroBatchOnDevice(const RunConfig& config, int64_t memory_bytes, 
 // global batch `global` below it. nullopt at micro-batch 1: only a bigger device helps then.
 std::optional<int64_t> SmallerMicroBatch(int64_t global, int64_t micro);
 
-}  // namespace cart::model
+}  // namespace cart::config

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-namespace cart::model {
+namespace cart::config {
 
 double LearningRate(int64_t step, int64_t total_steps, int64_t warmup, double peak, double floor) {
   if (step < warmup) return peak * static_cast<double>(step + 1) / static_cast<double>(warmup);
@@ -19,4 +19,4 @@ double ScheduledLr(const TrainConfig& train, int64_t step) {
   return LearningRate(step, horizon, train.warmup, train.lr, train.lr_min);
 }
 
-}  // namespace cart::model
+}  // namespace cart::config

@@ -7,7 +7,7 @@
 
 #include "config/config.h"
 
-namespace cart::model {
+namespace cart::config {
 
 // Learning rate for optimizer step `step` (0-based) of a run of `total_steps` steps: linear
 // warm-up from peak/warmup to `peak` over the first `warmup` steps, then a cosine from `peak`
@@ -19,4 +19,4 @@ double LearningRate(int64_t step, int64_t total_steps, int64_t warmup, double pe
 // `--schedule hold`).
 double ScheduledLr(const TrainConfig& train, int64_t step);
 
-}  // namespace cart::model
+}  // namespace cart::config

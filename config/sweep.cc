@@ -14,7 +14,7 @@
 #include "common/yaml.h"
 #include "config/internal/keys.h"
 
-namespace cart::model {
+namespace cart::config {
 
 using internal::Canonical;
 
@@ -372,4 +372,4 @@ ParentRun AsParentRun(const ExpandedRun& run) {
   return ParentRun{0, run.index, run.name, run.config, run.params};
 }
 
-}  // namespace cart::model
+}  // namespace cart::config

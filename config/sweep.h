@@ -43,7 +43,7 @@
 #include "common/job_kind.h"
 #include "config/config.h"
 
-namespace cart::model {
+namespace cart::config {
 
 struct DerivedSpec {
   std::string name;
@@ -140,4 +140,4 @@ absl::StatusOr<std::vector<ExpandedRun>> ExpandSweep(
     const SweepSpec& spec, std::string_view file,
     const std::map<std::string, std::vector<ParentRun>>& parent_sweeps = {});
 
-}  // namespace cart::model
+}  // namespace cart::config

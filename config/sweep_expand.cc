@@ -12,7 +12,7 @@
 #include "config/internal/keys.h"
 #include "config/sweep.h"
 
-namespace cart::model {
+namespace cart::config {
 
 using internal::Canonical;
 
@@ -333,4 +333,4 @@ std::map<std::string, bool> SweepDataPaths(const SweepSpec& spec) {
   return paths;
 }
 
-}  // namespace cart::model
+}  // namespace cart::config

@@ -12,7 +12,7 @@
 #include "common/strings.h"
 #include "config/config.h"
 
-namespace cart::model {
+namespace cart::config {
 namespace {
 
 absl::Status Range(bool ok, std::string_view key, int64_t value, std::string_view allowed) {
@@ -168,4 +168,4 @@ absl::Status Validate(const RunConfig& c) {
   return absl::OkStatus();
 }
 
-}  // namespace cart::model
+}  // namespace cart::config

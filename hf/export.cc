@@ -77,15 +77,15 @@ absl::StatusOr<TokenizerFiles> TokenizerFilesFor(const data::Tokenizer& tokenize
       "ids are not text). Allowed: bytes, a SentencePiece .model, gpt2:<dir>"));
 }
 
-json ConfigJson(const model::RunConfig& run, const data::Tokenizer& tokenizer) {
-  const model::ModelConfig& m = run.model;
+json ConfigJson(const config::RunConfig& run, const data::Tokenizer& tokenizer) {
+  const config::ModelConfig& m = run.model;
   json c = {
       {"model_type", "cart"},
       {"architectures", {"CartForCausalLM"}},
       {"auto_map",
        {{"AutoConfig", "configuration_cart.CartConfig"},
         {"AutoModelForCausalLM", "modeling_cart.CartForCausalLM"}}},
-      {"model", std::string(model::ToString(m.model))},
+      {"model", std::string(config::ToString(m.model))},
       {"vocab_size", m.vocab},
       {"d", m.d},
       {"max_position_embeddings", run.train.seq_len},
@@ -95,35 +95,35 @@ json ConfigJson(const model::RunConfig& run, const data::Tokenizer& tokenizer) {
       // How CART Lab scored its zero-shot tasks: with BOS first or not (train.eval_bos).
       {"cart_eval_bos", run.train.eval_bos},
   };
-  if (m.model == model::ModelKind::kDense) {
+  if (m.model == config::ModelKind::kDense) {
     c["layers"] = m.layers;
   } else {
     c.update({{"P", m.P},
               {"R", m.R},
               {"R_infer", m.R_infer},
-              {"kv", std::string(model::ToString(m.kv))},
-              {"core", std::string(model::ToString(m.core))},
-              {"core_attn", std::string(model::ToString(m.core_attn))},
+              {"kv", std::string(config::ToString(m.kv))},
+              {"core", std::string(config::ToString(m.core))},
+              {"core_attn", std::string(config::ToString(m.core_attn))},
               {"hyper", m.hyper},
               {"lti", m.lti},
               {"lie", m.lie},
               {"cross_causal", m.cross_causal},
-              {"gate", std::string(model::ToString(m.gate))}});
+              {"gate", std::string(config::ToString(m.gate))}});
   }
   c["bos_token_id"] = tokenizer.bos_id() >= 0 ? json(tokenizer.bos_id()) : json(nullptr);
   c["eos_token_id"] = tokenizer.eos_id() >= 0 ? json(tokenizer.eos_id()) : json(nullptr);
   return c;
 }
 
-std::string ModelCard(const model::RunConfig& run, const HfExportRequest& request,
+std::string ModelCard(const config::RunConfig& run, const HfExportRequest& request,
                       const std::string& tokenizer_spec) {
-  const model::ModelConfig& m = run.model;
+  const config::ModelConfig& m = run.model;
   std::string shape =
-      m.model == model::ModelKind::kDense
+      m.model == config::ModelKind::kDense
           ? StrCat("dense baseline, ", m.layers, " layers, d = ", m.d)
-          : StrCat("CART, d = ", m.d, ", P = ", m.P, ", R = ", m.R, " (kv ", model::ToString(m.kv),
-                   ", core ", model::ToString(m.core), " ", model::ToString(m.core_attn), ", gate ",
-                   model::ToString(m.gate), ")");
+          : StrCat("CART, d = ", m.d, ", P = ", m.P, ", R = ", m.R, " (kv ", config::ToString(m.kv),
+                   ", core ", config::ToString(m.core), " ", config::ToString(m.core_attn),
+                   ", gate ", config::ToString(m.gate), ")");
   return StrCat(
       "---\nlibrary_name: transformers\ntags:\n- cart\n- custom_code\n---\n\n# ", shape,
       "\n\nExported by CART Lab's `cart export --format hf` from ", request.source, " at step ",
@@ -142,7 +142,7 @@ std::string ModelCard(const model::RunConfig& run, const HfExportRequest& reques
 
 }  // namespace
 
-absl::Status ExportHfModel(model::LanguageModel& model, const model::RunConfig& config,
+absl::Status ExportHfModel(model::LanguageModel& model, const config::RunConfig& config,
                            const HfExportRequest& request) {
   CART_ASSIGN_OR_RETURN(const torch::Dtype dtype, model::ExportDtype(request.dtype));
   const fs::path out(request.out_dir);
@@ -178,7 +178,7 @@ absl::Status ExportHfModel(model::LanguageModel& model, const model::RunConfig& 
   cfg["torch_dtype"] = dtype == torch::kBFloat16 ? "bfloat16" : "float32";
   json generation = {
       {"do_sample", false},
-      {"use_cache", config.model.model == model::ModelKind::kDense || config.model.cross_causal}};
+      {"use_cache", config.model.model == config::ModelKind::kDense || config.model.cross_causal}};
   if (tokenizer->bos_id() >= 0) generation["bos_token_id"] = tokenizer->bos_id();
   if (tokenizer->eos_id() >= 0) {
     generation["eos_token_id"] = tokenizer->eos_id();

@@ -43,7 +43,7 @@ struct HfExportRequest {
 // InvalidArgument for a dtype other than fp32/bf16, a tokenizer transformers cannot be given with
 // the same ids (synth:N, whose ids have no text) or one with more ids than the model; the
 // tokenizer's errors (NotFound for a missing file); file system errors naming the path.
-absl::Status ExportHfModel(model::LanguageModel& model, const model::RunConfig& config,
+absl::Status ExportHfModel(model::LanguageModel& model, const config::RunConfig& config,
                            const HfExportRequest& request);
 
 }  // namespace cart::hf

@@ -85,9 +85,9 @@ absl::StatusOr<train::TaskResult> ToTaskResult(const json& t, const HarnessTask&
 
 }  // namespace
 
-absl::StatusOr<std::vector<HarnessTask>> HarnessTasksFor(const model::RunConfig& config) {
+absl::StatusOr<std::vector<HarnessTask>> HarnessTasksFor(const config::RunConfig& config) {
   std::vector<HarnessTask> tasks;
-  for (const std::string& name : model::LmEvalTasks(config.data)) {
+  for (const std::string& name : config::LmEvalTasks(config.data)) {
     HarnessTask task;
     task.name = name;
     auto local = config.data.tasks.find(name);

@@ -43,7 +43,7 @@ struct HarnessRequest {
 // The tasks of `config` that the harness scores: each name of data.lm_eval, a local file where
 // data.tasks has that name (its spec parsed as data::ParseTaskSource does), else a registry task.
 // The errors of data::ParseTaskSource.
-absl::StatusOr<std::vector<HarnessTask>> HarnessTasksFor(const model::RunConfig& config);
+absl::StatusOr<std::vector<HarnessTask>> HarnessTasksFor(const config::RunConfig& config);
 
 // Runs the harness and returns one result per task, in request order: acc, acc_norm (multiple
 // choice) or perplexity (a loglikelihood task such as LAMBADA, given kind lambada), and the

@@ -29,10 +29,10 @@ torch::Tensor LoopIndexTable() {
   return pe;
 }
 
-CartImpl::CartImpl(const ModelConfig& config) : config_(config) {
+CartImpl::CartImpl(const config::ModelConfig& config) : config_(config) {
   const int64_t d = config.d;
   const int64_t hidden = config.mlp_hidden();
-  const bool self_core = config.core_attn == CoreAttn::kSelf;
+  const bool self_core = config.core_attn == config::CoreAttn::kSelf;
   embed = register_module("embed", torch::nn::Embedding(config.vocab, d));
   {
     torch::NoGradGuard no_grad;
@@ -41,7 +41,7 @@ CartImpl::CartImpl(const ModelConfig& config) : config_(config) {
   prelude = register_module("prelude", torch::nn::ModuleList());
   for (int i = 0; i < config.P; ++i) prelude->push_back(PreludeLayer(d, hidden));
   if (!self_core) anchor = register_module("anchor", Anchor(d));
-  if (config.core == CoreSharing::kShared) {
+  if (config.core == config::CoreSharing::kShared) {
     core = register_module("core", CoreBlock(d, hidden, self_core, config.cross_causal));
   } else {
     cores = register_module("core", torch::nn::ModuleList());
@@ -79,7 +79,7 @@ torch::Tensor CartImpl::Forward(const torch::Tensor& ids, const ForwardOptions& 
                                 DiagnosticTensors* diag) {
   const int loops = options.loops > 0 ? options.loops : config_.effective_R_infer();
   TORCH_CHECK(loops >= 1 && loops <= 16, "loops must be in 1..16, got ", loops);
-  TORCH_CHECK(config_.core == CoreSharing::kShared || loops == config_.R,
+  TORCH_CHECK(config_.core == config::CoreSharing::kShared || loops == config_.R,
               "an unshared core runs exactly R = ", config_.R, " loops, asked for ", loops);
   TORCH_CHECK(ids.dim() == 2, "ids must be (B, T), got ", ids.sizes());
   const int64_t T = ids.size(1);
@@ -92,7 +92,7 @@ torch::Tensor CartImpl::Forward(const torch::Tensor& ids, const ForwardOptions& 
   for (const auto& layer : *prelude) x = layer->as<PreludeLayerImpl>()->forward(x, rope);
   const torch::Tensor e = x;  // the context anchor
   torch::Tensor K, V;
-  if (anchor && config_.kv == KvMode::kFrozen) std::tie(K, V) = anchor(e);  // once
+  if (anchor && config_.kv == config::KvMode::kFrozen) std::tie(K, V) = anchor(e);  // once
 
   torch::Tensor h = e;
   torch::Tensor buffer[3] = {e, e, e};  // hyper-connection ring, newest first
@@ -106,11 +106,11 @@ torch::Tensor CartImpl::Forward(const torch::Tensor& ids, const ForwardOptions& 
     torch::Tensor h_in =
         config_.hyper ? mix[0] * buffer[0] + mix[1] * buffer[1] + mix[2] * buffer[2] : buffer[0];
     if (config_.lie) h_in = h_in + lie(pe_[r].to(h_in.scalar_type()));  // broadcast over (B, T)
-    if (anchor && config_.kv == KvMode::kRecompute) std::tie(K, V) = anchor(h_in);
+    if (anchor && config_.kv == config::KvMode::kRecompute) std::tie(K, V) = anchor(h_in);
     torch::Tensor t = CoreFor(r).forward(h_in, K, V, rope);
     // Faithfulness note 1: `paper` keeps the reference code's double residual (t contains h_in);
     // `delta` is the paper's stated equation h = σ(a) ⊙ h_in + (t − h_in).
-    torch::Tensor update = config_.gate == GateMode::kPaper ? t : t - h_in;
+    torch::Tensor update = config_.gate == config::GateMode::kPaper ? t : t - h_in;
     torch::Tensor h_prev = h;
     h = config_.lti ? carry * h_in + update : h_in + update;
     buffer[2] = buffer[1];

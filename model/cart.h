@@ -14,10 +14,10 @@ torch::Tensor LoopIndexTable();
 
 class CartImpl : public LanguageModel {
  public:
-  explicit CartImpl(const ModelConfig& config);
+  explicit CartImpl(const config::ModelConfig& config);
   torch::Tensor Forward(const torch::Tensor& ids, const ForwardOptions& options = {},
                         DiagnosticTensors* diag = nullptr) override;
-  const ModelConfig& config() const override { return config_; }
+  const config::ModelConfig& config() const override { return config_; }
   torch::Tensor RhoTensor() const override;
 
   // Submodules, named as the checkpoint tensors of §8.
@@ -34,7 +34,7 @@ class CartImpl : public LanguageModel {
 
  private:
   CoreBlockImpl& CoreFor(int r);
-  ModelConfig config_;
+  config::ModelConfig config_;
   torch::Tensor pe_;  // (16, 32), not a parameter
 };
 TORCH_MODULE(Cart);

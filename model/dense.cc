@@ -2,7 +2,7 @@
 
 namespace cart::model {
 
-DenseImpl::DenseImpl(const ModelConfig& config) : config_(config) {
+DenseImpl::DenseImpl(const config::ModelConfig& config) : config_(config) {
   embed = register_module("embed", torch::nn::Embedding(config.vocab, config.d));
   {
     torch::NoGradGuard no_grad;

@@ -12,17 +12,17 @@ namespace cart::model {
 
 class DenseImpl : public LanguageModel {
  public:
-  explicit DenseImpl(const ModelConfig& config);
+  explicit DenseImpl(const config::ModelConfig& config);
   torch::Tensor Forward(const torch::Tensor& ids, const ForwardOptions& options = {},
                         DiagnosticTensors* diag = nullptr) override;
-  const ModelConfig& config() const override { return config_; }
+  const config::ModelConfig& config() const override { return config_; }
 
   torch::nn::Embedding embed{nullptr};
   torch::nn::ModuleList layers{nullptr};  // "layers.{i}.…"
   RMSNorm final_norm{nullptr};
 
  private:
-  ModelConfig config_;
+  config::ModelConfig config_;
 };
 TORCH_MODULE(Dense);
 

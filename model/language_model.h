@@ -46,7 +46,7 @@ class LanguageModel : public torch::nn::Module {
   // computation. Throws c10::Error on a shape or range error (the trainer turns it into a Status).
   virtual torch::Tensor Forward(const torch::Tensor& ids, const ForwardOptions& options = {},
                                 DiagnosticTensors* diag = nullptr) = 0;
-  virtual const ModelConfig& config() const = 0;
+  virtual const config::ModelConfig& config() const = 0;
   // ρ statistics of σ(a) without running a forward pass: (3) max, mean, min, fp32 on the model's
   // device; undefined for a model without σ(a) (dense, lti off).
   virtual torch::Tensor RhoTensor() const { return {}; }
@@ -56,6 +56,7 @@ class LanguageModel : public torch::nn::Module {
 
 // Builds an initialised model for `config` (CART or dense), seeding Torch's generator with `seed`
 // first so the same seed gives the same weights. InvalidArgument if the config is invalid.
-absl::StatusOr<std::shared_ptr<LanguageModel>> BuildModel(const ModelConfig& config, int64_t seed);
+absl::StatusOr<std::shared_ptr<LanguageModel>> BuildModel(const config::ModelConfig& config,
+                                                          int64_t seed);
 
 }  // namespace cart::model

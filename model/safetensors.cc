@@ -113,9 +113,9 @@ absl::Status SaveModel(LanguageModel& model, const std::string& path, torch::Dty
     tensors.emplace_back(p.key(), p.value().detach().to(dtype));
   }
   std::map<std::string, std::string> metadata = extra_metadata;
-  RunConfig run;
+  config::RunConfig run;
   run.model = model.config();
-  metadata["cart_config"] = ToYaml(run);
+  metadata["cart_config"] = config::ToYaml(run);
   metadata["format"] = "pt";
   return WriteSafetensors(path, tensors, metadata);
 }
@@ -152,14 +152,15 @@ absl::Status LoadModel(LanguageModel& model, const SafetensorsFile& file) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<ModelConfig> ConfigFromMetadata(const SafetensorsFile& file,
-                                               const std::string& path) {
+absl::StatusOr<config::ModelConfig> ConfigFromMetadata(const SafetensorsFile& file,
+                                                       const std::string& path) {
   auto it = file.metadata.find("cart_config");
   if (it == file.metadata.end()) {
     return absl::NotFoundError(
         StrCat(path, ": has no cart_config metadata; pass the model config with --config"));
   }
-  CART_ASSIGN_OR_RETURN(RunConfig run, ParseRunConfigYaml(it->second, path + " (cart_config)"));
+  CART_ASSIGN_OR_RETURN(config::RunConfig run,
+                        config::ParseRunConfigYaml(it->second, path + " (cart_config)"));
   return run.model;
 }
 

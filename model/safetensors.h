@@ -46,7 +46,7 @@ absl::Status SaveModel(LanguageModel& model, const std::string& path, torch::Dty
 absl::Status LoadModel(LanguageModel& model, const SafetensorsFile& file);
 
 // The model config stored in a file written by SaveModel. NotFound when absent.
-absl::StatusOr<ModelConfig> ConfigFromMetadata(const SafetensorsFile& file,
-                                               const std::string& path);
+absl::StatusOr<config::ModelConfig> ConfigFromMetadata(const SafetensorsFile& file,
+                                                       const std::string& path);
 
 }  // namespace cart::model

@@ -95,7 +95,7 @@ void NoteDeviceClasses(
     std::string part;
     for (const auto& [c, n] : count) {
       set.insert(c);
-      part += fmt::format("{}{} ×{}", part.empty() ? "" : ", ", model::ShortDeviceName(c), n);
+      part += fmt::format("{}{} ×{}", part.empty() ? "" : ", ", config::ShortDeviceName(c), n);
     }
     if (!set.empty()) {
       text +=

@@ -23,12 +23,12 @@ SideSeeds Side(const std::map<std::string, std::string>& keys, int64_t template_
   side.config = keys;
   side.template_run = template_run;
   side.runs = runs;
-  model::RunConfig config;
+  config::RunConfig config;
   for (const auto& [key, value] : keys) {
-    if (!model::SetKey(config, key, value).ok()) return side;
+    if (!config::SetKey(config, key, value).ok()) return side;
   }
-  side.hours_each = model::EstimateRunCost(config, /*eval=*/false, {}).rtx3090_hours;
-  side.memory_bytes_each = model::MinTrainingBytes(config);
+  side.hours_each = config::EstimateRunCost(config, /*eval=*/false, {}).rtx3090_hours;
+  side.memory_bytes_each = config::MinTrainingBytes(config);
   return side;
 }
 

@@ -5,7 +5,7 @@
 // interest the user states), the spread of the seeds measured so far (or a stated prior where a
 // side has fewer than two), the claim's strictest Holm level (α over its number of tests), and
 // the power asked for give the seeds a t test needs (stats::SeedsForPower); the runs that adds and
-// their RTX 3090 hours (model::EstimateRunCost of each side's config), claims ranked by hours per
+// their RTX 3090 hours (config::EstimateRunCost of each side's config), claims ranked by hours per
 // decision. Pure: reads a built Report.
 
 #include <cstdint>
@@ -37,8 +37,8 @@ struct SideSeeds {
   // run's derived jobs; Scheduler::ApplyPlan). 0: unknown.
   int64_t template_run = 0;
   int64_t runs = 0;
-  double hours_each = 0;          // RTX 3090 hours (model::EstimateRunCost)
-  int64_t memory_bytes_each = 0;  // the least device memory it trains in (model::MinTrainingBytes)
+  double hours_each = 0;          // RTX 3090 hours (config::EstimateRunCost)
+  int64_t memory_bytes_each = 0;  // the least device memory it trains in (config::MinTrainingBytes)
 };
 
 struct TestPlan {

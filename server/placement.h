@@ -5,7 +5,7 @@
 // its workers' speeds and what they are running) and claims what this decides.
 //
 // Work is counted in hours of one RTX 3090 (store::PlaceableRun::RemainingHours, from
-// model::EstimateRunCost) and speed as a multiple of one (a 3050 is about 0.25), so a run of W
+// config::EstimateRunCost) and speed as a multiple of one (a 3050 is about 0.25), so a run of W
 // hours takes W / speed hours on a worker.
 //
 // Earliest finish, longest first: the queued runs are taken by priority, and within a level

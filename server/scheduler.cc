@@ -311,11 +311,11 @@ absl::StatusOr<RunRecord> Scheduler::ResumeRun(int64_t run_id, const std::string
   std::string why = "resumed";
   if (!set.empty()) {
     CART_ASSIGN_OR_RETURN(RunRecord current, store_->GetRun(run_id));
-    CART_ASSIGN_OR_RETURN(model::RunConfig config,
-                          model::ParseRunConfigYaml(current.config_yaml, StrCat("run ", run_id)));
-    CART_ASSIGN_OR_RETURN(model::ResumeChange resumed, model::ApplyResumeSet(config, set));
-    change = store::ConfigChange{model::ToYaml(resumed.config), {}};
-    change->params = model::RunParams(resumed.config, model::DerivedName(current.params));
+    CART_ASSIGN_OR_RETURN(config::RunConfig config,
+                          config::ParseRunConfigYaml(current.config_yaml, StrCat("run ", run_id)));
+    CART_ASSIGN_OR_RETURN(config::ResumeChange resumed, config::ApplyResumeSet(config, set));
+    change = store::ConfigChange{config::ToYaml(resumed.config), {}};
+    change->params = config::RunParams(resumed.config, config::DerivedName(current.params));
     why = StrCat("resumed with ", StrJoin(resumed.changed, ", "));
   }
   CART_ASSIGN_OR_RETURN(RunRecord run,
@@ -357,9 +357,9 @@ absl::StatusOr<ExtendOutcome> Scheduler::ExtendRun(int64_t run_id, int64_t total
   // The state and the step count are checked once, by the store, inside the write (a check here
   // would read outside it); this re-resolves the config with the new steps and schedule.
   CART_ASSIGN_OR_RETURN(RunRecord run, store_->GetRun(run_id));
-  CART_ASSIGN_OR_RETURN(model::RunConfig config,
-                        model::ParseRunConfigYaml(run.config_yaml, StrCat("run ", run_id)));
-  const model::Extension plan = model::PlanExtension(config, total_steps);
+  CART_ASSIGN_OR_RETURN(config::RunConfig config,
+                        config::ParseRunConfigYaml(run.config_yaml, StrCat("run ", run_id)));
+  const config::Extension plan = config::PlanExtension(config, total_steps);
   ExtendOutcome out;
   out.from_step = plan.from_step;
   out.lr_before = plan.lr_before;
@@ -379,14 +379,14 @@ absl::StatusOr<ExtendOutcome> Scheduler::ExtendRun(int64_t run_id, int64_t total
     schedule = ExtendSchedule::kStretch;
   }
   out.schedule = schedule;
-  const model::RunConfig& chosen = schedule == ExtendSchedule::kHold ? plan.held : plan.stretched;
+  const config::RunConfig& chosen = schedule == ExtendSchedule::kHold ? plan.held : plan.stretched;
   out.lr_after = schedule == ExtendSchedule::kHold ? plan.held_lr : plan.stretched_lr;
-  CART_RETURN_IF_ERROR(model::Validate(chosen));
+  CART_RETURN_IF_ERROR(config::Validate(chosen));
   const std::string why =
       StrCat("schedule ", ExtendScheduleName(schedule), ": learning rate ", Sci(out.lr_before),
              " at step ", out.from_step, " -> ", Sci(out.lr_after), " at step ", out.from_step + 1);
-  const store::ConfigChange change{model::ToYaml(chosen),
-                                   model::RunParams(chosen, model::DerivedName(run.params))};
+  const store::ConfigChange change{config::ToYaml(chosen),
+                                   config::RunParams(chosen, config::DerivedName(run.params))};
   CART_ASSIGN_OR_RETURN(
       out.run, store_->ExtendRun(run_id, total_steps, change, store::Audit{NowMicros(), who, why}));
   BumpRun(run_id);
@@ -423,10 +423,10 @@ absl::StatusOr<WorkerTiming> Scheduler::RegisterWorker(const WorkerInfo& worker)
   const int64_t now_us = NowMicros();
   const std::string device = DeviceLabel(worker);
   // Runs are placed and fitted into what the reserve leaves (the CUDA context, cuBLAS's
-  // workspace, a desktop: model::DefaultMemoryReserveBytes); the store keeps that figure, so a
+  // workspace, a desktop: config::DefaultMemoryReserveBytes); the store keeps that figure, so a
   // restarted cartd places by it too.
   WorkerInfo usable = worker;
-  usable.memory_bytes = model::UsableMemoryBytes(worker.memory_bytes, worker.memory_reserve_bytes);
+  usable.memory_bytes = config::UsableMemoryBytes(worker.memory_bytes, worker.memory_reserve_bytes);
   usable.memory_reserve_bytes = 0;
   CART_RETURN_IF_ERROR(store_->RegisterWorker(worker.id, device, usable.memory_bytes, now_us));
   {
@@ -456,8 +456,8 @@ void Scheduler::NoteClaim(const Job& job, const std::string& worker_id,
   if (absl::StatusOr<store::SweepRecord> sweep = store_->GetSweep(job.run.sweep_name); sweep.ok()) {
     r.owner = sweep->created_by;
   }
-  if (absl::StatusOr<model::RunConfig> config =
-          model::ParseRunConfigYaml(job.run.config_yaml, StrCat("run ", job.run.id));
+  if (absl::StatusOr<config::RunConfig> config =
+          config::ParseRunConfigYaml(job.run.config_yaml, StrCat("run ", job.run.id));
       config.ok()) {
     r.tokens =
         config->train.steps * config->train.batch * config->train.accum * config->train.seq_len;
@@ -638,11 +638,12 @@ absl::StatusOr<std::map<std::string, double>> Scheduler::Usage(int64_t now_us) {
 void Scheduler::FitToDevice(Job& job, const std::string& worker_id, int64_t memory_bytes,
                             bool raise) {
   const std::string source = StrCat("run ", job.run.id, " config");
-  absl::StatusOr<model::RunConfig> config = model::ParseRunConfigYaml(job.run.config_yaml, source);
+  absl::StatusOr<config::RunConfig> config =
+      config::ParseRunConfigYaml(job.run.config_yaml, source);
   if (!config.ok()) return;  // stored configs parse; if not, the worker reports the error
   bool capped = false;
-  const model::MicroBatchFit fit =
-      model::MicroBatchOnDevice(*config, memory_bytes, job.run.micro_batch_cap, &capped, raise);
+  const config::MicroBatchFit fit =
+      config::MicroBatchOnDevice(*config, memory_bytes, job.run.micro_batch_cap, &capped, raise);
   if (fit.batch == config->train.batch) return;
   const bool raised = fit.batch > config->train.batch;
   const std::string note = StrCat(
@@ -655,7 +656,7 @@ void Scheduler::FitToDevice(Job& job, const std::string& worker_id, int64_t memo
       FormatGiB(job.run.memory_estimate_bytes), " -> ", FormatGiB(fit.bytes), ")");
   config->train.batch = fit.batch;
   config->train.accum = fit.accum;
-  job.run.config_yaml = model::ToYaml(*config);
+  job.run.config_yaml = config::ToYaml(*config);
   store::LogLine line;
   line.wall_time_us = NowMicros();
   line.text = note;
@@ -1136,12 +1137,12 @@ absl::StatusOr<RunRecord> Scheduler::ReportOutcome(int64_t run_id, int64_t attem
       // (Training only: an evaluation does not train in micro-batches.)
       if (absl::StatusOr<RunRecord> run = store_->GetRun(run_id);
           run.ok() && run->kind == JobKind::kTrain) {
-        if (absl::StatusOr<model::RunConfig> config =
-                model::ParseRunConfigYaml(run->config_yaml, StrCat("run ", run_id));
+        if (absl::StatusOr<config::RunConfig> config =
+                config::ParseRunConfigYaml(run->config_yaml, StrCat("run ", run_id));
             config.ok()) {
           micro =
-              model::MicroBatchOnDevice(*config, memory, run->micro_batch_cap, nullptr, gpu).batch;
-          smaller = model::SmallerMicroBatch(config->train.batch * config->train.accum, micro);
+              config::MicroBatchOnDevice(*config, memory, run->micro_batch_cap, nullptr, gpu).batch;
+          smaller = config::SmallerMicroBatch(config->train.batch * config->train.accum, micro);
         }
       }
       if (smaller) {

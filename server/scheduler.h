@@ -110,7 +110,7 @@ struct SchedulerOptions {
   bool preemption = defaults::kPreemption;
   absl::Duration preempt_interval = defaults::kPreemptInterval;
   // On a GPU worker with room, a run configured with accumulation gets a larger micro-batch and
-  // less accumulation, the global batch kept (model::MicroBatchOnDevice): fewer, larger kernels.
+  // less accumulation, the global batch kept (config::MicroBatchOnDevice): fewer, larger kernels.
   // On by default; the tests whose fake workers say "cuda" turn it off unless they test it.
   bool raise_micro_batch = defaults::kRaiseMicroBatch;
   // Device-hour budgets (server/budgets.h; docs/operations.md "Budgets"): each user's unless an
@@ -675,7 +675,7 @@ class Scheduler {
   // Lowers the job's micro-batch and raises its gradient accumulation (same global batch) so that
   // its estimate fits a worker with `memory_bytes`, and notes it in the run's log.
   // `raise`: the worker is a GPU, whose spare memory takes a larger micro-batch
-  // (model::MicroBatchOnDevice).
+  // (config::MicroBatchOnDevice).
   void FitToDevice(Job& job, const std::string& worker_id, int64_t memory_bytes, bool raise);
   // Sends `control` to the open streams of the runs `select` accepts (outside mu_).
   template <typename Select>

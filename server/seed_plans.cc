@@ -43,15 +43,15 @@ std::string ConfigText(const std::map<std::string, std::string>& config) {
 absl::StatusOr<store::NewPlanRun> CopyWithSeed(store::RunStore& store, const RunRecord& run,
                                                int64_t seed, int parent_entry) {
   CART_ASSIGN_OR_RETURN(
-      model::RunConfig config,
-      model::ParseRunConfigYaml(run.config_yaml, StrCat("run ", run.id, "'s config")));
-  CART_RETURN_IF_ERROR(model::SetKey(config, "seed", StrCat(seed)));
+      config::RunConfig config,
+      config::ParseRunConfigYaml(run.config_yaml, StrCat("run ", run.id, "'s config")));
+  CART_RETURN_IF_ERROR(config::SetKey(config, "seed", StrCat(seed)));
   store::NewPlanRun out;
   out.sweep = run.sweep_name;
   out.parent_entry = parent_entry;
   store::NewRun& r = out.run;
-  r.config_yaml = model::ToYaml(config);
-  r.params = model::RunParams(config, model::DerivedName(run.params));
+  r.config_yaml = config::ToYaml(config);
+  r.params = config::RunParams(config, config::DerivedName(run.params));
   r.stored_params = run.stored_params;
   r.effective_params = run.effective_params;
   r.memory_estimate_bytes = run.memory_estimate_bytes;

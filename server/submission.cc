@@ -30,7 +30,7 @@ std::string SeedGroup(const std::map<std::string, std::string>& params) {
   return hash.HexDigest().substr(0, 32);
 }
 
-store::NewRun ToNewRun(model::ExpandedRun&& expanded, const model::SweepSpec& spec,
+store::NewRun ToNewRun(config::ExpandedRun&& expanded, const config::SweepSpec& spec,
                        const std::map<std::string, data::FileIdentity>& data_files) {
   store::NewRun run;
   run.any_device_class = spec.resume_any_device_class;
@@ -38,7 +38,7 @@ store::NewRun ToNewRun(model::ExpandedRun&& expanded, const model::SweepSpec& sp
       expanded.parent_index < 0 && expanded.parent_run_id <= 0) {
     run.seed_group = SeedGroup(expanded.params);
   }
-  for (model::DataFile& file : model::DataFiles(expanded.config)) {
+  for (config::DataFile& file : config::DataFiles(expanded.config)) {
     store::RunDataRecord record;
     record.role = std::move(file.role);
     if (auto it = data_files.find(file.path); it != data_files.end()) {
@@ -59,7 +59,7 @@ store::NewRun ToNewRun(model::ExpandedRun&& expanded, const model::SweepSpec& sp
   run.memory_estimate_bytes = expanded.memory_estimate_bytes;
   run.min_memory_bytes = expanded.min_memory_bytes;
   run.work_hours =
-      model::EstimateRunCost(expanded.config, expanded.kind == JobKind::kEval, expanded.eval_loops)
+      config::EstimateRunCost(expanded.config, expanded.kind == JobKind::kEval, expanded.eval_loops)
           .rtx3090_hours;
   run.max_attempts = static_cast<int>(spec.max_attempts);
   if (expanded.parent_index >= 0 || expanded.parent_run_id > 0) {
@@ -76,7 +76,7 @@ store::NewRun ToNewRun(model::ExpandedRun&& expanded, const model::SweepSpec& sp
 }
 
 // What a dry run shows for a run that is not stored.
-RunRecord PreviewRun(const model::SweepSpec& spec, const store::NewRun& run, int64_t now_us) {
+RunRecord PreviewRun(const config::SweepSpec& spec, const store::NewRun& run, int64_t now_us) {
   RunRecord record;
   record.sweep_name = spec.name;
   record.name = run.name;
@@ -144,25 +144,25 @@ absl::Status CheckParentSteps(store::RunStore& store, const store::NewSweep& swe
 
 // The trained runs of each sweep in the store that `spec` derives from, as ExpandSweep takes them;
 // a sweep with no runs is left out (ExpandSweep reports it as unknown).
-absl::StatusOr<std::map<std::string, std::vector<model::ParentRun>>> StoredParents(
-    store::RunStore& store, const model::SweepSpec& spec) {
-  std::map<std::string, std::vector<model::ParentRun>> parent_sweeps;
-  for (const std::string& name : model::ParentSweeps(spec)) {
+absl::StatusOr<std::map<std::string, std::vector<config::ParentRun>>> StoredParents(
+    store::RunStore& store, const config::SweepSpec& spec) {
+  std::map<std::string, std::vector<config::ParentRun>> parent_sweeps;
+  for (const std::string& name : config::ParentSweeps(spec)) {
     store::RunFilter filter;
     filter.sweeps = {name};
     CART_ASSIGN_OR_RETURN(std::vector<RunRecord> records, store.ListRuns(filter));
-    std::vector<model::ParentRun>& parents = parent_sweeps[name];
+    std::vector<config::ParentRun>& parents = parent_sweeps[name];
     for (const RunRecord& record : records) {
       if (record.kind != JobKind::kTrain) continue;
-      absl::StatusOr<model::RunConfig> config =
-          model::ParseRunConfigYaml(record.config_yaml, StrCat("run ", record.id));
+      absl::StatusOr<config::RunConfig> config =
+          config::ParseRunConfigYaml(record.config_yaml, StrCat("run ", record.id));
       if (!config.ok()) return absl::InternalError(Message(config.status()));
-      model::ParentRun parent;
+      config::ParentRun parent;
       parent.run_id = record.id;
       parent.index = ParseInt64(record.name).value_or(-1);
       parent.name = StrCat(name, "/", record.name);
       parent.config = *std::move(config);
-      parent.params = record.params;  // as its submit computed them (model::RunParams)
+      parent.params = record.params;  // as its submit computed them (config::RunParams)
       parents.push_back(std::move(parent));
     }
     if (records.empty()) parent_sweeps.erase(name);
@@ -176,8 +176,8 @@ absl::StatusOr<PreparedSweep> PrepareSweep(store::RunStore& store, const SubmitR
                                            bool admin, const SubmitLimits& limits) {
   const std::string file = request.file_name.empty() ? "sweep" : request.file_name;
   PreparedSweep out;
-  model::SweepSpec& spec = out.spec;
-  CART_ASSIGN_OR_RETURN(spec, model::ParseSweepYaml(request.spec_yaml, file));
+  config::SweepSpec& spec = out.spec;
+  CART_ASSIGN_OR_RETURN(spec, config::ParseSweepYaml(request.spec_yaml, file));
   if (spec.name.empty()) {
     return absl::InvalidArgumentError(StrCat(file, ": name: a sweep needs a name"));
   }
@@ -192,8 +192,8 @@ absl::StatusOr<PreparedSweep> PrepareSweep(store::RunStore& store, const SubmitR
   spec.max_bytes = limits.max_sweep_bytes;
   // Derived jobs may start from the trained runs of sweeps already in the store.
   CART_ASSIGN_OR_RETURN(auto parent_sweeps, StoredParents(store, spec));
-  CART_ASSIGN_OR_RETURN(std::vector<model::ExpandedRun> expanded,
-                        model::ExpandSweep(spec, file, parent_sweeps));
+  CART_ASSIGN_OR_RETURN(std::vector<config::ExpandedRun> expanded,
+                        config::ExpandSweep(spec, file, parent_sweeps));
   store::NewSweep& sweep = out.sweep;
   sweep.name = spec.name;
   sweep.spec_text = request.spec_yaml;
@@ -202,7 +202,7 @@ absl::StatusOr<PreparedSweep> PrepareSweep(store::RunStore& store, const SubmitR
   sweep.client_request_id = request.request_id;
   sweep.provenance = request.provenance;
   sweep.runs.reserve(expanded.size());
-  for (model::ExpandedRun& run : expanded) {
+  for (config::ExpandedRun& run : expanded) {
     sweep.runs.push_back(ToNewRun(std::move(run), spec, request.data_files));
   }
   expanded = {};
@@ -211,7 +211,7 @@ absl::StatusOr<PreparedSweep> PrepareSweep(store::RunStore& store, const SubmitR
 }
 
 SubmitResult PreviewSweep(const PreparedSweep& prepared, int64_t run_limit, int64_t now_us) {
-  const model::SweepSpec& spec = prepared.spec;
+  const config::SweepSpec& spec = prepared.spec;
   SubmitResult result;
   result.sweep.name = spec.name;
   result.sweep.spec_text = prepared.sweep.spec_text;

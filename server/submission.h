@@ -42,12 +42,12 @@ struct SubmitResult {
 struct SubmitLimits {
   int64_t max_runs_per_sweep = 100'000;  // the file's own max_runs may only lower it
   int64_t max_user_priority = 10;        // an admin may set any
-  int64_t max_sweep_bytes = 256 << 20;   // of the runs' configs and keys (model::SweepSpec)
+  int64_t max_sweep_bytes = 256 << 20;   // of the runs' configs and keys (config::SweepSpec)
 };
 
 // A sweep file made ready to store.
 struct PreparedSweep {
-  model::SweepSpec spec;
+  config::SweepSpec spec;
   store::NewSweep sweep;  // client_request_id as the request gave it (maybe empty)
 };
 

@@ -131,7 +131,7 @@ std::pair<double, std::string> WorkerRegistry::SpeedFor(const WorkerInfo& info,
   if (auto it = device_speed_.find(device); it != device_speed_.end()) {
     return {it->second, StrCat("measured on ", device)};
   }
-  if (std::optional<double> peak = model::PeakSpeedRelativeTo3090(info.device_name);
+  if (std::optional<double> peak = config::PeakSpeedRelativeTo3090(info.device_name);
       peak && info.device_kind != "cpu") {
     return {*peak, "card peak"};
   }

@@ -35,7 +35,7 @@ struct WorkerInfo {
   std::string device_name;   // e.g. "NVIDIA GeForce RTX 3090"
   int device_index = 0;      // CUDA's index of the card on its box; 0 for the CPU
   int64_t memory_bytes = 0;  // the device's
-  // Kept back from memory_bytes (model::UsableMemoryBytes); negative: the default reserve. Runs
+  // Kept back from memory_bytes (config::UsableMemoryBytes); negative: the default reserve. Runs
   // are placed and fitted into memory_bytes minus the reserve, which is also what the store
   // records as the worker's memory.
   int64_t memory_reserve_bytes = -1;

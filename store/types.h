@@ -159,7 +159,7 @@ struct NewRun {
   int64_t effective_params = 0;       // parameter count as computed (loops unrolled)
   int64_t memory_estimate_bytes = 0;  // training memory the run needs on a device
   // The least memory it can train in: its micro-batch lowered and gradient accumulation raised
-  // so that the global batch stays the same (model::FitMicroBatch). 0: memory_estimate_bytes.
+  // so that the global batch stays the same (config::FitMicroBatch). 0: memory_estimate_bytes.
   int64_t min_memory_bytes = 0;
   std::optional<int64_t> priority;  // default: the sweep's priority; higher runs first
   int max_attempts = 3;             // leases a run may lose before it FAILS; >= 1
@@ -172,7 +172,7 @@ struct NewRun {
   std::string parent_checkpoint;
   JobKind kind = JobKind::kTrain;
   std::vector<int> eval_loops;  // eval jobs: the loop counts (R_infer) to evaluate at
-  // The whole run's work in hours of one RTX 3090 (model::EstimateRunCost); >= 0, 0: unknown.
+  // The whole run's work in hours of one RTX 3090 (config::EstimateRunCost); >= 0, 0: unknown.
   double work_hours = 0;
   // The data files it reads (roles unique), with the identities known at submit. A derived run's
   // files not known here take the identity its existing parent recorded for the same role and

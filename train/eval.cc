@@ -63,8 +63,8 @@ absl::StatusOr<PerplexityResult> EvaluatePerplexity(model::LanguageModel& model,
     return absl::InvalidArgumentError(StrCat(path, ": vocabulary ", file.info().vocab,
                                              " is larger than the model's ", model.config().vocab));
   }
-  const model::ModelConfig& mc = model.config();
-  if (mc.model == model::ModelKind::kCart && mc.core == model::CoreSharing::kUnshared &&
+  const config::ModelConfig& mc = model.config();
+  if (mc.model == config::ModelKind::kCart && mc.core == config::CoreSharing::kUnshared &&
       loops > 0 && loops != mc.R) {
     return absl::InvalidArgumentError(
         StrCat("R_infer ", loops, ": a model with core: unshared runs ", "exactly R = ", mc.R,
@@ -95,7 +95,7 @@ absl::StatusOr<PerplexityResult> EvaluatePerplexity(model::LanguageModel& model,
   return r;
 }
 
-absl::Status EvaluateCheckpoint(const model::RunConfig& config,
+absl::Status EvaluateCheckpoint(const config::RunConfig& config,
                                 const CheckpointManifest& checkpoint,
                                 const CheckpointEvalOptions& options,
                                 const std::function<void(const LoopEvaluation&)>& on_result) {

@@ -84,7 +84,7 @@ struct LoopEvaluation {
 // step = R_infer, so steps must never go back), calling on_result after each. Stops early, with
 // OK, once *stop turns true (Stopped() then says so). Errors: those of ResolveDevice, the
 // model, the checkpoint, the data and EvaluatePerplexity / EvaluateTask. Never throws.
-absl::Status EvaluateCheckpoint(const model::RunConfig& config,
+absl::Status EvaluateCheckpoint(const config::RunConfig& config,
                                 const CheckpointManifest& checkpoint,
                                 const CheckpointEvalOptions& options,
                                 const std::function<void(const LoopEvaluation&)>& on_result);

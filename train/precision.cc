@@ -12,13 +12,13 @@ using model::AutocastEnabled;
 using model::SetAutocastDtype;
 using model::SetAutocastEnabled;
 
-bool UsesMixedPrecision(model::DType dtype, c10::Device device) {
+bool UsesMixedPrecision(config::DType dtype, c10::Device device) {
   switch (dtype) {
-    case model::DType::kFloat32:
+    case config::DType::kFloat32:
       return false;
-    case model::DType::kBFloat16:
+    case config::DType::kBFloat16:
       return device.is_cuda() || device.is_cpu();
-    case model::DType::kAuto:
+    case config::DType::kAuto:
       return device.is_cuda();
   }
   return false;

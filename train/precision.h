@@ -15,7 +15,7 @@ namespace cart::train {
 
 // True when a run with `dtype` on `device` computes its forward pass under bf16 autocast: `bf16`
 // on any device (the CPU too: LibTorch has CPU autocast), `auto` on CUDA only. `fp32`: never.
-bool UsesMixedPrecision(model::DType dtype, c10::Device device);
+bool UsesMixedPrecision(config::DType dtype, c10::Device device);
 
 // bf16 autocast on `device`'s type while it lives, when `enable`; restores the previous state
 // (enabled flag and dtype) on exit. Not reentrant across threads: autocast state is thread-local.

@@ -41,7 +41,7 @@ namespace cart::train {
 namespace {
 
 namespace fs = std::filesystem;
-using model::RunConfig;
+using config::RunConfig;
 
 double ResidentMiB() {
   std::ifstream statm("/proc/self/statm");
@@ -195,7 +195,7 @@ absl::Status Trainer::Checkpoint(int64_t step) {
   CheckpointState state;
   state.step = step;
   state.cursor = reader_->cursor();
-  state.config_yaml = model::ToYaml(config_);
+  state.config_yaml = config::ToYaml(config_);
   CheckpointWriteOptions write;
   write.durable = options_.durable_checkpoints;
   write.discard = options_.discard_checkpoint;
@@ -269,10 +269,10 @@ absl::Status Trainer::Prepare() {
     Log(StrCat("removed ", name, " from ", checkpoint_dir_, ": a write that was interrupted"));
   }
   if (options_.resume) {
-    CART_ASSIGN_OR_RETURN(config_, model::LoadRunConfigFile(config_path_));
+    CART_ASSIGN_OR_RETURN(config_, config::LoadRunConfigFile(config_path_));
     if (options_.extend_to > 0) config_.train.steps = options_.extend_to;
   }
-  CART_RETURN_IF_ERROR(model::Validate(config_));
+  CART_RETURN_IF_ERROR(config::Validate(config_));
   if (config_.data.train_data.empty()) {
     return absl::InvalidArgumentError("train_data: no training token file given");
   }
@@ -318,8 +318,8 @@ void Trainer::BuildOptimizer() {
   // 1-D parameters (norm weights, lti.a, hyper.weights).
   std::vector<torch::Tensor> decay, no_decay;
   for (const auto& p : model_->parameters()) {
-    (config_.train.weight_decay_scope == model::WeightDecayScope::kAll || p.dim() >= 2 ? decay
-                                                                                       : no_decay)
+    (config_.train.weight_decay_scope == config::WeightDecayScope::kAll || p.dim() >= 2 ? decay
+                                                                                        : no_decay)
         .push_back(p);
   }
   auto options = [&](double wd) {
@@ -346,7 +346,7 @@ absl::StatusOr<int64_t> Trainer::RestoreOrInit() {
     CART_RETURN_IF_ERROR(LoadCheckpoint(*latest, *model_, optimizer_.get()));
     reader_->set_cursor(latest->cursor);
     CART_RETURN_IF_ERROR(TruncateMetrics(metrics_path_, latest->step));
-    CART_RETURN_IF_ERROR(WriteFileAtomically(config_path_, model::ToYaml(config_)));
+    CART_RETURN_IF_ERROR(WriteFileAtomically(config_path_, config::ToYaml(config_)));
     Log(StrCat("resumed from ", latest->path, " at step ", latest->step));
     return latest->step;
   }
@@ -354,11 +354,11 @@ absl::StatusOr<int64_t> Trainer::RestoreOrInit() {
     CART_ASSIGN_OR_RETURN(
         CheckpointManifest parent,
         ImportCheckpoint(options_.init_from, (fs::path(options_.out_dir) / "parent").string(),
-                         model::ToYaml(config_)));
+                         config::ToYaml(config_)));
     CART_RETURN_IF_ERROR(LoadCheckpoint(parent, *model_, nullptr));
     Log(StrCat("initialised from ", options_.init_from, " (parent step ", parent.step, ")"));
   }
-  CART_RETURN_IF_ERROR(WriteFileAtomically(config_path_, model::ToYaml(config_)));
+  CART_RETURN_IF_ERROR(WriteFileAtomically(config_path_, config::ToYaml(config_)));
   CART_RETURN_IF_ERROR(WriteFileAtomically(metrics_path_, ""));
   return 0;
 }
@@ -435,7 +435,7 @@ MetricRecord Trainer::StepMetrics(int64_t step, double lr, const StepResult& s,
               {"tokens", static_cast<double>(step * TokensPerStep())},
               {"epoch", static_cast<double>(reader_->epoch())},
               {"rss_mib", ResidentMiB()}};
-  if (config_.model.model == model::ModelKind::kCart) {
+  if (config_.model.model == config::ModelKind::kCart) {
     const bool has_rho = config_.model.lti;  // without σ(a) the carry is 1
     r.values["rho_max"] = has_rho ? s.diag.rho_max : 1.0;
     r.values["rho_mean"] = has_rho ? s.diag.rho_mean : 1.0;
@@ -472,7 +472,7 @@ absl::StatusOr<TrainResult> Trainer::Run() {
   int64_t steps_since = 0;
   int64_t last_epoch = reader_->epoch();
   while (step < total) {
-    const double lr = model::ScheduledLr(config_.train, step);
+    const double lr = config::ScheduledLr(config_.train, step);
     const bool log_step = (step + 1) % config_.train.log_every == 0 || step + 1 == total;
     CART_ASSIGN_OR_RETURN(StepResult s, Step(lr, log_step));
     ++step;
@@ -547,7 +547,7 @@ void RetainFreedMemory() {
 #endif
 }
 
-int ThreadsFor(const model::TrainConfig& config) {
+int ThreadsFor(const config::TrainConfig& config) {
   if (config.threads > 0) return static_cast<int>(config.threads);
   return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }

@@ -97,10 +97,10 @@ std::string DivergenceMessage(const Divergence& d);
 // result says where (TrainResult::diverged). Errors: InvalidArgument for a bad
 // config or data, NotFound for missing files, DataLoss when no valid checkpoint can be resumed,
 // Internal for a LibTorch error (its message included), ResourceExhausted for out-of-memory.
-absl::StatusOr<TrainResult> Train(const model::RunConfig& config, const TrainOptions& options);
+absl::StatusOr<TrainResult> Train(const config::RunConfig& config, const TrainOptions& options);
 
 // The number of intra-op threads a config asks for (threads, or the cores present).
-int ThreadsFor(const model::TrainConfig& config);
+int ThreadsFor(const config::TrainConfig& config);
 // Makes `threads` govern every pool that runs a training step. When the BLAS is OpenBLAS (Debian's
 // libblas.so.3 with libopenblas0-pthread) it has a pool of its own beside LibTorch's intra-op
 // pool, and the two together oversubscribe the cores: then OpenBLAS gets `threads` (the matrix

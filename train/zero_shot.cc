@@ -241,7 +241,7 @@ absl::StatusOr<TaskResult> EvaluateTask(model::LanguageModel& model,
   return result;
 }
 
-absl::StatusOr<std::unique_ptr<data::Tokenizer>> RunTokenizer(const model::RunConfig& config) {
+absl::StatusOr<std::unique_ptr<data::Tokenizer>> RunTokenizer(const config::RunConfig& config) {
   if (config.data.train_data.empty()) {
     return absl::InvalidArgumentError(
         "the run names no train_data to take its tokenizer from; give --tokenizer SPEC");
@@ -250,7 +250,7 @@ absl::StatusOr<std::unique_ptr<data::Tokenizer>> RunTokenizer(const model::RunCo
   return data::Tokenizer::Load(file.info().tokenizer);
 }
 
-absl::StatusOr<std::vector<data::Task>> LoadRunTasks(const model::RunConfig& config) {
+absl::StatusOr<std::vector<data::Task>> LoadRunTasks(const config::RunConfig& config) {
   std::vector<data::Task> tasks;
   for (const auto& [name, spec] : config.data.tasks) {
     CART_ASSIGN_OR_RETURN(data::TaskSource source, data::ParseTaskSource(name + ":" + spec));

@@ -95,10 +95,10 @@ absl::StatusOr<TaskResult> EvaluateTask(model::LanguageModel& model,
 
 // The tokenizer a run was trained with: the one its train_data's metadata names.
 // InvalidArgument when the run has no train_data; the token file's errors otherwise.
-absl::StatusOr<std::unique_ptr<data::Tokenizer>> RunTokenizer(const model::RunConfig& config);
+absl::StatusOr<std::unique_ptr<data::Tokenizer>> RunTokenizer(const config::RunConfig& config);
 
 // Reads the run's zero-shot tasks (config.data.tasks: name -> "KIND=FILE[,limit=N]"), each
 // named by its key, in name order. The errors of data::ParseTaskSource and data::LoadTask.
-absl::StatusOr<std::vector<data::Task>> LoadRunTasks(const model::RunConfig& config);
+absl::StatusOr<std::vector<data::Task>> LoadRunTasks(const config::RunConfig& config);
 
 }  // namespace cart::train

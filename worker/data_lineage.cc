@@ -13,7 +13,7 @@
 namespace cart::worker {
 namespace {
 
-cart::v1::DataIdentity ToProto(const model::DataFile& file, const data::FileIdentity& id) {
+cart::v1::DataIdentity ToProto(const config::DataFile& file, const data::FileIdentity& id) {
   cart::v1::DataIdentity d;
   d.set_role(file.role);
   d.set_path(file.path);
@@ -30,11 +30,11 @@ std::string When(int64_t us) {
 }  // namespace
 
 absl::StatusOr<std::vector<cart::v1::DataIdentity>> CheckRunData(
-    const model::RunConfig& config, bool with_train,
+    const config::RunConfig& config, bool with_train,
     const google::protobuf::RepeatedPtrField<cart::v1::DataIdentity>& recorded,
     data::FileHashCache* cache) {
   std::vector<cart::v1::DataIdentity> unrecorded;
-  for (const model::DataFile& file : model::DataFiles(config, with_train)) {
+  for (const config::DataFile& file : config::DataFiles(config, with_train)) {
     absl::StatusOr<data::FileIdentity> actual = file.token_file
                                                     ? data::IdentifyTokenFile(file.path, cache)
                                                     : data::IdentifyPlainFile(file.path, cache);

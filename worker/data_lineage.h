@@ -25,7 +25,7 @@ namespace cart::worker {
 // recorded it; the file's own errors (missing, unreadable, bytes not matching its .json) as they
 // are. Returns the identities to record: the files `recorded` holds none for.
 absl::StatusOr<std::vector<cart::v1::DataIdentity>> CheckRunData(
-    const model::RunConfig& config, bool with_train,
+    const config::RunConfig& config, bool with_train,
     const google::protobuf::RepeatedPtrField<cart::v1::DataIdentity>& recorded,
     data::FileHashCache* cache);
 

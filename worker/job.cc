@@ -92,11 +92,11 @@ class Session {
   void SendEvalItems(const train::LoopEvaluation& e);
   // The checkpoint written as a Hugging Face model directory in the run directory, for the
   // harness (hf/export.h); its path.
-  absl::StatusOr<std::string> ExportForHarness(const model::RunConfig& config,
+  absl::StatusOr<std::string> ExportForHarness(const config::RunConfig& config,
                                                const train::CheckpointManifest& ckpt,
                                                const std::string& tokenizer_spec);
   absl::StatusOr<std::string> PrepareRunDir();
-  absl::Status CheckData(const model::RunConfig& config, bool with_train);
+  absl::Status CheckData(const config::RunConfig& config, bool with_train);
   void OnMetrics(const train::MetricRecord& r);
   void OnCheckpoint(const train::CheckpointManifest& m, int64_t total);
 
@@ -126,7 +126,7 @@ class Session {
   std::pair<std::string, std::string> shared_written_;
   bool shared_unseen_ = false;  // cartd did not find a blob written there (the upload thread's)
   // For "mfu" and "mfu_6n" (Train sets them from the run's config and the device; 0: none
-  // logged): training FLOPs per token by model::CountFlops and by the paper's 6N.
+  // logged): training FLOPs per token by config::CountFlops and by the paper's 6N.
   double train_flops_per_token_ = 0;
   double six_n_flops_per_token_ = 0;
   double peak_tflops_ = 0;
@@ -137,9 +137,9 @@ void Session::OnMetrics(const train::MetricRecord& r) {
   std::vector<Point> points;
   for (const auto& [name, value] : r.values) points.push_back({r.step, name, value, now});
   if (auto tps = r.values.find("tokens_per_s"); tps != r.values.end() && peak_tflops_ > 0) {
-    const double mfu = model::Mfu(train_flops_per_token_, tps->second, peak_tflops_);
+    const double mfu = config::Mfu(train_flops_per_token_, tps->second, peak_tflops_);
     if (mfu > 0) points.push_back({r.step, "mfu", mfu, now});
-    const double mfu_6n = model::Mfu(six_n_flops_per_token_, tps->second, peak_tflops_);
+    const double mfu_6n = config::Mfu(six_n_flops_per_token_, tps->second, peak_tflops_);
     if (mfu_6n > 0) points.push_back({r.step, "mfu_6n", mfu_6n, now});
   }
   if (r.values.count("loss") && env_.sample_system) {
@@ -249,7 +249,7 @@ absl::Status Session::FinishUploads() {
 }
 
 // Data lineage: the attempt's files against the run's record; those it has none for recorded.
-absl::Status Session::CheckData(const model::RunConfig& config, bool with_train) {
+absl::Status Session::CheckData(const config::RunConfig& config, bool with_train) {
   CART_ASSIGN_OR_RETURN(std::vector<cart::v1::DataIdentity> unrecorded,
                         CheckRunData(config, with_train, job_.data(), env_.hash_cache));
   std::vector<std::string> checked, recorded;
@@ -284,22 +284,22 @@ absl::StatusOr<std::string> Session::PrepareRunDir() {
 JobEnd Session::Train() {
   JobEnd end;
   auto fail = [&](const absl::Status& s) { return Failed(s, env_); };
-  absl::StatusOr<model::RunConfig> parsed =
-      model::ParseRunConfigYaml(job_.config_yaml(), StrCat("run ", job_.run_name()));
+  absl::StatusOr<config::RunConfig> parsed =
+      config::ParseRunConfigYaml(job_.config_yaml(), StrCat("run ", job_.run_name()));
   if (!parsed.ok()) return fail(parsed.status());
-  model::RunConfig config = *parsed;
+  config::RunConfig config = *parsed;
   if (job_.total_steps() > 0) config.train.steps = job_.total_steps();
   if (env_.threads > 0) config.train.threads = env_.threads;
   if (absl::Status data = CheckData(config, /*with_train=*/true); !data.ok()) return fail(data);
   absl::StatusOr<std::string> dir = PrepareRunDir();
   if (!dir.ok()) return fail(dir.status());
-  train_flops_per_token_ = model::CountFlops(config.model, config.train.seq_len).train_per_token;
-  six_n_flops_per_token_ = model::SixNFlopsPerToken(config.model);
+  train_flops_per_token_ = config::CountFlops(config.model, config.train.seq_len).train_per_token;
+  six_n_flops_per_token_ = config::SixNFlopsPerToken(config.model);
   peak_tflops_ = env_.peak_tflops;
   if (peak_tflops_ <= 0 && env_.torch_device != "cpu") {
-    if (std::optional<model::CardPeak> card = model::PeakOf(env_.device_name)) {
+    if (std::optional<config::CardPeak> card = config::PeakOf(env_.device_name)) {
       peak_tflops_ =
-          config.train.dtype == model::DType::kFloat32 ? card->fp32_tflops : card->bf16_tflops;
+          config.train.dtype == config::DType::kFloat32 ? card->fp32_tflops : card->bf16_tflops;
     }
   }
 
@@ -328,10 +328,10 @@ JobEnd Session::Train() {
     absl::Status fetched = Fetch(ref.sha256(), file);
     if (!fetched.ok()) return fail(fetched);
     absl::Status written =
-        WriteFileAtomically((fs::path(run_dir_) / "config.yaml").string(), model::ToYaml(config));
+        WriteFileAtomically((fs::path(run_dir_) / "config.yaml").string(), config::ToYaml(config));
     if (!written.ok()) return fail(written);
     absl::StatusOr<train::CheckpointManifest> imported = train::ImportCheckpoint(
-        file, (fs::path(run_dir_) / "checkpoints").string(), model::ToYaml(config));
+        file, (fs::path(run_dir_) / "checkpoints").string(), config::ToYaml(config));
     if (!imported.ok()) return fail(imported.status());
     options.resume = true;
     options.extend_to = config.train.steps;
@@ -396,7 +396,7 @@ void Session::SendEvalItems(const train::LoopEvaluation& e) {
   }
 }
 
-absl::StatusOr<std::string> Session::ExportForHarness(const model::RunConfig& config,
+absl::StatusOr<std::string> Session::ExportForHarness(const config::RunConfig& config,
                                                       const train::CheckpointManifest& ckpt,
                                                       const std::string& tokenizer_spec) {
   const std::string dir = (fs::path(run_dir_) / "hf-model").string();
@@ -421,8 +421,8 @@ absl::StatusOr<std::string> Session::ExportForHarness(const model::RunConfig& co
 JobEnd Session::Evaluate() {
   JobEnd end;
   auto fail = [&](const absl::Status& s) { return Failed(s, env_); };
-  absl::StatusOr<model::RunConfig> config =
-      model::ParseRunConfigYaml(job_.config_yaml(), StrCat("run ", job_.run_name()));
+  absl::StatusOr<config::RunConfig> config =
+      config::ParseRunConfigYaml(job_.config_yaml(), StrCat("run ", job_.run_name()));
   if (!config.ok()) return fail(config.status());
   if (!job_.has_init_from())
     return fail(absl::InvalidArgumentError("eval job without a checkpoint"));
@@ -475,7 +475,7 @@ JobEnd Session::Evaluate() {
       request.model_dir = dir;
       request.work_dir = (fs::path(run_dir_) / StrCat("lm-eval-", loops)).string();
       request.device = env_.torch_device;
-      request.loops = config.model.model == model::ModelKind::kCart ? loops : 0;
+      request.loops = config.model.model == config::ModelKind::kCart ? loops : 0;
       request.add_bos = config.train.eval_bos;
       request.tasks = htasks;
       request.batch = train::CheckpointEvalOptions().task_batch;  // as CART Lab's scorer
@@ -512,7 +512,7 @@ JobEnd Session::Run() {
   // What the attempt runs on goes with its hello: the precision its config resolves to here.
   std::string precision = "unknown (the config does not parse)";
   int64_t threads = env_.threads;
-  if (absl::StatusOr<model::RunConfig> config = model::ParseRunConfigYaml(job_.config_yaml(), "");
+  if (absl::StatusOr<config::RunConfig> config = config::ParseRunConfigYaml(job_.config_yaml(), "");
       config.ok()) {
     const bool bf16 =
         train::UsesMixedPrecision(config->train.dtype, c10::Device(env_.torch_device));

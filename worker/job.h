@@ -44,9 +44,9 @@ struct JobEnvironment {
   // whatever is still undelivered and returns: cartd's lease lapses and the run resumes from its
   // last acknowledged checkpoint elsewhere, so nothing acknowledged is lost.
   int64_t shutdown_grace_ms = 120'000;
-  // Model FLOPs utilisation, logged as "mfu" beside each tokens_per_s (model::Mfu). The device's
+  // Model FLOPs utilisation, logged as "mfu" beside each tokens_per_s (config::Mfu). The device's
   // peak in TFLOP/s: `peak_tflops` when > 0 (cart-worker --peak-tflops, or a CPU's fp32 peak the
-  // worker measured at start); else, on a GPU, its card's from `device_name` (model::PeakOf,
+  // worker measured at start); else, on a GPU, its card's from `device_name` (config::PeakOf,
   // bf16 or fp32 by the run's precision); else no mfu is logged.
   double peak_tflops = 0;
   std::string python = "python3";  // runs lm-evaluation-harness (WorkerConfig::python)

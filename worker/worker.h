@@ -19,7 +19,7 @@ struct WorkerConfig {
   std::string cache_dir = "var/worker";  // run directories and downloaded checkpoints
   int64_t threads = 0;     // CPU threads for training; 0: the run config's / all cores
   int64_t memory_mib = 0;  // report this much device memory instead of the real amount
-  // Memory cartd keeps free of runs on this device (model::DefaultMemoryReserveBytes); negative:
+  // Memory cartd keeps free of runs on this device (config::DefaultMemoryReserveBytes); negative:
   // cartd's default, max(1 GiB, 10 %).
   int64_t memory_reserve_mib = -1;
   // Report this training speed (× an RTX 3090) instead of letting cartd measure it; 0: measure.

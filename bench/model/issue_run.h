@@ -17,8 +17,8 @@ namespace cart::bench {
 
 inline constexpr int64_t kBatch = 8, kSeqLen = 256;
 
-inline model::ModelConfig IssueRunModel() {
-  model::ModelConfig config;
+inline config::ModelConfig IssueRunModel() {
+  config::ModelConfig config;
   config.vocab = 4096;
   config.d = 256;
   config.P = 2;

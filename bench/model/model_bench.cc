@@ -16,7 +16,7 @@
 
 namespace {
 
-using cart::model::ModelConfig;
+using cart::config::ModelConfig;
 
 double MedianSecondsPerStep(cart::model::LanguageModel& model, const torch::Tensor& ids, int reps) {
   return cart::bench::MedianSeconds(
@@ -43,13 +43,13 @@ int main(int argc, char** argv) {
   std::vector<Variant> variants;
   variants.push_back({"frozen, shared (default)", base});
   ModelConfig recompute = base;
-  recompute.kv = cart::model::KvMode::kRecompute;
+  recompute.kv = cart::config::KvMode::kRecompute;
   variants.push_back({"kv: recompute", recompute});
   ModelConfig unshared = base;
-  unshared.core = cart::model::CoreSharing::kUnshared;
+  unshared.core = cart::config::CoreSharing::kUnshared;
   variants.push_back({"core: unshared", unshared});
   ModelConfig self = base;
-  self.core_attn = cart::model::CoreAttn::kSelf;
+  self.core_attn = cart::config::CoreAttn::kSelf;
   variants.push_back({"core_attn: self", self});
 
   fmt::print(
@@ -63,7 +63,7 @@ int main(int argc, char** argv) {
   for (const Variant& v : variants) {
     auto model = cart::model::BuildModel(v.config, 1).value();
     const double sec = MedianSecondsPerStep(*model, ids, reps);
-    const double flops = cart::model::CountFlops(v.config, T).train_per_token;
+    const double flops = cart::config::CountFlops(v.config, T).train_per_token;
     if (base_time == 0) {
       base_time = sec;
       base_flops = flops;

@@ -143,7 +143,7 @@ int main(int argc, char** argv) {
   const cart::bench::BenchFlags flags = cart::bench::ParseFlagsAndSetUp(argc, argv, {1, 9});
   const int threads = flags.threads, reps = flags.reps;
   const int64_t B = cart::bench::kBatch, T = cart::bench::kSeqLen;
-  const cart::model::ModelConfig config = cart::bench::IssueRunModel();
+  const cart::config::ModelConfig config = cart::bench::IssueRunModel();
   const double lr = 3e-4, wd = 0.1;
   auto model = cart::model::BuildModel(config, 1).value();
   torch::optim::AdamW adamw(

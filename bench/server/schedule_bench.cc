@@ -3,7 +3,7 @@
 // placement policy, the makespan, the lower bound, their ratio and the idle GPU-hours
 // (docs/design.md "Placement").
 //
-// Each run's true duration on a device is its work (model::EstimateRunCost: hours on one RTX
+// Each run's true duration on a device is its work (config::EstimateRunCost: hours on one RTX
 // 3090) divided by the device's true speed: 1 for a 3090, 1 / 4.5 for a 3050 (the paper's
 // d = 1024 runs take about 4.5 times as long on one). With --speeds learned (the default) the
 // workers report nothing at registration: cartd starts from the card's peak (0.26 for a 3050)
@@ -286,7 +286,7 @@ Result Replay(std::vector<Submission> submissions, const std::string& fleet_spec
         // The run's tokens/s on this device, as a worker reports it at its first logged step.
         int64_t tokens = 0;
         int64_t checkpoint_every = 0;
-        if (auto config = cart::model::ParseRunConfigYaml(j.run.config_yaml, "replay");
+        if (auto config = cart::config::ParseRunConfigYaml(j.run.config_yaml, "replay");
             config.ok()) {
           tokens = config->train.steps * config->train.batch * config->train.accum *
                    config->train.seq_len;

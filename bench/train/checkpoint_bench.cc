@@ -69,7 +69,7 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--d")) d = std::atoll(argv[i + 1]);
   }
   torch::set_num_threads(1);
-  cart::model::ModelConfig config;
+  cart::config::ModelConfig config;
   config.vocab = 32000;
   config.d = d;
   config.P = 6;

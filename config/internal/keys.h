@@ -11,7 +11,7 @@
 #include "absl/status/status.h"
 #include "config/config.h"
 
-namespace cart::model::internal {
+namespace cart::config::internal {
 
 struct KeyDef {
   std::string name;
@@ -27,4 +27,4 @@ const KeyDef* FindKey(std::string_view name);
 // given when it is not one `key` accepts.
 std::string Canonical(const std::string& key, const std::string& value);
 
-}  // namespace cart::model::internal
+}  // namespace cart::config::internal

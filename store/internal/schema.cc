@@ -236,7 +236,7 @@ constexpr char kSchemaV9[] = R"sql(
 CREATE INDEX checkpoints_by_sha256 ON checkpoints(sha256);
 )sql";
 
-// Version 10: each run's work, in hours of one RTX 3090 (model::EstimateRunCost over its config),
+// Version 10: each run's work, in hours of one RTX 3090 (config::EstimateRunCost over its config),
 // so that placement can put the longest jobs first and weigh a device's speed. Existing runs keep
 // 0: unknown, placed after the runs whose work is known, oldest first as before.
 // Also events by sweep, so that deleting a sweep finds its own events without reading them all.

@@ -5,7 +5,7 @@
 #include "config/devices.h"
 #include "gtest/gtest.h"
 
-namespace cart::model {
+namespace cart::config {
 namespace {
 
 ModelConfig Paper(int64_t d, int R = 6) {
@@ -122,4 +122,4 @@ TEST(DevicesTest, CardPeaksAndMfu) {
   EXPECT_EQ(Mfu(1e9, 35'500, 0), 0);
 }
 
-}  // namespace cart::model
+}  // namespace cart::config

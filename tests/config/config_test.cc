@@ -6,7 +6,7 @@
 #include "gtest/gtest.h"
 #include "tests/support/test_support.h"
 
-namespace cart::model {
+namespace cart::config {
 namespace {
 
 using ::cart::testing::IsOk;
@@ -267,9 +267,9 @@ TEST(ConfigTest, TasksRoundTripAndNamesAreCheckedAsMetricNameParts) {
 }
 
 }  // namespace
-}  // namespace cart::model
+}  // namespace cart::config
 
-namespace cart::model {
+namespace cart::config {
 namespace {
 
 // `lm_eval` (docs/huggingface.md): task names separated by commas, each a metric-name part, none
@@ -297,4 +297,4 @@ TEST(ConfigTest, LmEvalNamesHarnessTasksAndIsWrittenOnlyWhenSet) {
 }
 
 }  // namespace
-}  // namespace cart::model
+}  // namespace cart::config

@@ -4,7 +4,7 @@
 
 #include "gtest/gtest.h"
 
-namespace cart::model {
+namespace cart::config {
 namespace {
 
 TEST(ScheduleTest, LinearWarmupThenCosineToTheFloorAtTheLastStep) {
@@ -60,4 +60,4 @@ TEST(ScheduleTest, PastItsDecayHorizonTheRateHoldsAtTheFloor) {
 }
 
 }  // namespace
-}  // namespace cart::model
+}  // namespace cart::config

@@ -9,7 +9,7 @@
 #include "gtest/gtest.h"
 #include "tests/support/test_support.h"
 
-namespace cart::model {
+namespace cart::config {
 namespace {
 
 using ::cart::testing::StatusIs;
@@ -419,4 +419,4 @@ derived:
 }
 
 }  // namespace
-}  // namespace cart::model
+}  // namespace cart::config

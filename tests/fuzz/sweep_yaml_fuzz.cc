@@ -9,9 +9,9 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);
-  absl::StatusOr<cart::model::SweepSpec> spec = cart::model::ParseSweepYaml(text, "fuzz.yaml");
+  absl::StatusOr<cart::config::SweepSpec> spec = cart::config::ParseSweepYaml(text, "fuzz.yaml");
   if (!spec.ok()) return 0;
   spec->max_runs = std::min<int64_t>(spec->max_runs, 200);
-  (void)cart::model::ExpandSweep(*spec, "fuzz.yaml");
+  (void)cart::config::ExpandSweep(*spec, "fuzz.yaml");
   return 0;
 }

@@ -29,8 +29,8 @@ using ::cart::testing::TempDir;
                  << " reports torch::cuda::is_available() == false"; \
   }
 
-model::ModelConfig SmallCart() {
-  model::ModelConfig c;
+config::ModelConfig SmallCart() {
+  config::ModelConfig c;
   c.vocab = 64;
   c.d = 128;
   c.P = 2;
@@ -136,7 +136,7 @@ class CudaTrainTest : public ::testing::Test {
   }
 
   TempDir dir_;
-  model::RunConfig config_;
+  config::RunConfig config_;
   double entropy_ = 0;
 };
 

@@ -60,7 +60,7 @@ std::vector<Variant> Variants() {
 // A model of `config` whose every parameter is moved off its initial value by about its initial
 // spread (a trained model's scale, not a chaotic one), the hyper-connection weights and the
 // gate's a by more, so that every mixing weight and every channel's σ(a) differ.
-std::shared_ptr<model::LanguageModel> RandomModel(const model::RunConfig& config) {
+std::shared_ptr<model::LanguageModel> RandomModel(const config::RunConfig& config) {
   auto built = model::BuildModel(config.model, 7);
   EXPECT_TRUE(built.ok()) << built.status();
   std::shared_ptr<model::LanguageModel> m = *built;
@@ -76,9 +76,9 @@ std::shared_ptr<model::LanguageModel> RandomModel(const model::RunConfig& config
 
 // The loop counts a variant is checked at: its trained R, its R_infer, and others (an unshared
 // core runs only R).
-std::vector<int> LoopsFor(const model::ModelConfig& c) {
-  if (c.model == model::ModelKind::kDense) return {0};
-  if (c.core == model::CoreSharing::kUnshared) return {c.R};
+std::vector<int> LoopsFor(const config::ModelConfig& c) {
+  if (c.model == config::ModelKind::kDense) return {0};
+  if (c.core == config::CoreSharing::kUnshared) return {c.R};
   std::set<int> loops = {1, c.R, c.effective_R_infer(), 7, 16};
   return {loops.begin(), loops.end()};
 }
@@ -88,7 +88,7 @@ TEST(HfExportTest, TransformersComputesCartsLogitsForEverySwitch) {
   TempDir dir;
   std::string dirs;
   for (const Variant& v : Variants()) {
-    absl::StatusOr<model::RunConfig> config = model::ParseRunConfigYaml(kBase + v.yaml, v.name);
+    absl::StatusOr<config::RunConfig> config = config::ParseRunConfigYaml(kBase + v.yaml, v.name);
     ASSERT_TRUE(config.ok()) << config.status();
     std::shared_ptr<model::LanguageModel> m = RandomModel(*config);
     hf::HfExportRequest request;
@@ -157,7 +157,7 @@ std::vector<std::string> Texts() {
 void ExportWithTokenizerIds(const std::string& spec, const std::string& out) {
   absl::StatusOr<std::unique_ptr<data::Tokenizer>> tokenizer = data::Tokenizer::Load(spec);
   ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
-  absl::StatusOr<model::RunConfig> config = model::ParseRunConfigYaml(
+  absl::StatusOr<config::RunConfig> config = config::ParseRunConfigYaml(
       StrCat("vocab: ", (*tokenizer)->vocab_size(), "\nd: 64\nP: 1\nR: 2\nseq_len: 64\n"), spec);
   ASSERT_TRUE(config.ok()) << config.status();
   std::shared_ptr<model::LanguageModel> m = RandomModel(*config);
@@ -213,8 +213,8 @@ TEST(HfExportTest, TokenizersGiveCartsIdsOnRealText) {
 }
 
 TEST(HfExportTest, RefusesAnExistingDirectoryAndATokenizerWithoutText) {
-  absl::StatusOr<model::RunConfig> config =
-      model::ParseRunConfigYaml("vocab: 258\nd: 64\nP: 1\nR: 2\n", "test");
+  absl::StatusOr<config::RunConfig> config =
+      config::ParseRunConfigYaml("vocab: 258\nd: 64\nP: 1\nR: 2\n", "test");
   ASSERT_TRUE(config.ok());
   std::shared_ptr<model::LanguageModel> m = RandomModel(*config);
   TempDir dir;

@@ -405,7 +405,7 @@ void ExpectStraightLosses(Cluster& c, int64_t run, size_t steps) {
 
 std::map<int64_t, double> StraightLosses(const std::string& config_yaml,
                                          const std::string& out_dir) {
-  absl::StatusOr<model::RunConfig> config = model::ParseRunConfigYaml(config_yaml, "run");
+  absl::StatusOr<config::RunConfig> config = config::ParseRunConfigYaml(config_yaml, "run");
   EXPECT_TRUE(config.ok()) << config.status();
   if (!config.ok()) return {};
   train::TrainOptions o;

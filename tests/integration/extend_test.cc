@@ -29,8 +29,8 @@ TEST(ExtendTest, AWarmRestartIsRefusedUntilAskedForAndHoldTrainsOnAtTheFinalRate
       << c.Log("worker-a.log");
   const std::map<int64_t, double> lr = c.Series(run, "lr");
   ASSERT_EQ(lr.size(), 20u);
-  absl::StatusOr<model::RunConfig> config =
-      model::ParseRunConfigYaml(c.GetRun(run).run().config_yaml(), "run");
+  absl::StatusOr<config::RunConfig> config =
+      config::ParseRunConfigYaml(c.GetRun(run).run().config_yaml(), "run");
   ASSERT_TRUE(config.ok());
   EXPECT_EQ(lr.at(20), config->train.lr_min);
 
@@ -38,11 +38,11 @@ TEST(ExtendTest, AWarmRestartIsRefusedUntilAskedForAndHoldTrainsOnAtTheFinalRate
   const std::string refused =
       c.Cart({"runs", "extend", StrCat(run), "--steps", "200"}, /*allow_failure=*/true, &code);
   EXPECT_NE(code, 0);
-  model::RunConfig stretched = *config;
+  config::RunConfig stretched = *config;
   stretched.train.steps = 200;
   EXPECT_THAT(refused,
               HasSubstr(StrCat("from ", Sci(lr.at(20)), " at step 20 to ",
-                               Sci(model::ScheduledLr(stretched.train, 20)), " at step 21")));
+                               Sci(config::ScheduledLr(stretched.train, 20)), " at step 21")));
   EXPECT_THAT(refused, HasSubstr("--schedule hold"));
   EXPECT_EQ(StateOf(c, run), "SUCCEEDED");
 

@@ -21,8 +21,8 @@
 namespace cart::model {
 namespace {
 
-ModelConfig Tiny() {
-  ModelConfig m;
+config::ModelConfig Tiny() {
+  config::ModelConfig m;
   m.vocab = 50;
   m.d = 128;  // two heads; kv_down is d/4 = 32 wide
   m.P = 2;
@@ -31,7 +31,7 @@ ModelConfig Tiny() {
   return m;
 }
 
-std::shared_ptr<LanguageModel> Build(const ModelConfig& m) {
+std::shared_ptr<LanguageModel> Build(const config::ModelConfig& m) {
   auto model = BuildModel(m, 11);
   EXPECT_TRUE(model.ok()) << model.status();
   return *model;
@@ -92,13 +92,14 @@ Pass ForwardBackward(LanguageModel& model, const torch::Tensor& ids, bool merged
   return p;
 }
 
-std::vector<ModelConfig> Configs() {
-  std::vector<ModelConfig> out;
-  for (KvMode kv : {KvMode::kFrozen, KvMode::kRecompute}) {
-    for (CoreSharing core : {CoreSharing::kShared, CoreSharing::kUnshared}) {
-      for (CoreAttn attn : {CoreAttn::kCross, CoreAttn::kSelf}) {
-        if (attn == CoreAttn::kSelf && kv == KvMode::kRecompute) continue;
-        ModelConfig m = Tiny();
+std::vector<config::ModelConfig> Configs() {
+  std::vector<config::ModelConfig> out;
+  for (config::KvMode kv : {config::KvMode::kFrozen, config::KvMode::kRecompute}) {
+    for (config::CoreSharing core :
+         {config::CoreSharing::kShared, config::CoreSharing::kUnshared}) {
+      for (config::CoreAttn attn : {config::CoreAttn::kCross, config::CoreAttn::kSelf}) {
+        if (attn == config::CoreAttn::kSelf && kv == config::KvMode::kRecompute) continue;
+        config::ModelConfig m = Tiny();
         m.kv = kv;
         m.core = core;
         m.core_attn = attn;
@@ -106,44 +107,45 @@ std::vector<ModelConfig> Configs() {
       }
     }
   }
-  ModelConfig dense = Tiny();
-  dense.model = ModelKind::kDense;
+  config::ModelConfig dense = Tiny();
+  dense.model = config::ModelKind::kDense;
   out.push_back(dense);
   return out;
 }
 
-std::string Name(const ModelConfig& m) {
-  if (m.model == ModelKind::kDense) return "dense";
-  return std::string("kv ") + (m.kv == KvMode::kFrozen ? "frozen" : "recompute") + ", core " +
-         (m.core == CoreSharing::kShared ? "shared" : "unshared") + ", core_attn " +
-         (m.core_attn == CoreAttn::kCross ? "cross" : "self");
+std::string Name(const config::ModelConfig& m) {
+  if (m.model == config::ModelKind::kDense) return "dense";
+  return std::string("kv ") + (m.kv == config::KvMode::kFrozen ? "frozen" : "recompute") +
+         ", core " + (m.core == config::CoreSharing::kShared ? "shared" : "unshared") +
+         ", core_attn " + (m.core_attn == config::CoreAttn::kCross ? "cross" : "self");
 }
 
 // Matmuls saved by merging, counted from the model's structure: an MLA layer (prelude, coda,
 // self-attention core) runs 5 projections as 3 and its SwiGLU 3 as 2; an anchor 3 as 2; a
 // cross-attention core's SwiGLU 3 as 2; a dense layer q, k, v as one and its SwiGLU 3 as 2.
-int SavedMatmuls(const ModelConfig& m) {
-  if (m.model == ModelKind::kDense) return m.layers * (2 + 1);
+int SavedMatmuls(const config::ModelConfig& m) {
+  if (m.model == config::ModelKind::kDense) return m.layers * (2 + 1);
   const int mla_layers = m.P + 1;
-  const int core_saves = m.core_attn == CoreAttn::kSelf ? 2 + 1 : 1;
-  const int anchors = m.core_attn == CoreAttn::kSelf ? 0 : (m.kv == KvMode::kFrozen ? 1 : m.R);
+  const int core_saves = m.core_attn == config::CoreAttn::kSelf ? 2 + 1 : 1;
+  const int anchors =
+      m.core_attn == config::CoreAttn::kSelf ? 0 : (m.kv == config::KvMode::kFrozen ? 1 : m.R);
   return mla_layers * 3 + m.R * core_saves + anchors;
 }
 
 // Weights stacked per forward pass: one per group per module, whatever the number of loops.
-int StackedWeights(const ModelConfig& m) {
-  if (m.model == ModelKind::kDense) return m.layers * 2;
+int StackedWeights(const config::ModelConfig& m) {
+  if (m.model == config::ModelKind::kDense) return m.layers * 2;
   const int mla_layers = m.P + 1;
-  const int core_modules = m.core == CoreSharing::kShared ? 1 : m.R;
-  const int core_groups = m.core_attn == CoreAttn::kSelf ? 3 : 1;
-  const int anchor = m.core_attn == CoreAttn::kSelf ? 0 : 1;
+  const int core_modules = m.core == config::CoreSharing::kShared ? 1 : m.R;
+  const int core_groups = m.core_attn == config::CoreAttn::kSelf ? 3 : 1;
+  const int anchor = m.core_attn == config::CoreAttn::kSelf ? 0 : 1;
   return mla_layers * 3 + core_modules * core_groups + anchor;
 }
 
 TEST(MergedProjectionsTest, SameLogitsAndGradientsFewerMatmulsForEverySwitchAndDense) {
   torch::manual_seed(3);
   const torch::Tensor ids = torch::randint(0, 50, {2, 9}, torch::kInt64);
-  for (const ModelConfig& m : Configs()) {
+  for (const config::ModelConfig& m : Configs()) {
     SCOPED_TRACE(Name(m));
     auto model = Build(m);
     const Pass separate = ForwardBackward(*model, ids, false);

@@ -16,8 +16,8 @@ namespace cart::model {
 namespace {
 
 // A tiny config: d = 64 (one head), P = 2, R = 3, vocab 50.
-ModelConfig Tiny() {
-  ModelConfig m;
+config::ModelConfig Tiny() {
+  config::ModelConfig m;
   m.vocab = 50;
   m.d = 64;
   m.P = 2;
@@ -26,7 +26,7 @@ ModelConfig Tiny() {
   return m;
 }
 
-std::shared_ptr<LanguageModel> Build(const ModelConfig& m, int64_t seed = 7) {
+std::shared_ptr<LanguageModel> Build(const config::ModelConfig& m, int64_t seed = 7) {
   auto model = BuildModel(m, seed);
   EXPECT_TRUE(model.ok()) << model.status();
   return *model;
@@ -38,15 +38,15 @@ torch::Tensor Ids(int64_t B, int64_t T, int64_t vocab, int64_t seed = 1) {
 }
 
 // Every valid combination of the §4 switches (cross_causal left true), for the sweeping tests.
-std::vector<ModelConfig> AllCausalSwitchCombos() {
-  std::vector<ModelConfig> out;
-  for (KvMode kv : {KvMode::kFrozen, KvMode::kRecompute})
-    for (CoreSharing core : {CoreSharing::kShared, CoreSharing::kUnshared})
-      for (CoreAttn attn : {CoreAttn::kCross, CoreAttn::kSelf})
+std::vector<config::ModelConfig> AllCausalSwitchCombos() {
+  std::vector<config::ModelConfig> out;
+  for (config::KvMode kv : {config::KvMode::kFrozen, config::KvMode::kRecompute})
+    for (config::CoreSharing core : {config::CoreSharing::kShared, config::CoreSharing::kUnshared})
+      for (config::CoreAttn attn : {config::CoreAttn::kCross, config::CoreAttn::kSelf})
         for (int flags = 0; flags < 8; ++flags)
-          for (GateMode gate : {GateMode::kPaper, GateMode::kDelta}) {
-            if (attn == CoreAttn::kSelf && kv == KvMode::kRecompute) continue;
-            ModelConfig m = Tiny();
+          for (config::GateMode gate : {config::GateMode::kPaper, config::GateMode::kDelta}) {
+            if (attn == config::CoreAttn::kSelf && kv == config::KvMode::kRecompute) continue;
+            config::ModelConfig m = Tiny();
             m.kv = kv;
             m.core = core;
             m.core_attn = attn;
@@ -59,12 +59,12 @@ std::vector<ModelConfig> AllCausalSwitchCombos() {
   return out;
 }
 
-std::string Describe(const ModelConfig& m) {
-  RunConfig r;
+std::string Describe(const config::ModelConfig& m) {
+  config::RunConfig r;
   r.model = m;
-  return StrCat("kv=", GetKey(r, "kv").value(), " core=", GetKey(r, "core").value(),
-                " core_attn=", GetKey(r, "core_attn").value(), " hyper=", m.hyper, " lti=", m.lti,
-                " lie=", m.lie, " gate=", GetKey(r, "gate").value());
+  return StrCat("kv=", config::GetKey(r, "kv").value(), " core=", config::GetKey(r, "core").value(),
+                " core_attn=", config::GetKey(r, "core_attn").value(), " hyper=", m.hyper,
+                " lti=", m.lti, " lie=", m.lie, " gate=", config::GetKey(r, "gate").value());
 }
 
 int64_t CountModuleParams(LanguageModel& model) {
@@ -74,17 +74,17 @@ int64_t CountModuleParams(LanguageModel& model) {
 }
 
 TEST(CartModelTest, ModuleParameterCountEqualsAccountingForEverySwitch) {
-  for (const ModelConfig& m : AllCausalSwitchCombos()) {
+  for (const config::ModelConfig& m : AllCausalSwitchCombos()) {
     auto model = Build(m);
-    EXPECT_EQ(CountModuleParams(*model), CountParams(m).stored) << Describe(m);
+    EXPECT_EQ(CountModuleParams(*model), config::CountParams(m).stored) << Describe(m);
   }
-  ModelConfig dense = Tiny();
-  dense.model = ModelKind::kDense;
-  EXPECT_EQ(CountModuleParams(*Build(dense)), CountParams(dense).stored);
+  config::ModelConfig dense = Tiny();
+  dense.model = config::ModelKind::kDense;
+  EXPECT_EQ(CountModuleParams(*Build(dense)), config::CountParams(dense).stored);
 }
 
 TEST(CartModelTest, ModuleParameterCountEqualsSpecTableAtPaperWidth) {
-  ModelConfig m;
+  config::ModelConfig m;
   m.vocab = 32000;
   m.d = 256;
   m.P = 6;
@@ -127,8 +127,8 @@ TEST(CartModelTest, TensorNamesFollowTheCheckpointSpec) {
   EXPECT_EQ(params["lie.weight"].sizes(), (std::vector<int64_t>{64, 32}));  // d × 32
   EXPECT_EQ(params["prelude.0.attn.kv_down.weight"].sizes(),
             (std::vector<int64_t>{16, 64}));  // (out, in)
-  ModelConfig unshared = Tiny();
-  unshared.core = CoreSharing::kUnshared;
+  config::ModelConfig unshared = Tiny();
+  unshared.core = config::CoreSharing::kUnshared;
   auto u = Build(unshared)->named_parameters();
   EXPECT_NE(u.find("core.2.q_proj.weight"), nullptr);
   EXPECT_EQ(u.find("core.3.q_proj.weight"), nullptr);
@@ -196,18 +196,18 @@ double MaxChangeBeforeCut(LanguageModel& model, int64_t T, int64_t cut) {
 
 TEST(CartModelTest, CausalForEverySwitchCombinationAndDense) {
   constexpr double kTolerance = 1e-5;  // fp32 reassociation noise is ~1e-7 here
-  for (const ModelConfig& m : AllCausalSwitchCombos()) {
+  for (const config::ModelConfig& m : AllCausalSwitchCombos()) {
     auto model = Build(m);
     EXPECT_LE(MaxChangeBeforeCut(*model, 12, 5), kTolerance) << Describe(m);
   }
-  ModelConfig dense = Tiny();
-  dense.model = ModelKind::kDense;
+  config::ModelConfig dense = Tiny();
+  dense.model = config::ModelKind::kDense;
   EXPECT_LE(MaxChangeBeforeCut(*Build(dense), 12, 5), kTolerance);
 }
 
 TEST(CartModelTest, NonCausalCrossAttentionLeaksTheFuture) {
-  for (KvMode kv : {KvMode::kFrozen, KvMode::kRecompute}) {
-    ModelConfig m = Tiny();
+  for (config::KvMode kv : {config::KvMode::kFrozen, config::KvMode::kRecompute}) {
+    config::ModelConfig m = Tiny();
     m.kv = kv;
     // Same seed and shapes, so both models hold identical weights; only the mask differs.
     const double causal = MaxChangeBeforeCut(*Build(m, 5), 12, 5);
@@ -229,16 +229,16 @@ TEST(CartModelTest, AnchorIsComputedOncePerForwardWhenFrozenAndEveryLoopWhenReco
   DiagnosticTensors diag;
   Build(Tiny())->Forward(ids, o, &diag);
   EXPECT_EQ(diag.anchor_calls, 1);
-  ModelConfig recompute = Tiny();
-  recompute.kv = KvMode::kRecompute;
+  config::ModelConfig recompute = Tiny();
+  recompute.kv = config::KvMode::kRecompute;
   auto model = Build(recompute);
   model->Forward(ids, o, &diag);
   EXPECT_EQ(diag.anchor_calls, 3);
   o.loops = 7;
   model->Forward(ids, o, &diag);
   EXPECT_EQ(diag.anchor_calls, 7);
-  ModelConfig self = Tiny();
-  self.core_attn = CoreAttn::kSelf;
+  config::ModelConfig self = Tiny();
+  self.core_attn = config::CoreAttn::kSelf;
   Build(self)->Forward(ids, o, &diag);
   EXPECT_EQ(diag.anchor_calls, 0);
 }
@@ -246,7 +246,7 @@ TEST(CartModelTest, AnchorIsComputedOncePerForwardWhenFrozenAndEveryLoopWhenReco
 // An independent, hand-written §3 forward pass over the model's own submodules, with each switch
 // spelled as its equation. Frozen KV, shared cross-attention core.
 torch::Tensor ReferenceForward(CartImpl& m, const torch::Tensor& ids) {
-  const ModelConfig& c = m.config();
+  const config::ModelConfig& c = m.config();
   torch::Tensor x = m.embed(ids);
   RopeTables rope = MakeRope(ids.size(1), x);
   for (const auto& layer : *m.prelude) x = layer->as<PreludeLayerImpl>()->forward(x, rope);
@@ -266,8 +266,8 @@ torch::Tensor ReferenceForward(CartImpl& m, const torch::Tensor& ids) {
     torch::Tensor t = m.core->forward(h_in, K, V, rope);
     torch::Tensor h;
     if (!c.lti) {
-      h = c.gate == GateMode::kPaper ? h_in + t : t;  // lti: off → h = h_in + update
-    } else if (c.gate == GateMode::kPaper) {
+      h = c.gate == config::GateMode::kPaper ? h_in + t : t;  // lti: off → h = h_in + update
+    } else if (c.gate == config::GateMode::kPaper) {
       h = torch::sigmoid(m.lti_a) * h_in + t;
     } else {
       h = torch::sigmoid(m.lti_a) * h_in + (t - h_in);  // gate: delta
@@ -283,17 +283,17 @@ TEST(CartModelTest, EachSwitchComputesExactlyItsEquation) {
   torch::Tensor ids = Ids(2, 6, 50);
   struct Case {
     const char* name;
-    void (*set)(ModelConfig&);
+    void (*set)(config::ModelConfig&);
   };
   const Case cases[] = {
-      {"baseline", [](ModelConfig&) {}},
-      {"lti off", [](ModelConfig& m) { m.lti = false; }},
-      {"hyper off", [](ModelConfig& m) { m.hyper = false; }},
-      {"lie off", [](ModelConfig& m) { m.lie = false; }},
-      {"gate delta", [](ModelConfig& m) { m.gate = GateMode::kDelta; }},
+      {"baseline", [](config::ModelConfig&) {}},
+      {"lti off", [](config::ModelConfig& m) { m.lti = false; }},
+      {"hyper off", [](config::ModelConfig& m) { m.hyper = false; }},
+      {"lie off", [](config::ModelConfig& m) { m.lie = false; }},
+      {"gate delta", [](config::ModelConfig& m) { m.gate = config::GateMode::kDelta; }},
   };
   for (const Case& c : cases) {
-    ModelConfig cfg = Tiny();
+    config::ModelConfig cfg = Tiny();
     c.set(cfg);
     auto model = std::dynamic_pointer_cast<CartImpl>(Build(cfg));
     // Move the learned mixing weights off their init so the hyper-connection sum matters.
@@ -308,7 +308,7 @@ TEST(CartModelTest, EachSwitchComputesExactlyItsEquation) {
 
 TEST(CartModelTest, GradientsReachEveryParameterForEverySwitch) {
   torch::Tensor ids = Ids(2, 6, 50);
-  for (const ModelConfig& m : AllCausalSwitchCombos()) {
+  for (const config::ModelConfig& m : AllCausalSwitchCombos()) {
     auto model = Build(m);
     torch::Tensor logits = model->Forward(ids);
     torch::nn::functional::cross_entropy(logits.view({-1, 50}), ids.view({-1})).backward();
@@ -320,7 +320,7 @@ TEST(CartModelTest, GradientsReachEveryParameterForEverySwitch) {
 }
 
 TEST(CartModelTest, FiniteDifferenceGradientCheckInDouble) {
-  ModelConfig m = Tiny();
+  config::ModelConfig m = Tiny();
   m.R = 2;
   m.P = 1;
   m.vocab = 11;

@@ -11,8 +11,8 @@ using ::cart::testing::StatusIs;
 using ::cart::testing::TempDir;
 using ::testing::HasSubstr;
 
-ModelConfig Tiny() {
-  ModelConfig m;
+config::ModelConfig Tiny() {
+  config::ModelConfig m;
   m.vocab = 40;
   m.d = 64;
   m.P = 2;
@@ -31,7 +31,7 @@ TEST(SafetensorsTest, Fp32ExportLoadsBackBitIdentically) {
   for (const auto& p : other->named_parameters()) {
     EXPECT_TRUE(torch::equal(p.value(), a[p.key()])) << p.key();
   }
-  CART_ASSERT_OK_AND_ASSIGN(ModelConfig config, ConfigFromMetadata(file, "m"));
+  CART_ASSERT_OK_AND_ASSIGN(config::ModelConfig config, ConfigFromMetadata(file, "m"));
   EXPECT_EQ(config.d, 64);
   EXPECT_EQ(config.R, 2);
 }
@@ -85,14 +85,14 @@ TEST(SafetensorsTest, LoadIntoAModelOfAnotherShapeNamesTheMismatch) {
   auto model = BuildModel(Tiny(), 1).value();
   CART_ASSERT_OK(SaveModel(*model, dir.File("m.safetensors"), torch::kFloat32));
   CART_ASSERT_OK_AND_ASSIGN(SafetensorsFile file, ReadSafetensors(dir.File("m.safetensors")));
-  ModelConfig wider = Tiny();
+  config::ModelConfig wider = Tiny();
   wider.d = 128;
   auto other = BuildModel(wider, 1).value();
   torch::Tensor before = other->named_parameters()["embed.weight"].clone();
   EXPECT_THAT(LoadModel(*other, file),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("embed.weight has shape")));
   EXPECT_TRUE(torch::equal(before, other->named_parameters()["embed.weight"]));
-  ModelConfig no_lie = Tiny();
+  config::ModelConfig no_lie = Tiny();
   no_lie.lie = false;
   EXPECT_THAT(LoadModel(*BuildModel(no_lie, 1).value(), file),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("unexpected lie.weight")));

@@ -248,7 +248,7 @@ TEST_F(ClaimsTest, ThePlanSizesEachClaimThatCannotTellFromItsSeedsSpread) {
   EXPECT_EQ(t.runs, 2 * (t.seeds_needed - 3));
   // Each new run costs what `cart sweep submit --dry-run` would say of its side's config.
   auto cost = [](const char* hyper_value) {
-    model::RunConfig config;
+    config::RunConfig config;
     for (const auto& [key, value] : std::map<std::string, std::string>{{"kv", "frozen"},
                                                                        {"core", "shared"},
                                                                        {"core_attn", "cross"},
@@ -256,9 +256,9 @@ TEST_F(ClaimsTest, ThePlanSizesEachClaimThatCannotTellFromItsSeedsSpread) {
                                                                        {"R", "4"},
                                                                        {"d", "256"},
                                                                        {"steps", "1000"}}) {
-      EXPECT_TRUE(model::SetKey(config, key, value).ok()) << key;
+      EXPECT_TRUE(config::SetKey(config, key, value).ok()) << key;
     }
-    return model::EstimateRunCost(config, false, {}).rtx3090_hours;
+    return config::EstimateRunCost(config, false, {}).rtx3090_hours;
   };
   const double extra = static_cast<double>(t.seeds_needed - 3);
   EXPECT_GT(cost("off"), 0);

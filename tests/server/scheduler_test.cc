@@ -209,10 +209,10 @@ seeds: [1]
 )");
   ASSERT_EQ(sweep.runs.size(), 1u);
   const store::RunRecord& run = sweep.runs[0];
-  CART_ASSERT_OK_AND_ASSIGN(model::RunConfig config,
-                            model::ParseRunConfigYaml(run.config_yaml, "run"));
-  const int64_t at2 = model::EstimateTrainingBytes(config.model, 512, 2, /*bf16=*/true);
-  const int64_t at1 = model::EstimateTrainingBytes(config.model, 512, 1, /*bf16=*/true);
+  CART_ASSERT_OK_AND_ASSIGN(config::RunConfig config,
+                            config::ParseRunConfigYaml(run.config_yaml, "run"));
+  const int64_t at2 = config::EstimateTrainingBytes(config.model, 512, 2, /*bf16=*/true);
+  const int64_t at1 = config::EstimateTrainingBytes(config.model, 512, 1, /*bf16=*/true);
   EXPECT_EQ(run.min_memory_bytes, at1);
   ASSERT_LT(at2, run.memory_estimate_bytes);
 
@@ -227,13 +227,13 @@ seeds: [1]
   Register("small", at2);
   std::optional<Job> job = AcquireNow("small");
   ASSERT_TRUE(job.has_value());
-  CART_ASSERT_OK_AND_ASSIGN(model::RunConfig sent,
-                            model::ParseRunConfigYaml(job->run.config_yaml, "job"));
+  CART_ASSERT_OK_AND_ASSIGN(config::RunConfig sent,
+                            config::ParseRunConfigYaml(job->run.config_yaml, "job"));
   EXPECT_EQ(sent.train.batch, 2);
   EXPECT_EQ(sent.train.accum, 4);
   sent.train.batch = 8;
   sent.train.accum = 1;
-  EXPECT_EQ(model::ToYaml(sent), model::ToYaml(config)) << "only batch and accum may change";
+  EXPECT_EQ(config::ToYaml(sent), config::ToYaml(config)) << "only batch and accum may change";
   // The stored run keeps the researcher's config; the run's log says what was changed and why.
   CART_ASSERT_OK_AND_ASSIGN(store::RunRecord stored, store_->GetRun(run.id));
   EXPECT_EQ(stored.config_yaml, run.config_yaml);
@@ -254,13 +254,13 @@ base: {vocab: 1000, d: 128, P: 1, R: 2, steps: 10, seq_len: 256, batch: 2, accum
 seeds: [1, 2, 3]
 )");
   ASSERT_EQ(sweep.runs.size(), 3u);
-  CART_ASSERT_OK_AND_ASSIGN(model::RunConfig config,
-                            model::ParseRunConfigYaml(sweep.runs[0].config_yaml, "run"));
+  CART_ASSERT_OK_AND_ASSIGN(config::RunConfig config,
+                            config::ParseRunConfigYaml(sweep.runs[0].config_yaml, "run"));
   auto bytes = [&](int64_t b) {
-    return model::EstimateTrainingBytes(config.model, 256, b, /*bf16=*/true);
+    return config::EstimateTrainingBytes(config.model, 256, b, /*bf16=*/true);
   };
   auto sent = [&](const std::optional<Job>& job) {
-    auto c = model::ParseRunConfigYaml(job->run.config_yaml, "job");
+    auto c = config::ParseRunConfigYaml(job->run.config_yaml, "job");
     EXPECT_TRUE(c.ok()) << c.status();
     return std::pair{c->train.batch, c->train.accum};
   };
@@ -289,11 +289,11 @@ seeds: [1, 2, 3]
 // A card's whole memory is not the run's: the CUDA context, cuBLAS's workspace and a desktop take
 // their share. By default cartd keeps max(1 GiB, 10 %) free; a worker can set its own reserve.
 TEST_F(SchedulerTest, RunsAreFittedIntoTheMemoryTheReserveLeaves) {
-  EXPECT_EQ(model::DefaultMemoryReserveBytes(8 * kGiB), kGiB);
-  EXPECT_EQ(model::DefaultMemoryReserveBytes(24 * kGiB), 24 * kGiB / 10);
-  EXPECT_EQ(model::UsableMemoryBytes(24 * kGiB, -1), 24 * kGiB - 24 * kGiB / 10);
-  EXPECT_EQ(model::UsableMemoryBytes(24 * kGiB, 0), 24 * kGiB);
-  EXPECT_EQ(model::UsableMemoryBytes(kGiB / 2, -1), 0);
+  EXPECT_EQ(config::DefaultMemoryReserveBytes(8 * kGiB), kGiB);
+  EXPECT_EQ(config::DefaultMemoryReserveBytes(24 * kGiB), 24 * kGiB / 10);
+  EXPECT_EQ(config::UsableMemoryBytes(24 * kGiB, -1), 24 * kGiB - 24 * kGiB / 10);
+  EXPECT_EQ(config::UsableMemoryBytes(24 * kGiB, 0), 24 * kGiB);
+  EXPECT_EQ(config::UsableMemoryBytes(kGiB / 2, -1), 0);
 
   SubmitResult sweep = Submit(R"(name: reserve
 base: {vocab: 32000, d: 512, P: 2, R: 2, steps: 10, seq_len: 2048, batch: 16, accum: 1}
@@ -309,12 +309,12 @@ seeds: [1, 2]
   Register("gpu", card, /*reserve=*/-1);
   std::optional<Job> job = AcquireNow("gpu");
   ASSERT_TRUE(job.has_value());
-  CART_ASSERT_OK_AND_ASSIGN(model::RunConfig sent,
-                            model::ParseRunConfigYaml(job->run.config_yaml, "job"));
+  CART_ASSERT_OK_AND_ASSIGN(config::RunConfig sent,
+                            config::ParseRunConfigYaml(job->run.config_yaml, "job"));
   EXPECT_LT(sent.train.batch, 16);
   EXPECT_EQ(sent.train.batch * sent.train.accum, 16);
-  EXPECT_LE(model::EstimateTrainingBytes(sent.model, 2048, sent.train.batch, /*bf16=*/true),
-            model::UsableMemoryBytes(card, -1));
+  EXPECT_LE(config::EstimateTrainingBytes(sent.model, 2048, sent.train.batch, /*bf16=*/true),
+            config::UsableMemoryBytes(card, -1));
   CART_ASSERT_OK_AND_ASSIGN(std::vector<store::WorkerRecord> workers, store_->ListWorkers());
   ASSERT_EQ(workers.size(), 1u);
   EXPECT_EQ(workers[0].memory_bytes, card - card / 10);  // what placement uses, after a restart too
@@ -323,38 +323,38 @@ seeds: [1, 2]
   Register("gpu", card, /*reserve=*/0);
   std::optional<Job> second = AcquireNow("gpu");
   ASSERT_TRUE(second.has_value());
-  CART_ASSERT_OK_AND_ASSIGN(model::RunConfig whole,
-                            model::ParseRunConfigYaml(second->run.config_yaml, "job"));
+  CART_ASSERT_OK_AND_ASSIGN(config::RunConfig whole,
+                            config::ParseRunConfigYaml(second->run.config_yaml, "job"));
   EXPECT_EQ(whole.train.batch, 16);
 }
 
 TEST(FitMicroBatchTest, LargestDivisorOfTheGlobalBatchThatFitsNeverAboveTheConfigured) {
-  model::RunConfig c;
+  config::RunConfig c;
   c.model.vocab = 100;
   c.model.d = 128;
   c.train.seq_len = 512;
   c.train.batch = 6;
   c.train.accum = 2;  // global 12: micro-batches 6, 4, 3, 2, 1 keep it
-  auto bytes = [&](int64_t b) { return model::EstimateTrainingBytes(c.model, 512, b, true); };
-  EXPECT_EQ(model::FitMicroBatch(c, bytes(6))->batch, 6);
-  EXPECT_EQ(model::FitMicroBatch(c, bytes(100))->batch, 6);  // never above the configured
-  auto five = model::FitMicroBatch(c, bytes(5));             // 5 does not divide 12
+  auto bytes = [&](int64_t b) { return config::EstimateTrainingBytes(c.model, 512, b, true); };
+  EXPECT_EQ(config::FitMicroBatch(c, bytes(6))->batch, 6);
+  EXPECT_EQ(config::FitMicroBatch(c, bytes(100))->batch, 6);  // never above the configured
+  auto five = config::FitMicroBatch(c, bytes(5));             // 5 does not divide 12
   ASSERT_TRUE(five.has_value());
   EXPECT_EQ(five->batch, 4);
   EXPECT_EQ(five->accum, 3);
   EXPECT_EQ(five->bytes, bytes(4));
-  EXPECT_EQ(model::FitMicroBatch(c, bytes(1))->accum, 12);
-  EXPECT_FALSE(model::FitMicroBatch(c, bytes(1) - 1).has_value());
+  EXPECT_EQ(config::FitMicroBatch(c, bytes(1))->accum, 12);
+  EXPECT_FALSE(config::FitMicroBatch(c, bytes(1) - 1).has_value());
   // Allowed up to the global batch, it raises where the memory has room.
-  EXPECT_EQ(model::FitMicroBatch(c, bytes(12), 12)->batch, 12);
-  EXPECT_EQ(model::FitMicroBatch(c, bytes(12), 12)->accum, 1);
-  EXPECT_EQ(model::FitMicroBatch(c, bytes(11), 12)->batch, 6);     // the largest divisor that fits
-  EXPECT_EQ(model::FitMicroBatch(c, bytes(100), 100)->batch, 12);  // never above the global
-  EXPECT_EQ(model::MinTrainingBytes(c), bytes(1));
+  EXPECT_EQ(config::FitMicroBatch(c, bytes(12), 12)->batch, 12);
+  EXPECT_EQ(config::FitMicroBatch(c, bytes(12), 12)->accum, 1);
+  EXPECT_EQ(config::FitMicroBatch(c, bytes(11), 12)->batch, 6);     // the largest divisor that fits
+  EXPECT_EQ(config::FitMicroBatch(c, bytes(100), 100)->batch, 12);  // never above the global
+  EXPECT_EQ(config::MinTrainingBytes(c), bytes(1));
   // A huge batch on a small device: the largest power-of-two divisor of 2^20 that fits.
   c.train.batch = 1 << 20;
   c.train.accum = 1;
-  auto huge = model::FitMicroBatch(c, bytes(1000));
+  auto huge = config::FitMicroBatch(c, bytes(1000));
   ASSERT_TRUE(huge.has_value());
   EXPECT_EQ(huge->batch, 512);
   EXPECT_EQ(huge->accum, 2048);
@@ -438,7 +438,7 @@ TEST_F(SchedulerTest, SpeedIsMeasuredFromTokensPerSecond) {
   EXPECT_EQ(speed_of("w1").second, "card peak");
   Job job = Start("w1");
   // The run's tokens at what an RTX 3090 would reach (its work estimate), times 0.2.
-  auto config = model::ParseRunConfigYaml(job.run.config_yaml, "run");
+  auto config = config::ParseRunConfigYaml(job.run.config_yaml, "run");
   ASSERT_TRUE(config.ok());
   const int64_t tokens =
       config->train.steps * config->train.batch * config->train.accum * config->train.seq_len;
@@ -1082,8 +1082,8 @@ TEST_F(SchedulerTest, AnOutOfMemoryLowersTheMicroBatchBeforeWaitingForMoreMemory
   };
   for (const Step& step : {Step{8, 4}, Step{4, 2}, Step{2, 1}}) {
     Job job = Start("w");
-    CART_ASSERT_OK_AND_ASSIGN(model::RunConfig sent,
-                              model::ParseRunConfigYaml(job.run.config_yaml, "job"));
+    CART_ASSERT_OK_AND_ASSIGN(config::RunConfig sent,
+                              config::ParseRunConfigYaml(job.run.config_yaml, "job"));
     EXPECT_EQ(sent.train.batch, step.micro);
     EXPECT_EQ(sent.train.batch * sent.train.accum, 8) << "the global batch changed";
     CART_ASSERT_OK_AND_ASSIGN(
@@ -1106,8 +1106,8 @@ TEST_F(SchedulerTest, AnOutOfMemoryLowersTheMicroBatchBeforeWaitingForMoreMemory
   // The fourth attempt trains at micro-batch 1 (its log says why); out of memory there, the run
   // waits for a device with more memory than this one.
   Job last = Start("w");
-  CART_ASSERT_OK_AND_ASSIGN(model::RunConfig sent,
-                            model::ParseRunConfigYaml(last.run.config_yaml, "job"));
+  CART_ASSERT_OK_AND_ASSIGN(config::RunConfig sent,
+                            config::ParseRunConfigYaml(last.run.config_yaml, "job"));
   EXPECT_EQ(sent.train.batch, 1);
   EXPECT_EQ(sent.train.accum, 8);
   auto log = scheduler_->RunLog(last.run.id, 0, 0);
@@ -1124,8 +1124,8 @@ TEST_F(SchedulerTest, AnOutOfMemoryLowersTheMicroBatchBeforeWaitingForMoreMemory
   Register("big", 48 * kGiB);
   std::optional<Job> bigger = AcquireNow("big");
   ASSERT_TRUE(bigger.has_value());
-  CART_ASSERT_OK_AND_ASSIGN(model::RunConfig on_big,
-                            model::ParseRunConfigYaml(bigger->run.config_yaml, "job"));
+  CART_ASSERT_OK_AND_ASSIGN(config::RunConfig on_big,
+                            config::ParseRunConfigYaml(bigger->run.config_yaml, "job"));
   EXPECT_EQ(on_big.train.batch, 1) << "the cap holds on a bigger card too";
 }
 
@@ -1191,8 +1191,8 @@ seeds: [1, 2]
     EXPECT_EQ(child.state, RunState::kBlocked);
     ASSERT_TRUE(child.parent_run_id.has_value());
     EXPECT_EQ(*child.parent_run_id, first.runs[2 + i].id);
-    CART_ASSERT_OK_AND_ASSIGN(model::RunConfig config,
-                              model::ParseRunConfigYaml(child.config_yaml, "child"));
+    CART_ASSERT_OK_AND_ASSIGN(config::RunConfig config,
+                              config::ParseRunConfigYaml(child.config_yaml, "child"));
     EXPECT_EQ(config.model.R, 4);
     EXPECT_EQ(config.train.seed, static_cast<int64_t>(i + 1));
     EXPECT_EQ(config.data.tasks.at("lambada"), "lambada=l.jsonl");
@@ -1278,16 +1278,16 @@ TEST_F(SchedulerTest, ExtendAsksBeforeAWarmRestartAndRecordsTheScheduleItApplied
   CART_ASSERT_OK(scheduler_->RecordCheckpoint(run, job.attempt, Checkpoint(10)).status());
   CART_ASSERT_OK(
       scheduler_->ReportOutcome(run, job.attempt, store::AttemptOutcome::kSucceeded, "").status());
-  CART_ASSERT_OK_AND_ASSIGN(model::RunConfig before,
-                            model::ParseRunConfigYaml(job.run.config_yaml, "run"));
+  CART_ASSERT_OK_AND_ASSIGN(config::RunConfig before,
+                            config::ParseRunConfigYaml(job.run.config_yaml, "run"));
   const int64_t steps = before.train.steps;
-  const double last = model::ScheduledLr(before.train, steps - 1);
+  const double last = config::ScheduledLr(before.train, steps - 1);
   ASSERT_EQ(last, before.train.lr_min);
   // Ten times the steps, stretched, would start the extension far above the final rate.
   const int64_t total = steps * 10;
-  model::RunConfig stretched = before;
+  config::RunConfig stretched = before;
   stretched.train.steps = total;
-  const double restart = model::ScheduledLr(stretched.train, steps);
+  const double restart = config::ScheduledLr(stretched.train, steps);
   ASSERT_GT(restart, 2 * last);
   EXPECT_THAT(scheduler_->ExtendRun(run, total, ExtendSchedule::kAsk, "user:test"),
               StatusIs(absl::StatusCode::kFailedPrecondition,
@@ -1303,8 +1303,8 @@ TEST_F(SchedulerTest, ExtendAsksBeforeAWarmRestartAndRecordsTheScheduleItApplied
   EXPECT_EQ(held.from_step, steps);
   EXPECT_EQ(held.lr_before, last);
   EXPECT_EQ(held.lr_after, last);
-  CART_ASSERT_OK_AND_ASSIGN(model::RunConfig after,
-                            model::ParseRunConfigYaml(held.run.config_yaml, "run"));
+  CART_ASSERT_OK_AND_ASSIGN(config::RunConfig after,
+                            config::ParseRunConfigYaml(held.run.config_yaml, "run"));
   EXPECT_EQ(after.train.steps, total);
   EXPECT_EQ(after.train.lr_decay_steps, steps);
   // The run's params follow its config (they were patched for `steps` alone, so filters and
@@ -1313,9 +1313,9 @@ TEST_F(SchedulerTest, ExtendAsksBeforeAWarmRestartAndRecordsTheScheduleItApplied
   EXPECT_EQ(held.run.params.at("lr_decay_steps"), StrCat(steps));
   // The first steps' rates are those the run trained with; every later one is the final rate.
   for (int64_t s : {int64_t{0}, steps / 2, steps - 1}) {
-    EXPECT_EQ(model::ScheduledLr(after.train, s), model::ScheduledLr(before.train, s)) << s;
+    EXPECT_EQ(config::ScheduledLr(after.train, s), config::ScheduledLr(before.train, s)) << s;
   }
-  EXPECT_EQ(model::ScheduledLr(after.train, total - 1), last);
+  EXPECT_EQ(config::ScheduledLr(after.train, total - 1), last);
   CART_ASSERT_OK_AND_ASSIGN(RunDetails details, scheduler_->GetRun(run));
   EXPECT_THAT(details.events.back().why,
               HasSubstr(StrCat("schedule hold: learning rate ", Sci(last), " at step ", steps,
@@ -1354,7 +1354,7 @@ TEST_F(SchedulerTest, ADivergedRunFailsWithoutRetriesAndResumesOnlyWithAChange) 
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("may change only lr, lr_min, warmup, clip, dtype")));
   const std::string lr =
-      model::GetKey(*model::ParseRunConfigYaml(job.run.config_yaml, "run"), "lr").value();
+      config::GetKey(*config::ParseRunConfigYaml(job.run.config_yaml, "run"), "lr").value();
   EXPECT_THAT(scheduler_->ResumeRun(run, "user:test", {"lr=" + lr}),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("no value differs")));
   EXPECT_THAT(scheduler_->ResumeRun(run, "user:test", {"lr=99"}),
@@ -1368,8 +1368,8 @@ TEST_F(SchedulerTest, ADivergedRunFailsWithoutRetriesAndResumesOnlyWithAChange) 
   EXPECT_EQ(resumed.state, RunState::kQueued);
   EXPECT_FALSE(resumed.diverged.has_value());
   EXPECT_EQ(resumed.params.at("lr"), "0.0001");
-  CART_ASSERT_OK_AND_ASSIGN(model::RunConfig changed,
-                            model::ParseRunConfigYaml(resumed.config_yaml, "run"));
+  CART_ASSERT_OK_AND_ASSIGN(config::RunConfig changed,
+                            config::ParseRunConfigYaml(resumed.config_yaml, "run"));
   EXPECT_EQ(changed.train.lr, 1e-4);
   EXPECT_EQ(changed.train.clip, 0.5);
   CART_ASSERT_OK_AND_ASSIGN(RunDetails after, scheduler_->GetRun(run));

@@ -19,7 +19,7 @@ class EvalTest : public ::testing::Test {
  protected:
   void SetUp() override {
     synth_ = testing::MakeData(dir_);
-    model::RunConfig c = testing::TinyRun();
+    config::RunConfig c = testing::TinyRun();
     auto m = model::BuildModel(c.model, 5);
     ASSERT_TRUE(m.ok()) << m.status();
     model_ = *m;

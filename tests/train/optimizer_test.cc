@@ -178,7 +178,7 @@ class StepKernelsRunTest : public ::testing::Test {
     return testing::Losses(testing::ReadMetrics(dir_.File(name + "/metrics.jsonl")));
   }
   TempDir dir_;
-  model::RunConfig config_;
+  config::RunConfig config_;
 };
 
 // A whole training run (CART with its clipping, two groups, accumulation) under each, and a
@@ -210,7 +210,7 @@ TEST_F(StepKernelsRunTest, TrainingAndResumeCrossBetweenThePerTensorAndTheFusedS
     resume.out_dir = dir_.File(name);
     resume.resume = true;
     resume.step_kernels = second;
-    CART_ASSERT_OK(Train(model::RunConfig{}, resume).status());
+    CART_ASSERT_OK(Train(config::RunConfig{}, resume).status());
   }
   const std::vector<double> reference = LossesOf("per-tensor");
   ASSERT_EQ(reference.size(), 12u);

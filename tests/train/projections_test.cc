@@ -32,7 +32,7 @@ class MergedProjectionsRunTest : public ::testing::Test {
     return testing::Losses(testing::ReadMetrics(dir_.File(name + "/metrics.jsonl")));
   }
   TempDir dir_;
-  model::RunConfig config_;
+  config::RunConfig config_;
 };
 
 const char* Label(bool merged) { return merged ? "merged" : "separate"; }
@@ -63,7 +63,7 @@ TEST_F(MergedProjectionsRunTest, TrainingAndResumeCrossBetweenMergedAndSeparateP
     resume.out_dir = dir_.File(name);
     resume.resume = true;
     resume.merged_projections = !first;
-    CART_ASSERT_OK(Train(model::RunConfig{}, resume).status());
+    CART_ASSERT_OK(Train(config::RunConfig{}, resume).status());
   }
   const std::vector<double> reference = LossesOf("separate");
   ASSERT_EQ(reference.size(), 12u);

@@ -62,7 +62,7 @@ TEST(StepProfileTest, OpsAreChargedToTheScopeAroundThemOrToTheirOwnKind) {
 TEST(StepProfileTest, ATrainingRunSpendsTimeInEveryKindAndNoMoreThanItsWallTime) {
   cart::testing::TempDir dir;
   testing::MakeData(dir);
-  model::RunConfig c = testing::TinyRun();
+  config::RunConfig c = testing::TinyRun();
   c.data.train_data = dir.File("synth.bin");
   c.train.eval_every = 0;
   c.train.checkpoint_every = 0;

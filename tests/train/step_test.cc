@@ -72,8 +72,8 @@ class HostReadCounter {
 
 // TinyRun with three loops, 8 steps, logging every other step, no evaluation and only the final
 // checkpoint, on dir/synth.bin.
-model::RunConfig SmallRun(const TempDir& dir) {
-  model::RunConfig c = testing::TinyRun();
+config::RunConfig SmallRun(const TempDir& dir) {
+  config::RunConfig c = testing::TinyRun();
   c.model.R = 3;
   c.train.steps = 8;
   c.train.log_every = 2;
@@ -94,7 +94,7 @@ TEST(StepTest, EachStepReadsToTheHostOnceAndCallsNoItem) {
   TempDir dir;
   testing::MakeData(dir, 40'000, 5);
   for (double clip : {0.0, 1.0}) {
-    model::RunConfig c = SmallRun(dir);
+    config::RunConfig c = SmallRun(dir);
     c.train.clip = clip;
     std::vector<std::pair<int64_t, int64_t>> per_step;  // (items, reads) since the last step
     TrainOptions o;
@@ -125,7 +125,7 @@ TEST(StepTest, EachStepReadsToTheHostOnceAndCallsNoItem) {
 TEST(StepTest, EvaluationReadsToTheHostOncePerSetAndZeroShotOncePerBatch) {
   TempDir dir;
   const data::SynthResult synth = testing::MakeData(dir, 40'000, 5);
-  model::RunConfig c = SmallRun(dir);
+  config::RunConfig c = SmallRun(dir);
   auto m = model::BuildModel(c.model, 3);
   ASSERT_TRUE(m.ok()) << m.status();
   HostReadCounter counter;
@@ -177,19 +177,19 @@ TEST(StepTest, GradientNormAndClippingEqualLibTorchsClipGradNorm) {
 
 TEST(PrecisionTest, WhichRunsUseBf16) {
   const c10::Device cpu(c10::kCPU), cuda(c10::kCUDA, 0);
-  EXPECT_TRUE(UsesMixedPrecision(model::DType::kBFloat16, cpu));
-  EXPECT_TRUE(UsesMixedPrecision(model::DType::kBFloat16, cuda));
-  EXPECT_TRUE(UsesMixedPrecision(model::DType::kAuto, cuda));
-  EXPECT_FALSE(UsesMixedPrecision(model::DType::kAuto, cpu));
-  EXPECT_FALSE(UsesMixedPrecision(model::DType::kFloat32, cuda));
+  EXPECT_TRUE(UsesMixedPrecision(config::DType::kBFloat16, cpu));
+  EXPECT_TRUE(UsesMixedPrecision(config::DType::kBFloat16, cuda));
+  EXPECT_TRUE(UsesMixedPrecision(config::DType::kAuto, cuda));
+  EXPECT_FALSE(UsesMixedPrecision(config::DType::kAuto, cpu));
+  EXPECT_FALSE(UsesMixedPrecision(config::DType::kFloat32, cuda));
 }
 
 // Under bf16 autocast the projections give bf16 q, k, v; RoPE's tables are fp32 (made from the
 // fp32 embedding) and used to promote q and k back to fp32 beside a bf16 v. Attention now checks
 // that its inputs share a dtype, so a mixed pair would throw here.
 TEST(PrecisionTest, AttentionGetsOneDtypeUnderBf16Autocast) {
-  for (model::ModelKind kind : {model::ModelKind::kCart, model::ModelKind::kDense}) {
-    model::ModelConfig mc;
+  for (config::ModelKind kind : {config::ModelKind::kCart, config::ModelKind::kDense}) {
+    config::ModelConfig mc;
     mc.model = kind;
     mc.vocab = 32;
     mc.d = 64;
@@ -204,7 +204,7 @@ TEST(PrecisionTest, AttentionGetsOneDtypeUnderBf16Autocast) {
       MixedPrecisionScope scope(true, c10::Device(c10::kCPU));
       ASSERT_NO_THROW(logits = (*m)->Forward(ids));
     }
-    EXPECT_EQ(logits.scalar_type(), torch::kBFloat16) << model::ToString(kind);
+    EXPECT_EQ(logits.scalar_type(), torch::kBFloat16) << config::ToString(kind);
     EXPECT_TRUE(logits.isfinite().all().item<bool>());
     // The scope restores the state it found.
     torch::Tensor after = (*m)->Forward(ids);
@@ -220,10 +220,11 @@ TEST(PrecisionTest, Bf16TrainingOnTheCpuTracksFp32AndCheckpointsCrossOver) {
   testing::MakeData(dir, 40'000, 5);
   std::map<std::string, std::vector<double>> losses;
   for (const char* dtype : {"fp32", "bf16"}) {
-    model::RunConfig c = SmallRun(dir);
+    config::RunConfig c = SmallRun(dir);
     c.train.steps = 40;
     c.train.log_every = 1;
-    c.train.dtype = std::string(dtype) == "bf16" ? model::DType::kBFloat16 : model::DType::kFloat32;
+    c.train.dtype =
+        std::string(dtype) == "bf16" ? config::DType::kBFloat16 : config::DType::kFloat32;
     TrainOptions o;
     o.out_dir = dir.File(dtype);
     o.device = "cpu";
@@ -246,9 +247,9 @@ TEST(PrecisionTest, Bf16TrainingOnTheCpuTracksFp32AndCheckpointsCrossOver) {
   EXPECT_LT(worst, 0.01) << "largest relative loss difference";
 
   // Each checkpoint resumes in the other precision and training goes on.
-  for (const auto& [from, to] : std::vector<std::pair<std::string, model::DType>>{
-           {"fp32", model::DType::kBFloat16}, {"bf16", model::DType::kFloat32}}) {
-    model::RunConfig c = SmallRun(dir);
+  for (const auto& [from, to] : std::vector<std::pair<std::string, config::DType>>{
+           {"fp32", config::DType::kBFloat16}, {"bf16", config::DType::kFloat32}}) {
+    config::RunConfig c = SmallRun(dir);
     c.train.steps = 40;
     c.train.dtype = to;
     CART_ASSERT_OK_AND_ASSIGN(CheckpointManifest ckpt,

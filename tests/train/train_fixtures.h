@@ -35,8 +35,8 @@ inline data::SynthResult MakeData(const cart::testing::TempDir& dir, int64_t tok
 
 // CART d 64, P 1, R 2 over vocab 32: 12 steps of 4 x 2 windows of 32 tokens, logging every step,
 // evaluating every 6, a checkpoint every 4 (2 kept), one thread. No data set yet.
-inline model::RunConfig TinyRun() {
-  model::RunConfig c;
+inline config::RunConfig TinyRun() {
+  config::RunConfig c;
   c.model.vocab = 32;
   c.model.d = 64;
   c.model.P = 1;

@@ -60,21 +60,21 @@ class TrainerTest : public ::testing::Test {
     resume.out_dir = dir_.File("run");
     resume.resume = true;
     resume.on_log = [logs](const std::string& s) { logs->push_back(s); };
-    return Train(model::RunConfig{}, resume);
+    return Train(config::RunConfig{}, resume);
   }
   TempDir dir_;
   data::SynthResult synth_;
-  model::RunConfig config_;
+  config::RunConfig config_;
 };
 
-// What cartd does for a small device (model::FitMicroBatch): a lower micro-batch with more
+// What cartd does for a small device (config::FitMicroBatch): a lower micro-batch with more
 // accumulation, the same global batch. The optimisation must be the same, up to float summation.
 TEST_F(TrainerTest, LowerMicroBatchWithMoreAccumulationTrainsTheSameModel) {
   std::vector<std::vector<double>> runs;
   std::vector<double> val;
   for (const auto& [batch, accum] :
        std::vector<std::pair<int64_t, int64_t>>{{4, 2}, {2, 4}, {1, 8}}) {
-    model::RunConfig c = config_;
+    config::RunConfig c = config_;
     c.train.batch = batch;
     c.train.accum = accum;
     TrainOptions o;
@@ -134,9 +134,9 @@ TEST_F(TrainerTest, TrainsWritesMetricsConfigAndCheckpoints) {
   ASSERT_EQ(ckpts.size(), 2u);
   EXPECT_EQ(ckpts[0].step, 8);
   EXPECT_EQ(ckpts[1].step, 12);
-  CART_ASSERT_OK_AND_ASSIGN(model::RunConfig back,
-                            model::LoadRunConfigFile(dir_.File("run/config.yaml")));
-  EXPECT_EQ(model::ToYaml(back), model::ToYaml(config_));
+  CART_ASSERT_OK_AND_ASSIGN(config::RunConfig back,
+                            config::LoadRunConfigFile(dir_.File("run/config.yaml")));
+  EXPECT_EQ(config::ToYaml(back), config::ToYaml(config_));
 }
 
 // ρ is a property of the weights: the value recorded at step N must be σ(a) of the weights the
@@ -179,7 +179,7 @@ TEST_F(TrainerTest, ResumeIsBitIdenticalToAnUninterruptedRun) {
   TrainOptions second_half;
   second_half.out_dir = dir_.File("split");
   second_half.resume = true;
-  CART_ASSERT_OK_AND_ASSIGN(TrainResult rest, Train(model::RunConfig{}, second_half));
+  CART_ASSERT_OK_AND_ASSIGN(TrainResult rest, Train(config::RunConfig{}, second_half));
   EXPECT_TRUE(rest.finished);
 
   std::vector<double> a = Losses(ReadMetrics(dir_.File("straight/metrics.jsonl")));
@@ -198,7 +198,7 @@ TEST_F(TrainerTest, ExtendContinuesTheCosineToTheNewTotal) {
   extend.out_dir = dir_.File("run");
   extend.resume = true;
   extend.extend_to = 16;
-  CART_ASSERT_OK_AND_ASSIGN(TrainResult r, Train(model::RunConfig{}, extend));
+  CART_ASSERT_OK_AND_ASSIGN(TrainResult r, Train(config::RunConfig{}, extend));
   EXPECT_EQ(r.steps_done, 16);
   auto metrics = ReadMetrics(dir_.File("run/metrics.jsonl"));
   EXPECT_EQ(Losses(metrics).size(), 16u);
@@ -209,12 +209,12 @@ TEST_F(TrainerTest, ExtendContinuesTheCosineToTheNewTotal) {
 // before it train exactly as a run of that many steps.
 TEST_F(TrainerTest, PastItsDecayHorizonTheRateHoldsAtTheFloor) {
   config_.train.eval_every = 0;
-  model::RunConfig short_run = config_;
+  config::RunConfig short_run = config_;
   short_run.train.steps = 8;
   TrainOptions a;
   a.out_dir = dir_.File("short");
   CART_ASSERT_OK(Train(short_run, a).status());
-  model::RunConfig held = config_;
+  config::RunConfig held = config_;
   held.train.lr_decay_steps = 8;
   TrainOptions b;
   b.out_dir = dir_.File("held");
@@ -426,7 +426,7 @@ TEST_F(TrainerTest, BackgroundCheckpointsAreTheSameFilesAnnouncedInOrderOnTheTra
   TrainOptions rest = half;
   rest.stop_after = 0;
   rest.resume = true;
-  CART_ASSERT_OK(Train(model::RunConfig{}, rest).status());
+  CART_ASSERT_OK(Train(config::RunConfig{}, rest).status());
   EXPECT_EQ(Losses(ReadMetrics(dir_.File("inline/metrics.jsonl"))),
             Losses(ReadMetrics(dir_.File("split/metrics.jsonl"))));
 }
@@ -500,7 +500,7 @@ void StepWithGradients(torch::nn::Module& model, torch::optim::AdamW& optimizer,
 // of another structure is refused.
 TEST(CheckpointSnapshotTest, WrittenLaterItRestoresWhatWasThereWhenTaken) {
   TempDir dir;
-  const model::ModelConfig mc = TinyRun().model;
+  const config::ModelConfig mc = TinyRun().model;
   auto model = model::BuildModel(mc, 7).value();
   auto optimizer = TwoGroupAdamW(*model, 1e-3);
   StepWithGradients(*model, *optimizer, 0.5);
@@ -562,7 +562,7 @@ TEST(CheckpointSnapshotTest, WrittenLaterItRestoresWhatWasThereWhenTaken) {
   ASSERT_EQ(mine.size(), theirs.size());
   for (size_t k = 0; k < mine.size(); ++k) EXPECT_TRUE(torch::equal(mine[k], theirs[k])) << k;
 
-  model::ModelConfig narrow = mc;  // wider
+  config::ModelConfig narrow = mc;  // wider
   narrow.d = 128;
   auto other = model::BuildModel(narrow, 7).value();
   auto other_optimizer = TwoGroupAdamW(*other, 1e-3);
@@ -587,7 +587,7 @@ TEST_F(TrainerTest, StopFlagCheckpointsAndReturnsEarly) {
 TEST_F(TrainerTest, BadInputsGetClearErrors) {
   TrainOptions o;
   o.out_dir = dir_.File("run");
-  model::RunConfig c = config_;
+  config::RunConfig c = config_;
   c.data.train_data = dir_.File("nope.bin");
   EXPECT_THAT(Train(c, o), StatusIs(absl::StatusCode::kNotFound, HasSubstr("nope")));
   c = config_;
@@ -606,7 +606,7 @@ TEST_F(TrainerTest, BadInputsGetClearErrors) {
 TEST(LeakGuardTest, NonCausalModelFallsBelowTheEntropyFloorAndIsFlagged) {
   TempDir dir;
   data::SynthResult d = MakeData(dir, 200'000);
-  model::RunConfig c = TinyRun();
+  config::RunConfig c = TinyRun();
   c.data.train_data = dir.File("synth.bin");
   c.data.val_data["synth"] = d.val_path;
   // Short windows, a large batch and a high LR: the recipe that shows the leak within seconds on

@@ -19,7 +19,7 @@ using ::cart::testing::StatusIs;
 using ::testing::HasSubstr;
 
 std::shared_ptr<model::LanguageModel> TinyModel() {
-  model::ModelConfig c;
+  config::ModelConfig c;
   c.vocab = 40;
   c.d = 64;
   c.P = 1;

@@ -118,7 +118,7 @@ TEST_F(JobTest, AReportCartdRefusesEndsTheAttemptWithCartdsReason) {
 }
 
 // With the device's peak known, every logged tokens_per_s comes with its MFU by each convention:
-// the model's training FLOPs per token (model::CountFlops) or the paper's 6 x effective
+// the model's training FLOPs per token (config::CountFlops) or the paper's 6 x effective
 // parameters, times the tokens per second, over the peak.
 TEST_F(JobTest, TrainingLogsMfuAgainstTheDevicesPeak) {
   std::string sweep = LongSweep("mfu");
@@ -134,15 +134,16 @@ TEST_F(JobTest, TrainingLogsMfuAgainstTheDevicesPeak) {
   const v1::RunView run = GetRunResponse(ids[0]).run();
   ASSERT_EQ(run.latest().count("mfu"), 1u) << "no mfu logged";
   ASSERT_EQ(run.latest().count("tokens_per_s"), 1u);
-  auto config = model::ParseRunConfigYaml(GetRunResponse(ids[0]).run().config_yaml(), "run");
+  auto config = config::ParseRunConfigYaml(GetRunResponse(ids[0]).run().config_yaml(), "run");
   ASSERT_TRUE(config.ok()) << config.status();
-  const double flops = model::CountFlops(config->model, config->train.seq_len).train_per_token;
-  EXPECT_DOUBLE_EQ(run.latest().at("mfu"), model::Mfu(flops, run.latest().at("tokens_per_s"), 0.5));
+  const double flops = config::CountFlops(config->model, config->train.seq_len).train_per_token;
+  EXPECT_DOUBLE_EQ(run.latest().at("mfu"),
+                   config::Mfu(flops, run.latest().at("tokens_per_s"), 0.5));
   EXPECT_GT(run.latest().at("mfu"), 0);
   ASSERT_EQ(run.latest().count("mfu_6n"), 1u) << "no mfu_6n logged";
-  const double six_n = 6.0 * static_cast<double>(model::CountParams(config->model).effective);
+  const double six_n = 6.0 * static_cast<double>(config::CountParams(config->model).effective);
   EXPECT_DOUBLE_EQ(run.latest().at("mfu_6n"),
-                   model::Mfu(six_n, run.latest().at("tokens_per_s"), 0.5));
+                   config::Mfu(six_n, run.latest().at("tokens_per_s"), 0.5));
   // The two conventions differ by the attention products, which 6N leaves out.
   EXPECT_NE(run.latest().at("mfu_6n"), run.latest().at("mfu"));
   // A CPU worker divides by its measured fp32 matmul rate.
@@ -269,8 +270,8 @@ TEST_F(JobTest, AnOutOfMemoryRetriesAtASmallerMicroBatchWithTheLossesOfARunStart
 
   const v1::Job retry = Lease();
   ASSERT_EQ(retry.run_id(), run[0]);
-  CART_ASSERT_OK_AND_ASSIGN(model::RunConfig sent,
-                            model::ParseRunConfigYaml(retry.config_yaml(), "retry"));
+  CART_ASSERT_OK_AND_ASSIGN(config::RunConfig sent,
+                            config::ParseRunConfigYaml(retry.config_yaml(), "retry"));
   EXPECT_EQ(sent.train.batch, 2);
   EXPECT_EQ(sent.train.accum, 8);
   ASSERT_EQ(RunJob(env, retry, shutdown).outcome, v1::JobResult::OUTCOME_SUCCEEDED);

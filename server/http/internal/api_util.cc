@@ -125,7 +125,7 @@ absl::StatusOr<std::map<std::string, std::string>> ParamFilter(const Request& re
 absl::Status CheckSort(const std::string& sort) {
   if (sort.rfind("param:", 0) == 0) {
     const std::string key = sort.substr(6);
-    const std::vector<std::string>& keys = model::ScalarKeys();
+    const std::vector<std::string>& keys = config::ScalarKeys();
     if (std::find(keys.begin(), keys.end(), key) == keys.end()) {
       return absl::InvalidArgumentError(StrCat("sort param:", ValidUtf8(key.substr(0, 64)),
                                                ": not a config key (docs/model.md lists them)"));
