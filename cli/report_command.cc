@@ -38,17 +38,7 @@ class ServiceStudySource : public report::StudySource {
 
   absl::StatusOr<std::vector<report::StudyRun>> Runs(const std::string& sweep) override {
     std::vector<report::StudyRun> out;
-    if (!sweep_names_) {  // once per report, not once per part
-      cart::v1::ListSweepsResponse sweeps =
-          client_.Call<cart::v1::ListSweepsRequest, cart::v1::ListSweepsResponse>(
-              &cart::v1::SchedulerService::Stub::ListSweeps, {});
-      sweep_names_.emplace();
-      for (const auto& s : sweeps.sweeps()) sweep_names_->insert(s.name());
-      prices_.per_kwh = sweeps.prices().per_kwh();
-      prices_.currency = sweeps.prices().currency();
-      prices_.co2_grams_per_kwh = sweeps.prices().co2_grams_per_kwh();
-    }
-    if (!sweep_names_->count(sweep)) return out;
+    if (!ReadSweeps().count(sweep)) return out;
     cart::v1::ListRunsRequest req;
     req.set_sweep(sweep);
     cart::v1::ListRunsResponse runs = ListAllRuns(client_, req);
@@ -118,8 +108,11 @@ class ServiceStudySource : public report::StudySource {
     return out;
   }
 
-  // cartd's prices, as ListSweeps gave them (Runs asks it before the report prices anything).
-  absl::StatusOr<store::EnergyPrices> Prices() override { return prices_; }
+  // cartd's prices, as ListSweeps gave them.
+  absl::StatusOr<store::EnergyPrices> Prices() override {
+    ReadSweeps();
+    return prices_;
+  }
 
   absl::StatusOr<std::vector<report::ClaimLook>> Looks() override {
     const cart::v1::ListPlansResponse plans =
@@ -136,6 +129,22 @@ class ServiceStudySource : public report::StudySource {
   }
 
  private:
+  // cartd's sweep names, and its prices with them: one ListSweeps per report, on first use by
+  // either Runs or Prices.
+  const std::set<std::string>& ReadSweeps() {
+    if (!sweep_names_) {
+      cart::v1::ListSweepsResponse sweeps =
+          client_.Call<cart::v1::ListSweepsRequest, cart::v1::ListSweepsResponse>(
+              &cart::v1::SchedulerService::Stub::ListSweeps, {});
+      sweep_names_.emplace();
+      for (const auto& s : sweeps.sweeps()) sweep_names_->insert(s.name());
+      prices_.per_kwh = sweeps.prices().per_kwh();
+      prices_.currency = sweeps.prices().currency();
+      prices_.co2_grams_per_kwh = sweeps.prices().co2_grams_per_kwh();
+    }
+    return *sweep_names_;
+  }
+
   Client client_;
   std::optional<std::set<std::string>> sweep_names_;  // cartd's sweeps, read on first use
   store::EnergyPrices prices_;                        // cartd's, read with them

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <limits>
 #include <set>
+#include <type_traits>
 
 #include "common/file.h"
 #include "common/status.h"
@@ -891,7 +892,12 @@ absl::StatusOr<Report> BuildReport(StudySource& source, const ReportOptions& opt
   return Builder(source, options).Build();
 }
 
-std::vector<std::pair<std::string, std::string*>> StudyParts(StudySweeps& sweeps) {
+namespace {
+
+// The parts in report order, each with its field: one list for both constnesses.
+template <typename Sweeps, typename Field = std::conditional_t<std::is_const_v<Sweeps>,
+                                                               const std::string*, std::string*>>
+std::vector<std::pair<std::string, Field>> PartsOf(Sweeps& sweeps) {
   return {{"stage1", &sweeps.stage1},
           {"stage2", &sweeps.stage2},
           {"baselines", &sweeps.baselines},
@@ -901,12 +907,14 @@ std::vector<std::pair<std::string, std::string*>> StudyParts(StudySweeps& sweeps
           {"variable_r", &sweeps.variable_r}};
 }
 
+}  // namespace
+
+std::vector<std::pair<std::string, std::string*>> StudyParts(StudySweeps& sweeps) {
+  return PartsOf(sweeps);
+}
+
 std::vector<std::pair<std::string, const std::string*>> StudyParts(const StudySweeps& sweeps) {
-  std::vector<std::pair<std::string, const std::string*>> out;
-  for (const auto& [part, sweep] : StudyParts(const_cast<StudySweeps&>(sweeps))) {
-    out.emplace_back(part, sweep);
-  }
-  return out;
+  return PartsOf(sweeps);
 }
 
 absl::Status SetStudyPart(StudySweeps& sweeps, const std::string& part, const std::string& sweep) {

@@ -884,7 +884,9 @@ class StreamLimitTest : public GrpcTest {
   void Configure(ServerConfig& config) override {
     config.max_downloads_per_caller = 2;
     config.max_polls_per_token = 2;
-    config.stream_send_timeout = absl::Seconds(1);
+    // Long enough that a third download is asked while the two unread ones still stall (on a
+    // loaded machine one second was not: both were cut first and the third went through).
+    config.stream_send_timeout = absl::Seconds(5);
   }
   // A channel of its own (its own connection): a download left unread there stalls nothing else.
   std::shared_ptr<grpc::Channel> OwnChannel() {
@@ -946,7 +948,7 @@ TEST_F(StreamLimitTest, UnreadDownloadsAreCutAtTheSendDeadlineAndNoCallerHoldsMo
         beside.join();
         return first_status.ok() && second_status.ok() && first == data && second == data;
       },
-      absl::Seconds(20)));
+      absl::Seconds(30)));
   for (auto& u : unread) {
     v1::ArtifactChunk chunk;
     while (u->reader->Read(&chunk)) {
