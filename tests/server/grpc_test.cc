@@ -884,8 +884,6 @@ class StreamLimitTest : public GrpcTest {
   void Configure(ServerConfig& config) override {
     config.max_downloads_per_caller = 2;
     config.max_polls_per_token = 2;
-    // Long enough that a third download is asked while the two unread ones still stall (on a
-    // loaded machine one second was not: both were cut first and the third went through).
     config.stream_send_timeout = absl::Seconds(5);
   }
   // A channel of its own (its own connection): a download left unread there stalls nothing else.
@@ -921,20 +919,17 @@ TEST_F(StreamLimitTest, UnreadDownloadsAreCutAtTheSendDeadlineAndNoCallerHoldsMo
     u->stub = v1::WorkerService::NewStub(u->channel);
     Prepare(u->context, worker_token_, 60);
     u->reader = u->stub->GetArtifact(&u->context, request);
+    // Its first chunk read: its handler runs and holds its slot (the rest stays unread). Asking
+    // the third download before both held theirs let it take one of the two, so the second was
+    // refused and every later third download went through beside the first.
+    v1::ArtifactChunk first;
+    ASSERT_TRUE(u->reader->Read(&first)) << u->reader->Finish().error_message();
     unread.push_back(std::move(u));
   }
-  // Once both are streaming (each holds its slot from its handler's start, which a loaded
-  // machine may delay), a third download of the same token is refused, naming the bound; one
-  // asked before that goes through whole, and the test asks again.
+  // A third download of the same token is refused, naming the bound.
   std::string got;
-  grpc::Status third;
-  ASSERT_TRUE(::cart::testing::WaitUntil(
-      [&] {
-        third = worker->Get(sha, &got);
-        return third.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED;
-      },
-      absl::Seconds(20)))
-      << third.error_message();
+  const grpc::Status third = worker->Get(sha, &got);
+  EXPECT_EQ(third.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << third.error_message();
   EXPECT_THAT(third.error_message(), ::testing::HasSubstr("checkpoint downloads"));
   // Past the send deadline the unread ones are cancelled and both their slots come back: two
   // downloads that read go through whole at once (one alone could pass while the other unread
