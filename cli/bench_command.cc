@@ -58,9 +58,10 @@ struct BenchArgs {
   double peak_tflops = 0;
   double memory_gib = 0;  // fit each width into this much; 0: the CUDA card's own, none on a CPU
   bool json = false;
-  bool breakdown = false;    // time the step's ops by kind (train/step_profile.h); CPU only
+  bool breakdown = false;    // time the step's work by kind (train/step_profile.h)
   std::string step_kernels;  // "fused" | "per-tensor"; empty: the trainer's default
   std::string projections;   // "merged" | "separate"; empty: the trainer's default
+  bool cuda_graph = false;   // train::TrainOptions::cuda_graph
 };
 
 struct BenchRow {
@@ -110,6 +111,13 @@ absl::StatusOr<std::string> WriteRandomTokens(const fs::path& dir, const config:
   return path;
 }
 
+// The kernels this build runs a step with on `device`, as the memory estimate counts them.
+config::MemoryKernels BenchKernels(const BenchArgs& args, c10::Device device) {
+  config::MemoryKernels k = train::KernelsOn(device);
+  if (!args.projections.empty()) k.merged_projections = args.projections == "merged";
+  return k;
+}
+
 absl::StatusOr<BenchRow> BenchOne(const config::RunConfig& config, const BenchArgs& args,
                                   c10::Device device, const fs::path& dir,
                                   std::optional<double> peak_tflops) {
@@ -138,18 +146,23 @@ absl::StatusOr<BenchRow> BenchOne(const config::RunConfig& config, const BenchAr
         args.step_kernels == "fused" ? train::StepKernels::kFused : train::StepKernels::kPerTensor;
   }
   if (!args.projections.empty()) options.merged_projections = args.projections == "merged";
+  options.cuda_graph = args.cuda_graph;
   const auto start = std::chrono::steady_clock::now();
   const size_t first_timed = static_cast<size_t>(std::max<int64_t>(args.warmup, 1));
+  // On the CPU the ops' own time (RecordFunction), on a GPU the kernels' (Kineto).
   std::optional<train::StepProfiler> profiler;
-  if (args.breakdown) profiler.emplace();
+  std::optional<train::GpuStepProfiler> gpu_profiler;
+  if (args.breakdown) (device.is_cpu() ? (void)profiler.emplace() : (void)gpu_profiler.emplace());
+  auto take = [&] { return profiler ? profiler->Take() : gpu_profiler->Take(); };
   options.on_step = [&](int64_t, double) {
     ends.push_back(std::chrono::steady_clock::now());
-    if (profiler && ends.size() == first_timed) (void)profiler->Take();  // the warm-up's, dropped
+    if (args.breakdown && ends.size() == first_timed) (void)take();  // the warm-up's, dropped
   };
   CART_ASSIGN_OR_RETURN(train::TrainResult result, train::Train(c, options));
   std::optional<train::StepBreakdown> breakdown;
-  if (profiler) breakdown = profiler->Take();
+  if (args.breakdown) breakdown = take();
   profiler.reset();
+  gpu_profiler.reset();
   fs::remove(c.data.train_data);
 
   // The steps after the warm-up, each timed from the end of the one before (a step ends when
@@ -189,8 +202,7 @@ absl::StatusOr<BenchRow> BenchOne(const config::RunConfig& config, const BenchAr
   }
   if (cpu_memory) row.peak_bytes = cpu_memory->peak_bytes();
   row.peak_kind = "allocated";
-  const bool bf16 = train::UsesMixedPrecision(c.train.dtype, device);
-  row.estimate_bytes = config::EstimateTrainingBytes(c.model, c.train.seq_len, c.train.batch, bf16);
+  row.estimate_bytes = config::EstimateTrainingBytes(c, BenchKernels(args, device));
   row.final_loss = result.final_loss;
   if (IsPaperShape(c)) row.paper = PaperFigures().at(c.model.d);
   return row;
@@ -202,13 +214,13 @@ std::string Mib(std::optional<int64_t> bytes) {
 std::string Percent(std::optional<double> v) { return v ? fmt::format("{:.1f} %", *v * 100) : "-"; }
 
 // Where each width's step went (--breakdown): ms per step and share of the step, by kind.
-void PrintBreakdown(const std::vector<BenchRow>& rows) {
+void PrintBreakdown(const std::vector<BenchRow>& rows, bool gpu) {
   const train::WorkKind kinds[] = {train::WorkKind::kMatmul, train::WorkKind::kAttention,
                                    train::WorkKind::kElementwise, train::WorkKind::kOptimizer};
   std::cout << "\nwhere a step's time goes (ms per step, share of the step; profiled steps):\n"
             << fmt::format("{:>6}{:>10}", "d", "step");
   for (train::WorkKind k : kinds) std::cout << fmt::format("{:>18}", train::WorkKindName(k));
-  std::cout << fmt::format("{:>18}\n", "outside ops");
+  std::cout << fmt::format("{:>18}\n", gpu ? "device idle" : "outside ops");
   for (const BenchRow& r : rows) {
     if (!r.breakdown) continue;
     auto cell = [&](double seconds) {
@@ -220,6 +232,14 @@ void PrintBreakdown(const std::vector<BenchRow>& rows) {
       std::cout << fmt::format("{:>18}", cell(it == r.breakdown->seconds.end() ? 0 : it->second));
     }
     std::cout << fmt::format("{:>18}\n", cell(r.breakdown_wall_s - r.breakdown->total_seconds()));
+  }
+  if (gpu) {
+    std::cout << "the kernels' own time on the device by their names (Kineto): matmul: GEMM "
+                 "kernels; attention: fused attention kernels; elementwise: every other kernel "
+                 "and copy; optimizer: multi-tensor kernels (AdamW, clipping); device idle: the "
+                 "step's wall time with no kernel running (launches, host work, the host read) "
+                 "(train/step_profile.h)\n";
+    return;
   }
   std::cout << "matmul: matrix products outside attention; attention: its forward and backward; "
                "elementwise: every other op (norms, activations, the loss, copies); optimizer: "
@@ -254,10 +274,11 @@ absl::Status RunBench(const BenchArgs& args) {
   }
   CART_ASSIGN_OR_RETURN(c10::Device device, train::ResolveDevice(args.device));
   if (args.breakdown && !device.is_cpu()) {
-    return absl::InvalidArgumentError(
-        StrCat("--breakdown times the step's ops on the host: on ", device.str(),
-               " that is the time to launch kernels, not to run them, so it runs on the CPU only "
-               "(--device cpu; docs/gpu.md \"Where a step's time goes\")"));
+    if (absl::Status gpu = train::GpuStepProfiler::Available(); !gpu.ok()) {
+      return absl::FailedPreconditionError(StrCat(
+          "--breakdown on ", device.str(), " times the kernels on the device: ", Message(gpu),
+          " (docs/gpu.md \"Where a step's time goes\")"));
+    }
   }
   const std::string device_name =
       train::CudaDeviceName(device).value_or(device.is_cpu() ? "CPU" : device.str());
@@ -290,18 +311,14 @@ absl::Status RunBench(const BenchArgs& args) {
     config::RunConfig c = base;
     c.model.d = d;
     if (usable) {
-      // Fitted at the precision the step will run in (dtype auto is fp32 on a CPU).
-      config::RunConfig fitting = c;
-      if (!train::UsesMixedPrecision(c.train.dtype, device)) {
-        fitting.train.dtype = config::DType::kFloat32;
-      }
-      const std::optional<config::MicroBatchFit> fit = config::FitMicroBatch(fitting, *usable);
+      const config::MemoryKernels kernels = BenchKernels(args, device);
+      const std::optional<config::MicroBatchFit> fit = config::FitMicroBatch(c, *usable, kernels);
       if (!fit) {
         BenchRow row;
         row.d = d;
         row.not_fitted = fmt::format(
             "does not fit at micro-batch 1: {:.2f} GiB estimated, {:.2f} GiB usable of {:.2f}",
-            static_cast<double>(config::MinTrainingBytes(fitting)) / (1 << 30),
+            static_cast<double>(config::MinTrainingBytes(c, kernels)) / (1 << 30),
             static_cast<double>(*usable) / (1 << 30), static_cast<double>(*memory) / (1 << 30));
         if (!args.json)
           std::cerr << fmt::format("cart model bench: d = {} {}\n", d, *row.not_fitted);
@@ -331,6 +348,7 @@ absl::Status RunBench(const BenchArgs& args) {
                           {"mixed_precision_bf16", bf16},
                           {"peak_tflops", peak ? nlohmann::json(*peak) : nlohmann::json()},
                           {"memory_bytes", memory ? nlohmann::json(*memory) : nlohmann::json()},
+                          {"estimate_kernels", config::DescribeKernels(BenchKernels(args, device))},
                           {"rows", nlohmann::json::array()}};
     for (const BenchRow& r : rows) {
       if (r.not_fitted) {
@@ -417,9 +435,10 @@ absl::Status RunBench(const BenchArgs& args) {
                       ? "bytes allocated for tensors at most, by the CUDA caching allocator; "
                         "reserved: bytes it held from the driver at most"
                       : "bytes allocated for tensors at most, by LibTorch's CPU allocator")
-              << "; estimate: EstimateTrainingBytes (docs/model.md)\n";
+              << "; estimate: EstimateTrainingBytes on "
+              << config::DescribeKernels(BenchKernels(args, device)) << " (docs/model.md §5)\n";
   }
-  if (args.breakdown) PrintBreakdown(rows);
+  if (args.breakdown) PrintBreakdown(rows, !device.is_cpu());
   return absl::OkStatus();
 }
 
@@ -459,9 +478,12 @@ void RegisterModelBenchCommand(CLI::App& model_cmd) {
                    "Projections that read one input: merged (one matmul per group) or separate "
                    "(default: merged on CUDA, separate on the CPU; model/layers.h)")
       ->check(CLI::IsMember({"merged", "separate"}));
+  bench->add_flag("--cuda-graph", args->cuda_graph,
+                  "Record each width's step as a CUDA graph after its first steps and replay it "
+                  "(CUDA, LibTorch 2.4+; off by default until measured: docs/gpu.md)");
   bench->add_flag("--breakdown", args->breakdown,
-                  "Also time each step's ops by kind (matmul, attention, elementwise, optimizer); "
-                  "CPU only (docs/gpu.md)");
+                  "Also time each step's work by kind (matmul, attention, elementwise, optimizer): "
+                  "the ops on the CPU, the kernels on a GPU (docs/gpu.md)");
   OnRun(bench, [args] { BenchCommand(*args); });
 }
 

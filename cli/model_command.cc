@@ -39,8 +39,10 @@ void PrintParams(const RunConfig& config, bool json) {
   const ModelConfig& m = config.model;
   const config::ParamCounts c = config::CountParams(m);
   const config::FlopCounts f = config::CountFlops(m, config.train.seq_len);
-  const int64_t mem = config::EstimateTrainingBytes(m, config.train.seq_len, config.train.batch,
-                                                    /*bf16=*/true);
+  // On a GPU worker's kernels in bf16, micro-batch and accumulation as configured.
+  config::StepShape shape = config::ShapeOf(config, config::GpuWorkerKernels());
+  shape.bf16 = true;
+  const int64_t mem = config::EstimateTrainingBytes(m, shape, config::GpuWorkerKernels());
   nlohmann::json out = {{"model", std::string(config::ToString(m.model))},
                         {"d", m.d},
                         {"vocab", m.vocab},
@@ -90,7 +92,7 @@ void PrintParams(const RunConfig& config, bool json) {
   row(fmt::format("forward FLOPs/token (T={})", config.train.seq_len),
       fmt::format("{:.3f} GFLOP", f.forward_per_token / 1e9));
   row("training FLOPs/token", fmt::format("{:.3f} GFLOP", f.train_per_token / 1e9));
-  row(fmt::format("train memory (batch {}, bf16)", config.train.batch),
+  row(fmt::format("train memory (batch {}, bf16, GPU)", config.train.batch),
       fmt::format("{:.2f} GiB", mem / double(1 << 30)));
 }
 

@@ -146,9 +146,9 @@ void ShowCommand(const IdArgs& sh) {
   if (r.expected_finish_us() > 0) {
     std::cout << "expected finish: " << ExpectedAt(r.expected_finish_us()) << "\n";
   }
-  std::cout << fmt::format("params: {:.2f}M stored, {:.2f}M effective; memory estimate {}\n",
-                           r.stored_params() / 1e6, r.effective_params() / 1e6,
-                           Mib(r.memory_estimate_mib()));
+  std::cout << fmt::format(
+      "params: {:.2f}M stored, {:.2f}M effective; memory estimate {} on a GPU worker\n",
+      r.stored_params() / 1e6, r.effective_params() / 1e6, Mib(r.memory_estimate_mib()));
   if (!r.latest().empty()) {
     std::cout << "latest:";
     for (const auto& [k, v] : r.latest()) {

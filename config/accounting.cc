@@ -70,48 +70,6 @@ double SixNFlopsPerToken(const ModelConfig& m) {
   return 6.0 * static_cast<double>(CountParams(m).effective);
 }
 
-int64_t EstimateTrainingBytes(const ModelConfig& m, int64_t seq_len, int64_t micro_batch,
-                              bool bf16) {
-  const ParamCounts p = CountParams(m);
-  const double T = static_cast<double>(seq_len);
-  const double B = static_cast<double>(micro_batch);
-  const double d = static_cast<double>(m.d);
-  const double H = static_cast<double>(m.n_heads());
-  const double scale = bf16 ? 1.0 : 2.0;
-  const double per_block = B * (34.0 * T * d + 5.0 * H * T * T) * scale;
-  double blocks = 0;
-  if (m.model == ModelKind::kDense) {
-    blocks = m.layers;
-  } else {
-    blocks = m.P + 1 + m.R;  // prelude, coda, and every core application kept for backward
-  }
-  // Logits in fp32 plus their gradient and the softmax output.
-  const double logits = 3.0 * B * T * static_cast<double>(m.vocab) * 4.0;
-  const double states = 16.0 * static_cast<double>(p.stored);
-  const double total = states + blocks * per_block + logits;
-  // Saturates rather than overflowing (a request far beyond any device).
-  return total >= 9.2e18 ? std::numeric_limits<int64_t>::max() : static_cast<int64_t>(total);
-}
-
-std::optional<MicroBatchFit> FitMicroBatch(const RunConfig& c, int64_t memory_bytes,
-                                           int64_t largest) {
-  const bool bf16 = c.train.dtype != DType::kFloat32;
-  const int64_t global = c.train.batch * c.train.accum;
-  auto bytes = [&](int64_t b) { return EstimateTrainingBytes(c.model, c.train.seq_len, b, bf16); };
-  if (bytes(1) > memory_bytes) return std::nullopt;
-  // The estimate grows with the micro-batch: the largest that fits by bisection, then the largest
-  // divisor of the global batch not above it (counting down one by one took seconds for a huge
-  // batch on a small device).
-  int64_t fits = 1;
-  int64_t too_big = std::min(largest > 0 ? largest : c.train.batch, global) + 1;
-  while (too_big - fits > 1) {
-    const int64_t mid = fits + (too_big - fits) / 2;
-    (bytes(mid) <= memory_bytes ? fits : too_big) = mid;
-  }
-  const int64_t best = LargestDivisorAtMost(global, fits);
-  return MicroBatchFit{best, global / best, bytes(best)};
-}
-
 int64_t LargestDivisorAtMost(int64_t n, int64_t limit) {
   int64_t best = 1;
   for (int64_t i = 1; i <= n / i; ++i) {
@@ -121,10 +79,6 @@ int64_t LargestDivisorAtMost(int64_t n, int64_t limit) {
   }
   return best;
 }
-int64_t MinTrainingBytes(const RunConfig& c) {
-  return EstimateTrainingBytes(c.model, c.train.seq_len, 1, c.train.dtype != DType::kFloat32);
-}
-
 DenseMatch MatchDenseDepth(const ModelConfig& cart, MatchTarget target) {
   const ParamCounts c = CountParams(cart);
   ModelConfig dense = cart;

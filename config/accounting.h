@@ -44,12 +44,58 @@ FlopCounts CountFlops(const ModelConfig& m, int64_t seq_len, int loops = 0);
 // this.
 double SixNFlopsPerToken(const ModelConfig& m);
 
-// Peak training memory estimate, bytes: fp32 weights, gradients and AdamW moments (16 B per stored
-// parameter), plus activations kept for backward for every block application (all R loops, no
-// checkpointing) after Korthikanti et al. 2022 (34·T·d + 5·H·T² bytes per sequence in 16-bit,
-// doubled for fp32), plus logits and their gradient. `bf16` selects 16-bit activations.
-int64_t EstimateTrainingBytes(const ModelConfig& m, int64_t seq_len, int64_t micro_batch,
-                              bool bf16);
+// Training memory (docs/model.md §5 "Training memory"). What a step keeps for its backward pass
+// depends on the kernels the worker's LibTorch runs, so the estimate takes them:
+struct MemoryKernels {
+  // 1: LibTorch 1.x writes attention out (scores, fp32 probabilities and their T x T mask kept;
+  // its RMSNorm keeps one more fp32 copy); 2: scaled_dot_product_attention (flash or
+  // memory-efficient kernels: the output and one log-sum-exp per head and token, no T x T tensor).
+  int libtorch_major = 2;
+  // On CUDA with LibTorch 2.x RMSNorm is one fused kernel (model/layers.cc), which keeps no
+  // normalised copy of its input.
+  bool cuda = true;
+  // Projections that read one input run as one matmul (model::MergesProjections): a view of the
+  // stacked output keeps all of it, and under autocast the input is cast once instead of once per
+  // projection.
+  bool merged_projections = true;
+};
+// What cartd stores and shows for a run before a worker is chosen: a CUDA worker's kernels
+// (LibTorch 2.x, merged projections; every GPU worker's default), since the card is where memory
+// is short. Each worker's own fit uses its own kernels (RegisterWorkerRequest's device).
+MemoryKernels GpuWorkerKernels();
+std::string DescribeKernels(const MemoryKernels& k);  // "LibTorch 2.x, CUDA, merged projections"
+// Whether a run of `dtype` trains under bf16 autocast with these kernels' device (auto: on CUDA).
+bool UsesBf16(DType dtype, const MemoryKernels& k);
+
+struct StepShape {
+  int64_t seq_len = 0;
+  int64_t micro_batch = 0;
+  int64_t accum = 1;  // > 1: every gradient is held while the later micro-batches run
+  bool bf16 = true;   // bf16 autocast (matmul outputs in bf16, the residual stream in fp32)
+};
+// The shape a run's config trains in on devices with these kernels.
+StepShape ShapeOf(const RunConfig& c, const MemoryKernels& k);
+
+// Peak training memory, bytes: fp32 weights and AdamW moments (12 B per stored parameter), the
+// tensors every block application keeps for backward (all R loops, no checkpointing), tensor by
+// tensor as the model's code and these kernels make them, and the gradients as the backward pass
+// makes them while it frees what each block kept; the largest total along the way, and at least
+// the 16 B per parameter of the optimizer step. tests/train/activation_memory_test.cc compares it
+// with LibTorch's allocator, block by block and for whole steps.
+int64_t EstimateTrainingBytes(const ModelConfig& m, const StepShape& s, const MemoryKernels& k);
+// The estimate for `c` as configured (micro-batch, accumulation, precision) on these kernels.
+int64_t EstimateTrainingBytes(const RunConfig& c, const MemoryKernels& k);
+
+// What one application of a block keeps for backward, its output included and its input not:
+// bytes per token, and bytes whatever the micro-batch (a T x T mask, RoPE tables cast to bf16,
+// the bf16 or stacked copies of its weights).
+enum class BlockKind { kPrelude, kCrossCore, kSelfCore, kDense };
+struct BlockBytes {
+  double per_token = 0;
+  double fixed = 0;
+};
+BlockBytes BlockActivationBytes(const ModelConfig& m, BlockKind kind, int64_t seq_len, bool bf16,
+                                const MemoryKernels& k, bool causal = true);
 
 // Training on a device with less memory than a run's estimate: lower the micro-batch and raise
 // gradient accumulation so that the global batch (batch × accum) and so the optimisation stay the
@@ -65,11 +111,12 @@ struct MicroBatchFit {
   int64_t bytes = 0;  // EstimateTrainingBytes at that micro-batch
 };
 std::optional<MicroBatchFit> FitMicroBatch(const RunConfig& c, int64_t memory_bytes,
-                                           int64_t largest = 0);
+                                           const MemoryKernels& kernels, int64_t largest = 0);
 // The largest divisor of `n` (>= 1) that is at most `limit`; 1 when none above 1 is.
 int64_t LargestDivisorAtMost(int64_t n, int64_t limit);
-// The estimate at a micro-batch of 1: the least memory the run can train in.
-int64_t MinTrainingBytes(const RunConfig& c);
+// The least memory the run can train in: the estimate at micro-batch 1 (gradients held between
+// micro-batches) or, when less, at the whole global batch in one.
+int64_t MinTrainingBytes(const RunConfig& c, const MemoryKernels& kernels);
 
 // Memory a worker's device keeps back from training: the CUDA context (300-500 MiB), cuBLAS's
 // workspace, the caching allocator's fragmentation, and on a workstation the desktop and other

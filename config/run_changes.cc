@@ -62,20 +62,22 @@ Extension PlanExtension(const RunConfig& config, int64_t total_steps) {
   return out;
 }
 
-MicroBatchFit MicroBatchOnDevice(const RunConfig& config, int64_t memory_bytes, int64_t cap,
-                                 bool* capped, bool raise) {
+MicroBatchFit MicroBatchOnDevice(const RunConfig& config, int64_t memory_bytes,
+                                 const MemoryKernels& kernels, int64_t cap, bool* capped,
+                                 bool raise) {
   const int64_t global = config.train.batch * config.train.accum;
   int64_t micro = config.train.batch;
   if (const std::optional<MicroBatchFit> fit =
-          FitMicroBatch(config, memory_bytes, raise ? global : 0)) {
+          FitMicroBatch(config, memory_bytes, kernels, raise ? global : 0)) {
     micro = fit->batch;
   }
   const bool lowered = cap > 0 && micro > cap;
   if (lowered) micro = LargestDivisorAtMost(global, cap);
   if (capped != nullptr) *capped = lowered;
-  const bool bf16 = config.train.dtype != DType::kFloat32;  // as FitMicroBatch counts it
-  return MicroBatchFit{micro, global / micro,
-                       EstimateTrainingBytes(config.model, config.train.seq_len, micro, bf16)};
+  StepShape shape = ShapeOf(config, kernels);
+  shape.micro_batch = micro;
+  shape.accum = global / micro;
+  return MicroBatchFit{micro, global / micro, EstimateTrainingBytes(config.model, shape, kernels)};
 }
 
 std::optional<int64_t> SmallerMicroBatch(int64_t global, int64_t micro) {

@@ -46,15 +46,17 @@ struct Extension {
 };
 Extension PlanExtension(const RunConfig& config, int64_t total_steps);
 
-// The micro-batch a run trains at on a device with `memory_bytes` usable: the configured one when
+// The micro-batch a run trains at on a device with `memory_bytes` usable and `kernels` (the
+// worker's LibTorch and device; docs/model.md §5): the configured one when
 // its estimate fits, else the largest that does (FitMicroBatch; the configured one when even 1
 // does not), and never above `cap` (> 0: the run ran out of memory at a larger one). With `raise`
 // (a GPU), the largest divisor of the global batch that fits, up to the global batch itself, so
 // that a large card runs fewer, larger micro-batches. The global batch is kept by accumulation,
 // so the run's results keep their meaning (they change by float rounding only). `capped`, when
 // given, says whether the cap lowered it below what the memory allows.
-MicroBatchFit MicroBatchOnDevice(const RunConfig& config, int64_t memory_bytes, int64_t cap,
-                                 bool* capped = nullptr, bool raise = false);
+MicroBatchFit MicroBatchOnDevice(const RunConfig& config, int64_t memory_bytes,
+                                 const MemoryKernels& kernels, int64_t cap, bool* capped = nullptr,
+                                 bool raise = false);
 
 // The micro-batch to retry at after running out of memory at `micro`: the largest divisor of the
 // global batch `global` below it. nullopt at micro-batch 1: only a bigger device helps then.

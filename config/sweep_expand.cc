@@ -66,10 +66,9 @@ absl::Status FinishRun(const SweepSpec& spec, std::string_view file, ExpandedRun
   const ParamCounts c = CountParams(r.config.model);
   r.stored_params = c.stored;
   r.effective_params = c.effective;
-  r.memory_estimate_bytes =
-      EstimateTrainingBytes(r.config.model, r.config.train.seq_len, r.config.train.batch,
-                            /*bf16=*/r.config.train.dtype != DType::kFloat32);
-  r.min_memory_bytes = MinTrainingBytes(r.config);
+  // As a GPU worker would train it; each worker's fit uses its own kernels (docs/model.md §5).
+  r.memory_estimate_bytes = EstimateTrainingBytes(r.config, GpuWorkerKernels());
+  r.min_memory_bytes = MinTrainingBytes(r.config, GpuWorkerKernels());
   return absl::OkStatus();
 }
 

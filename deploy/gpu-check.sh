@@ -4,7 +4,8 @@
 # `ctest -L gpu` (GPU fp32 logits against the CPU, a short bf16 training run whose checkpoint
 # loads on the CPU, exact resume on the GPU), then measures training tokens/s, MFU and peak
 # memory against the estimate at the paper's shapes (P 6, R 6, T 1024, d 256 ... 1024) with
-# `cart model bench`, beside the paper's RTX 3090 figures. Without a CUDA device every GPU step
+# `cart model bench`, beside the paper's RTX 3090 figures, then where the device's time goes
+# (--breakdown) and the step as a CUDA graph (--cuda-graph). Without a CUDA device every GPU step
 # is skipped, saying so, and the benchmark runs once on the CPU at a small shape instead, so the
 # script itself is checked on any machine.
 #
@@ -231,24 +232,29 @@ fi
 # 4. Throughput, MFU and peak memory.
 bench=("$build/bin/cart-torch" model bench)
 [ -n "$peak" ] && bench+=(--peak-tflops "$peak")
-if [ "$has_cuda" = 1 ]; then
-  say "cart model bench --device $device at the paper's shapes (bf16 autocast)"
-  rc=0
-  bounded "$limit_bench" "${bench[@]}" --device "$device" --steps "$steps" || rc=$?
+# One `cart model bench` on the card, within the bench's time limit; `what` names it.
+bench_on_card() {
+  local what=$1 rc=0
+  shift
+  say "cart model bench $what"
+  bounded "$limit_bench" "${bench[@]}" --device "$device" --steps "$steps" "$@" || rc=$?
   if [ "$rc" != 0 ]; then
-    timed_out "$rc" && fail "cart model bench on $device took more than $limit_bench s"
-    fail "cart model bench on $device"
+    timed_out "$rc" && fail "cart model bench $what took more than $limit_bench s"
+    fail "cart model bench $what on $device"
   fi
+}
+if [ "$has_cuda" = 1 ]; then
+  bench_on_card "on $device at the paper's shapes (bf16 autocast)"
   # Where launches weigh most (d 256), the same with the per-tensor optimizer step, to compare
   # with the fused one above (train/optimizer.h; LibTorch 2.4+ has both).
-  say "cart model bench --d 256 --step-kernels per-tensor (the fused step's saving at d 256)"
-  rc=0
-  bounded "$limit_bench" "${bench[@]}" --device "$device" --d 256 --steps "$steps" \
-    --step-kernels per-tensor || rc=$?
-  if [ "$rc" != 0 ]; then
-    timed_out "$rc" && fail "cart model bench --step-kernels per-tensor took more than $limit_bench s"
-    fail "cart model bench --step-kernels per-tensor on $device"
-  fi
+  bench_on_card "--d 256 --step-kernels per-tensor (the fused step's saving at d 256)" \
+    --d 256 --step-kernels per-tensor
+  # Where the device's time goes (the kernels' own time by kind, Kineto), and the step replayed as
+  # a CUDA graph (off by default until measured: this is its measurement), at the smallest and
+  # the largest width.
+  bench_on_card "--d 256,1024 --breakdown (the kernels' time by kind)" --d 256,1024 --breakdown
+  bench_on_card "--d 256,1024 --cuda-graph (the step recorded once and replayed)" \
+    --d 256,1024 --warmup 5 --cuda-graph
 else
   say "no CUDA device: skipping the benchmark at the paper's shapes; checking the command on the CPU"
   bounded "$limit_bench" "${bench[@]}" --device cpu --d 64,128 --steps 3 --warmup 1 \

@@ -28,7 +28,7 @@ SideSeeds Side(const std::map<std::string, std::string>& keys, int64_t template_
     if (!config::SetKey(config, key, value).ok()) return side;
   }
   side.hours_each = config::EstimateRunCost(config, /*eval=*/false, {}).rtx3090_hours;
-  side.memory_bytes_each = config::MinTrainingBytes(config);
+  side.memory_bytes_each = config::MinTrainingBytes(config, config::GpuWorkerKernels());
   return side;
 }
 

@@ -636,14 +636,14 @@ absl::StatusOr<std::map<std::string, double>> Scheduler::Usage(int64_t now_us) {
 }
 
 void Scheduler::FitToDevice(Job& job, const std::string& worker_id, int64_t memory_bytes,
-                            bool raise) {
+                            const config::MemoryKernels& kernels, bool raise) {
   const std::string source = StrCat("run ", job.run.id, " config");
   absl::StatusOr<config::RunConfig> config =
       config::ParseRunConfigYaml(job.run.config_yaml, source);
   if (!config.ok()) return;  // stored configs parse; if not, the worker reports the error
   bool capped = false;
-  const config::MicroBatchFit fit =
-      config::MicroBatchOnDevice(*config, memory_bytes, job.run.micro_batch_cap, &capped, raise);
+  const config::MicroBatchFit fit = config::MicroBatchOnDevice(
+      *config, memory_bytes, kernels, job.run.micro_batch_cap, &capped, raise);
   if (fit.batch == config->train.batch) return;
   const bool raised = fit.batch > config->train.batch;
   const std::string note = StrCat(
@@ -652,8 +652,10 @@ void Scheduler::FitToDevice(Job& job, const std::string& worker_id, int64_t memo
       capped ? StrCat("as the run ran out of memory at a larger one (cap ", job.run.micro_batch_cap,
                       "), on worker '", worker_id, "'")
              : StrCat(raised ? "to use the memory of worker '" : "to fit worker '", worker_id, "'"),
-      " (", FormatGiB(memory_bytes), " usable after its reserve; estimate ",
-      FormatGiB(job.run.memory_estimate_bytes), " -> ", FormatGiB(fit.bytes), ")");
+      " (", FormatGiB(memory_bytes), " usable after its reserve; estimate on ",
+      config::DescribeKernels(kernels), " ",
+      FormatGiB(config::EstimateTrainingBytes(*config, kernels)), " -> ", FormatGiB(fit.bytes),
+      ")");
   config->train.batch = fit.batch;
   config->train.accum = fit.accum;
   job.run.config_yaml = config::ToYaml(*config);
@@ -670,6 +672,7 @@ absl::StatusOr<std::optional<Job>> Scheduler::Acquire(const std::string& worker_
       absl::Now() + std::clamp(wait, absl::ZeroDuration(), options_.max_acquire_wait);
   while (true) {
     int64_t memory = 0;
+    config::MemoryKernels kernels;
     bool gpu = false;  // its spare memory raises a run's micro-batch (FitToDevice)
     int64_t generation = 0;
     {
@@ -687,6 +690,7 @@ absl::StatusOr<std::optional<Job>> Scheduler::Acquire(const std::string& worker_
         return draining;
       }
       memory = worker->info.memory_bytes;
+      kernels = KernelsOf(worker->info);
       gpu = options_.raise_micro_batch && worker->info.device_kind == "cuda";
       generation = generation_;
       worker->last_seen_us = NowMicros();
@@ -721,9 +725,11 @@ absl::StatusOr<std::optional<Job>> Scheduler::Acquire(const std::string& worker_
       job.init_from = std::move(c.parent_checkpoint);
       job.data = std::move(c.data);
       job.run = std::move(c.run);
-      if (job.run.memory_estimate_bytes > memory || job.run.micro_batch_cap > 0 ||
-          (gpu && job.kind == JobKind::kTrain)) {
-        FitToDevice(job, worker_id, memory, gpu && job.kind == JobKind::kTrain);
+      // A training run is fitted to every worker: the stored estimate is a GPU worker's, and
+      // this worker's kernels may keep more (docs/model.md §5 "Training memory").
+      if (job.kind == JobKind::kTrain || job.run.memory_estimate_bytes > memory ||
+          job.run.micro_batch_cap > 0) {
+        FitToDevice(job, worker_id, memory, kernels, gpu && job.kind == JobKind::kTrain);
       }
       NoteClaim(job, worker_id);
       // Workers that waited planned with this one free: they plan again.
@@ -1113,11 +1119,13 @@ absl::StatusOr<RunRecord> Scheduler::ReportOutcome(int64_t run_id, int64_t attem
       break;
     case AttemptOutcome::kOutOfMemory: {
       int64_t memory = 0;
+      config::MemoryKernels kernels;
       bool gpu = false;  // as Acquire fitted it: raised on a GPU
       {
         absl::MutexLock lock(&mu_);
         if (const WorkerRegistry::Worker* worker = workers_.Find(worker_id); worker != nullptr) {
           memory = worker->info.memory_bytes;
+          kernels = KernelsOf(worker->info);
           gpu = options_.raise_micro_batch && worker->info.device_kind == "cuda";
         }
       }
@@ -1140,8 +1148,9 @@ absl::StatusOr<RunRecord> Scheduler::ReportOutcome(int64_t run_id, int64_t attem
         if (absl::StatusOr<config::RunConfig> config =
                 config::ParseRunConfigYaml(run->config_yaml, StrCat("run ", run_id));
             config.ok()) {
-          micro =
-              config::MicroBatchOnDevice(*config, memory, run->micro_batch_cap, nullptr, gpu).batch;
+          micro = config::MicroBatchOnDevice(*config, memory, kernels, run->micro_batch_cap,
+                                             nullptr, gpu)
+                      .batch;
           smaller = config::SmallerMicroBatch(config->train.batch * config->train.accum, micro);
         }
       }

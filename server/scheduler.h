@@ -676,7 +676,8 @@ class Scheduler {
   // its estimate fits a worker with `memory_bytes`, and notes it in the run's log.
   // `raise`: the worker is a GPU, whose spare memory takes a larger micro-batch
   // (config::MicroBatchOnDevice).
-  void FitToDevice(Job& job, const std::string& worker_id, int64_t memory_bytes, bool raise);
+  void FitToDevice(Job& job, const std::string& worker_id, int64_t memory_bytes,
+                   const config::MemoryKernels& kernels, bool raise);
   // Sends `control` to the open streams of the runs `select` accepts (outside mu_).
   template <typename Select>
   void PushControl(Select select, const Control& control);

@@ -13,6 +13,14 @@ std::string DeviceLabel(const WorkerInfo& info) {
   return info.device_name.empty() ? info.device_kind : info.device_name;
 }
 
+config::MemoryKernels KernelsOf(const WorkerInfo& info) {
+  config::MemoryKernels k;
+  k.libtorch_major = info.libtorch_major > 0 ? info.libtorch_major : 1;
+  k.cuda = info.device_kind == "cuda";
+  k.merged_projections = info.merged_projections;
+  return k;
+}
+
 WorkerRegistry::WorkerRegistry(absl::Duration lost_after)
     : lost_after_us_(absl::ToInt64Microseconds(lost_after)) {}
 

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "config/accounting.h"
 #include "server/placement.h"
 #include "store/types.h"
 
@@ -48,7 +49,16 @@ struct WorkerInfo {
   // --speed-factor: tests and replays); 0: not reported, cartd measures it.
   double speed_factor = 0;
   std::string uuid;  // the device's NVML UUID; empty for a CPU
+  // Its training step's kernels, as the memory estimate counts them (config::MemoryKernels): the
+  // LibTorch major version it reported (0: not said) and whether it merges projections.
+  int libtorch_major = 0;
+  bool merged_projections = false;
 };
+
+// The kernels cartd fits a worker's micro-batches with: what it reported, LibTorch 1.x's (the
+// larger estimate) when it said nothing (a release before the field, or a worker known only from
+// the store after a restart, until it registers again).
+config::MemoryKernels KernelsOf(const WorkerInfo& info);
 
 // What a worker's device is called: its name, or its kind ("cpu") when it reported none. The
 // store records workers by it and measured speeds are kept per it.

@@ -199,6 +199,14 @@ bool BuiltWithCuda() { return CART_TORCH_CUDA != 0; }
 
 bool DefaultMergedProjections(c10::Device device) { return device.is_cuda(); }
 
+config::MemoryKernels KernelsOn(c10::Device device) {
+  config::MemoryKernels k;
+  k.libtorch_major = TORCH_VERSION_MAJOR;
+  k.cuda = device.is_cuda();
+  k.merged_projections = DefaultMergedProjections(device);
+  return k;
+}
+
 double MeasureCpuMatmulTflops(double seconds) {
   constexpr int64_t n = 1024;
   const at::Tensor a = at::rand({n, n}, at::kFloat);

@@ -14,6 +14,7 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
+#include "config/accounting.h"
 
 namespace cart::train {
 
@@ -110,6 +111,11 @@ std::string DeviceLineFor(c10::Device device, bool mixed_precision, std::string_
 // (model/layers.h MergesProjections) unless told: on CUDA, where fewer and larger kernels pay;
 // off on the CPU (measured by bench/merged_projections.sh; docs/gpu.md "Merged projections").
 bool DefaultMergedProjections(c10::Device device);
+
+// The kernels a training step on `device` runs in this build, as the memory estimate counts them
+// (config::MemoryKernels): this LibTorch's major version, the device, the default projections.
+// A worker tells cartd these so that its micro-batches are fitted to what it keeps.
+config::MemoryKernels KernelsOn(c10::Device device);
 
 // The fp32 matrix-multiply rate this process reaches on the CPU with its current thread setting
 // (UseThreads), TFLOP/s: 1024 × 1024 products for about `seconds` after one to warm up. What a

@@ -36,6 +36,19 @@ void RequireFused() {
   }
 }
 
+torch::optim::AdamWParamState& StateOf(torch::optim::AdamW& optimizer, const at::Tensor& p) {
+  std::unique_ptr<torch::optim::OptimizerParamState>& slot =
+      optimizer.state()[internal::StateKey(p)];
+  if (!slot) {  // as torch::optim::AdamW makes it at a parameter's first step
+    auto state = std::make_unique<torch::optim::AdamWParamState>();
+    state->step(0);
+    state->exp_avg(torch::zeros_like(p, at::MemoryFormat::Preserve));
+    state->exp_avg_sq(torch::zeros_like(p, at::MemoryFormat::Preserve));
+    slot = std::move(state);
+  }
+  return static_cast<torch::optim::AdamWParamState&>(*slot);
+}
+
 }  // namespace
 
 at::Tensor ClipGradNorm(const std::vector<at::Tensor>& parameters, double max_norm,
@@ -89,16 +102,7 @@ void AdamWStep(torch::optim::AdamW& optimizer, StepKernels kernels) {
     std::map<int64_t, Lists> by_step;
     for (const at::Tensor& p : group.params()) {
       if (!p.grad().defined()) continue;
-      std::unique_ptr<torch::optim::OptimizerParamState>& slot =
-          optimizer.state()[internal::StateKey(p)];
-      if (!slot) {  // as torch::optim::AdamW makes it at a parameter's first step
-        auto state = std::make_unique<torch::optim::AdamWParamState>();
-        state->step(0);
-        state->exp_avg(torch::zeros_like(p, at::MemoryFormat::Preserve));
-        state->exp_avg_sq(torch::zeros_like(p, at::MemoryFormat::Preserve));
-        slot = std::move(state);
-      }
-      auto& state = static_cast<torch::optim::AdamWParamState&>(*slot);
+      torch::optim::AdamWParamState& state = StateOf(optimizer, p);
       state.step(state.step() + 1);
       Lists& lists = by_step[state.step()];
       lists.params.push_back(p);
@@ -117,6 +121,74 @@ void AdamWStep(torch::optim::AdamW& optimizer, StepKernels kernels) {
     }
   }
 #endif
+}
+
+absl::StatusOr<DeviceAdamW> MakeDeviceAdamW(torch::optim::AdamW& optimizer) {
+  if (!HasFusedStepKernels()) {
+    return absl::FailedPreconditionError(
+        "a step on the device's own counts needs the fused AdamW kernel (LibTorch 2.4 or newer)");
+  }
+  DeviceAdamW out;
+  for (torch::optim::OptimizerParamGroup& group : optimizer.param_groups()) {
+    if (group.params().empty()) {
+      out.steps.emplace_back();
+      continue;
+    }
+    const int64_t count = StateOf(optimizer, group.params()[0]).step();
+    for (const at::Tensor& p : group.params()) {
+      if (StateOf(optimizer, p).step() != count) {
+        return absl::InvalidArgumentError(
+            "AdamW's parameters are at different step counts; a device step needs one count per "
+            "group");
+      }
+    }
+    const at::Tensor& first = group.params()[0];
+    out.steps.push_back(
+        torch::full({}, static_cast<double>(count), first.options().dtype(torch::kFloat32)));
+    if (!out.lr.defined()) out.lr = torch::zeros({}, first.options().dtype(torch::kFloat32));
+  }
+  return out;
+}
+
+void AdamWStepOnDevice(torch::optim::AdamW& optimizer, DeviceAdamW& device) {
+  RequireFused();
+#if CART_FUSED_STEP_KERNELS
+  torch::NoGradGuard no_grad;
+  size_t g = 0;
+  for (torch::optim::OptimizerParamGroup& group : optimizer.param_groups()) {
+    at::Tensor& count = device.steps.at(g++);
+    if (group.params().empty()) continue;
+    const auto& o = static_cast<const torch::optim::AdamWOptions&>(group.options());
+    std::vector<at::Tensor> params, grads, exp_avgs, exp_avg_sqs;
+    for (const at::Tensor& p : group.params()) {
+      if (!p.grad().defined()) {
+        throw std::invalid_argument("a device AdamW step needs every parameter's gradient");
+      }
+      torch::optim::AdamWParamState& state = StateOf(optimizer, p);
+      params.push_back(p);
+      grads.push_back(p.grad());
+      exp_avgs.push_back(state.exp_avg());
+      exp_avg_sqs.push_back(state.exp_avg_sq());
+    }
+    count.add_(1);
+    const std::vector<at::Tensor> steps(params.size(), count);
+    at::_fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, /*max_exp_avg_sqs=*/{}, steps,
+                      device.lr, std::get<0>(o.betas()), std::get<1>(o.betas()), o.weight_decay(),
+                      o.eps(), /*amsgrad=*/false, /*maximize=*/false);
+  }
+#else
+  (void)optimizer;
+  (void)device;
+#endif
+}
+
+void CountHostSteps(torch::optim::AdamW& optimizer) {
+  for (torch::optim::OptimizerParamGroup& group : optimizer.param_groups()) {
+    for (const at::Tensor& p : group.params()) {
+      torch::optim::AdamWParamState& state = StateOf(optimizer, p);
+      state.step(state.step() + 1);
+    }
+  }
 }
 
 }  // namespace cart::train

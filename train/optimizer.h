@@ -18,6 +18,8 @@
 
 #include <vector>
 
+#include "absl/status/statusor.h"
+
 namespace torch::optim {
 class AdamW;
 }
@@ -44,5 +46,22 @@ at::Tensor ClipGradNorm(const std::vector<at::Tensor>& parameters, double max_no
 // amsgrad only per-tensor), over the parameters that have a gradient. kPerTensor is
 // `optimizer.step()`.
 void AdamWStep(torch::optim::AdamW& optimizer, StepKernels kernels);
+
+// AdamW for a step that takes nothing from the host while it runs (a CUDA graph's step,
+// train/cuda_graph.h): the learning rate and each parameter group's step count live on the
+// device, and the step adds 1 to the count before it updates. Fused kernels only.
+struct DeviceAdamW {
+  at::Tensor lr;                  // 0-dim fp32, on the parameters' device; set before each step
+  std::vector<at::Tensor> steps;  // per parameter group: 0-dim fp32, the steps done so far
+};
+// Makes every parameter's state where torch::optim::AdamW keeps it (zero moments at step 0 for
+// one without) and the device tensors, each group's count from that state. InvalidArgument when a
+// group's parameters are at different counts; FailedPrecondition without the fused kernels.
+absl::StatusOr<DeviceAdamW> MakeDeviceAdamW(torch::optim::AdamW& optimizer);
+// One fused AdamW step over every parameter of `optimizer` (each must have a gradient), with lr
+// and counts from `device`. The host state's counts are left alone: CountHostSteps after the step
+// has run keeps them (what checkpoints save) in step.
+void AdamWStepOnDevice(torch::optim::AdamW& optimizer, DeviceAdamW& device);
+void CountHostSteps(torch::optim::AdamW& optimizer);
 
 }  // namespace cart::train

@@ -7,11 +7,21 @@
 #include <cstring>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <stdexcept>
 #include <string_view>
 #include <vector>
 
+#include "common/strings.h"
 #include "model/layers.h"
+
+#if CART_TORCH_CUDA && TORCH_VERSION_MAJOR >= 2
+#include <c10/cuda/CUDAFunctions.h>
+#include <torch/csrc/autograd/profiler_kineto.h>
+#define CART_GPU_PROFILER 1
+#else
+#define CART_GPU_PROFILER 0
+#endif
 
 namespace cart::train {
 namespace {
@@ -106,6 +116,81 @@ WorkKind KindOfOp(std::string_view op) {
   }
   return WorkKind::kElementwise;
 }
+
+WorkKind KindOfKernel(std::string_view kernel) {
+  for (std::string_view part : {"flash", "fmha", "attention", "Attention"}) {
+    if (Contains(kernel, part)) return WorkKind::kAttention;
+  }
+  for (std::string_view part : {"multi_tensor_apply", "FusedAdam", "fused_adam", "_foreach"}) {
+    if (Contains(kernel, part)) return WorkKind::kOptimizer;
+  }
+  for (std::string_view part : {"gemm", "gemv", "Gemm", "cutlass", "xmma", "nvjet", "cublas"}) {
+    if (Contains(kernel, part)) return WorkKind::kMatmul;
+  }
+  return WorkKind::kElementwise;
+}
+
+#if CART_GPU_PROFILER
+
+namespace {
+
+void StartKineto() {
+  namespace impl = torch::profiler::impl;
+  const impl::ProfilerConfig config(impl::ProfilerState::KINETO);
+  const std::set<impl::ActivityType> activities = {impl::ActivityType::CUDA};
+  torch::autograd::profiler::prepareProfiler(config, activities);
+  torch::autograd::profiler::enableProfiler(config, activities);
+}
+
+}  // namespace
+
+absl::Status GpuStepProfiler::Available() {
+  if (c10::cuda::device_count() == 0) {
+    return absl::FailedPreconditionError("no CUDA device for LibTorch's Kineto profiler to time");
+  }
+  return absl::OkStatus();
+}
+
+GpuStepProfiler::GpuStepProfiler() {
+  if (!Available().ok()) throw std::logic_error("GpuStepProfiler without a CUDA device");
+  StartKineto();
+  running_ = true;
+}
+
+GpuStepProfiler::~GpuStepProfiler() {
+  if (running_) (void)torch::autograd::profiler::disableProfiler();
+}
+
+StepBreakdown GpuStepProfiler::Take() {
+  c10::cuda::device_synchronize();
+  std::unique_ptr<torch::autograd::profiler::ProfilerResult> result =
+      torch::autograd::profiler::disableProfiler();
+  running_ = false;
+  StepBreakdown out;
+  for (const torch::autograd::profiler::KinetoEvent& e : result->events()) {
+    if (e.deviceType() != c10::DeviceType::CUDA) continue;
+    out.seconds[KindOfKernel(e.name())] += static_cast<double>(e.durationNs()) * 1e-9;
+    ++out.ops;
+  }
+  StartKineto();
+  running_ = true;
+  return out;
+}
+
+#else  // no CUDA LibTorch 2.x: nothing to time kernels with
+
+absl::Status GpuStepProfiler::Available() {
+  return absl::FailedPreconditionError(StrCat(
+      "timing GPU kernels needs a CUDA LibTorch 2.x (its Kineto profiler); this build's LibTorch ",
+      TORCH_VERSION_MAJOR, ".", TORCH_VERSION_MINOR, CART_TORCH_CUDA ? "" : " has no CUDA"));
+}
+GpuStepProfiler::GpuStepProfiler() {
+  throw std::logic_error("GpuStepProfiler: no CUDA LibTorch 2.x in this build");
+}
+GpuStepProfiler::~GpuStepProfiler() = default;
+StepBreakdown GpuStepProfiler::Take() { return {}; }
+
+#endif
 
 StepProfiler::StepProfiler() {
   {

@@ -19,13 +19,16 @@
 // between ops, the data loader, the host read at the end of the step).
 //
 // On the CPU an op's wall time is its computation. On a GPU it is the time to launch its kernels,
-// not to run them; the breakdown refuses a CUDA device for that reason (the kernels' own times
-// need LibTorch's Kineto profiler, which this does not use).
+// not to run them: there GpuStepProfiler (below) takes the kernels' own times from LibTorch's
+// Kineto profiler instead.
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <string_view>
+
+#include "absl/status/status.h"
 
 namespace cart::train {
 
@@ -60,5 +63,32 @@ class StepProfiler {
 // The kind an op named `op` is charged to when nothing around it says otherwise (exposed for
 // tests).
 WorkKind KindOfOp(std::string_view op);
+
+// Where a step's time goes on a GPU: the time the device spent in the kernels (and copies) of each
+// kind, from LibTorch's Kineto profiler (CUPTI's kernel records), each kernel charged by its name
+// (KindOfKernel). `ops` counts kernels. The step's wall time less their total is the time the
+// device had nothing to run: launch overhead, host work, the read at the end of the step. Needs
+// a CUDA LibTorch 2.x and a CUDA device; Available says why not otherwise.
+class GpuStepProfiler {
+ public:
+  static absl::Status Available();
+  GpuStepProfiler();  // starts recording; throws std::logic_error when !Available()
+  ~GpuStepProfiler();
+  GpuStepProfiler(const GpuStepProfiler&) = delete;
+  GpuStepProfiler& operator=(const GpuStepProfiler&) = delete;
+
+  // Waits for the device, then returns what ran since construction or the last Take(), and
+  // starts afresh.
+  StepBreakdown Take();
+
+ private:
+  bool running_ = false;
+};
+
+// The kind a GPU kernel named `kernel` is charged to, by its name: attention for the fused
+// attention kernels (flash, memory-efficient / fmha), optimizer for the multi-tensor kernels
+// (fused AdamW, foreach norms and scaling), matmul for the GEMM kernels (cuBLAS, cuBLASLt,
+// CUTLASS), elementwise for the rest (norms, activations, the loss, copies).
+WorkKind KindOfKernel(std::string_view kernel);
 
 }  // namespace cart::train

@@ -30,6 +30,7 @@
 #include "model/language_model.h"
 #include "model/layers.h"
 #include "model/readout.h"
+#include "train/cuda_graph.h"
 #include "train/device.h"
 #include "train/eval.h"
 #include "train/precision.h"
@@ -101,6 +102,12 @@ class Trainer {
   // metrics.jsonl consistent with the returned step.
   absl::StatusOr<int64_t> RestoreOrInit();
   absl::StatusOr<StepResult> Step(double lr, bool log_step);
+  // The capturable step (TrainOptions::capturable_step, cuda_graph): its batch copied into fixed
+  // tensors, then FixedStepBody run, or recorded once and replayed.
+  absl::StatusOr<StepResult> FixedStep(double lr, bool log_step);
+  // What a graph records: forward and backward of every micro-batch, clipping, AdamW on the
+  // device's lr and counts, ρ; inputs and outputs in fixed_.
+  void FixedStepBody();
   MetricRecord StepMetrics(int64_t step, double lr, const StepResult& s, double tokens_per_s);
   absl::Status Emit(const MetricRecord& record);
   absl::Status Evaluate(int64_t step);
@@ -124,6 +131,19 @@ class Trainer {
   bool mixed_precision_ = false;
   StepKernels step_kernels_ = StepKernels::kPerTensor;
   bool merged_projections_ = false;  // model/layers.h MergesProjections
+  // The capturable step's tensors, made at its first step.
+  struct FixedTensors {
+    std::vector<torch::Tensor> x, y;  // per micro-batch, on the device
+    DeviceAdamW adamw;
+    std::vector<torch::Tensor> losses;  // per micro-batch
+    torch::Tensor grad_norm;
+    model::DiagnosticTensors diag;
+  };
+  bool fixed_step_ = false;  // capturable_step or cuda_graph
+  std::optional<FixedTensors> fixed_;
+  int64_t fixed_steps_ = 0;           // run in this attempt
+  std::unique_ptr<CudaGraph> graph_;  // cuda_graph: its stream is current for the run
+  bool graph_failed_ = false;         // recording failed: the steps go on without it
   TrainResult result_;
   // The copy of model and optimizer being written in the background (its memory kept for the
   // next), and that write. Declared last: a trainer leaving on an error waits for the write (the
@@ -294,6 +314,19 @@ absl::Status Trainer::Prepare() {
   merged_projections_ = options_.merged_projections.value_or(DefaultMergedProjections(device_));
   Log(merged_projections_ ? "projections: merged (q with kv_down, k_up with v_up, gate with up)"
                           : "projections: one matmul each");
+  fixed_step_ = options_.capturable_step || options_.cuda_graph;
+  if (fixed_step_ && step_kernels_ != StepKernels::kFused) {
+    return absl::FailedPreconditionError(
+        StrCat(options_.cuda_graph ? "a CUDA graph" : "the capturable step",
+               " needs the fused optimizer step (LibTorch 2.4 or newer; train/optimizer.h)"));
+  }
+  if (options_.cuda_graph) {
+    CART_RETURN_IF_ERROR(CudaGraph::Check(device_));
+    Log(StrCat("step: recorded as a CUDA graph after ", kEagerStepsBeforeGraph,
+               " steps and replayed (docs/gpu.md \"CUDA graphs\")"));
+  } else if (options_.capturable_step) {
+    Log("step: the capturable step, without a graph");
+  }
 
   CART_ASSIGN_OR_RETURN(data::TokenFile train_file, data::TokenFile::Open(config_.data.train_data));
   train_file_.emplace(std::move(train_file));
@@ -364,6 +397,7 @@ absl::StatusOr<int64_t> Trainer::RestoreOrInit() {
 }
 
 absl::StatusOr<Trainer::StepResult> Trainer::Step(double lr, bool log_step) {
+  if (fixed_step_) return FixedStep(lr, log_step);
   for (auto& group : optimizer_->param_groups()) {
     static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
   }
@@ -424,6 +458,96 @@ absl::StatusOr<Trainer::StepResult> Trainer::Step(double lr, bool log_step) {
   return s;
 }
 
+void Trainer::FixedStepBody() {
+  FixedTensors& f = *fixed_;
+  f.losses.assign(f.x.size(), torch::Tensor());
+  for (size_t a = 0; a < f.x.size(); ++a) {
+    model::ForwardOptions fo;
+    fo.loops = config_.model.R;
+    fo.diagnostics = a + 1 == f.x.size();  // every step: a graph holds one shape of work
+    torch::Tensor loss;
+    {
+      MixedPrecisionScope scope(mixed_precision_, device_);
+      torch::Tensor logits = model_->Forward(f.x[a], fo, &f.diag);
+      loss = torch::nn::functional::cross_entropy(
+          logits.view({-1, logits.size(-1)}).to(torch::kFloat32), f.y[a].view({-1}));
+    }
+    (loss / static_cast<double>(f.x.size())).backward();
+    f.losses[a] = loss.detach();
+  }
+  RECORD_FUNCTION(kOptimizerScope, std::vector<c10::IValue>());  // train/step_profile.h
+  f.grad_norm = ClipGradNorm(model_->parameters(), config_.train.clip, StepKernels::kFused);
+  AdamWStepOnDevice(*optimizer_, f.adamw);
+  f.diag.rho = model_->RhoTensor();
+}
+
+absl::StatusOr<Trainer::StepResult> Trainer::FixedStep(double lr, bool log_step) {
+  if (!fixed_) {
+    CART_ASSIGN_OR_RETURN(DeviceAdamW adamw, MakeDeviceAdamW(*optimizer_));
+    fixed_.emplace();
+    fixed_->adamw = std::move(adamw);
+    const auto ids = torch::TensorOptions().dtype(torch::kInt64).device(device_);
+    for (int64_t a = 0; a < config_.train.accum; ++a) {
+      fixed_->x.push_back(torch::empty({config_.train.batch, config_.train.seq_len}, ids));
+      fixed_->y.push_back(torch::empty({config_.train.batch, config_.train.seq_len}, ids));
+    }
+  }
+  FixedTensors& f = *fixed_;
+  for (int64_t a = 0; a < config_.train.accum; ++a) {
+    CART_ASSIGN_OR_RETURN(Batch batch, reader_->Next(config_.train.batch));
+    f.x[a].copy_(ToDevice(batch.x, device_));
+    f.y[a].copy_(ToDevice(batch.y, device_));
+  }
+  f.adamw.lr.fill_(lr);
+  if (snapshot_) snapshot_->BeforeUpdate();  // a checkpoint's copies read these weights
+  if (graph_ && !graph_failed_ && !graph_->captured() && fixed_steps_ >= kEagerStepsBeforeGraph) {
+    // Gradients unset, so that the recorded backward makes them in the graph's memory, where
+    // every replay writes them again.
+    model_->zero_grad(/*set_to_none=*/true);
+    absl::Status recorded = graph_->Capture([this] { FixedStepBody(); });
+    if (recorded.ok()) {
+      Log(StrCat("step recorded as a CUDA graph at step ", fixed_steps_ + 1,
+                 " of this attempt; replayed from now on"));
+    } else {
+      graph_failed_ = true;
+      Log(StrCat(Message(recorded), "; training goes on without a graph"));
+    }
+  }
+  if (graph_ && graph_->captured()) {
+    graph_->Replay();
+  } else {
+    model_->zero_grad(/*set_to_none=*/true);
+    FixedStepBody();
+  }
+  CountHostSteps(*optimizer_);
+  ++fixed_steps_;
+
+  std::vector<torch::Tensor> read = f.losses;
+  read.push_back(f.grad_norm);
+  if (log_step) {
+    read.push_back(f.diag.rho);
+    read.insert(read.end(), f.diag.h_norm.begin(), f.diag.h_norm.end());
+    read.insert(read.end(), f.diag.rel_update.begin(), f.diag.rel_update.end());
+  }
+  const std::vector<double> host = model::ReadToHost(read);
+  StepResult s;
+  size_t i = 0;
+  double loss_sum = 0;
+  for (; i < f.losses.size(); ++i) loss_sum += host[i];
+  s.loss = loss_sum / static_cast<double>(config_.train.accum);
+  s.grad_norm = host[i++];
+  if (log_step) {
+    if (f.diag.rho.defined()) {
+      s.diag.rho_max = host[i++];
+      s.diag.rho_mean = host[i++];
+      s.diag.rho_min = host[i++];
+    }
+    for (size_t r = 0; r < f.diag.h_norm.size(); ++r) s.diag.h_norm.push_back(host[i++]);
+    for (size_t r = 0; r < f.diag.rel_update.size(); ++r) s.diag.rel_update.push_back(host[i++]);
+  }
+  return s;
+}
+
 MetricRecord Trainer::StepMetrics(int64_t step, double lr, const StepResult& s,
                                   double tokens_per_s) {
   MetricRecord r;
@@ -457,6 +581,7 @@ absl::StatusOr<TrainResult> Trainer::Run() {
   model_->to(device_);
   model_->train();
   model::SetMergedProjections(*model_, merged_projections_);
+  if (options_.cuda_graph) graph_ = std::make_unique<CudaGraph>(device_);  // its stream from here
   BuildOptimizer();
   if (options_.background_checkpoints) {  // the copy a checkpoint is taken into, on the host
     CART_ASSIGN_OR_RETURN(std::shared_ptr<model::LanguageModel> copy,

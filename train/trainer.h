@@ -50,6 +50,16 @@ struct TrainOptions {
   // Projections that read one input as one matmul (model/layers.h MergesProjections); unset:
   // DefaultMergedProjections(device). Set by tests and `cart model bench` to compare.
   std::optional<bool> merged_projections;
+  // Record the training step as a CUDA graph after kEagerStepsBeforeGraph steps and replay it
+  // from then on (train/cuda_graph.h; docs/gpu.md "CUDA graphs"): needs a CUDA device and the
+  // fused step kernels, and trains the capturable step (below). Off by default until a GPU has
+  // measured it. A step the graph cannot hold is said in the log and training goes on without.
+  bool cuda_graph = false;
+  // The step a graph records, run as it is, on any device: inputs copied into fixed tensors, the
+  // learning rate and AdamW's step counts on the device, ρ and the per-loop norms every step.
+  // Tests compare it with the usual step; with cuda_graph it is what the steps before the
+  // recording run, so that a replay and an eager step run the same kernels.
+  bool capturable_step = false;
   // False: no checkpoint is written, not even the last (benchmarks: `cart model bench`). A run
   // trained so cannot be resumed.
   bool write_checkpoints = true;
@@ -72,6 +82,11 @@ struct TrainOptions {
   // training leaves instead of slowing the steps beside it. 0: the process's.
   int background_niceness = 10;
 };
+
+// How many steps of a run (or of a resumed attempt) train before its step is recorded as a CUDA
+// graph (TrainOptions::cuda_graph): they set up what recording needs (cuBLAS's workspace on the
+// graph's stream, the allocator's blocks).
+inline constexpr int64_t kEagerStepsBeforeGraph = 3;
 
 // Where the loss became non-finite.
 struct Divergence {

@@ -174,7 +174,7 @@ const EnvironmentItems& ProcessEnvironment() {
 
 EnvironmentItems AttemptEnvironment(const DeviceDescription& device,
                                     const std::string& torch_device, const std::string& precision,
-                                    int64_t threads) {
+                                    int64_t threads, bool cuda_graph) {
   EnvironmentItems items = ProcessEnvironment();
   auto add = [&items](const char* key, const std::string& value) {
     if (!value.empty()) items.emplace_back(key, OneLine(value));
@@ -195,6 +195,7 @@ EnvironmentItems AttemptEnvironment(const DeviceDescription& device,
   add("step.optimizer", train::StepKernelsName(train::DefaultStepKernels()));
   add("step.projections",
       train::DefaultMergedProjections(c10::Device(torch_device)) ? "merged" : "separate");
+  add("step.graph", cuda_graph ? "cuda graph" : "none");
   add("threads", threads > 0 ? StrCat(threads) : std::string("all cores"));
   return items;
 }

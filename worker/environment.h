@@ -24,10 +24,11 @@ const EnvironmentItems& ProcessEnvironment();
 
 // What one attempt runs on: the process's items, then its device (`device`: the worker's, GPU
 // fields from NVML), the LibTorch device it trains on, its precision, the step's optimizer and
-// projection kernels (train/optimizer.h, model/layers.h) and its thread setting.
+// projection kernels (train/optimizer.h, model/layers.h), whether its step is replayed as a CUDA
+// graph (train/cuda_graph.h) and its thread setting.
 EnvironmentItems AttemptEnvironment(const DeviceDescription& device,
                                     const std::string& torch_device, const std::string& precision,
-                                    int64_t threads);
+                                    int64_t threads, bool cuda_graph = false);
 
 // The items of the LibTorch build configuration text (at::show_config()'s "Build settings")
 // this record uses: torch.version, torch.commit, torch.cuda, torch.cudnn, torch.blas.

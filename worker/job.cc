@@ -313,6 +313,7 @@ JobEnd Session::Train() {
   // The loop serializes each checkpoint into memory; a thread writes it (docs/design.md
   // "Storage"): a GPU waits for the copy to the host, not for the disk.
   options.background_checkpoints = !env_.write_inline;
+  options.cuda_graph = env_.cuda_graph;
   // Old local checkpoints are deleted on the upload thread (StartUploader runs before Train).
   options.discard_checkpoint = [this](const std::string& path) { uploader_->Discard(path); };
   options.on_metrics = [this](const train::MetricRecord& r) { OnMetrics(r); };
@@ -520,7 +521,8 @@ JobEnd Session::Run() {
         StrCat(bf16 ? "bf16 autocast" : "fp32", " (dtype ", ToString(config->train.dtype), ")");
     if (threads <= 0) threads = config->train.threads;
   }
-  channel_.SetEnvironment(AttemptEnvironment(env_.device, env_.torch_device, precision, threads));
+  channel_.SetEnvironment(
+      AttemptEnvironment(env_.device, env_.torch_device, precision, threads, env_.cuda_graph));
   // The attempt's energy, from the start of its work (docs/operations.md "Energy").
   std::unique_ptr<EnergyMeter> meter = env_.energy_meter ? env_.energy_meter() : nullptr;
   if (meter != nullptr && !meter->source().empty()) {

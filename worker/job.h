@@ -66,6 +66,9 @@ struct JobEnvironment {
   // (train::TrainOptions::background_checkpoints); `write_inline`: the loop writes it itself
   // (cart-worker --write-checkpoints-inline, as before, for measuring the difference).
   bool write_inline = false;
+  // Training runs record their step as a CUDA graph and replay it (train::TrainOptions::cuda_graph;
+  // cart-worker --cuda-graph, off by default).
+  bool cuda_graph = false;
   // How long a final checkpoint cartd refuses for space is retried before the attempt fails.
   int64_t space_wait_ms = 600'000;
   // The worker's own disk floor (WorkerConfig::min_free_disk_mib): an attempt that fails while

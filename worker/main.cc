@@ -112,6 +112,10 @@ int main(int argc, char** argv) {
                "Make the training loop write each checkpoint to local disk itself instead of "
                "serializing it into memory for a thread to write (for measuring the difference: "
                "bench/checkpoint_upload.sh)");
+  app.add_flag("--cuda-graph", config.cuda_graph,
+               "Record each training run's step as a CUDA graph after its first steps and replay "
+               "it (one launch instead of thousands; needs a CUDA LibTorch 2.4+). Off by default: "
+               "no GPU has measured it yet (docs/gpu.md \"CUDA graphs\")");
   app.add_option("--sample-interval", config.sample_interval_s,
                  "Seconds between two readings of the device (utilisation, memory, temperature, "
                  "power, clocks; CPU use on a CPU) sent to cartd, running or idle (0: none)")

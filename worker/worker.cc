@@ -168,6 +168,11 @@ absl::Status RunWorker(const WorkerConfig& config, const std::atomic<bool>& shut
   }
   reg.mutable_device()->set_speed_factor(config.speed_factor);
   reg.mutable_device()->set_uuid(device.uuid);
+  const config::MemoryKernels kernels = train::KernelsOn(
+      device.kind == "cuda" ? c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(device.index))
+                            : c10::Device(c10::kCPU));
+  reg.mutable_device()->set_libtorch_major(kernels.libtorch_major);
+  reg.mutable_device()->set_merged_projections(kernels.merged_projections);
   reg.set_version(kVersion);
   reg.set_protocol(kWorkerProtocol);
   cart::v1::RegisterWorkerResponse timing;
@@ -249,6 +254,7 @@ absl::Status RunWorker(const WorkerConfig& config, const std::atomic<bool>& shut
   env.space_wait_ms = config.space_wait_s * 1000;
   env.upload_inline = config.upload_inline;
   env.write_inline = config.write_inline;
+  env.cuda_graph = config.cuda_graph;
   env.shared_store_mount = config.shared_artifacts;
 
   env.min_free_disk_mib = config.min_free_disk_mib;

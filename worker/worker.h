@@ -51,6 +51,7 @@ struct WorkerConfig {
   int64_t min_free_disk_mib = 1024;
   bool upload_inline = false;  // wait for each checkpoint's upload (JobEnvironment)
   bool write_inline = false;   // the training loop writes each checkpoint itself (JobEnvironment)
+  bool cuda_graph = false;     // record each training step as a CUDA graph (JobEnvironment)
   // Where this box mounts cartd's shared artifact store; empty: at cartd's path; "off": never.
   std::string shared_artifacts;
   // How often the device is read and reported to cartd, running or idle (worker/device_watch.h);

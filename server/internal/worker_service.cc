@@ -413,6 +413,10 @@ absl::Status CheckRegistrationBounds(const v1::RegisterWorkerRequest& request) {
         StrCat(who, "device.memory_reserve_mib (", device.memory_reserve_mib(),
                ") is more than device.memory_mib (", device.memory_mib(), ")"));
   }
+  if (device.libtorch_major() < 0 || device.libtorch_major() > 99) {
+    return absl::InvalidArgumentError(StrCat(
+        who, "device.libtorch_major is ", device.libtorch_major(), "; allowed 0 (not said) to 99"));
+  }
   if (request.free_disk_mib() < 0 || request.free_disk_mib() > kMostDiskMib) {
     return absl::InvalidArgumentError(
         StrCat(who, "free_disk_mib is ", request.free_disk_mib(), "; allowed 0 to ", kMostDiskMib));
@@ -481,6 +485,8 @@ grpc::Status WorkerServiceImpl::RegisterWorker(grpc::ServerContext* context,
   worker.free_disk_bytes = request->free_disk_mib() * kMiB;
   worker.uuid = request->device().uuid();
   worker.speed_factor = request->device().speed_factor();
+  worker.libtorch_major = request->device().libtorch_major();
+  worker.merged_projections = request->device().merged_projections();
   absl::StatusOr<WorkerTiming> timing = ctx_.scheduler->RegisterWorker(worker);
   if (!timing.ok()) return ToGrpc(timing.status());
   response->set_lease_ttl_ms(absl::ToInt64Milliseconds(timing->lease_ttl));

@@ -38,13 +38,16 @@ TEST(ModelCliTest, ParamsPrintsTheSpecCountsAsJson) {
 // one row per width, its FLOPs those of `cart model params`, MFU against the given peak, and
 // the process's peak memory beside the fp32 estimate.
 TEST(ModelCliTest, BenchMeasuresTheTrainingStepOfEachWidth) {
-  const std::string shape = " --set P=1 --set R=2 --set seq_len=32 --set batch=2 --set vocab=256";
+  const std::string shape =
+      " --set P=1 --set R=2 --set seq_len=32 --set batch=2 --set accum=1 --set vocab=256";
   auto [code, out] = Cart("model bench --device cpu --d 64,128 --steps 2 --warmup 1" + shape +
                           " --peak-tflops 0.5 --json");
   ASSERT_EQ(code, 0) << out;
   nlohmann::json j = nlohmann::json::parse(out);
   EXPECT_EQ(j["device"], "cpu");
   EXPECT_FALSE(j["mixed_precision_bf16"].get<bool>());  // dtype auto: fp32 on the CPU
+  // Estimated for the kernels this build runs on the CPU (docs/model.md §5).
+  EXPECT_THAT(j["estimate_kernels"].get<std::string>(), HasSubstr("CPU, separate projections"));
   ASSERT_EQ(j["rows"].size(), 2u);
   for (size_t i = 0; i < 2; ++i) {
     const nlohmann::json& row = j["rows"][i];
@@ -69,7 +72,7 @@ TEST(ModelCliTest, BenchMeasuresTheTrainingStepOfEachWidth) {
     // the two AdamW moments, 16 bytes per stored parameter, are held at once.
     EXPECT_EQ(row["peak_kind"], "allocated");
     EXPECT_GE(row["peak_bytes"].get<int64_t>(), 16 * p["stored"].get<int64_t>());
-    // fp32 activations: more than the bf16 figure `model params` prints.
+    // fp32 activations: more than the bf16 figure `model params` prints (a GPU worker's).
     EXPECT_GT(row["estimate_bytes"].get<int64_t>(), p["train_memory_bytes_bf16"].get<int64_t>());
     EXPECT_TRUE(std::isfinite(row["final_loss"].get<double>()));
     EXPECT_FALSE(row.contains("paper_rtx3090_tokens_per_s"));  // not the paper's shape

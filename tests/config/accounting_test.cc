@@ -97,12 +97,66 @@ TEST(AccountingTest, TrainingFlopsAreThreeTimesForwardAndGrowWithLoops) {
 
 TEST(AccountingTest, MemoryEstimateGrowsWithWidthBatchAndFp32) {
   const ModelConfig m = Paper(512);
-  const int64_t base = EstimateTrainingBytes(m, 1024, 8, true);
-  EXPECT_GT(EstimateTrainingBytes(m, 1024, 16, true), base);
-  EXPECT_GT(EstimateTrainingBytes(m, 1024, 8, false), base);
-  EXPECT_GT(EstimateTrainingBytes(Paper(1024), 1024, 8, true), base);
+  const MemoryKernels k = GpuWorkerKernels();
+  const int64_t base = EstimateTrainingBytes(m, {1024, 8, 1, true}, k);
+  EXPECT_GT(EstimateTrainingBytes(m, {1024, 16, 1, true}, k), base);
+  EXPECT_GT(EstimateTrainingBytes(m, {1024, 8, 1, false}, k), base);
+  EXPECT_GT(EstimateTrainingBytes(Paper(1024), {1024, 8, 1, true}, k), base);
   // At least the 16 bytes of weights, gradients and moments per stored parameter.
   EXPECT_GT(base, 16 * CountParams(m).stored);
+}
+
+// What the kernels keep (docs/model.md §5 "Training memory"): written-out attention keeps a
+// T x T tensor per head, block and sequence that a fused kernel does not, so the gap grows with
+// T^2; held gradients (accumulation) add 4 bytes a parameter at most.
+TEST(AccountingTest, WrittenOutAttentionKeepsTheTxTTensorsAFusedKernelDoesNot) {
+  const ModelConfig m = Paper(512);
+  MemoryKernels fused;  // LibTorch 2.x on CUDA, merged
+  MemoryKernels math = fused;
+  math.libtorch_major = 1;
+  const double blocks = m.P + 1 + m.R;
+  for (int64_t T : {1024, 4096}) {
+    const double probs = blocks * 2 * m.n_heads() * static_cast<double>(T * T) * 6;  // bf16
+    const int64_t gap = EstimateTrainingBytes(m, {T, 2, 1, true}, math) -
+                        EstimateTrainingBytes(m, {T, 2, 1, true}, fused);
+    EXPECT_GT(static_cast<double>(gap), probs) << "T " << T;
+    EXPECT_LT(static_cast<double>(gap), probs * 1.25) << "T " << T;
+  }
+  const int64_t one = EstimateTrainingBytes(m, {1024, 2, 1, true}, fused);
+  const int64_t held = EstimateTrainingBytes(m, {1024, 2, 4, true}, fused);
+  EXPECT_GT(held, one);
+  EXPECT_LE(held - one, 4 * CountParams(m).stored);
+  EXPECT_EQ(DescribeKernels(math), "LibTorch 1.x, CUDA, merged projections");
+  // Where gradients outweigh activations (a small model, short sequences), holding them between
+  // micro-batches costs more than the activations a smaller micro-batch saves: the least memory a
+  // run trains in is then the whole global batch at once, never more than as configured (the
+  // store refuses a run whose floor is above its estimate).
+  RunConfig small;
+  small.model.d = 64;
+  for (const auto& [vocab, seq_len] : {std::pair{256, 32}, std::pair{32000, 8}}) {
+    small.model.vocab = vocab;
+    small.train.seq_len = seq_len;
+    for (const auto& [batch, accum] : {std::pair{8, 1}, std::pair{2, 4}, std::pair{1, 8}}) {
+      small.train.batch = batch;
+      small.train.accum = accum;
+      EXPECT_LE(MinTrainingBytes(small, fused), EstimateTrainingBytes(small, fused))
+          << "vocab " << vocab << ", " << batch << " x " << accum;
+    }
+  }
+  // vocab 32,000 at T 8, a global batch of 2: 4 bytes of gradient per parameter (8 MiB) outweigh
+  // one sequence's activations (under 4 MiB).
+  small.train.batch = 2;
+  small.train.accum = 1;
+  EXPECT_EQ(MinTrainingBytes(small, fused), EstimateTrainingBytes(small, fused));
+  EXPECT_EQ(FitMicroBatch(small, EstimateTrainingBytes(small, fused), fused)->batch, 2);
+  small.train.batch = 1;
+  small.train.accum = 2;  // the same global batch, configured with accumulation
+  EXPECT_EQ(FitMicroBatch(small, MinTrainingBytes(small, fused), fused, 2)->batch, 2);
+  EXPECT_TRUE(UsesBf16(DType::kAuto, fused));
+  MemoryKernels cpu = fused;
+  cpu.cuda = false;
+  EXPECT_FALSE(UsesBf16(DType::kAuto, cpu));
+  EXPECT_TRUE(UsesBf16(DType::kBFloat16, cpu));
 }
 
 }  // namespace

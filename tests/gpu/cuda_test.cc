@@ -201,6 +201,39 @@ TEST_F(CudaTrainTest, ResumeOnTheGpuContinuesFromItsCheckpoint) {
   for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 0.05) << "log line " << i;
 }
 
+// A step recorded as a CUDA graph (TrainOptions::cuda_graph) trains as the same step run without
+// the graph: the replays run the kernels the eager capturable steps ran, so the losses follow the
+// capturable run closely (atomics in backward make CUDA runs differ in the last bits), the log
+// says the step was recorded, and a run resumed from a graph run's checkpoint records it again.
+TEST_F(CudaTrainTest, AStepRecordedAsACudaGraphTrainsAsTheStepWithout) {
+  SKIP_WITHOUT_CUDA();
+  config_.train.eval_every = 0;
+  TrainOptions plain;
+  plain.out_dir = dir_.File("capturable");
+  plain.device = "cuda:0";
+  plain.capturable_step = true;
+  ASSERT_TRUE(Train(config_, plain).ok());
+  TrainOptions graph = plain;
+  graph.out_dir = dir_.File("graph");
+  graph.capturable_step = false;
+  graph.cuda_graph = true;
+  graph.stop_after = 60;
+  std::vector<std::string> logs;
+  graph.on_log = [&logs](const std::string& s) { logs.push_back(s); };
+  auto first = Train(config_, graph);
+  ASSERT_TRUE(first.ok()) << first.status();
+  graph.stop_after = 0;
+  graph.resume = true;
+  auto rest = Train(config_, graph);
+  ASSERT_TRUE(rest.ok()) << rest.status();
+  int recorded = 0;
+  for (const std::string& l : logs) recorded += l.find("step recorded as a CUDA graph") == 0;
+  EXPECT_EQ(recorded, 2) << "once per attempt";
+  std::vector<double> a = Losses(plain.out_dir), b = Losses(graph.out_dir);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 0.05) << "log line " << i;
+}
+
 // A background checkpoint (the worker's) copies from the GPU on a side stream into page-locked
 // memory while training goes on (train::HostCopies): the snapshot must hold the weights and
 // moments of the step it was taken at, to the bit, even though the next optimizer step is queued

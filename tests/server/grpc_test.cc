@@ -136,6 +136,8 @@ TEST_F(GrpcTest, AWorkersRegistrationIsBoundedFieldByField) {
       {[](auto& r) { r.set_free_disk_mib(-1); }, "free_disk_mib is -1"},
       {[](auto& r) { r.mutable_device()->set_speed_factor(5e-324); },
        "speed_factor must be 0 (measure it) or between 1e-6 and 1000"},
+      {[](auto& r) { r.mutable_device()->set_libtorch_major(200); },
+       "device.libtorch_major is 200; allowed 0 (not said) to 99"},
   };
   for (const Case& c : cases) {
     const grpc::Status refused = attempt(c.change);

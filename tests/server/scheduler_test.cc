@@ -132,6 +132,9 @@ class SchedulerTest : public ::testing::Test {
     worker.device_name = StrCat("gpu-", memory / kGiB, "g");
     worker.memory_bytes = memory;
     worker.memory_reserve_bytes = reserve;
+    // As cart-worker reports its kernels: a CUDA LibTorch 2.x merges projections on a card.
+    worker.libtorch_major = 2;
+    worker.merged_projections = kind == "cuda";
     CART_ASSERT_OK(scheduler_->RegisterWorker(worker).status());
   }
 
@@ -211,8 +214,10 @@ seeds: [1]
   const store::RunRecord& run = sweep.runs[0];
   CART_ASSERT_OK_AND_ASSIGN(config::RunConfig config,
                             config::ParseRunConfigYaml(run.config_yaml, "run"));
-  const int64_t at2 = config::EstimateTrainingBytes(config.model, 512, 2, /*bf16=*/true);
-  const int64_t at1 = config::EstimateTrainingBytes(config.model, 512, 1, /*bf16=*/true);
+  // On a GPU worker's kernels, the global batch of 8 kept by accumulation.
+  const config::MemoryKernels gpu = config::GpuWorkerKernels();
+  const int64_t at2 = config::EstimateTrainingBytes(config.model, {512, 2, 4, true}, gpu);
+  const int64_t at1 = config::EstimateTrainingBytes(config.model, {512, 1, 8, true}, gpu);
   EXPECT_EQ(run.min_memory_bytes, at1);
   ASSERT_LT(at2, run.memory_estimate_bytes);
 
@@ -256,8 +261,9 @@ seeds: [1, 2, 3]
   ASSERT_EQ(sweep.runs.size(), 3u);
   CART_ASSERT_OK_AND_ASSIGN(config::RunConfig config,
                             config::ParseRunConfigYaml(sweep.runs[0].config_yaml, "run"));
-  auto bytes = [&](int64_t b) {
-    return config::EstimateTrainingBytes(config.model, 256, b, /*bf16=*/true);
+  auto bytes = [&](int64_t b) {  // a GPU worker's estimate at micro-batch b, global batch 12
+    return config::EstimateTrainingBytes(config.model, {256, b, b >= 12 ? 1 : 12 / b, true},
+                                         config::GpuWorkerKernels());
   };
   auto sent = [&](const std::optional<Job>& job) {
     auto c = config::ParseRunConfigYaml(job->run.config_yaml, "job");
@@ -288,6 +294,51 @@ seeds: [1, 2, 3]
 
 // A card's whole memory is not the run's: the CUDA context, cuBLAS's workspace and a desktop take
 // their share. By default cartd keeps max(1 GiB, 10 %) free; a worker can set its own reserve.
+// Each worker is fitted by the kernels it reported (docs/model.md §5 "Training memory"): LibTorch
+// 1.x writes attention out and keeps T x T probabilities that a 2.x fused kernel does not, so at a
+// long sequence the same memory takes a smaller micro-batch on a 1.x worker; a worker that said
+// nothing (a release before the field) is counted as 1.x, the larger estimate.
+TEST_F(SchedulerTest, EachWorkerIsFittedByTheKernelsItReported) {
+  SubmitResult sweep = Submit(R"(name: kernels
+base: {vocab: 1000, d: 128, P: 1, R: 2, steps: 10, seq_len: 2048, batch: 8, accum: 1}
+seeds: [1, 2]
+)");
+  ASSERT_EQ(sweep.runs.size(), 2u);
+  CART_ASSERT_OK_AND_ASSIGN(config::RunConfig config,
+                            config::ParseRunConfigYaml(sweep.runs[0].config_yaml, "run"));
+  const config::MemoryKernels gpu = config::GpuWorkerKernels();
+  config::MemoryKernels old = gpu;
+  old.libtorch_major = 1;
+  old.merged_projections = false;
+  // Room for a micro-batch of 4 on a GPU worker's kernels, not on LibTorch 1.x's.
+  const int64_t memory = config::EstimateTrainingBytes(config.model, {2048, 4, 2, true}, gpu);
+  ASSERT_GT(config::EstimateTrainingBytes(config.model, {2048, 2, 4, true}, old), memory);
+  auto sent = [](const Job& job) {
+    auto c = config::ParseRunConfigYaml(job.run.config_yaml, "job");
+    EXPECT_TRUE(c.ok()) << c.status();
+    return std::pair{c->train.batch, c->train.accum};
+  };
+  Register("new", memory);  // reports LibTorch 2, merged (the fixture's CUDA workers)
+  std::optional<Job> fitted = AcquireNow("new");
+  ASSERT_TRUE(fitted.has_value());
+  EXPECT_EQ(sent(*fitted), (std::pair<int64_t, int64_t>{4, 2}));
+
+  WorkerInfo silent;  // says nothing of its kernels
+  silent.id = "silent";
+  silent.device_kind = "cuda";
+  silent.device_name = "gpu-old";
+  silent.memory_bytes = memory;
+  silent.memory_reserve_bytes = 0;
+  CART_ASSERT_OK(scheduler_->RegisterWorker(silent).status());
+  std::optional<Job> smaller = AcquireNow("silent");
+  ASSERT_TRUE(smaller.has_value());
+  EXPECT_EQ(sent(*smaller), (std::pair<int64_t, int64_t>{1, 8}));
+  CART_ASSERT_OK_AND_ASSIGN(std::vector<store::LogLine> log, store_->RunLog(smaller->run.id, 0, 0));
+  ASSERT_EQ(log.size(), 1u);
+  EXPECT_THAT(log[0].text, HasSubstr("estimate on LibTorch 1.x, CUDA, separate projections"));
+  EXPECT_EQ(config::DescribeKernels(KernelsOf(silent)), config::DescribeKernels(old));
+}
+
 TEST_F(SchedulerTest, RunsAreFittedIntoTheMemoryTheReserveLeaves) {
   EXPECT_EQ(config::DefaultMemoryReserveBytes(8 * kGiB), kGiB);
   EXPECT_EQ(config::DefaultMemoryReserveBytes(24 * kGiB), 24 * kGiB / 10);
@@ -313,7 +364,7 @@ seeds: [1, 2]
                             config::ParseRunConfigYaml(job->run.config_yaml, "job"));
   EXPECT_LT(sent.train.batch, 16);
   EXPECT_EQ(sent.train.batch * sent.train.accum, 16);
-  EXPECT_LE(config::EstimateTrainingBytes(sent.model, 2048, sent.train.batch, /*bf16=*/true),
+  EXPECT_LE(config::EstimateTrainingBytes(sent, config::GpuWorkerKernels()),
             config::UsableMemoryBytes(card, -1));
   CART_ASSERT_OK_AND_ASSIGN(std::vector<store::WorkerRecord> workers, store_->ListWorkers());
   ASSERT_EQ(workers.size(), 1u);
@@ -335,26 +386,30 @@ TEST(FitMicroBatchTest, LargestDivisorOfTheGlobalBatchThatFitsNeverAboveTheConfi
   c.train.seq_len = 512;
   c.train.batch = 6;
   c.train.accum = 2;  // global 12: micro-batches 6, 4, 3, 2, 1 keep it
-  auto bytes = [&](int64_t b) { return config::EstimateTrainingBytes(c.model, 512, b, true); };
-  EXPECT_EQ(config::FitMicroBatch(c, bytes(6))->batch, 6);
-  EXPECT_EQ(config::FitMicroBatch(c, bytes(100))->batch, 6);  // never above the configured
-  auto five = config::FitMicroBatch(c, bytes(5));             // 5 does not divide 12
+  const config::MemoryKernels k = config::GpuWorkerKernels();
+  // At micro-batch b with the gradients held between micro-batches (b below the global batch).
+  auto bytes = [&](int64_t b) {
+    return config::EstimateTrainingBytes(c.model, {512, b, b >= 12 ? 1 : 2, true}, k);
+  };
+  EXPECT_EQ(config::FitMicroBatch(c, bytes(6), k)->batch, 6);
+  EXPECT_EQ(config::FitMicroBatch(c, bytes(100), k)->batch, 6);  // never above the configured
+  auto five = config::FitMicroBatch(c, bytes(5), k);             // 5 does not divide 12
   ASSERT_TRUE(five.has_value());
   EXPECT_EQ(five->batch, 4);
   EXPECT_EQ(five->accum, 3);
   EXPECT_EQ(five->bytes, bytes(4));
-  EXPECT_EQ(config::FitMicroBatch(c, bytes(1))->accum, 12);
-  EXPECT_FALSE(config::FitMicroBatch(c, bytes(1) - 1).has_value());
+  EXPECT_EQ(config::FitMicroBatch(c, bytes(1), k)->accum, 12);
+  EXPECT_FALSE(config::FitMicroBatch(c, bytes(1) - 1, k).has_value());
   // Allowed up to the global batch, it raises where the memory has room.
-  EXPECT_EQ(config::FitMicroBatch(c, bytes(12), 12)->batch, 12);
-  EXPECT_EQ(config::FitMicroBatch(c, bytes(12), 12)->accum, 1);
-  EXPECT_EQ(config::FitMicroBatch(c, bytes(11), 12)->batch, 6);     // the largest divisor that fits
-  EXPECT_EQ(config::FitMicroBatch(c, bytes(100), 100)->batch, 12);  // never above the global
-  EXPECT_EQ(config::MinTrainingBytes(c), bytes(1));
+  EXPECT_EQ(config::FitMicroBatch(c, bytes(12), k, 12)->batch, 12);
+  EXPECT_EQ(config::FitMicroBatch(c, bytes(12), k, 12)->accum, 1);
+  EXPECT_EQ(config::FitMicroBatch(c, bytes(11), k, 12)->batch, 6);  // the largest divisor that fits
+  EXPECT_EQ(config::FitMicroBatch(c, bytes(100), k, 100)->batch, 12);  // never above the global
+  EXPECT_EQ(config::MinTrainingBytes(c, k), bytes(1));
   // A huge batch on a small device: the largest power-of-two divisor of 2^20 that fits.
   c.train.batch = 1 << 20;
   c.train.accum = 1;
-  auto huge = config::FitMicroBatch(c, bytes(1000));
+  auto huge = config::FitMicroBatch(c, bytes(1000), k);
   ASSERT_TRUE(huge.has_value());
   EXPECT_EQ(huge->batch, 512);
   EXPECT_EQ(huge->accum, 2048);

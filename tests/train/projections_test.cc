@@ -18,21 +18,9 @@
 namespace cart::train {
 namespace {
 
-using ::cart::testing::TempDir;
-
-class MergedProjectionsRunTest : public ::testing::Test {
+class MergedProjectionsRunTest : public testing::TinyRunTest {
  protected:
-  void SetUp() override {
-    testing::MakeData(dir_);
-    config_ = testing::TinyRun();
-    config_.data.train_data = dir_.File("synth.bin");
-    config_.train.eval_every = 0;
-  }
-  std::vector<double> LossesOf(const std::string& name) {
-    return testing::Losses(testing::ReadMetrics(dir_.File(name + "/metrics.jsonl")));
-  }
-  TempDir dir_;
-  config::RunConfig config_;
+  std::vector<double> LossesOf(const std::string& name) { return testing::Losses(MetricsOf(name)); }
 };
 
 const char* Label(bool merged) { return merged ? "merged" : "separate"; }
@@ -82,6 +70,18 @@ TEST_F(MergedProjectionsRunTest, TrainingAndResumeCrossBetweenMergedAndSeparateP
 TEST(MergedProjectionsDefaultTest, OnForCudaOffForTheCpu) {
   EXPECT_FALSE(DefaultMergedProjections(c10::Device(c10::kCPU)));
   EXPECT_TRUE(DefaultMergedProjections(c10::Device(c10::kCUDA, 0)));
+}
+
+// What a worker tells cartd of its kernels (the memory estimate's): this build's LibTorch, the
+// device, the projections it trains with by default.
+TEST(MergedProjectionsDefaultTest, AWorkerReportsThisBuildsKernels) {
+  const config::MemoryKernels cpu = KernelsOn(c10::Device(c10::kCPU));
+  EXPECT_EQ(cpu.libtorch_major, TORCH_VERSION_MAJOR);
+  EXPECT_FALSE(cpu.cuda);
+  EXPECT_FALSE(cpu.merged_projections);
+  const config::MemoryKernels gpu = KernelsOn(c10::Device(c10::kCUDA, 0));
+  EXPECT_TRUE(gpu.cuda);
+  EXPECT_TRUE(gpu.merged_projections);
 }
 
 }  // namespace

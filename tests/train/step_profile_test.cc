@@ -89,5 +89,49 @@ TEST(StepProfileTest, ATrainingRunSpendsTimeInEveryKindAndNoMoreThanItsWallTime)
   EXPECT_LE(b.total_seconds(), wall);  // own times do not count a callee twice
 }
 
+// On a GPU the breakdown charges each kernel by its name (GpuStepProfiler). Names as LibTorch 2.x
+// and cuBLAS give them: a fused attention kernel mentions CUTLASS in its template arguments and
+// still counts as attention; the loss's softmax is not attention.
+TEST(KindOfKernelTest, KernelsAreChargedByTheirNames) {
+  const std::pair<const char*, WorkKind> cases[] = {
+      {"ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_stages_64x3_tn", WorkKind::kMatmul},
+      {"sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_"
+       "segment_k_off_kernel__5x_cublas",
+       WorkKind::kMatmul},
+      {"nvjet_hsh_128x256_64x4_2x1_v_bz_coopA_NNT", WorkKind::kMatmul},
+      {"cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_64x4_tn_align8", WorkKind::kMatmul},
+      {"void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<64, 128, 128, 4, false, "
+       "false, cutlass::bfloat16_t>, false, true>(pytorch_flash::Flash_fwd_params)",
+       WorkKind::kAttention},
+      {"fmha_cutlassB_f32_aligned_64x64_k64_sm80(PyTorchMemEffAttention::AttentionBackwardKernel<"
+       "cutlass::arch::Sm80, float, true, false, false, 64, 64, 64, false>::Params)",
+       WorkKind::kAttention},
+      {"void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous "
+       "namespace)::TensorListMetadata<5>, at::native::(anonymous namespace)::FusedAdamMathFunctor"
+       "<float, 5, (at::native::ADAM_MODE)1, false>, double*, float, float, float, float, float, "
+       "bool, float*, float*>",
+       WorkKind::kOptimizer},
+      {"void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, "
+       "at::detail::Array<char*, 3> >(int, at::native::CUDAFunctor_add<float>, "
+       "at::detail::Array<char*, 3>)",
+       WorkKind::kElementwise},
+      {"void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, float, "
+       "at::native::(anonymous namespace)::LogSoftMaxForwardEpilogue>(float*, float const*, int)",
+       WorkKind::kElementwise},
+      {"Memcpy HtoD (Pinned -> Device)", WorkKind::kElementwise},
+  };
+  for (const auto& [name, kind] : cases) {
+    EXPECT_EQ(WorkKindName(KindOfKernel(name)), std::string(WorkKindName(kind))) << name;
+  }
+}
+
+// Without a CUDA device (or a CUDA LibTorch 2.x) there are no kernels to time: said, not faked.
+TEST(KindOfKernelTest, TheGpuProfilerSaysWhyItCannotRun) {
+  if (torch::cuda::is_available()) GTEST_SKIP() << "a CUDA device is present";
+  const absl::Status available = GpuStepProfiler::Available();
+  EXPECT_EQ(available.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_FALSE(available.message().empty());
+}
+
 }  // namespace
 }  // namespace cart::train

@@ -75,6 +75,23 @@ inline std::vector<double> Losses(const std::vector<nlohmann::json>& metrics) {
   return out;
 }
 
+// A test that trains TinyRun on MakeData's chain in a directory of its own, without evaluation;
+// each run in dir_/<name>.
+class TinyRunTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    MakeData(dir_);
+    config_ = TinyRun();
+    config_.data.train_data = dir_.File("synth.bin");
+    config_.train.eval_every = 0;
+  }
+  std::vector<nlohmann::json> MetricsOf(const std::string& run) const {
+    return ReadMetrics(dir_.File(run + "/metrics.jsonl"));
+  }
+  cart::testing::TempDir dir_;
+  config::RunConfig config_;
+};
+
 // Each of `losses` within `relative` of `reference`'s loss at the same step; as many steps.
 // `name` labels the run in a failure.
 inline void ExpectLossesNear(const std::vector<double>& losses,

@@ -1,0 +1,98 @@
+#include "train/cuda_graph.h"
+
+#include <ATen/autocast_mode.h>
+#include <c10/util/Exception.h>
+
+#include <optional>
+#include <stdexcept>
+
+#if CART_TORCH_CUDA
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+
+#include "common/strings.h"
+#include "train/torch_error.h"
+
+namespace cart::train {
+
+#if CART_TORCH_CUDA
+
+struct CudaGraph::Impl {
+  explicit Impl(c10::Device device)
+      : stream(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device.index())),
+        on_stream(stream) {}
+  c10::cuda::CUDAStream stream;
+  c10::cuda::CUDAStreamGuard on_stream;
+  std::optional<at::cuda::CUDAGraph> graph;
+  bool captured = false;
+};
+
+absl::Status CudaGraph::Check(c10::Device device) {
+  if (!device.is_cuda()) {
+    return absl::FailedPreconditionError(
+        StrCat("a CUDA graph records a step on a CUDA device; this run trains on ", device.str()));
+  }
+  return absl::OkStatus();
+}
+
+CudaGraph::CudaGraph(c10::Device device) : impl_(std::make_unique<Impl>(device)) {}
+CudaGraph::~CudaGraph() = default;
+
+absl::Status CudaGraph::Capture(const std::function<void()>& step) {
+  if (impl_->captured) return absl::FailedPreconditionError("the step is recorded already");
+  // Whatever ran before (the eager steps) is finished before recording starts.
+  impl_->stream.synchronize();
+  const bool cache = at::autocast::is_autocast_cache_enabled();
+  at::autocast::set_autocast_cache_enabled(false);
+  impl_->graph.emplace();
+  absl::Status status;
+  try {
+    impl_->graph->capture_begin();
+    try {
+      step();
+    } catch (...) {
+      try {
+        impl_->graph->capture_end();  // ends the stream's capture; the graph is dropped below
+      } catch (const std::exception&) {
+      }
+      throw;
+    }
+    impl_->graph->capture_end();
+    impl_->captured = true;
+  } catch (const std::exception& e) {
+    status = FromTorchError(e, "recording the step as a CUDA graph failed: ");
+    impl_->graph.reset();
+  }
+  at::autocast::set_autocast_cache_enabled(cache);
+  return status;
+}
+
+bool CudaGraph::captured() const { return impl_->captured; }
+
+void CudaGraph::Replay() {
+  if (!impl_->captured) throw std::logic_error("CudaGraph::Replay before a capture");
+  impl_->graph->replay();
+}
+
+#else  // a CPU LibTorch: nothing to record with
+
+struct CudaGraph::Impl {};
+
+absl::Status CudaGraph::Check(c10::Device device) {
+  return absl::FailedPreconditionError(
+      StrCat("a CUDA graph needs a CUDA LibTorch 2.x; this build's LibTorch ", TORCH_VERSION_MAJOR,
+             ".", TORCH_VERSION_MINOR, " has no CUDA (", device.str(), ")"));
+}
+CudaGraph::CudaGraph(c10::Device) : impl_(std::make_unique<Impl>()) {}
+CudaGraph::~CudaGraph() = default;
+absl::Status CudaGraph::Capture(const std::function<void()>&) {
+  return absl::FailedPreconditionError("no CUDA in this build");
+}
+bool CudaGraph::captured() const { return false; }
+void CudaGraph::Replay() { throw std::logic_error("CudaGraph::Replay without CUDA"); }
+
+#endif
+
+}  // namespace cart::train
