@@ -175,10 +175,13 @@ int64_t EstimateTrainingBytes(const ModelConfig& m, const StepShape& s, const Me
   const double tokens = static_cast<double>(s.micro_batch) * x.T;
   const double V = static_cast<double>(m.vocab);
   const bool held = s.accum > 1;  // gradients held from the first micro-batch on
-  // The gradients a stage's backward makes for `params` parameters: new ones, or with held
-  // gradients a fresh one per tensor that is then added to the held one.
-  auto make_grads = [&](Stage& stage, double params) {
-    (held ? stage.transient : stage.grads) = 4 * params;
+  // The gradients a stage's backward makes for `params` parameters: new ones; with held
+  // gradients, a fresh one per tensor that is then added to the held one, except for parameters
+  // used more than once (the tied embedding, a shared core, a recomputed anchor), whose
+  // contributions autograd sums in a buffer of their size from the first use the backward pass
+  // meets until the last.
+  auto make_grads = [&](Stage& stage, double params, bool reused = false) {
+    (held && !reused ? stage.transient : stage.grads) = 4 * params;
   };
   auto block = [&](BlockKind kind, bool causal) {
     const BlockBytes b = BlockActivationBytes(m, kind, s.seq_len, s.bf16, k, causal);
@@ -186,9 +189,10 @@ int64_t EstimateTrainingBytes(const ModelConfig& m, const StepShape& s, const Me
   };
 
   std::vector<Stage> stages;
-  // The embedding's output (the first block's input). Its backward makes a vocab x d gradient
-  // and adds it to the tied weight's.
-  stages.push_back(Stage{tokens * 4 * x.d, 0, 4 * V * x.d});
+  // The embedding's output (the first block's input). Its backward makes a dense vocab x d
+  // gradient, and autograd sums it with the tied weight's other one (the logits' gradient, held
+  // since the head) out of place, the first being a transposed view: two more vocab x d tensors.
+  stages.push_back(Stage{tokens * 4 * x.d, 0, 8 * V * x.d});
   if (m.model == ModelKind::kDense) {
     for (int i = 0; i < m.layers; ++i) {
       Stage layer = block(BlockKind::kDense, true);
@@ -221,7 +225,7 @@ int64_t EstimateTrainingBytes(const ModelConfig& m, const StepShape& s, const Me
       const bool last = r == m.R - 1;  // the first the backward pass meets
       if (!self && recompute) {
         Stage a = anchor;
-        if (last) make_grads(a, static_cast<double>(p.anchor));
+        if (last) make_grads(a, static_cast<double>(p.anchor), /*reused=*/true);
         if (r > 0) a.kept -= WeightCopies(x, 0.75 * x.d * x.d, 0.5 * x.d * x.d, k);  // cached
         stages.push_back(a);
       }
@@ -234,7 +238,8 @@ int64_t EstimateTrainingBytes(const ModelConfig& m, const StepShape& s, const Me
         core.kept -= WeightCopies(x, w.linear, w.stacked, k);
       }
       if (!shared || last) {
-        make_grads(core, static_cast<double>(p.core_block) + (last ? extras : 0));
+        make_grads(core, static_cast<double>(p.core_block) + (last ? extras : 0),
+                   /*reused=*/shared);
       }
       // The loop's input, when the hyper-connection mix or the loop embedding makes a new one.
       core.kept += tokens * 4 * x.d * ((m.hyper ? 1 : 0) + (m.lie ? 1 : 0));
@@ -250,7 +255,7 @@ int64_t EstimateTrainingBytes(const ModelConfig& m, const StepShape& s, const Me
   // copy of the tied weight the logits were made with; then the tied weight's gradient.
   Stage head;
   head.kept = tokens * (NormKept(x, 1, k) + 12 * V) + (x.bf16 ? 2 * V * x.d : 0);
-  make_grads(head, V * x.d + x.d);
+  make_grads(head, V * x.d + x.d, /*reused=*/true);  // the tied embedding
   stages.push_back(head);
 
   // Walking backward: before stage j runs, stages 0..j are still kept and the gradients of
@@ -301,7 +306,12 @@ std::optional<MicroBatchFit> FitMicroBatch(const RunConfig& c, int64_t memory_by
   if (top == global && bytes(global) <= memory_bytes) {
     return MicroBatchFit{global, 1, bytes(global)};
   }
-  if (bytes(1) > memory_bytes) return std::nullopt;
+  if (bytes(1) > memory_bytes) {
+    // Not even micro-batch 1 with held gradients: the whole batch at once may still fit (what
+    // MinTrainingBytes counts, and placement with it), above the configured micro-batch.
+    if (global > 1 && bytes(global) <= memory_bytes) return MicroBatchFit{global, 1, bytes(global)};
+    return std::nullopt;
+  }
   int64_t fits = 1;
   int64_t too_big = top + 1;
   while (too_big - fits > 1) {

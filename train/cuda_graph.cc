@@ -8,6 +8,7 @@
 
 #if CART_TORCH_CUDA
 #include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #endif
@@ -42,8 +43,11 @@ CudaGraph::~CudaGraph() = default;
 
 absl::Status CudaGraph::Capture(const std::function<void()>& step) {
   if (impl_->captured) return absl::FailedPreconditionError("the step is recorded already");
-  // Whatever ran before (the eager steps) is finished before recording starts.
+  // Whatever ran before (the eager steps) is finished before recording starts, and the blocks
+  // the allocator cached for them go back to the device: the graph records into a pool of its
+  // own, and the cached ones would otherwise hold a second step's worth of memory.
   impl_->stream.synchronize();
+  c10::cuda::CUDACachingAllocator::emptyCache();
   const bool cache = at::autocast::is_autocast_cache_enabled();
   at::autocast::set_autocast_cache_enabled(false);
   impl_->graph.emplace();

@@ -15,7 +15,8 @@
 #include "common/strings.h"
 #include "model/layers.h"
 
-#if CART_TORCH_CUDA && TORCH_VERSION_MAJOR >= 2
+#if CART_TORCH_CUDA && \
+    (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4))
 #include <c10/cuda/CUDAFunctions.h>
 #include <torch/csrc/autograd/profiler_kineto.h>
 #define CART_GPU_PROFILER 1
@@ -158,7 +159,11 @@ GpuStepProfiler::GpuStepProfiler() {
 }
 
 GpuStepProfiler::~GpuStepProfiler() {
-  if (running_) (void)torch::autograd::profiler::disableProfiler();
+  if (!running_) return;
+  try {
+    (void)torch::autograd::profiler::disableProfiler();
+  } catch (const std::exception&) {  // a destructor does not throw
+  }
 }
 
 StepBreakdown GpuStepProfiler::Take() {
@@ -181,7 +186,7 @@ StepBreakdown GpuStepProfiler::Take() {
 
 absl::Status GpuStepProfiler::Available() {
   return absl::FailedPreconditionError(StrCat(
-      "timing GPU kernels needs a CUDA LibTorch 2.x (its Kineto profiler); this build's LibTorch ",
+      "timing GPU kernels needs a CUDA LibTorch 2.4+ (its Kineto profiler); this build's LibTorch ",
       TORCH_VERSION_MAJOR, ".", TORCH_VERSION_MINOR, CART_TORCH_CUDA ? "" : " has no CUDA"));
 }
 GpuStepProfiler::GpuStepProfiler() {

@@ -68,7 +68,7 @@ WorkKind KindOfOp(std::string_view op);
 // kind, from LibTorch's Kineto profiler (CUPTI's kernel records), each kernel charged by its name
 // (KindOfKernel). `ops` counts kernels. The step's wall time less their total is the time the
 // device had nothing to run: launch overhead, host work, the read at the end of the step. Needs
-// a CUDA LibTorch 2.x and a CUDA device; Available says why not otherwise.
+// a CUDA LibTorch 2.4+ and a CUDA device; Available says why not otherwise.
 class GpuStepProfiler {
  public:
   static absl::Status Available();

@@ -499,6 +499,9 @@ absl::StatusOr<Trainer::StepResult> Trainer::FixedStep(double lr, bool log_step)
     f.y[a].copy_(ToDevice(batch.y, device_));
   }
   f.adamw.lr.fill_(lr);
+  for (auto& group : optimizer_->param_groups()) {  // what a checkpoint saves of the options
+    static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
+  }
   if (snapshot_) snapshot_->BeforeUpdate();  // a checkpoint's copies read these weights
   if (graph_ && !graph_failed_ && !graph_->captured() && fixed_steps_ >= kEagerStepsBeforeGraph) {
     // Gradients unset, so that the recorded backward makes them in the graph's memory, where

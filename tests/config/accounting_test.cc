@@ -152,6 +152,9 @@ TEST(AccountingTest, WrittenOutAttentionKeepsTheTxTTensorsAFusedKernelDoesNot) {
   small.train.batch = 1;
   small.train.accum = 2;  // the same global batch, configured with accumulation
   EXPECT_EQ(FitMicroBatch(small, MinTrainingBytes(small, fused), fused, 2)->batch, 2);
+  // Not allowed to raise, it still takes the whole batch when nothing smaller fits: placement
+  // offered the worker the run by that floor.
+  EXPECT_EQ(FitMicroBatch(small, MinTrainingBytes(small, fused), fused)->batch, 2);
   EXPECT_TRUE(UsesBf16(DType::kAuto, fused));
   MemoryKernels cpu = fused;
   cpu.cuda = false;

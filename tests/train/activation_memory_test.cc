@@ -100,7 +100,7 @@ TEST_P(BlockMemoryTest, EachBlockKeepsWhatTheEstimateCounts) {
   for (const Measured& got : measured) {
     const config::BlockBytes b = config::BlockActivationBytes(m, got.kind, c.T, c.bf16, kernels);
     const double estimate = b.per_token * static_cast<double>(B * c.T) + b.fixed;
-    // Every tensor is counted: within 1 % (the rest is LibTorch's small bookkeeping tensors).
+    // Every tensor is counted: to the byte on 1.13, within 1e-5 on 2.x.
     EXPECT_NEAR(estimate / static_cast<double>(got.bytes), 1.0, 0.00001)
         << Name(c) << ", " << got.name << ": estimate " << estimate << " B, measured " << got.bytes
         << " B, on " << config::DescribeKernels(kernels);
@@ -124,19 +124,24 @@ TEST(TrainingMemoryTest, TheEstimateHoldsTheStepsPeakWithinItsMargin) {
     int64_t batch;
     int64_t accum;
     config::DType dtype;
+    int64_t vocab = 4096;
   };
   const Step steps[] = {
       {"cart fp32", config::ModelKind::kCart, 256, 256, 2, 1, config::DType::kFloat32},
       {"cart bf16", config::ModelKind::kCart, 256, 256, 2, 1, config::DType::kBFloat16},
       {"cart bf16 accum", config::ModelKind::kCart, 256, 512, 1, 2, config::DType::kBFloat16},
       {"dense fp32", config::ModelKind::kDense, 256, 256, 2, 1, config::DType::kFloat32},
+      // Held gradients where the tied embedding's and the shared core's summed gradients weigh
+      // most: a large vocabulary, short sequences.
+      {"cart fp32 accum, vocab 32,000, T 32", config::ModelKind::kCart, 128, 32, 1, 2,
+       config::DType::kFloat32, 32000},
   };
   cart::testing::TempDir dir;
   testing::MakeData(dir);  // 32 token ids: any vocabulary takes them
   for (const Step& s : steps) {
     config::RunConfig c;
     c.model.model = s.model;
-    c.model.vocab = 4096;
+    c.model.vocab = s.vocab;
     c.model.d = s.d;
     c.model.P = 2;
     c.model.R = 3;
