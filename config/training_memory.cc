@@ -210,11 +210,13 @@ int64_t EstimateTrainingBytes(const ModelConfig& m, const StepShape& s, const Me
     const bool recompute = m.kv == KvMode::kRecompute;
     // The anchor: kv_down's input cast under autocast, the latent, and with a fused kernel K and
     // V themselves (written-out attention copies them every loop instead).
+    // Its weights' copies: kv_down, k_up, v_up; k_up with v_up stacked.
+    const double anchor_copies = WeightCopies(x, 0.75 * x.d * x.d, 0.5 * x.d * x.d, k);
     Stage anchor;
     if (!self) {
       anchor.kept = tokens * ((x.bf16 ? 2 * x.d : 0) + x.w * x.d / 4 +
                               (FusedAttention(k) ? 2 * x.w * x.d : 0)) +
-                    WeightCopies(x, 0.75 * x.d * x.d, 0.5 * x.d * x.d, k);
+                    anchor_copies;
     }
     const double extras = (m.hyper ? 3 : 0) + (m.lie ? 32 * x.d : 0) + (m.lti ? x.d : 0);
     if (!self && !recompute) {
@@ -226,7 +228,7 @@ int64_t EstimateTrainingBytes(const ModelConfig& m, const StepShape& s, const Me
       if (!self && recompute) {
         Stage a = anchor;
         if (last) make_grads(a, static_cast<double>(p.anchor), /*reused=*/true);
-        if (r > 0) a.kept -= WeightCopies(x, 0.75 * x.d * x.d, 0.5 * x.d * x.d, k);  // cached
+        if (r > 0) a.kept -= anchor_copies;  // made once a pass
         stages.push_back(a);
       }
       Stage core =

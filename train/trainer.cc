@@ -108,6 +108,10 @@ class Trainer {
   // What a graph records: forward and backward of every micro-batch, clipping, AdamW on the
   // device's lr and counts, ρ; inputs and outputs in fixed_.
   void FixedStepBody();
+  // Reads a step's values to the host at once: the micro-batch losses, the gradient norm and,
+  // when `diag` is given, ρ and the per-loop norms (defined ones only).
+  StepResult ReadStep(const std::vector<torch::Tensor>& losses, const torch::Tensor& grad_norm,
+                      const model::DiagnosticTensors* diag) const;
   MetricRecord StepMetrics(int64_t step, double lr, const StepResult& s, double tokens_per_s);
   absl::Status Emit(const MetricRecord& record);
   absl::Status Evaluate(int64_t step);
@@ -435,11 +439,19 @@ absl::StatusOr<Trainer::StepResult> Trainer::Step(double lr, bool log_step) {
   // ρ belongs to the weights the record's step names: σ(a) after the optimizer step, not the value
   // the forward pass saw before it (the per-loop norms are of that pass).
   if (log_step) diag.rho = model_->RhoTensor();
+  return ReadStep(losses, grad_norm, &diag);
+}
+
+Trainer::StepResult Trainer::ReadStep(const std::vector<torch::Tensor>& losses,
+                                      const torch::Tensor& grad_norm,
+                                      const model::DiagnosticTensors* diag) const {
   std::vector<torch::Tensor> read = losses;
   read.push_back(grad_norm);
-  read.push_back(diag.rho);
-  read.insert(read.end(), diag.h_norm.begin(), diag.h_norm.end());
-  read.insert(read.end(), diag.rel_update.begin(), diag.rel_update.end());
+  if (diag != nullptr) {
+    read.push_back(diag->rho);
+    read.insert(read.end(), diag->h_norm.begin(), diag->h_norm.end());
+    read.insert(read.end(), diag->rel_update.begin(), diag->rel_update.end());
+  }
   const std::vector<double> host = model::ReadToHost(read);
 
   StepResult s;
@@ -448,13 +460,14 @@ absl::StatusOr<Trainer::StepResult> Trainer::Step(double lr, bool log_step) {
   for (; i < losses.size(); ++i) loss_sum += host[i];
   s.loss = loss_sum / static_cast<double>(config_.train.accum);
   s.grad_norm = host[i++];
-  if (diag.rho.defined()) {
+  if (diag == nullptr) return s;
+  if (diag->rho.defined()) {
     s.diag.rho_max = host[i++];
     s.diag.rho_mean = host[i++];
     s.diag.rho_min = host[i++];
   }
-  for (size_t r = 0; r < diag.h_norm.size(); ++r) s.diag.h_norm.push_back(host[i++]);
-  for (size_t r = 0; r < diag.rel_update.size(); ++r) s.diag.rel_update.push_back(host[i++]);
+  for (size_t r = 0; r < diag->h_norm.size(); ++r) s.diag.h_norm.push_back(host[i++]);
+  for (size_t r = 0; r < diag->rel_update.size(); ++r) s.diag.rel_update.push_back(host[i++]);
   return s;
 }
 
@@ -525,30 +538,7 @@ absl::StatusOr<Trainer::StepResult> Trainer::FixedStep(double lr, bool log_step)
   CountHostSteps(*optimizer_);
   ++fixed_steps_;
 
-  std::vector<torch::Tensor> read = f.losses;
-  read.push_back(f.grad_norm);
-  if (log_step) {
-    read.push_back(f.diag.rho);
-    read.insert(read.end(), f.diag.h_norm.begin(), f.diag.h_norm.end());
-    read.insert(read.end(), f.diag.rel_update.begin(), f.diag.rel_update.end());
-  }
-  const std::vector<double> host = model::ReadToHost(read);
-  StepResult s;
-  size_t i = 0;
-  double loss_sum = 0;
-  for (; i < f.losses.size(); ++i) loss_sum += host[i];
-  s.loss = loss_sum / static_cast<double>(config_.train.accum);
-  s.grad_norm = host[i++];
-  if (log_step) {
-    if (f.diag.rho.defined()) {
-      s.diag.rho_max = host[i++];
-      s.diag.rho_mean = host[i++];
-      s.diag.rho_min = host[i++];
-    }
-    for (size_t r = 0; r < f.diag.h_norm.size(); ++r) s.diag.h_norm.push_back(host[i++]);
-    for (size_t r = 0; r < f.diag.rel_update.size(); ++r) s.diag.rel_update.push_back(host[i++]);
-  }
-  return s;
+  return ReadStep(f.losses, f.grad_norm, log_step ? &f.diag : nullptr);
 }
 
 MetricRecord Trainer::StepMetrics(int64_t step, double lr, const StepResult& s,
