@@ -10,6 +10,7 @@
 # script itself is checked on any machine.
 #
 #   deploy/gpu-check.sh [--python PY] [--build-dir DIR] [--bundle DIR] [--no-build]
+#                       [--build-type TYPE] [--jobs N] [--log-dir DIR]
 #                       [--device cuda:N] [--peak-tflops X] [--steps N]
 #
 #   --python PY        the interpreter whose `import torch` names the LibTorch (default: python3)
@@ -17,6 +18,13 @@
 #   --bundle DIR       C++ libraries from `make gpu-bundle` (default: gpu-bundle/ when present),
 #                      for a node without internet; otherwise the system's (deploy/install-deps.sh)
 #   --no-build         use DIR as it is (tests/deploy runs the script so on its own build)
+#   --build-type TYPE  CMake build type (default RelWithDebInfo; Release compiles and links
+#                      faster, without debug information: for a machine lent for minutes)
+#   --jobs N           parallel build jobs (default: Ninja's choice)
+#   --log-dir DIR      also write everything to DIR while it runs: gpu-check.log (all that is
+#                      printed, each step's time included), configure.log, ctest-gpu.log and
+#                      the device series' cartd.log and worker.log, so that a run stopped
+#                      part-way leaves all it got
 #   --device cuda:N    the card to check (default cuda:0)
 #   --peak-tflops X    the card's bf16 peak for MFU, when the built-in table lacks it
 #   --steps N          timed steps per width (default 10)
@@ -39,12 +47,18 @@ do_build=1
 device=cuda:0
 peak=""
 steps=10
+build_type=RelWithDebInfo
+jobs=""
+log_dir=""
 while [ $# -gt 0 ]; do
   case $1 in
     --python) python=$2; shift 2 ;;
     --build-dir) build=$2; shift 2 ;;
     --bundle) bundle=$2; shift 2 ;;
     --no-build) do_build=0; shift ;;
+    --build-type) build_type=$2; shift 2 ;;
+    --jobs) jobs=$2; shift 2 ;;
+    --log-dir) log_dir=$2; shift 2 ;;
     --device) device=$2; shift 2 ;;
     --peak-tflops) peak=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
@@ -54,8 +68,49 @@ while [ $# -gt 0 ]; do
 done
 case $build in /*) ;; *) build=$root/$build ;; esac
 if [ -z "$bundle" ] && [ -d "$root/gpu-bundle/prefix" ]; then bundle=$root/gpu-bundle; fi
+case $build_type in
+  Debug|Release|RelWithDebInfo|MinSizeRel) ;;
+  *) echo "gpu-check: --build-type '$build_type': one of Debug, Release, RelWithDebInfo, MinSizeRel" >&2
+     exit 2 ;;
+esac
+if [ -n "$jobs" ] && ! [[ $jobs =~ ^[1-9][0-9]*$ ]]; then
+  echo "gpu-check: --jobs '$jobs': a whole number of at least 1" >&2
+  exit 2
+fi
+if [ -n "$log_dir" ]; then
+  mkdir -p "$log_dir" || { echo "gpu-check: --log-dir '$log_dir' cannot be made" >&2; exit 2; }
+  log_dir=$(cd "$log_dir" && pwd)
+  # Line by line as it is printed: what a run cut short printed is on disk.
+  exec > >(tee -a "$log_dir/gpu-check.log")
+  tee_out=$!
+  exec 2> >(tee -a "$log_dir/gpu-check.log" >&2)
+  tee_err=$!
+fi
+scratch=$(mktemp -d)  # what is not kept: the ctest log without --log-dir, the series' cartd
+cartd_pid="" worker_pid=""
+# On any exit: the series' processes stopped, the scratch removed, and the log's last lines
+# written before the script's caller reads it.
+finish() {
+  kill $cartd_pid $worker_pid 2>/dev/null || true
+  rm -rf "$scratch"
+  if [ -n "$log_dir" ]; then
+    exec >&- 2>&-
+    wait "$tee_out" "$tee_err" 2>/dev/null || true
+  fi
+}
+trap finish EXIT
+# A step's whole output: in the log folder when one is named, else beside the build tree.
+step_log() { if [ -n "$log_dir" ]; then echo "$log_dir/$1"; else echo "$build.$1"; fi; }
 start=$(date +%s)
+step_start=$start
 say() { echo "gpu-check: $*"; }
+# Prints how long the step that just ended took, and the run so far.
+took() {
+  local now
+  now=$(date +%s)
+  say "$1 took $((now - step_start)) s ($((now - start)) s so far)"
+  step_start=$now
+}
 fail() { echo "gpu-check: FAILED: $*" >&2; exit 1; }
 # Time limits per step, in seconds: configure, build, GPU tests, benchmark, device series.
 read -r limit_configure limit_build limit_tests limit_bench limit_series \
@@ -164,7 +219,7 @@ fi
 
 # 2. Configure and build cart-torch and the GPU tests against that LibTorch.
 if [ "$do_build" = 1 ]; then
-  cmake_args=(-S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
+  cmake_args=(-S "$root" -B "$build" -G Ninja "-DCMAKE_BUILD_TYPE=$build_type"
               -DCART_WITH_TORCH=ON -DCART_BUILD_BENCH=OFF -DCART_BROWSER_TESTS=OFF "-DCMAKE_PREFIX_PATH=$prefix")
   if [ -n "$nvcc_wheel" ]; then
     # No toolkit named: a toolkit view of NVIDIA's wheels beside PyTorch (found in 1c).
@@ -185,33 +240,38 @@ if [ "$do_build" = 1 ]; then
     export PATH=$bp/bin:$PATH
     say "C++ libraries from the bundle in $bundle"
   fi
-  # A tree already configured against this LibTorch is reused as it is (the build is
-  # incremental); one configured against another is configured again.
-  if [ -f "$build/build.ninja" ] && grep -qF "$prefix" "$build/CMakeCache.txt" 2>/dev/null; then
-    say "reusing $build (configured against this LibTorch)"
+  # A tree already configured against this LibTorch and build type is reused as it is (the
+  # build is incremental); one configured otherwise is configured again.
+  if [ -f "$build/build.ninja" ] && grep -qF "$prefix" "$build/CMakeCache.txt" 2>/dev/null &&
+     grep -qx "CMAKE_BUILD_TYPE:STRING=$build_type" "$build/CMakeCache.txt" 2>/dev/null; then
+    say "reusing $build (configured against this LibTorch, $build_type)"
   else
+    configure_log=$(step_log configure.log)
     rc=0
-    bounded "$limit_configure" cmake "${cmake_args[@]}" >"$build.configure.log" 2>&1 || rc=$?
+    bounded "$limit_configure" cmake "${cmake_args[@]}" >"$configure_log" 2>&1 || rc=$?
     if [ "$rc" != 0 ]; then
-      tail -30 "$build.configure.log" >&2
-      timed_out "$rc" && fail "configure took more than $limit_configure s (log: $build.configure.log)"
-      fail "configure (log: $build.configure.log)"
+      tail -30 "$configure_log" >&2
+      timed_out "$rc" && fail "configure took more than $limit_configure s (log: $configure_log)"
+      fail "configure (log: $configure_log)"
     fi
+    took "configure ($build_type)"
   fi
-  say "building cart-torch and gpu_test in $build"
+  say "building cart-torch, gpu_test, cartd and cart-worker in $build${jobs:+ with $jobs jobs}"
   rc=0
-  bounded "$limit_build" cmake --build "$build" --target cart-torch gpu_test cartd cart-worker || rc=$?
+  bounded "$limit_build" cmake --build "$build" ${jobs:+--parallel "$jobs"} \
+    --target cart-torch gpu_test cartd cart-worker || rc=$?
   if [ "$rc" != 0 ]; then
     timed_out "$rc" && fail "the build took more than $limit_build s"
     fail "build (cmake --build $build --target cart-torch gpu_test cartd cart-worker)"
   fi
+  took "the build"
 fi
 [ -x "$build/bin/cart-torch" ] || fail "no $build/bin/cart-torch: build first or drop --no-build"
 
 # 3. The GPU tests. ctest reports a skipped test as passed; the skip reasons are counted here.
 say "ctest -L gpu"
-ctest_log=$(mktemp)
-trap 'rm -f "$ctest_log"' EXIT
+ctest_log=$scratch/ctest-gpu.log
+[ -n "$log_dir" ] && ctest_log=$log_dir/ctest-gpu.log
 rc=0
 (cd "$build" && bounded "$limit_tests" ctest -L gpu --output-on-failure -V) >"$ctest_log" 2>&1 || rc=$?
 if [ "$rc" != 0 ]; then
@@ -222,6 +282,7 @@ fi
 ran=$(grep -c '^\(.*: \)\?\[       OK \]' "$ctest_log" || true)
 skipped=$(grep -c '^\(.*: \)\?\[  SKIPPED \]' "$ctest_log" || true)
 say "GPU tests: $ran passed, $skipped skipped"
+took "ctest -L gpu"
 if [ "$skipped" -gt 0 ]; then
   grep -m1 'no CUDA device' "$ctest_log" | sed 's/^[0-9]*: /gpu-check:   /' || true
 fi
@@ -242,6 +303,7 @@ bench_on_card() {
     timed_out "$rc" && fail "cart model bench $what took more than $limit_bench s"
     fail "cart model bench $what on $device"
   fi
+  took "cart model bench $what"
 }
 if [ "$has_cuda" = 1 ]; then
   bench_on_card "on $device at the paper's shapes (bf16 autocast)"
@@ -260,6 +322,7 @@ else
   bounded "$limit_bench" "${bench[@]}" --device cpu --d 64,128 --steps 3 --warmup 1 \
     --set P=2 --set R=2 --set seq_len=64 --set batch=2 --set vocab=512 ||
     fail "cart model bench on the CPU"
+  took "cart model bench on the CPU"
 fi
 # 5. The device series: a cartd and one cart-worker on the device for a few seconds, reading it
 #    every second; the cart_device_* lines of /metrics are what NVML (or, on a CPU, /proc) reads.
@@ -269,20 +332,20 @@ say "the device series of $series_device (cartd + cart-worker --sample-interval 
 for exe in cartd cart-worker; do
   [ -x "$build/bin/$exe" ] || fail "no $build/bin/$exe: build it (cmake --build $build --target $exe)"
 done
-series_dir=$(mktemp -d)
-cartd_pid="" worker_pid=""
-trap 'rm -f "$ctest_log"; rm -rf "$series_dir"; kill $cartd_pid $worker_pid 2>/dev/null || true' EXIT
+series_dir=$scratch/series
+series_logs=${log_dir:-$series_dir}
+mkdir -p "$series_dir"
 read -r grpc_port http_port < <("$python" -c '
 import socket
 socks = [socket.socket() for _ in range(2)]
 for s in socks: s.bind(("127.0.0.1", 0))
 print(*[s.getsockname()[1] for s in socks])')
 "$build/bin/cartd" --listen "127.0.0.1:$grpc_port" --http "127.0.0.1:$http_port" \
-  --data-dir "$series_dir/cartd" >"$series_dir/cartd.log" 2>&1 &
+  --data-dir "$series_dir/cartd" >"$series_logs/cartd.log" 2>&1 &
 cartd_pid=$!
 "$build/bin/cart-worker" --server "127.0.0.1:$grpc_port" --device "$series_device" \
   --worker-id gpu-check --cache-dir "$series_dir/worker" --sample-interval 1 --peak-tflops 1 \
-  --acquire-wait-ms 1000 --client-config /dev/null >"$series_dir/worker.log" 2>&1 &
+  --acquire-wait-ms 1000 --client-config /dev/null >"$series_logs/worker.log" 2>&1 &
 worker_pid=$!
 series=""
 for _ in $(seq 1 "$limit_series"); do
@@ -299,8 +362,9 @@ done
 kill $worker_pid $cartd_pid 2>/dev/null || true
 wait $worker_pid $cartd_pid 2>/dev/null || true
 if ! grep -q '^cart_device_utilization_ratio' <<<"$series"; then
-  tail -5 "$series_dir/cartd.log" "$series_dir/worker.log" >&2
+  tail -5 "$series_logs/cartd.log" "$series_logs/worker.log" >&2
   fail "no cart_device_ series on /metrics within $limit_series s"
 fi
 sed 's/^/gpu-check:   /' <<<"$series"
+took "the device series"
 say "done in $(( $(date +%s) - start )) s"

@@ -17,7 +17,7 @@ check() {  # check NAME CONDITION-TEXT: a failed expectation, with the output
 }
 # The tools gpu-check.sh itself runs, and nothing else.
 mkdir -p "$tmp/base"
-for tool in bash dirname date sed grep mktemp rm cat seq sleep timeout head tail sort tr env; do
+for tool in bash dirname date sed grep mktemp mkdir rm cat seq sleep timeout head tail sort tr tee env; do
   ln -s "$(command -v "$tool")" "$tmp/base/$tool"
 done
 # fake_python DIR VERSION CUDA AVAILABLE
@@ -76,8 +76,28 @@ for what in "cmake 3.22" "ninja" "a C++20 compiler" "nvcc for CUDA 13.2"; do
   grep -q -- "- $what" "$tmp/out" || check "missing tools: '$what' is not listed"
 done
 
+# 5. Arguments a lease's command line could get wrong are refused before anything runs, naming
+#    the argument and what it takes.
+run "$tmp/cuda-ok:$tmp/base" --python "$tmp/cuda-ok/python" --build-type Fast --no-build
+[ "$rc" = 2 ] || check "an unknown build type: exit $rc, not 2"
+grep -q -- "--build-type 'Fast': one of Debug, Release, RelWithDebInfo, MinSizeRel" "$tmp/out" ||
+  check "an unknown build type: the allowed ones are not named"
+run "$tmp/cuda-ok:$tmp/base" --python "$tmp/cuda-ok/python" --jobs 0 --no-build
+[ "$rc" = 2 ] || check "--jobs 0: exit $rc, not 2"
+grep -q -- "--jobs '0': a whole number of at least 1" "$tmp/out" || check "--jobs 0: not said"
+grep -q "PyTorch" "$tmp/out" && check "--jobs 0: PyTorch was asked before the arguments were checked"
+
+# 6. --log-dir keeps what was printed, also for a run that fails: case 1 again, with a log.
+run "$tmp/cu132:$tmp/smi535:$tmp/base" --python "$tmp/cu132/python" --build-dir "$tmp/b" \
+  --no-build --log-dir "$tmp/logs"
+[ "$rc" = 1 ] || check "a failing run with --log-dir: exit $rc, not 1"
+grep -q "CUDA 13.2, which needs driver 580 or newer" "$tmp/logs/gpu-check.log" 2>/dev/null ||
+  check "a failing run with --log-dir: the failure is not in gpu-check.log"
+grep -q "^gpu-check: PyTorch 2.15.0+cu132" "$tmp/logs/gpu-check.log" 2>/dev/null ||
+  check "a failing run with --log-dir: what was printed before the failure is not in gpu-check.log"
+
 if [ "$failures" -gt 0 ]; then
   echo "gpu_check_preflight: $failures failure(s)" >&2
   exit 1
 fi
-echo "gpu_check_preflight: 4 cases pass"
+echo "gpu_check_preflight: 6 cases pass"
