@@ -70,6 +70,8 @@ struct BenchRow {
   int64_t micro_batch = 0, accum = 0;
   // Set when the width does not fit the device even at micro-batch 1: why, and nothing measured.
   std::optional<std::string> not_fitted;
+  // Set when measuring the width failed (the other widths are still measured and printed).
+  std::optional<std::string> failed;
   double seconds_per_step = 0, tokens_per_s = 0, train_flops_per_token = 0;
   std::optional<double> mfu;
   // The paper's convention: 6 × effective parameters per token (no attention products), which
@@ -152,11 +154,17 @@ absl::StatusOr<BenchRow> BenchOne(const config::RunConfig& config, const BenchAr
   // On the CPU the ops' own time (RecordFunction), on a GPU the kernels' (Kineto).
   std::optional<train::StepProfiler> profiler;
   std::optional<train::GpuStepProfiler> gpu_profiler;
-  if (args.breakdown) (device.is_cpu() ? (void)profiler.emplace() : (void)gpu_profiler.emplace());
+  if (args.breakdown) {
+    device.is_cpu() ? (void)profiler.emplace() : (void)gpu_profiler.emplace(device);
+  }
   auto take = [&] { return profiler ? profiler->Take() : gpu_profiler->Take(); };
   options.on_step = [&](int64_t, double) {
     ends.push_back(std::chrono::steady_clock::now());
-    if (args.breakdown && ends.size() == first_timed) (void)take();  // the warm-up's, dropped
+    if (args.breakdown && ends.size() == first_timed) {
+      (void)take();  // the warm-up's, dropped
+      // The timed steps start once the profiler has restarted: its own restart is no step's.
+      ends.back() = std::chrono::steady_clock::now();
+    }
   };
   CART_ASSIGN_OR_RETURN(train::TrainResult result, train::Train(c, options));
   std::optional<train::StepBreakdown> breakdown;
@@ -273,6 +281,13 @@ absl::Status RunBench(const BenchArgs& args) {
     widths.push_back(*d);
   }
   CART_ASSIGN_OR_RETURN(c10::Device device, train::ResolveDevice(args.device));
+  if (args.breakdown && args.cuda_graph) {
+    // Kineto tears CUPTI down and sets it up again at every Take(), which PyTorch's own profiler
+    // avoids while a graph is live (known crashes): one measurement at a time.
+    return absl::InvalidArgumentError(
+        "--breakdown and --cuda-graph: one at a time (the profiler restarts CUPTI between "
+        "steps, which a recorded graph does not survive reliably)");
+  }
   if (args.breakdown && !device.is_cpu()) {
     if (absl::Status gpu = train::GpuStepProfiler::Available(); !gpu.ok()) {
       return absl::FailedPreconditionError(StrCat(
@@ -330,15 +345,31 @@ absl::Status RunBench(const BenchArgs& args) {
     }
     absl::StatusOr<BenchRow> row = BenchOne(c, args, device, dir, peak);
     if (!row.ok()) {
-      status = absl::Status(row.status().code(), StrCat("d = ", d, ": ", Message(row.status())));
-      break;
+      // The next widths are still measured: on a machine lent for minutes one failure must not
+      // cost the figures of the others. The first failure is the command's exit status.
+      const std::string why = StrCat("d = ", d, ": ", Message(row.status()));
+      if (status.ok()) status = absl::Status(row.status().code(), why);
+      if (!args.json) std::cerr << fmt::format("cart model bench: {} (failed)\n", why);
+      BenchRow failed;
+      failed.d = d;
+      failed.failed = Message(row.status());
+      rows.push_back(std::move(failed));
+      continue;
     }
     rows.push_back(*row);
-    if (!args.json) std::cerr << fmt::format("cart model bench: d = {} done\n", d);
+    // Each width's figures as soon as they exist (stderr is unbuffered): a run cut short or
+    // crashing later keeps the widths it measured.
+    if (!args.json) {
+      std::cerr << fmt::format(
+          "cart model bench: d = {} done: micro {}x{}, {:.0f} tokens/s, MFU {}, MFU 6N {}, "
+          "peak {} MiB, reserved {} MiB, estimate {} MiB\n",
+          d, row->micro_batch, row->accum, row->tokens_per_s, Percent(row->mfu),
+          Percent(row->mfu_6n), Mib(row->peak_bytes), Mib(row->reserved_bytes),
+          Mib(row->estimate_bytes));
+    }
   }
   std::error_code ec;
   fs::remove_all(dir, ec);
-  CART_RETURN_IF_ERROR(status);
 
   const bool bf16 = train::UsesMixedPrecision(base.train.dtype, device);
   if (args.json) {
@@ -353,6 +384,10 @@ absl::Status RunBench(const BenchArgs& args) {
     for (const BenchRow& r : rows) {
       if (r.not_fitted) {
         out["rows"].push_back({{"d", r.d}, {"fits", false}, {"reason", *r.not_fitted}});
+        continue;
+      }
+      if (r.failed) {
+        out["rows"].push_back({{"d", r.d}, {"failed", *r.failed}});
         continue;
       }
       nlohmann::json j = {
@@ -389,8 +424,8 @@ absl::Status RunBench(const BenchArgs& args) {
       }
       out["rows"].push_back(j);
     }
-    std::cout << out.dump(2) << "\n";
-    return absl::OkStatus();
+    std::cout << out.dump(2) << std::endl;
+    return status;
   }
   std::cout << fmt::format(
       "{} ({}), {}, P {} R {} T {}, {} tokens/step, median of {} steps after {} warm-up\n"
@@ -412,8 +447,9 @@ absl::Status RunBench(const BenchArgs& args) {
                            "d", "micro", "tokens/s", "3090 paper", "TFLOP/s", "MFU", "MFU 6N",
                            "paper MFU", "peak MiB", "reserved MiB", "estimate MiB", "est/pk");
   for (const BenchRow& r : rows) {
-    if (r.not_fitted) {
-      std::cout << fmt::format("{:>6}  {}\n", r.d, *r.not_fitted);
+    if (r.not_fitted || r.failed) {
+      std::cout << fmt::format("{:>6}  {}\n", r.d,
+                               r.failed ? StrCat("failed: ", *r.failed) : *r.not_fitted);
       continue;
     }
     const std::optional<PaperFigure>& p = r.paper;
@@ -427,8 +463,8 @@ absl::Status RunBench(const BenchArgs& args) {
                                                  static_cast<double>(*r.peak_bytes))
                      : "-");
   }
-  const auto measured =
-      std::find_if(rows.begin(), rows.end(), [](const BenchRow& r) { return !r.not_fitted; });
+  const auto measured = std::find_if(rows.begin(), rows.end(),
+                                     [](const BenchRow& r) { return !r.not_fitted && !r.failed; });
   if (measured != rows.end()) {
     std::cout << "micro: sequences per micro-batch x micro-batches per step; peak: "
               << (measured->reserved_bytes
@@ -439,7 +475,8 @@ absl::Status RunBench(const BenchArgs& args) {
               << config::DescribeKernels(BenchKernels(args, device)) << " (docs/model.md §5)\n";
   }
   if (args.breakdown) PrintBreakdown(rows, !device.is_cpu());
-  return absl::OkStatus();
+  std::cout << std::flush;
+  return status;
 }
 
 void BenchCommand(const BenchArgs& args) {

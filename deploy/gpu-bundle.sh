@@ -13,12 +13,21 @@
 # gpu-check.sh) and OUT/cart-gpu-bundle.tar.xz (both, under gpu-bundle/), which must stay within
 # 50 MiB so that it travels with the source. What a compiler installation brings (libc, libstdc++,
 # the sanitizers' runtimes, kernel headers) is left out: the node has a compiler.
+#
+# Every program and shared library in the bundle gets a RUNPATH relative to where it lies
+# ($ORIGIN/..., with patchelf), so the bundle's protoc, grpc_cpp_plugin and pkgconf, and what is
+# built against it, find the bundle's libraries without LD_LIBRARY_PATH, which would also hand
+# Debian 12's libcurl, OpenSSL and zlib to the node's own CMake, compiler and Python.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${1:-$root/gpu-bundle}
 case $out in /*) ;; *) out=$PWD/$out ;; esac
 limit_mib=50
+if ! command -v patchelf >/dev/null 2>&1; then
+  echo "gpu-bundle: needs patchelf (apt-get install patchelf, or deploy/install-deps.sh)" >&2
+  exit 1
+fi
 
 if ! grep -qs 'VERSION_CODENAME=bookworm' /etc/os-release; then
   echo "gpu-bundle: build the bundle on Debian 12 (bookworm): its .debs are what it holds" >&2
@@ -45,6 +54,13 @@ for deb in "$out"/debs/*.deb; do dpkg-deb -x "$deb" "$out/prefix"; done
 for deb in "$out"/debs/*.deb; do dpkg-deb -f "$deb" Package Version | paste -sd' '; done \
   >"$out/prefix/.cart-bundle"
 rm -rf "$out"/prefix/usr/share/{doc,man,lintian,locale,bug,info} "$out/debs"
+# Debian 12 merges /lib into /usr/lib, and a few packages still ship under /lib (zlib1g): the
+# same merge here, so that the bundle's libraries lie in one folder, the one its RUNPATHs name.
+if [ -d "$out/prefix/lib" ] && [ ! -L "$out/prefix/lib" ]; then
+  cp -a "$out/prefix/lib/." "$out/prefix/usr/lib/"
+  rm -rf "$out/prefix/lib"
+  ln -s usr/lib "$out/prefix/lib"
+fi
 
 # Absolute symlinks (/usr/lib/...) would point out of the bundle: make them relative.
 while IFS= read -r link; do
@@ -53,6 +69,22 @@ while IFS= read -r link; do
     /*) ln -sfn "$(realpath -m --relative-to="$(dirname "$link")" "$out/prefix$target")" "$link" ;;
   esac
 done < <(find "$out/prefix" -type l)
+
+# Each dynamic ELF file finds the bundle's libraries beside itself: $ORIGIN and the path from its
+# folder to the library folder. (Static archives and data are not ELF objects with a dynamic
+# section; patchelf --print-rpath fails on them and they are left alone.)
+libdir=$out/prefix/usr/lib/x86_64-linux-gnu
+patched=0
+while IFS= read -r -d '' f; do
+  [ "$(head -c 4 "$f" | od -An -c | tr -d ' ')" = '177ELF' ] || continue
+  patchelf --print-rpath "$f" >/dev/null 2>&1 || continue
+  patchelf --print-needed "$f" 2>/dev/null | grep -q . || continue
+  rel=$(realpath -m --relative-to="$(dirname "$f")" "$libdir")
+  if [ "$rel" = . ]; then rpath='$ORIGIN'; else rpath="\$ORIGIN:\$ORIGIN/$rel"; fi
+  patchelf --set-rpath "$rpath" "$f"
+  patched=$((patched + 1))
+done < <(find "$out/prefix" -type f -print0)
+echo "gpu-bundle: RUNPATH set on $patched programs and libraries"
 
 cat >"$out/relocate.sh" <<'SH'
 #!/usr/bin/env bash

@@ -29,6 +29,11 @@
 #   --peak-tflops X    the card's bf16 peak for MFU, when the built-in table lacks it
 #   --steps N          timed steps per width (default 10)
 #
+# On a CUDA device the headline benchmark (the paper's shapes) runs first after the build, then
+# the GPU tests, the other benchmarks and the device series. A step that fails is reported and the
+# next one still runs (a machine lent for minutes must not lose every figure to one failure); the
+# run ends with the list of failed steps and exits 1 if there are any.
+#
 # Needs: CMake >= 3.22, Ninja, a C++20 compiler, PyTorch 2.x, and for a CUDA PyTorch a CUDA
 # toolkit of the same major version (CUDAToolkit_ROOT, CUDA_HOME, nvcc on PATH, or NVIDIA's
 # nvidia-cuda-nvcc wheel in the same environment). Every one of them is checked before anything
@@ -67,6 +72,8 @@ while [ $# -gt 0 ]; do
   esac
 done
 case $build in /*) ;; *) build=$root/$build ;; esac
+# An absolute bundle path: CMake reads relative search paths against each CMakeLists' own folder.
+case $bundle in ''|/*) ;; *) bundle=$PWD/$bundle ;; esac
 if [ -z "$bundle" ] && [ -d "$root/gpu-bundle/prefix" ]; then bundle=$root/gpu-bundle; fi
 case $build_type in
   Debug|Release|RelWithDebInfo|MinSizeRel) ;;
@@ -112,6 +119,12 @@ took() {
   step_start=$now
 }
 fail() { echo "gpu-check: FAILED: $*" >&2; exit 1; }
+# A step that failed: reported now, the run goes on, and the run's exit status is 1.
+failed_steps=()
+step_failed() {
+  echo "gpu-check: FAILED: $2" >&2
+  failed_steps+=("$1")
+}
 # Time limits per step, in seconds: configure, build, GPU tests, benchmark, device series.
 read -r limit_configure limit_build limit_tests limit_bench limit_series \
   <<<"${GPU_CHECK_LIMITS:-600 5400 1800 1800 120}"
@@ -127,12 +140,13 @@ print(torch.version.cuda or "")
 print(torch.utils.cmake_prefix_path)
 print(int(torch.cuda.is_available()))
 print(torch.cuda.get_device_name(0) if torch.cuda.is_available() else "")
+print("%d.%d" % torch.cuda.get_device_capability(0) if torch.cuda.is_available() else "")
 PY
 ); then
   fail "$python cannot import torch: install PyTorch 2.x (pip install torch) or pass --python"
 fi
-{ read -r torch_version; read -r torch_cuda; read -r prefix; read -r has_cuda; read -r card || true; } \
-  <<<"$info"
+{ read -r torch_version; read -r torch_cuda; read -r prefix; read -r has_cuda; read -r card || true
+  read -r capability || true; } <<<"$info"
 say "PyTorch $torch_version (CUDA ${torch_cuda:-none}), LibTorch config in $prefix"
 
 # 1b. A card the driver lists but PyTorch cannot use is a failure, not a CPU check: the lab would
@@ -150,7 +164,7 @@ min_driver() {
   esac
 }
 if [ "$has_cuda" = 1 ]; then
-  say "CUDA device 0: $card"
+  say "CUDA device 0: $card${capability:+ (compute capability $capability)}"
 elif [ -n "$listed" ]; then
   if [ -z "$torch_cuda" ]; then
     fail "nvidia-smi lists $listed (driver $driver) but PyTorch $torch_version is a CPU build: install a CUDA wheel of PyTorch (pip install torch --index-url https://download.pytorch.org/whl/cuXYZ) or pass --python"
@@ -216,11 +230,20 @@ if [ ${#missing[@]} -gt 0 ]; then
   for m in "${missing[@]}"; do echo "gpu-check:   - $m" >&2; done
   exit 1
 fi
+if [ "$do_build" = 1 ]; then
+  # What was found, so that a failed configure names the tools it ran with.
+  compiler=${CXX:-$(command -v c++ || command -v g++ || command -v clang++)}
+  say "tools: cmake $cmake_version, ninja $(ninja --version), $compiler $("$compiler" -dumpfullversion 2>/dev/null || "$compiler" -dumpversion)${nvcc:+, nvcc $nvcc_version ($nvcc)}"
+fi
 
 # 2. Configure and build cart-torch and the GPU tests against that LibTorch.
 if [ "$do_build" = 1 ]; then
   cmake_args=(-S "$root" -B "$build" -G Ninja "-DCMAKE_BUILD_TYPE=$build_type"
               -DCART_WITH_TORCH=ON -DCART_BUILD_BENCH=OFF -DCART_BROWSER_TESTS=OFF "-DCMAKE_PREFIX_PATH=$prefix")
+  # The card's own architecture: spares LibTorch's CMake compiling and running a probe for it.
+  if [ -n "${capability:-}" ] && [ -z "${TORCH_CUDA_ARCH_LIST:-}" ]; then
+    cmake_args+=("-DTORCH_CUDA_ARCH_LIST=$capability")
+  fi
   if [ -n "$nvcc_wheel" ]; then
     # No toolkit named: a toolkit view of NVIDIA's wheels beside PyTorch (found in 1c).
     "$root/deploy/cuda-toolkit-view.sh" "$nvcc_wheel" "$build/cuda-toolkit"
@@ -235,9 +258,9 @@ if [ "$do_build" = 1 ]; then
     cmake_args+=("-DCMAKE_PREFIX_PATH=$prefix;$bp" "-DPKG_CONFIG_EXECUTABLE=$bp/bin/pkgconf"
                  "-DCMAKE_INCLUDE_PATH=$bp/include" "-DCMAKE_LIBRARY_PATH=$bp/lib/x86_64-linux-gnu"
                  "-DCMAKE_PROGRAM_PATH=$bp/bin")
+    # No LD_LIBRARY_PATH: the bundle's programs and libraries find its libraries through their
+    # own RUNPATH (deploy/gpu-bundle.sh), so this machine's compiler, CMake and Python keep theirs.
     export PKG_CONFIG_PATH=$bp/lib/x86_64-linux-gnu/pkgconfig:$bp/share/pkgconfig
-    export LD_LIBRARY_PATH=$bp/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-    export PATH=$bp/bin:$PATH
     say "C++ libraries from the bundle in $bundle"
   fi
   # A tree already configured against this LibTorch and build type is reused as it is (the
@@ -250,7 +273,7 @@ if [ "$do_build" = 1 ]; then
     rc=0
     bounded "$limit_configure" cmake "${cmake_args[@]}" >"$configure_log" 2>&1 || rc=$?
     if [ "$rc" != 0 ]; then
-      tail -30 "$configure_log" >&2
+      tail -n 30 "$configure_log" >&2
       timed_out "$rc" && fail "configure took more than $limit_configure s (log: $configure_log)"
       fail "configure (log: $configure_log)"
     fi
@@ -268,45 +291,57 @@ if [ "$do_build" = 1 ]; then
 fi
 [ -x "$build/bin/cart-torch" ] || fail "no $build/bin/cart-torch: build first or drop --no-build"
 
-# 3. The GPU tests. ctest reports a skipped test as passed; the skip reasons are counted here.
-say "ctest -L gpu"
-ctest_log=$scratch/ctest-gpu.log
-[ -n "$log_dir" ] && ctest_log=$log_dir/ctest-gpu.log
-rc=0
-(cd "$build" && bounded "$limit_tests" ctest -L gpu --output-on-failure -V) >"$ctest_log" 2>&1 || rc=$?
-if [ "$rc" != 0 ]; then
-  tail -60 "$ctest_log" >&2
-  timed_out "$rc" && fail "ctest -L gpu took more than $limit_tests s"
-  fail "ctest -L gpu"
-fi
-ran=$(grep -c '^\(.*: \)\?\[       OK \]' "$ctest_log" || true)
-skipped=$(grep -c '^\(.*: \)\?\[  SKIPPED \]' "$ctest_log" || true)
-say "GPU tests: $ran passed, $skipped skipped"
-took "ctest -L gpu"
-if [ "$skipped" -gt 0 ]; then
-  grep -m1 'no CUDA device' "$ctest_log" | sed 's/^[0-9]*: /gpu-check:   /' || true
-fi
-if [ "$has_cuda" = 1 ] && [ "$skipped" -gt 0 ]; then
-  fail "PyTorch sees a CUDA device but the GPU tests skipped: this build's LibTorch has no CUDA"
-fi
-
-# 4. Throughput, MFU and peak memory.
+# 3. Throughput, MFU and peak memory; bench_on_card runs one `cart model bench` on the card
+#    within the bench's time limit, `what` naming it.
 bench=("$build/bin/cart-torch" model bench)
 [ -n "$peak" ] && bench+=(--peak-tflops "$peak")
-# One `cart model bench` on the card, within the bench's time limit; `what` names it.
 bench_on_card() {
   local what=$1 rc=0
   shift
   say "cart model bench $what"
   bounded "$limit_bench" "${bench[@]}" --device "$device" --steps "$steps" "$@" || rc=$?
   if [ "$rc" != 0 ]; then
-    timed_out "$rc" && fail "cart model bench $what took more than $limit_bench s"
-    fail "cart model bench $what on $device"
+    if timed_out "$rc"; then
+      step_failed "bench $what" "cart model bench $what took more than $limit_bench s"
+    else
+      step_failed "bench $what" "cart model bench $what on $device (exit $rc)"
+    fi
   fi
   took "cart model bench $what"
 }
+# The headline figures first: what the card reaches at the paper's shapes.
 if [ "$has_cuda" = 1 ]; then
   bench_on_card "on $device at the paper's shapes (bf16 autocast)"
+fi
+
+# 4. The GPU tests. ctest reports a skipped test as passed; the skip reasons are counted here.
+say "ctest -L gpu"
+ctest_log=$scratch/ctest-gpu.log
+[ -n "$log_dir" ] && ctest_log=$log_dir/ctest-gpu.log
+rc=0
+(cd "$build" && bounded "$limit_tests" ctest -L gpu --output-on-failure -V) >"$ctest_log" 2>&1 || rc=$?
+# gtest prints each result twice under ctest -V (the line and the summary): count test names once.
+ran=$(grep -o '\[       OK \] [A-Za-z][A-Za-z0-9_]*\.[A-Za-z0-9_]*' "$ctest_log" | sort -u | grep -c . || true)
+skipped=$(grep -o '\[  SKIPPED \] [A-Za-z][A-Za-z0-9_]*\.[A-Za-z0-9_]*' "$ctest_log" | sort -u | grep -c . || true)
+if [ "$rc" != 0 ]; then
+  tail -n 60 "$ctest_log" >&2
+  if timed_out "$rc"; then
+    step_failed "ctest -L gpu" "ctest -L gpu took more than $limit_tests s (log: $ctest_log)"
+  else
+    step_failed "ctest -L gpu" "ctest -L gpu (log: $ctest_log)"
+  fi
+fi
+say "GPU tests: $ran passed, $skipped skipped"
+took "ctest -L gpu"
+if [ "$skipped" -gt 0 ]; then
+  grep -m1 'no CUDA device' "$ctest_log" | sed 's/^[0-9]*: /gpu-check:   /' || true
+fi
+if [ "$has_cuda" = 1 ] && [ "$skipped" -gt 0 ]; then
+  step_failed "GPU tests skipped" "PyTorch sees a CUDA device but the GPU tests skipped: this build's LibTorch has no CUDA"
+fi
+
+# 5. The other benchmarks.
+if [ "$has_cuda" = 1 ]; then
   # Where launches weigh most (d 256), the same with the per-tensor optimizer step, to compare
   # with the fused one above (train/optimizer.h; LibTorch 2.4+ has both).
   bench_on_card "--d 256 --step-kernels per-tensor (the fused step's saving at d 256)" \
@@ -319,12 +354,13 @@ if [ "$has_cuda" = 1 ]; then
     --d 256,1024 --warmup 5 --cuda-graph
 else
   say "no CUDA device: skipping the benchmark at the paper's shapes; checking the command on the CPU"
+  rc=0
   bounded "$limit_bench" "${bench[@]}" --device cpu --d 64,128 --steps 3 --warmup 1 \
-    --set P=2 --set R=2 --set seq_len=64 --set batch=2 --set vocab=512 ||
-    fail "cart model bench on the CPU"
+    --set P=2 --set R=2 --set seq_len=64 --set batch=2 --set vocab=512 || rc=$?
+  [ "$rc" = 0 ] || step_failed "bench on the CPU" "cart model bench on the CPU (exit $rc)"
   took "cart model bench on the CPU"
 fi
-# 5. The device series: a cartd and one cart-worker on the device for a few seconds, reading it
+# 6. The device series: a cartd and one cart-worker on the device for a few seconds, reading it
 #    every second; the cart_device_* lines of /metrics are what NVML (or, on a CPU, /proc) reads.
 series_device=$device
 [ "$has_cuda" = 1 ] || series_device=cpu
@@ -361,10 +397,16 @@ print('\n'.join(l for l in text.splitlines() if l.startswith('cart_device_')))")
 done
 kill $worker_pid $cartd_pid 2>/dev/null || true
 wait $worker_pid $cartd_pid 2>/dev/null || true
-if ! grep -q '^cart_device_utilization_ratio' <<<"$series"; then
-  tail -5 "$series_logs/cartd.log" "$series_logs/worker.log" >&2
-  fail "no cart_device_ series on /metrics within $limit_series s"
+if grep -q '^cart_device_utilization_ratio' <<<"$series"; then
+  sed 's/^/gpu-check:   /' <<<"$series"
+else
+  tail -n 5 "$series_logs/cartd.log" "$series_logs/worker.log" >&2
+  step_failed "device series" "no cart_device_ series on /metrics within $limit_series s"
 fi
-sed 's/^/gpu-check:   /' <<<"$series"
 took "the device series"
+if [ ${#failed_steps[@]} -gt 0 ]; then
+  echo "gpu-check: FAILED: ${#failed_steps[@]} step(s) in $(( $(date +%s) - start )) s:" >&2
+  for f in "${failed_steps[@]}"; do echo "gpu-check:   - $f" >&2; done
+  exit 1
+fi
 say "done in $(( $(date +%s) - start )) s"

@@ -21,6 +21,7 @@ packages=(
   libsentencepiece-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   zlib1g-dev openssl fortunes gnuplot-nox
+  patchelf
 )
 if [ "${1:-}" = "--test" ]; then
   packages+=(slurm-wlm munge chromium prometheus prometheus-alertmanager iproute2 python3-torch python3-venv)

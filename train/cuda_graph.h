@@ -44,6 +44,10 @@ class CudaGraph {
   // Runs the recorded step on the graph's stream. Requires captured().
   void Replay();
 
+  // Whether this build's LibTorch releases the memory pool of a recording that failed half-way
+  // by itself (2.15 does, 2.11 does not: Capture then releases it). False without CUDA.
+  static bool LibTorchReleasesAbandonedPools();
+
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;

@@ -110,7 +110,7 @@ struct HostCopies::Cuda {
     C10_CUDA_CHECK(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
     C10_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
   }
-  ~Cuda() {
+  ~Cuda() {  // events are destroyed from any device; nothing here may throw
     cudaEventDestroy(ready);
     cudaEventDestroy(done);
   }
@@ -122,13 +122,23 @@ struct HostCopies::Cuda {
 };
 
 HostCopies::HostCopies() = default;
-HostCopies::~HostCopies() { Wait(); }
+// A destructor must not throw (std::terminate): after a sticky CUDA error the wait fails as the
+// trainer unwinds from that same error, which is the one to report.
+HostCopies::~HostCopies() {
+  try {
+    Wait();
+  } catch (...) {
+  }
+}
 
 void HostCopies::Begin(c10::Device source) {
   on_cuda_ = false;
 #if CART_TORCH_CUDA
   if (source.is_cuda()) {
     if (!cuda_ || cuda_->device != source) cuda_ = std::make_unique<Cuda>(source);
+    // Each runtime call on the run's device: on a thread whose current device is another (the
+    // checkpoint writer's is 0), a call would bind, even create, a context on that one.
+    const c10::cuda::CUDAGuard on_device(source);
     // The side stream starts after everything the training stream has queued: the values copied
     // are the ones the step left.
     const c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream(source.index());
@@ -169,6 +179,7 @@ void HostCopies::Copy(at::Tensor& to, const at::Tensor& from) {
 void HostCopies::End() {
 #if CART_TORCH_CUDA
   if (on_cuda_) {
+    const c10::cuda::CUDAGuard on_device(cuda_->device);
     C10_CUDA_CHECK(cudaEventRecord(cuda_->done, cuda_->side.stream()));
     cuda_->fence_due = cuda_->wait_due = true;
   }
@@ -179,6 +190,7 @@ void HostCopies::End() {
 void HostCopies::Fence() {
 #if CART_TORCH_CUDA
   if (cuda_ && cuda_->fence_due) {
+    const c10::cuda::CUDAGuard on_device(cuda_->device);
     const c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream(cuda_->device.index());
     C10_CUDA_CHECK(cudaStreamWaitEvent(current.stream(), cuda_->done, 0));
     cuda_->fence_due = false;
@@ -189,8 +201,10 @@ void HostCopies::Fence() {
 void HostCopies::Wait() {
 #if CART_TORCH_CUDA
   if (cuda_ && cuda_->wait_due) {
+    // Called from the checkpoint writer's thread: its current device is not the run's.
+    const c10::cuda::CUDAGuard on_device(cuda_->device);
+    cuda_->wait_due = false;  // once: a failed wait is not retried by the destructor
     C10_CUDA_CHECK(cudaEventSynchronize(cuda_->done));
-    cuda_->wait_due = false;
   }
 #endif
 }

@@ -18,6 +18,7 @@
 #if CART_TORCH_CUDA && \
     (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4))
 #include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGuard.h>
 #include <torch/csrc/autograd/profiler_kineto.h>
 #define CART_GPU_PROFILER 1
 #else
@@ -119,7 +120,9 @@ WorkKind KindOfOp(std::string_view op) {
 }
 
 WorkKind KindOfKernel(std::string_view kernel) {
-  for (std::string_view part : {"flash", "fmha", "attention", "Attention"}) {
+  // cuDNN's attention (one of scaled_dot_product_attention's backends on recent cards) names its
+  // kernels "cudnn_..._sdpa_..."; the model has no other cuDNN work.
+  for (std::string_view part : {"flash", "fmha", "attention", "Attention", "sdpa", "cudnn"}) {
     if (Contains(kernel, part)) return WorkKind::kAttention;
   }
   for (std::string_view part : {"multi_tensor_apply", "FusedAdam", "fused_adam", "_foreach"}) {
@@ -152,8 +155,10 @@ absl::Status GpuStepProfiler::Available() {
   return absl::OkStatus();
 }
 
-GpuStepProfiler::GpuStepProfiler() {
-  if (!Available().ok()) throw std::logic_error("GpuStepProfiler without a CUDA device");
+GpuStepProfiler::GpuStepProfiler(c10::Device device) : device_(device) {
+  if (!Available().ok() || !device.is_cuda()) {
+    throw std::logic_error("GpuStepProfiler without a CUDA device");
+  }
   StartKineto();
   running_ = true;
 }
@@ -167,7 +172,10 @@ GpuStepProfiler::~GpuStepProfiler() {
 }
 
 StepBreakdown GpuStepProfiler::Take() {
-  c10::cuda::device_synchronize();
+  {  // the run's device: after the run another may be current (a context would open on it)
+    const c10::cuda::CUDAGuard on_device(device_);
+    c10::cuda::device_synchronize();
+  }
   std::unique_ptr<torch::autograd::profiler::ProfilerResult> result =
       torch::autograd::profiler::disableProfiler();
   running_ = false;
@@ -189,7 +197,7 @@ absl::Status GpuStepProfiler::Available() {
       "timing GPU kernels needs a CUDA LibTorch 2.4+ (its Kineto profiler); this build's LibTorch ",
       TORCH_VERSION_MAJOR, ".", TORCH_VERSION_MINOR, CART_TORCH_CUDA ? "" : " has no CUDA"));
 }
-GpuStepProfiler::GpuStepProfiler() {
+GpuStepProfiler::GpuStepProfiler(c10::Device device) : device_(device) {
   throw std::logic_error("GpuStepProfiler: no CUDA LibTorch 2.x in this build");
 }
 GpuStepProfiler::~GpuStepProfiler() = default;

@@ -22,6 +22,8 @@
 // not to run them: there GpuStepProfiler (below) takes the kernels' own times from LibTorch's
 // Kineto profiler instead.
 
+#include <c10/core/Device.h>
+
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -72,16 +74,19 @@ WorkKind KindOfOp(std::string_view op);
 class GpuStepProfiler {
  public:
   static absl::Status Available();
-  GpuStepProfiler();  // starts recording; throws std::logic_error when !Available()
+  // Starts recording the kernels of `device` (a CUDA device); throws std::logic_error when
+  // !Available().
+  explicit GpuStepProfiler(c10::Device device);
   ~GpuStepProfiler();
   GpuStepProfiler(const GpuStepProfiler&) = delete;
   GpuStepProfiler& operator=(const GpuStepProfiler&) = delete;
 
-  // Waits for the device, then returns what ran since construction or the last Take(), and
-  // starts afresh.
+  // Waits for the device (its own, whichever device is current on the calling thread), then
+  // returns what ran since construction or the last Take(), and starts afresh.
   StepBreakdown Take();
 
  private:
+  c10::Device device_;
   bool running_ = false;
 };
 

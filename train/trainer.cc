@@ -517,6 +517,9 @@ absl::StatusOr<Trainer::StepResult> Trainer::FixedStep(double lr, bool log_step)
   }
   if (snapshot_) snapshot_->BeforeUpdate();  // a checkpoint's copies read these weights
   if (graph_ && !graph_failed_ && !graph_->captured() && fixed_steps_ >= kEagerStepsBeforeGraph) {
+    // No checkpoint write in flight: the writer's wait on the device (another thread) during
+    // the recording would end it (a stream capture forbids such calls process-wide).
+    CART_RETURN_IF_ERROR(FinishCheckpoint(/*wait=*/true));
     // Gradients unset, so that the recorded backward makes them in the graph's memory, where
     // every replay writes them again.
     model_->zero_grad(/*set_to_none=*/true);
@@ -575,6 +578,11 @@ absl::StatusOr<TrainResult> Trainer::Run() {
   model_->train();
   model::SetMergedProjections(*model_, merged_projections_);
   if (options_.cuda_graph) graph_ = std::make_unique<CudaGraph>(device_);  // its stream from here
+  // The graph (its memory, its stream guard) goes before on_device restores the thread's device.
+  struct DropGraph {
+    Trainer* trainer;
+    ~DropGraph() { trainer->graph_.reset(); }
+  } const drop_graph{this};
   BuildOptimizer();
   if (options_.background_checkpoints) {  // the copy a checkpoint is taken into, on the host
     CART_ASSIGN_OR_RETURN(std::shared_ptr<model::LanguageModel> copy,

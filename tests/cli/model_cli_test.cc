@@ -111,6 +111,29 @@ TEST(ModelCliTest, BenchFitsEachWidthToTheDevicesMemoryOrSaysItDoesNotFit) {
   EXPECT_FALSE(big.contains("tokens_per_s"));
 }
 
+// A width that fails does not stop the others (a machine lent for minutes must not lose the
+// figures of every width to one failure): each is tried, reported as failed in the table, and the
+// command exits non-zero. Here every width fails the same way, as a CUDA graph is refused on the
+// CPU inside the trainer, so the second width shows the run went on after the first failed.
+TEST(ModelCliTest, BenchGoesOnPastAFailedWidthAndExitsNonZero) {
+  const std::string shape =
+      " --set P=1 --set R=2 --set seq_len=32 --set batch=2 --set accum=1 --set vocab=256";
+  auto [code, out] =
+      Cart("model bench --device cpu --d 64,128 --steps 1 --warmup 0 --cuda-graph" + shape);
+  EXPECT_NE(code, 0) << out;
+  EXPECT_THAT(out, HasSubstr("cart model bench: d = 64: "));
+  EXPECT_THAT(out, HasSubstr("cart model bench: d = 128: "));
+  EXPECT_THAT(out, HasSubstr("CUDA graph"));
+  // The table is printed with both rows before the exit.
+  EXPECT_THAT(out, HasSubstr("\n    64  failed: "));
+  EXPECT_THAT(out, HasSubstr("\n   128  failed: "));
+  // The profiler restarts CUPTI between steps, which a recorded graph does not survive reliably:
+  // the two measurements are refused together, before anything runs.
+  auto [both, why] = Cart("model bench --device cpu --d 64 --breakdown --cuda-graph" + shape);
+  EXPECT_EQ(both, 2) << why;
+  EXPECT_THAT(why, HasSubstr("--breakdown and --cuda-graph: one at a time"));
+}
+
 TEST(ModelCliTest, InitThenLogitsIsSeededAndHonoursRInfer) {
   TempDir dir;
   WriteFile(dir.File("run.yaml"), "vocab: 40\nd: 64\nP: 1\nR: 3\n");

@@ -17,7 +17,8 @@ check() {  # check NAME CONDITION-TEXT: a failed expectation, with the output
 }
 # The tools gpu-check.sh itself runs, and nothing else.
 mkdir -p "$tmp/base"
-for tool in bash dirname date sed grep mktemp mkdir rm cat seq sleep timeout head tail sort tr tee env; do
+for tool in bash dirname date sed grep mktemp mkdir rm cat seq sleep timeout head tail sort tr tee env \
+            cp; do
   ln -s "$(command -v "$tool")" "$tmp/base/$tool"
 done
 # fake_python DIR VERSION CUDA AVAILABLE
@@ -96,8 +97,44 @@ grep -q "CUDA 13.2, which needs driver 580 or newer" "$tmp/logs/gpu-check.log" 2
 grep -q "^gpu-check: PyTorch 2.15.0+cu132" "$tmp/logs/gpu-check.log" 2>/dev/null ||
   check "a failing run with --log-dir: what was printed before the failure is not in gpu-check.log"
 
+# 7. A relative --bundle is taken from where gpu-check was started (CMake would read it against
+#    each CMakeLists' own folder): the missing bundle is named by its absolute path.
+mkdir -p "$tmp/work/nb"
+rc=0
+(cd "$tmp/work" && env -i PATH="$tmp/cuda-ok:$tmp/base" HOME="$tmp" bash "$src/deploy/gpu-check.sh" \
+  --python "$tmp/cuda-ok/python" --build-dir "$tmp/b" --bundle nb) >"$tmp/out" 2>&1 || rc=$?
+[ "$rc" = 1 ] || check "a relative bundle: exit $rc, not 1"
+grep -q -- "- the C++ libraries bundle: $tmp/work/nb is not one" "$tmp/out" ||
+  check "a relative bundle: not named by its absolute path"
+
+# 8. A step that fails does not stop the run: a built tree whose cart-torch fails and whose
+#    cartd serves nothing. The GPU tests (a fake ctest: one test skipped, printed three times as
+#    gtest does under ctest -V) are counted once, the failing bench and the series are each
+#    reported, the series still runs after the bench failed, and the run ends listing both.
+mkdir -p "$tmp/fb/bin" "$tmp/tools"
+printf '#!/bin/bash\necho "cart-torch: broken on purpose" >&2\nexit 3\n' >"$tmp/fb/bin/cart-torch"
+printf '#!/bin/bash\nexec sleep 30\n' >"$tmp/fb/bin/cartd"
+cp "$tmp/fb/bin/cartd" "$tmp/fb/bin/cart-worker"
+printf '#!/bin/bash\nprintf "1: [  SKIPPED ] CudaTest.A (0 ms)\\n1: [  SKIPPED ] 1 test, listed below:\\n1: [  SKIPPED ] CudaTest.A\\n"\n' \
+  >"$tmp/tools/ctest"
+chmod +x "$tmp/fb/bin/"* "$tmp/tools/ctest"
+rc=0
+env -i PATH="$tmp/cpu:$tmp/tools:$tmp/base" HOME="$tmp" GPU_CHECK_LIMITS="10 10 10 10 2" \
+  bash "$src/deploy/gpu-check.sh" --python "$tmp/cpu/python" --build-dir "$tmp/fb" --no-build \
+  >"$tmp/out" 2>&1 || rc=$?
+[ "$rc" = 1 ] || check "failed steps: exit $rc, not 1"
+grep -q "^gpu-check: GPU tests: 0 passed, 1 skipped" "$tmp/out" || check "failed steps: the skipped test is not counted once"
+grep -q "^gpu-check: FAILED: cart model bench on the CPU (exit 3)" "$tmp/out" ||
+  check "failed steps: the bench's failure is not reported"
+grep -q "^gpu-check: the device series took" "$tmp/out" || check "failed steps: the series did not run after the bench failed"
+grep -q "^gpu-check: FAILED: 2 step(s) in" "$tmp/out" || check "failed steps: the run's end does not count them"
+for what in "bench on the CPU" "device series"; do
+  grep -q -- "^gpu-check:   - $what" "$tmp/out" || check "failed steps: '$what' is not listed at the end"
+done
+grep -q "^gpu-check: done in" "$tmp/out" && check "failed steps: the run says done"
+
 if [ "$failures" -gt 0 ]; then
   echo "gpu_check_preflight: $failures failure(s)" >&2
   exit 1
 fi
-echo "gpu_check_preflight: 6 cases pass"
+echo "gpu_check_preflight: 8 cases pass"

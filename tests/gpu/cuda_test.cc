@@ -236,12 +236,16 @@ TEST_F(CudaTrainTest, AStepRecordedAsACudaGraphTrainsAsTheStepWithout) {
 
 // A background checkpoint (the worker's) copies from the GPU on a side stream into page-locked
 // memory while training goes on (train::HostCopies): the snapshot must hold the weights and
-// moments of the step it was taken at, to the bit, even though the next optimizer step is queued
-// right behind it.
+// moments of the step it was taken at, to the bit, even though the weights are changed in place
+// right behind it. The model is wide (d 1024, ~450 MB of weights and moments to copy, some
+// milliseconds over PCIe) so that the in-place change, queued at once on the training stream,
+// would overtake the copies if BeforeUpdate did not make that stream wait for them.
 TEST(CudaTest, ASnapshotFromTheGpuHoldsItsStepsValuesWhileTheNextStepRuns) {
   SKIP_WITHOUT_CUDA();
-  auto built = model::BuildModel(SmallCart(), 13);
-  auto copy = model::BuildModel(SmallCart(), 14);
+  config::ModelConfig wide = SmallCart();
+  wide.d = 1024;
+  auto built = model::BuildModel(wide, 13);
+  auto copy = model::BuildModel(wide, 14);
   ASSERT_TRUE(built.ok() && copy.ok());
   std::shared_ptr<model::LanguageModel> m = *built;
   m->to(torch::kCUDA);
@@ -258,7 +262,11 @@ TEST(CudaTest, ASnapshotFromTheGpuHoldsItsStepsValuesWhileTheNextStepRuns) {
   CheckpointSnapshot snapshot(*copy);
   ASSERT_TRUE(snapshot.Take(*m, optimizer).ok());
   snapshot.BeforeUpdate();
-  step();  // changes every weight the copies read
+  {  // changes every weight the copies read, at once, on the training stream
+    torch::NoGradGuard no_grad;
+    for (torch::Tensor& p : m->parameters()) p.add_(1.0);
+  }
+  step();
   snapshot.WaitForCopies();
   const std::vector<torch::Tensor> copied = snapshot.model().parameters();
   ASSERT_EQ(copied.size(), at_snapshot.size());

@@ -15,6 +15,8 @@
 #include "gtest/gtest.h"
 #include "tests/support/test_support.h"
 #include "tests/train/train_fixtures.h"
+#include "train/cuda_graph.h"
+#include "train/device.h"
 #include "train/optimizer.h"
 #include "train/trainer.h"
 
@@ -41,6 +43,22 @@ TEST_F(CapturableStepTest, ACudaGraphOnTheCpuIsRefusedSayingWhy) {
   const absl::StatusOr<TrainResult> r = Train(config_, o);
   EXPECT_THAT(r.status(), StatusIs(absl::StatusCode::kFailedPrecondition,
                                    HasSubstr(HasFusedStepKernels() ? "CUDA" : "LibTorch 2.4")));
+}
+
+// Whether this LibTorch releases the memory of a graph recording that failed half-way is read
+// from its header at compile time (train/cuda_graph.cc): 2.11's graph releases its pool only for
+// a capture that ended, so Capture releases it then; 2.15's tracks the pool and releases it.
+TEST(CudaGraphTest, KnowsWhetherLibTorchReleasesAFailedRecordingsMemory) {
+  const bool releases = CudaGraph::LibTorchReleasesAbandonedPools();
+  if (!BuiltWithCuda()) {
+    EXPECT_FALSE(releases);
+  } else if (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR <= 11) {
+    EXPECT_FALSE(releases) << "LibTorch " << TORCH_VERSION;
+  } else if (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 15) {
+    EXPECT_TRUE(releases) << "LibTorch " << TORCH_VERSION;
+  } else {
+    GTEST_SKIP() << "LibTorch " << TORCH_VERSION << ": its graph's header has not been read";
+  }
 }
 
 TEST_F(CapturableStepTest, LossesMatchTheUsualStepAndResumeIsExact) {

@@ -106,6 +106,10 @@ TEST(KindOfKernelTest, KernelsAreChargedByTheirNames) {
       {"fmha_cutlassB_f32_aligned_64x64_k64_sm80(PyTorchMemEffAttention::AttentionBackwardKernel<"
        "cutlass::arch::Sm80, float, true, false, false, 64, 64, 64, false>::Params)",
        WorkKind::kAttention},
+      // cuDNN's attention backend: kernels it generates at run time, named by cuDNN's frontend
+      // (this form: "cudnn_generated_fort_native_sdpa_<arch>_..."), with no "flash" in them.
+      {"cudnn_generated_fort_native_sdpa_sm90_knob_7_64x128x128_4x1x1_kernel0_0",
+       WorkKind::kAttention},
       {"void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous "
        "namespace)::TensorListMetadata<5>, at::native::(anonymous namespace)::FusedAdamMathFunctor"
        "<float, 5, (at::native::ADAM_MODE)1, false>, double*, float, float, float, float, float, "
